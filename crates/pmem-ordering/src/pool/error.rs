@@ -1,0 +1,172 @@
+//! Typed errors of pool creation, opening and access.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong with a pool. Each case names what was found, so the message
+/// alone tells the user what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The pool file does not exist.
+    #[error("pool file {path} does not exist")]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The path names a directory.
+    #[error("{path} is a directory, not a pool file")]
+    IsDirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A pool was to be created where a file already exists.
+    #[error("cannot create pool {path}: the file already exists (open it, or remove it first)")]
+    AlreadyExists {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file is read-only but the pool needs to write it.
+    #[error("pool file {path} is read-only, but a pool is opened for writing")]
+    ReadOnly {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file is too short to hold a pool header.
+    #[error(
+        "{path} is {len} bytes long, shorter than a pool header ({needed} bytes): not a pool file"
+    )]
+    TooShort {
+        /// The path given.
+        path: PathBuf,
+        /// The file's length.
+        len: u64,
+        /// The header's length.
+        needed: u64,
+    },
+    /// The header's magic is all zeros: pool creation was interrupted before it committed.
+    #[error("{path} holds an incomplete pool: its creation was interrupted before the header was committed")]
+    Incomplete {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file does not start with this library's magic.
+    #[error(
+        "{path} is not a pool file of this library (magic {found:02x?}, expected {expected:02x?})"
+    )]
+    BadMagic {
+        /// The path given.
+        path: PathBuf,
+        /// The magic found.
+        found: [u8; 8],
+        /// The magic expected.
+        expected: [u8; 8],
+    },
+    /// The pool was written by another format version.
+    #[error("{path} has pool format version {found}, but this library reads version {supported}")]
+    VersionMismatch {
+        /// The path given.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this library reads.
+        supported: u32,
+    },
+    /// The header checksum does not match its contents.
+    #[error("{path}: pool header checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the header is corrupted")]
+    ChecksumMismatch {
+        /// The path given.
+        path: PathBuf,
+        /// The checksum stored in the header.
+        stored: u32,
+        /// The checksum of the header's bytes.
+        computed: u32,
+    },
+    /// The pool holds another kind of data.
+    #[error("{path} holds layout {found:?}, but layout {expected:?} was asked for")]
+    LayoutMismatch {
+        /// The path given.
+        path: PathBuf,
+        /// The layout asked for.
+        expected: String,
+        /// The layout in the header.
+        found: String,
+    },
+    /// The size in the header is not the file's size.
+    #[error("{path}: header says the pool is {header} bytes, but the file is {file} bytes (truncated or extended)")]
+    SizeMismatch {
+        /// The path given.
+        path: PathBuf,
+        /// The size in the header.
+        header: u64,
+        /// The file's size.
+        file: u64,
+    },
+    /// The header's checksum holds but its fields contradict each other.
+    #[error("{path}: pool header is inconsistent: {reason}")]
+    CorruptHeader {
+        /// The path given.
+        path: PathBuf,
+        /// Which fields disagree.
+        reason: String,
+    },
+    /// A layout name that cannot be stored.
+    #[error("layout name {name:?} is invalid: {reason}")]
+    InvalidLayout {
+        /// The name given.
+        name: String,
+        /// Why it cannot be stored.
+        reason: &'static str,
+    },
+    /// A pool size that cannot be created.
+    #[error("pool size {size} is invalid: {reason}")]
+    InvalidSize {
+        /// The size given.
+        size: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A forced granularity this file cannot give.
+    #[error("{path} cannot be mapped with {requested} granularity: {reason}")]
+    GranularityUnavailable {
+        /// The path given.
+        path: PathBuf,
+        /// The granularity asked for.
+        requested: &'static str,
+        /// Why not.
+        reason: String,
+    },
+    /// An access outside the pool.
+    #[error("access of {len} bytes at offset {offset} is outside the pool of {size} bytes")]
+    OutOfBounds {
+        /// Offset of the access.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The pool's size.
+        size: u64,
+    },
+    /// An 8-byte atomic access at an offset that is not 8-byte aligned.
+    #[error("8-byte atomic access at offset {offset}, which is not 8-byte aligned")]
+    Misaligned {
+        /// Offset of the access.
+        offset: u64,
+    },
+    /// The root object is smaller than the type asked for.
+    #[error("the root object is {root_size} bytes, too small for a {needed}-byte type")]
+    RootTooSmall {
+        /// Size of the root object.
+        root_size: u64,
+        /// Size of the type asked for.
+        needed: u64,
+    },
+    /// Any other I/O failure, with the operation that failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,128 @@
+//! Mapping a pool into memory, and learning its granularity on the way.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use memmap2::{MmapMut, MmapOptions};
+
+use super::PoolError;
+use crate::backend::Granularity;
+
+/// A pool's memory.
+pub(crate) enum Mapping {
+    /// Made by memmap2: page-cache files and anonymous memory.
+    Mapped { map: MmapMut, base: *mut u8 },
+    /// A DAX mapping made with `MAP_SYNC`, which memmap2 cannot request.
+    Sync { base: *mut u8, len: usize },
+}
+
+// SAFETY: the mapping is plain shared memory; all access to it goes through atomics (mem.rs).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn base(&self) -> *mut u8 {
+        match self {
+            Mapping::Mapped { base, .. } | Mapping::Sync { base, .. } => *base,
+        }
+    }
+
+    /// Anonymous memory of `size` bytes.
+    pub(crate) fn anonymous(size: u64) -> Result<Mapping, PoolError> {
+        let len = usize::try_from(size).map_err(|_| PoolError::InvalidSize {
+            size,
+            reason: "it does not fit this machine's address space".into(),
+        })?;
+        let mut map =
+            MmapOptions::new()
+                .len(len)
+                .map_anon()
+                .map_err(|e| PoolError::InvalidSize {
+                    size,
+                    reason: format!("anonymous mapping failed: {e}"),
+                })?;
+        let base = map.as_mut_ptr();
+        Ok(Mapping::Mapped { map, base })
+    }
+
+    /// Map `size` bytes of `file`, choosing (or checking a forced) granularity.
+    pub(crate) fn file(
+        file: &File,
+        path: &Path,
+        size: u64,
+        forced: Option<Granularity>,
+    ) -> Result<(Mapping, Granularity), PoolError> {
+        let len = usize::try_from(size).map_err(|_| PoolError::InvalidSize {
+            size,
+            reason: "it does not fit this machine's address space".into(),
+        })?;
+        match forced {
+            None => match map_sync(file, len) {
+                Ok(m) => Ok((m, Granularity::CacheLine)),
+                Err(_) => Ok((map_shared(file, path, len)?, Granularity::Page)),
+            },
+            Some(Granularity::CacheLine) => match map_sync(file, len) {
+                Ok(m) => Ok((m, Granularity::CacheLine)),
+                Err(e) => Err(PoolError::GranularityUnavailable {
+                    path: path.to_path_buf(),
+                    requested: "cache-line",
+                    reason: format!(
+                        "MAP_SYNC was refused ({e}): the file is not on a DAX file system"
+                    ),
+                }),
+            },
+            Some(g) => Ok((map_shared(file, path, len)?, g)),
+        }
+    }
+}
+
+fn map_shared(file: &File, path: &Path, len: usize) -> Result<Mapping, PoolError> {
+    // SAFETY: the pool file is ours to map; another process truncating it under us is the one
+    // hazard of any file mapping, documented on `Pool`.
+    let mut map =
+        unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(|e| PoolError::Io {
+            op: "map",
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+    let base = map.as_mut_ptr();
+    Ok(Mapping::Mapped { map, base })
+}
+
+#[cfg(target_os = "linux")]
+fn map_sync(file: &File, len: usize) -> std::io::Result<Mapping> {
+    // SAFETY: a fresh shared mapping of our own file; on failure nothing is mapped.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Mapping::Sync {
+        base: p as *mut u8,
+        len,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn map_sync(_file: &File, _len: usize) -> std::io::Result<Mapping> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Mapping::Sync { base, len } = *self {
+            // SAFETY: base/len are exactly what mmap returned, unmapped once.
+            unsafe { libc::munmap(base as *mut libc::c_void, len) };
+        }
+    }
+}

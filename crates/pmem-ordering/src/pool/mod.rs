@@ -1,0 +1,627 @@
+//! Pools: a memory-mapped file (or anonymous region) with a header, a root object and a heap.
+//!
+//! Persistent pointers are offsets from the pool's base ([`PPtr`]), since the mapping moves
+//! between runs. Every access is bounds-checked and returns [`PoolError::OutOfBounds`] rather
+//! than touching memory outside the pool, so an offset read from a corrupted pool cannot cause
+//! undefined behaviour.
+//!
+//! At open, a pool learns how persistence works for its file ([`Granularity`]): it first tries
+//! `MAP_SHARED_VALIDATE | MAP_SYNC`, which only a DAX file on persistent memory accepts
+//! (cache-line granularity); otherwise the file is in the page cache and every persist ends in
+//! `msync` (page granularity). *Emulated* and *byte* (eADR) granularity are used only when the
+//! caller forces them with [`PoolOptions::granularity`].
+
+mod error;
+pub mod header;
+mod mapping;
+mod pptr;
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use error::PoolError;
+pub use header::Header;
+pub use pptr::PPtr;
+
+use crate::backend::{Backend, Granularity, Hardware};
+use crate::barrier::{self, Durable, NtOrdering, NtPending, Pending, PersistModel, Written};
+use crate::isa::Isa;
+use crate::stats;
+use header::HEADER_LEN;
+use mapping::Mapping;
+
+/// How to create or open a pool.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    granularity: Option<Granularity>,
+    model: PersistModel,
+    isa: Isa,
+    root_size: u64,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            granularity: None,
+            model: PersistModel::X86,
+            isa: Isa::detected(),
+            root_size: 4096 - 64,
+        }
+    }
+}
+
+impl PoolOptions {
+    /// Defaults: detect the granularity, x86 model, the CPU's best instructions, a root object
+    /// of 4032 bytes.
+    pub fn new() -> PoolOptions {
+        PoolOptions::default()
+    }
+
+    /// Force a granularity instead of detecting it. `CacheLine` fails to open a file that
+    /// cannot be mapped with `MAP_SYNC`; `Emulated` and `Byte` are taken on trust.
+    pub fn granularity(mut self, granularity: Granularity) -> PoolOptions {
+        self.granularity = Some(granularity);
+        self
+    }
+
+    /// The persistency model the pool's code is written for.
+    pub fn model(mut self, model: PersistModel) -> PoolOptions {
+        self.model = model;
+        self
+    }
+
+    /// The instructions to use (e.g. a weaker flush than the CPU's best, to compare them).
+    pub fn isa(mut self, isa: Isa) -> PoolOptions {
+        self.isa = isa;
+        self
+    }
+
+    /// Size of the root object made at creation (ignored by `open`, which reads the header).
+    pub fn root_size(mut self, bytes: u64) -> PoolOptions {
+        self.root_size = bytes;
+        self
+    }
+}
+
+/// A pool of persistent memory, written through backend `B`.
+///
+/// `Pool` is `Sync`: threads may share it. Every byte access is made of atomic loads and stores
+/// (see the `mem` module), so concurrent access is free of data races; keeping concurrent
+/// *logical* updates consistent (locks, CAS protocols) is the structure's business.
+pub struct Pool<B: Backend = Hardware> {
+    map: Mapping,
+    backend: B,
+    header: Header,
+    path: Option<PathBuf>,
+    granularity: Granularity,
+    /// Process-unique id, so tokens of one pool cannot be consumed by another.
+    id: u64,
+}
+
+impl<B: Backend> std::fmt::Debug for Pool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("layout", &self.header.layout)
+            .field("size", &self.header.size)
+            .field("granularity", &self.granularity)
+            .field("model", &self.backend.model())
+            .finish()
+    }
+}
+
+fn next_pool_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn random_identity() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(next_pool_id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError {
+    PoolError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Map an error from opening `path` for writing to its typed form.
+fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => PoolError::NotFound {
+            path: path.to_path_buf(),
+        },
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            PoolError::ReadOnly {
+                path: path.to_path_buf(),
+            }
+        }
+        std::io::ErrorKind::IsADirectory => PoolError::IsDirectory {
+            path: path.to_path_buf(),
+        },
+        _ => io_error("open", path, e),
+    }
+}
+
+impl Pool<Hardware> {
+    /// Create a new pool file of `size` bytes at `path` holding `layout`.
+    ///
+    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file. The header is
+    /// committed last (its magic is the final 8-byte store), so a crash during creation leaves a
+    /// file that `open` reports as [`PoolError::Incomplete`]. If creation fails, the partial file
+    /// is removed.
+    pub fn create(
+        path: impl AsRef<Path>,
+        layout: &str,
+        size: u64,
+        options: &PoolOptions,
+    ) -> Result<Pool<Hardware>, PoolError> {
+        let path = path.as_ref();
+        let header = Header::new(layout, size, options.root_size, random_identity())?;
+        if path.is_dir() {
+            return Err(PoolError::IsDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(PoolError::AlreadyExists {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(classify_open_error(path, e)),
+        };
+        let result = (|| {
+            file.set_len(size)
+                .map_err(|e| io_error("set the length of", path, e))?;
+            let (map, granularity) = Mapping::file(&file, path, size, options.granularity)?;
+            let pool = Pool::from_parts(
+                map,
+                Hardware::new(options.isa, granularity, options.model),
+                header,
+                Some(path.to_path_buf()),
+                granularity,
+            );
+            pool.write_header()?;
+            Ok(pool)
+        })();
+        if result.is_err() {
+            // Creation failed part-way: leave no half-made pool behind.
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
+    /// Open the pool at `path`, which must hold `layout`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        layout: &str,
+        options: &PoolOptions,
+    ) -> Result<Pool<Hardware>, PoolError> {
+        let path = path.as_ref();
+        let (file, header) = Pool::<Hardware>::read_header_of(path, Some(layout))?;
+        let (map, granularity) = Mapping::file(&file, path, header.size, options.granularity)?;
+        Ok(Pool::from_parts(
+            map,
+            Hardware::new(options.isa, granularity, options.model),
+            header,
+            Some(path.to_path_buf()),
+            granularity,
+        ))
+    }
+
+    /// Read and check the header of the pool file at `path` without mapping it; `layout`
+    /// `None` accepts any layout. Used by `open`, and by tools that want to inspect a file.
+    pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<Header, PoolError> {
+        Pool::<Hardware>::read_header_of(path.as_ref(), layout).map(|(_, h)| h)
+    }
+
+    fn read_header_of(path: &Path, layout: Option<&str>) -> Result<(File, Header), PoolError> {
+        let meta = std::fs::metadata(path).map_err(|e| classify_open_error(path, e))?;
+        if meta.is_dir() {
+            return Err(PoolError::IsDirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        // Root ignores permission bits, so check them ourselves: a file marked read-only is
+        // not to be written whoever opens it.
+        if meta.permissions().readonly() {
+            return Err(PoolError::ReadOnly {
+                path: path.to_path_buf(),
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| classify_open_error(path, e))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| io_error("read the metadata of", path, e))?
+            .len();
+        let mut bytes = [0u8; HEADER_LEN];
+        let readable = (file_len as usize).min(HEADER_LEN);
+        file.read_exact_at(&mut bytes[..readable], 0)
+            .map_err(|e| io_error("read the header of", path, e))?;
+        let header = Header::decode(path, &bytes[..readable], file_len, layout)?;
+        Ok((file, header))
+    }
+
+    /// An anonymous pool of `size` bytes: not backed by any file, gone when dropped. Flushes
+    /// and fences are issued as on persistent memory (emulated granularity), so code under test
+    /// runs the same instructions it would on a device.
+    pub fn anonymous(
+        layout: &str,
+        size: u64,
+        options: &PoolOptions,
+    ) -> Result<Pool<Hardware>, PoolError> {
+        let header = Header::new(layout, size, options.root_size, random_identity())?;
+        let map = Mapping::anonymous(size)?;
+        let granularity = options.granularity.unwrap_or(Granularity::Emulated);
+        let pool = Pool::from_parts(
+            map,
+            Hardware::new(options.isa, granularity, options.model),
+            header,
+            None,
+            granularity,
+        );
+        pool.write_header()?;
+        Ok(pool)
+    }
+
+    /// The instructions this pool uses.
+    pub fn isa(&self) -> Isa {
+        self.backend.isa()
+    }
+}
+
+impl<B: Backend> Pool<B> {
+    pub(crate) fn from_parts(
+        map: Mapping,
+        backend: B,
+        header: Header,
+        path: Option<PathBuf>,
+        granularity: Granularity,
+    ) -> Pool<B> {
+        Pool {
+            map,
+            backend,
+            header,
+            path,
+            granularity,
+            id: next_pool_id(),
+        }
+    }
+
+    /// Write the header with its magic last, each half persisted, so that a crash in between
+    /// leaves a pool that reads as incomplete.
+    fn write_header(&self) -> Result<(), PoolError> {
+        let bytes = self.header.encode();
+        let body = self.write(8, &bytes[8..])?;
+        let _ = self.persist(body);
+        let magic = self.write(0, &bytes[..8])?;
+        let _ = self.persist(magic);
+        Ok(())
+    }
+
+    /// The decoded header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The layout name.
+    pub fn layout(&self) -> &str {
+        &self.header.layout
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.header.size
+    }
+
+    /// The pool file, or `None` for anonymous and simulated pools.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// How persistence works for this pool.
+    pub fn granularity(&self) -> Granularity {
+        self.granularity
+    }
+
+    /// The persistency model the pool's code is written for.
+    pub fn model(&self) -> PersistModel {
+        self.backend.model()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Offset of the root object.
+    pub fn root_offset(&self) -> u64 {
+        self.header.root_offset
+    }
+
+    /// Size of the root object.
+    pub fn root_size(&self) -> u64 {
+        self.header.root_size
+    }
+
+    /// First byte after the root object: the space an allocator may manage.
+    pub fn heap_offset(&self) -> u64 {
+        self.header.heap_offset
+    }
+
+    /// The root object as a `T`; an error if the root is too small for one.
+    pub fn root<T: bytemuck::Pod>(&self) -> Result<PPtr<T>, PoolError> {
+        let needed = std::mem::size_of::<T>() as u64;
+        if needed > self.header.root_size {
+            return Err(PoolError::RootTooSmall {
+                root_size: self.header.root_size,
+                needed,
+            });
+        }
+        Ok(PPtr::new(self.header.root_offset))
+    }
+
+    /// The address of `[offset, offset + len)`, or an error if it leaves the pool.
+    #[inline]
+    fn addr(&self, offset: u64, len: usize) -> Result<*mut u8, PoolError> {
+        let end = offset.checked_add(len as u64);
+        match end {
+            Some(end) if end <= self.header.size => {
+                // SAFETY: offset + len <= size, the length of the mapping.
+                Ok(unsafe { self.map.base().add(offset as usize) })
+            }
+            _ => Err(PoolError::OutOfBounds {
+                offset,
+                len: len as u64,
+                size: self.header.size,
+            }),
+        }
+    }
+
+    #[inline]
+    fn addr_u64(&self, offset: u64) -> Result<*mut u64, PoolError> {
+        if offset % 8 != 0 {
+            return Err(PoolError::Misaligned { offset });
+        }
+        Ok(self.addr(offset, 8)? as *mut u64)
+    }
+
+    /// Check that `[offset, offset + len)` lies inside the pool.
+    pub fn check_range(&self, offset: u64, len: u64) -> Result<(), PoolError> {
+        let len = usize::try_from(len).map_err(|_| PoolError::OutOfBounds {
+            offset,
+            len,
+            size: self.header.size,
+        })?;
+        self.addr(offset, len).map(|_| ())
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// Copy `buf.len()` bytes at `offset` into `buf`.
+    pub fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<(), PoolError> {
+        let src = self.addr(offset, buf.len())?;
+        // SAFETY: the range was checked to lie in the mapping.
+        unsafe { crate::mem::load_bytes(src, buf) };
+        Ok(())
+    }
+
+    /// Read a plain-data value at `offset` (any alignment).
+    pub fn read<T: bytemuck::Pod>(&self, offset: u64) -> Result<T, PoolError> {
+        let mut value = T::zeroed();
+        self.read_bytes(offset, bytemuck::bytes_of_mut(&mut value))?;
+        Ok(value)
+    }
+
+    /// Read the value a persistent pointer points to.
+    pub fn get<T: bytemuck::Pod>(&self, ptr: PPtr<T>) -> Result<T, PoolError> {
+        self.read(ptr.offset())
+    }
+
+    /// An 8-byte atomic load with acquire ordering (pairs with [`Pool::store_u64`]).
+    pub fn load_u64(&self, offset: u64) -> Result<u64, PoolError> {
+        let p = self.addr_u64(offset)?;
+        // SAFETY: aligned and inside the mapping.
+        Ok(unsafe { AtomicU64::from_ptr(p).load(Ordering::Acquire) })
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Temporal store of `bytes` at `offset`. Durable only once flushed and fenced: the token
+    /// says so.
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<Written, PoolError> {
+        let dst = self.addr(offset, bytes.len())?;
+        // SAFETY: the range was checked to lie in the mapping.
+        unsafe { self.backend.store(dst, bytes) };
+        stats::count_store(bytes.len());
+        Ok(self.written(offset, bytes.len()))
+    }
+
+    /// Temporal store of a plain-data value at `offset`.
+    pub fn write_value<T: bytemuck::Pod>(
+        &self,
+        offset: u64,
+        value: &T,
+    ) -> Result<Written, PoolError> {
+        self.write(offset, bytemuck::bytes_of(value))
+    }
+
+    /// Store a value where a persistent pointer points.
+    pub fn set<T: bytemuck::Pod>(&self, ptr: PPtr<T>, value: &T) -> Result<Written, PoolError> {
+        self.write_value(ptr.offset(), value)
+    }
+
+    /// Failure-atomic 8-byte store (release ordering): the way to commit.
+    pub fn store_u64(&self, offset: u64, value: u64) -> Result<Written, PoolError> {
+        let p = self.addr_u64(offset)?;
+        // SAFETY: aligned and inside the mapping.
+        unsafe { self.backend.store_u64(p, value) };
+        stats::count_store(8);
+        Ok(self.written(offset, 8))
+    }
+
+    /// Failure-atomic 8-byte compare-and-swap. The outer `Result` is the access check; the inner
+    /// one is the CAS outcome: `Ok` with the write token, or `Err` with the value found.
+    pub fn compare_exchange_u64(
+        &self,
+        offset: u64,
+        current: u64,
+        new: u64,
+    ) -> Result<Result<Written, u64>, PoolError> {
+        let p = self.addr_u64(offset)?;
+        // SAFETY: aligned and inside the mapping.
+        let outcome = unsafe { self.backend.compare_exchange_u64(p, current, new) };
+        Ok(outcome.map(|_| {
+            stats::count_store(8);
+            self.written(offset, 8)
+        }))
+    }
+
+    /// Non-temporal store of `bytes` at `offset`: bypasses the cache; ordered and durable after
+    /// this thread's next fence.
+    pub fn nt_write(&self, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
+        let dst = self.addr(offset, bytes.len())?;
+        // SAFETY: the range was checked to lie in the mapping.
+        unsafe { self.backend.nt_store(dst, bytes) };
+        stats::count_nt_store(bytes.len());
+        Ok(NtPending::new(self.id))
+    }
+
+    /// Make sure everything behind `nt` persists no later than this thread's next temporal
+    /// store, as the pool's model requires (see [`crate::barrier`]).
+    pub fn order_after(&self, nt: NtPending) -> NtOrdering {
+        self.check_token(nt.pool);
+        if nt.is_fenced() {
+            stats::count_fence_saved_by_epoch();
+            return NtOrdering::AlreadyFenced;
+        }
+        stats::count_themis_elidable();
+        match self.backend.model() {
+            PersistModel::X86 => {
+                let _ = self.sfence();
+                NtOrdering::Fenced
+            }
+            PersistModel::Themis => NtOrdering::ThemisProgramOrder,
+            PersistModel::Ideal => NtOrdering::Unordered,
+        }
+    }
+
+    /// A temporal store that must persist after the non-temporal store behind `nt` (an
+    /// undo-log entry before the data it protects).
+    pub fn write_after(
+        &self,
+        nt: NtPending,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<Written, PoolError> {
+        self.check_range(offset, bytes.len() as u64)?;
+        let _ = self.order_after(nt);
+        self.write(offset, bytes)
+    }
+
+    // ---------------------------------------------------------------- flushes and fences
+
+    fn written(&self, offset: u64, len: usize) -> Written {
+        Written {
+            pool: self.id,
+            offset,
+            len: len as u64,
+        }
+    }
+
+    fn check_token(&self, pool: u64) {
+        assert_eq!(
+            pool, self.id,
+            "a persist token was used on a pool other than the one that made it"
+        );
+    }
+
+    /// Write back the lines of a write.
+    pub fn flush(&self, w: Written) -> Pending {
+        self.check_token(w.pool);
+        let addr = self
+            .addr(w.offset, w.len as usize)
+            .expect("a Written token always names a range inside its pool");
+        // SAFETY: the range lies in the mapping.
+        let lines = unsafe { self.backend.flush(addr, w.len as usize) };
+        stats::count_flush(lines);
+        Pending::flushed(self.id)
+    }
+
+    /// Write back the lines of `[offset, offset + len)`, written by any means.
+    pub fn flush_range(&self, offset: u64, len: u64) -> Result<Pending, PoolError> {
+        self.check_range(offset, len)?;
+        Ok(self.flush(self.written(offset, len as usize)))
+    }
+
+    /// Fence this thread: everything behind the token is now durable.
+    pub fn fence(&self, pending: impl Into<Pending>) -> Durable {
+        let pending = pending.into();
+        self.check_token(pending.pool);
+        self.sfence()
+    }
+
+    /// One fence for a batch of tokens.
+    pub fn fence_all(&self, pending: impl IntoIterator<Item = Pending>) -> Durable {
+        for p in pending {
+            self.check_token(p.pool);
+        }
+        self.sfence()
+    }
+
+    /// A fence with no token: orders whatever this thread has flushed or nt-stored so far.
+    pub fn sfence(&self) -> Durable {
+        self.backend.fence();
+        barrier::advance_fence_epoch();
+        stats::count_fence();
+        Durable { _private: () }
+    }
+
+    /// Flush and fence a write: the one-call form.
+    pub fn persist(&self, w: Written) -> Durable {
+        let p = self.flush(w);
+        self.fence(p)
+    }
+
+    /// Flush and fence `[offset, offset + len)`.
+    pub fn persist_range(&self, offset: u64, len: u64) -> Result<Durable, PoolError> {
+        let p = self.flush_range(offset, len)?;
+        Ok(self.fence(p))
+    }
+
+    /// Tell the backend a logical operation of the workload has returned: the simulator checks
+    /// that nothing it wrote is still unpersisted, and crash checks use it to know which
+    /// operations completed.
+    pub fn operation_completed(&self) {
+        self.backend.operation_completed();
+    }
+
+    /// The raw base address of the mapping (for the simulator's address bookkeeping).
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.map.base()
+    }
+}

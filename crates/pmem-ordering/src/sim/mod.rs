@@ -1,0 +1,1 @@
+//! The crash simulator (in progress).

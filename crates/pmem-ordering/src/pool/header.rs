@@ -140,7 +140,13 @@ impl Header {
         if file_len < HEADER_PAGE || bytes.len() < HEADER_LEN {
             return Err(PoolError::TooShort {
                 path: path_buf(),
-                len: file_len.min(bytes.len() as u64),
+                // The file's real length; the byte count only if the caller passed fewer
+                // bytes than a header from a file long enough to hold one.
+                len: if file_len < HEADER_PAGE {
+                    file_len
+                } else {
+                    bytes.len() as u64
+                },
                 needed: HEADER_PAGE,
             });
         }

@@ -12,7 +12,8 @@ use crate::backend::Granularity;
 /// A pool's memory.
 pub(crate) enum Mapping {
     /// Made by memmap2: page-cache files and anonymous memory.
-    Mapped { map: MmapMut, base: *mut u8 },
+    /// `_map` is held only to keep the memory mapped for the pool's lifetime.
+    Mapped { _map: MmapMut, base: *mut u8 },
     /// A DAX mapping made with `MAP_SYNC`, which memmap2 cannot request.
     Sync { base: *mut u8, len: usize },
 }
@@ -44,7 +45,7 @@ impl Mapping {
                     reason: format!("anonymous mapping failed: {e}"),
                 })?;
         let base = map.as_mut_ptr();
-        Ok(Mapping::Mapped { map, base })
+        Ok(Mapping::Mapped { _map: map, base })
     }
 
     /// Map `size` bytes of `file`, choosing (or checking a forced) granularity.
@@ -88,7 +89,7 @@ fn map_shared(file: &File, path: &Path, len: usize) -> Result<Mapping, PoolError
             source: e,
         })?;
     let base = map.as_mut_ptr();
-    Ok(Mapping::Mapped { map, base })
+    Ok(Mapping::Mapped { _map: map, base })
 }
 
 #[cfg(target_os = "linux")]

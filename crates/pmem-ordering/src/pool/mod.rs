@@ -13,7 +13,7 @@
 
 mod error;
 pub mod header;
-mod mapping;
+pub(crate) mod mapping;
 mod pptr;
 
 use std::fs::{File, OpenOptions};
@@ -618,10 +618,5 @@ impl<B: Backend> Pool<B> {
     /// operations completed.
     pub fn operation_completed(&self) {
         self.backend.operation_completed();
-    }
-
-    /// The raw base address of the mapping (for the simulator's address bookkeeping).
-    pub(crate) fn base(&self) -> *mut u8 {
-        self.map.base()
     }
 }

@@ -54,6 +54,11 @@ impl PersistModel {
 thread_local! {
     /// Fences issued by this thread so far, through any pool.
     static FENCE_EPOCH: Cell<u64> = const { Cell::new(0) };
+    /// Non-temporal -> temporal fences this thread left out because its pool's model does not
+    /// need them (Themis, ideal). With [`FENCE_EPOCH`] it gives the epoch the thread would be
+    /// in under the x86 model, so the statistics count the fences x86 *would* have issued, and
+    /// the same workload reports the same elidable fences under every model.
+    static ELIDED_FENCES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The calling thread's fence epoch: how many fences it has issued.
@@ -63,6 +68,16 @@ pub(crate) fn fence_epoch() -> u64 {
 
 pub(crate) fn advance_fence_epoch() {
     FENCE_EPOCH.with(|e| e.set(e.get() + 1));
+}
+
+/// The fence epoch this thread would be in had every elided nt -> t fence been issued.
+fn x86_fence_epoch() -> u64 {
+    fence_epoch() + ELIDED_FENCES.with(Cell::get)
+}
+
+/// Record an nt -> t fence the model let this thread leave out.
+pub(crate) fn elide_fence() {
+    ELIDED_FENCES.with(|e| e.set(e.get() + 1));
 }
 
 /// Marker that makes a token `!Send` and `!Sync`.
@@ -163,6 +178,8 @@ impl Pending {
 pub struct NtPending {
     pub(crate) pool: u64,
     pub(crate) epoch: u64,
+    /// [`x86_fence_epoch`] at the store, for the statistics.
+    pub(crate) x86_epoch: u64,
     pub(crate) _not_send: NotSend,
 }
 
@@ -171,6 +188,7 @@ impl NtPending {
         NtPending {
             pool,
             epoch: fence_epoch(),
+            x86_epoch: x86_fence_epoch(),
             _not_send: PhantomData,
         }
     }
@@ -178,6 +196,12 @@ impl NtPending {
     /// Whether this thread has fenced since the store, so it is already ordered and durable.
     pub fn is_fenced(&self) -> bool {
         fence_epoch() != self.epoch
+    }
+
+    /// Whether the x86 model would have fenced since the store: a real fence, or an nt -> t
+    /// fence the pool's model elided.
+    pub(crate) fn is_fenced_under_x86(&self) -> bool {
+        x86_fence_epoch() != self.x86_epoch
     }
 }
 

@@ -383,7 +383,7 @@ pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
         s = &s[head..];
     }
     // 8-byte words up to the next line boundary.
-    while s.len() >= 8 && d % CACHE_LINE != 0 {
+    while s.len() >= 8 && !d.is_multiple_of(CACHE_LINE) {
         // SAFETY: d is 8-aligned and in range.
         unsafe { movnti_u64(d as *mut u64, read_u64(s)) };
         d += 8;

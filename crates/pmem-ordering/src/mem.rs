@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
     let mut d = dst as usize;
     let mut s = src;
-    while !s.is_empty() && (d % 8 != 0 || s.len() < 8) {
+    while !s.is_empty() && (!d.is_multiple_of(8) || s.len() < 8) {
         // SAFETY: d is in range by the caller's contract; AtomicU8 has alignment 1.
         unsafe { AtomicU8::from_ptr(d as *mut u8).store(s[0], Ordering::Relaxed) };
         d += 1;
@@ -44,7 +44,7 @@ pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
 pub(crate) unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
     let mut p = src as usize;
     let mut i = 0;
-    while i < dst.len() && (p % 8 != 0 || dst.len() - i < 8) {
+    while i < dst.len() && (!p.is_multiple_of(8) || dst.len() - i < 8) {
         // SAFETY: in range by the caller's contract.
         dst[i] = unsafe { AtomicU8::from_ptr(p as *mut u8).load(Ordering::Relaxed) };
         p += 1;

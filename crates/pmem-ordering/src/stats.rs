@@ -30,7 +30,9 @@ pub struct Stats {
     /// Eq. 3). Counted whether or not the pool's model actually issued them.
     pub themis_elidable_fences: u64,
     /// Non-temporal -> temporal orderings that needed no fence because this thread had already
-    /// fenced since the non-temporal store (the per-thread fence epoch).
+    /// fenced since the non-temporal store (the per-thread fence epoch). Under the Themis and
+    /// ideal models, a fence the x86 model would have issued counts as issued here, so this and
+    /// `themis_elidable_fences` read the same for one workload under every model.
     pub fences_saved_by_epoch: u64,
     /// Flushes of a line with no store pending on it (found by the simulated backend only: the
     /// hardware cannot tell).

@@ -34,7 +34,7 @@ fn flag_implies_data(pool: &SimPool) -> Result<(), String> {
     Ok(())
 }
 
-fn expect_caught(result: Result<impl std::fmt::Debug, CrashFailure>) -> CrashFailure {
+fn expect_caught(result: Result<impl std::fmt::Debug, Box<CrashFailure>>) -> Box<CrashFailure> {
     match result {
         Ok(report) => panic!("the bug was not caught: {report:?}"),
         Err(failure) => failure,

@@ -89,7 +89,7 @@ impl Header {
             .checked_add(root_offset)
             .and_then(|end| round_up(end, HEADER_PAGE))
             .ok_or_else(|| invalid(format!("root object of {root_size} bytes overflows")))?;
-        if size % HEADER_PAGE != 0 {
+        if !size.is_multiple_of(HEADER_PAGE) {
             return Err(invalid(format!(
                 "it must be a multiple of {HEADER_PAGE} bytes"
             )));
@@ -220,7 +220,7 @@ impl Header {
         let consistent = header.root_offset >= HEADER_PAGE
             && root_end.is_some_and(|end| end <= header.heap_offset)
             && header.heap_offset <= header.size
-            && header.heap_offset % HEADER_PAGE == 0;
+            && header.heap_offset.is_multiple_of(HEADER_PAGE);
         if !consistent {
             return Err(corrupt(format!(
                 "root [{}, +{}) and heap offset {} do not fit a pool of {} bytes",

@@ -277,7 +277,7 @@ impl CrashTest {
         &self,
         workload: impl FnOnce(&Pool<SimBackend>),
         check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
-    ) -> Result<Report, CrashFailure> {
+    ) -> Result<Report, Box<CrashFailure>> {
         self.run_with_setup(|_| {}, workload, check)
     }
 
@@ -288,7 +288,7 @@ impl CrashTest {
         setup: impl FnOnce(&Pool<SimBackend>),
         workload: impl FnOnce(&Pool<SimBackend>),
         check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
-    ) -> Result<Report, CrashFailure> {
+    ) -> Result<Report, Box<CrashFailure>> {
         let pool = Pool::simulated(&self.layout, self.pool_size, self.root_size, self.config)
             .map_err(|e| {
                 self.failure(
@@ -389,7 +389,7 @@ impl CrashTest {
         total: u64,
         trace: &[Event],
         check: &impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
-    ) -> Result<u64, CrashFailure> {
+    ) -> Result<u64, Box<CrashFailure>> {
         let mut seen: HashSet<u64> = HashSet::new();
         let mut checked = 0;
         for (index, (kind, choice)) in self.choices(state, k).into_iter().enumerate() {
@@ -452,14 +452,14 @@ impl CrashTest {
         crash: Option<Crash>,
         recent_events: Vec<Event>,
         message: String,
-    ) -> CrashFailure {
-        CrashFailure {
+    ) -> Box<CrashFailure> {
+        Box::new(CrashFailure {
             workload: self.name.clone(),
             seed: self.seed,
             config: self.config,
             crash,
             recent_events,
             message,
-        }
+        })
     }
 }

@@ -178,6 +178,8 @@ pub struct SimBackend {
     base: usize,
     len: usize,
     config: SimConfig,
+    /// False for the harness's recovery pools: memory is written, nothing is recorded.
+    traced: bool,
     state: Mutex<SimState>,
 }
 
@@ -200,9 +202,27 @@ impl SimBackend {
             base: base as usize,
             len,
             config,
+            traced: true,
             state: Mutex::new(SimState {
                 live: PersistState::new(initial.clone(), config.model, config.torn_lines),
                 initial,
+                trace: Vec::new(),
+                findings: Vec::new(),
+            }),
+        }
+    }
+
+    /// A backend that writes memory but records nothing: the harness runs recovery on one per
+    /// crash image, where copying the image into a shadow state would dominate the cost.
+    fn untraced(base: *mut u8, len: usize, config: SimConfig) -> SimBackend {
+        SimBackend {
+            base: base as usize,
+            len,
+            config,
+            traced: false,
+            state: Mutex::new(SimState {
+                live: PersistState::new(Vec::new(), config.model, config.torn_lines),
+                initial: Vec::new(),
                 trace: Vec::new(),
                 findings: Vec::new(),
             }),
@@ -265,7 +285,8 @@ impl SimBackend {
         }
     }
 
-    /// Events recorded so far.
+    /// Events recorded so far (always 0 for the harness's recovery pools, which record
+    /// nothing).
     pub fn event_count(&self) -> u64 {
         self.lock().trace.len() as u64
     }
@@ -311,6 +332,10 @@ impl Backend for SimBackend {
     }
 
     unsafe fn store(&self, dst: *mut u8, src: &[u8]) {
+        if !self.traced {
+            // SAFETY: in range by the trait's contract.
+            return unsafe { crate::mem::store_bytes(dst, src) };
+        }
         let mut st = self.lock();
         // SAFETY: in range by the trait's contract.
         unsafe { crate::mem::store_bytes(dst, src) };
@@ -318,6 +343,11 @@ impl Backend for SimBackend {
     }
 
     unsafe fn store_u64(&self, dst: *mut u64, value: u64) {
+        if !self.traced {
+            // SAFETY: aligned and in range by the trait's contract.
+            let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(dst) };
+            return word.store(value, std::sync::atomic::Ordering::Release);
+        }
         let mut st = self.lock();
         // SAFETY: aligned and in range by the trait's contract.
         unsafe {
@@ -343,13 +373,17 @@ impl Backend for SimBackend {
                 std::sync::atomic::Ordering::Acquire,
             )
         };
-        if outcome.is_ok() {
+        if outcome.is_ok() && self.traced {
             self.record_stores(&mut st, dst as *const u8, &new.to_ne_bytes(), false);
         }
         outcome
     }
 
     unsafe fn nt_store(&self, dst: *mut u8, src: &[u8]) {
+        if !self.traced {
+            // SAFETY: in range by the trait's contract.
+            return unsafe { crate::mem::store_bytes(dst, src) };
+        }
         let mut st = self.lock();
         // SAFETY: in range by the trait's contract.
         unsafe { crate::mem::store_bytes(dst, src) };
@@ -357,6 +391,9 @@ impl Backend for SimBackend {
     }
 
     unsafe fn flush(&self, addr: *const u8, len: usize) -> usize {
+        if !self.traced {
+            return isa::cache_lines(addr as usize, len).count();
+        }
         let mut st = self.lock();
         let thread = sim_thread_id();
         let first = self.offset_of(addr) as usize;
@@ -375,12 +412,18 @@ impl Backend for SimBackend {
     }
 
     fn fence(&self) {
+        if !self.traced {
+            return;
+        }
         let mut st = self.lock();
         let thread = sim_thread_id();
         self.record(&mut st, Event::Fence { thread });
     }
 
     fn operation_completed(&self) {
+        if !self.traced {
+            return;
+        }
         let mut st = self.lock();
         let thread = sim_thread_id();
         self.record(&mut st, Event::OperationEnd { thread });
@@ -429,6 +472,32 @@ impl Pool<SimBackend> {
         // yet shared.
         unsafe { crate::mem::store_bytes(map.base(), image) };
         let backend = SimBackend::new(map.base(), image.len(), config);
+        Ok(Pool::from_parts(
+            map,
+            backend,
+            header,
+            None,
+            Granularity::CacheLine,
+        ))
+    }
+
+    /// An untraced pool holding a crash image, for the harness's recovery runs.
+    pub(crate) fn for_recovery(
+        image: &[u8],
+        layout: &str,
+        config: SimConfig,
+    ) -> Result<Pool<SimBackend>, PoolError> {
+        let header = Header::decode(
+            Path::new("<crash image>"),
+            image,
+            image.len() as u64,
+            Some(layout),
+        )?;
+        let map = Mapping::anonymous(header.size)?;
+        // SAFETY: the fresh mapping is exactly `image.len()` bytes (decode checked size == len)
+        // and no other thread can see it yet, so a plain copy races with nothing.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), map.base(), image.len()) };
+        let backend = SimBackend::untraced(map.base(), image.len(), config);
         Ok(Pool::from_parts(
             map,
             backend,

@@ -289,6 +289,17 @@ impl PersistState {
         }
     }
 
+    /// Offsets of every line with a pending store (temporal or non-temporal), ascending.
+    pub fn pending_line_offsets(&self) -> Vec<u64> {
+        let lines: std::collections::BTreeSet<u64> = self
+            .lines
+            .keys()
+            .copied()
+            .chain(self.nt.iter().map(|s| s.chunk.line()))
+            .collect();
+        lines.into_iter().map(|l| l * CACHE_LINE as u64).collect()
+    }
+
     /// Number of pending stores (temporal and non-temporal).
     pub fn pending_count(&self) -> usize {
         self.lines.values().map(Vec::len).sum::<usize>() + self.nt.len()

@@ -1,0 +1,781 @@
+//! Pools on the hardware backend: every bad input returns its own typed error (never a panic),
+//! and the good paths round-trip their data.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use pmem_ordering::pool::header::{FORMAT_VERSION, HEADER_PAGE, MAGIC};
+use pmem_ordering::{Granularity, Isa, PPtr, Pool, PoolError, PoolOptions};
+
+const LAYOUT: &str = "pool-tests";
+const SIZE: u64 = 64 * 1024;
+
+fn opts() -> PoolOptions {
+    PoolOptions::new()
+}
+
+/// A fresh pool file in `dir`, closed again.
+fn make_pool(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).expect("create a pool");
+    drop(pool);
+    path
+}
+
+fn patch(path: &Path, at: usize, bytes: &[u8]) {
+    let mut data = fs::read(path).unwrap();
+    data[at..at + bytes.len()].copy_from_slice(bytes);
+    fs::write(path, data).unwrap();
+}
+
+/// Assert the error's message names every needle (the path, the numbers involved).
+fn assert_message_names(err: &PoolError, needles: &[&str]) {
+    let msg = err.to_string();
+    for needle in needles {
+        assert!(
+            msg.contains(needle),
+            "message {msg:?} does not name {needle:?}"
+        );
+    }
+}
+
+fn show(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Deterministic bytes that are not a pool (xorshift; the first byte is never zero).
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out[0] = 0x5a;
+    out
+}
+
+// ------------------------------------------------------------------------- opening
+
+#[test]
+fn a_missing_file_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.pool");
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::NotFound { .. }) => {
+            let PoolError::NotFound { path: p } = &e else {
+                unreachable!()
+            };
+            assert_eq!(p, &path);
+            assert_message_names(&e, &[&show(&path)]);
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match Pool::inspect(&path, None) {
+        Err(PoolError::NotFound { path: p }) => assert_eq!(p, path),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    // Creating in a directory that does not exist.
+    let nested = dir.path().join("no-such-dir").join("x.pool");
+    match Pool::create(&nested, LAYOUT, SIZE, &opts()) {
+        Err(e @ PoolError::NotFound { .. }) => assert_message_names(&e, &[&show(&nested)]),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    assert!(!nested.exists());
+}
+
+#[test]
+fn a_directory_is_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::IsDirectory { .. }) => assert_message_names(&e, &[&show(&path)]),
+        other => panic!("open: expected IsDirectory, got {other:?}"),
+    }
+    match Pool::create(&path, LAYOUT, SIZE, &opts()) {
+        Err(e @ PoolError::IsDirectory { .. }) => assert_message_names(&e, &[&show(&path)]),
+        other => panic!("create: expected IsDirectory, got {other:?}"),
+    }
+    match Pool::inspect(&path, Some(LAYOUT)) {
+        Err(PoolError::IsDirectory { path: p }) => assert_eq!(p, path),
+        other => panic!("inspect: expected IsDirectory, got {other:?}"),
+    }
+    assert!(path.is_dir(), "the directory survived");
+}
+
+#[test]
+fn a_file_shorter_than_a_header_is_too_short() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [0usize, 7, 100, 128, 4095] {
+        let path = dir.path().join(format!("short-{len}"));
+        fs::write(&path, &noise(len.max(1), len as u64 + 1)[..len]).unwrap();
+        match Pool::open(&path, LAYOUT, &opts()) {
+            Err(e @ PoolError::TooShort { .. }) => {
+                let PoolError::TooShort {
+                    path: p,
+                    len: found,
+                    needed,
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!(p, &path);
+                assert_eq!(*found, len as u64, "the file's real length is reported");
+                assert_eq!(*needed, HEADER_PAGE);
+                assert_message_names(&e, &[&show(&path), &format!("{len} bytes"), "4096"]);
+            }
+            other => panic!("{len} bytes: expected TooShort, got {other:?}"),
+        }
+        assert_eq!(fs::metadata(&path).unwrap().len(), len as u64, "untouched");
+    }
+}
+
+#[test]
+fn another_magic_is_bad_magic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("noise.bin");
+    let bytes = noise(SIZE as usize, 99);
+    fs::write(&path, &bytes).unwrap();
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::BadMagic { .. }) => {
+            let PoolError::BadMagic {
+                found, expected, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(found[..], bytes[..8]);
+            assert_eq!(*expected, MAGIC);
+            assert_message_names(&e, &[&show(&path)]);
+        }
+        other => panic!("expected BadMagic, got {other:?}"),
+    }
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        bytes,
+        "a failed open writes nothing"
+    );
+
+    // A real pool with one magic byte changed.
+    let pool_path = make_pool(dir.path(), "p.pool");
+    patch(&pool_path, 3, b"X");
+    assert!(matches!(
+        Pool::open(&pool_path, LAYOUT, &opts()),
+        Err(PoolError::BadMagic { .. })
+    ));
+}
+
+#[test]
+fn a_zeroed_magic_is_an_incomplete_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    patch(&path, 0, &[0; 8]);
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::Incomplete { .. }) => assert_message_names(&e, &[&show(&path)]),
+        other => panic!("expected Incomplete, got {other:?}"),
+    }
+    // An all-zero file of a valid length (creation interrupted before anything was written).
+    let zeros = dir.path().join("zeros.pool");
+    fs::write(&zeros, vec![0u8; SIZE as usize]).unwrap();
+    assert!(matches!(
+        Pool::open(&zeros, LAYOUT, &opts()),
+        Err(PoolError::Incomplete { .. })
+    ));
+}
+
+#[test]
+fn another_format_version_is_a_version_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    let other = FORMAT_VERSION + 41;
+    patch(&path, 8, &other.to_le_bytes());
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::VersionMismatch { .. }) => {
+            let PoolError::VersionMismatch {
+                found, supported, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(*found, other);
+            assert_eq!(*supported, FORMAT_VERSION);
+            assert_message_names(
+                &e,
+                &[
+                    &show(&path),
+                    &format!("version {other}"),
+                    &format!("reads version {FORMAT_VERSION}"),
+                ],
+            );
+        }
+        other => panic!("expected VersionMismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn another_layout_is_a_layout_mismatch_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    match Pool::open(&path, "some-other-layout", &opts()) {
+        Err(e @ PoolError::LayoutMismatch { .. }) => {
+            let PoolError::LayoutMismatch {
+                expected, found, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(expected, "some-other-layout");
+            assert_eq!(found, LAYOUT);
+            assert_message_names(&e, &[&show(&path), "some-other-layout", LAYOUT]);
+        }
+        other => panic!("expected LayoutMismatch, got {other:?}"),
+    }
+    assert!(matches!(
+        Pool::inspect(&path, Some("nope")),
+        Err(PoolError::LayoutMismatch { .. })
+    ));
+    // Any layout is accepted by inspect(None).
+    assert_eq!(Pool::inspect(&path, None).unwrap().layout, LAYOUT);
+}
+
+#[test]
+fn a_corrupted_covered_field_is_a_checksum_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    // Reserved byte 12, a layout byte, a size byte, the pool identity, reserved 88..120 and the
+    // checksum itself: all pass the magic and version checks, all are covered.
+    for at in [12usize, 13, 16, 20, 47, 50, 85, 88, 100, 119, 120, 123] {
+        let path = make_pool(dir.path(), &format!("p{at}.pool"));
+        let mut data = fs::read(&path).unwrap();
+        data[at] ^= 0x10;
+        fs::write(&path, &data).unwrap();
+        match Pool::open(&path, LAYOUT, &opts()) {
+            Err(e @ PoolError::ChecksumMismatch { .. }) => {
+                let PoolError::ChecksumMismatch {
+                    stored, computed, ..
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_ne!(stored, computed);
+                assert_message_names(
+                    &e,
+                    &[
+                        &show(&path),
+                        &format!("{stored:#010x}"),
+                        &format!("{computed:#010x}"),
+                    ],
+                );
+            }
+            other => panic!("byte {at}: expected ChecksumMismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_resized_file_is_a_size_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    for new_len in [SIZE + 4096, SIZE + 1, SIZE - 4096, HEADER_PAGE] {
+        let path = make_pool(dir.path(), &format!("p{new_len}.pool"));
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(new_len)
+            .unwrap();
+        match Pool::open(&path, LAYOUT, &opts()) {
+            Err(e @ PoolError::SizeMismatch { .. }) => {
+                let PoolError::SizeMismatch { header, file, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(*header, SIZE);
+                assert_eq!(*file, new_len);
+                assert_message_names(
+                    &e,
+                    &[
+                        &show(&path),
+                        &format!("{SIZE} bytes"),
+                        &format!("{new_len} bytes"),
+                    ],
+                );
+            }
+            other => panic!("{new_len} bytes: expected SizeMismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_read_only_file_is_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    let before = fs::read(&path).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    // Tests may run as root, which ignores permission bits: the pool checks them itself.
+    match Pool::open(&path, LAYOUT, &opts()) {
+        Err(e @ PoolError::ReadOnly { .. }) => assert_message_names(&e, &[&show(&path)]),
+        other => panic!("expected ReadOnly, got {other:?}"),
+    }
+    // Inspecting only reads, so a read-only file can be inspected.
+    assert_eq!(Pool::inspect(&path, Some(LAYOUT)).unwrap().layout, LAYOUT);
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), before);
+    Pool::open(&path, LAYOUT, &opts()).expect("writable again");
+}
+
+#[test]
+fn create_over_an_existing_file_fails_and_leaves_it_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    let before = fs::read(&path).unwrap();
+    match Pool::create(&path, LAYOUT, SIZE, &opts()) {
+        Err(e @ PoolError::AlreadyExists { .. }) => assert_message_names(&e, &[&show(&path)]),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(fs::read(&path).unwrap(), before, "the pool was not touched");
+    // Also over a file that is not a pool, and with another size.
+    let other = dir.path().join("notes.txt");
+    fs::write(&other, b"precious").unwrap();
+    assert!(matches!(
+        Pool::create(&other, LAYOUT, 2 * SIZE, &opts()),
+        Err(PoolError::AlreadyExists { .. })
+    ));
+    assert_eq!(fs::read(&other).unwrap(), b"precious");
+}
+
+#[test]
+fn invalid_layout_names_are_rejected_and_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let long32 = "x".repeat(32);
+    let long40 = "y".repeat(40);
+    for (i, name) in ["", long32.as_str(), long40.as_str(), "a\0b", "\0"]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.path().join(format!("bad-layout-{i}"));
+        match Pool::create(&path, name, SIZE, &opts()) {
+            Err(e @ PoolError::InvalidLayout { .. }) => {
+                let PoolError::InvalidLayout { name: n, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(n, name);
+                assert_message_names(&e, &[&format!("{name:?}")]);
+            }
+            other => panic!("layout {name:?}: expected InvalidLayout, got {other:?}"),
+        }
+        assert!(!path.exists(), "a failed create left {path:?} behind");
+        assert!(matches!(
+            Pool::anonymous(name, SIZE, &opts()),
+            Err(PoolError::InvalidLayout { .. })
+        ));
+    }
+    // The longest valid name (31 bytes) works and round-trips.
+    let name31 = "z".repeat(31);
+    let path = dir.path().join("ok");
+    drop(Pool::create(&path, &name31, SIZE, &opts()).unwrap());
+    assert_eq!(
+        Pool::open(&path, &name31, &opts()).unwrap().layout(),
+        name31
+    );
+}
+
+#[test]
+fn invalid_sizes_are_rejected_and_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (SIZE + 1, opts()),
+        (4096 * 3 + 100, opts()),
+        (0, opts()),
+        // Default root: 4096 header + 4032 root = at least 8192 bytes.
+        (4096, opts()),
+        (8192, opts().root_size(4097)),
+        (SIZE, opts().root_size(u64::MAX)),
+    ];
+    for (i, (size, o)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad-size-{i}"));
+        match Pool::create(&path, LAYOUT, *size, o) {
+            Err(e @ PoolError::InvalidSize { .. }) => {
+                let PoolError::InvalidSize { size: s, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(s, size);
+                assert_message_names(&e, &[&size.to_string()]);
+            }
+            other => panic!("size {size}: expected InvalidSize, got {other:?}"),
+        }
+        assert!(!path.exists(), "a failed create left {path:?} behind");
+        assert!(matches!(
+            Pool::anonymous(LAYOUT, *size, o),
+            Err(PoolError::InvalidSize { .. })
+        ));
+    }
+    // The smallest valid pool with the default root.
+    let path = dir.path().join("smallest");
+    let pool = Pool::create(&path, LAYOUT, 8192, &opts()).unwrap();
+    assert_eq!(pool.heap_offset(), 8192);
+    assert_eq!(fs::metadata(&path).unwrap().len(), 8192);
+}
+
+// ------------------------------------------------------------------------- accesses
+
+fn assert_oob<T: std::fmt::Debug>(r: Result<T, PoolError>, offset: u64, len: u64, what: &str) {
+    match r {
+        Err(e @ PoolError::OutOfBounds { .. }) => {
+            let PoolError::OutOfBounds {
+                offset: o,
+                len: l,
+                size,
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((*o, *l, *size), (offset, len, SIZE), "{what}");
+            assert_message_names(
+                &e,
+                &[
+                    &format!("{len} bytes"),
+                    &format!("offset {offset}"),
+                    &format!("{SIZE} bytes"),
+                ],
+            );
+        }
+        other => panic!("{what} at {offset}+{len}: expected OutOfBounds, got {other:?}"),
+    }
+}
+
+#[test]
+fn out_of_bounds_accesses_are_errors() {
+    let pool = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    let cases: [(u64, u64); 5] = [
+        (SIZE, 1),
+        (SIZE - 1, 2),
+        (SIZE + 4096, 8),
+        (u64::MAX, 1),
+        (u64::MAX - 3, 16),
+    ];
+    for (offset, len) in cases {
+        let mut buf = vec![0u8; len as usize];
+        assert_oob(pool.read_bytes(offset, &mut buf), offset, len, "read_bytes");
+        assert_oob(pool.write(offset, &buf), offset, len, "write");
+        assert_oob(pool.nt_write(offset, &buf), offset, len, "nt_write");
+        assert_oob(pool.flush_range(offset, len), offset, len, "flush_range");
+        assert_oob(
+            pool.persist_range(offset, len),
+            offset,
+            len,
+            "persist_range",
+        );
+        assert_oob(pool.check_range(offset, len), offset, len, "check_range");
+    }
+    assert_oob(pool.read::<u64>(SIZE - 4), SIZE - 4, 8, "read");
+    // Lengths whose end overflows u64.
+    assert_oob(pool.flush_range(1, u64::MAX), 1, u64::MAX, "flush_range");
+    assert_oob(
+        pool.flush_range(8, u64::MAX - 7),
+        8,
+        u64::MAX - 7,
+        "flush_range",
+    );
+    assert_oob(
+        pool.check_range(4096, u64::MAX),
+        4096,
+        u64::MAX,
+        "check_range",
+    );
+    // Aligned 8-byte accesses past the end, including one whose end overflows.
+    for offset in [SIZE, u64::MAX - 7] {
+        assert_oob(pool.store_u64(offset, 1), offset, 8, "store_u64");
+        assert_oob(pool.load_u64(offset), offset, 8, "load_u64");
+        assert_oob(
+            pool.compare_exchange_u64(offset, 0, 1),
+            offset,
+            8,
+            "compare_exchange_u64",
+        );
+    }
+    // The last bytes of the pool are fine.
+    let w = pool.store_u64(SIZE - 8, 7).unwrap();
+    let _ = pool.persist(w);
+    assert_eq!(pool.load_u64(SIZE - 8).unwrap(), 7);
+    pool.check_range(SIZE, 0).unwrap();
+    let _ = pool.persist_range(0, SIZE).unwrap();
+}
+
+#[test]
+fn misaligned_atomic_accesses_are_errors() {
+    let pool = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    for offset in [4097u64, 4100, 4103, SIZE - 9, u64::MAX] {
+        for (what, r) in [
+            ("store_u64", pool.store_u64(offset, 1).map(|_| ())),
+            ("load_u64", pool.load_u64(offset).map(|_| ())),
+            (
+                "compare_exchange_u64",
+                pool.compare_exchange_u64(offset, 0, 1).map(|_| ()),
+            ),
+        ] {
+            match r {
+                Err(e @ PoolError::Misaligned { .. }) => {
+                    let PoolError::Misaligned { offset: o } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(*o, offset, "{what}");
+                    assert_message_names(&e, &[&format!("offset {offset}")]);
+                }
+                other => panic!("{what} at {offset}: expected Misaligned, got {other:?}"),
+            }
+        }
+    }
+    // Nothing was written by the failed stores.
+    let mut buf = [0xffu8; 16];
+    pool.read_bytes(4096, &mut buf).unwrap();
+    assert_eq!(buf, [0u8; 16]);
+}
+
+#[test]
+fn a_root_type_larger_than_the_root_is_root_too_small() {
+    let pool = Pool::anonymous(LAYOUT, SIZE, &opts().root_size(64)).unwrap();
+    assert_eq!(pool.root_size(), 64);
+    match pool.root::<[u64; 9]>() {
+        Err(e @ PoolError::RootTooSmall { .. }) => {
+            let PoolError::RootTooSmall { root_size, needed } = &e else {
+                unreachable!()
+            };
+            assert_eq!((*root_size, *needed), (64, 72));
+            assert_message_names(&e, &["64 bytes", "72-byte"]);
+        }
+        other => panic!("expected RootTooSmall, got {other:?}"),
+    }
+    let root = pool.root::<[u64; 8]>().unwrap();
+    assert_eq!(root.offset(), pool.root_offset());
+}
+
+// ------------------------------------------------------------------------- good paths
+
+#[test]
+fn a_root_object_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pool");
+    let value: [u64; 6] = [1, 2, 3, u64::MAX, 0xdead_beef, 42];
+    let heap_bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    let header = {
+        let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+        assert_eq!(pool.path(), Some(path.as_path()));
+        assert_eq!(pool.size(), SIZE);
+        assert_eq!(pool.layout(), LAYOUT);
+        let root = pool.root::<[u64; 6]>().unwrap();
+        assert_eq!(pool.get(root).unwrap(), [0; 6], "a new root is zeroed");
+        let _ = pool.persist(pool.set(root, &value).unwrap());
+        let w = pool.write(pool.heap_offset() + 13, &heap_bytes).unwrap();
+        let _ = pool.persist(w);
+        pool.header().clone()
+    };
+    assert_eq!(fs::metadata(&path).unwrap().len(), SIZE);
+    let inspected = Pool::inspect(&path, Some(LAYOUT)).unwrap();
+    assert_eq!(inspected, header);
+    assert_eq!(inspected.layout, LAYOUT);
+    assert_eq!(inspected.size, SIZE);
+    assert_eq!(inspected.root_offset, HEADER_PAGE);
+    assert_eq!(inspected.heap_offset, 2 * HEADER_PAGE);
+
+    let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
+    assert_eq!(pool.header(), &header);
+    let root = pool.root::<[u64; 6]>().unwrap();
+    assert_eq!(pool.get(root).unwrap(), value);
+    let mut back = vec![0u8; heap_bytes.len()];
+    pool.read_bytes(pool.heap_offset() + 13, &mut back).unwrap();
+    assert_eq!(back, heap_bytes);
+}
+
+#[test]
+fn a_pool_file_in_the_temp_dir_has_page_granularity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_pool(dir.path(), "p.pool");
+    let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
+    assert_eq!(pool.granularity(), Granularity::Page);
+    drop(pool);
+
+    // Forcing cache-line granularity on a file that is not on DAX fails, on open and create.
+    match Pool::open(&path, LAYOUT, &opts().granularity(Granularity::CacheLine)) {
+        Err(e @ PoolError::GranularityUnavailable { .. }) => {
+            let PoolError::GranularityUnavailable { requested, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*requested, "cache-line");
+            assert_message_names(&e, &[&show(&path), "MAP_SYNC"]);
+        }
+        other => panic!("expected GranularityUnavailable, got {other:?}"),
+    }
+    let new = dir.path().join("forced.pool");
+    assert!(matches!(
+        Pool::create(
+            &new,
+            LAYOUT,
+            SIZE,
+            &opts().granularity(Granularity::CacheLine)
+        ),
+        Err(PoolError::GranularityUnavailable { .. })
+    ));
+    assert!(!new.exists(), "a failed create left its file behind");
+
+    for g in [Granularity::Emulated, Granularity::Byte, Granularity::Page] {
+        let pool = Pool::open(&path, LAYOUT, &opts().granularity(g)).unwrap();
+        assert_eq!(pool.granularity(), g);
+        let root = pool.root::<u64>().unwrap();
+        let _ = pool.persist(pool.set(root, &(g as u64 + 10)).unwrap());
+    }
+    let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
+    assert_eq!(
+        pool.get(pool.root::<u64>().unwrap()).unwrap(),
+        Granularity::Page as u64 + 10
+    );
+}
+
+#[test]
+fn anonymous_pools_work_and_are_emulated() {
+    let pool = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    assert_eq!(pool.granularity(), Granularity::Emulated);
+    assert_eq!(pool.path(), None);
+    assert_eq!(pool.size(), SIZE);
+    assert_eq!(pool.layout(), LAYOUT);
+    assert_eq!(pool.header().size, SIZE);
+    let root = pool.root::<[u64; 4]>().unwrap();
+    let _ = pool.persist(pool.set(root, &[9, 8, 7, 6]).unwrap());
+    assert_eq!(pool.get(root).unwrap(), [9, 8, 7, 6]);
+    let w = pool
+        .compare_exchange_u64(root.offset(), 9, 10)
+        .unwrap()
+        .unwrap();
+    let _ = pool.persist(w);
+    assert_eq!(
+        pool.compare_exchange_u64(root.offset(), 9, 11)
+            .unwrap()
+            .unwrap_err(),
+        10
+    );
+    assert_eq!(pool.load_u64(root.offset()).unwrap(), 10);
+    // Two anonymous pools do not share memory.
+    let other = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    assert_eq!(
+        other.get(other.root::<[u64; 4]>().unwrap()).unwrap(),
+        [0; 4]
+    );
+}
+
+#[test]
+fn persistent_pointers_round_trip_through_a_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pool");
+    let target = {
+        let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+        let root = pool.root::<PPtr<[u64; 2]>>().unwrap();
+        assert!(pool.get(root).unwrap().is_null());
+        let target: PPtr<[u64; 2]> = PPtr::new(pool.heap_offset() + 64);
+        let _ = pool.persist(pool.set(target, &[11, 22]).unwrap());
+        let _ = pool.persist(pool.set(root, &target).unwrap());
+        target
+    };
+    let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
+    let root = pool.root::<PPtr<[u64; 2]>>().unwrap();
+    let back = pool.get(root).unwrap();
+    assert_eq!(back, target);
+    assert!(!back.is_null());
+    assert_eq!(pool.get(back).unwrap(), [11, 22]);
+    let second: PPtr<u64> = back.cast::<u64>().byte_add(8);
+    assert_eq!(pool.get(second).unwrap(), 22);
+    assert_eq!(pool.read::<u64>(root.offset()).unwrap(), target.offset());
+    assert!(PPtr::<u64>::null().is_null());
+}
+
+/// Writes, nt-writes and persists through one pool, then reads the bytes back.
+fn exercise(pool: &Pool, seed: u64) {
+    let base = pool.heap_offset();
+    let mut expect = vec![0u8; 8192];
+    // (offset, len, non-temporal?) chosen to hit ragged heads and tails, partial and whole lines.
+    let cases = [
+        (0usize, 64usize, false),
+        (3, 1, true),
+        (5, 200, true),
+        (64, 64, true),
+        (130, 7, false),
+        (256, 1024, true),
+        (1283, 4001, true),
+        (1300, 13, false),
+        (5400, 2000, false),
+        (7500, 8, true),
+        (7601, 591, true),
+    ];
+    for (i, &(off, len, nt)) in cases.iter().enumerate() {
+        let data = noise(len, seed + i as u64 + 1);
+        expect[off..off + len].copy_from_slice(&data);
+        if nt {
+            let t = pool.nt_write(base + off as u64, &data).unwrap();
+            let _ = pool.fence(t);
+        } else {
+            let w = pool.write(base + off as u64, &data).unwrap();
+            let _ = pool.persist(w);
+        }
+    }
+    let mut back = vec![0u8; expect.len()];
+    pool.read_bytes(base, &mut back).unwrap();
+    assert_eq!(
+        back,
+        expect,
+        "isa {} granularity {:?}",
+        pool.isa(),
+        pool.granularity()
+    );
+}
+
+#[test]
+fn every_supported_flush_and_copy_kind_writes_the_right_bytes() {
+    let flushes = Isa::supported_flushes();
+    let copies = Isa::supported_copies();
+    assert!(!flushes.is_empty() && !copies.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 1000;
+    for &flush in &flushes {
+        for &copy in &copies {
+            let isa = Isa::detected()
+                .with_flush(flush)
+                .unwrap()
+                .with_copy(copy)
+                .unwrap();
+            assert_eq!((isa.flush(), isa.copy()), (flush, copy));
+            let o = opts().isa(isa);
+            seed += 100;
+
+            let anon = Pool::anonymous(LAYOUT, SIZE, &o).unwrap();
+            assert_eq!(anon.isa(), isa);
+            exercise(&anon, seed);
+
+            // A file pool written with flush instructions (emulated), then reopened.
+            let path = dir
+                .path()
+                .join(format!("{}-{}.pool", flush.name(), copy.name()));
+            let pool = Pool::create(
+                &path,
+                LAYOUT,
+                SIZE,
+                &o.clone().granularity(Granularity::Emulated),
+            )
+            .unwrap();
+            assert_eq!(pool.isa(), isa);
+            exercise(&pool, seed);
+            drop(pool);
+            let reopened = Pool::open(&path, LAYOUT, &o).unwrap();
+            let mut expect = vec![0u8; 8192];
+            anon.read_bytes(anon.heap_offset(), &mut expect).unwrap();
+            let mut back = vec![0u8; 8192];
+            reopened
+                .read_bytes(reopened.heap_offset(), &mut back)
+                .unwrap();
+            assert_eq!(back, expect, "{isa}: reopened bytes differ");
+        }
+    }
+    // The msync path (page granularity), once.
+    let path = dir.path().join("page.pool");
+    let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+    assert_eq!(pool.granularity(), Granularity::Page);
+    exercise(&pool, 7);
+}

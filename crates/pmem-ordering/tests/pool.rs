@@ -632,6 +632,30 @@ fn a_pool_file_in_the_temp_dir_has_page_granularity() {
 }
 
 #[test]
+fn anonymous_pools_refuse_granularities_that_need_a_file() {
+    for g in [Granularity::CacheLine, Granularity::Page] {
+        match Pool::anonymous(LAYOUT, SIZE, &opts().granularity(g)) {
+            Err(PoolError::GranularityUnavailable { requested, .. }) => {
+                assert_eq!(requested, g.name())
+            }
+            other => panic!("forcing {g:?} on an anonymous pool gave {other:?}"),
+        }
+    }
+    for g in [Granularity::Emulated, Granularity::Byte] {
+        let pool = Pool::anonymous(LAYOUT, SIZE, &opts().granularity(g)).unwrap();
+        assert_eq!(pool.granularity(), g);
+    }
+}
+
+#[test]
+fn an_overflowing_pointer_fails_the_bounds_check() {
+    let pool = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    let far = PPtr::<u64>::new(u64::MAX - 2).byte_add(16);
+    assert_eq!(far.offset(), u64::MAX);
+    assert!(matches!(pool.get(far), Err(PoolError::OutOfBounds { .. })));
+}
+
+#[test]
 fn anonymous_pools_work_and_are_emulated() {
     let pool = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
     assert_eq!(pool.granularity(), Granularity::Emulated);

@@ -273,15 +273,28 @@ impl Pool<Hardware> {
 
     /// An anonymous pool of `size` bytes: not backed by any file, gone when dropped. Flushes
     /// and fences are issued as on persistent memory (emulated granularity), so code under test
-    /// runs the same instructions it would on a device.
+    /// runs the same instructions it would on a device. Only `Emulated` and `Byte` can be
+    /// forced; the others need a file.
     pub fn anonymous(
         layout: &str,
         size: u64,
         options: &PoolOptions,
     ) -> Result<Pool<Hardware>, PoolError> {
         let header = Header::new(layout, size, options.root_size, random_identity())?;
+        let granularity = match options.granularity {
+            None | Some(Granularity::Emulated) => Granularity::Emulated,
+            Some(Granularity::Byte) => Granularity::Byte,
+            Some(other) => {
+                return Err(PoolError::GranularityUnavailable {
+                    path: PathBuf::from("<anonymous pool>"),
+                    requested: other.name(),
+                    reason: "anonymous memory has no file to map with MAP_SYNC or to msync; \
+                             use emulated or byte granularity"
+                        .into(),
+                })
+            }
+        };
         let map = Mapping::anonymous(size)?;
-        let granularity = options.granularity.unwrap_or(Granularity::Emulated);
         let pool = Pool::from_parts(
             map,
             Hardware::new(options.isa, granularity, options.model),

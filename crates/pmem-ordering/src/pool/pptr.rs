@@ -40,9 +40,10 @@ impl<T> PPtr<T> {
         PPtr::new(self.offset)
     }
 
-    /// A pointer `bytes` further on, for fields of the object.
+    /// A pointer `bytes` further on, for fields of the object. Saturates instead of wrapping,
+    /// so an overflowing offset (say, from a corrupted pool) fails the pool's bounds check.
     pub const fn byte_add(self, bytes: u64) -> PPtr<T> {
-        PPtr::new(self.offset + bytes)
+        PPtr::new(self.offset.saturating_add(bytes))
     }
 }
 

@@ -274,6 +274,11 @@ impl CrashTest {
     }
 
     /// Run `workload` from a fresh pool, then check every crash.
+    ///
+    /// `check` gets a pool holding the crash image: it runs the structure's real recovery on it
+    /// and returns `Err` with a message if the recovered state breaks the invariant (a panic
+    /// counts as a failure too). That pool writes memory like any other but records no trace,
+    /// since one is made per image; to crash-test recovery itself, run it as a workload.
     pub fn run(
         &self,
         workload: impl FnOnce(&Pool<SimBackend>),

@@ -1,0 +1,24 @@
+//! Benchmarks and the workload driver of the pmem workspace.
+//!
+//! The library half of `pmem-bench` holds what the `pmem-bench` binary and the criterion benches
+//! in `benches/benches/` share, so both measure exactly the same operations:
+//!
+//! * [`poolfile`]: the benchmark pool file (created fresh, removed when dropped) and where it
+//!   lives by default;
+//! * [`primitives`]: the primitive variants compared (flush kinds, non-temporal vs temporal
+//!   writes, non-temporal -> temporal ordering, the pool's persist vs raw instructions);
+//! * [`measure`]: side-by-side timing of a group of variants, with per-operation statistics;
+//! * [`machine`]: a description of the machine for report headers;
+//! * [`report`]: the results as a text table, JSON and markdown.
+#![deny(missing_docs)]
+
+pub mod machine;
+pub mod measure;
+pub mod poolfile;
+pub mod primitives;
+pub mod report;
+
+/// The README's example, compiled and run as a doctest so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

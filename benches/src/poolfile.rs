@@ -1,0 +1,236 @@
+//! The benchmark pool file.
+//!
+//! Every variant opens its own [`Pool`] on one shared file (so each can have its own
+//! instructions and persistency model), and the raw-instruction variant maps the same file with
+//! memmap2. The file is created fresh (a stale file of the same name, left by an interrupted
+//! run, is removed first) and removed when the [`PoolFile`] is dropped.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapMut, MmapOptions};
+use pmem_ordering::isa::IsaError;
+use pmem_ordering::{Granularity, Pool, PoolError, PoolOptions};
+
+/// The layout name of benchmark pools.
+pub const LAYOUT: &str = "pmem-bench";
+
+/// Where benchmark pools go unless told otherwise: `/dev/shm` if it exists (tmpfs, i.e. DRAM on
+/// Linux), else the system's temporary directory.
+pub fn default_pool_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Why the benchmark pool could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The pool directory does not exist.
+    #[error("pool directory {0} does not exist")]
+    NoSuchDir(PathBuf),
+    /// The pool directory names something else.
+    #[error("pool directory {0} is not a directory")]
+    NotADir(PathBuf),
+    /// A stale pool file could not be removed.
+    #[error("cannot remove the stale benchmark pool {path}: {source}")]
+    RemoveStale {
+        /// The stale file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// The pool directory does not accept a new file.
+    #[error("cannot create the benchmark pool in {dir}: the directory is not writable ({source})")]
+    Unwritable {
+        /// The pool directory.
+        dir: PathBuf,
+        /// What creating the file reported.
+        source: PoolError,
+    },
+    /// The pool could not be created or opened.
+    #[error("cannot set up the benchmark pool in {dir}: {source}")]
+    Pool {
+        /// The pool directory.
+        dir: PathBuf,
+        /// What went wrong.
+        source: PoolError,
+    },
+    /// A variant asked for an instruction this CPU lacks.
+    #[error(transparent)]
+    Isa(#[from] IsaError),
+    /// The pool is too small for the benchmark's working set.
+    #[error("the benchmark pool of {size} bytes has no room for a ring of {ring} bytes after its heap offset {heap}")]
+    TooSmall {
+        /// The pool's size.
+        size: u64,
+        /// The ring's length.
+        ring: u64,
+        /// Where the heap starts.
+        heap: u64,
+    },
+    /// The raw mapping of the pool file failed.
+    #[error("cannot map the benchmark pool {path} for raw access: {source}")]
+    Map {
+        /// The pool file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+}
+
+/// A benchmark pool file: created by [`PoolFile::create`], removed on drop.
+#[derive(Debug)]
+pub struct PoolFile {
+    path: PathBuf,
+    size: u64,
+    requested: Option<Granularity>,
+    granularity: Granularity,
+    heap_offset: u64,
+}
+
+impl PoolFile {
+    /// Create a fresh pool of `size` bytes named `file_name` in `dir`. `granularity` is forced on
+    /// every pool opened on it, or detected when `None`.
+    pub fn create(
+        dir: &Path,
+        file_name: &str,
+        size: u64,
+        granularity: Option<Granularity>,
+    ) -> Result<PoolFile, SetupError> {
+        match std::fs::metadata(dir) {
+            Err(_) => return Err(SetupError::NoSuchDir(dir.to_path_buf())),
+            Ok(m) if !m.is_dir() => return Err(SetupError::NotADir(dir.to_path_buf())),
+            Ok(_) => {}
+        }
+        let path = dir.join(file_name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(SetupError::RemoveStale { path, source }),
+        }
+        let options = match granularity {
+            Some(g) => PoolOptions::new().granularity(g),
+            None => PoolOptions::new(),
+        };
+        // The pool is dropped at once: every variant reopens the file with its own options.
+        let pool = Pool::create(&path, LAYOUT, size, &options).map_err(|source| match source {
+            // The directory exists (checked above), so these mean it refuses new files.
+            PoolError::NotFound { .. } | PoolError::ReadOnly { .. } => SetupError::Unwritable {
+                dir: dir.to_path_buf(),
+                source,
+            },
+            source => SetupError::Pool {
+                dir: dir.to_path_buf(),
+                source,
+            },
+        })?;
+        Ok(PoolFile {
+            path,
+            size,
+            requested: granularity,
+            granularity: pool.granularity(),
+            heap_offset: pool.heap_offset(),
+        })
+    }
+
+    /// The pool file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pool's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The granularity forced on the pools opened on this file (`None`: detected).
+    pub fn requested_granularity(&self) -> Option<Granularity> {
+        self.requested
+    }
+
+    /// The granularity the pools on this file have (forced or detected).
+    pub fn granularity(&self) -> Granularity {
+        self.granularity
+    }
+
+    /// The first byte after the pool's root object.
+    pub fn heap_offset(&self) -> u64 {
+        self.heap_offset
+    }
+
+    fn options(&self, options: PoolOptions) -> PoolOptions {
+        match self.requested {
+            Some(g) => options.granularity(g),
+            None => options,
+        }
+    }
+
+    /// Open a pool on the file with `options` (the file's granularity is applied on top).
+    pub fn open(&self, options: PoolOptions) -> Result<Pool, SetupError> {
+        Pool::open(&self.path, LAYOUT, &self.options(options)).map_err(|source| SetupError::Pool {
+            dir: self.path.parent().unwrap_or(Path::new("")).to_path_buf(),
+            source,
+        })
+    }
+
+    /// Map the whole file with memmap2, for the raw-instruction baseline.
+    pub fn map_raw(&self) -> Result<MmapMut, SetupError> {
+        let map_err = |source| SetupError::Map {
+            path: self.path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(map_err)?;
+        let len = usize::try_from(self.size).map_err(|_| {
+            map_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the pool does not fit the address space",
+            ))
+        })?;
+        // SAFETY: the file is this process's own benchmark pool, created by `create` and not
+        // truncated while the PoolFile lives; the mapping is only written through raw pointers
+        // by one thread at a time.
+        unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(map_err)
+    }
+}
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        // Best effort: a file that is already gone needs no removal.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether `dir` is on tmpfs (so a pool there lives in DRAM). `None` where this cannot be told.
+pub fn is_tmpfs(dir: &Path) -> Option<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: c_path is a NUL-terminated string and buf is valid for one statfs record.
+        let rc = unsafe { libc::statfs(c_path.as_ptr(), buf.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: statfs returned 0, so it filled the record.
+        let fs = unsafe { buf.assume_init() };
+        // The field's type differs between targets (i64 on x86-64, narrower elsewhere).
+        #[allow(clippy::unnecessary_cast)]
+        let f_type = fs.f_type as i64;
+        Some(f_type == TMPFS_MAGIC)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        None
+    }
+}

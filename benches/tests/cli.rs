@@ -1,0 +1,172 @@
+//! Runs the `pmem-bench` binary the way users and CI do. Times are printed, never asserted.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use pmem_bench::poolfile::default_pool_dir;
+use pmem_bench::primitives::all_variants;
+use serde_json::Value;
+
+fn pmem_bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmem-bench"))
+        .args(args)
+        .output()
+        .expect("run the pmem-bench binary")
+}
+
+fn arg(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+fn positive(row: &Value, key: &str) -> f64 {
+    let x = row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {row}"));
+    assert!(
+        x.is_finite() && x > 0.0,
+        "{key} = {x} is not positive in {row}"
+    );
+    x
+}
+
+#[test]
+fn quick_run_writes_a_json_row_for_every_variant() {
+    // The pool goes where a default run puts it (tmpfs when there is one), in a private
+    // directory so concurrent runs do not meet.
+    let pool_dir = tempfile::Builder::new()
+        .prefix("pmem-bench-test")
+        .tempdir_in(default_pool_dir())
+        .expect("make a pool directory");
+    let out_dir = tempfile::tempdir().expect("make an output directory");
+    let json = out_dir.path().join("results.json");
+    let markdown = out_dir.path().join("results.md");
+    let out = pmem_bench(&[
+        "--quick",
+        "--pool-dir",
+        arg(pool_dir.path()),
+        "--json",
+        arg(&json),
+        "--markdown",
+        arg(&markdown),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "pmem-bench failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("emulated granularity"), "{stdout}");
+    assert!(stdout.contains("NOT persistent memory"), "{stdout}");
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
+            .expect("the JSON output parses");
+    let rows = report["rows"].as_array().expect("rows is an array");
+    let variants = all_variants();
+    assert_eq!(rows.len(), variants.len(), "one row per variant");
+    for v in variants {
+        let row = rows
+            .iter()
+            .find(|r| r["group"] == v.group().name() && r["variant"] == v.id().as_str())
+            .unwrap_or_else(|| panic!("no row for {} / {}", v.group().name(), v.id()));
+        positive(row, "ns_per_op");
+        positive(row, "ops_per_sec");
+        positive(row, "ops_per_sample");
+        let samples = row["samples_ns_per_op"].as_array().expect("samples");
+        assert!(!samples.is_empty());
+        assert!(samples.iter().all(|s| s.as_f64().is_some_and(|x| x > 0.0)));
+        if v.baseline().is_some() {
+            positive(row, "ratio");
+        }
+        if v.is_counted() {
+            for key in ["fences_per_op", "flushes_per_op", "nt_bytes_per_op"] {
+                assert!(
+                    row[key].as_f64().is_some_and(|x| x >= 0.0),
+                    "{key} in {row}"
+                );
+            }
+            // Every variant writes something to the media, by flush or by nt-store.
+            let media = row["flushed_bytes_per_op"].as_f64().unwrap()
+                + row["nt_bytes_per_op"].as_f64().unwrap();
+            assert!(media > 0.0, "nothing written to the media in {row}");
+        }
+    }
+
+    let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
+    assert_eq!(
+        md.lines().filter(|l| l.starts_with("| ")).count(),
+        rows.len() + 2,
+        "header, rule and one line per row:\n{md}"
+    );
+    let left: Vec<_> = std::fs::read_dir(pool_dir.path())
+        .expect("list the pool directory")
+        .collect();
+    assert!(left.is_empty(), "the pool file was not removed: {left:?}");
+}
+
+#[test]
+fn a_missing_pool_dir_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("make a directory");
+    let missing = dir.path().join("no-such-dir");
+    let out = pmem_bench(&["--quick", "--pool-dir", arg(&missing)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn an_unwritable_output_is_a_clear_error_before_measuring() {
+    let dir = tempfile::tempdir().expect("make a directory");
+    let json = dir.path().join("no-such-dir").join("out.json");
+    let out = pmem_bench(&[
+        "--quick",
+        "--pool-dir",
+        arg(dir.path()),
+        "--json",
+        arg(&json),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("cannot write"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !stderr.contains("flush_kinds"),
+        "measured before failing: {stderr}"
+    );
+}
+
+#[test]
+fn help_explains_every_option() {
+    let out = pmem_bench(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for option in [
+        "--quick",
+        "--pool-dir",
+        "--granularity",
+        "--json",
+        "--markdown",
+    ] {
+        assert!(help.contains(option), "--help does not mention {option}");
+    }
+}
+
+#[test]
+fn a_bad_granularity_is_rejected() {
+    let out = pmem_bench(&["--quick", "--granularity", "sometimes"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("emulated"), "{stderr}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_unwritable_pool_dir_is_a_clear_error() {
+    // procfs refuses new files, even to root.
+    let out = pmem_bench(&["--quick", "--pool-dir", "/proc"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("not writable"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -532,12 +532,18 @@ impl<B: Backend> Pool<B> {
     /// Make sure everything behind `nt` persists no later than this thread's next temporal
     /// store, as the pool's model requires (see [`crate::barrier`]).
     pub fn order_after(&self, nt: NtPending) -> NtOrdering {
+        self.order_after_as(nt, self.backend.model())
+    }
+
+    /// Like [`Pool::order_after`], but as if the pool's model were `model`: software that
+    /// chooses its own fence policy (the undo log's *themis* and *ideal* policies) uses this to
+    /// leave the fence out on any pool, so the simulator can show what that costs.
+    pub fn order_after_as(&self, nt: NtPending, model: PersistModel) -> NtOrdering {
         self.check_token(nt.pool);
         if nt.is_fenced() {
             stats::count_fence_saved_by_epoch();
             return NtOrdering::AlreadyFenced;
         }
-        let model = self.backend.model();
         if model == PersistModel::X86 {
             stats::count_themis_elidable();
             let _ = self.sfence();

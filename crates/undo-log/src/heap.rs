@@ -1,0 +1,318 @@
+//! The heap: a pool formatted with transaction lanes and an allocator.
+
+use std::cell::RefCell;
+use std::ops::Deref;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use pmem_ordering::{thread_stats, Backend, Hardware, Pool};
+
+use crate::alloc::{AllocStats, Allocator};
+use crate::lane;
+use crate::layout::{HeapConfig, Layout};
+use crate::tx::{self, FencePolicy, Tx, TxState};
+use crate::TxError;
+
+/// Totals over the transactions of one heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxStats {
+    /// Transactions committed.
+    pub committed: u64,
+    /// Transactions rolled back (an `Err`, a panic, or a failed nested transaction).
+    pub aborted: u64,
+    /// Fences the transactions issued.
+    pub fences: u64,
+    /// Of the fences a transaction needs under the x86 model, those that only order a log
+    /// entry before data (nt -> t): the ones Themis removes (seed 004 Sec. II-D).
+    pub nt_t_fences: u64,
+}
+
+impl TxStats {
+    /// Fences per committed or aborted transaction.
+    pub fn fences_per_tx(&self) -> f64 {
+        self.fences as f64 / (self.committed + self.aborted).max(1) as f64
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    committed: AtomicU64,
+    aborted: AtomicU64,
+    fences: AtomicU64,
+    nt_t_fences: AtomicU64,
+}
+
+thread_local! {
+    /// The open transaction of each heap on this thread, for flattening nested calls.
+    static ACTIVE: RefCell<Vec<(u64, Rc<RefCell<TxState>>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn next_heap_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A pool formatted for undo-log transactions and allocation.
+///
+/// ```
+/// use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+/// use pmem_ordering::{Pool, PoolOptions};
+///
+/// let pool = Pool::anonymous("bank", 4 << 20, &PoolOptions::new())?;
+/// let config = HeapConfig { lanes: 2, lane_log_bytes: 4096, chunk_size: 64 << 10 };
+/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), config, FencePolicy::Batched)?;
+/// let accounts = heap.pool().root_offset();
+/// heap.transaction(|tx| {
+///     tx.write_value(accounts, &100u64)?;
+///     tx.write_value(accounts + 8, &0u64)
+/// })?;
+/// // Move 30 from the first account to the second: all or nothing.
+/// heap.transaction(|tx| {
+///     let a: u64 = tx.read(accounts)?;
+///     let b: u64 = tx.read(accounts + 8)?;
+///     tx.write_value(accounts, &(a - 30))?;
+///     tx.write_value(accounts + 8, &(b + 30))
+/// })?;
+/// assert_eq!(heap.pool().read::<[u64; 2]>(accounts)?, [70, 30]);
+/// # Ok::<(), TxError>(())
+/// ```
+///
+/// The heap holds its pool through `P`: an `Arc<Pool<B>>` by default, or a plain `&Pool<B>`
+/// (what the crash harness hands a workload).
+pub struct Heap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
+    pool: P,
+    layout: Layout,
+    policy: FencePolicy,
+    allocator: Allocator,
+    free_lanes: Mutex<Vec<usize>>,
+    lane_freed: Condvar,
+    counters: Counters,
+    id: u64,
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
+    /// Format `pool` (from its heap offset on) with `config` and open it. Fails with
+    /// [`TxError::AlreadyFormatted`] rather than format a pool twice.
+    pub fn create(pool: P, config: HeapConfig, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
+        let layout = Layout::plan(pool.heap_offset(), pool.size(), &config)?;
+        match Layout::read(&pool, layout.superblock) {
+            Err(TxError::NotFormatted) => {}
+            Ok(_) | Err(TxError::BadSuperblock { .. }) => return Err(TxError::AlreadyFormatted),
+            Err(e) => return Err(e),
+        }
+        // The allocator's table first, the superblock (magic last) after: a crash in between
+        // leaves a pool that reads as not formatted.
+        Allocator::format(&pool, &layout)?;
+        layout.format(&pool)?;
+        Heap::open(pool, policy)
+    }
+
+    /// Open the heap in `pool`: roll back every lane's unfinished transaction, then rebuild the
+    /// allocator's DRAM state from its persistent metadata.
+    pub fn open(pool: P, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
+        let layout = Layout::read(&pool, pool.heap_offset())?;
+        for lane in 0..layout.lanes as usize {
+            lane::recover(
+                &pool,
+                lane,
+                layout.lane_header(lane),
+                layout.lane_log(lane),
+                layout.lane_log_bytes,
+            )?;
+        }
+        let allocator = Allocator::open(&pool, layout)?;
+        Ok(Heap {
+            free_lanes: Mutex::new((0..layout.lanes as usize).rev().collect()),
+            lane_freed: Condvar::new(),
+            pool,
+            layout,
+            policy,
+            allocator,
+            counters: Counters::default(),
+            id: next_heap_id(),
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<B> {
+        &self.pool
+    }
+
+    /// Give the pool back (e.g. to reopen it).
+    pub fn into_pool(self) -> P {
+        self.pool
+    }
+
+    /// The parts a transaction needs.
+    pub(crate) fn parts(&self) -> HeapRef<'_, B> {
+        HeapRef {
+            pool: &self.pool,
+            layout: &self.layout,
+            policy: self.policy,
+            allocator: &self.allocator,
+        }
+    }
+
+    /// Where the heap's parts are.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The fence policy of this handle.
+    pub fn policy(&self) -> FencePolicy {
+        self.policy
+    }
+
+    /// Allocator usage.
+    pub fn alloc_stats(&self) -> AllocStats {
+        self.allocator.stats()
+    }
+
+    /// Walk the heap and check its metadata against itself and the DRAM state; returns every
+    /// committed block as `(offset, size)`.
+    pub fn check_heap(&self) -> Result<Vec<(u64, u64)>, TxError> {
+        self.allocator.check(&*self.pool)
+    }
+
+    /// Totals over this handle's transactions.
+    pub fn tx_stats(&self) -> TxStats {
+        let c = &self.counters;
+        TxStats {
+            committed: c.committed.load(Ordering::Relaxed),
+            aborted: c.aborted.load(Ordering::Relaxed),
+            fences: c.fences.load(Ordering::Relaxed),
+            nt_t_fences: c.nt_t_fences.load(Ordering::Relaxed),
+        }
+    }
+
+    fn acquire_lane(&self) -> usize {
+        let mut free = self.free_lanes.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(lane) = free.pop() {
+                return lane;
+            }
+            free = self
+                .lane_freed
+                .wait(free)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn release_lane(&self, lane: usize) {
+        self.free_lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(lane);
+        self.lane_freed.notify_one();
+    }
+
+    /// Run `f` as one transaction: all its writes persist together, or none does.
+    ///
+    /// `f` returning `Err`, or panicking, rolls every write back (the panic then continues).
+    /// A call made inside `f` on the same heap joins this transaction instead of starting
+    /// another (nested transactions flatten); if that inner call fails, the whole transaction
+    /// rolls back and the outer call returns [`TxError::NestedAborted`] even if `f` recovered
+    /// from the error. When a transaction with writes returns `Ok`, they are durable.
+    pub fn transaction<R, E: From<TxError>>(
+        &self,
+        f: impl FnOnce(&Tx<'_, B>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let nested = ACTIVE.with(|a| {
+            a.borrow()
+                .iter()
+                .find(|(id, _)| *id == self.id)
+                .map(|(_, s)| s.clone())
+        });
+        if let Some(state) = nested {
+            let tx = Tx {
+                heap: self.parts(),
+                state,
+            };
+            let result = f(&tx);
+            if result.is_err() {
+                tx.state.borrow_mut().doomed = true;
+            }
+            return result;
+        }
+
+        let lane = self.acquire_lane();
+        let generation =
+            match lane::committed_generation(&*self.pool, self.layout.lane_header(lane)) {
+                Ok(g) => g.wrapping_add(1),
+                Err(e) => {
+                    self.release_lane(lane);
+                    return Err(E::from(e));
+                }
+            };
+        let before = thread_stats();
+        let state = Rc::new(RefCell::new(TxState::new(lane, generation)));
+        ACTIVE.with(|a| a.borrow_mut().push((self.id, state.clone())));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            f(&Tx {
+                heap: self.parts(),
+                state: state.clone(),
+            })
+        }));
+        ACTIVE.with(|a| a.borrow_mut().retain(|(id, _)| *id != self.id));
+        let mut st = state.borrow_mut();
+        let result = match outcome {
+            Ok(Ok(value)) if !st.doomed => match tx::commit(self.parts(), &mut st) {
+                Ok(()) => Ok(value),
+                Err(commit_error) => Err(match tx::abort(self.parts(), &mut st) {
+                    Ok(()) => commit_error,
+                    Err(abort_error) => abort_error,
+                }),
+            },
+            Ok(Ok(_)) => tx::abort(self.parts(), &mut st).and(Err(TxError::NestedAborted)),
+            Ok(Err(user_error)) => {
+                let rolled_back = tx::abort(self.parts(), &mut st);
+                self.finish(lane, before, st.nt_t_fences, false);
+                return match rolled_back {
+                    Ok(()) => Err(user_error),
+                    Err(e) => Err(E::from(e)),
+                };
+            }
+            Err(panic) => {
+                // Roll back before the panic goes on; if that fails too, recovery at the next
+                // open rolls the lane back.
+                let _ = tx::abort(self.parts(), &mut st);
+                let nt_t = st.nt_t_fences;
+                drop(st);
+                self.finish(lane, before, nt_t, false);
+                resume_unwind(panic);
+            }
+        };
+        self.finish(lane, before, st.nt_t_fences, result.is_ok());
+        result.map_err(E::from)
+    }
+
+    fn finish(&self, lane: usize, before: pmem_ordering::Stats, nt_t_fences: u64, committed: bool) {
+        let delta = thread_stats() - before;
+        let c = &self.counters;
+        if committed {
+            c.committed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+        c.fences.fetch_add(delta.fences, Ordering::Relaxed);
+        c.nt_t_fences.fetch_add(nt_t_fences, Ordering::Relaxed);
+        self.release_lane(lane);
+    }
+}
+
+/// What a transaction needs of its heap, borrowed: keeps the pool holder `P` out of [`Tx`].
+pub(crate) struct HeapRef<'h, B: Backend> {
+    pub pool: &'h Pool<B>,
+    pub layout: &'h Layout,
+    pub policy: FencePolicy,
+    pub allocator: &'h Allocator,
+}
+
+impl<B: Backend> Clone for HeapRef<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend> Copy for HeapRef<'_, B> {}

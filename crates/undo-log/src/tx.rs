@@ -1,0 +1,348 @@
+//! Transactions: snapshot, write, commit or roll back.
+//!
+//! The protocol (seed 004 Sec. II-A): before a range is written, its old bytes go to the lane's
+//! log as one entry, with non-temporal stores; the data is written with temporal stores; at
+//! commit the data is flushed and fenced, then one 8-byte store of the lane's generation
+//! invalidates the log, and is persisted before the transaction returns.
+//!
+//! The one ordering that matters for correctness is *log entry before the data it protects*:
+//! a non-temporal -> temporal ordering (seed 004 Sec. II-D/E). The [`FencePolicy`] decides how
+//! it is paid for.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, PersistModel, Pool};
+
+use crate::alloc::{Block, Reservation};
+use crate::heap::HeapRef;
+use crate::lane::{self, entry_size};
+use crate::TxError;
+
+/// How a transaction orders its log entries before its data (seed 004 Sec. II-D, III-B).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FencePolicy {
+    /// A fence after every log entry: the baseline that PMDK-style libraries pay. A
+    /// transaction that snapshots K ranges issues K + 2 fences.
+    Strict,
+    /// Log entries share one fence: the first data write after a group of entries fences once
+    /// (skipped if the thread already fenced since), through the nt -> t tokens. 3 fences for
+    /// K up-front snapshots, whatever K is.
+    #[default]
+    Batched,
+    /// No nt -> t fence: correct only where the Themis model holds (the simulator's Themis
+    /// model; no shipping CPU). 2 fences per transaction.
+    Themis,
+    /// No nt -> t fence at all and no claim of safety: the performance upper bound.
+    Ideal,
+}
+
+impl FencePolicy {
+    /// Every policy.
+    pub const ALL: [FencePolicy; 4] = [
+        FencePolicy::Strict,
+        FencePolicy::Batched,
+        FencePolicy::Themis,
+        FencePolicy::Ideal,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FencePolicy::Strict => "strict",
+            FencePolicy::Batched => "batched",
+            FencePolicy::Themis => "themis",
+            FencePolicy::Ideal => "ideal",
+        }
+    }
+}
+
+/// The DRAM state of one open transaction, shared by nested handles.
+pub(crate) struct TxState {
+    pub lane: usize,
+    /// The generation this transaction's entries carry.
+    pub generation: u64,
+    /// Bytes of the lane's log used so far.
+    pub log_used: u64,
+    /// Entries written (offset, len), for the coverage check.
+    pub snapshots: Vec<(u64, u64)>,
+    /// Ranges written, to flush at commit.
+    pub written: Vec<(u64, u64)>,
+    /// The newest log entry's token, not yet ordered before any data write.
+    pub unordered_log: Option<NtPending>,
+    /// Allocations reserved by this transaction (published at commit).
+    pub allocs: Vec<Reservation>,
+    /// Blocks freed by this transaction (published at commit).
+    pub frees: Vec<Block>,
+    /// A nested transaction failed: the whole transaction must roll back.
+    pub doomed: bool,
+    /// Log-before-data (nt -> t) orderings that needed a fence under the x86 model, whether
+    /// or not the policy issued it.
+    pub nt_t_fences: u64,
+    /// Scratch buffer for encoding entries.
+    pub buf: Vec<u8>,
+}
+
+impl TxState {
+    pub fn new(lane: usize, generation: u64) -> TxState {
+        TxState {
+            lane,
+            generation,
+            log_used: 0,
+            snapshots: Vec::new(),
+            written: Vec::new(),
+            unordered_log: None,
+            allocs: Vec::new(),
+            frees: Vec::new(),
+            doomed: false,
+            nt_t_fences: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether `[offset, offset + len)` is already covered by one snapshot or one fresh
+    /// allocation of this transaction.
+    fn covered(&self, offset: u64, len: u64) -> bool {
+        let inside = |&(o, l): &(u64, u64)| offset >= o && offset + len <= o + l;
+        self.snapshots.iter().any(inside) || self.allocs.iter().any(|r| inside(&(r.offset, r.size)))
+    }
+}
+
+/// A handle on the open transaction, given to the transaction's closure.
+///
+/// Every write of persistent data inside a transaction goes through it: [`Tx::write`]
+/// snapshots what it overwrites (unless already snapshotted, or freshly allocated by this
+/// transaction), so the transaction can be rolled back.
+pub struct Tx<'h, B: Backend> {
+    pub(crate) heap: HeapRef<'h, B>,
+    pub(crate) state: Rc<RefCell<TxState>>,
+}
+
+impl<B: Backend> Tx<'_, B> {
+    /// The pool this transaction runs on (for reads; write through the transaction).
+    pub fn pool(&self) -> &Pool<B> {
+        self.heap.pool
+    }
+
+    /// Log the current bytes of `[offset, offset + len)` so they can be restored. A range
+    /// already covered by an earlier snapshot (or a fresh allocation) of this transaction is not
+    /// logged again.
+    pub fn snapshot(&self, offset: u64, len: u64) -> Result<(), TxError> {
+        snapshot_in(self.heap, &mut self.state.borrow_mut(), offset, len)
+    }
+
+    /// Write `bytes` at `offset` inside the transaction: snapshot the range if needed, then a
+    /// temporal store, flushed at commit.
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), TxError> {
+        write_in(self.heap, &mut self.state.borrow_mut(), offset, bytes)
+    }
+
+    /// Write a plain-data value at `offset` (see [`Tx::write`]).
+    pub fn write_value<T: bytemuck::Pod>(&self, offset: u64, value: &T) -> Result<(), TxError> {
+        self.write(offset, bytemuck::bytes_of(value))
+    }
+
+    /// Store a value where a persistent pointer points (see [`Tx::write`]).
+    pub fn set<T: bytemuck::Pod>(&self, ptr: PPtr<T>, value: &T) -> Result<(), TxError> {
+        self.write_value(ptr.offset(), value)
+    }
+
+    /// Read bytes (what this transaction wrote, if it wrote them).
+    pub fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> Result<(), TxError> {
+        Ok(self.heap.pool.read_bytes(offset, buf)?)
+    }
+
+    /// Read a plain-data value.
+    pub fn read<T: bytemuck::Pod>(&self, offset: u64) -> Result<T, TxError> {
+        Ok(self.heap.pool.read(offset)?)
+    }
+
+    /// Read the value a persistent pointer points to.
+    pub fn get<T: bytemuck::Pod>(&self, ptr: PPtr<T>) -> Result<T, TxError> {
+        Ok(self.heap.pool.get(ptr)?)
+    }
+
+    /// Allocate `size` bytes, visible to other transactions only if this one commits. The
+    /// block's contents are undefined: write them with [`Tx::write`] (no snapshot is taken of
+    /// a fresh block).
+    pub fn alloc(&self, size: u64) -> Result<PPtr<u8>, TxError> {
+        let reservation = self.heap.allocator.reserve(size)?;
+        let offset = reservation.offset;
+        self.state.borrow_mut().allocs.push(reservation);
+        Ok(PPtr::new(offset))
+    }
+
+    /// Allocate a block for a `T` and write `value` into it.
+    pub fn alloc_value<T: bytemuck::Pod>(&self, value: &T) -> Result<PPtr<T>, TxError> {
+        let p = self.alloc(std::mem::size_of::<T>() as u64)?.cast::<T>();
+        self.set(p, value)?;
+        Ok(p)
+    }
+
+    /// Free the block at `ptr` when this transaction commits.
+    pub fn free<T>(&self, ptr: PPtr<T>) -> Result<(), TxError> {
+        let offset = ptr.offset();
+        let mut st = self.state.borrow_mut();
+        if let Some(i) = st.allocs.iter().position(|r| r.offset == offset) {
+            // Allocated and freed by this transaction: it never becomes visible.
+            let r = st.allocs.swap_remove(i);
+            self.heap.allocator.cancel(r);
+            return Ok(());
+        }
+        if st.frees.iter().any(|b| b.offset == offset) {
+            return Err(TxError::InvalidFree {
+                offset,
+                reason: "it was already freed by this transaction",
+            });
+        }
+        let block = self.heap.allocator.live_block(offset)?;
+        st.frees.push(block);
+        Ok(())
+    }
+}
+
+/// Snapshot `[offset, offset + len)` into the transaction's log (see [`Tx::snapshot`]).
+fn snapshot_in<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    offset: u64,
+    len: u64,
+) -> Result<(), TxError> {
+    let pool = heap.pool;
+    pool.check_range(offset, len)?;
+    let capacity = heap.layout.lane_log_bytes;
+    if len == 0 || st.covered(offset, len) {
+        return Ok(());
+    }
+    let needed = entry_size(len);
+    if needed > capacity {
+        return Err(TxError::SnapshotTooLarge {
+            len,
+            capacity: capacity - lane::ENTRY_HEADER,
+        });
+    }
+    if st.log_used + needed > capacity {
+        return Err(TxError::LogFull {
+            needed,
+            free: capacity - st.log_used,
+        });
+    }
+    let mut old = vec![0u8; len as usize];
+    pool.read_bytes(offset, &mut old)?;
+    lane::encode_entry(&mut st.buf, st.generation, offset, &old);
+    let at = heap.layout.lane_log(st.lane) + st.log_used;
+    let token = pool.nt_write(at, &st.buf)?;
+    st.log_used += needed;
+    st.snapshots.push((offset, len));
+    match heap.policy {
+        FencePolicy::Strict => {
+            let _ = pool.fence(token);
+            st.nt_t_fences += 1;
+        }
+        // Keep only the newest token: ordering it orders every older entry too (the fence
+        // epoch covers them; under Themis, program order does).
+        _ => st.unordered_log = Some(token),
+    }
+    Ok(())
+}
+
+/// Order the pending log entries before the data write about to happen.
+fn order_log_before_data<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) {
+    if let Some(token) = st.unordered_log.take() {
+        let model = match heap.policy {
+            FencePolicy::Strict | FencePolicy::Batched => PersistModel::X86,
+            FencePolicy::Themis => PersistModel::Themis,
+            FencePolicy::Ideal => PersistModel::Ideal,
+        };
+        match heap.pool.order_after_as(token, model) {
+            NtOrdering::AlreadyFenced => {}
+            NtOrdering::Fenced | NtOrdering::ThemisProgramOrder | NtOrdering::Unordered => {
+                st.nt_t_fences += 1
+            }
+        }
+    }
+}
+
+/// Snapshot if needed, order the log before the data, write (see [`Tx::write`]).
+fn write_in<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<(), TxError> {
+    snapshot_in(heap, st, offset, bytes.len() as u64)?;
+    order_log_before_data(heap, st);
+    let _ = heap.pool.write(offset, bytes)?;
+    st.written.push((offset, bytes.len() as u64));
+    Ok(())
+}
+
+/// Commit the transaction: publish allocator metadata, persist the data, invalidate the log.
+pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
+    let pool = heap.pool;
+    // Allocator metadata changes are logged and written now, under the allocator's lock, which
+    // is held until the commit below is durable, so no other transaction touches those words
+    // in between.
+    let publish = heap.allocator.publish(&st.allocs, &st.frees)?;
+    for w in publish.writes() {
+        if w.logged {
+            write_in(heap, st, w.offset, &w.bytes)?;
+        } else {
+            // Metadata of a chunk this transaction takes from the free pool: if it rolls back,
+            // the chunk is free again and these bytes mean nothing, so they need no snapshot.
+            let _ = pool.write(w.offset, &w.bytes)?;
+            st.written.push((w.offset, w.bytes.len() as u64));
+        }
+    }
+    let mut pending: Option<Pending> = st.unordered_log.take().map(Pending::from);
+    for &(offset, len) in &st.written {
+        let p = pool.flush_range(offset, len)?;
+        pending = Some(match pending {
+            None => p,
+            Some(prev) => prev.and(p),
+        });
+    }
+    if let Some(p) = pending {
+        let _ = pool.fence(p);
+    }
+    if st.log_used > 0 {
+        let header = heap.layout.lane_header(st.lane);
+        let w = pool.store_u64(header, st.generation)?;
+        let _ = pool.persist(w);
+    }
+    publish.committed(&st.frees);
+    st.allocs.clear();
+    Ok(())
+}
+
+/// Roll the transaction back: restore every snapshot and clean the lane, then give back
+/// reserved allocations.
+pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
+    let pool = heap.pool;
+    // Make the entries durable before restoring over them (only matters if we crash mid-abort:
+    // recovery then needs them).
+    if let Some(token) = st.unordered_log.take() {
+        let _ = pool.fence(token);
+    }
+    let layout = heap.layout;
+    let entries = lane::scan(
+        pool,
+        st.lane,
+        layout.lane_log(st.lane),
+        layout.lane_log_bytes,
+        st.generation,
+    )?;
+    debug_assert_eq!(
+        entries.len(),
+        st.snapshots.len(),
+        "the log holds every snapshot"
+    );
+    lane::roll_back(pool, layout.lane_header(st.lane), st.generation, &entries)?;
+    for r in st.allocs.drain(..) {
+        heap.allocator.cancel(r);
+    }
+    for b in st.frees.drain(..) {
+        heap.allocator.unclaim(&b);
+    }
+    Ok(())
+}

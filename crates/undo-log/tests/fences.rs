@@ -1,0 +1,92 @@
+//! Fence counts per policy, asserted exactly: a transaction that snapshots K ranges up front and
+//! then writes them issues K + 2 fences under strict, 3 under batched, 2 under themis.
+
+use pmem_ordering::{Pool, PoolOptions};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+
+fn heap(policy: FencePolicy) -> Heap {
+    let pool = Pool::anonymous("fences", 4 << 20, &PoolOptions::new()).unwrap();
+    let config = HeapConfig {
+        lanes: 2,
+        lane_log_bytes: 16 << 10,
+        chunk_size: 64 << 10,
+    };
+    Heap::create(std::sync::Arc::new(pool), config, policy).unwrap()
+}
+
+/// Snapshot K words up front, then write them; returns (fences, nt->t fences) of that one
+/// transaction.
+fn snapshot_then_write(heap: &Heap, k: u64) -> (u64, u64) {
+    let base = heap.pool().root_offset();
+    let before = heap.tx_stats();
+    heap.transaction(|tx| {
+        for i in 0..k {
+            tx.snapshot(base + 64 * i, 8)?;
+        }
+        for i in 0..k {
+            tx.write_value(base + 64 * i, &(i + 1))?;
+        }
+        Ok::<_, TxError>(())
+    })
+    .unwrap();
+    let after = heap.tx_stats();
+    assert_eq!(after.committed, before.committed + 1);
+    (
+        after.fences - before.fences,
+        after.nt_t_fences - before.nt_t_fences,
+    )
+}
+
+#[test]
+fn strict_issues_k_plus_two_fences() {
+    let heap = heap(FencePolicy::Strict);
+    for k in [1, 2, 8, 32] {
+        assert_eq!(snapshot_then_write(&heap, k), (k + 2, k), "K = {k}");
+    }
+}
+
+#[test]
+fn batched_issues_three_fences_whatever_k() {
+    let heap = heap(FencePolicy::Batched);
+    for k in [1, 2, 8, 32] {
+        assert_eq!(snapshot_then_write(&heap, k), (3, 1), "K = {k}");
+    }
+}
+
+#[test]
+fn themis_issues_two_fences() {
+    let heap = heap(FencePolicy::Themis);
+    for k in [1, 2, 8, 32] {
+        assert_eq!(snapshot_then_write(&heap, k), (2, 1), "K = {k}");
+    }
+}
+
+#[test]
+fn ideal_issues_two_fences() {
+    let heap = heap(FencePolicy::Ideal);
+    for k in [1, 8] {
+        assert_eq!(snapshot_then_write(&heap, k), (2, 1), "K = {k}");
+    }
+}
+
+#[test]
+fn an_empty_transaction_issues_no_fence() {
+    for policy in FencePolicy::ALL {
+        let heap = heap(policy);
+        let before = heap.tx_stats();
+        heap.transaction(|_| Ok::<_, TxError>(())).unwrap();
+        assert_eq!(heap.tx_stats().fences, before.fences, "{policy:?}");
+    }
+}
+
+#[test]
+fn writes_land_and_commit_under_every_policy() {
+    for policy in FencePolicy::ALL {
+        let heap = heap(policy);
+        snapshot_then_write(&heap, 4);
+        let base = heap.pool().root_offset();
+        for i in 0..4u64 {
+            assert_eq!(heap.pool().read::<u64>(base + 64 * i).unwrap(), i + 1);
+        }
+    }
+}

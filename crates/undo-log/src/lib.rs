@@ -24,6 +24,7 @@ mod error;
 mod heap;
 pub mod lane;
 pub mod layout;
+pub mod object;
 mod tx;
 
 pub use alloc::{AllocStats, MIN_CLASS};

@@ -90,3 +90,27 @@ fn writes_land_and_commit_under_every_policy() {
         }
     }
 }
+
+#[test]
+fn objects_update_both_ways() {
+    use pmem_undo_log::object;
+    for policy in FencePolicy::ALL {
+        let heap = heap(policy);
+        let slot = heap.pool().root_offset();
+        let first = object::create(&heap, slot, &[1u8; 256]).unwrap();
+        object::update_in_place(&heap, slot, &[2u8; 256]).unwrap();
+        let mut buf = [0u8; 256];
+        heap.pool().read_bytes(first.offset(), &mut buf).unwrap();
+        assert_eq!(buf, [2u8; 256]);
+        let second = object::update_out_of_place(&heap, slot, &[3u8; 256]).unwrap();
+        assert_ne!(second, first);
+        heap.pool().read_bytes(second.offset(), &mut buf).unwrap();
+        assert_eq!(buf, [3u8; 256]);
+        let blocks = heap.check_heap().unwrap();
+        assert_eq!(
+            blocks,
+            vec![(second.offset(), 256)],
+            "the old object was freed"
+        );
+    }
+}

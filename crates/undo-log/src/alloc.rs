@@ -17,6 +17,8 @@
 //! allocates or frees, through the undo log, so a crash at any point leaves each block either
 //! allocated by a committed transaction or free: nothing leaks, nothing is handed out twice.
 //!
+//! A small chunk whose last block is freed returns to the free pool in the same transaction.
+//!
 //! In DRAM the allocator keeps, under one lock, a mirror of the persistent bitmaps, the blocks
 //! reserved by open transactions, and which chunks have room; it is rebuilt from the chunk table
 //! and bitmaps at open. An allocation is only *reserved* in DRAM while its transaction runs; the
@@ -529,6 +531,7 @@ impl Allocator {
             return Ok(Publish {
                 state: st,
                 writes,
+                released: Vec::new(),
                 allocs: Vec::new(),
             });
         }
@@ -607,9 +610,46 @@ impl Allocator {
                 }
             }
         }
+        // A small chunk left with no block at all (none committed, none reserved by any open
+        // transaction: `taken` counts both) goes back to the free pool, so space freed in one
+        // size class can serve another, or a large block.
+        let mut released = Vec::new();
+        for (&chunk, (_, new)) in &bitmaps {
+            let ChunkState::Small {
+                taken,
+                formatted: true,
+                ..
+            } = &st.chunks[chunk as usize]
+            else {
+                continue;
+            };
+            let freed_here: Vec<u64> = frees
+                .iter()
+                .filter_map(|b| match b.place {
+                    Place::Small { chunk: c, slot, .. } if c == chunk => Some(slot),
+                    _ => None,
+                })
+                .collect();
+            let mut remaining = taken.clone();
+            for &slot in &freed_here {
+                set_bit(&mut remaining, slot, false);
+            }
+            if !freed_here.is_empty()
+                && remaining.iter().all(|&w| w == 0)
+                && new.iter().all(|&w| w == 0)
+            {
+                writes.push(MetaWrite {
+                    offset: self.table_word(chunk),
+                    bytes: KIND_FREE.to_le_bytes().to_vec(),
+                    logged: true,
+                });
+                released.push(chunk);
+            }
+        }
         Ok(Publish {
             state: st,
             writes,
+            released,
             allocs: allocs.to_vec(),
         })
     }
@@ -750,6 +790,8 @@ fn new_bitmap<'m>(
 pub(crate) struct Publish<'a> {
     state: MutexGuard<'a, State>,
     writes: Vec<MetaWrite>,
+    /// Small chunks this commit returns to the free pool.
+    released: Vec<u64>,
     allocs: Vec<Reservation>,
 }
 
@@ -802,6 +844,13 @@ impl Publish<'_> {
                     }
                 }
             }
+        }
+        for &chunk in &self.released {
+            if let ChunkState::Small { class, .. } = st.chunks[chunk as usize] {
+                st.partial[class].remove(&chunk);
+            }
+            st.chunks[chunk as usize] = ChunkState::Free;
+            st.free_chunks.insert(chunk);
         }
     }
 }

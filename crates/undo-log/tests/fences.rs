@@ -114,3 +114,36 @@ fn objects_update_both_ways() {
         );
     }
 }
+
+#[test]
+fn freed_small_blocks_make_room_for_a_large_one() {
+    let pool = Pool::anonymous("reuse", 1 << 20, &PoolOptions::new()).unwrap();
+    let config = HeapConfig {
+        lanes: 1,
+        lane_log_bytes: 16 << 10,
+        chunk_size: 16 << 10,
+    };
+    let heap: Heap = Heap::create(std::sync::Arc::new(pool), config, FencePolicy::Batched).unwrap();
+    // Fill the heap with 64-byte blocks.
+    let mut small = Vec::new();
+    loop {
+        match heap.transaction(|tx| tx.alloc(64)) {
+            Ok(p) => small.push(p),
+            Err(TxError::PoolFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(matches!(heap.transaction(|tx| tx.alloc(32 << 10)), Err(TxError::PoolFull { .. })));
+    for chunk in small.chunks(64) {
+        heap.transaction(|tx| {
+            for &p in chunk {
+                tx.free(p)?;
+            }
+            Ok::<_, TxError>(())
+        })
+        .unwrap();
+    }
+    assert!(heap.check_heap().unwrap().is_empty());
+    let big = heap.transaction(|tx| tx.alloc(32 << 10)).unwrap();
+    assert_eq!(heap.check_heap().unwrap(), vec![(big.offset(), 32 << 10)]);
+}

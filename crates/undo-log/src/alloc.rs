@@ -155,6 +155,16 @@ fn bit(words: &[u64], i: u64) -> bool {
     words[(i / 64) as usize] & (1 << (i % 64)) != 0
 }
 
+/// The first clear bit below `limit`, a word at a time.
+fn first_clear(words: &[u64], limit: u64) -> Option<u64> {
+    words
+        .iter()
+        .enumerate()
+        .find(|(_, &w)| w != u64::MAX)
+        .map(|(i, &w)| i as u64 * 64 + w.trailing_ones() as u64)
+        .filter(|&slot| slot < limit)
+}
+
 fn set_bit(words: &mut [u64], i: u64, on: bool) {
     let w = &mut words[(i / 64) as usize];
     if on {
@@ -381,12 +391,10 @@ impl Allocator {
                 let ChunkState::Small { taken, .. } = &mut st.chunks[chunk as usize] else {
                     unreachable!("a partial chunk is small");
                 };
-                let slot = (0..shape.objects)
-                    .find(|&i| !bit(taken, i))
-                    .expect("a partial chunk has a free slot");
+                let slot =
+                    first_clear(taken, shape.objects).expect("a partial chunk has a free slot");
                 set_bit(taken, slot, true);
-                let now_full = (0..shape.objects).all(|i| bit(taken, i));
-                if now_full {
+                if first_clear(taken, shape.objects).is_none() {
                     st.partial[class].remove(&chunk);
                 }
                 Ok(Reservation {

@@ -86,7 +86,7 @@ pub struct Heap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>
     layout: Layout,
     policy: FencePolicy,
     allocator: Allocator,
-    free_lanes: Mutex<Vec<usize>>,
+    lanes: Mutex<LanePool>,
     lane_freed: Condvar,
     counters: Counters,
     id: u64,
@@ -124,7 +124,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         }
         let allocator = Allocator::open(&pool, layout)?;
         Ok(Heap {
-            free_lanes: Mutex::new((0..layout.lanes as usize).rev().collect()),
+            lanes: Mutex::new(LanePool {
+                free: (0..layout.lanes as usize).rev().collect(),
+                waiting: 0,
+            }),
             lane_freed: Condvar::new(),
             pool,
             layout,
@@ -188,24 +191,27 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     }
 
     fn acquire_lane(&self) -> usize {
-        let mut free = self.free_lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(lane) = free.pop() {
+            if let Some(lane) = lanes.free.pop() {
                 return lane;
             }
-            free = self
+            lanes.waiting += 1;
+            lanes = self
                 .lane_freed
-                .wait(free)
+                .wait(lanes)
                 .unwrap_or_else(|p| p.into_inner());
+            lanes.waiting -= 1;
         }
     }
 
     fn release_lane(&self, lane: usize) {
-        self.free_lanes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(lane);
-        self.lane_freed.notify_one();
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes.free.push(lane);
+        // Waking costs a system call: only when a thread waits for a lane.
+        if lanes.waiting > 0 {
+            self.lane_freed.notify_one();
+        }
     }
 
     /// Run `f` as one transaction: all its writes persist together, or none does.
@@ -300,6 +306,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         c.nt_t_fences.fetch_add(nt_t_fences, Ordering::Relaxed);
         self.release_lane(lane);
     }
+}
+
+/// The lanes no transaction holds, and how many threads wait for one.
+struct LanePool {
+    free: Vec<usize>,
+    waiting: usize,
 }
 
 /// What a transaction needs of its heap, borrowed: keeps the pool holder `P` out of [`Tx`].

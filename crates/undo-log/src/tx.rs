@@ -64,8 +64,11 @@ pub(crate) struct TxState {
     pub generation: u64,
     /// Bytes of the lane's log used so far.
     pub log_used: u64,
-    /// Entries written (offset, len), for the coverage check.
+    /// Ranges snapshotted as (start, end), sorted by start, for the coverage check: a
+    /// transaction's snapshots are few, so a sorted vector beats a tree.
     pub snapshots: Vec<(u64, u64)>,
+    /// Log entries written.
+    pub entries: usize,
     /// Ranges written, to flush at commit.
     pub written: Vec<(u64, u64)>,
     /// The newest log entry's token, not yet ordered before any data write.
@@ -90,6 +93,7 @@ impl TxState {
             generation,
             log_used: 0,
             snapshots: Vec::new(),
+            entries: 0,
             written: Vec::new(),
             unordered_log: None,
             allocs: Vec::new(),
@@ -103,8 +107,18 @@ impl TxState {
     /// Whether `[offset, offset + len)` is already covered by one snapshot or one fresh
     /// allocation of this transaction.
     fn covered(&self, offset: u64, len: u64) -> bool {
-        let inside = |&(o, l): &(u64, u64)| offset >= o && offset + len <= o + l;
-        self.snapshots.iter().any(inside) || self.allocs.iter().any(|r| inside(&(r.offset, r.size)))
+        let end = offset + len;
+        // Only the snapshot with the greatest start at or before `offset` is asked: a range
+        // covered only by two snapshots together is logged again, which is harmless.
+        let at = self
+            .snapshots
+            .partition_point(|&(start, _)| start <= offset);
+        let in_snapshot = at > 0 && end <= self.snapshots[at - 1].1;
+        in_snapshot
+            || self
+                .allocs
+                .iter()
+                .any(|r| offset >= r.offset && end <= r.offset + r.size)
     }
 }
 
@@ -233,7 +247,14 @@ fn snapshot_in<B: Backend>(
     let at = heap.layout.lane_log(st.lane) + st.log_used;
     let token = pool.nt_write(at, &st.buf)?;
     st.log_used += needed;
-    st.snapshots.push((offset, len));
+    let at = st.snapshots.partition_point(|&(start, _)| start <= offset);
+    if at > 0 && st.snapshots[at - 1].0 == offset {
+        let reach = &mut st.snapshots[at - 1].1;
+        *reach = (*reach).max(offset + len);
+    } else {
+        st.snapshots.insert(at, (offset, offset + len));
+    }
+    st.entries += 1;
     match heap.policy {
         FencePolicy::Strict => {
             let _ = pool.fence(token);
@@ -332,11 +353,7 @@ pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resul
         layout.lane_log_bytes,
         st.generation,
     )?;
-    debug_assert_eq!(
-        entries.len(),
-        st.snapshots.len(),
-        "the log holds every snapshot"
-    );
+    debug_assert_eq!(entries.len(), st.entries, "the log holds every snapshot");
     lane::roll_back(pool, layout.lane_header(st.lane), st.generation, &entries)?;
     for r in st.allocs.drain(..) {
         heap.allocator.cancel(r);

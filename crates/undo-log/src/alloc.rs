@@ -9,8 +9,10 @@
 //! | 0 | free | - |
 //! | 1 | small objects of one size class | bits 8..16: the class |
 //! | 2 | head of a run of chunks (one large object) | bits 16..64: run length in chunks |
-//! | 3 | continuation of a run | - |
 //! | 4 | holds the chunk table itself | - |
+//!
+//! The words of a run's other chunks stay 0: the head's length covers them, so allocating or
+//! freeing a run of any length logs one 8-byte word.
 //!
 //! A small chunk starts with a bitmap (one bit per object, padded to a cache line), then its
 //! objects. Every change of a chunk word or a bitmap word is made inside the transaction that
@@ -37,7 +39,6 @@ use crate::TxError;
 const KIND_FREE: u64 = 0;
 const KIND_SMALL: u64 = 1;
 const KIND_RUN_HEAD: u64 = 2;
-const KIND_RUN_CONT: u64 = 3;
 const KIND_TABLE: u64 = 4;
 
 /// Smallest size class.
@@ -309,10 +310,11 @@ impl Allocator {
                         )));
                     }
                     for k in 1..n {
-                        if word(c + k) != KIND_RUN_CONT {
+                        if word(c + k) != 0 {
                             return Err(corrupt(format!(
-                                "chunk {} should continue the run at chunk {c}",
-                                c + k
+                                "chunk {} lies inside the run at chunk {c}, but its word is {:#x}",
+                                c + k,
+                                word(c + k)
                             )));
                         }
                     }
@@ -489,7 +491,7 @@ impl Allocator {
                 class, persistent, ..
             } => {
                 let shape = self.classes[*class];
-                if within < shape.header || (within - shape.header) % shape.object != 0 {
+                if within < shape.header || !(within - shape.header).is_multiple_of(shape.object) {
                     return Err(invalid("it is not the start of a block"));
                 }
                 let slot = (within - shape.header) / shape.object;
@@ -533,16 +535,17 @@ impl Allocator {
     /// The metadata writes that make `allocs` and `frees` persistent, computed under the lock,
     /// which the returned [`Publish`] keeps until the commit is durable.
     pub fn publish(&self, allocs: &[Reservation], frees: &[Block]) -> Result<Publish<'_>, TxError> {
-        let st = self.lock();
         let mut writes = Vec::new();
         if allocs.is_empty() && frees.is_empty() {
+            // Nothing to publish: take no lock, so commits without allocation run in parallel.
             return Ok(Publish {
-                state: st,
+                state: None,
                 writes,
                 released: Vec::new(),
                 allocs: Vec::new(),
             });
         }
+        let st = self.lock();
         // New bitmap words per chunk, starting from the persistent ones.
         let mut bitmaps: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
         for r in allocs {
@@ -574,16 +577,6 @@ impl Allocator {
                         bytes: (KIND_RUN_HEAD | chunks << 16).to_le_bytes().to_vec(),
                         logged: true,
                     });
-                    if chunks > 1 {
-                        let cont: Vec<u8> = (1..chunks)
-                            .flat_map(|_| KIND_RUN_CONT.to_le_bytes())
-                            .collect();
-                        writes.push(MetaWrite {
-                            offset: self.table_word(chunk + 1),
-                            bytes: cont,
-                            logged: true,
-                        });
-                    }
                 }
             }
         }
@@ -592,9 +585,9 @@ impl Allocator {
                 Place::Small { chunk, slot, .. } => {
                     set_bit(new_bitmap(&mut bitmaps, &st, chunk)?, slot, false);
                 }
-                Place::Run { chunk, chunks } => writes.push(MetaWrite {
+                Place::Run { chunk, .. } => writes.push(MetaWrite {
                     offset: self.table_word(chunk),
-                    bytes: vec![0; (chunks * 8) as usize],
+                    bytes: KIND_FREE.to_le_bytes().to_vec(),
                     logged: true,
                 }),
             }
@@ -655,7 +648,7 @@ impl Allocator {
             }
         }
         Ok(Publish {
-            state: st,
+            state: Some(st),
             writes,
             released,
             allocs: allocs.to_vec(),
@@ -796,7 +789,8 @@ fn new_bitmap<'m>(
 /// The metadata writes of one commit, holding the allocator's lock until
 /// [`Publish::committed`] (or until dropped, if the commit failed and will roll back).
 pub(crate) struct Publish<'a> {
-    state: MutexGuard<'a, State>,
+    /// The allocator's lock, held when there is something to publish.
+    state: Option<MutexGuard<'a, State>>,
     writes: Vec<MetaWrite>,
     /// Small chunks this commit returns to the free pool.
     released: Vec<u64>,
@@ -811,7 +805,9 @@ impl Publish<'_> {
 
     /// The commit is durable: update the DRAM state and release the lock.
     pub fn committed(mut self, frees: &[Block]) {
-        let st = &mut *self.state;
+        let Some(st) = self.state.as_deref_mut() else {
+            return;
+        };
         for r in &self.allocs {
             match r.place {
                 Place::Small { chunk, slot, .. } => {

@@ -236,11 +236,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
                 heap: self.parts(),
                 state,
             };
-            let result = f(&tx);
-            if result.is_err() {
+            // A nested failure dooms the whole transaction, even if the outer closure
+            // swallows it: an `Err`, or a panic it catches.
+            let result = catch_unwind(AssertUnwindSafe(|| f(&tx)));
+            if !matches!(result, Ok(Ok(_))) {
                 tx.state.borrow_mut().doomed = true;
             }
-            return result;
+            return result.unwrap_or_else(|panic| resume_unwind(panic));
         }
 
         let lane = self.acquire_lane();

@@ -97,10 +97,18 @@ impl Layout {
                 config.lanes
             )));
         }
-        if config.lane_log_bytes < 256 || config.lane_log_bytes % 64 != 0 {
+        if config.lane_log_bytes < 256 || !config.lane_log_bytes.is_multiple_of(64) {
             return Err(invalid(format!(
                 "lane log of {} bytes: it must be a multiple of 64, at least 256",
                 config.lane_log_bytes
+            )));
+        }
+        if config.lane_log_bytes > u32::MAX as u64 {
+            // A log entry stores its length in 32 bits.
+            return Err(invalid(format!(
+                "lane log of {} bytes: at most {} bytes are allowed",
+                config.lane_log_bytes,
+                u32::MAX as u64 / 64 * 64
             )));
         }
         if !config.chunk_size.is_power_of_two() || config.chunk_size < 4096 {
@@ -111,8 +119,9 @@ impl Layout {
         }
         let overflow = || invalid("the layout overflows 64 bits".into());
         let lanes_offset = align_up(start + SUPERBLOCK_LEN as u64, 64).ok_or_else(overflow)?;
-        let lanes_end = (LANE_HEADER + config.lane_log_bytes)
-            .checked_mul(config.lanes)
+        let lanes_end = LANE_HEADER
+            .checked_add(config.lane_log_bytes)
+            .and_then(|stride| stride.checked_mul(config.lanes))
             .and_then(|b| b.checked_add(lanes_offset))
             .ok_or_else(overflow)?;
         let alloc_offset = align_up(lanes_end, config.chunk_size).ok_or_else(overflow)?;

@@ -306,13 +306,21 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     // in between.
     let publish = heap.allocator.publish(&st.allocs, &st.frees)?;
     for w in publish.writes() {
-        if w.logged {
-            write_in(heap, st, w.offset, &w.bytes)?;
+        let done = if w.logged {
+            write_in(heap, st, w.offset, &w.bytes)
         } else {
             // Metadata of a chunk this transaction takes from the free pool: if it rolls back,
             // the chunk is free again and these bytes mean nothing, so they need no snapshot.
-            let _ = pool.write(w.offset, &w.bytes)?;
-            st.written.push((w.offset, w.bytes.len() as u64));
+            pool.write(w.offset, &w.bytes)
+                .map(|_| st.written.push((w.offset, w.bytes.len() as u64)))
+                .map_err(TxError::from)
+        };
+        if let Err(e) = done {
+            // The log is full (say): restore the metadata words already written while the
+            // lock is still held. Once it is released, another transaction may log and change
+            // the same words, and restoring them after that would undo its change.
+            undo(heap, st)?;
+            return Err(e);
         }
     }
     let mut pending: Option<Pending> = st.unordered_log.take().map(Pending::from);
@@ -339,11 +347,28 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
 /// Roll the transaction back: restore every snapshot and clean the lane, then give back
 /// reserved allocations.
 pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
+    undo(heap, st)?;
+    for r in st.allocs.drain(..) {
+        heap.allocator.cancel(r);
+    }
+    for b in st.frees.drain(..) {
+        heap.allocator.unclaim(&b);
+    }
+    Ok(())
+}
+
+/// Restore every snapshot of the transaction and clean its lane: the persistent half of an
+/// abort. Once it has succeeded the transaction has no log entries left, so a second call (the
+/// abort after a commit that failed and undid itself) does nothing.
+fn undo<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
     let pool = heap.pool;
     // Make the entries durable before restoring over them (only matters if we crash mid-abort:
     // recovery then needs them).
     if let Some(token) = st.unordered_log.take() {
         let _ = pool.fence(token);
+    }
+    if st.entries == 0 {
+        return Ok(());
     }
     let layout = heap.layout;
     let entries = lane::scan(
@@ -355,11 +380,6 @@ pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resul
     )?;
     debug_assert_eq!(entries.len(), st.entries, "the log holds every snapshot");
     lane::roll_back(pool, layout.lane_header(st.lane), st.generation, &entries)?;
-    for r in st.allocs.drain(..) {
-        heap.allocator.cancel(r);
-    }
-    for b in st.frees.drain(..) {
-        heap.allocator.unclaim(&b);
-    }
+    st.entries = 0;
     Ok(())
 }

@@ -133,7 +133,10 @@ fn freed_small_blocks_make_room_for_a_large_one() {
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(matches!(heap.transaction(|tx| tx.alloc(32 << 10)), Err(TxError::PoolFull { .. })));
+    assert!(matches!(
+        heap.transaction(|tx| tx.alloc(32 << 10)),
+        Err(TxError::PoolFull { .. })
+    ));
     for chunk in small.chunks(64) {
         heap.transaction(|tx| {
             for &p in chunk {

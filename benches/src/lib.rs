@@ -9,7 +9,9 @@
 //!   writes, non-temporal -> temporal ordering, the pool's persist vs raw instructions);
 //! * [`measure`]: side-by-side timing of a group of variants, with per-operation statistics;
 //! * [`machine`]: a description of the machine for report headers;
-//! * [`report`]: the results as a text table, JSON and markdown.
+//! * [`txbench`]: the transaction variants (K words per transaction, the Themis workloads of
+//!   seed 004 Table II, in-place vs out-of-place object updates) under each fence policy;
+//! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
 pub mod machine;
@@ -17,6 +19,7 @@ pub mod measure;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
+pub mod txbench;
 
 /// The README's example, compiled and run as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

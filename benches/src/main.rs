@@ -1,8 +1,10 @@
 //! `pmem-bench`: the project's main command.
 //!
-//! For now it compares the persistence primitives of `pmem-ordering` (see
-//! [`pmem_bench::primitives`]) on a pool in `/dev/shm` (else the temporary directory) with
-//! emulated granularity, and prints one table. The structures join the comparison as they land.
+//! It compares the persistence primitives of `pmem-ordering` (see [`pmem_bench::primitives`]),
+//! then undo-log transactions of `pmem-undo-log` (see [`pmem_bench::txbench`]): K words per
+//! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
+//! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
+//! granularity, and prints the tables. The structures join the comparison as they land.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -12,22 +14,30 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use pmem_bench::machine::{granularity_note, Machine};
-use pmem_bench::measure::{measure_group, Measurement, Plan};
+use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
-use pmem_bench::report::{Report, Setup};
+use pmem_bench::report::{Report, Setup, TxMeasurement};
+use pmem_bench::txbench::{self, TxRunner};
 use pmem_ordering::{Granularity, Isa, PoolError};
+use pmem_undo_log::TxError;
 
 /// The benchmark pool's file name inside the pool directory.
 const POOL_FILE: &str = "pmem-bench.pool";
+/// The prefix of the transaction variants' pool files (`{prefix}-{variant}.pool`).
+const TX_POOL_PREFIX: &str = "pmem-bench";
 
-/// Compare the persistence primitives of pmem-ordering and print one table.
+/// Compare the persistence primitives of pmem-ordering and undo-log transactions, and print the
+/// tables.
 ///
 /// Measures, side by side: one cache line written + flushed + fenced with each flush instruction
 /// the CPU has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
 /// 64 KiB; a non-temporal write followed by an ordered temporal write with and without the fence;
-/// and the pool's persist against the raw instructions. Per operation it reports the median time
-/// and the fences, flushes and bytes counted by the pool.
+/// and the pool's persist against the raw instructions. Then undo-log transactions under the
+/// strict, batched and ideal fence policies: K = 1..128 words per transaction, and the Themis
+/// workloads (SPS, LL, Hashmap, CQ, TATP, TPCC), with fences per transaction and the share of
+/// them that Themis removes; and in-place vs out-of-place object updates. Per operation it
+/// reports the median time and the fences, flushes and bytes counted.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
@@ -83,6 +93,8 @@ enum RunError {
     Setup(#[from] SetupError),
     #[error("a benchmark operation failed: {0}")]
     Pool(#[from] PoolError),
+    #[error("a benchmark transaction failed: {0}")]
+    Tx(#[from] TxError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -115,10 +127,9 @@ struct Progress {
 }
 
 impl Progress {
-    fn group(&self, index: usize, count: usize, group: Group, variants: usize, plan: &Plan) {
+    fn group(&self, index: usize, count: usize, name: &str, variants: usize, plan: &Plan) {
         eprintln!(
-            "[{index}/{count}] {}: {variants} variants x {} rounds",
-            group.name(),
+            "[{index}/{count}] {name}: {variants} variants x {} rounds",
             plan.reps
         );
     }
@@ -170,9 +181,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .map(|g| (g, variants(g)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
+    let tx_groups = txbench::groups();
+    let count = groups.len() + tx_groups.len();
     let mut measurements: Vec<Measurement> = Vec::new();
     for (i, (group, group_variants)) in groups.iter().enumerate() {
-        progress.group(i + 1, groups.len(), *group, group_variants.len(), &plan);
+        progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
         let mut prims = group_variants
             .iter()
             .map(|&v| Primitive::new(&file, v))
@@ -181,15 +194,44 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             progress.round(r, n)
         })?);
     }
+    let mut tx_measurements: Vec<TxMeasurement> = Vec::new();
+    for (i, (name, group_variants)) in tx_groups.iter().enumerate() {
+        progress.group(
+            groups.len() + i + 1,
+            count,
+            name,
+            group_variants.len(),
+            &plan,
+        );
+        // Fresh pool files for every group, removed when the runners drop at the loop's end.
+        let mut runners = group_variants
+            .iter()
+            .map(|&v| TxRunner::new(&dir, TX_POOL_PREFIX, v, cli.granularity.forced()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let timings = time_side_by_side(&mut runners, &plan, |r, n| progress.round(r, n))?;
+        tx_measurements.extend(
+            runners
+                .iter()
+                .zip(timings)
+                .map(|(r, timing)| TxMeasurement {
+                    variant: r.variant(),
+                    timing,
+                }),
+        );
+    }
     progress.done();
 
-    let report = Report::new(setup, &measurements);
+    let report = Report::new(setup, &measurements, &tx_measurements);
     println!("{}", report.header());
     println!("{}", report.method());
     println!();
     print!("{}", report.table());
     println!();
     print!("{}", report.legend());
+    println!();
+    println!("{}", report.tx_method());
+    println!();
+    print!("{}", report.tx_tables());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }

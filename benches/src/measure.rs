@@ -4,12 +4,17 @@
 //! batch ([`Plan::batch`]). Then the group runs [`Plan::reps`] rounds; in each round every variant
 //! runs one batch, in forward order on even rounds and reverse order on odd ones, so a drift of
 //! the machine (frequency, a neighbour's load) falls on all variants alike. A variant's time is
-//! the median of its rounds' ns per operation. The pool's per-thread counters are read around
-//! every timed batch, so the per-operation statistics cover exactly the timed operations.
+//! the median of its rounds' ns per operation. The pool's per-thread counters (and, for
+//! transactions, the heap's [`TxStats`]) are read around every timed batch, so the per-operation
+//! statistics cover exactly the timed operations.
+//!
+//! Anything that runs `n` operations on demand can be timed: see [`Runner`] and
+//! [`time_side_by_side`]; [`measure_group`] is that for the primitives.
 
 use std::time::{Duration, Instant};
 
 use pmem_ordering::{thread_stats, PoolError, Stats};
+use pmem_undo_log::TxStats;
 
 use crate::primitives::{Primitive, Variant};
 
@@ -93,8 +98,67 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
+/// Something [`time_side_by_side`] can time: it runs `n` operations on demand.
+pub trait Runner {
+    /// What a failed operation reports.
+    type Error;
+
+    /// Run `n` operations.
+    fn run(&mut self, n: u64) -> Result<(), Self::Error>;
+
+    /// The totals of the transactions run so far, for runners whose operations are
+    /// transactions on one heap; `None` otherwise.
+    fn tx_stats(&self) -> Option<TxStats> {
+        None
+    }
+}
+
+impl Runner for Primitive {
+    type Error = PoolError;
+
+    fn run(&mut self, n: u64) -> Result<(), PoolError> {
+        Primitive::run(self, n)
+    }
+}
+
+/// The timing of one runner of a group.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Operations per timed batch.
+    pub ops_per_sample: u64,
+    /// Nanoseconds per operation of each timed batch, in round order.
+    pub samples_ns_per_op: Vec<f64>,
+    /// The thread's counter deltas over all timed batches.
+    pub counted: Stats,
+    /// The heap's transaction totals over all timed batches, if the runner reports them.
+    pub tx: Option<TxStats>,
+}
+
+/// `after - before`, field by field.
+pub fn tx_delta(after: TxStats, before: TxStats) -> TxStats {
+    TxStats {
+        committed: after.committed.wrapping_sub(before.committed),
+        aborted: after.aborted.wrapping_sub(before.aborted),
+        fences: after.fences.wrapping_sub(before.fences),
+        nt_t_fences: after.nt_t_fences.wrapping_sub(before.nt_t_fences),
+    }
+}
+
+fn tx_sum(a: Option<TxStats>, b: Option<TxStats>) -> Option<TxStats> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(TxStats {
+            committed: a.committed + b.committed,
+            aborted: a.aborted + b.aborted,
+            fences: a.fences + b.fences,
+            nt_t_fences: a.nt_t_fences + b.nt_t_fences,
+        }),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 /// Warm `p` up and return how many operations make one batch.
-fn calibrate(p: &mut Primitive, plan: &Plan) -> Result<u64, PoolError> {
+fn calibrate<R: Runner>(p: &mut R, plan: &Plan) -> Result<u64, R::Error> {
     let start = Instant::now();
     let min_probe = (plan.batch / 10).max(Duration::from_micros(100));
     let mut n = 1u64;
@@ -112,48 +176,72 @@ fn calibrate(p: &mut Primitive, plan: &Plan) -> Result<u64, PoolError> {
     }
 }
 
+/// Time every runner of a group side by side (see the module's documentation).
+/// `progress(round, rounds)` is called after each round.
+pub fn time_side_by_side<R: Runner>(
+    runners: &mut [R],
+    plan: &Plan,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<Timing>, R::Error> {
+    let mut ops = Vec::with_capacity(runners.len());
+    for r in runners.iter_mut() {
+        ops.push(calibrate(r, plan)?);
+    }
+    let mut timings: Vec<Timing> = ops
+        .iter()
+        .map(|&ops_per_sample| Timing {
+            ops_per_sample,
+            samples_ns_per_op: Vec::with_capacity(plan.reps),
+            counted: Stats::default(),
+            tx: None,
+        })
+        .collect();
+    for round in 0..plan.reps {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..runners.len()).collect()
+        } else {
+            (0..runners.len()).rev().collect()
+        };
+        for i in order {
+            let tx_before = runners[i].tx_stats();
+            let before = thread_stats();
+            let t = Instant::now();
+            runners[i].run(ops[i])?;
+            let elapsed = t.elapsed();
+            let after = thread_stats();
+            let tx = runners[i]
+                .tx_stats()
+                .zip(tx_before)
+                .map(|(a, b)| tx_delta(a, b));
+            let timing = &mut timings[i];
+            timing.counted = timing.counted + (after - before);
+            timing.tx = tx_sum(timing.tx, tx);
+            timing
+                .samples_ns_per_op
+                .push(elapsed.as_nanos() as f64 / ops[i] as f64);
+        }
+        progress(round + 1, plan.reps);
+    }
+    Ok(timings)
+}
+
 /// Measure every primitive of a group side by side. `progress(round, rounds)` is called after
 /// each round.
 pub fn measure_group(
     prims: &mut [Primitive],
     plan: &Plan,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<Vec<Measurement>, PoolError> {
-    let mut ops = Vec::with_capacity(prims.len());
-    for p in prims.iter_mut() {
-        ops.push(calibrate(p, plan)?);
-    }
-    let mut samples = vec![Vec::with_capacity(plan.reps); prims.len()];
-    let mut counted = vec![Stats::default(); prims.len()];
-    for round in 0..plan.reps {
-        let order: Vec<usize> = if round % 2 == 0 {
-            (0..prims.len()).collect()
-        } else {
-            (0..prims.len()).rev().collect()
-        };
-        for i in order {
-            let before = thread_stats();
-            let t = Instant::now();
-            prims[i].run(ops[i])?;
-            let elapsed = t.elapsed();
-            let after = thread_stats();
-            counted[i] = counted[i] + (after - before);
-            samples[i].push(elapsed.as_nanos() as f64 / ops[i] as f64);
-        }
-        progress(round + 1, plan.reps);
-    }
+    let timings = time_side_by_side(prims, plan, progress)?;
     Ok(prims
         .iter()
-        .zip(ops)
-        .zip(samples.into_iter().zip(counted))
-        .map(
-            |((p, ops_per_sample), (samples_ns_per_op, counted))| Measurement {
-                variant: p.variant(),
-                ops_per_sample,
-                samples_ns_per_op,
-                counted: p.variant().is_counted().then_some(counted),
-            },
-        )
+        .zip(timings)
+        .map(|(p, t)| Measurement {
+            variant: p.variant(),
+            ops_per_sample: t.ops_per_sample,
+            samples_ns_per_op: t.samples_ns_per_op,
+            counted: p.variant().is_counted().then_some(t.counted),
+        })
         .collect())
 }
 

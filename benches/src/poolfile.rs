@@ -72,6 +72,14 @@ pub enum SetupError {
         /// Where the heap starts.
         heap: u64,
     },
+    /// The undo-log heap (or a structure in it) could not be set up in the pool.
+    #[error("cannot set up the benchmark heap in {path}: {source}")]
+    Heap {
+        /// The pool file.
+        path: PathBuf,
+        /// What went wrong.
+        source: pmem_undo_log::TxError,
+    },
     /// The raw mapping of the pool file failed.
     #[error("cannot map the benchmark pool {path} for raw access: {source}")]
     Map {

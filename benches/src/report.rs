@@ -1,10 +1,24 @@
-//! The results of a run, as a text table, JSON and markdown.
+//! The results of a run, as text tables, JSON and markdown.
+//!
+//! Four sections: the primitives (one row per variant, [`Row`]), then the transaction sections
+//! of [`crate::txbench`], whose rows put the variants compared side by side in one line: K words
+//! per transaction ([`TxRow`]), the Themis workloads ([`WorkloadRow`], with an average row) and
+//! object updates ([`ObjectRow`]).
 
 use serde::Serialize;
 
 use crate::machine::Machine;
-use crate::measure::{Measurement, Plan};
-use crate::primitives::{Group, Variant};
+use crate::measure::{Measurement, Plan, Timing};
+use crate::primitives::{size_label, Group, Variant};
+use crate::txbench::{
+    Section, TxVariant, Workload, OBJECTS, OBJECT_POLICY, OBJECT_SIZES, TX_POOL_SIZE, TX_WORDS,
+    WORDS,
+};
+use pmem_undo_log::FencePolicy;
+
+/// The share of fences Themis removes that seed 004 Sec. II-D reports, on average over its
+/// workloads.
+pub const PAPER_NT_T_SHARE: f64 = 0.917;
 
 /// Where and how the run was made.
 #[derive(Clone, Debug, Serialize)]
@@ -60,13 +74,149 @@ pub struct Row {
     pub samples_ns_per_op: Vec<f64>,
 }
 
+/// The measurements of one transaction variant.
+#[derive(Clone, Debug)]
+pub struct TxMeasurement {
+    /// What was measured.
+    pub variant: TxVariant,
+    /// Its timing and counters.
+    pub timing: Timing,
+}
+
+/// One transaction variant's results: per operation, i.e. per transaction.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// The variant's id.
+    pub variant: String,
+    /// The heap's fence policy.
+    pub policy: String,
+    /// Median nanoseconds per transaction.
+    pub ns_per_op: f64,
+    /// Transactions per second at the median time.
+    pub ops_per_sec: f64,
+    /// Fences per transaction (the heap's `TxStats`).
+    pub fences_per_op: f64,
+    /// Log-before-data (nt -> t) orderings per transaction that need a fence under the x86 model
+    /// (`TxStats::nt_t_fences`), issued or not.
+    pub nt_t_fences_per_op: f64,
+    /// Cache lines flushed per transaction.
+    pub flushes_per_op: f64,
+    /// Bytes written with non-temporal stores (the log) per transaction.
+    pub nt_bytes_per_op: f64,
+    /// Bytes sent to the media per transaction: flushed lines plus non-temporal bytes.
+    pub bytes_to_media_per_op: f64,
+    /// Transactions per timed batch.
+    pub ops_per_sample: u64,
+    /// Nanoseconds per transaction of each timed batch.
+    pub samples_ns_per_op: Vec<f64>,
+}
+
+impl TxMeasurement {
+    /// Median nanoseconds per transaction.
+    pub fn median_ns(&self) -> f64 {
+        crate::measure::median(&self.timing.samples_ns_per_op)
+    }
+
+    /// The results as a report cell.
+    pub fn cell(&self) -> Cell {
+        let t = &self.timing;
+        let ops = (t.ops_per_sample * t.samples_ns_per_op.len() as u64).max(1) as f64;
+        let tx = t.tx.unwrap_or_default();
+        let ns = self.median_ns();
+        Cell {
+            variant: self.variant.id(),
+            policy: self.variant.policy().name().to_string(),
+            ns_per_op: ns,
+            ops_per_sec: 1e9 / ns,
+            fences_per_op: tx.fences as f64 / ops,
+            nt_t_fences_per_op: tx.nt_t_fences as f64 / ops,
+            flushes_per_op: t.counted.flushes as f64 / ops,
+            nt_bytes_per_op: t.counted.nt_bytes as f64 / ops,
+            bytes_to_media_per_op: t.counted.bytes_to_media() as f64 / ops,
+            ops_per_sample: t.ops_per_sample,
+            samples_ns_per_op: t.samples_ns_per_op.clone(),
+        }
+    }
+}
+
+/// K words per transaction under the three policies.
+#[derive(Clone, Debug, Serialize)]
+pub struct TxRow {
+    /// Words snapshot and written per transaction.
+    pub words: u64,
+    /// Under the strict policy.
+    pub strict: Cell,
+    /// Under the batched policy.
+    pub batched: Cell,
+    /// Under the ideal policy.
+    pub ideal: Cell,
+    /// Batched time over strict time (below 1: faster).
+    pub batched_over_strict: f64,
+    /// Ideal time over strict time.
+    pub ideal_over_strict: f64,
+}
+
+/// One Themis workload under the three policies.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadRow {
+    /// The paper's name for it.
+    pub workload: String,
+    /// What one transaction does.
+    pub description: String,
+    /// Under the strict policy.
+    pub strict: Cell,
+    /// Under the batched policy.
+    pub batched: Cell,
+    /// Under the ideal policy.
+    pub ideal: Cell,
+    /// Of the fences strict issues, the share that only order a log entry before its data
+    /// (nt -> t): the ones Themis removes.
+    pub nt_t_share: f64,
+    /// Strict time over batched time (above 1: batched is faster).
+    pub speedup_batched: f64,
+    /// Strict time over ideal time.
+    pub speedup_ideal: f64,
+}
+
+/// Means over the workloads.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadAverage {
+    /// Mean nt -> t share (seed 004 Sec. II-D: 91.7%).
+    pub nt_t_share: f64,
+    /// Mean batched speedup.
+    pub speedup_batched: f64,
+    /// Mean ideal speedup (seed 004 Fig. 3: 1.67x on its real-hardware runs).
+    pub speedup_ideal: f64,
+}
+
+/// In-place vs out-of-place update of one object size.
+#[derive(Clone, Debug, Serialize)]
+pub struct ObjectRow {
+    /// Bytes of the object.
+    pub bytes: u64,
+    /// Snapshot + overwrite.
+    pub in_place: Cell,
+    /// Allocate + write + swing the pointer + free.
+    pub out_of_place: Cell,
+    /// Out-of-place time over in-place time.
+    pub out_over_in: f64,
+}
+
 /// A whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// Where and how.
     pub setup: Setup,
-    /// One row per variant, in report order.
+    /// One row per primitive variant, in report order.
     pub rows: Vec<Row>,
+    /// One row per K words per transaction.
+    pub transactions: Vec<TxRow>,
+    /// One row per Themis workload.
+    pub workloads: Vec<WorkloadRow>,
+    /// Means over the workloads (`None` if none was measured).
+    pub workload_average: Option<WorkloadAverage>,
+    /// One row per object size.
+    pub objects: Vec<ObjectRow>,
 }
 
 impl Setup {
@@ -97,8 +247,10 @@ impl Setup {
 }
 
 impl Report {
-    /// Build the rows from the measurements of every group, in order.
-    pub fn new(setup: Setup, measurements: &[Measurement]) -> Report {
+    /// Build the rows from the measurements of every group, in order: the primitives'
+    /// `measurements`, and the transaction sections' `tx` (rows whose variants were not all
+    /// measured are left out).
+    pub fn new(setup: Setup, measurements: &[Measurement], tx: &[TxMeasurement]) -> Report {
         let find = |v: Variant| measurements.iter().find(|m| m.variant == v);
         let rows = measurements
             .iter()
@@ -122,7 +274,80 @@ impl Report {
                 }
             })
             .collect();
-        Report { setup, rows }
+        let cell = |v: TxVariant| tx.iter().find(|m| m.variant == v).map(|m| m.cell());
+        let policies = |make: &dyn Fn(FencePolicy) -> TxVariant| {
+            Some((
+                cell(make(FencePolicy::Strict))?,
+                cell(make(FencePolicy::Batched))?,
+                cell(make(FencePolicy::Ideal))?,
+            ))
+        };
+        let transactions: Vec<TxRow> = TX_WORDS
+            .iter()
+            .filter_map(|&k| {
+                let (strict, batched, ideal) = policies(&|policy| TxVariant::Words { k, policy })?;
+                Some(TxRow {
+                    words: k,
+                    batched_over_strict: batched.ns_per_op / strict.ns_per_op,
+                    ideal_over_strict: ideal.ns_per_op / strict.ns_per_op,
+                    strict,
+                    batched,
+                    ideal,
+                })
+            })
+            .collect();
+        let workloads: Vec<WorkloadRow> = Workload::ALL
+            .iter()
+            .filter_map(|&workload| {
+                let (strict, batched, ideal) =
+                    policies(&|policy| TxVariant::Workload { workload, policy })?;
+                Some(WorkloadRow {
+                    workload: workload.name().to_string(),
+                    description: workload.description(),
+                    nt_t_share: strict.nt_t_fences_per_op / strict.fences_per_op,
+                    speedup_batched: strict.ns_per_op / batched.ns_per_op,
+                    speedup_ideal: strict.ns_per_op / ideal.ns_per_op,
+                    strict,
+                    batched,
+                    ideal,
+                })
+            })
+            .collect();
+        let mean = |f: fn(&WorkloadRow) -> f64| {
+            workloads.iter().map(f).sum::<f64>() / workloads.len() as f64
+        };
+        let workload_average = (!workloads.is_empty()).then(|| WorkloadAverage {
+            nt_t_share: mean(|w| w.nt_t_share),
+            speedup_batched: mean(|w| w.speedup_batched),
+            speedup_ideal: mean(|w| w.speedup_ideal),
+        });
+        let objects = OBJECT_SIZES
+            .iter()
+            .filter_map(|&bytes| {
+                let in_place = cell(TxVariant::Object {
+                    bytes,
+                    out_of_place: false,
+                })?;
+                let out_of_place = cell(TxVariant::Object {
+                    bytes,
+                    out_of_place: true,
+                })?;
+                Some(ObjectRow {
+                    bytes,
+                    out_over_in: out_of_place.ns_per_op / in_place.ns_per_op,
+                    in_place,
+                    out_of_place,
+                })
+            })
+            .collect();
+        Report {
+            setup,
+            rows,
+            transactions,
+            workloads,
+            workload_average,
+            objects,
+        }
     }
 
     /// The header line: machine, instructions, pool and what its granularity means.
@@ -202,62 +427,244 @@ impl Report {
     /// The results as an aligned text table (text columns left, numbers right).
     pub fn table(&self) -> String {
         let (header, rows) = self.cells();
-        let left = |col: usize| matches!(col, 0 | 1 | 5);
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
+        align(&header, &rows, |col| matches!(col, 0 | 1 | 5), true)
+    }
+
+    /// How the transaction sections were measured.
+    pub fn tx_method(&self) -> String {
+        format!(
+            "Transactions: each variant on its own heap (HeapConfig::default(): 8 lanes of 64 KiB \
+             logs, 256 KiB chunks) in a fresh {} MiB pool file in the same directory, same \
+             granularity; ns/tx: median of {} batches of ~{} ms, the variants of one K, one \
+             workload or one size interleaved; fences/tx and nt->t from the heap's TxStats, media \
+             bytes (flushed + nt) from thread_stats, over the timed batches",
+            TX_POOL_SIZE >> 20,
+            self.setup.reps,
+            self.setup.batch_ms
+        )
+    }
+
+    fn tx_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "K",
+            "strict ns/tx",
+            "batched ns/tx",
+            "ideal ns/tx",
+            "fences strict",
+            "fences batched",
+            "fences ideal",
+            "batched/strict",
+            "ideal/strict",
+        ];
+        let rows = self
+            .transactions
+            .iter()
+            .map(|r| {
+                vec![
+                    r.words.to_string(),
+                    format_ns(r.strict.ns_per_op),
+                    format_ns(r.batched.ns_per_op),
+                    format_ns(r.ideal.ns_per_op),
+                    format!("{:.2}", r.strict.fences_per_op),
+                    format!("{:.2}", r.batched.fences_per_op),
+                    format!("{:.2}", r.ideal.fences_per_op),
+                    format!("{:.2}", r.batched_over_strict),
+                    format!("{:.2}", r.ideal_over_strict),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+
+    fn workload_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "workload",
+            "strict ns/tx",
+            "batched ns/tx",
+            "ideal ns/tx",
+            "fences strict",
+            "fences batched",
+            "nt->t share",
+            "speedup batched",
+            "speedup ideal",
+        ];
+        let mut rows: Vec<Vec<String>> = self
+            .workloads
+            .iter()
+            .map(|r| {
+                vec![
+                    r.workload.clone(),
+                    format_ns(r.strict.ns_per_op),
+                    format_ns(r.batched.ns_per_op),
+                    format_ns(r.ideal.ns_per_op),
+                    format!("{:.2}", r.strict.fences_per_op),
+                    format!("{:.2}", r.batched.fences_per_op),
+                    format_share(r.nt_t_share),
+                    format!("{:.2}x", r.speedup_batched),
+                    format!("{:.2}x", r.speedup_ideal),
+                ]
+            })
+            .collect();
+        if let Some(a) = &self.workload_average {
+            rows.push(vec![
+                "average".to_string(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format_share(a.nt_t_share),
+                format!("{:.2}x", a.speedup_batched),
+                format!("{:.2}x", a.speedup_ideal),
+            ]);
         }
-        let line = |cells: Vec<String>| {
-            let parts: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    if left(i) {
-                        format!("{c:<w$}", w = widths[i])
-                    } else {
-                        format!("{c:>w$}", w = widths[i])
-                    }
-                })
-                .collect();
-            parts.join("  ").trim_end().to_string()
-        };
-        let mut out = line(header.iter().map(|h| h.to_string()).collect());
-        out.push('\n');
-        let mut previous_group: Option<String> = None;
-        for row in rows {
-            if previous_group.as_ref().is_some_and(|g| *g != row[0]) {
+        (header, rows)
+    }
+
+    fn object_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "size",
+            "in-place ns/op",
+            "out-of-place ns/op",
+            "out/in",
+            "fences in",
+            "fences out",
+            "media B in",
+            "media B out",
+        ];
+        let rows = self
+            .objects
+            .iter()
+            .map(|r| {
+                vec![
+                    size_label(r.bytes as usize),
+                    format_ns(r.in_place.ns_per_op),
+                    format_ns(r.out_of_place.ns_per_op),
+                    format!("{:.2}", r.out_over_in),
+                    format!("{:.2}", r.in_place.fences_per_op),
+                    format!("{:.2}", r.out_of_place.fences_per_op),
+                    format!("{:.0}", r.in_place.bytes_to_media_per_op),
+                    format!("{:.0}", r.out_of_place.bytes_to_media_per_op),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+
+    /// The title of a transaction section.
+    fn section_title(section: Section) -> String {
+        match section {
+            Section::TxWords => format!(
+                "{}: one transaction snapshots K random words of a {} Ki-word array, then \
+                 writes them",
+                section.name(),
+                WORDS >> 10
+            ),
+            Section::ThemisWorkloads => format!(
+                "{}: seed 004 Table II, one transaction per operation",
+                section.name()
+            ),
+            Section::ObjectUpdate => format!(
+                "{}: replace a whole object, {} objects round robin, {} policy",
+                section.name(),
+                OBJECTS,
+                OBJECT_POLICY.name()
+            ),
+        }
+    }
+
+    fn section_cells(&self, section: Section) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        match section {
+            Section::TxWords => self.tx_cells(),
+            Section::ThemisWorkloads => self.workload_cells(),
+            Section::ObjectUpdate => self.object_cells(),
+        }
+    }
+
+    /// What the columns of a transaction section mean.
+    fn section_legend(&self, section: Section) -> Vec<String> {
+        match section {
+            Section::TxWords => vec![
+                "fences: per transaction; strict fences each log entry (K + 2), batched once for \
+                 all of them (3), ideal never (2, not crash safe)"
+                    .to_string(),
+                "batched/strict, ideal/strict: time over strict time (below 1: faster)".to_string(),
+            ],
+            Section::ThemisWorkloads => {
+                let mut out: Vec<String> = self
+                    .workloads
+                    .iter()
+                    .map(|w| format!("{}: {}", w.workload, w.description))
+                    .collect();
+                out.push(format!(
+                    "nt->t share: of the fences strict issues, those that only order a log entry \
+                     before its data (TxStats::nt_t_fences / fences): the ones Themis removes; \
+                     seed 004 Sec. II-D: {} on average over its workloads",
+                    format_share(PAPER_NT_T_SHARE)
+                ));
+                out.push(
+                    "speedup: strict ns/tx over the policy's; average: arithmetic means (seed 004 \
+                     Fig. 3: ideal 1.67x on average on its machine)"
+                        .to_string(),
+                );
+                out
+            }
+            Section::ObjectUpdate => vec![
+                "in-place: snapshot the object into the log, overwrite it; out-of-place: allocate \
+                 a block, write it, swing the 8-byte pointer, free the old block (seed 004's \
+                 undo log vs a copy-on-write update)"
+                    .to_string(),
+                "media B: bytes flushed plus bytes stored non-temporally, per update".to_string(),
+            ],
+        }
+    }
+
+    fn sections(&self) -> Vec<Section> {
+        Section::ALL
+            .into_iter()
+            .filter(|&s| !self.section_cells(s).1.is_empty())
+            .collect()
+    }
+
+    /// The transaction sections as text: for each, a title, an aligned table and its legend.
+    pub fn tx_tables(&self) -> String {
+        let mut out = String::new();
+        for section in self.sections() {
+            let (header, rows) = self.section_cells(section);
+            out.push_str(&Report::section_title(section));
+            out.push_str("\n\n");
+            out.push_str(&align(&header, &rows, |col| col == 0, false));
+            out.push('\n');
+            for line in self.section_legend(section) {
+                out.push_str(&line);
                 out.push('\n');
             }
-            previous_group = Some(row[0].clone());
-            out.push_str(&line(row));
             out.push('\n');
         }
         out
     }
 
-    /// The header, method and table as markdown.
+    /// The header, method and tables as markdown.
     pub fn markdown(&self) -> String {
         let (header, rows) = self.cells();
         let mut out = format!("{}\n\n{}\n\n", self.header(), self.method());
-        out.push_str(&format!("| {} |\n", header.join(" | ")));
-        let rule: Vec<&str> = (0..header.len())
-            .map(|i| {
-                if matches!(i, 0 | 1 | 5) {
-                    "---"
-                } else {
-                    "---:"
-                }
-            })
-            .collect();
-        out.push_str(&format!("| {} |\n", rule.join(" | ")));
-        for row in rows {
-            out.push_str(&format!("| {} |\n", row.join(" | ")));
-        }
+        out.push_str(&markdown_table(&header, &rows, |i| matches!(i, 0 | 1 | 5)));
         out.push('\n');
         for line in self.legend().lines() {
             out.push_str(&format!("- {line}\n"));
+        }
+        let sections = self.sections();
+        if !sections.is_empty() {
+            out.push_str(&format!("\n{}\n", self.tx_method()));
+        }
+        for section in sections {
+            let (header, rows) = self.section_cells(section);
+            out.push_str(&format!("\n**{}**\n\n", Report::section_title(section)));
+            out.push_str(&markdown_table(&header, &rows, |i| i == 0));
+            out.push('\n');
+            for line in self.section_legend(section) {
+                out.push_str(&format!("- {line}\n"));
+            }
         }
         out
     }
@@ -266,6 +673,67 @@ impl Report {
     pub fn to_json(&self) -> serde_json::Result<String> {
         serde_json::to_string_pretty(self)
     }
+}
+
+/// An aligned text table: the columns `left` says are text go left, the others right; with
+/// `blank_between_groups`, a blank line separates rows whose first cell differs.
+fn align(
+    header: &[&str],
+    rows: &[Vec<String>],
+    left: impl Fn(usize) -> bool,
+    blank_between_groups: bool,
+) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if left(i) {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        parts.join("  ").trim_end().to_string()
+    };
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut out = line(&header);
+    out.push('\n');
+    let mut previous_group: Option<&String> = None;
+    for row in rows {
+        if blank_between_groups && previous_group.is_some_and(|g| *g != row[0]) {
+            out.push('\n');
+        }
+        previous_group = Some(&row[0]);
+        out.push_str(&line(row));
+        out.push('\n');
+    }
+    out
+}
+
+/// A markdown table: header, rule (text columns per `left` aligned left) and rows.
+fn markdown_table(header: &[&str], rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> String {
+    let mut out = format!("| {} |\n", header.join(" | "));
+    let rule: Vec<&str> = (0..header.len())
+        .map(|i| if left(i) { "---" } else { "---:" })
+        .collect();
+    out.push_str(&format!("| {} |\n", rule.join(" | ")));
+    for row in rows {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
+}
+
+/// A share as a percentage with one decimal.
+fn format_share(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
 }
 
 /// Nanoseconds with three significant digits or more.
@@ -294,7 +762,7 @@ fn format_rate(per_sec: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{format_ns, format_rate};
+    use super::{align, format_ns, format_rate, format_share};
 
     #[test]
     fn numbers_are_formatted_with_units() {
@@ -305,5 +773,23 @@ mod tests {
         assert_eq!(format_rate(12_345.0), "12.3 k");
         assert_eq!(format_rate(3e9), "3.00 G");
         assert_eq!(format_rate(12.0), "12");
+        assert_eq!(format_share(0.917), "91.7%");
+    }
+
+    #[test]
+    fn tables_align_text_left_and_numbers_right() {
+        let rows = vec![
+            vec!["a".to_string(), "1".to_string()],
+            vec!["a".to_string(), "100".to_string()],
+            vec!["bb".to_string(), "2".to_string()],
+        ];
+        assert_eq!(
+            align(&["name", "n"], &rows, |c| c == 0, true),
+            "name    n\na       1\na     100\n\nbb      2\n"
+        );
+        assert_eq!(
+            align(&["name", "n"], &rows, |c| c == 0, false),
+            "name    n\na       1\na     100\nbb      2\n"
+        );
     }
 }

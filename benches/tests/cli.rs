@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
+use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
 use serde_json::Value;
 
 fn pmem_bench(args: &[&str]) -> Output {
@@ -92,16 +93,90 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         }
     }
 
+    check_transaction_sections(&report, &stdout);
+
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
+    // Each table has a header and a rule; the workloads' has an average row too.
+    let table_lines = (rows.len() + 2)
+        + (TX_WORDS.len() + 2)
+        + (Workload::ALL.len() + 3)
+        + (OBJECT_SIZES.len() + 2);
     assert_eq!(
         md.lines().filter(|l| l.starts_with("| ")).count(),
-        rows.len() + 2,
-        "header, rule and one line per row:\n{md}"
+        table_lines,
+        "header, rule and one line per row of each table:\n{md}"
     );
     let left: Vec<_> = std::fs::read_dir(pool_dir.path())
         .expect("list the pool directory")
         .collect();
     assert!(left.is_empty(), "the pool file was not removed: {left:?}");
+}
+
+/// A cell of the transaction sections: positive time, rate and batch; fences counted.
+fn check_cell(cell: &Value) {
+    for key in [
+        "ns_per_op",
+        "ops_per_sec",
+        "ops_per_sample",
+        "fences_per_op",
+        "bytes_to_media_per_op",
+    ] {
+        positive(cell, key);
+    }
+    let samples = cell["samples_ns_per_op"].as_array().expect("samples");
+    assert!(!samples.is_empty());
+    assert!(samples.iter().all(|s| s.as_f64().is_some_and(|x| x > 0.0)));
+}
+
+fn check_transaction_sections(report: &Value, stdout: &str) {
+    let policies = ["strict", "batched", "ideal"];
+    let tx = report["transactions"].as_array().expect("transactions");
+    assert_eq!(tx.len(), TX_WORDS.len(), "one row per K");
+    for (row, k) in tx.iter().zip(TX_WORDS) {
+        assert_eq!(row["words"].as_u64(), Some(k), "{row}");
+        for p in policies {
+            check_cell(&row[p]);
+        }
+        positive(row, "batched_over_strict");
+        positive(row, "ideal_over_strict");
+        // The fence counts are exact (crates/undo-log/tests/fences.rs): K + 2, 3, 2.
+        let fences = |p: &str| row[p]["fences_per_op"].as_f64().unwrap();
+        assert_eq!(fences("strict"), (k + 2) as f64, "{row}");
+        assert_eq!(fences("batched"), 3.0, "{row}");
+        assert_eq!(fences("ideal"), 2.0, "{row}");
+    }
+
+    let workloads = report["workloads"].as_array().expect("workloads");
+    assert_eq!(workloads.len(), Workload::ALL.len(), "one row per workload");
+    for (row, w) in workloads.iter().zip(Workload::ALL) {
+        assert_eq!(row["workload"], w.name(), "{row}");
+        for p in policies {
+            check_cell(&row[p]);
+        }
+        let share = positive(row, "nt_t_share");
+        assert!(share <= 1.0, "{row}");
+        positive(row, "speedup_batched");
+        positive(row, "speedup_ideal");
+        let fences = |p: &str| row[p]["fences_per_op"].as_f64().unwrap();
+        assert!(fences("batched") <= fences("strict"), "{row}");
+        assert!(stdout.contains(&format!("\n{} ", w.name())), "{stdout}");
+    }
+    let average = &report["workload_average"];
+    let share = positive(average, "nt_t_share");
+    assert!(share <= 1.0);
+    positive(average, "speedup_batched");
+    positive(average, "speedup_ideal");
+    assert!(stdout.contains("nt->t share"), "{stdout}");
+    assert!(stdout.contains("\naverage "), "{stdout}");
+
+    let objects = report["objects"].as_array().expect("objects");
+    assert_eq!(objects.len(), OBJECT_SIZES.len(), "one row per size");
+    for (row, bytes) in objects.iter().zip(OBJECT_SIZES) {
+        assert_eq!(row["bytes"].as_u64(), Some(bytes), "{row}");
+        check_cell(&row["in_place"]);
+        check_cell(&row["out_of_place"]);
+        positive(row, "out_over_in");
+    }
 }
 
 #[test]

@@ -1,0 +1,638 @@
+//! The transaction variants compared by `pmem-bench` and by the `undo_log` criterion bench.
+//!
+//! Three sections, each made of groups whose variants run side by side:
+//!
+//! * [`Section::TxWords`]: a transaction that snapshots K random words, then writes them
+//!   (K = 1, 2, 8, 32, 128), under the strict, batched and ideal fence policies. The K words are
+//!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
+//!   libpmemobj's figures for the same transaction are quoted in the README;
+//! * [`Section::ThemisWorkloads`]: the workloads of seed 004 Table II
+//!   ([`pmem_undo_log::workloads`]), one transaction per operation, under the same three
+//!   policies;
+//! * [`Section::ObjectUpdate`]: an object replaced in place (snapshot + overwrite) or out of
+//!   place (allocate, write, swing the pointer, free the old one), 64 B to 4 KiB, under the
+//!   batched policy, round robin over [`OBJECTS`] objects.
+//!
+//! Every variant runs on its own heap, in its own fresh pool file (named after the variant, in
+//! the run's pool directory, removed when the runner is dropped), so the variants of a group do
+//! not share a heap and can be interleaved.
+//!
+//! The randomly accessed data (the word array, the SPS array, the TATP and TPCC tables) is kept
+//! at 512 KiB or less, within a core's L2 cache: with megabytes of it, a cache and TLB miss per
+//! word (hundreds of ns on a VM with nested paging) dominates every variant alike and hides the
+//! persistence costs being compared.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pmem_ordering::{Granularity, PoolOptions};
+use pmem_undo_log::workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES, MAX_QUANTITY};
+use pmem_undo_log::workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
+use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig, TxError, TxStats};
+
+use crate::measure::Runner;
+use crate::poolfile::{PoolFile, SetupError};
+use crate::primitives::size_label;
+
+/// Size of each variant's pool.
+pub const TX_POOL_SIZE: u64 = 32 << 20;
+/// The K of [`Section::TxWords`].
+pub const TX_WORDS: [u64; 5] = [1, 2, 8, 32, 128];
+/// Words of the array the [`Section::TxWords`] transactions write.
+pub const WORDS: u64 = 1 << 16;
+/// The policies compared: the baseline, the batched fences, and no nt -> t fence at all.
+pub const POLICIES: [FencePolicy; 3] = [
+    FencePolicy::Strict,
+    FencePolicy::Batched,
+    FencePolicy::Ideal,
+];
+/// The object sizes of [`Section::ObjectUpdate`].
+pub const OBJECT_SIZES: [u64; 4] = [64, 256, 1024, 4096];
+/// Objects updated round robin in [`Section::ObjectUpdate`].
+pub const OBJECTS: u64 = 256;
+/// The policy of [`Section::ObjectUpdate`].
+pub const OBJECT_POLICY: FencePolicy = FencePolicy::Batched;
+
+/// Entries of the SPS array.
+pub const SPS_LEN: u64 = 1 << 16;
+/// Swaps per SPS transaction (2 logged stores each: seed 004 Fig. 8 shows SPS transactions of
+/// over a hundred stores).
+pub const SPS_SWAPS: usize = 64;
+/// Key range of the linked list; half of it is in the list at any time.
+pub const LIST_KEYS: u64 = 256;
+/// Key range of the hash map; half of it is in the map at any time.
+pub const MAP_KEYS: u64 = 4096;
+/// Buckets of the hash map.
+pub const MAP_BUCKETS: u64 = 1024;
+/// Values in the queue before the run (it stays within one of that).
+pub const QUEUE_LEN: u64 = 1024;
+/// Subscribers of the TATP table.
+pub const TATP_SUBSCRIBERS: u64 = 8_000;
+
+/// A section of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Section {
+    /// K words per transaction, per policy.
+    TxWords,
+    /// The Themis workloads, per policy.
+    ThemisWorkloads,
+    /// In-place vs out-of-place object updates, per size.
+    ObjectUpdate,
+}
+
+impl Section {
+    /// Every section, in report order.
+    pub const ALL: [Section; 3] = [
+        Section::TxWords,
+        Section::ThemisWorkloads,
+        Section::ObjectUpdate,
+    ];
+
+    /// The section's name in reports and criterion group names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::TxWords => "tx_words",
+            Section::ThemisWorkloads => "themis_workloads",
+            Section::ObjectUpdate => "object_update",
+        }
+    }
+}
+
+/// A workload of seed 004 Table II.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// Swap random entries of an array.
+    Sps,
+    /// Insert/delete nodes in a sorted linked list.
+    List,
+    /// Insert/delete entries in a chained hash map.
+    Hashmap,
+    /// Enqueue/dequeue nodes of a queue.
+    Queue,
+    /// TATP `update_location`.
+    Tatp,
+    /// TPCC `new_order`.
+    Tpcc,
+}
+
+impl Workload {
+    /// Every workload, in report order.
+    pub const ALL: [Workload; 6] = [
+        Workload::Sps,
+        Workload::List,
+        Workload::Hashmap,
+        Workload::Queue,
+        Workload::Tatp,
+        Workload::Tpcc,
+    ];
+
+    /// The paper's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Sps => "SPS",
+            Workload::List => "LL",
+            Workload::Hashmap => "Hashmap",
+            Workload::Queue => "CQ",
+            Workload::Tatp => "TATP",
+            Workload::Tpcc => "TPCC",
+        }
+    }
+
+    /// What one transaction does.
+    pub fn description(self) -> String {
+        match self {
+            Workload::Sps => format!(
+                "swap {SPS_SWAPS} random pairs of a {} Ki-entry array",
+                SPS_LEN >> 10
+            ),
+            Workload::List => format!(
+                "insert or delete a random key of 0..{LIST_KEYS} in a sorted linked list (about \
+                 half present)"
+            ),
+            Workload::Hashmap => format!(
+                "insert or delete a random key of 0..{MAP_KEYS} in a chained hash map of \
+                 {MAP_BUCKETS} buckets (about half present)"
+            ),
+            Workload::Queue => {
+                format!("enqueue and dequeue in turn on a linked queue of about {QUEUE_LEN} values")
+            }
+            Workload::Tatp => {
+                format!("update_location of a random subscriber of {TATP_SUBSCRIBERS} (one store)")
+            }
+            Workload::Tpcc => {
+                let c = TpccConfig::default();
+                format!(
+                    "new_order of 5..=15 random items of {} in a random district of {} \
+                     (order + lines allocated, the order {} back freed)",
+                    c.items, c.districts, c.orders_kept
+                )
+            }
+        }
+    }
+}
+
+/// One variant measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TxVariant {
+    /// K random words snapshot, then written, in one transaction.
+    Words {
+        /// Words per transaction.
+        k: u64,
+        /// The fence policy.
+        policy: FencePolicy,
+    },
+    /// One transaction of a Themis workload.
+    Workload {
+        /// The workload.
+        workload: Workload,
+        /// The fence policy.
+        policy: FencePolicy,
+    },
+    /// One object update.
+    Object {
+        /// Bytes of the object.
+        bytes: u64,
+        /// Out of place (allocate, swing, free) rather than in place (snapshot, overwrite).
+        out_of_place: bool,
+    },
+}
+
+impl TxVariant {
+    /// The section the variant belongs to.
+    pub fn section(self) -> Section {
+        match self {
+            TxVariant::Words { .. } => Section::TxWords,
+            TxVariant::Workload { .. } => Section::ThemisWorkloads,
+            TxVariant::Object { .. } => Section::ObjectUpdate,
+        }
+    }
+
+    /// The fence policy of the variant's heap.
+    pub fn policy(self) -> FencePolicy {
+        match self {
+            TxVariant::Words { policy, .. } | TxVariant::Workload { policy, .. } => policy,
+            TxVariant::Object { .. } => OBJECT_POLICY,
+        }
+    }
+
+    /// Criterion's function id: the policy, the workload, or the update kind.
+    pub fn function(self) -> String {
+        match self {
+            TxVariant::Words { policy, .. } => policy.name().to_string(),
+            TxVariant::Workload { workload, .. } => workload.name().to_string(),
+            TxVariant::Object { out_of_place, .. } => if out_of_place {
+                "out-of-place"
+            } else {
+                "in-place"
+            }
+            .to_string(),
+        }
+    }
+
+    /// Criterion's parameter: the word count, the policy, or the size.
+    pub fn parameter(self) -> String {
+        match self {
+            TxVariant::Words { k, .. } => format!("{k} words"),
+            TxVariant::Workload { policy, .. } => policy.name().to_string(),
+            TxVariant::Object { bytes, .. } => size_label(bytes as usize),
+        }
+    }
+
+    /// A unique, readable id.
+    pub fn id(self) -> String {
+        format!("{} {}", self.function(), self.parameter())
+    }
+
+    /// A file-name-safe form of the id.
+    fn slug(self) -> String {
+        self.id()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect()
+    }
+}
+
+/// The groups `pmem-bench` measures, in report order: each a name and the variants compared
+/// side by side (one group per K, per workload, per object size).
+pub fn groups() -> Vec<(String, Vec<TxVariant>)> {
+    let mut out = Vec::new();
+    for k in TX_WORDS {
+        out.push((
+            format!("{} K={k}", Section::TxWords.name()),
+            POLICIES
+                .iter()
+                .map(|&policy| TxVariant::Words { k, policy })
+                .collect(),
+        ));
+    }
+    for workload in Workload::ALL {
+        out.push((
+            format!("{} {}", Section::ThemisWorkloads.name(), workload.name()),
+            POLICIES
+                .iter()
+                .map(|&policy| TxVariant::Workload { workload, policy })
+                .collect(),
+        ));
+    }
+    for bytes in OBJECT_SIZES {
+        out.push((
+            format!(
+                "{} {}",
+                Section::ObjectUpdate.name(),
+                size_label(bytes as usize)
+            ),
+            [false, true]
+                .into_iter()
+                .map(|out_of_place| TxVariant::Object {
+                    bytes,
+                    out_of_place,
+                })
+                .collect(),
+        ));
+    }
+    out
+}
+
+/// Every variant of `section`, in report order.
+pub fn variants(section: Section) -> Vec<TxVariant> {
+    groups()
+        .into_iter()
+        .flat_map(|(_, v)| v)
+        .filter(|v| v.section() == section)
+        .collect()
+}
+
+/// SplitMix64: a small, fast, seeded generator for the workloads' random choices.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n > 0`; the modulo bias is negligible for the small `n` used here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// What a runner keeps between operations.
+enum Driver {
+    Words {
+        array: u64,
+        k: u64,
+        picks: Vec<u64>,
+        value: u64,
+    },
+    Sps {
+        pairs: Vec<(u64, u64)>,
+    },
+    List {
+        present: Vec<bool>,
+    },
+    Hashmap {
+        present: Vec<bool>,
+    },
+    Queue {
+        next: u64,
+        enqueue: bool,
+    },
+    Tatp,
+    Tpcc {
+        order: NewOrder,
+    },
+    Object {
+        out_of_place: bool,
+        data: Vec<u8>,
+        next: u64,
+    },
+}
+
+/// A variant ready to run: its heap in its own pool file, its structure set up, its driver's
+/// state.
+pub struct TxRunner {
+    variant: TxVariant,
+    // Dropped before the file (fields drop in order).
+    heap: Heap,
+    root: u64,
+    rng: Rng,
+    driver: Driver,
+    file: PoolFile,
+}
+
+impl std::fmt::Debug for TxRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxRunner")
+            .field("variant", &self.variant)
+            .field("pool", &self.file.path())
+            .finish()
+    }
+}
+
+impl TxRunner {
+    /// Create a fresh pool file for `variant` in `dir` (named `{prefix}-{variant}.pool`, removed
+    /// when the runner is dropped), format a heap in it and set up the variant's structure.
+    /// `granularity` is forced on the pool (`None`: detected).
+    pub fn new(
+        dir: &Path,
+        prefix: &str,
+        variant: TxVariant,
+        granularity: Option<Granularity>,
+    ) -> Result<TxRunner, SetupError> {
+        let file = PoolFile::create(
+            dir,
+            &format!("{prefix}-{}.pool", variant.slug()),
+            TX_POOL_SIZE,
+            granularity,
+        )?;
+        let heap_err = |source: TxError| SetupError::Heap {
+            path: file.path().to_path_buf(),
+            source,
+        };
+        let pool = file.open(PoolOptions::new())?;
+        let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), variant.policy())
+            .map_err(heap_err)?;
+        let root = heap.pool().root_offset();
+        // One seed for all: the variants of a group make the same operations.
+        let mut rng = Rng::new(0x5EED);
+        let driver = setup(&heap, root, variant, &mut rng).map_err(heap_err)?;
+        Ok(TxRunner {
+            variant,
+            heap,
+            root,
+            rng,
+            driver,
+            file,
+        })
+    }
+
+    /// The variant this runner runs.
+    pub fn variant(&self) -> TxVariant {
+        self.variant
+    }
+
+    /// The heap the runner's transactions run on.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// One operation: one transaction.
+    pub fn step(&mut self) -> Result<(), TxError> {
+        let heap = &self.heap;
+        let root = self.root;
+        let rng = &mut self.rng;
+        match &mut self.driver {
+            Driver::Words {
+                array,
+                k,
+                picks,
+                value,
+            } => {
+                // One word from each of K equal slices: K distinct random words.
+                let slice = WORDS / *k;
+                picks.clear();
+                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + rng.below(slice))));
+                *value += 1;
+                let v = *value;
+                heap.transaction(|tx| {
+                    for &p in picks.iter() {
+                        tx.snapshot(p, 8)?;
+                    }
+                    for &p in picks.iter() {
+                        tx.write_value(p, &v)?;
+                    }
+                    Ok::<_, TxError>(())
+                })
+            }
+            Driver::Sps { pairs } => {
+                pairs.clear();
+                pairs.extend((0..SPS_SWAPS).map(|_| (rng.below(SPS_LEN), rng.below(SPS_LEN))));
+                Sps::open(heap, root)?.swap_all(pairs)
+            }
+            Driver::List { present } => {
+                let key = rng.below(LIST_KEYS);
+                let list = List::open(heap, root)?;
+                let k = key as usize;
+                present[k] = if present[k] {
+                    !list.remove(key)?
+                } else {
+                    list.insert(key)?
+                };
+                Ok(())
+            }
+            Driver::Hashmap { present } => {
+                let key = rng.below(MAP_KEYS);
+                let map = ChainedHashMap::open(heap, root)?;
+                let k = key as usize;
+                present[k] = if present[k] {
+                    map.remove(key)?.is_none()
+                } else {
+                    map.insert(key, rng.next_u64())?;
+                    true
+                };
+                Ok(())
+            }
+            Driver::Queue { next, enqueue } => {
+                let queue = Queue::open(heap, root)?;
+                if *enqueue {
+                    queue.enqueue(*next)?;
+                    *next += 1;
+                } else {
+                    queue.dequeue()?;
+                }
+                *enqueue = !*enqueue;
+                Ok(())
+            }
+            Driver::Tatp => {
+                let tatp = Tatp::open(heap, root)?;
+                tatp.update_location(rng.below(TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
+                Ok(())
+            }
+            Driver::Tpcc { order } => {
+                let db = Tpcc::open(heap, root)?;
+                let config = db.config();
+                order.district = rng.below(config.districts) + 1;
+                order.customer = rng.below(3000) + 1;
+                let lines = 5 + rng.below(MAX_LINES as u64 - 4);
+                order.lines.clear();
+                order.lines.extend((0..lines).map(|_| LineInput {
+                    item: rng.below(config.items) + 1,
+                    quantity: rng.below(MAX_QUANTITY) + 1,
+                }));
+                db.new_order(order)?;
+                Ok(())
+            }
+            Driver::Object {
+                out_of_place,
+                data,
+                next,
+            } => {
+                let slot = root + 8 * *next;
+                *next = (*next + 1) % OBJECTS;
+                data[0] = data[0].wrapping_add(1);
+                if *out_of_place {
+                    object::update_out_of_place(heap, slot, data)?;
+                } else {
+                    object::update_in_place(heap, slot, data)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Runner for TxRunner {
+    type Error = TxError;
+
+    fn run(&mut self, n: u64) -> Result<(), TxError> {
+        for _ in 0..n {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    fn tx_stats(&self) -> Option<TxStats> {
+        Some(self.heap.tx_stats())
+    }
+}
+
+/// Set up `variant`'s structure in `heap` at `root`.
+fn setup(heap: &Heap, root: u64, variant: TxVariant, rng: &mut Rng) -> Result<Driver, TxError> {
+    Ok(match variant {
+        TxVariant::Words { k, .. } => {
+            let array = heap.transaction(|tx| {
+                let array = tx.alloc(8 * WORDS)?.offset();
+                tx.write(array, &vec![0u8; (8 * WORDS) as usize])?;
+                Ok::<_, TxError>(array)
+            })?;
+            Driver::Words {
+                array,
+                k,
+                picks: Vec::with_capacity(k as usize),
+                value: 0,
+            }
+        }
+        TxVariant::Workload { workload, .. } => match workload {
+            Workload::Sps => {
+                Sps::create(heap, root, SPS_LEN)?;
+                Driver::Sps {
+                    pairs: Vec::with_capacity(SPS_SWAPS),
+                }
+            }
+            Workload::List => {
+                let list = List::create(heap, root)?;
+                let present = half_full(rng, LIST_KEYS, |k| list.insert(k))?;
+                Driver::List { present }
+            }
+            Workload::Hashmap => {
+                let map = ChainedHashMap::create(heap, root, MAP_BUCKETS)?;
+                let present = half_full(rng, MAP_KEYS, |k| map.insert(k, k).map(|_| true))?;
+                Driver::Hashmap { present }
+            }
+            Workload::Queue => {
+                let queue = Queue::create(heap, root)?;
+                for v in 0..QUEUE_LEN {
+                    queue.enqueue(v)?;
+                }
+                Driver::Queue {
+                    next: QUEUE_LEN,
+                    enqueue: true,
+                }
+            }
+            Workload::Tatp => {
+                Tatp::create(heap, root, TATP_SUBSCRIBERS)?;
+                Driver::Tatp
+            }
+            Workload::Tpcc => {
+                Tpcc::create(heap, root, TpccConfig::default())?;
+                Driver::Tpcc {
+                    order: NewOrder {
+                        district: 1,
+                        customer: 1,
+                        lines: Vec::with_capacity(MAX_LINES),
+                    },
+                }
+            }
+        },
+        TxVariant::Object {
+            bytes,
+            out_of_place,
+        } => {
+            let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8 + 1).collect();
+            for i in 0..OBJECTS {
+                object::create(heap, root + 8 * i, &data)?;
+            }
+            Driver::Object {
+                out_of_place,
+                data,
+                next: 0,
+            }
+        }
+    })
+}
+
+/// Insert a random half of `0..keys` with `insert`; returns which keys are present.
+fn half_full(
+    rng: &mut Rng,
+    keys: u64,
+    mut insert: impl FnMut(u64) -> Result<bool, TxError>,
+) -> Result<Vec<bool>, TxError> {
+    let mut present = vec![false; keys as usize];
+    for k in 0..keys {
+        if rng.below(2) == 0 {
+            present[k as usize] = insert(k)?;
+        }
+    }
+    Ok(present)
+}

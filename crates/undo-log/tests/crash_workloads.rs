@@ -1,0 +1,323 @@
+//! Linked-list and hash-map operations under simulated crashes: after recovery
+//! (`Heap::open`), the structure equals its std model after the operations that completed, or
+//! after those plus the interrupted one, and its nodes are exactly the heap's live blocks (no
+//! leak, no dangling node).
+//!
+//! Strict and batched survive under the x86 model; the themis policy (no nt -> t fence) is
+//! caught under x86 and survives under the Themis model it is written for.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
+
+use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
+use pmem_ordering::Pool;
+use pmem_undo_log::workloads::{ChainedHashMap, List};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+
+type SimHeap<'p> = Heap<SimBackend, &'p Pool<SimBackend>>;
+
+const POOL_SIZE: u64 = 64 << 10;
+const ROOT_SIZE: u64 = 1024;
+/// Buckets of the crash-tested map: few, so chains are long.
+const BUCKETS: u64 = 4;
+
+fn config() -> HeapConfig {
+    HeapConfig {
+        lanes: 1,
+        lane_log_bytes: 1024,
+        chunk_size: 4096,
+    }
+}
+
+/// SplitMix64, for seeded operation sequences.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Insert(u64),
+    Remove(u64),
+}
+
+/// `n` operations on keys `0..keys`, about two inserts per remove, so the structure grows and
+/// some operations find their key present (or absent) and write nothing.
+fn ops(n: usize, keys: u64, seed: u64) -> Vec<Op> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|_| {
+            let key = rng.below(keys);
+            if rng.below(3) < 2 {
+                Op::Insert(key)
+            } else {
+                Op::Remove(key)
+            }
+        })
+        .collect()
+}
+
+/// The value stored for `key` by the `i`-th operation (so overwrites change the value).
+fn value(i: usize, key: u64) -> u64 {
+    key * 1000 + i as u64
+}
+
+fn set_models(ops: &[Op]) -> Vec<Vec<u64>> {
+    let mut set = BTreeSet::new();
+    let mut out = vec![Vec::new()];
+    for op in ops {
+        match *op {
+            Op::Insert(k) => set.insert(k),
+            Op::Remove(k) => set.remove(&k),
+        };
+        out.push(set.iter().copied().collect());
+    }
+    out
+}
+
+fn map_models(ops: &[Op]) -> Vec<HashMap<u64, u64>> {
+    let mut map = HashMap::new();
+    let mut out = vec![map.clone()];
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Insert(k) => map.insert(k, value(i, k)),
+            Op::Remove(k) => map.remove(&k),
+        };
+        out.push(map.clone());
+    }
+    out
+}
+
+/// Where to crash and which images to check.
+struct Plan {
+    points: CrashPoints,
+    images: Images,
+    seed: u64,
+}
+
+impl Plan {
+    /// Every event, a few random images each.
+    fn every() -> Plan {
+        Plan {
+            points: CrashPoints::Every,
+            images: Images::Random(6),
+            seed: 0,
+        }
+    }
+
+    /// A seeded sample of points.
+    fn sample(points: usize, seed: u64) -> Plan {
+        Plan {
+            points: CrashPoints::Sample(points),
+            images: Images::Random(4),
+            seed,
+        }
+    }
+}
+
+/// Crash-test a workload: `setup` makes the structure (not crash tested), `apply(heap, i)` runs
+/// operation `i`, `read` recovers the structure's state and its blocks, `models[n]` is the state
+/// after `n` operations.
+#[allow(clippy::too_many_arguments)]
+fn crash_test<S: PartialEq + Debug>(
+    name: &str,
+    policy: FencePolicy,
+    sim: SimConfig,
+    plan: Plan,
+    setup: impl Fn(&SimHeap),
+    apply: impl Fn(&SimHeap, usize) -> Result<(), TxError>,
+    read: impl Fn(&SimHeap) -> Result<(S, Vec<u64>), TxError>,
+    models: &[S],
+) -> Result<Report, String> {
+    let operations = models.len() - 1;
+    CrashTest::new(&format!("{name}-{}", policy.name()), sim)
+        .pool(name, POOL_SIZE, ROOT_SIZE)
+        .points(plan.points)
+        .images(plan.images)
+        .seed(plan.seed)
+        .run_with_setup(
+            |pool| setup(&Heap::create(pool, config(), policy).expect("create the heap")),
+            |pool| {
+                let heap = Heap::open(pool, policy).expect("open the heap");
+                for i in 0..operations {
+                    apply(&heap, i).expect("an operation failed");
+                    pool.operation_completed();
+                }
+            },
+            |pool, crash| {
+                let heap = Heap::open(pool, policy).map_err(|e| format!("recovery: {e}"))?;
+                let (state, mut blocks) = read(&heap).map_err(|e| format!("reading: {e}"))?;
+                let done = crash.operations_completed as usize;
+                let ok = state == models[done] || models.get(done + 1) == Some(&state);
+                if !ok {
+                    return Err(format!(
+                        "after {done} operations the state is {state:?}, expected {:?} or {:?}",
+                        models[done],
+                        models.get(done + 1)
+                    ));
+                }
+                let mut live: Vec<u64> = heap
+                    .check_heap()
+                    .map_err(|e| format!("heap check: {e}"))?
+                    .iter()
+                    .map(|b| b.0)
+                    .collect();
+                live.sort_unstable();
+                blocks.sort_unstable();
+                if live != blocks {
+                    return Err(format!(
+                        "the structure owns {blocks:x?} but the live blocks are {live:x?}"
+                    ));
+                }
+                Ok(())
+            },
+        )
+        .map_err(|f| f.to_string())
+}
+
+fn list_test(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: &[Op],
+    plan: Plan,
+) -> Result<Report, String> {
+    crash_test(
+        "list",
+        policy,
+        sim,
+        plan,
+        |heap| {
+            List::create(heap, heap.pool().root_offset()).expect("create the list");
+        },
+        |heap, i| {
+            let list = List::open(heap, heap.pool().root_offset())?;
+            match ops[i] {
+                Op::Insert(k) => list.insert(k)?,
+                Op::Remove(k) => list.remove(k)?,
+            };
+            Ok(())
+        },
+        |heap| {
+            let list = List::open(heap, heap.pool().root_offset())?;
+            Ok((list.to_vec()?, list.blocks()?))
+        },
+        &set_models(ops),
+    )
+}
+
+fn map_test(policy: FencePolicy, sim: SimConfig, ops: &[Op], plan: Plan) -> Result<Report, String> {
+    crash_test(
+        "hashmap",
+        policy,
+        sim,
+        plan,
+        |heap| {
+            ChainedHashMap::create(heap, heap.pool().root_offset(), BUCKETS)
+                .expect("create the map");
+        },
+        |heap, i| {
+            let map = ChainedHashMap::open(heap, heap.pool().root_offset())?;
+            match ops[i] {
+                Op::Insert(k) => map.insert(k, value(i, k))?,
+                Op::Remove(k) => map.remove(k)?,
+            };
+            Ok(())
+        },
+        |heap| {
+            let map = ChainedHashMap::open(heap, heap.pool().root_offset())?;
+            Ok((map.to_std()?, map.blocks()?))
+        },
+        &map_models(ops),
+    )
+}
+
+/// A short sequence, crashed after every event.
+fn short() -> Vec<Op> {
+    ops(40, 10, 1)
+}
+
+/// A longer sequence over more keys, crashed at sampled events.
+fn long() -> Vec<Op> {
+    ops(300, 60, 2)
+}
+
+fn assert_reported(report: &Report, ops: usize) {
+    assert_eq!(report.operations, ops as u64);
+    assert!(report.points > 0 && report.images >= report.points);
+}
+
+#[test]
+fn list_survives_every_crash_under_x86() {
+    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
+        let report = list_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
+        assert_reported(&report, short().len());
+        assert_eq!(report.points, report.events + 1, "every event");
+    }
+}
+
+#[test]
+fn hashmap_survives_every_crash_under_x86() {
+    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
+        let report = map_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
+        assert_reported(&report, short().len());
+        assert_eq!(report.points, report.events + 1, "every event");
+    }
+}
+
+#[test]
+fn long_sequences_survive_sampled_crashes_under_x86() {
+    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
+        let report =
+            list_test(policy, SimConfig::x86(), &long(), Plan::sample(1500, 0x11)).unwrap();
+        assert_reported(&report, long().len());
+        let report = map_test(policy, SimConfig::x86(), &long(), Plan::sample(1500, 0x22)).unwrap();
+        assert_reported(&report, long().len());
+    }
+}
+
+#[test]
+fn themis_policy_is_caught_under_x86() {
+    let failure = list_test(
+        FencePolicy::Themis,
+        SimConfig::x86(),
+        &short(),
+        Plan::every(),
+    )
+    .unwrap_err();
+    assert!(failure.contains("list-themis"), "{failure}");
+    let failure = map_test(
+        FencePolicy::Themis,
+        SimConfig::x86(),
+        &short(),
+        Plan::every(),
+    )
+    .unwrap_err();
+    assert!(failure.contains("hashmap-themis"), "{failure}");
+}
+
+#[test]
+fn themis_policy_survives_every_crash_under_themis() {
+    let report = list_test(
+        FencePolicy::Themis,
+        SimConfig::themis(),
+        &short(),
+        Plan::every(),
+    )
+    .unwrap();
+    assert_reported(&report, short().len());
+    let report = map_test(
+        FencePolicy::Themis,
+        SimConfig::themis(),
+        &short(),
+        Plan::every(),
+    )
+    .unwrap();
+    assert_reported(&report, short().len());
+}

@@ -1,0 +1,539 @@
+//! CCEH: Cacheline-Conscious Extendible Hashing (Nam et al., "Write-Optimized Dynamic Hashing
+//! for Persistent Memory", FAST'19; as studied in seed 001 Sec. 4.1).
+//!
+//! # Layout
+//!
+//! * A **root** of 32 bytes at an offset the caller chooses: magic, the directory's offset, the
+//!   number of buckets per segment.
+//! * The **directory**: its global depth `G` (8 bytes), then `2^G` entries. An entry is a
+//!   segment's offset with the segment's *local depth* `L` in its low 6 bits (segments are
+//!   64-byte aligned), so a segment is exactly its buckets and fits its allocator size class
+//!   with nothing wasted.
+//! * A **segment**: `buckets_per_segment` (default 256) cache-line buckets of four 16-byte
+//!   slots `(key, value)`: 16 KiB by default.
+//!
+//! A key's hash ([`hash`]) picks the segment by its `G` most significant bits and the bucket by
+//! its least significant bits; the key may sit in any slot of that bucket and the next three
+//! (linear probing over four buckets, wrapping inside the segment).
+//!
+//! # Crash consistency
+//!
+//! * **Insert**: the value is stored, then the key with one 8-byte store, in the same cache
+//!   line; one flush and one fence make both durable. Stores to one line persist in order (the
+//!   prefix rule of seed 004 Sec. II-C), so a crash leaves the slot empty, or empty with a stray
+//!   value, or whole: never a key with a wrong value. An insert without a split costs exactly one
+//!   flush and one fence.
+//! * **Remove**: one 8-byte store of the empty key, persisted. **Update**: one 8-byte store of
+//!   the value, persisted.
+//! * **Split** (a full probing window): a new segment receives, slot for slot, the keys whose
+//!   next hash bit is 1; the directory entries of the old segment's range get the new local
+//!   depth and the upper half the new segment. The keys that moved are left in the old segment
+//!   (*lazy deletion*): a slot whose key's hash prefix no longer matches its segment counts as
+//!   free. **Directory doubling** writes a directory twice the size and swaps the root's pointer.
+//!   Both run as one undo-log transaction of `pmem-undo-log`, which also allocates the new
+//!   segment or directory and frees the old directory: a crash at any point rolls the whole step
+//!   back at [`Cceh::open`] (through [`Heap::open`]), so no segment leaks and no live one is
+//!   freed. This replaces the FAST'19 recovery pass, which repairs a directory left half-updated
+//!   by an untransacted split: here no such directory can exist.
+//!
+//! # Keys
+//!
+//! `u64` keys and values. Key 0 ([`EMPTY_KEY`]) marks an empty slot and is rejected with
+//! [`CcehError::ReservedKey`]. The hash is fixed (MurmurHash3's 64-bit finalizer, a bijection, so
+//! distinct keys never share a full hash): a table written today opens tomorrow.
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_undo_log::{Heap, TxError};
+
+/// The reserved key that marks an empty slot.
+pub const EMPTY_KEY: u64 = 0;
+/// Slots per bucket (a 64-byte bucket of 16-byte slots).
+pub const SLOTS_PER_BUCKET: u64 = 4;
+/// Buckets a key may be probed in.
+pub const PROBE_BUCKETS: u64 = 4;
+const BUCKET_BYTES: u64 = 64;
+const SLOT_BYTES: u64 = 16;
+const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"CCEH\0v01");
+/// Bytes of the root.
+pub const ROOT_BYTES: u64 = 32;
+/// The largest global depth: the local depth must fit the entry's 6 low bits.
+pub const MAX_DEPTH: u64 = 58;
+const DEPTH_MASK: u64 = 63;
+
+/// The hash of a key: MurmurHash3's 64-bit finalizer. Fixed forever: the layout depends on it.
+pub fn hash(key: u64) -> u64 {
+    let mut h = key;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// What can go wrong with a CCEH table.
+#[derive(Debug, thiserror::Error)]
+pub enum CcehError {
+    /// Key 0 is reserved for empty slots.
+    #[error("key 0 is reserved (it marks an empty slot)")]
+    ReservedKey,
+    /// A transaction of a split or doubling failed (allocation, log space, pool access).
+    #[error(transparent)]
+    Tx(#[from] TxError),
+    /// The root does not hold a CCEH table, or the table is damaged.
+    #[error("not a valid CCEH table at offset {root:#x}: {reason}")]
+    Corrupt {
+        /// The root offset.
+        root: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A configuration that cannot be used.
+    #[error("invalid CCEH configuration: {reason}")]
+    InvalidConfig {
+        /// Why.
+        reason: String,
+    },
+    /// The directory cannot grow further.
+    #[error("the directory has reached its largest depth ({MAX_DEPTH})")]
+    DirectoryFull,
+}
+
+impl From<PoolError> for CcehError {
+    fn from(e: PoolError) -> Self {
+        CcehError::Tx(TxError::Pool(e))
+    }
+}
+
+/// Shape of a new table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CcehConfig {
+    /// Buckets per segment: a power of two, at least [`PROBE_BUCKETS`]. 256 (16 KiB segments)
+    /// by default, as in FAST'19; small values force many splits in tests.
+    pub buckets_per_segment: u64,
+}
+
+impl Default for CcehConfig {
+    fn default() -> Self {
+        CcehConfig {
+            buckets_per_segment: 256,
+        }
+    }
+}
+
+/// Where a key's probing window is.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    directory: u64,
+    global_depth: u64,
+    index: u64,
+    segment: u64,
+    local_depth: u64,
+}
+
+/// A CCEH table in a heap.
+///
+/// Operations take `&self` and are safe to call from several threads: for now one DRAM
+/// read-write lock serialises writers and lets readers share (it lives in DRAM, never in the
+/// pool, so a crash cannot leave it held).
+pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
+    heap: &'h Heap<B, P>,
+    root: u64,
+    buckets: u64,
+    len: AtomicU64,
+    lock: RwLock<()>,
+}
+
+impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+    /// Make an empty table with its root at `root` (64-byte aligned, 32 bytes, e.g. in the pool's
+    /// root object). The root and first segment are written in one transaction.
+    pub fn create(heap: &'h Heap<B, P>, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+        let b = config.buckets_per_segment;
+        if !valid_bucket_count(b) {
+            return Err(CcehError::InvalidConfig {
+                reason: format!("{b} buckets per segment: a power of two from {PROBE_BUCKETS} to 2^20 is needed"),
+            });
+        }
+        if !root.is_multiple_of(64) {
+            return Err(CcehError::InvalidConfig {
+                reason: format!("root offset {root:#x} is not 64-byte aligned"),
+            });
+        }
+        heap.pool().check_range(root, ROOT_BYTES)?;
+        heap.transaction(|tx| {
+            let segment = tx.alloc(b * BUCKET_BYTES)?;
+            tx.write(segment.offset(), &vec![0u8; (b * BUCKET_BYTES) as usize])?;
+            let directory = tx.alloc(16)?;
+            // Global depth 0, one entry: the segment, local depth 0.
+            let mut dir = [0u8; 16];
+            dir[8..16].copy_from_slice(&segment.offset().to_le_bytes());
+            tx.write(directory.offset(), &dir)?;
+            let mut r = [0u8; ROOT_BYTES as usize];
+            r[0..8].copy_from_slice(&ROOT_MAGIC.to_le_bytes());
+            r[8..16].copy_from_slice(&directory.offset().to_le_bytes());
+            r[16..24].copy_from_slice(&b.to_le_bytes());
+            tx.write(root, &r)
+        })?;
+        Ok(Cceh {
+            heap,
+            root,
+            buckets: b,
+            len: AtomicU64::new(0),
+            lock: RwLock::new(()),
+        })
+    }
+
+    /// Open the table whose root is at `root`. The heap has already rolled back any split or
+    /// doubling a crash interrupted; this checks the directory and counts the keys.
+    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Self, CcehError> {
+        let pool = heap.pool();
+        let corrupt = |reason: String| CcehError::Corrupt { root, reason };
+        let magic = pool.read::<u64>(root)?;
+        if magic != ROOT_MAGIC {
+            return Err(corrupt(format!("magic {magic:#x}")));
+        }
+        let buckets = pool.read::<u64>(root + 16)?;
+        if !valid_bucket_count(buckets) {
+            return Err(corrupt(format!("{buckets} buckets per segment")));
+        }
+        let table = Cceh {
+            heap,
+            root,
+            buckets,
+            len: AtomicU64::new(0),
+            lock: RwLock::new(()),
+        };
+        let directory = pool.load_u64(root + 8)?;
+        let depth = pool.load_u64(directory)?;
+        if depth > MAX_DEPTH {
+            return Err(corrupt(format!("global depth {depth}")));
+        }
+        pool.check_range(directory, 8 + 8 * (1u64 << depth))?;
+        // Every segment's entries must agree, and its depth must not exceed the directory's.
+        let mut count = 0;
+        for (start, segment, local) in table.segments()? {
+            if local > depth || !segment.is_multiple_of(64) {
+                return Err(corrupt(format!(
+                    "entry {start}: segment {segment:#x} depth {local}"
+                )));
+            }
+            pool.check_range(segment, buckets * BUCKET_BYTES)?;
+            let span = 1u64 << (depth - local);
+            if !start.is_multiple_of(span) {
+                return Err(corrupt(format!(
+                    "entry {start} starts a segment of span {span}"
+                )));
+            }
+            for i in start..start + span {
+                if pool.load_u64(directory + 8 + 8 * i)? != segment | local {
+                    return Err(corrupt(format!("entry {i} disagrees with entry {start}")));
+                }
+            }
+            count += table
+                .live_slots(segment, local, start >> (depth - local))?
+                .len() as u64;
+        }
+        table.len.store(count, Ordering::Relaxed);
+        Ok(table)
+    }
+
+    /// Each distinct segment once: (first directory index, offset, local depth).
+    fn segments(&self) -> Result<Vec<(u64, u64, u64)>, CcehError> {
+        let pool = self.heap.pool();
+        let directory = pool.load_u64(self.root + 8)?;
+        let depth = pool.load_u64(directory)?;
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < 1u64 << depth {
+            let entry = pool.load_u64(directory + 8 + 8 * i)?;
+            let local = entry & DEPTH_MASK;
+            if local > depth {
+                return Err(CcehError::Corrupt {
+                    root: self.root,
+                    reason: format!("entry {i}: local depth {local} above global depth {depth}"),
+                });
+            }
+            out.push((i, entry & !DEPTH_MASK, local));
+            i += 1u64 << (depth - local);
+        }
+        Ok(out)
+    }
+
+    /// The live `(key, value)` pairs of a segment with local depth `local` and hash prefix
+    /// `pattern`.
+    fn live_slots(
+        &self,
+        segment: u64,
+        local: u64,
+        pattern: u64,
+    ) -> Result<Vec<(u64, u64)>, CcehError> {
+        let mut bytes = vec![0u8; (self.buckets * BUCKET_BYTES) as usize];
+        self.heap.pool().read_bytes(segment, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(SLOT_BYTES as usize)
+            .map(|s| {
+                let k = u64::from_le_bytes(s[0..8].try_into().expect("8 bytes"));
+                let v = u64::from_le_bytes(s[8..16].try_into().expect("8 bytes"));
+                (k, v)
+            })
+            .filter(|&(k, _)| k != EMPTY_KEY && belongs(k, local, pattern))
+            .collect())
+    }
+
+    fn locate(&self, h: u64) -> Result<Place, CcehError> {
+        let pool = self.heap.pool();
+        let directory = pool.load_u64(self.root + 8)?;
+        let global_depth = pool.load_u64(directory)?;
+        let index = prefix(h, global_depth);
+        let entry = pool.load_u64(directory + 8 + 8 * index)?;
+        Ok(Place {
+            directory,
+            global_depth,
+            index,
+            segment: entry & !DEPTH_MASK,
+            local_depth: entry & DEPTH_MASK,
+        })
+    }
+
+    /// Offsets of the 16 slots of `h`'s probing window in `segment`.
+    fn window(&self, segment: u64, h: u64) -> impl Iterator<Item = u64> {
+        let buckets = self.buckets;
+        let home = h & (buckets - 1);
+        (0..PROBE_BUCKETS).flat_map(move |i| {
+            let bucket = segment + ((home + i) & (buckets - 1)) * BUCKET_BYTES;
+            (0..SLOTS_PER_BUCKET).map(move |s| bucket + s * SLOT_BYTES)
+        })
+    }
+
+    /// The slot holding `key` in its window, if any.
+    fn find(&self, place: &Place, key: u64, h: u64) -> Result<Option<u64>, CcehError> {
+        let pool = self.heap.pool();
+        for slot in self.window(place.segment, h) {
+            // Reached through the key's own directory entry, a slot holding the key is live: a
+            // stale copy left by a split sits only in a segment the key no longer maps to.
+            if pool.load_u64(slot)? == key {
+                return Ok(Some(slot));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey);
+        }
+        let _shared = self.lock.read().unwrap_or_else(|p| p.into_inner());
+        let h = hash(key);
+        let place = self.locate(h)?;
+        match self.find(&place, key, h)? {
+            Some(slot) => Ok(Some(self.heap.pool().load_u64(slot + 8)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
+    /// was already there (its value is left alone). Durable when it returns.
+    pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey);
+        }
+        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
+        match self.put(key, value, false)? {
+            None => Ok(true),
+            Some(_) => Ok(false),
+        }
+    }
+
+    /// Insert or replace: returns the old value if the key was present. Durable when it
+    /// returns.
+    pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey);
+        }
+        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
+        self.put(key, value, true)
+    }
+
+    /// Insert, or (with `replace`) update; the old value if the key was there.
+    fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, CcehError> {
+        let pool = self.heap.pool();
+        let h = hash(key);
+        loop {
+            let place = self.locate(h)?;
+            let pattern = prefix(h, place.local_depth);
+            let mut free = None;
+            for slot in self.window(place.segment, h) {
+                let k = pool.load_u64(slot)?;
+                if k == key {
+                    let old = pool.load_u64(slot + 8)?;
+                    if replace {
+                        let w = pool.store_u64(slot + 8, value)?;
+                        let _ = pool.persist(w);
+                    }
+                    return Ok(Some(old));
+                }
+                if free.is_none() && (k == EMPTY_KEY || !belongs(k, place.local_depth, pattern)) {
+                    free = Some(slot);
+                }
+            }
+            if let Some(slot) = free {
+                // Value first, then the key that commits it, in one line: one flush, one fence.
+                let v = pool.store_u64(slot + 8, value)?;
+                let k = pool.store_u64(slot, key)?;
+                let _ = pool.persist(v.merge(k));
+                self.len.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            self.split(&place)?;
+        }
+    }
+
+    /// Remove `key`: its value, if it was present. Durable when it returns.
+    pub fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey);
+        }
+        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
+        let pool = self.heap.pool();
+        let h = hash(key);
+        let place = self.locate(h)?;
+        match self.find(&place, key, h)? {
+            Some(slot) => {
+                let value = pool.load_u64(slot + 8)?;
+                let w = pool.store_u64(slot, EMPTY_KEY)?;
+                let _ = pool.persist(w);
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                Ok(Some(value))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Whether the table holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The global depth (log2 of the directory's size).
+    pub fn global_depth(&self) -> Result<u64, CcehError> {
+        let pool = self.heap.pool();
+        Ok(pool.load_u64(pool.load_u64(self.root + 8)?)?)
+    }
+
+    /// Every `(key, value)` pair, in no particular order (a snapshot taken under the lock).
+    pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {
+        let _shared = self.lock.read().unwrap_or_else(|p| p.into_inner());
+        let depth = self.global_depth()?;
+        let mut all = Vec::with_capacity(self.len() as usize);
+        for (start, segment, local) in self.segments()? {
+            all.extend(self.live_slots(segment, local, start >> (depth - local))?);
+        }
+        Ok(all.into_iter())
+    }
+
+    /// Every block the table owns (directory and segments), for heap-walk checks.
+    pub fn blocks(&self) -> Result<Vec<u64>, CcehError> {
+        let directory = self.heap.pool().load_u64(self.root + 8)?;
+        let mut out: Vec<u64> = self.segments()?.into_iter().map(|(_, s, _)| s).collect();
+        out.push(directory);
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Split the segment at `place`, doubling the directory first if it has to.
+    fn split(&self, place: &Place) -> Result<(), CcehError> {
+        if place.local_depth == place.global_depth {
+            return self.double(place);
+        }
+        let pool = self.heap.pool();
+        let local = place.local_depth;
+        let span = 1u64 << (place.global_depth - local);
+        let start = place.index & !(span - 1);
+        let pattern = place.index >> (place.global_depth - local);
+        let seg_bytes = self.buckets * BUCKET_BYTES;
+        let mut old = vec![0u8; seg_bytes as usize];
+        pool.read_bytes(place.segment, &mut old)?;
+        // Slot for slot: keys whose next hash bit is 1 move, at the same position, so they
+        // stay inside their probing window.
+        let mut moved = vec![0u8; seg_bytes as usize];
+        for (from, to) in old
+            .chunks_exact(SLOT_BYTES as usize)
+            .zip(moved.chunks_exact_mut(SLOT_BYTES as usize))
+        {
+            let k = u64::from_le_bytes(from[0..8].try_into().expect("8 bytes"));
+            if k != EMPTY_KEY && belongs(k, local, pattern) && (hash(k) >> (63 - local)) & 1 == 1 {
+                to.copy_from_slice(from);
+            }
+        }
+        let mut entries = Vec::with_capacity((span * 8) as usize);
+        self.heap.transaction(|tx| {
+            let new_segment = tx.alloc(seg_bytes)?.offset();
+            tx.write(new_segment, &moved)?;
+            for i in 0..span {
+                let target = if i < span / 2 {
+                    place.segment
+                } else {
+                    new_segment
+                };
+                entries.extend_from_slice(&(target | (local + 1)).to_le_bytes());
+            }
+            tx.write(place.directory + 8 + 8 * start, &entries)
+        })?;
+        Ok(())
+    }
+
+    /// Double the directory: every entry twice, in a new directory swapped in by one pointer.
+    fn double(&self, place: &Place) -> Result<(), CcehError> {
+        let depth = place.global_depth;
+        if depth >= MAX_DEPTH {
+            return Err(CcehError::DirectoryFull);
+        }
+        let pool = self.heap.pool();
+        let old_len = 1u64 << depth;
+        let mut old = vec![0u8; (8 * old_len) as usize];
+        pool.read_bytes(place.directory + 8, &mut old)?;
+        let mut new = Vec::with_capacity((8 + 16 * old_len) as usize);
+        new.extend_from_slice(&(depth + 1).to_le_bytes());
+        for entry in old.chunks_exact(8) {
+            new.extend_from_slice(entry);
+            new.extend_from_slice(entry);
+        }
+        self.heap.transaction(|tx| {
+            let directory = tx.alloc(new.len() as u64)?.offset();
+            tx.write(directory, &new)?;
+            tx.write_value(self.root + 8, &directory)?;
+            tx.free(pmem_ordering::PPtr::<u8>::new(place.directory))
+        })?;
+        Ok(())
+    }
+}
+
+/// Buckets per segment this table supports: a power of two, enough for one probing window, at
+/// most 2^20 (a 64 MiB segment).
+fn valid_bucket_count(buckets: u64) -> bool {
+    buckets.is_power_of_two() && (PROBE_BUCKETS..=1 << 20).contains(&buckets)
+}
+
+/// The top `depth` bits of `h`.
+fn prefix(h: u64, depth: u64) -> u64 {
+    if depth == 0 {
+        0
+    } else {
+        h >> (64 - depth)
+    }
+}
+
+/// Whether key `k` belongs to a segment of local depth `local` and hash prefix `pattern`.
+fn belongs(k: u64, local: u64, pattern: u64) -> bool {
+    prefix(hash(k), local) == pattern
+}

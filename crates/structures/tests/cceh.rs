@@ -1,0 +1,194 @@
+//! CCEH against a `HashMap` model, without crashes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pmem_ordering::{reset_thread_stats, thread_stats, Pool, PoolOptions};
+use pmem_structures::cceh::{Cceh, CcehConfig, CcehError};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use proptest::prelude::*;
+
+fn heap(size: u64) -> Heap {
+    let pool = Pool::anonymous("cceh", size, &PoolOptions::new()).unwrap();
+    let config = HeapConfig {
+        lanes: 2,
+        lane_log_bytes: 64 << 10,
+        chunk_size: 64 << 10,
+    };
+    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+}
+
+fn small() -> CcehConfig {
+    CcehConfig {
+        buckets_per_segment: 4,
+    }
+}
+
+#[test]
+fn inserts_lookups_and_removes_match_a_hashmap_through_many_splits() {
+    let heap = heap(32 << 20);
+    let root = heap.pool().root_offset();
+    let table = Cceh::create(&heap, root, small()).unwrap();
+    let mut model = HashMap::new();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = x % 50_000 + 1;
+        match i % 5 {
+            0..=2 => assert_eq!(table.insert(key, i).unwrap(), !model.contains_key(&key)),
+            3 => assert_eq!(table.upsert(key, i).unwrap(), model.insert(key, i)),
+            _ => assert_eq!(table.remove(key).unwrap(), model.remove(&key)),
+        }
+        if i % 5 <= 2 {
+            model.entry(key).or_insert(i);
+        }
+    }
+    assert!(
+        table.global_depth().unwrap() >= 8,
+        "tiny segments must have split a lot"
+    );
+    assert_eq!(table.len(), model.len() as u64);
+    for (&k, &v) in &model {
+        assert_eq!(table.get(k).unwrap(), Some(v), "key {k}");
+    }
+    let mut all: Vec<(u64, u64)> = table.iter().unwrap().collect();
+    all.sort_unstable();
+    let mut expected: Vec<(u64, u64)> = model.into_iter().collect();
+    expected.sort_unstable();
+    assert_eq!(all, expected);
+    // The table owns exactly the heap's blocks.
+    let blocks: Vec<u64> = heap
+        .check_heap()
+        .unwrap()
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert_eq!(blocks, table.blocks().unwrap());
+}
+
+#[test]
+fn a_reopened_table_holds_the_same_keys() {
+    let heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    {
+        let table = Cceh::create(&heap, root, small()).unwrap();
+        for k in 1..=3000u64 {
+            assert!(table.insert(k, k * 3).unwrap());
+        }
+        for k in (1..=3000u64).step_by(3) {
+            assert_eq!(table.remove(k).unwrap(), Some(k * 3));
+        }
+    }
+    let table = Cceh::open(&heap, root).unwrap();
+    assert_eq!(table.len(), 2000);
+    for k in 1..=3000u64 {
+        let expected = if (k - 1) % 3 == 0 { None } else { Some(k * 3) };
+        assert_eq!(table.get(k).unwrap(), expected, "key {k}");
+    }
+}
+
+#[test]
+fn key_zero_is_refused() {
+    let heap = heap(4 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), CcehConfig::default()).unwrap();
+    assert!(matches!(table.insert(0, 1), Err(CcehError::ReservedKey)));
+    assert!(matches!(table.upsert(0, 1), Err(CcehError::ReservedKey)));
+    assert!(matches!(table.get(0), Err(CcehError::ReservedKey)));
+    assert!(matches!(table.remove(0), Err(CcehError::ReservedKey)));
+    assert!(table.is_empty());
+}
+
+#[test]
+fn bad_configurations_and_roots_are_refused() {
+    let heap = heap(4 << 20);
+    let root = heap.pool().root_offset();
+    for buckets in [0, 2, 3, 6, 1 << 21] {
+        let config = CcehConfig {
+            buckets_per_segment: buckets,
+        };
+        assert!(matches!(
+            Cceh::create(&heap, root, config),
+            Err(CcehError::InvalidConfig { .. })
+        ));
+    }
+    assert!(matches!(
+        Cceh::create(&heap, root + 8, CcehConfig::default()),
+        Err(CcehError::InvalidConfig { .. })
+    ));
+    // Nothing was made at the root: opening it finds no table.
+    assert!(matches!(
+        Cceh::open(&heap, root),
+        Err(CcehError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn an_insert_without_a_split_issues_one_fence_and_flushes_one_line() {
+    let heap = heap(4 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), CcehConfig::default()).unwrap();
+    let depth = table.global_depth().unwrap();
+    for key in 1..=200u64 {
+        reset_thread_stats();
+        assert!(table.insert(key, key).unwrap());
+        let s = thread_stats();
+        assert_eq!((s.fences, s.flushes), (1, 1), "insert of key {key}");
+        // An update is one fence and one line too; so is a remove.
+        reset_thread_stats();
+        assert_eq!(table.upsert(key, key + 1).unwrap(), Some(key));
+        let s = thread_stats();
+        assert_eq!((s.fences, s.flushes), (1, 1), "update of key {key}");
+    }
+    assert_eq!(table.global_depth().unwrap(), depth, "no split happened");
+    reset_thread_stats();
+    assert_eq!(table.remove(7).unwrap(), Some(8));
+    let s = thread_stats();
+    assert_eq!((s.fences, s.flushes), (1, 1));
+}
+
+#[test]
+fn two_threads_insert_disjoint_keys() {
+    let heap = heap(16 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let table = &table;
+            s.spawn(move || {
+                for k in 0..2000u64 {
+                    assert!(table.insert(k * 2 + t + 1, t).unwrap());
+                }
+            });
+        }
+    });
+    assert_eq!(table.len(), 4000);
+    for k in 0..4000u64 {
+        assert_eq!(table.get(k + 1).unwrap(), Some(k % 2));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_operations_match_a_hashmap(ops in proptest::collection::vec((0u8..4, 1u64..300, any::<u64>()), 1..400)) {
+        let heap = heap(8 << 20);
+        let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+        let mut model = HashMap::new();
+        for (op, key, value) in ops {
+            match op {
+                0 | 1 => {
+                    let inserted = table.insert(key, value).unwrap();
+                    prop_assert_eq!(inserted, !model.contains_key(&key));
+                    model.entry(key).or_insert(value);
+                }
+                2 => prop_assert_eq!(table.upsert(key, value).unwrap(), model.insert(key, value)),
+                _ => prop_assert_eq!(table.remove(key).unwrap(), model.remove(&key)),
+            }
+        }
+        prop_assert_eq!(table.len(), model.len() as u64);
+        for k in 1..300u64 {
+            prop_assert_eq!(table.get(k).unwrap(), model.get(&k).copied());
+        }
+    }
+}

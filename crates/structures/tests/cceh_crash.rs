@@ -1,0 +1,201 @@
+//! CCEH under simulated crashes: after recovery the table equals a `HashMap` model after the
+//! operations that returned, plus possibly the interrupted one (durable linearizability), and
+//! the heap holds exactly the table's directory and segments.
+
+use std::collections::HashMap;
+
+use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
+use pmem_ordering::Pool;
+use pmem_structures::cceh::{Cceh, CcehConfig};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Insert(u64, u64),
+    Upsert(u64, u64),
+    Remove(u64),
+}
+
+fn ops(n: usize, keys: u64, seed: u64) -> Vec<Op> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = x % keys + 1;
+            match i % 6 {
+                0..=2 => Op::Insert(key, i as u64 + 1),
+                3 | 4 => Op::Upsert(key, i as u64 + 1000),
+                _ => Op::Remove(key),
+            }
+        })
+        .collect()
+}
+
+fn apply(model: &mut HashMap<u64, u64>, op: Op) {
+    match op {
+        Op::Insert(k, v) => {
+            model.entry(k).or_insert(v);
+        }
+        Op::Upsert(k, v) => {
+            model.insert(k, v);
+        }
+        Op::Remove(k) => {
+            model.remove(&k);
+        }
+    }
+}
+
+fn model_after(ops: &[Op], n: usize) -> HashMap<u64, u64> {
+    let mut m = HashMap::new();
+    for &op in &ops[..n] {
+        apply(&mut m, op);
+    }
+    m
+}
+
+const CONFIG: CcehConfig = CcehConfig {
+    buckets_per_segment: 4,
+};
+
+fn heap_config() -> HeapConfig {
+    HeapConfig {
+        lanes: 1,
+        lane_log_bytes: 4096,
+        chunk_size: 4096,
+    }
+}
+
+fn contents(table: &Cceh<'_, SimBackend, &Pool<SimBackend>>) -> HashMap<u64, u64> {
+    table.iter().unwrap().collect()
+}
+
+fn run(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: Vec<Op>,
+    points: CrashPoints,
+) -> Result<u64, String> {
+    let workload_ops = ops.clone();
+    let report = CrashTest::new(&format!("cceh-{}", policy.name()), sim)
+        .pool("cceh", 256 << 10, 1024)
+        .points(points)
+        .images(Images::Random(4))
+        .seed(7)
+        .run_with_setup(
+            |pool| {
+                let heap = Heap::create(pool, heap_config(), policy).unwrap();
+                Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
+            },
+            |pool| {
+                let heap = Heap::open(pool, policy).unwrap();
+                let table = Cceh::open(&heap, pool.root_offset()).unwrap();
+                for &op in &workload_ops {
+                    match op {
+                        Op::Insert(k, v) => drop(table.insert(k, v).unwrap()),
+                        Op::Upsert(k, v) => drop(table.upsert(k, v).unwrap()),
+                        Op::Remove(k) => drop(table.remove(k).unwrap()),
+                    }
+                    pool.operation_completed();
+                }
+            },
+            |pool, crash| {
+                let heap = Heap::open(pool, policy).map_err(|e| e.to_string())?;
+                let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
+                let now = contents(&table);
+                let done = crash.operations_completed as usize;
+                let matches = now == model_after(&ops, done)
+                    || (done < ops.len() && now == model_after(&ops, done + 1));
+                if !matches {
+                    return Err(format!(
+                        "after {done} operations the table holds {} keys, unlike the model",
+                        now.len()
+                    ));
+                }
+                if table.len() != now.len() as u64 {
+                    return Err(format!("len {} but {} keys", table.len(), now.len()));
+                }
+                for (&k, &v) in &now {
+                    if table.get(k).map_err(|e| e.to_string())? != Some(v) {
+                        return Err(format!("get({k}) disagrees with iteration"));
+                    }
+                }
+                let blocks: Vec<u64> = heap
+                    .check_heap()
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|(o, _)| o)
+                    .collect();
+                if blocks != table.blocks().map_err(|e| e.to_string())? {
+                    return Err("the heap's blocks are not exactly the table's".into());
+                }
+                Ok(())
+            },
+        )
+        .map_err(|f| f.to_string())?;
+    Ok(report.points)
+}
+
+#[test]
+fn every_crash_of_a_small_sequence_recovers_under_batched() {
+    let points = run(
+        FencePolicy::Batched,
+        SimConfig::x86(),
+        ops(120, 100, 1),
+        CrashPoints::Every,
+    )
+    .unwrap();
+    assert!(points > 500, "{points} crash points");
+}
+
+#[test]
+fn every_crash_of_a_small_sequence_recovers_under_strict() {
+    run(
+        FencePolicy::Strict,
+        SimConfig::x86(),
+        ops(120, 100, 2),
+        CrashPoints::Every,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_sample_of_crashes_of_a_long_sequence_recovers() {
+    run(
+        FencePolicy::Batched,
+        SimConfig::x86(),
+        ops(600, 300, 3),
+        CrashPoints::Sample(1500),
+    )
+    .unwrap();
+}
+
+#[test]
+fn themis_policy_recovers_under_the_themis_model() {
+    run(
+        FencePolicy::Themis,
+        SimConfig::themis(),
+        ops(120, 100, 4),
+        CrashPoints::Every,
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_workload_really_splits_and_doubles() {
+    let pool = Pool::simulated("cceh", 256 << 10, 1024, SimConfig::x86()).unwrap();
+    let heap = Heap::create(&pool, heap_config(), FencePolicy::Batched).unwrap();
+    let table = Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
+    for op in ops(120, 100, 1) {
+        if let Op::Insert(k, v) = op {
+            table.insert(k, v).unwrap();
+        }
+    }
+    assert!(
+        table.global_depth().unwrap() >= 2,
+        "depth {}",
+        table.global_depth().unwrap()
+    );
+    assert!(table.blocks().unwrap().len() >= 4);
+}

@@ -320,6 +320,19 @@ pub unsafe fn flush_range(kind: FlushKind, addr: *const u8, len: usize) {
     }
 }
 
+/// Prefetch the cache line holding `addr` into all cache levels. A prefetch never faults, so
+/// any address is allowed.
+#[inline(always)]
+pub fn prefetch_line(addr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetcht0 is a hint: it cannot fault or change memory, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// A store fence: orders earlier flushes and non-temporal stores before later stores.
 #[inline(always)]
 pub fn sfence() {

@@ -192,3 +192,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn batched_inserts_give_the_same_table_with_the_helper_on_or_off() {
+    use pmem_structures::cceh::BatchOptions;
+    let mut x = 7u64;
+    let items: Vec<(u64, u64)> = (0..20_000u64)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 15_000 + 1, i)
+        })
+        .collect();
+    let mut model = HashMap::new();
+    for &(k, v) in &items {
+        model.entry(k).or_insert(v);
+    }
+    for (helper, depth) in [(false, 8), (true, 1), (true, 8), (true, 64)] {
+        let heap = heap(16 << 20);
+        let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+        let inserted = table
+            .insert_batch(&items, BatchOptions { helper, depth })
+            .unwrap();
+        assert_eq!(
+            inserted,
+            model.len() as u64,
+            "helper {helper} depth {depth}"
+        );
+        let mut all: Vec<(u64, u64)> = table.iter().unwrap().collect();
+        all.sort_unstable();
+        let mut expected: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
+        expected.sort_unstable();
+        assert_eq!(all, expected, "helper {helper} depth {depth}");
+    }
+}
+
+#[test]
+fn a_batch_with_key_zero_writes_nothing() {
+    use pmem_structures::cceh::BatchOptions;
+    let heap = heap(4 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+    let items = [(5, 1), (0, 2), (6, 3)];
+    for helper in [false, true] {
+        let options = BatchOptions { helper, depth: 8 };
+        assert!(matches!(
+            table.insert_batch(&items, options),
+            Err(CcehError::ReservedKey)
+        ));
+        assert!(table.is_empty());
+    }
+}

@@ -199,3 +199,41 @@ fn the_workload_really_splits_and_doubles() {
     );
     assert!(table.blocks().unwrap().len() >= 4);
 }
+
+#[test]
+fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
+    use pmem_structures::cceh::BatchOptions;
+    let items: Vec<(u64, u64)> = (1..=80u64).map(|k| (k * 7919 % 1000 + 1, k)).collect();
+    let inserts: Vec<Op> = items.iter().map(|&(k, v)| Op::Insert(k, v)).collect();
+    let report = CrashTest::new("cceh-batch-helper", SimConfig::x86())
+        .pool("cceh", 256 << 10, 1024)
+        .images(Images::Random(4))
+        .run_with_setup(
+            |pool| {
+                let heap = Heap::create(pool, heap_config(), FencePolicy::Batched).unwrap();
+                Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
+            },
+            |pool| {
+                let heap = Heap::open(pool, FencePolicy::Batched).unwrap();
+                let table = Cceh::open(&heap, pool.root_offset()).unwrap();
+                let options = BatchOptions {
+                    helper: true,
+                    depth: 8,
+                };
+                table.insert_batch(&items, options).unwrap();
+            },
+            |pool, _crash| {
+                let heap = Heap::open(pool, FencePolicy::Batched).map_err(|e| e.to_string())?;
+                let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
+                let now = contents(&table);
+                // The batch is one operation: any prefix of its inserts may have completed.
+                let ok = (0..=inserts.len()).any(|n| now == model_after(&inserts, n));
+                if !ok {
+                    return Err(format!("{} keys match no prefix of the batch", now.len()));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(report.points > 300);
+}

@@ -460,6 +460,21 @@ impl<B: Backend> Pool<B> {
         self.read(ptr.offset())
     }
 
+    /// Hint the CPU to bring the lines of `[offset, offset + len)` into the cache. A hint
+    /// only: it reads nothing, stores nothing, and a range outside the pool is ignored (so a
+    /// speculative walk may pass offsets it read from a concurrently changing structure).
+    pub fn prefetch(&self, offset: u64, len: u64) {
+        let Ok(len) = usize::try_from(len) else {
+            return;
+        };
+        let Ok(start) = self.addr(offset, len) else {
+            return;
+        };
+        for line in crate::isa::cache_lines(start as usize, len) {
+            crate::isa::prefetch_line(line as *const u8);
+        }
+    }
+
     /// An 8-byte atomic load with acquire ordering (pairs with [`Pool::store_u64`]).
     pub fn load_u64(&self, offset: u64) -> Result<u64, PoolError> {
         let p = self.addr_u64(offset)?;

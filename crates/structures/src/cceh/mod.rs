@@ -43,7 +43,7 @@
 //! distinct keys never share a full hash): a table written today opens tomorrow.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 use pmem_ordering::{Backend, Pool, PoolError};
@@ -121,6 +121,25 @@ impl Default for CcehConfig {
     fn default() -> Self {
         CcehConfig {
             buckets_per_segment: 256,
+        }
+    }
+}
+
+/// Options of [`Cceh::insert_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Run the speculative helper thread (seed 001 Sec. 4.1).
+    pub helper: bool,
+    /// How many keys ahead of the inserting thread the helper may walk (8, the depth seed 001
+    /// found best, by default).
+    pub depth: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            helper: false,
+            depth: 8,
         }
     }
 }
@@ -393,6 +412,99 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         }
     }
 
+    /// Insert every pair, as [`Cceh::insert`] would one after the other; returns how many keys
+    /// were new. Key 0 anywhere in the batch is refused before anything is written.
+    ///
+    /// With `options.helper`, a second thread (pinned to another core where the machine
+    /// allows) walks the lookup path of the keys up to `options.depth` ahead of this one, hash
+    /// -> directory entry -> segment -> the four buckets of the probing window, and prefetches
+    /// them, so the inserting thread finds them in the cache: the speculative helper thread of
+    /// seed 001 Sec. 4.1. The helper only loads and prefetches: it makes no store and takes no
+    /// lock, so it cannot change what the batch does, only how fast. It stops when the batch
+    /// ends.
+    pub fn insert_batch(
+        &self,
+        items: &[(u64, u64)],
+        options: BatchOptions,
+    ) -> Result<u64, CcehError>
+    where
+        P: Sync,
+    {
+        if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
+            return Err(CcehError::ReservedKey);
+        }
+        let insert_all = |progress: Option<&AtomicUsize>| {
+            let mut inserted = 0;
+            for (i, &(key, value)) in items.iter().enumerate() {
+                if let Some(p) = progress {
+                    p.store(i, Ordering::Release);
+                }
+                if self.insert(key, value)? {
+                    inserted += 1;
+                }
+            }
+            Ok(inserted)
+        };
+        if !options.helper || items.len() < 2 {
+            return insert_all(None);
+        }
+        let progress = AtomicUsize::new(0);
+        let finished = AtomicBool::new(false);
+        let worker_cpu = current_cpu();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pin_away_from(worker_cpu);
+                self.speculate(items, &progress, &finished, options.depth.max(1));
+            });
+            let result = insert_all(Some(&progress));
+            finished.store(true, Ordering::Release);
+            result
+        })
+    }
+
+    /// The helper thread's walk: stay between 1 and `depth` keys ahead of the worker.
+    fn speculate(
+        &self,
+        items: &[(u64, u64)],
+        progress: &AtomicUsize,
+        finished: &AtomicBool,
+        depth: usize,
+    ) {
+        let pool = self.heap.pool();
+        let mut next = 1;
+        while next < items.len() && !finished.load(Ordering::Acquire) {
+            let worker = progress.load(Ordering::Acquire);
+            // Behind the worker, skip ahead; too far ahead, wait for it.
+            next = next.max(worker + 1);
+            if next > worker + depth {
+                std::hint::spin_loop();
+                continue;
+            }
+            if next >= items.len() {
+                break;
+            }
+            // Loads only. Any of them may see a directory that a split is changing: the worst
+            // outcome is a prefetch of the wrong line (out-of-pool offsets are ignored).
+            let h = hash(items[next].0);
+            if let Ok(directory) = pool.load_u64(self.root + 8) {
+                if let Ok(depth_now) = pool.load_u64(directory) {
+                    let entry_at = directory + 8 + 8 * prefix(h, depth_now.min(MAX_DEPTH));
+                    if let Ok(entry) = pool.load_u64(entry_at) {
+                        let segment = entry & !DEPTH_MASK;
+                        let home = h & (self.buckets - 1);
+                        for i in 0..PROBE_BUCKETS {
+                            pool.prefetch(
+                                segment + ((home + i) & (self.buckets - 1)) * BUCKET_BYTES,
+                                BUCKET_BYTES,
+                            );
+                        }
+                    }
+                }
+            }
+            next += 1;
+        }
+    }
+
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
@@ -516,6 +628,47 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         })?;
         Ok(())
     }
+}
+
+/// The CPU the calling thread runs on, if the OS says.
+fn current_cpu() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        usize::try_from(cpu).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Pin the calling thread to an allowed CPU other than `avoid`, if there is one. Best effort:
+/// on failure the thread stays where the scheduler puts it.
+fn pin_away_from(avoid: Option<usize>) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+        let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: `allowed` is a valid cpu_set_t of `size` bytes; pid 0 is this thread.
+        if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+            return;
+        }
+        let cpus = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu` is below CPU_SETSIZE, the set's size.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) });
+        let Some(target) = cpus.clone().find(|&c| Some(c) != avoid) else {
+            return;
+        };
+        // SAFETY: as above; a zeroed set is empty before CPU_SET adds one CPU.
+        unsafe {
+            let mut only: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(target, &mut only);
+            libc::sched_setaffinity(0, size, &only);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = avoid;
 }
 
 /// Buckets per segment this table supports: a power of two, enough for one probing window, at

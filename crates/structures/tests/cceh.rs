@@ -243,3 +243,39 @@ fn a_batch_with_key_zero_writes_nothing() {
         assert!(table.is_empty());
     }
 }
+
+#[test]
+fn a_corrupted_directory_is_refused_at_open() {
+    let heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    let pool = heap.pool();
+    {
+        let table = Cceh::create(&heap, root, small()).unwrap();
+        for k in 1..=500u64 {
+            table.insert(k, k).unwrap();
+        }
+        assert!(table.global_depth().unwrap() >= 3);
+    }
+    let directory = pool.load_u64(root + 8).unwrap();
+    let entry = pool.load_u64(directory + 8).unwrap();
+    let depth = pool.load_u64(directory).unwrap();
+    let damage = [
+        (directory, depth + 40),       // global depth beyond the directory's size
+        (directory + 8, entry ^ 0x3f), // a local depth bit flipped
+        (directory + 8, entry ^ 0x40), // a segment offset off by a line
+        (directory + 8, !63u64),       // a segment outside the pool
+        (root + 8, 8 << 20),           // a directory pointer at the pool's end
+        (root, 0),                     // the magic
+    ];
+    for (at, value) in damage {
+        let old = pool.load_u64(at).unwrap();
+        let _ = pool.persist(pool.store_u64(at, value).unwrap());
+        match Cceh::open(&heap, root) {
+            Err(CcehError::Corrupt { .. }) | Err(CcehError::Tx(_)) => {}
+            Err(e) => panic!("{at:#x} = {value:#x}: unexpected {e}"),
+            Ok(_) => panic!("{at:#x} = {value:#x}: a damaged table opened"),
+        }
+        let _ = pool.persist(pool.store_u64(at, old).unwrap());
+    }
+    assert_eq!(Cceh::open(&heap, root).unwrap().len(), 500);
+}

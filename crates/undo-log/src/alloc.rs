@@ -475,30 +475,28 @@ impl Allocator {
         }
     }
 
-    /// The committed block starting at `offset`, claimed for freeing by one transaction.
-    pub fn live_block(&self, offset: u64) -> Result<Block, TxError> {
-        let invalid = |reason| TxError::InvalidFree { offset, reason };
-        let mut st = self.lock();
+    /// The committed block starting at `offset`, or why there is none.
+    fn committed_block(&self, st: &State, offset: u64) -> Result<Block, &'static str> {
         let region = self.layout.alloc_offset..self.layout.alloc_offset + self.layout.alloc_size;
         if !region.contains(&offset) {
-            return Err(invalid("it is outside the allocator's region"));
+            return Err("it is outside the allocator's region");
         }
         let rel = offset - self.layout.alloc_offset;
         let chunk = rel / self.layout.chunk_size;
         let within = rel % self.layout.chunk_size;
-        let block = match &st.chunks[chunk as usize] {
+        match &st.chunks[chunk as usize] {
             ChunkState::Small {
                 class, persistent, ..
             } => {
                 let shape = self.classes[*class];
                 if within < shape.header || !(within - shape.header).is_multiple_of(shape.object) {
-                    return Err(invalid("it is not the start of a block"));
+                    return Err("it is not the start of a block");
                 }
                 let slot = (within - shape.header) / shape.object;
                 if slot >= shape.objects || !bit(persistent, slot) {
-                    return Err(invalid("the block is not allocated"));
+                    return Err("the block is not allocated");
                 }
-                Reservation {
+                Ok(Reservation {
                     offset,
                     size: shape.object,
                     place: Place::Small {
@@ -506,23 +504,41 @@ impl Allocator {
                         slot,
                         class: *class,
                     },
-                }
+                })
             }
             ChunkState::RunHead {
                 chunks,
                 formatted: true,
-            } if within == 0 => Reservation {
+            } if within == 0 => Ok(Reservation {
                 offset,
                 size: chunks * self.layout.chunk_size,
                 place: Place::Run {
                     chunk,
                     chunks: *chunks,
                 },
-            },
-            _ => return Err(invalid("the block is not allocated")),
-        };
+            }),
+            _ => Err("the block is not allocated"),
+        }
+    }
+
+    /// The size of the committed block starting at `offset`, if there is one.
+    pub fn block_size(&self, offset: u64) -> Option<u64> {
+        self.committed_block(&self.lock(), offset)
+            .ok()
+            .map(|b| b.size)
+    }
+
+    /// The committed block starting at `offset`, claimed for freeing by one transaction.
+    pub fn live_block(&self, offset: u64) -> Result<Block, TxError> {
+        let mut st = self.lock();
+        let block = self
+            .committed_block(&st, offset)
+            .map_err(|reason| TxError::InvalidFree { offset, reason })?;
         if !st.freeing.insert(offset) {
-            return Err(invalid("another open transaction is already freeing it"));
+            return Err(TxError::InvalidFree {
+                offset,
+                reason: "another open transaction is already freeing it",
+            });
         }
         Ok(block)
     }

@@ -179,6 +179,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         self.allocator.check(&*self.pool)
     }
 
+    /// The size of the block a committed transaction allocated at `offset`, or `None` if no
+    /// block starts there: lets a structure check, at open, that the offsets it reads from the
+    /// pool name blocks it owns.
+    pub fn block_size(&self, offset: u64) -> Option<u64> {
+        self.allocator.block_size(offset)
+    }
+
     /// Totals over this handle's transactions.
     pub fn tx_stats(&self) -> TxStats {
         let c = &self.counters;

@@ -231,16 +231,22 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if depth > MAX_DEPTH {
             return Err(corrupt(format!("global depth {depth}")));
         }
-        pool.check_range(directory, 8 + 8 * (1u64 << depth))?;
+        // The directory and every segment must be blocks the heap gave this table.
+        let owned =
+            |offset: u64, needed: u64| heap.block_size(offset).is_some_and(|size| size >= needed);
+        if !owned(directory, 8 + 8 * (1u64 << depth)) {
+            return Err(corrupt(format!(
+                "directory {directory:#x} of depth {depth} is not an allocated block of its size"
+            )));
+        }
         // Every segment's entries must agree, and its depth must not exceed the directory's.
         let mut count = 0;
         for (start, segment, local) in table.segments()? {
-            if local > depth || !segment.is_multiple_of(64) {
+            if local > depth || !owned(segment, buckets * BUCKET_BYTES) {
                 return Err(corrupt(format!(
-                    "entry {start}: segment {segment:#x} depth {local}"
+                    "entry {start}: segment {segment:#x} (local depth {local}) is not an allocated segment"
                 )));
             }
-            pool.check_range(segment, buckets * BUCKET_BYTES)?;
             let span = 1u64 << (depth - local);
             if !start.is_multiple_of(span) {
                 return Err(corrupt(format!(

@@ -279,3 +279,64 @@ fn a_corrupted_directory_is_refused_at_open() {
     }
     assert_eq!(Cceh::open(&heap, root).unwrap().len(), 500);
 }
+
+#[test]
+fn lookups_stay_right_while_two_writers_split_the_table() {
+    let heap = heap(32 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+    // Keys present before the writers start, and never touched by them.
+    let stable: Vec<u64> = (1..=500u64).map(|k| k * 1_000_003).collect();
+    for &k in &stable {
+        table.insert(k, k ^ 0xABCD).unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let table = &table;
+                s.spawn(move || {
+                    for i in 0..6000u64 {
+                        let key = i * 2 + t + 1;
+                        assert!(table.insert(key, key + 7).unwrap());
+                        if i % 3 == 0 {
+                            assert_eq!(table.remove(key).unwrap(), Some(key + 7));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let reader = s.spawn(|| {
+            let mut rounds = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for &k in &stable {
+                    assert_eq!(table.get(k).unwrap(), Some(k ^ 0xABCD), "stable key {k}");
+                }
+                rounds += 1;
+            }
+            rounds
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+    assert!(table.global_depth().unwrap() >= 6);
+    for i in 0..12_000u64 {
+        let key = i + 1;
+        let expected = if (i / 2) % 3 == 0 {
+            None
+        } else {
+            Some(key + 7)
+        };
+        assert_eq!(table.get(key).unwrap(), expected, "key {key}");
+    }
+    assert_eq!(table.len(), 500 + 8000);
+    let blocks: Vec<u64> = heap
+        .check_heap()
+        .unwrap()
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert_eq!(blocks, table.blocks().unwrap());
+}

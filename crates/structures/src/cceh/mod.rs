@@ -36,6 +36,14 @@
 //!   freed. This replaces the FAST'19 recovery pass, which repairs a directory left half-updated
 //!   by an untransacted split: here no such directory can exist.
 //!
+//! # Concurrency
+//!
+//! Writers of different segments run in parallel (a DRAM lock per segment stripe under a
+//! shared structure lock); lookups take no segment lock and retry a slot reused under them;
+//! splits and doublings take the structure lock exclusively, which is what makes freeing an old
+//! directory at once safe (no lookup can be reading it) without an epoch scheme. The price: a
+//! lookup waits while a split or doubling runs. See [`Cceh`].
+//!
 //! # Keys
 //!
 //! `u64` keys and values. Key 0 ([`EMPTY_KEY`]) marks an empty slot and is rejected with
@@ -44,7 +52,7 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::RwLock;
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
@@ -156,15 +164,39 @@ struct Place {
 
 /// A CCEH table in a heap.
 ///
-/// Operations take `&self` and are safe to call from several threads: for now one DRAM
-/// read-write lock serialises writers and lets readers share (it lives in DRAM, never in the
-/// pool, so a crash cannot leave it held).
+/// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
+/// never in the pool, so a crash cannot leave one held:
+///
+/// * inserts, updates and removes share a *structure* lock and take the lock of their segment's
+///   stripe (one of 64), so writers of different segments run in parallel;
+/// * lookups share the structure lock and take no segment lock: they scan the probing window
+///   with atomic loads and re-read the key after the value, so a slot reused under them is
+///   noticed and the scan retried. They never wait for a writer of another segment, but they
+///   do wait while a split or doubling runs;
+/// * a split or doubling takes the structure lock exclusively, so no lookup can still be
+///   reading a directory it frees.
 pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     root: u64,
     buckets: u64,
     len: AtomicU64,
-    lock: RwLock<()>,
+    structure: RwLock<()>,
+    stripes: Box<[Mutex<()>]>,
+}
+
+/// Segment lock stripes.
+const STRIPES: usize = 64;
+
+fn new_stripes() -> Box<[Mutex<()>]> {
+    (0..STRIPES).map(|_| Mutex::new(())).collect()
+}
+
+/// What one attempt to put a key in its window found.
+enum Attempt {
+    /// Done: the old value if the key was there.
+    Done(Option<u64>),
+    /// The window is full: the segment must split.
+    Full(Place),
 }
 
 impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
@@ -202,7 +234,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             root,
             buckets: b,
             len: AtomicU64::new(0),
-            lock: RwLock::new(()),
+            structure: RwLock::new(()),
+            stripes: new_stripes(),
         })
     }
 
@@ -224,7 +257,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             root,
             buckets,
             len: AtomicU64::new(0),
-            lock: RwLock::new(()),
+            structure: RwLock::new(()),
+            stripes: new_stripes(),
         };
         let directory = pool.load_u64(root + 8)?;
         let depth = pool.load_u64(directory)?;
@@ -352,13 +386,40 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _shared = self.lock.read().unwrap_or_else(|p| p.into_inner());
+        let _structure = self.structure.read().unwrap_or_else(|p| p.into_inner());
+        let pool = self.heap.pool();
         let h = hash(key);
         let place = self.locate(h)?;
-        match self.find(&place, key, h)? {
-            Some(slot) => Ok(Some(self.heap.pool().load_u64(slot + 8)?)),
-            None => Ok(None),
+        'scan: loop {
+            for slot in self.window(place.segment, h) {
+                if pool.load_u64(slot)? == key {
+                    let value = pool.load_u64(slot + 8)?;
+                    // A writer of this segment may have removed the key and reused the slot
+                    // between the two loads: then look again.
+                    if pool.load_u64(slot)? != key {
+                        continue 'scan;
+                    }
+                    return Ok(Some(value));
+                }
+            }
+            return Ok(None);
         }
+    }
+
+    fn shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.structure.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.structure.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock of the stripe `segment` falls in.
+    fn segment_lock(&self, segment: u64) -> MutexGuard<'_, ()> {
+        let stripe = (hash(segment) as usize) % STRIPES;
+        self.stripes[stripe]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
@@ -367,7 +428,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
         match self.put(key, value, false)? {
             None => Ok(true),
             Some(_) => Ok(false),
@@ -380,41 +440,70 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
         self.put(key, value, true)
     }
 
-    /// Insert, or (with `replace`) update; the old value if the key was there.
+    /// Insert, or (with `replace`) update; the old value if the key was there. Tries under the
+    /// shared structure lock and the segment's lock; a full window is split under the
+    /// exclusive lock, then the put is tried again.
     fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, CcehError> {
-        let pool = self.heap.pool();
         let h = hash(key);
         loop {
-            let place = self.locate(h)?;
-            let pattern = prefix(h, place.local_depth);
-            let mut free = None;
-            for slot in self.window(place.segment, h) {
-                let k = pool.load_u64(slot)?;
-                if k == key {
-                    let old = pool.load_u64(slot + 8)?;
-                    if replace {
-                        let w = pool.store_u64(slot + 8, value)?;
-                        let _ = pool.persist(w);
-                    }
-                    return Ok(Some(old));
-                }
-                if free.is_none() && (k == EMPTY_KEY || !belongs(k, place.local_depth, pattern)) {
-                    free = Some(slot);
+            {
+                let _structure = self.shared();
+                let place = self.locate(h)?;
+                let _segment = self.segment_lock(place.segment);
+                if let Attempt::Done(old) = self.attempt(&place, key, value, replace, h)? {
+                    return Ok(old);
                 }
             }
-            if let Some(slot) = free {
+            let _structure = self.exclusive();
+            // Another thread may have split this segment already: look again before splitting.
+            let place = self.locate(h)?;
+            match self.attempt(&place, key, value, replace, h)? {
+                Attempt::Done(old) => return Ok(old),
+                Attempt::Full(place) => self.split(&place)?,
+            }
+        }
+    }
+
+    /// One try at putting `key` in its window (the caller holds the segment's lock or the
+    /// exclusive structure lock).
+    fn attempt(
+        &self,
+        place: &Place,
+        key: u64,
+        value: u64,
+        replace: bool,
+        h: u64,
+    ) -> Result<Attempt, CcehError> {
+        let pool = self.heap.pool();
+        let pattern = prefix(h, place.local_depth);
+        let mut free = None;
+        for slot in self.window(place.segment, h) {
+            let k = pool.load_u64(slot)?;
+            if k == key {
+                let old = pool.load_u64(slot + 8)?;
+                if replace {
+                    let w = pool.store_u64(slot + 8, value)?;
+                    let _ = pool.persist(w);
+                }
+                return Ok(Attempt::Done(Some(old)));
+            }
+            if free.is_none() && (k == EMPTY_KEY || !belongs(k, place.local_depth, pattern)) {
+                free = Some(slot);
+            }
+        }
+        match free {
+            Some(slot) => {
                 // Value first, then the key that commits it, in one line: one flush, one fence.
                 let v = pool.store_u64(slot + 8, value)?;
                 let k = pool.store_u64(slot, key)?;
                 let _ = pool.persist(v.merge(k));
                 self.len.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
+                Ok(Attempt::Done(None))
             }
-            self.split(&place)?;
+            None => Ok(Attempt::Full(*place)),
         }
     }
 
@@ -516,10 +605,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _exclusive = self.lock.write().unwrap_or_else(|p| p.into_inner());
+        let _structure = self.shared();
         let pool = self.heap.pool();
         let h = hash(key);
         let place = self.locate(h)?;
+        let _segment = self.segment_lock(place.segment);
         match self.find(&place, key, h)? {
             Some(slot) => {
                 let value = pool.load_u64(slot + 8)?;
@@ -548,9 +638,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         Ok(pool.load_u64(pool.load_u64(self.root + 8)?)?)
     }
 
-    /// Every `(key, value)` pair, in no particular order (a snapshot taken under the lock).
+    /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
+    /// the exclusive structure lock.
     pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {
-        let _shared = self.lock.read().unwrap_or_else(|p| p.into_inner());
+        let _structure = self.exclusive();
         let depth = self.global_depth()?;
         let mut all = Vec::with_capacity(self.len() as usize);
         for (start, segment, local) in self.segments()? {

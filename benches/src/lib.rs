@@ -11,9 +11,12 @@
 //! * [`machine`]: a description of the machine for report headers;
 //! * [`txbench`]: the transaction variants (K words per transaction, the Themis workloads of
 //!   seed 004 Table II, in-place vs out-of-place object updates) under each fence policy;
+//! * [`ccehbench`]: the CCEH table of `pmem-structures`: loads of random keys with and without
+//!   the speculative helper thread, lookups and removals, with latency percentiles;
 //! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
+pub mod ccehbench;
 pub mod machine;
 pub mod measure;
 pub mod poolfile;

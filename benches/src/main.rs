@@ -4,7 +4,8 @@
 //! then undo-log transactions of `pmem-undo-log` (see [`pmem_bench::txbench`]): K words per
 //! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
 //! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
-//! granularity, and prints the tables. The structures join the comparison as they land.
+//! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
+//! and prints the tables. The other structures join the comparison as they land.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
+use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
@@ -27,8 +29,8 @@ const POOL_FILE: &str = "pmem-bench.pool";
 /// The prefix of the transaction variants' pool files (`{prefix}-{variant}.pool`).
 const TX_POOL_PREFIX: &str = "pmem-bench";
 
-/// Compare the persistence primitives of pmem-ordering and undo-log transactions, and print the
-/// tables.
+/// Compare the persistence primitives of pmem-ordering, undo-log transactions and the CCEH hash
+/// table, and print the tables.
 ///
 /// Measures, side by side: one cache line written + flushed + fenced with each flush instruction
 /// the CPU has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
@@ -36,8 +38,11 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// and the pool's persist against the raw instructions. Then undo-log transactions under the
 /// strict, batched and ideal fence policies: K = 1..128 words per transaction, and the Themis
 /// workloads (SPS, LL, Hashmap, CQ, TATP, TPCC), with fences per transaction and the share of
-/// them that Themis removes; and in-place vs out-of-place object updates. Per operation it
-/// reports the median time and the fences, flushes and bytes counted.
+/// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
+/// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
+/// with insert_batch, its speculative helper thread off and on; lookups and removals; p50/p99
+/// latencies; fences and flushes per insert; table bytes per key. Per operation it reports the
+/// median time and the fences, flushes and bytes counted.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
@@ -95,6 +100,8 @@ enum RunError {
     Pool(#[from] PoolError),
     #[error("a benchmark transaction failed: {0}")]
     Tx(#[from] TxError),
+    #[error(transparent)]
+    Cceh(#[from] CcehBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -134,6 +141,13 @@ impl Progress {
         );
     }
 
+    fn section(&self, index: usize, count: usize, name: &str, plan: &CcehPlan) {
+        eprintln!(
+            "[{index}/{count}] {name}: {} keys x 3 fresh tables x {} rounds",
+            plan.keys, plan.rounds
+        );
+    }
+
     fn round(&self, round: usize, rounds: usize) {
         if self.tty {
             eprint!("\r      round {round}/{rounds}");
@@ -149,10 +163,10 @@ impl Progress {
 }
 
 fn run(cli: &Cli) -> Result<(), RunError> {
-    let plan = if cli.quick {
-        Plan::quick()
+    let (plan, cceh_plan) = if cli.quick {
+        (Plan::quick(), CcehPlan::quick())
     } else {
-        Plan::full()
+        (Plan::full(), CcehPlan::full())
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
@@ -182,7 +196,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|(_, v)| !v.is_empty())
         .collect();
     let tx_groups = txbench::groups();
-    let count = groups.len() + tx_groups.len();
+    // The CCEH section counts as one group.
+    let count = groups.len() + tx_groups.len() + 1;
     let mut measurements: Vec<Measurement> = Vec::new();
     for (i, (group, group_variants)) in groups.iter().enumerate() {
         progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
@@ -219,9 +234,17 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
+    progress.section(count, count, "cceh", &cceh_plan);
+    let cceh = ccehbench::measure(
+        &dir,
+        TX_POOL_PREFIX,
+        cli.granularity.forced(),
+        &cceh_plan,
+        |r, n| progress.round(r, n),
+    )?;
     progress.done();
 
-    let report = Report::new(setup, &measurements, &tx_measurements);
+    let report = Report::new(setup, &measurements, &tx_measurements).with_cceh(cceh);
     println!("{}", report.header());
     println!("{}", report.method());
     println!();
@@ -232,6 +255,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     println!("{}", report.tx_method());
     println!();
     print!("{}", report.tx_tables());
+    print!("{}", report.cceh_table());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }

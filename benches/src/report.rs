@@ -3,10 +3,12 @@
 //! Four sections: the primitives (one row per variant, [`Row`]), then the transaction sections
 //! of [`crate::txbench`], whose rows put the variants compared side by side in one line: K words
 //! per transaction ([`TxRow`]), the Themis workloads ([`WorkloadRow`], with an average row) and
-//! object updates ([`ObjectRow`]).
+//! object updates ([`ObjectRow`]). Last, the CCEH section ([`CcehResults`] of
+//! [`crate::ccehbench`]): one row per table operation.
 
 use serde::Serialize;
 
+use crate::ccehbench::CcehResults;
 use crate::machine::Machine;
 use crate::measure::{Measurement, Plan, Timing};
 use crate::primitives::{size_label, Group, Variant};
@@ -217,6 +219,8 @@ pub struct Report {
     pub workload_average: Option<WorkloadAverage>,
     /// One row per object size.
     pub objects: Vec<ObjectRow>,
+    /// The CCEH section (`None` if it was not measured).
+    pub cceh: Option<CcehResults>,
 }
 
 impl Setup {
@@ -347,7 +351,14 @@ impl Report {
             workloads,
             workload_average,
             objects,
+            cceh: None,
         }
+    }
+
+    /// The same report with the CCEH section.
+    pub fn with_cceh(mut self, cceh: CcehResults) -> Report {
+        self.cceh = Some(cceh);
+        self
     }
 
     /// The header line: machine, instructions, pool and what its granularity means.
@@ -644,6 +655,105 @@ impl Report {
         out
     }
 
+    /// What the CCEH section measured and how (empty without one).
+    pub fn cceh_title(&self) -> String {
+        let Some(c) = &self.cceh else {
+            return String::new();
+        };
+        format!(
+            "cceh: {} uniformly random distinct keys loaded into fresh tables ({} KiB segments of \
+             {} buckets), each on its own heap ({} fences) in a fresh {} MiB pool file in the \
+             same directory, same granularity; ops/s: median of {} rounds, the three loads of a \
+             round interleaved (reversed on odd rounds); p50/p99: every {}th call timed on its \
+             own with Instant; fences/op, flushes/op: \
+             thread_stats over the phase, splits and directory doublings included",
+            c.keys,
+            c.buckets_per_segment * 64 / 1024,
+            c.buckets_per_segment,
+            crate::ccehbench::CCEH_POLICY.name(),
+            c.pool_bytes >> 20,
+            c.rounds,
+            c.latency_every,
+        )
+    }
+
+    fn cceh_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "operation",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+        ];
+        let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_ns);
+        let rows = self
+            .cceh
+            .iter()
+            .flat_map(|c| &c.rows)
+            .map(|r| {
+                vec![
+                    r.operation.clone(),
+                    format_rate(r.ops_per_sec),
+                    format_ns(r.ns_per_op),
+                    opt(r.p50_ns),
+                    opt(r.p99_ns),
+                    format!("{:.3}", r.fences_per_op),
+                    format!("{:.3}", r.flushes_per_op),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+
+    /// The footnotes of the CCEH table.
+    fn cceh_legend(&self) -> Vec<String> {
+        let Some(c) = &self.cceh else {
+            return Vec::new();
+        };
+        vec![
+            format!(
+                "p50/p99: one call timed at a time; each sample includes the timer (an empty \
+                 timed section takes {:.0} ns here), and a lone timed call cannot overlap its \
+                 neighbours as untimed calls do, so p50 can exceed ns/op",
+                c.timer_ns
+            ),
+            format!(
+                "table: {:.1} bytes per key (the directory and segments the heap allocated, over \
+                 the keys), global depth {}",
+                c.table_bytes_per_key, c.global_depth
+            ),
+            format!(
+                "helper thread: insert_batch with the helper on ran at {:.2}x the throughput of \
+                 helper off (median of the rounds' on/off ratios, the two loads of a round back \
+                 to back; above 1: the helper helps)",
+                c.helper_on_over_off
+            ),
+            format!(
+                "to beat, quoted from the issue, not measured by us: \"{}\"",
+                c.reference
+            ),
+        ]
+    }
+
+    /// The CCEH section as text: title, aligned table and footnotes (empty without one).
+    pub fn cceh_table(&self) -> String {
+        if self.cceh.is_none() {
+            return String::new();
+        }
+        let (header, rows) = self.cceh_cells();
+        let mut out = self.cceh_title();
+        out.push_str("\n\n");
+        out.push_str(&align(&header, &rows, |col| col == 0, false));
+        out.push('\n');
+        for line in self.cceh_legend() {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
     /// The header, method and tables as markdown.
     pub fn markdown(&self) -> String {
         let (header, rows) = self.cells();
@@ -663,6 +773,15 @@ impl Report {
             out.push_str(&markdown_table(&header, &rows, |i| i == 0));
             out.push('\n');
             for line in self.section_legend(section) {
+                out.push_str(&format!("- {line}\n"));
+            }
+        }
+        if self.cceh.is_some() {
+            let (header, rows) = self.cceh_cells();
+            out.push_str(&format!("\n**{}**\n\n", self.cceh_title()));
+            out.push_str(&markdown_table(&header, &rows, |i| i == 0));
+            out.push('\n');
+            for line in self.cceh_legend() {
                 out.push_str(&format!("- {line}\n"));
             }
         }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use pmem_bench::ccehbench::{CcehOp, CCEH_KEYS_QUICK};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
@@ -94,13 +95,15 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     }
 
     check_transaction_sections(&report, &stdout);
+    check_cceh_section(&report, &stdout);
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
     // Each table has a header and a rule; the workloads' has an average row too.
     let table_lines = (rows.len() + 2)
         + (TX_WORDS.len() + 2)
         + (Workload::ALL.len() + 3)
-        + (OBJECT_SIZES.len() + 2);
+        + (OBJECT_SIZES.len() + 2)
+        + (CcehOp::ALL.len() + 2);
     assert_eq!(
         md.lines().filter(|l| l.starts_with("| ")).count(),
         table_lines,
@@ -177,6 +180,58 @@ fn check_transaction_sections(report: &Value, stdout: &str) {
         check_cell(&row["out_of_place"]);
         positive(row, "out_over_in");
     }
+}
+
+fn check_cceh_section(report: &Value, stdout: &str) {
+    let cceh = &report["cceh"];
+    assert_eq!(cceh["keys"].as_u64(), Some(CCEH_KEYS_QUICK), "{cceh}");
+    let rows = cceh["rows"].as_array().expect("cceh rows");
+    assert_eq!(rows.len(), CcehOp::ALL.len(), "one row per operation");
+    for (row, op) in rows.iter().zip(CcehOp::ALL) {
+        assert_eq!(row["operation"], op.name().as_str(), "{row}");
+        assert!(stdout.contains(&format!("\n{} ", op.name())), "{stdout}");
+        positive(row, "ops_per_sec");
+        positive(row, "ns_per_op");
+        let samples = row["samples_ops_per_sec"].as_array().expect("samples");
+        assert!(!samples.is_empty());
+        assert!(samples.iter().all(|s| s.as_f64().is_some_and(|x| x > 0.0)));
+        let sampled = matches!(op, CcehOp::Insert | CcehOp::Get);
+        if sampled {
+            let p50 = positive(row, "p50_ns");
+            let p99 = positive(row, "p99_ns");
+            assert!(p50 <= p99, "{row}");
+            positive(row, "latency_samples");
+        } else {
+            assert!(row["p50_ns"].is_null() && row["p99_ns"].is_null(), "{row}");
+        }
+        match op {
+            // One fence per insert, more for the splits; one per remove.
+            CcehOp::Insert | CcehOp::InsertBatch | CcehOp::InsertBatchHelper => {
+                assert!(positive(row, "fences_per_op") >= 1.0, "{row}");
+                assert!(positive(row, "flushes_per_op") >= 1.0, "{row}");
+            }
+            CcehOp::Remove => {
+                positive(row, "fences_per_op");
+                positive(row, "flushes_per_op");
+            }
+            CcehOp::Get => {
+                assert_eq!(row["fences_per_op"].as_f64(), Some(0.0), "{row}");
+                assert_eq!(row["flushes_per_op"].as_f64(), Some(0.0), "{row}");
+            }
+        }
+    }
+    // A key takes 16 bytes of slot; a table is never fuller than its slots.
+    assert!(positive(cceh, "table_bytes_per_key") >= 16.0, "{cceh}");
+    positive(cceh, "helper_on_over_off");
+    positive(cceh, "global_depth");
+    assert!(
+        cceh["reference"]
+            .as_str()
+            .is_some_and(|r| r.contains("2.2 M inserts/s")),
+        "{cceh}"
+    );
+    assert!(stdout.contains("bytes per key"), "{stdout}");
+    assert!(stdout.contains("not measured by us"), "{stdout}");
 }
 
 #[test]

@@ -1,0 +1,652 @@
+//! The CCEH measurements of `pmem-bench` and of the `cceh` criterion bench.
+//!
+//! Every table is made fresh, on its own heap ([`HeapConfig::default`], batched fences) in its
+//! own pool file in the run's pool directory ([`CcehHeap`]), with the default shape of FAST'19:
+//! 16 KiB segments of 256 buckets ([`CcehConfig::default`]). The keys are uniformly random,
+//! distinct, nonzero `u64` ([`random_keys`]), generated before anything is timed, as are the
+//! random orders in which they are looked up and removed ([`shuffled`]); the value of a key is
+//! [`value_of`] it, so a lookup can be checked.
+//!
+//! `pmem-bench` ([`measure`]) runs [`CcehPlan::rounds`] rounds; in each it loads the keys into
+//! three fresh tables, in forward order on even rounds and in reverse on odd ones:
+//!
+//! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
+//!   with [`Instant`] for the latency percentiles; then it looks every key up with
+//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own), then
+//!   removes every key with [`Cceh::remove`] in another random order;
+//! * with [`Cceh::insert_batch`], the speculative helper thread off;
+//! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead.
+//!
+//! A phase's throughput is the median over the rounds of keys / elapsed time; the helper's
+//! effect ([`CcehResults::helper_on_over_off`]) is the median of the rounds' on/off ratios, as
+//! the two loads of a round run back to back. Fences and flushes per operation come from
+//! [`thread_stats`] deltas over the phase (they include the splits and directory doublings, so
+//! an insert costs slightly more than one of each).
+//!
+//! The criterion bench uses the same pieces: [`CcehHeap`], [`random_keys`], and the one- or
+//! two-thread drivers [`insert_all`], [`get_all`] and [`remove_all`].
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, PoolOptions, Stats};
+use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use serde::Serialize;
+
+use crate::poolfile::{PoolFile, SetupError};
+use crate::txbench::Rng;
+
+/// Keys of a default `pmem-bench` run.
+pub const CCEH_KEYS: u64 = 1_000_000;
+/// Keys of a `--quick` run.
+pub const CCEH_KEYS_QUICK: u64 = 100_000;
+/// Every how many operations one is timed on its own, for the latency percentiles.
+pub const LATENCY_EVERY: usize = 64;
+/// How far ahead the helper thread walks (seed 001 Sec. 4.1 found 8 best).
+pub const HELPER_DEPTH: usize = 8;
+/// The heaps' fence policy (only splits and doublings run transactions).
+pub const CCEH_POLICY: FencePolicy = FencePolicy::Batched;
+/// Pool bytes per key: about twice what a table needs (a table takes 30-40 bytes per key, so
+/// 64 would do; the file is sparse, so unused room costs nothing).
+pub const POOL_BYTES_PER_KEY: u64 = 128;
+
+/// The numbers to beat, from the issue: quoted, not measured by us.
+pub const REFERENCE: &str = "the FAST'19 authors' C++ CCEH (clflush + 3 mfence per insert) on \
+this machine: 1M keys 2.2 M inserts/s and 9.4 M lookups/s; 16M keys 1.6 M inserts/s and 4.7 M \
+lookups/s; about 32 bytes of table per key; PMDK hashmap_rp 0.52 M inserts/s at 1M keys";
+
+/// The table type measured: on the hardware backend, its heap holding its pool in an `Arc`.
+pub type Table<'h> = Cceh<'h, Hardware, Arc<Pool>>;
+
+/// Size of the pool file for a table of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded
+/// up to a power of two, at least 16 MiB (128 MiB for 1M keys, 2 GiB for 16M).
+pub fn pool_size(keys: u64) -> u64 {
+    (keys.saturating_mul(POOL_BYTES_PER_KEY))
+        .next_power_of_two()
+        .max(16 << 20)
+}
+
+/// `n` distinct, nonzero, uniformly random keys, from `seed`.
+pub fn random_keys(n: u64, seed: u64) -> Vec<u64> {
+    let mut rng = Rng::new(seed);
+    let mut seen = std::collections::HashSet::with_capacity(n as usize);
+    let mut keys = Vec::with_capacity(n as usize);
+    while keys.len() < n as usize {
+        let k = rng.next_u64();
+        if k != 0 && seen.insert(k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// A copy of `keys` in a random order (Fisher-Yates, from `seed`).
+pub fn shuffled(keys: &[u64], seed: u64) -> Vec<u64> {
+    let mut rng = Rng::new(seed);
+    let mut out = keys.to_vec();
+    for i in (1..out.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        out.swap(i, j);
+    }
+    out
+}
+
+/// The value stored with `key`.
+pub fn value_of(key: u64) -> u64 {
+    key.rotate_left(32) ^ 0x5A5A_5A5A_5A5A_5A5A
+}
+
+/// `(key, value_of(key))` for every key.
+pub fn items(keys: &[u64]) -> Vec<(u64, u64)> {
+    keys.iter().map(|&k| (k, value_of(k))).collect()
+}
+
+/// A fresh heap in its own pool file, for one table: the file is removed when this is dropped.
+pub struct CcehHeap {
+    // Dropped before the file (fields drop in order).
+    heap: Heap,
+    file: PoolFile,
+}
+
+impl std::fmt::Debug for CcehHeap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CcehHeap")
+            .field("pool", &self.file.path())
+            .finish()
+    }
+}
+
+impl CcehHeap {
+    /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for `keys`
+    /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap in
+    /// it.
+    pub fn create(
+        dir: &Path,
+        file_name: &str,
+        keys: u64,
+        granularity: Option<Granularity>,
+    ) -> Result<CcehHeap, SetupError> {
+        let file = PoolFile::create(dir, file_name, pool_size(keys), granularity)?;
+        let pool = file.open(PoolOptions::new())?;
+        let heap: Heap =
+            Heap::create(Arc::new(pool), HeapConfig::default(), CCEH_POLICY).map_err(|source| {
+                SetupError::Heap {
+                    path: file.path().to_path_buf(),
+                    source,
+                }
+            })?;
+        Ok(CcehHeap { heap, file })
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The pool file.
+    pub fn file(&self) -> &PoolFile {
+        &self.file
+    }
+
+    /// Make an empty table (default shape) with its root in the pool's root object.
+    pub fn table(&self) -> Result<Table<'_>, CcehError> {
+        Cceh::create(
+            &self.heap,
+            self.heap.pool().root_offset(),
+            CcehConfig::default(),
+        )
+    }
+
+    /// Bytes the heap has allocated (the table's directory and segments).
+    pub fn bytes_allocated(&self) -> u64 {
+        self.heap.alloc_stats().bytes_allocated
+    }
+}
+
+/// The batch options of the helper thread off (`false`) or on (`true`, [`HELPER_DEPTH`]).
+pub fn batch_options(helper: bool) -> BatchOptions {
+    BatchOptions {
+        helper,
+        depth: HELPER_DEPTH,
+    }
+}
+
+/// `items` split into `threads` nearly equal consecutive parts.
+fn parts<T>(items: &[T], threads: usize) -> impl Iterator<Item = &[T]> {
+    let per = items.len().div_ceil(threads.max(1)).max(1);
+    items.chunks(per)
+}
+
+/// Run `f` on each of `threads` parts of `items` (on this thread if `threads` is 1, else on
+/// as many scoped threads); the sum of what the calls return.
+fn split<T: Sync, E: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&[T]) -> Result<u64, E> + Sync,
+) -> Result<u64, E> {
+    if threads <= 1 {
+        return f(items);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = parts(items, threads)
+            .map(|part| s.spawn(|| f(part)))
+            .collect();
+        let mut total = 0;
+        for h in handles {
+            total += h
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        }
+        Ok(total)
+    })
+}
+
+/// Insert `items` with [`Cceh::insert_batch`] (`options`), split among `threads` threads that
+/// share the table; how many keys were new.
+pub fn insert_all(
+    table: &Table<'_>,
+    items: &[(u64, u64)],
+    options: BatchOptions,
+    threads: usize,
+) -> Result<u64, CcehError> {
+    split(items, threads, |part| table.insert_batch(part, options))
+}
+
+/// Look every key of `keys` up, split among `threads` threads; how many were found with their
+/// [`value_of`].
+pub fn get_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
+    split(keys, threads, |part| {
+        let mut hits = 0;
+        for &k in part {
+            if table.get(k)? == Some(value_of(k)) {
+                hits += 1;
+            }
+        }
+        Ok(hits)
+    })
+}
+
+/// Remove every key of `keys`, split among `threads` threads; how many were there.
+pub fn remove_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
+    split(keys, threads, |part| {
+        let mut removed = 0;
+        for &k in part {
+            if table.remove(k)?.is_some() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    })
+}
+
+/// How much `pmem-bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CcehPlan {
+    /// Keys loaded into each table.
+    pub keys: u64,
+    /// Rounds; each loads three fresh tables.
+    pub rounds: usize,
+}
+
+impl CcehPlan {
+    /// The default run: [`CCEH_KEYS`] keys, 9 rounds (about 15 s).
+    pub fn full() -> CcehPlan {
+        CcehPlan {
+            keys: CCEH_KEYS,
+            rounds: 9,
+        }
+    }
+
+    /// The `--quick` run: [`CCEH_KEYS_QUICK`] keys, 3 rounds.
+    pub fn quick() -> CcehPlan {
+        CcehPlan {
+            keys: CCEH_KEYS_QUICK,
+            rounds: 3,
+        }
+    }
+}
+
+/// An operation measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CcehOp {
+    /// [`Cceh::insert`], one call per key.
+    Insert,
+    /// [`Cceh::insert_batch`], helper thread off.
+    InsertBatch,
+    /// [`Cceh::insert_batch`], helper thread on.
+    InsertBatchHelper,
+    /// [`Cceh::get`] of every key (hits), in a random order.
+    Get,
+    /// [`Cceh::remove`] of every key, in a random order.
+    Remove,
+}
+
+impl CcehOp {
+    /// Every operation, in report order.
+    pub const ALL: [CcehOp; 5] = [
+        CcehOp::Insert,
+        CcehOp::InsertBatch,
+        CcehOp::InsertBatchHelper,
+        CcehOp::Get,
+        CcehOp::Remove,
+    ];
+
+    /// The name in reports.
+    pub fn name(self) -> String {
+        match self {
+            CcehOp::Insert => "insert (one call per key)".to_string(),
+            CcehOp::InsertBatch => "insert_batch, helper off".to_string(),
+            CcehOp::InsertBatchHelper => {
+                format!("insert_batch, helper on (depth {HELPER_DEPTH})")
+            }
+            CcehOp::Get => "get (hits, random order)".to_string(),
+            CcehOp::Remove => "remove (random order)".to_string(),
+        }
+    }
+
+    fn index(self) -> usize {
+        CcehOp::ALL.iter().position(|&o| o == self).expect("listed")
+    }
+}
+
+/// One operation's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct CcehRow {
+    /// What was measured.
+    pub operation: String,
+    /// Operations per second: the median over the rounds.
+    pub ops_per_sec: f64,
+    /// Nanoseconds per operation at that rate.
+    pub ns_per_op: f64,
+    /// Median latency of one call, in nanoseconds (`None`: not sampled for this operation).
+    pub p50_ns: Option<f64>,
+    /// 99th percentile latency of one call, in nanoseconds.
+    pub p99_ns: Option<f64>,
+    /// Latency samples taken over all rounds.
+    pub latency_samples: usize,
+    /// Fences per operation over all rounds (splits and doublings included).
+    pub fences_per_op: f64,
+    /// Cache lines flushed per operation over all rounds.
+    pub flushes_per_op: f64,
+    /// Operations per second of each round, in round order.
+    pub samples_ops_per_sec: Vec<f64>,
+}
+
+/// The CCEH section of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CcehResults {
+    /// Keys loaded into each table.
+    pub keys: u64,
+    /// Rounds measured.
+    pub rounds: usize,
+    /// Buckets per segment of the tables.
+    pub buckets_per_segment: u64,
+    /// Size of each table's pool file.
+    pub pool_bytes: u64,
+    /// Every how many operations one was timed on its own.
+    pub latency_every: usize,
+    /// The median time of timing nothing (two `Instant` reads), in nanoseconds: included in
+    /// every latency sample.
+    pub timer_ns: f64,
+    /// How far ahead the helper thread walked.
+    pub helper_depth: usize,
+    /// One row per operation, in report order.
+    pub rows: Vec<CcehRow>,
+    /// Bytes the heap allocated for the table (directory and segments) per key, after the load.
+    pub table_bytes_per_key: f64,
+    /// The directory's global depth after the load.
+    pub global_depth: u64,
+    /// Insert throughput with the helper thread on over with it off (above 1: the helper
+    /// helps): the median over the rounds of the two loads' ratio in each round.
+    pub helper_on_over_off: f64,
+    /// The numbers to beat, quoted from the issue, not measured by us.
+    pub reference: String,
+}
+
+/// Why the CCEH measurements failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CcehBenchError {
+    /// A pool or heap could not be set up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// A table operation failed.
+    #[error("a CCEH operation failed: {0}")]
+    Table(#[from] CcehError),
+    /// An operation did not do what it should have (a bug, not a measurement).
+    #[error("CCEH {operation}: {got} of {expected} keys {what}")]
+    Count {
+        /// The operation.
+        operation: String,
+        /// Keys it should have affected.
+        expected: u64,
+        /// Keys it did.
+        got: u64,
+        /// What "affected" means.
+        what: &'static str,
+    },
+}
+
+impl From<TxError> for CcehBenchError {
+    fn from(e: TxError) -> Self {
+        CcehBenchError::Table(CcehError::Tx(e))
+    }
+}
+
+/// What one operation accumulated over the rounds.
+#[derive(Clone, Debug, Default)]
+struct Phase {
+    secs: Vec<f64>,
+    ops: u64,
+    stats: Stats,
+    latencies: Vec<f64>,
+}
+
+impl Phase {
+    /// Time `f` (which runs `n` operations and returns how many did what they should), with
+    /// the thread's counters around it.
+    fn time(
+        &mut self,
+        op: CcehOp,
+        n: u64,
+        what: &'static str,
+        f: impl FnOnce(&mut Vec<f64>) -> Result<u64, CcehError>,
+    ) -> Result<(), CcehBenchError> {
+        let before = thread_stats();
+        let start = Instant::now();
+        let got = f(&mut self.latencies)?;
+        let elapsed = start.elapsed();
+        let delta = thread_stats() - before;
+        if got != n {
+            return Err(CcehBenchError::Count {
+                operation: op.name(),
+                expected: n,
+                got,
+                what,
+            });
+        }
+        self.secs.push(elapsed.as_secs_f64());
+        self.ops += n;
+        self.stats = self.stats + delta;
+        Ok(())
+    }
+}
+
+/// Nanoseconds of a duration, as a float.
+fn ns(d: Duration) -> f64 {
+    d.as_nanos() as f64
+}
+
+/// The `q` quantile (0..=1) of `xs` by nearest rank; NaN if empty.
+pub fn percentile(xs: &[f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// The median time, in nanoseconds, of an empty timed section (`Instant::now`, `elapsed`).
+pub fn timer_overhead_ns() -> f64 {
+    let samples: Vec<f64> = (0..10_000)
+        .map(|_| {
+            let t = Instant::now();
+            ns(std::hint::black_box(t).elapsed())
+        })
+        .collect();
+    percentile(&samples, 0.5)
+}
+
+/// Which table a round loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// One `insert` per key (then the gets and removes).
+    Single,
+    /// `insert_batch`, helper off.
+    Batch,
+    /// `insert_batch`, helper on.
+    Helper,
+}
+
+/// Run the CCEH measurements of `pmem-bench` (see the module's documentation) on pool files
+/// named `{prefix}-cceh.pool` in `dir`, with `granularity` forced (`None`: detected).
+/// `progress(round, rounds)` is called after each round.
+pub fn measure(
+    dir: &Path,
+    prefix: &str,
+    granularity: Option<Granularity>,
+    plan: &CcehPlan,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<CcehResults, CcehBenchError> {
+    let n = plan.keys;
+    let keys = random_keys(n, 0xCCE4);
+    let items = items(&keys);
+    let get_order = shuffled(&keys, 0x6E7);
+    let remove_order = shuffled(&keys, 0x4E3);
+    let file_name = format!("{prefix}-cceh.pool");
+    let timer_ns = timer_overhead_ns();
+    let mut phases: Vec<Phase> = vec![Phase::default(); CcehOp::ALL.len()];
+    let mut bytes_per_key = f64::NAN;
+    let mut global_depth = 0;
+    for round in 0..plan.rounds {
+        let mut loads = [Load::Single, Load::Batch, Load::Helper];
+        if round % 2 == 1 {
+            loads.reverse();
+        }
+        for load in loads {
+            let fresh = CcehHeap::create(dir, &file_name, n, granularity)?;
+            let table = fresh.table()?;
+            match load {
+                Load::Single => {
+                    phases[CcehOp::Insert.index()].time(CcehOp::Insert, n, "inserted", |lat| {
+                        let mut inserted = 0;
+                        for (i, &(k, v)) in items.iter().enumerate() {
+                            let new = if i.is_multiple_of(LATENCY_EVERY) {
+                                let t = Instant::now();
+                                let new = table.insert(k, v)?;
+                                lat.push(ns(t.elapsed()));
+                                new
+                            } else {
+                                table.insert(k, v)?
+                            };
+                            inserted += u64::from(new);
+                        }
+                        Ok(inserted)
+                    })?;
+                    bytes_per_key = fresh.bytes_allocated() as f64 / table.len().max(1) as f64;
+                    global_depth = table.global_depth()?;
+                    phases[CcehOp::Get.index()].time(CcehOp::Get, n, "found", |lat| {
+                        let mut hits = 0;
+                        for (i, &k) in get_order.iter().enumerate() {
+                            let v = if i.is_multiple_of(LATENCY_EVERY) {
+                                let t = Instant::now();
+                                let v = table.get(k)?;
+                                lat.push(ns(t.elapsed()));
+                                v
+                            } else {
+                                table.get(k)?
+                            };
+                            hits += u64::from(v == Some(value_of(k)));
+                        }
+                        Ok(hits)
+                    })?;
+                    phases[CcehOp::Remove.index()].time(CcehOp::Remove, n, "removed", |_| {
+                        remove_all(&table, &remove_order, 1)
+                    })?;
+                    if !table.is_empty() {
+                        return Err(CcehBenchError::Count {
+                            operation: CcehOp::Remove.name(),
+                            expected: 0,
+                            got: table.len(),
+                            what: "left in the table",
+                        });
+                    }
+                }
+                Load::Batch | Load::Helper => {
+                    let helper = load == Load::Helper;
+                    let op = if helper {
+                        CcehOp::InsertBatchHelper
+                    } else {
+                        CcehOp::InsertBatch
+                    };
+                    phases[op.index()].time(op, n, "inserted", |_| {
+                        insert_all(&table, &items, batch_options(helper), 1)
+                    })?;
+                }
+            }
+        }
+        progress(round + 1, plan.rounds);
+    }
+
+    let rows: Vec<CcehRow> = CcehOp::ALL
+        .iter()
+        .zip(&phases)
+        .map(|(&op, p)| {
+            let rates: Vec<f64> = p.secs.iter().map(|s| n as f64 / s).collect();
+            let rate = crate::measure::median(&rates);
+            let ops = p.ops.max(1) as f64;
+            let sampled = !p.latencies.is_empty();
+            CcehRow {
+                operation: op.name(),
+                ops_per_sec: rate,
+                ns_per_op: 1e9 / rate,
+                p50_ns: sampled.then(|| percentile(&p.latencies, 0.50)),
+                p99_ns: sampled.then(|| percentile(&p.latencies, 0.99)),
+                latency_samples: p.latencies.len(),
+                fences_per_op: p.stats.fences as f64 / ops,
+                flushes_per_op: p.stats.flushes as f64 / ops,
+                samples_ops_per_sec: rates,
+            }
+        })
+        .collect();
+    // Paired by round: the two loads of a round run back to back, so a drift of the machine
+    // between rounds cancels out of their ratio.
+    let rates = |op: CcehOp| &rows[op.index()].samples_ops_per_sec;
+    let ratios: Vec<f64> = rates(CcehOp::InsertBatchHelper)
+        .iter()
+        .zip(rates(CcehOp::InsertBatch))
+        .map(|(on, off)| on / off)
+        .collect();
+    Ok(CcehResults {
+        keys: n,
+        rounds: plan.rounds,
+        buckets_per_segment: CcehConfig::default().buckets_per_segment,
+        pool_bytes: pool_size(n),
+        latency_every: LATENCY_EVERY,
+        timer_ns,
+        helper_depth: HELPER_DEPTH,
+        helper_on_over_off: crate::measure::median(&ratios),
+        rows,
+        table_bytes_per_key: bytes_per_key,
+        global_depth,
+        reference: REFERENCE.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_distinct_nonzero_and_shuffles_are_permutations() {
+        let keys = random_keys(10_000, 1);
+        assert_eq!(keys.len(), 10_000);
+        assert!(keys.iter().all(|&k| k != 0));
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len());
+        let mut again = shuffled(&keys, 2);
+        assert_ne!(again, keys);
+        again.sort_unstable();
+        assert_eq!(again, sorted);
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&xs, 0.5), 50.0);
+        assert_eq!(percentile(&xs, 0.99), 99.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn parts_cover_everything_once() {
+        let xs: Vec<u32> = (0..11).collect();
+        let p: Vec<&[u32]> = parts(&xs, 2).collect();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.concat(), xs);
+        assert_eq!(parts(&xs, 1).count(), 1);
+    }
+
+    #[test]
+    fn pool_sizes_are_powers_of_two_with_room() {
+        assert_eq!(pool_size(1_000_000), 128 << 20);
+        assert_eq!(pool_size(100), 16 << 20);
+        assert!(pool_size(16_000_000) >= 16_000_000 * 64);
+    }
+}

@@ -285,6 +285,20 @@ impl SimBackend {
         }
     }
 
+    /// Write `src` at `dst` and, when tracing, record it as (non-)temporal stores. The write and
+    /// the record happen under the state lock, so the trace's order is the memory's order.
+    ///
+    /// # Safety
+    /// `dst .. dst + src.len()` lies inside the pool's mapping.
+    unsafe fn write_and_record(&self, dst: *mut u8, src: &[u8], nt: bool) {
+        let mut st = self.traced.then(|| self.lock());
+        // SAFETY: in range by the caller's contract.
+        unsafe { crate::mem::store_bytes(dst, src) };
+        if let Some(st) = st.as_mut() {
+            self.record_stores(st, dst, src, nt);
+        }
+    }
+
     /// Events recorded so far (always 0 for the harness's recovery pools, which record
     /// nothing).
     pub fn event_count(&self) -> u64 {
@@ -332,29 +346,18 @@ impl Backend for SimBackend {
     }
 
     unsafe fn store(&self, dst: *mut u8, src: &[u8]) {
-        if !self.traced {
-            // SAFETY: in range by the trait's contract.
-            return unsafe { crate::mem::store_bytes(dst, src) };
-        }
-        let mut st = self.lock();
         // SAFETY: in range by the trait's contract.
-        unsafe { crate::mem::store_bytes(dst, src) };
-        self.record_stores(&mut st, dst, src, false);
+        unsafe { self.write_and_record(dst, src, false) }
     }
 
     unsafe fn store_u64(&self, dst: *mut u64, value: u64) {
-        if !self.traced {
-            // SAFETY: aligned and in range by the trait's contract.
-            let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(dst) };
-            return word.store(value, std::sync::atomic::Ordering::Release);
-        }
-        let mut st = self.lock();
+        let mut st = self.traced.then(|| self.lock());
         // SAFETY: aligned and in range by the trait's contract.
-        unsafe {
-            std::sync::atomic::AtomicU64::from_ptr(dst)
-                .store(value, std::sync::atomic::Ordering::Release)
-        };
-        self.record_stores(&mut st, dst as *const u8, &value.to_ne_bytes(), false);
+        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(dst) };
+        word.store(value, std::sync::atomic::Ordering::Release);
+        if let Some(st) = st.as_mut() {
+            self.record_stores(st, dst as *const u8, &value.to_ne_bytes(), false);
+        }
     }
 
     unsafe fn compare_exchange_u64(
@@ -380,14 +383,8 @@ impl Backend for SimBackend {
     }
 
     unsafe fn nt_store(&self, dst: *mut u8, src: &[u8]) {
-        if !self.traced {
-            // SAFETY: in range by the trait's contract.
-            return unsafe { crate::mem::store_bytes(dst, src) };
-        }
-        let mut st = self.lock();
         // SAFETY: in range by the trait's contract.
-        unsafe { crate::mem::store_bytes(dst, src) };
-        self.record_stores(&mut st, dst, src, true);
+        unsafe { self.write_and_record(dst, src, true) }
     }
 
     unsafe fn flush(&self, addr: *const u8, len: usize) -> usize {

@@ -82,12 +82,12 @@ impl Mapping {
 fn map_shared(file: &File, path: &Path, len: usize) -> Result<Mapping, PoolError> {
     // SAFETY: the pool file is ours to map; another process truncating it under us is the one
     // hazard of any file mapping, documented on `Pool`.
-    let mut map =
-        unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(|e| PoolError::Io {
-            op: "map",
-            path: path.to_path_buf(),
-            source: e,
-        })?;
+    let mapped = unsafe { MmapOptions::new().len(len).map_mut(file) };
+    let mut map = mapped.map_err(|e| PoolError::Io {
+        op: "map",
+        path: path.to_path_buf(),
+        source: e,
+    })?;
     let base = map.as_mut_ptr();
     Ok(Mapping::Mapped { _map: map, base })
 }

@@ -90,6 +90,10 @@ impl PoolOptions {
 /// `Pool` is `Sync`: threads may share it. Every byte access is made of atomic loads and stores
 /// (see the `mem` module), so concurrent access is free of data races; keeping concurrent
 /// *logical* updates consistent (locks, CAS protocols) is the structure's business.
+///
+/// While a pool file is open, no other process may truncate or rewrite it: as with any memory
+/// mapping, an access to a page cut off by truncation faults (SIGBUS), and bytes changed behind
+/// the pool's back void its crash-consistency guarantees.
 pub struct Pool<B: Backend = Hardware> {
     map: Mapping,
     backend: B,

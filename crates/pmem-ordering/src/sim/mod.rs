@@ -299,6 +299,14 @@ impl SimBackend {
         }
     }
 
+    /// Record an event of the calling thread, when tracing.
+    fn record_own(&self, event: impl FnOnce(u32) -> Event) {
+        if self.traced {
+            let mut st = self.lock();
+            self.record(&mut st, event(sim_thread_id()));
+        }
+    }
+
     /// Events recorded so far (always 0 for the harness's recovery pools, which record
     /// nothing).
     pub fn event_count(&self) -> u64 {
@@ -409,21 +417,11 @@ impl Backend for SimBackend {
     }
 
     fn fence(&self) {
-        if !self.traced {
-            return;
-        }
-        let mut st = self.lock();
-        let thread = sim_thread_id();
-        self.record(&mut st, Event::Fence { thread });
+        self.record_own(|thread| Event::Fence { thread });
     }
 
     fn operation_completed(&self) {
-        if !self.traced {
-            return;
-        }
-        let mut st = self.lock();
-        let thread = sim_thread_id();
-        self.record(&mut st, Event::OperationEnd { thread });
+        self.record_own(|thread| Event::OperationEnd { thread });
     }
 }
 

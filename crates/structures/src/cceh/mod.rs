@@ -4,7 +4,8 @@
 //! # Layout
 //!
 //! * A **root** of 32 bytes at an offset the caller chooses: magic, the directory's offset, the
-//!   number of buckets per segment.
+//!   number of buckets per segment, and the offset of a *retired* directory (0 if none): one
+//!   that a doubling replaced but that a lookup may still be reading (see Concurrency).
 //! * The **directory**: its global depth `G` (8 bytes), then `2^G` entries. An entry is a
 //!   segment's offset with the segment's *local depth* `L` in its low 6 bits (segments are
 //!   64-byte aligned), so a segment is exactly its buckets and fits its allocator size class
@@ -31,7 +32,7 @@
 //!   (*lazy deletion*): a slot whose key's hash prefix no longer matches its segment counts as
 //!   free. **Directory doubling** writes a directory twice the size and swaps the root's pointer.
 //!   Both run as one undo-log transaction of `pmem-undo-log`, which also allocates the new
-//!   segment or directory and frees the old directory: a crash at any point rolls the whole step
+//!   segment or directory and records the old directory as retired: a crash at any point rolls the whole step
 //!   back at [`Cceh::open`] (through [`Heap::open`]), so no segment leaks and no live one is
 //!   freed. This replaces the FAST'19 recovery pass, which repairs a directory left half-updated
 //!   by an untransacted split: here no such directory can exist.
@@ -39,10 +40,13 @@
 //! # Concurrency
 //!
 //! Writers of different segments run in parallel (a DRAM lock per segment stripe under a
-//! shared structure lock); lookups take no segment lock and retry a slot reused under them;
-//! splits and doublings take the structure lock exclusively, which is what makes freeing an old
-//! directory at once safe (no lookup can be reading it) without an epoch scheme. The price: a
-//! lookup waits while a split or doubling runs. See [`Cceh`].
+//! shared structure lock); splits and doublings take the structure lock exclusively. Lookups
+//! take no lock at all: they run inside a `crossbeam-epoch` critical section, read the
+//! directory, scan the window, then check that the directory and the key's entry are still the
+//! ones they started from (a split or doubling in between means a retry). A directory replaced
+//! by a doubling is *retired*: recorded in the root, so a crash cannot leak it, and freed by a
+//! later split or doubling once the epoch says no lookup can still be reading it (or at the
+//! next [`Cceh::open`]). Segments are never freed. See [`Cceh`].
 //!
 //! # Keys
 //!
@@ -51,8 +55,10 @@
 //! distinct keys never share a full hash): a table written today opens tomorrow.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crossbeam_epoch as epoch;
 
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
@@ -162,6 +168,18 @@ struct Place {
     local_depth: u64,
 }
 
+impl Place {
+    /// Offset of the directory entry this place was read from.
+    fn entry_offset(&self) -> u64 {
+        self.directory + 8 + 8 * self.index
+    }
+
+    /// The entry's value: segment offset and local depth.
+    fn entry(&self) -> u64 {
+        self.segment | self.local_depth
+    }
+}
+
 /// A CCEH table in a heap.
 ///
 /// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
@@ -169,12 +187,13 @@ struct Place {
 ///
 /// * inserts, updates and removes share a *structure* lock and take the lock of their segment's
 ///   stripe (one of 64), so writers of different segments run in parallel;
-/// * lookups share the structure lock and take no segment lock: they scan the probing window
-///   with atomic loads and re-read the key after the value, so a slot reused under them is
-///   noticed and the scan retried. They never wait for a writer of another segment, but they
-///   do wait while a split or doubling runs;
-/// * a split or doubling takes the structure lock exclusively, so no lookup can still be
-///   reading a directory it frees.
+/// * a split or doubling takes the structure lock exclusively;
+/// * lookups take no lock and never wait, not even for a split: they pin a `crossbeam-epoch`
+///   guard, scan the probing window with atomic loads, re-read the key after the value (a slot
+///   reused under them means a rescan), and finally check that the directory pointer and the
+///   key's directory entry are unchanged (a split or doubling that ran meanwhile means a retry
+///   from the top). The guard keeps a directory that a doubling retired from being freed while
+///   they read it.
 pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     root: u64,
@@ -182,7 +201,49 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     len: AtomicU64,
     structure: RwLock<()>,
     stripes: Box<[Mutex<()>]>,
+    /// The directory the last doubling replaced (also recorded at `root + 24`), until a later
+    /// split or doubling frees it.
+    retired: Mutex<Option<Retired>>,
 }
+
+/// A directory replaced by a doubling, and whether the epoch has since shown that no lookup
+/// can still be reading it.
+struct Retired {
+    directory: u64,
+    reclaimable: Arc<AtomicBool>,
+}
+
+impl Retired {
+    /// Retire `directory`, already unlinked from the root: the flag is set once every lookup
+    /// that might have loaded it has unpinned.
+    fn new(directory: u64) -> Retired {
+        let reclaimable = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&reclaimable);
+        let guard = epoch::pin();
+        guard.defer(move || flag.store(true, Ordering::Release));
+        guard.flush();
+        Retired {
+            directory,
+            reclaimable,
+        }
+    }
+
+    fn is_reclaimable(&self) -> bool {
+        self.reclaimable.load(Ordering::Acquire)
+    }
+
+    /// Wait until the directory can be freed: lookups are short and never block, so the epoch
+    /// moves on as soon as this thread helps it along.
+    fn wait_until_reclaimable(&self) {
+        while !self.is_reclaimable() {
+            epoch::pin().flush();
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Offset of the retired directory's word in the root.
+const RETIRED_AT: u64 = 24;
 
 /// Segment lock stripes.
 const STRIPES: usize = 64;
@@ -236,11 +297,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             len: AtomicU64::new(0),
             structure: RwLock::new(()),
             stripes: new_stripes(),
+            retired: Mutex::new(None),
         })
     }
 
     /// Open the table whose root is at `root`. The heap has already rolled back any split or
-    /// doubling a crash interrupted; this checks the directory and counts the keys.
+    /// doubling a crash interrupted; this checks the directory, counts the keys and frees the
+    /// directory a doubling retired (no lookup of an earlier run can still be reading it).
     pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
@@ -259,6 +322,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             len: AtomicU64::new(0),
             structure: RwLock::new(()),
             stripes: new_stripes(),
+            retired: Mutex::new(None),
         };
         let directory = pool.load_u64(root + 8)?;
         let depth = pool.load_u64(directory)?;
@@ -297,6 +361,18 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                 .len() as u64;
         }
         table.len.store(count, Ordering::Relaxed);
+        let retired = pool.load_u64(root + RETIRED_AT)?;
+        if retired != 0 {
+            if retired == directory || !owned(retired, 16) {
+                return Err(corrupt(format!(
+                    "retired directory {retired:#x} is not an allocated block of its own"
+                )));
+            }
+            heap.transaction(|tx| {
+                tx.write_value(root + RETIRED_AT, &0u64)?;
+                tx.free(pmem_ordering::PPtr::<u8>::new(retired))
+            })?;
+        }
         Ok(table)
     }
 
@@ -344,9 +420,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     }
 
     fn locate(&self, h: u64) -> Result<Place, CcehError> {
+        self.locate_in(self.heap.pool().load_u64(self.root + 8)?, h)
+    }
+
+    /// Where `h` leads in `directory`.
+    fn locate_in(&self, directory: u64, h: u64) -> Result<Place, CcehError> {
         let pool = self.heap.pool();
-        let directory = pool.load_u64(self.root + 8)?;
         let global_depth = pool.load_u64(directory)?;
+        if global_depth > MAX_DEPTH {
+            return Err(CcehError::Corrupt {
+                root: self.root,
+                reason: format!("directory {directory:#x} has global depth {global_depth}"),
+            });
+        }
         let index = prefix(h, global_depth);
         let entry = pool.load_u64(directory + 8 + 8 * index)?;
         Ok(Place {
@@ -381,21 +467,59 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         Ok(None)
     }
 
-    /// The value of `key`, if present.
+    /// The value of `key`, if present. Takes no lock and never waits for a writer, not even
+    /// for a split or doubling (see [`Cceh`]).
     pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        self.get_observed(key, &mut || ())
+    }
+
+    /// [`Cceh::get`], calling `between` after the directory was read and before the window is
+    /// scanned: tests use it to split the table under a lookup, deterministically.
+    fn get_observed(&self, key: u64, between: &mut dyn FnMut()) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _structure = self.structure.read().unwrap_or_else(|p| p.into_inner());
         let pool = self.heap.pool();
         let h = hash(key);
-        let place = self.locate(h)?;
+        // Pinned, no directory this lookup loads can be freed under it (a doubling retires
+        // the old one and frees it only after every guard pinned before has gone).
+        let _guard = epoch::pin();
+        loop {
+            let directory = pool.load_u64(self.root + 8)?;
+            let found = self.locate_in(directory, h).and_then(|place| {
+                between();
+                self.scan(&place, key, h).map(|value| (place, value))
+            });
+            match found {
+                // The key's entry unchanged means no split of its segment (and no doubling)
+                // completed or started during the scan: the segment scanned was its home all
+                // along, and no slot of it was reused for a key that moved away by a split.
+                Ok((place, value)) => {
+                    if pool.load_u64(self.root + 8)? == directory
+                        && pool.load_u64(place.entry_offset())? == place.entry()
+                    {
+                        return Ok(value);
+                    }
+                }
+                // An error reading a directory that was swapped meanwhile (one a failed doubling
+                // allocated and gave back) is no error of the table: read again.
+                Err(e) => {
+                    if pool.load_u64(self.root + 8)? == directory {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Scan `key`'s window in `place`'s segment: its value, if there. A slot removed and
+    /// reused between the key's load and the value's is noticed and the window scanned again.
+    fn scan(&self, place: &Place, key: u64, h: u64) -> Result<Option<u64>, CcehError> {
+        let pool = self.heap.pool();
         'scan: loop {
             for slot in self.window(place.segment, h) {
                 if pool.load_u64(slot)? == key {
                     let value = pool.load_u64(slot + 8)?;
-                    // A writer of this segment may have removed the key and reused the slot
-                    // between the two loads: then look again.
                     if pool.load_u64(slot)? != key {
                         continue 'scan;
                     }
@@ -650,11 +774,17 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         Ok(all.into_iter())
     }
 
-    /// Every block the table owns (directory and segments), for heap-walk checks.
+    /// Every block the table owns (directory, a retired directory not yet freed, segments),
+    /// for heap-walk checks.
     pub fn blocks(&self) -> Result<Vec<u64>, CcehError> {
-        let directory = self.heap.pool().load_u64(self.root + 8)?;
+        let pool = self.heap.pool();
+        let directory = pool.load_u64(self.root + 8)?;
         let mut out: Vec<u64> = self.segments()?.into_iter().map(|(_, s, _)| s).collect();
         out.push(directory);
+        let retired = pool.load_u64(self.root + RETIRED_AT)?;
+        if retired != 0 {
+            out.push(retired);
+        }
         out.sort_unstable();
         Ok(out)
     }
@@ -685,6 +815,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             }
         }
         let mut entries = Vec::with_capacity((span * 8) as usize);
+        // A retired directory no lookup can still read goes in the same transaction.
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let reclaim = retired
+            .as_ref()
+            .filter(|r| r.is_reclaimable())
+            .map(|r| r.directory);
         self.heap.transaction(|tx| {
             let new_segment = tx.alloc(seg_bytes)?.offset();
             tx.write(new_segment, &moved)?;
@@ -696,8 +832,18 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                 };
                 entries.extend_from_slice(&(target | (local + 1)).to_le_bytes());
             }
-            tx.write(place.directory + 8 + 8 * start, &entries)
+            // A lookup that loads an entry naming the new segment must see its slots.
+            fence(Ordering::Release);
+            tx.write(place.directory + 8 + 8 * start, &entries)?;
+            if let Some(directory) = reclaim {
+                tx.write_value(self.root + RETIRED_AT, &0u64)?;
+                tx.free(pmem_ordering::PPtr::<u8>::new(directory))?;
+            }
+            Ok::<(), CcehError>(())
         })?;
+        if reclaim.is_some() {
+            *retired = None;
+        }
         Ok(())
     }
 
@@ -717,12 +863,26 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             new.extend_from_slice(entry);
             new.extend_from_slice(entry);
         }
+        // Lookups may still be reading the old directory: it is retired, not freed, and the
+        // directory retired before it (whose readers have gone by now, or soon will) is freed.
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = retired.as_ref() {
+            r.wait_until_reclaimable();
+        }
+        let previous = retired.as_ref().map(|r| r.directory);
         self.heap.transaction(|tx| {
             let directory = tx.alloc(new.len() as u64)?.offset();
             tx.write(directory, &new)?;
+            // A lookup that loads the new pointer must see the new directory's entries.
+            fence(Ordering::Release);
             tx.write_value(self.root + 8, &directory)?;
-            tx.free(pmem_ordering::PPtr::<u8>::new(place.directory))
+            tx.write_value(self.root + RETIRED_AT, &place.directory)?;
+            if let Some(previous) = previous {
+                tx.free(pmem_ordering::PPtr::<u8>::new(previous))?;
+            }
+            Ok::<(), CcehError>(())
         })?;
+        *retired = Some(Retired::new(place.directory));
         Ok(())
     }
 }
@@ -786,4 +946,104 @@ fn prefix(h: u64, depth: u64) -> u64 {
 /// Whether key `k` belongs to a segment of local depth `local` and hash prefix `pattern`.
 fn belongs(k: u64, local: u64, pattern: u64) -> bool {
     prefix(hash(k), local) == pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem_ordering::PoolOptions;
+    use pmem_undo_log::{FencePolicy, HeapConfig};
+
+    fn heap() -> Heap {
+        let pool = Pool::anonymous("cceh-unit", 8 << 20, &PoolOptions::new()).unwrap();
+        let config = HeapConfig {
+            lanes: 1,
+            lane_log_bytes: 16 << 10,
+            chunk_size: 16 << 10,
+        };
+        Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+    }
+
+    /// Keys whose hash starts with the given bit, from `from` on.
+    fn keys_with_top_bit(bit: u64, from: u64) -> impl Iterator<Item = u64> {
+        (from..).filter(move |&k| hash(k) >> 63 == bit)
+    }
+
+    #[test]
+    fn a_lookup_survives_a_split_and_a_doubling_under_it_that_reuse_its_slot() {
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 4,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        // One segment, global depth 0. The key that moves at the first split has top bit 1.
+        let key = keys_with_top_bit(1, 1).next().unwrap();
+        table.insert(key, 77).unwrap();
+        let old = table.locate(hash(key)).unwrap();
+        let slot = table.find(&old, key, hash(key)).unwrap().unwrap();
+        let mut interfered = false;
+        let found = table
+            .get_observed(key, &mut || {
+                if interfered {
+                    return;
+                }
+                interfered = true;
+                // Fill the segment until it splits (the directory doubles to depth 1), then
+                // insert keys that stay in the old segment until one takes the moved key's
+                // stale slot. The lookup has already read the old directory.
+                let mut fillers = keys_with_top_bit(0, 1_000);
+                while table.global_depth().unwrap() == 0 {
+                    table.insert(fillers.next().unwrap(), 1).unwrap();
+                }
+                while table.heap.pool().load_u64(slot).unwrap() == key {
+                    table.insert(fillers.next().unwrap(), 1).unwrap();
+                }
+                assert_eq!(table.global_depth().unwrap(), 1, "no second doubling");
+            })
+            .unwrap();
+        assert!(interfered);
+        assert_eq!(found, Some(77));
+    }
+
+    #[test]
+    fn a_retired_directory_is_freed_by_a_later_split_or_at_open() {
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 4,
+        };
+        let root = heap.pool().root_offset();
+        let table = Cceh::create(&heap, root, config).unwrap();
+        let mut key = 1;
+        while table.global_depth().unwrap() < 3 {
+            table.insert(key, key).unwrap();
+            key += 1;
+        }
+        let blocks = |table: &Cceh<'_, _, _>| {
+            let owned: Vec<u64> = heap
+                .check_heap()
+                .unwrap()
+                .into_iter()
+                .map(|(o, _)| o)
+                .collect();
+            assert_eq!(
+                owned,
+                table.blocks().unwrap(),
+                "the heap holds exactly the table's blocks"
+            );
+        };
+        blocks(&table);
+        let retired = heap.pool().load_u64(root + RETIRED_AT).unwrap();
+        assert_ne!(retired, 0, "a doubling retires the old directory");
+        // No lookup is pinned: the next split frees it.
+        while table.heap.pool().load_u64(root + RETIRED_AT).unwrap() == retired {
+            table.insert(key, key).unwrap();
+            key += 1;
+        }
+        blocks(&table);
+        drop(table);
+        let table = Cceh::open(&heap, root).unwrap();
+        assert_eq!(heap.pool().load_u64(root + RETIRED_AT).unwrap(), 0);
+        blocks(&table);
+        assert_eq!(table.len(), key - 1);
+    }
 }

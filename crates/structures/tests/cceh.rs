@@ -282,8 +282,24 @@ fn a_corrupted_directory_is_refused_at_open() {
 
 #[test]
 fn lookups_stay_right_while_two_writers_split_the_table() {
+    lookups_stay_right_under_two_writers(small());
+}
+
+#[test]
+fn lookups_stay_right_while_two_writers_move_keys_along_their_windows() {
+    // Windows of 4 buckets in segments of 16: full windows displace keys before splitting.
+    let config = CcehConfig {
+        buckets_per_segment: 16,
+    };
+    let displaced = lookups_stay_right_under_two_writers(config);
+    assert!(displaced > 100, "{displaced} keys moved");
+}
+
+/// Two writers insert and remove while a reader checks keys present throughout; returns how
+/// many keys were displaced.
+fn lookups_stay_right_under_two_writers(config: CcehConfig) -> u64 {
     let heap = heap(32 << 20);
-    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+    let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
     // Keys present before the writers start, and never touched by them.
     let stable: Vec<u64> = (1..=500u64).map(|k| k * 1_000_003).collect();
     for &k in &stable {
@@ -339,4 +355,5 @@ fn lookups_stay_right_while_two_writers_split_the_table() {
         .map(|(o, _)| o)
         .collect();
     assert_eq!(blocks, table.blocks().unwrap());
+    table.displacements()
 }

@@ -77,6 +77,16 @@ fn run(
     ops: Vec<Op>,
     points: CrashPoints,
 ) -> Result<u64, String> {
+    run_with(CONFIG, policy, sim, ops, points)
+}
+
+fn run_with(
+    config: CcehConfig,
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: Vec<Op>,
+    points: CrashPoints,
+) -> Result<u64, String> {
     let workload_ops = ops.clone();
     let report = CrashTest::new(&format!("cceh-{}", policy.name()), sim)
         .pool("cceh", 256 << 10, 1024)
@@ -86,7 +96,7 @@ fn run(
         .run_with_setup(
             |pool| {
                 let heap = Heap::create(pool, heap_config(), policy).unwrap();
-                Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
+                Cceh::create(&heap, pool.root_offset(), config).unwrap();
             },
             |pool| {
                 let heap = Heap::open(pool, policy).unwrap();
@@ -113,8 +123,13 @@ fn run(
                         now.len()
                     ));
                 }
-                if table.len() != now.len() as u64 {
-                    return Err(format!("len {} but {} keys", table.len(), now.len()));
+                let listed = table.iter().map_err(|e| e.to_string())?.count();
+                if table.len() != now.len() as u64 || listed != now.len() {
+                    return Err(format!(
+                        "len {}, {listed} pairs listed, {} distinct keys",
+                        table.len(),
+                        now.len()
+                    ));
                 }
                 for (&k, &v) in &now {
                     if table.get(k).map_err(|e| e.to_string())? != Some(v) {
@@ -180,6 +195,45 @@ fn themis_policy_recovers_under_the_themis_model() {
         CrashPoints::Every,
     )
     .unwrap();
+}
+
+/// Segments of 8 buckets: a window covers half a segment, so full windows move keys along
+/// before they split (see the next test).
+const WIDE: CcehConfig = CcehConfig {
+    buckets_per_segment: 8,
+};
+
+#[test]
+fn every_crash_of_a_sequence_with_displacements_recovers() {
+    let points = run_with(
+        WIDE,
+        FencePolicy::Batched,
+        SimConfig::x86(),
+        ops(150, 120, 5),
+        CrashPoints::Every,
+    )
+    .unwrap();
+    assert!(points > 500, "{points} crash points");
+}
+
+#[test]
+fn the_displacement_workload_really_moves_keys() {
+    let pool = Pool::simulated("cceh", 256 << 10, 1024, SimConfig::x86()).unwrap();
+    let heap = Heap::create(&pool, heap_config(), FencePolicy::Batched).unwrap();
+    let table = Cceh::create(&heap, pool.root_offset(), WIDE).unwrap();
+    for op in ops(150, 120, 5) {
+        match op {
+            Op::Insert(k, v) => drop(table.insert(k, v).unwrap()),
+            Op::Upsert(k, v) => drop(table.upsert(k, v).unwrap()),
+            Op::Remove(k) => drop(table.remove(k).unwrap()),
+        }
+    }
+    assert!(
+        table.displacements() >= 3,
+        "{} moves",
+        table.displacements()
+    );
+    assert!(table.global_depth().unwrap() >= 2);
 }
 
 #[test]

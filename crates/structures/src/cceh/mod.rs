@@ -158,6 +158,15 @@ impl Default for BatchOptions {
     }
 }
 
+/// Points of a lookup where tests may interfere (see `Cceh::get_observed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LookupStep {
+    /// The directory entry was read; the window is next.
+    Located,
+    /// A slot's key was read.
+    SlotRead,
+}
+
 /// Where a key's probing window is.
 #[derive(Clone, Copy, Debug)]
 struct Place {
@@ -204,6 +213,8 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     /// The directory the last doubling replaced (also recorded at `root + 24`), until a later
     /// split or doubling frees it.
     retired: Mutex<Option<Retired>>,
+    /// Keys moved by [`Cceh::displacements`].
+    displaced: AtomicU64,
 }
 
 /// A directory replaced by a doubling, and whether the epoch has since shown that no lookup
@@ -298,6 +309,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             structure: RwLock::new(()),
             stripes: new_stripes(),
             retired: Mutex::new(None),
+            displaced: AtomicU64::new(0),
         })
     }
 
@@ -323,6 +335,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             structure: RwLock::new(()),
             stripes: new_stripes(),
             retired: Mutex::new(None),
+            displaced: AtomicU64::new(0),
         };
         let directory = pool.load_u64(root + 8)?;
         let depth = pool.load_u64(directory)?;
@@ -356,9 +369,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                     return Err(corrupt(format!("entry {i} disagrees with entry {start}")));
                 }
             }
-            count += table
-                .live_slots(segment, local, start >> (depth - local))?
-                .len() as u64;
+            count += table.remove_duplicates(segment, local, start >> (depth - local))?;
         }
         table.len.store(count, Ordering::Relaxed);
         let retired = pool.load_u64(root + RETIRED_AT)?;
@@ -396,6 +407,40 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             i += 1u64 << (depth - local);
         }
         Ok(out)
+    }
+
+    /// Clear the second copy of any key a crash in the middle of a displacement left twice in
+    /// a segment (both copies hold the same value); returns the number of distinct live keys.
+    fn remove_duplicates(&self, segment: u64, local: u64, pattern: u64) -> Result<u64, CcehError> {
+        let pool = self.heap.pool();
+        let mut bytes = vec![0u8; (self.buckets * BUCKET_BYTES) as usize];
+        pool.read_bytes(segment, &mut bytes)?;
+        let mask = self.buckets - 1;
+        let mut live: Vec<(u64, u64, u64)> = bytes
+            .chunks_exact(SLOT_BYTES as usize)
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let k = u64::from_le_bytes(s[0..8].try_into().expect("8 bytes"));
+                if k == EMPTY_KEY || !belongs(k, local, pattern) {
+                    return None;
+                }
+                let bucket = i as u64 / SLOTS_PER_BUCKET;
+                let order = ((bucket.wrapping_sub(hash(k) & mask)) & mask) * SLOTS_PER_BUCKET
+                    + i as u64 % SLOTS_PER_BUCKET;
+                Some((k, order, segment + i as u64 * SLOT_BYTES))
+            })
+            .collect();
+        live.sort_unstable();
+        let mut distinct = 0;
+        for (i, &(key, _, slot)) in live.iter().enumerate() {
+            if i > 0 && live[i - 1].0 == key {
+                let w = pool.store_u64(slot, EMPTY_KEY)?;
+                let _ = pool.persist(w);
+            } else {
+                distinct += 1;
+            }
+        }
+        Ok(distinct)
     }
 
     /// The live `(key, value)` pairs of a segment with local depth `local` and hash prefix
@@ -470,12 +515,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// The value of `key`, if present. Takes no lock and never waits for a writer, not even
     /// for a split or doubling (see [`Cceh`]).
     pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
-        self.get_observed(key, &mut || ())
+        self.get_observed(key, |_| ())
     }
 
-    /// [`Cceh::get`], calling `between` after the directory was read and before the window is
-    /// scanned: tests use it to split the table under a lookup, deterministically.
-    fn get_observed(&self, key: u64, between: &mut dyn FnMut()) -> Result<Option<u64>, CcehError> {
+    /// [`Cceh::get`], calling `observe` at each step of the lookup: tests use it to change the
+    /// table under a lookup at a chosen point, deterministically.
+    fn get_observed(
+        &self,
+        key: u64,
+        mut observe: impl FnMut(LookupStep),
+    ) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
@@ -487,8 +536,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         loop {
             let directory = pool.load_u64(self.root + 8)?;
             let found = self.locate_in(directory, h).and_then(|place| {
-                between();
-                self.scan(&place, key, h).map(|value| (place, value))
+                observe(LookupStep::Located);
+                self.scan(&place, key, h, &mut observe)
+                    .map(|value| (place, value))
             });
             match found {
                 // The key's entry unchanged means no split of its segment (and no doubling)
@@ -514,11 +564,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
 
     /// Scan `key`'s window in `place`'s segment: its value, if there. A slot removed and
     /// reused between the key's load and the value's is noticed and the window scanned again.
-    fn scan(&self, place: &Place, key: u64, h: u64) -> Result<Option<u64>, CcehError> {
+    fn scan(
+        &self,
+        place: &Place,
+        key: u64,
+        h: u64,
+        observe: &mut impl FnMut(LookupStep),
+    ) -> Result<Option<u64>, CcehError> {
         let pool = self.heap.pool();
         'scan: loop {
             for slot in self.window(place.segment, h) {
-                if pool.load_u64(slot)? == key {
+                let found = pool.load_u64(slot)?;
+                observe(LookupStep::SlotRead);
+                if found == key {
                     let value = pool.load_u64(slot + 8)?;
                     if pool.load_u64(slot)? != key {
                         continue 'scan;
@@ -618,17 +676,77 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                 free = Some(slot);
             }
         }
-        match free {
-            Some(slot) => {
-                // Value first, then the key that commits it, in one line: one flush, one fence.
-                let v = pool.store_u64(slot + 8, value)?;
-                let k = pool.store_u64(slot, key)?;
-                let _ = pool.persist(v.merge(k));
-                self.len.fetch_add(1, Ordering::Relaxed);
-                Ok(Attempt::Done(None))
-            }
-            None => Ok(Attempt::Full(*place)),
+        let slot = match free {
+            Some(slot) => slot,
+            None => match self.displace(place, h)? {
+                Some(slot) => slot,
+                None => return Ok(Attempt::Full(*place)),
+            },
+        };
+        // Value first, then the key that commits it, in one line: one flush, one fence. A slot
+        // still holding a key (one a displacement just copied on, or a stale copy a split left)
+        // is emptied first, in the same line, so a crash leaves the moved key there whole or the slot empty or the new
+        // key whole (stores to one line persist in order), and a lookup never pairs the moved
+        // key with the new value (it re-reads the key after the value).
+        let emptied = match pool.load_u64(slot)? {
+            EMPTY_KEY => None,
+            _ => Some(pool.store_u64(slot, EMPTY_KEY)?),
+        };
+        let mut w = pool.store_u64(slot + 8, value)?;
+        if let Some(e) = emptied {
+            w = e.merge(w);
         }
+        let w = w.merge(pool.store_u64(slot, key)?);
+        let _ = pool.persist(w);
+        self.len.fetch_add(1, Ordering::Relaxed);
+        Ok(Attempt::Done(None))
+    }
+
+    /// Make room in `h`'s full window by moving one of its keys further along that key's own
+    /// window, into a free slot outside this window (the windows of keys whose home bucket is
+    /// after `h`'s reach past it). Returns the slot vacated, which still holds the moved key:
+    /// the caller overwrites it. Splitting later this way raises the load a segment reaches.
+    ///
+    /// The copy is written and persisted before the caller touches the old slot, and it lies
+    /// *after* the old one in the moved key's probing order, so a lookup scanning that order
+    /// meets the key at one place or the other, never at neither; a crash in between leaves
+    /// two identical copies, which [`Cceh::open`] reduces to one.
+    fn displace(&self, place: &Place, h: u64) -> Result<Option<u64>, CcehError> {
+        let pool = self.heap.pool();
+        let mask = self.buckets - 1;
+        let home = h & mask;
+        let pattern = prefix(h, place.local_depth);
+        let bucket_of = |slot: u64| (slot - place.segment) / BUCKET_BYTES;
+        for slot in self.window(place.segment, h) {
+            let moved = pool.load_u64(slot)?;
+            let moved_home = hash(moved) & mask;
+            let position = (bucket_of(slot).wrapping_sub(moved_home)) & mask;
+            for step in position + 1..PROBE_BUCKETS {
+                let bucket = (moved_home + step) & mask;
+                if (bucket.wrapping_sub(home) & mask) < PROBE_BUCKETS {
+                    continue; // inside the full window
+                }
+                for s in 0..SLOTS_PER_BUCKET {
+                    let target = place.segment + bucket * BUCKET_BYTES + s * SLOT_BYTES;
+                    let k = pool.load_u64(target)?;
+                    if k == EMPTY_KEY || !belongs(k, place.local_depth, pattern) {
+                        let value = pool.load_u64(slot + 8)?;
+                        let v = pool.store_u64(target + 8, value)?;
+                        let k = pool.store_u64(target, moved)?;
+                        let _ = pool.persist(v.merge(k));
+                        self.displaced.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Some(slot));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// How many keys were moved along their probing window to make room for another since the
+    /// table was opened (each move costs one extra flush and fence, and postpones a split).
+    pub fn displacements(&self) -> u64 {
+        self.displaced.load(Ordering::Relaxed)
     }
 
     /// Insert every pair, as [`Cceh::insert`] would one after the other; returns how many keys
@@ -983,8 +1101,8 @@ mod tests {
         let slot = table.find(&old, key, hash(key)).unwrap().unwrap();
         let mut interfered = false;
         let found = table
-            .get_observed(key, &mut || {
-                if interfered {
+            .get_observed(key, |step| {
+                if interfered || step != LookupStep::Located {
                     return;
                 }
                 interfered = true;
@@ -1045,5 +1163,48 @@ mod tests {
         assert_eq!(heap.pool().load_u64(root + RETIRED_AT).unwrap(), 0);
         blocks(&table);
         assert_eq!(table.len(), key - 1);
+    }
+
+    /// Keys whose home bucket (of 16) is `bucket`, from `from` on.
+    fn keys_at_home(bucket: u64, from: u64) -> impl Iterator<Item = u64> {
+        (from..).filter(move |&k| hash(k) & 15 == bucket)
+    }
+
+    #[test]
+    fn a_lookup_finds_its_key_when_a_displacement_moves_it_mid_scan() {
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 16,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        // Buckets 0-2 full of keys at home in bucket 0, then the key under test (home 3) in
+        // bucket 3, then three more home-0 keys: the window of bucket 0 is full, and only the
+        // key under test can move on (to bucket 4).
+        let mut zeros = keys_at_home(0, 1);
+        for _ in 0..12 {
+            table.insert(zeros.next().unwrap(), 0).unwrap();
+        }
+        let key = keys_at_home(3, 1).next().unwrap();
+        table.insert(key, 33).unwrap();
+        for _ in 0..3 {
+            table.insert(zeros.next().unwrap(), 0).unwrap();
+        }
+        let newcomer = zeros.next().unwrap();
+        let mut slots_read = 0;
+        let found = table
+            .get_observed(key, |step| {
+                if step == LookupStep::SlotRead {
+                    slots_read += 1;
+                    // The lookup has just read the key in its first slot: move it now.
+                    if slots_read == 1 {
+                        assert!(table.insert(newcomer, 99).unwrap());
+                    }
+                }
+            })
+            .unwrap();
+        assert_eq!(table.displacements(), 1, "the newcomer displaced the key");
+        assert_eq!(table.global_depth().unwrap(), 0, "and nothing split");
+        assert_eq!(found, Some(33));
+        assert_eq!(table.get(newcomer).unwrap(), Some(99));
     }
 }

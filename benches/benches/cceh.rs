@@ -29,7 +29,7 @@ use criterion::{
 };
 use pmem_bench::ccehbench::{
     batch_options, get_all, insert_all, items, random_keys, remove_all, shuffled, CcehHeap,
-    CCEH_KEYS,
+    LookAhead, CCEH_KEYS,
 };
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
@@ -89,12 +89,8 @@ fn bench_cceh(c: &mut Criterion) {
         g.measurement_time(Duration::from_secs(5 * keys.div_ceil(CCEH_KEYS)));
 
         for threads in THREADS {
-            for helper in [false, true] {
-                let name = if helper {
-                    "insert helper on"
-                } else {
-                    "insert helper off"
-                };
+            for look_ahead in LookAhead::ALL {
+                let name = format!("insert {}", look_ahead.name());
                 g.bench_function(BenchmarkId::new(name, parameter(keys, threads)), |b| {
                     b.iter_custom(|iters| {
                         let mut total = Duration::ZERO;
@@ -102,7 +98,7 @@ fn bench_cceh(c: &mut Criterion) {
                             total += with_table(&dir, POOL_FILE, keys, None, |table| {
                                 let start = Instant::now();
                                 let inserted =
-                                    insert_all(table, &items, batch_options(helper), threads)
+                                    insert_all(table, &items, look_ahead.options(), threads)
                                         .expect("insert");
                                 let elapsed = start.elapsed();
                                 assert_eq!(inserted, keys, "keys lost");

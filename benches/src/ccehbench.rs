@@ -8,14 +8,16 @@
 //! [`value_of`] it, so a lookup can be checked.
 //!
 //! `pmem-bench` ([`measure`]) runs [`CcehPlan::rounds`] rounds; in each it loads the keys into
-//! three fresh tables, in forward order on even rounds and in reverse on odd ones:
+//! four fresh tables, in forward order on even rounds and in reverse on odd ones:
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
 //!   with [`Instant`] for the latency percentiles; then it looks every key up with
 //!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own), then
 //!   removes every key with [`Cceh::remove`] in another random order;
 //! * with [`Cceh::insert_batch`], the speculative helper thread off;
-//! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead.
+//! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead;
+//! * with [`Cceh::insert_batch`], the inserting thread prefetching the path of the key
+//!   [`HELPER_DEPTH`] ahead itself (the helper's loads without its thread).
 //!
 //! A phase's throughput is the median over the rounds of keys / elapsed time; the helper's
 //! effect ([`CcehResults::helper_on_over_off`]) is the median of the rounds' on/off ratios, as
@@ -165,11 +167,46 @@ impl CcehHeap {
     }
 }
 
+/// How a batched load looks ahead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookAhead {
+    /// Neither helper thread nor prefetch.
+    Off,
+    /// The speculative helper thread, [`HELPER_DEPTH`] keys ahead.
+    Helper,
+    /// The inserting thread prefetches the path of the key [`HELPER_DEPTH`] ahead itself.
+    Inline,
+}
+
+impl LookAhead {
+    /// Every variant, in report order.
+    pub const ALL: [LookAhead; 3] = [LookAhead::Off, LookAhead::Helper, LookAhead::Inline];
+
+    /// The batch options of this variant.
+    pub fn options(self) -> BatchOptions {
+        BatchOptions {
+            helper: self == LookAhead::Helper,
+            inline_prefetch: self == LookAhead::Inline,
+            depth: HELPER_DEPTH,
+        }
+    }
+
+    /// A short name for benchmark ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            LookAhead::Off => "helper off",
+            LookAhead::Helper => "helper on",
+            LookAhead::Inline => "inline prefetch",
+        }
+    }
+}
+
 /// The batch options of the helper thread off (`false`) or on (`true`, [`HELPER_DEPTH`]).
 pub fn batch_options(helper: bool) -> BatchOptions {
-    BatchOptions {
-        helper,
-        depth: HELPER_DEPTH,
+    if helper {
+        LookAhead::Helper.options()
+    } else {
+        LookAhead::Off.options()
     }
 }
 
@@ -246,7 +283,7 @@ pub fn remove_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64
 pub struct CcehPlan {
     /// Keys loaded into each table.
     pub keys: u64,
-    /// Rounds; each loads three fresh tables.
+    /// Rounds; each loads four fresh tables.
     pub rounds: usize,
 }
 
@@ -277,6 +314,8 @@ pub enum CcehOp {
     InsertBatch,
     /// [`Cceh::insert_batch`], helper thread on.
     InsertBatchHelper,
+    /// [`Cceh::insert_batch`], helper thread off, the inserting thread prefetching instead.
+    InsertBatchInline,
     /// [`Cceh::get`] of every key (hits), in a random order.
     Get,
     /// [`Cceh::remove`] of every key, in a random order.
@@ -285,10 +324,11 @@ pub enum CcehOp {
 
 impl CcehOp {
     /// Every operation, in report order.
-    pub const ALL: [CcehOp; 5] = [
+    pub const ALL: [CcehOp; 6] = [
         CcehOp::Insert,
         CcehOp::InsertBatch,
         CcehOp::InsertBatchHelper,
+        CcehOp::InsertBatchInline,
         CcehOp::Get,
         CcehOp::Remove,
     ];
@@ -300,6 +340,9 @@ impl CcehOp {
             CcehOp::InsertBatch => "insert_batch, helper off".to_string(),
             CcehOp::InsertBatchHelper => {
                 format!("insert_batch, helper on (depth {HELPER_DEPTH})")
+            }
+            CcehOp::InsertBatchInline => {
+                format!("insert_batch, inline prefetch (depth {HELPER_DEPTH})")
             }
             CcehOp::Get => "get (hits, random order)".to_string(),
             CcehOp::Remove => "remove (random order)".to_string(),
@@ -361,6 +404,11 @@ pub struct CcehResults {
     /// Insert throughput with the helper thread on over with it off (above 1: the helper
     /// helps): the median over the rounds of the two loads' ratio in each round.
     pub helper_on_over_off: f64,
+    /// Insert throughput with the inserting thread prefetching for itself over with no look
+    /// ahead, paired by round the same way.
+    pub inline_over_off: f64,
+    /// Keys moved along their probing window during the load of one table (the last round's).
+    pub displacements: u64,
     /// The numbers to beat, quoted from the issue, not measured by us.
     pub reference: String,
 }
@@ -469,6 +517,8 @@ enum Load {
     Batch,
     /// `insert_batch`, helper on.
     Helper,
+    /// `insert_batch`, inline prefetch.
+    Inline,
 }
 
 /// Run the CCEH measurements of `pmem-bench` (see the module's documentation) on pool files
@@ -491,8 +541,9 @@ pub fn measure(
     let mut phases: Vec<Phase> = vec![Phase::default(); CcehOp::ALL.len()];
     let mut bytes_per_key = f64::NAN;
     let mut global_depth = 0;
+    let mut displacements = 0;
     for round in 0..plan.rounds {
-        let mut loads = [Load::Single, Load::Batch, Load::Helper];
+        let mut loads = [Load::Single, Load::Batch, Load::Helper, Load::Inline];
         if round % 2 == 1 {
             loads.reverse();
         }
@@ -518,6 +569,7 @@ pub fn measure(
                     })?;
                     bytes_per_key = fresh.bytes_allocated() as f64 / table.len().max(1) as f64;
                     global_depth = table.global_depth()?;
+                    displacements = table.displacements();
                     phases[CcehOp::Get.index()].time(CcehOp::Get, n, "found", |lat| {
                         let mut hits = 0;
                         for (i, &k) in get_order.iter().enumerate() {
@@ -545,15 +597,14 @@ pub fn measure(
                         });
                     }
                 }
-                Load::Batch | Load::Helper => {
-                    let helper = load == Load::Helper;
-                    let op = if helper {
-                        CcehOp::InsertBatchHelper
-                    } else {
-                        CcehOp::InsertBatch
+                Load::Batch | Load::Helper | Load::Inline => {
+                    let (op, look_ahead) = match load {
+                        Load::Helper => (CcehOp::InsertBatchHelper, LookAhead::Helper),
+                        Load::Inline => (CcehOp::InsertBatchInline, LookAhead::Inline),
+                        _ => (CcehOp::InsertBatch, LookAhead::Off),
                     };
                     phases[op.index()].time(op, n, "inserted", |_| {
-                        insert_all(&table, &items, batch_options(helper), 1)
+                        insert_all(&table, &items, look_ahead.options(), 1)
                     })?;
                 }
             }
@@ -585,11 +636,13 @@ pub fn measure(
     // Paired by round: the two loads of a round run back to back, so a drift of the machine
     // between rounds cancels out of their ratio.
     let rates = |op: CcehOp| &rows[op.index()].samples_ops_per_sec;
-    let ratios: Vec<f64> = rates(CcehOp::InsertBatchHelper)
-        .iter()
-        .zip(rates(CcehOp::InsertBatch))
-        .map(|(on, off)| on / off)
-        .collect();
+    let over_off = |op: CcehOp| -> Vec<f64> {
+        rates(op)
+            .iter()
+            .zip(rates(CcehOp::InsertBatch))
+            .map(|(on, off)| on / off)
+            .collect()
+    };
     Ok(CcehResults {
         keys: n,
         rounds: plan.rounds,
@@ -598,7 +651,9 @@ pub fn measure(
         latency_every: LATENCY_EVERY,
         timer_ns,
         helper_depth: HELPER_DEPTH,
-        helper_on_over_off: crate::measure::median(&ratios),
+        helper_on_over_off: crate::measure::median(&over_off(CcehOp::InsertBatchHelper)),
+        inline_over_off: crate::measure::median(&over_off(CcehOp::InsertBatchInline)),
+        displacements,
         rows,
         table_bytes_per_key: bytes_per_key,
         global_depth,

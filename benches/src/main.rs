@@ -40,7 +40,8 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// workloads (SPS, LL, Hashmap, CQ, TATP, TPCC), with fences per transaction and the share of
 /// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
 /// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
-/// with insert_batch, its speculative helper thread off and on; lookups and removals; p50/p99
+/// with insert_batch, its speculative helper thread off and on, and with inline prefetching;
+/// lookups and removals; p50/p99
 /// latencies; fences and flushes per insert; table bytes per key. Per operation it reports the
 /// median time and the fences, flushes and bytes counted.
 #[derive(Debug, Parser)]
@@ -143,7 +144,7 @@ impl Progress {
 
     fn section(&self, index: usize, count: usize, name: &str, plan: &CcehPlan) {
         eprintln!(
-            "[{index}/{count}] {name}: {} keys x 3 fresh tables x {} rounds",
+            "[{index}/{count}] {name}: {} keys x 4 fresh tables x {} rounds",
             plan.keys, plan.rounds
         );
     }

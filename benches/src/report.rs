@@ -663,7 +663,7 @@ impl Report {
         format!(
             "cceh: {} uniformly random distinct keys loaded into fresh tables ({} KiB segments of \
              {} buckets), each on its own heap ({} fences) in a fresh {} MiB pool file in the \
-             same directory, same granularity; ops/s: median of {} rounds, the three loads of a \
+             same directory, same granularity; ops/s: median of {} rounds, the four loads of a \
              round interleaved (reversed on odd rounds); p50/p99: every {}th call timed on its \
              own with Instant; fences/op, flushes/op: \
              thread_stats over the phase, splits and directory doublings included",
@@ -721,14 +721,20 @@ impl Report {
             ),
             format!(
                 "table: {:.1} bytes per key (the directory and segments the heap allocated, over \
-                 the keys), global depth {}",
-                c.table_bytes_per_key, c.global_depth
+                 the keys), global depth {}; {} keys moved along their window to postpone a \
+                 split",
+                c.table_bytes_per_key, c.global_depth, c.displacements
             ),
             format!(
                 "helper thread: insert_batch with the helper on ran at {:.2}x the throughput of \
                  helper off (median of the rounds' on/off ratios, the two loads of a round back \
                  to back; above 1: the helper helps)",
                 c.helper_on_over_off
+            ),
+            format!(
+                "inline prefetch: the inserting thread prefetching the same path itself ran at \
+                 {:.2}x the throughput of no look-ahead (paired by round the same way)",
+                c.inline_over_off
             ),
             format!(
                 "to beat, quoted from the issue, not measured by us: \"{}\"",

@@ -206,7 +206,10 @@ fn check_cceh_section(report: &Value, stdout: &str) {
         }
         match op {
             // One fence per insert, more for the splits; one per remove.
-            CcehOp::Insert | CcehOp::InsertBatch | CcehOp::InsertBatchHelper => {
+            CcehOp::Insert
+            | CcehOp::InsertBatch
+            | CcehOp::InsertBatchHelper
+            | CcehOp::InsertBatchInline => {
                 assert!(positive(row, "fences_per_op") >= 1.0, "{row}");
                 assert!(positive(row, "flushes_per_op") >= 1.0, "{row}");
             }
@@ -223,6 +226,7 @@ fn check_cceh_section(report: &Value, stdout: &str) {
     // A key takes 16 bytes of slot; a table is never fuller than its slots.
     assert!(positive(cceh, "table_bytes_per_key") >= 16.0, "{cceh}");
     positive(cceh, "helper_on_over_off");
+    positive(cceh, "inline_over_off");
     positive(cceh, "global_depth");
     assert!(
         cceh["reference"]

@@ -2,16 +2,17 @@
 //!
 //! The first input byte picks the set-up: bit 0 also checks the fully persisted current image
 //! (besides the image with nothing pending persisted), bits 1-2 the heap's fence policy (batched,
-//! strict, or Themis on a simulated Themis pool). Every following pair of bytes is one
-//! operation on keys 1..=64 of a table with tiny segments (4 buckets, so a few keys split a
-//! segment and double the directory), on a simulated pool:
+//! strict, or Themis on a simulated Themis pool), bit 3 segments of 8 buckets instead of 4 (a
+//! window then covers half a segment, so full windows displace keys before they split). Every
+//! following pair of bytes is one operation on keys 1..=64 of a table with tiny segments (so a
+//! few keys split a segment and double the directory), on a simulated pool:
 //!
 //! * byte 0, bits 0-2: the kind: 0-1 `insert`, 2 `upsert`, 3 `remove`, 4-5 `get`,
 //!   6 `insert_batch`, 7 an operation on the reserved key 0 (which must be refused and change
 //!   nothing); bits 3-7 go into the value, the batch's length and key step, or the key-0
 //!   operation;
-//! * byte 1, bits 0-5: the key - 1; for `insert_batch`, bit 6 turns the helper thread on and
-//!   bit 7 sets its depth to 8 (else 1).
+//! * byte 1, bits 0-5: the key - 1; for `insert_batch`, bit 6 turns the helper thread on, bit 5
+//!   the inline prefetch, and bit 7 sets their depth to 8 (else 1).
 //!
 //! Every result is compared with the model, and after every operation the simulator must have
 //! seen all its stores persisted (no pmemcheck-style `Unpersisted` finding). Each operation
@@ -38,6 +39,9 @@ const KEYS: u64 = 64;
 const MAX_OPS: usize = 512;
 const CONFIG: CcehConfig = CcehConfig {
     buckets_per_segment: 4,
+};
+const WIDE: CcehConfig = CcehConfig {
+    buckets_per_segment: 8,
 };
 
 fn heap_config() -> HeapConfig {
@@ -93,6 +97,7 @@ fn step(table: &Table<'_, '_>, model: &mut HashMap<u64, u64>, index: usize, op: 
                 .collect();
             let options = BatchOptions {
                 helper: b & 64 != 0,
+                inline_prefetch: b & 32 != 0,
                 depth: if b & 128 != 0 { 8 } else { 1 },
             };
             let inserted = table.insert_batch(&items, options).expect("insert_batch");
@@ -172,7 +177,8 @@ fuzz_target!(|data: &[u8]| {
     let heap = Heap::create(&pool, heap_config(), policy).expect("format the heap");
     let mut model = HashMap::new();
     {
-        let table = Cceh::create(&heap, pool.root_offset(), CONFIG).expect("create the table");
+        let config = if setup & 8 != 0 { WIDE } else { CONFIG };
+        let table = Cceh::create(&heap, pool.root_offset(), config).expect("create the table");
         pool.operation_completed();
         for (index, op) in ops.chunks_exact(2).take(MAX_OPS).enumerate() {
             step(&table, &mut model, index, [op[0], op[1]]);

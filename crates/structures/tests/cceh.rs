@@ -209,22 +209,28 @@ fn batched_inserts_give_the_same_table_with_the_helper_on_or_off() {
     for &(k, v) in &items {
         model.entry(k).or_insert(v);
     }
-    for (helper, depth) in [(false, 8), (true, 1), (true, 8), (true, 64)] {
+    for (helper, inline_prefetch, depth) in [
+        (false, false, 8),
+        (true, false, 1),
+        (true, false, 8),
+        (true, false, 64),
+        (false, true, 8),
+        (true, true, 8),
+    ] {
         let heap = heap(16 << 20);
         let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
-        let inserted = table
-            .insert_batch(&items, BatchOptions { helper, depth })
-            .unwrap();
-        assert_eq!(
-            inserted,
-            model.len() as u64,
-            "helper {helper} depth {depth}"
-        );
+        let options = BatchOptions {
+            helper,
+            inline_prefetch,
+            depth,
+        };
+        let inserted = table.insert_batch(&items, options).unwrap();
+        assert_eq!(inserted, model.len() as u64, "{options:?}");
         let mut all: Vec<(u64, u64)> = table.iter().unwrap().collect();
         all.sort_unstable();
         let mut expected: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
         expected.sort_unstable();
-        assert_eq!(all, expected, "helper {helper} depth {depth}");
+        assert_eq!(all, expected, "{options:?}");
     }
 }
 
@@ -234,8 +240,12 @@ fn a_batch_with_key_zero_writes_nothing() {
     let heap = heap(4 << 20);
     let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
     let items = [(5, 1), (0, 2), (6, 3)];
-    for helper in [false, true] {
-        let options = BatchOptions { helper, depth: 8 };
+    for (helper, inline_prefetch) in [(false, false), (true, false), (false, true)] {
+        let options = BatchOptions {
+            helper,
+            inline_prefetch,
+            depth: 8,
+        };
         assert!(matches!(
             table.insert_batch(&items, options),
             Err(CcehError::ReservedKey)

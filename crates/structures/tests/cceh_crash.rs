@@ -272,6 +272,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
                 let table = Cceh::open(&heap, pool.root_offset()).unwrap();
                 let options = BatchOptions {
                     helper: true,
+                    inline_prefetch: true,
                     depth: 8,
                 };
                 table.insert_batch(&items, options).unwrap();

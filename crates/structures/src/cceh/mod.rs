@@ -26,7 +26,14 @@
 //!   flush and one fence.
 //! * **Remove**: one 8-byte store of the empty key, persisted. **Update**: one 8-byte store of
 //!   the value, persisted.
-//! * **Split** (a full probing window): a new segment receives, slot for slot, the keys whose
+//! * **Displacement** (a full probing window): before splitting, a key of the window whose own
+//!   window reaches past it is copied further along its window into a free slot, persisted,
+//!   and its old slot reused for the new key (emptied first, in the same line). A crash between
+//!   the two leaves the moved key twice with one value; [`Cceh::open`] keeps one copy. Keys
+//!   move only forward in their own probing order, which is what keeps lock-free lookups
+//!   correct, and the window stays four buckets: splits come later (a fuller table, fewer
+//!   bytes per key) at the price of one more flush and fence for the insert that moves a key.
+//! * **Split** (a window full even after that): a new segment receives, slot for slot, the keys whose
 //!   next hash bit is 1; the directory entries of the old segment's range get the new local
 //!   depth and the upper half the new segment. The keys that moved are left in the old segment
 //!   (*lazy deletion*): a slot whose key's hash prefix no longer matches its segment counts as
@@ -144,8 +151,12 @@ impl Default for CcehConfig {
 pub struct BatchOptions {
     /// Run the speculative helper thread (seed 001 Sec. 4.1).
     pub helper: bool,
-    /// How many keys ahead of the inserting thread the helper may walk (8, the depth seed 001
-    /// found best, by default).
+    /// Have the inserting thread itself prefetch the lookup path of the key `depth` ahead
+    /// before each insert: the helper's loads without the helper's thread. A baseline that
+    /// tells what the second thread adds (or costs) over plain software prefetching.
+    pub inline_prefetch: bool,
+    /// How many keys ahead of the inserting thread the helper may walk, or the inline
+    /// prefetch looks (8, the depth seed 001 found best, by default).
     pub depth: usize,
 }
 
@@ -153,6 +164,7 @@ impl Default for BatchOptions {
     fn default() -> Self {
         BatchOptions {
             helper: false,
+            inline_prefetch: false,
             depth: 8,
         }
     }
@@ -758,7 +770,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// them, so the inserting thread finds them in the cache: the speculative helper thread of
     /// seed 001 Sec. 4.1. The helper only loads and prefetches: it makes no store and takes no
     /// lock, so it cannot change what the batch does, only how fast. It stops when the batch
-    /// ends.
+    /// ends. With `options.inline_prefetch`, this thread prefetches the same path itself,
+    /// `options.depth` keys ahead, before each insert.
     pub fn insert_batch(
         &self,
         items: &[(u64, u64)],
@@ -770,11 +783,17 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(CcehError::ReservedKey);
         }
+        let ahead = options.depth.max(1);
         let insert_all = |progress: Option<&AtomicUsize>| {
             let mut inserted = 0;
             for (i, &(key, value)) in items.iter().enumerate() {
                 if let Some(p) = progress {
                     p.store(i, Ordering::Release);
+                }
+                if options.inline_prefetch {
+                    if let Some(&(next, _)) = items.get(i + ahead) {
+                        self.prefetch_path(hash(next));
+                    }
                 }
                 if self.insert(key, value)? {
                     inserted += 1;
@@ -807,7 +826,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         finished: &AtomicBool,
         depth: usize,
     ) {
-        let pool = self.heap.pool();
         let mut next = 1;
         while next < items.len() && !finished.load(Ordering::Acquire) {
             let worker = progress.load(Ordering::Acquire);
@@ -820,25 +838,33 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             if next >= items.len() {
                 break;
             }
-            // Loads only. Any of them may see a directory that a split is changing: the worst
-            // outcome is a prefetch of the wrong line (out-of-pool offsets are ignored).
-            let h = hash(items[next].0);
-            if let Ok(directory) = pool.load_u64(self.root + 8) {
-                if let Ok(depth_now) = pool.load_u64(directory) {
-                    let entry_at = directory + 8 + 8 * prefix(h, depth_now.min(MAX_DEPTH));
-                    if let Ok(entry) = pool.load_u64(entry_at) {
-                        let segment = entry & !DEPTH_MASK;
-                        let home = h & (self.buckets - 1);
-                        for i in 0..PROBE_BUCKETS {
-                            pool.prefetch(
-                                segment + ((home + i) & (self.buckets - 1)) * BUCKET_BYTES,
-                                BUCKET_BYTES,
-                            );
-                        }
-                    }
-                }
-            }
+            self.prefetch_path(hash(items[next].0));
             next += 1;
+        }
+    }
+
+    /// Prefetch the lookup path of hash `h`: directory entry, then the window's four buckets.
+    /// Loads only, without a guard or a lock: any of them may see a directory that a split is
+    /// changing, and the worst outcome is a prefetch of the wrong line (pool loads are bounds
+    /// checked, and out-of-pool prefetches are ignored).
+    fn prefetch_path(&self, h: u64) {
+        let pool = self.heap.pool();
+        let Ok(directory) = pool.load_u64(self.root + 8) else {
+            return;
+        };
+        let Ok(depth) = pool.load_u64(directory) else {
+            return;
+        };
+        let Ok(entry) = pool.load_u64(directory + 8 + 8 * prefix(h, depth.min(MAX_DEPTH))) else {
+            return;
+        };
+        let segment = entry & !DEPTH_MASK;
+        let home = h & (self.buckets - 1);
+        for i in 0..PROBE_BUCKETS {
+            pool.prefetch(
+                segment + ((home + i) & (self.buckets - 1)) * BUCKET_BYTES,
+                BUCKET_BYTES,
+            );
         }
     }
 

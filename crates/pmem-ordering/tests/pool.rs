@@ -803,3 +803,28 @@ fn every_supported_flush_and_copy_kind_writes_the_right_bytes() {
     assert_eq!(pool.granularity(), Granularity::Page);
     exercise(&pool, 7);
 }
+
+#[test]
+fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
+    let pool = Pool::anonymous("words", 1 << 20, &opts()).unwrap();
+    let base = pool.heap_offset();
+    for i in 0..16u64 {
+        let _ = pool.store_u64(base + 8 * i, i * 3 + 1).unwrap();
+    }
+    let words = pool.words(base, 16).unwrap();
+    assert_eq!(words.len(), 16);
+    assert!((0..16).all(|i| words.load(i) == i as u64 * 3 + 1));
+    assert!(matches!(
+        pool.words(base + 4, 2),
+        Err(PoolError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        pool.words(pool.size() - 8, 2),
+        Err(PoolError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        pool.words(base, usize::MAX),
+        Err(PoolError::OutOfBounds { .. })
+    ));
+    assert!(pool.words(pool.size() - 8, 1).is_ok());
+}

@@ -25,6 +25,30 @@ pub use error::PoolError;
 pub use header::Header;
 pub use pptr::PPtr;
 
+/// A checked, read-only view of consecutive 8-byte words of a pool ([`Pool::words`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Words<'a> {
+    words: &'a [AtomicU64],
+}
+
+impl Words<'_> {
+    /// Acquire load of word `index` (panics past the end, like slice indexing).
+    #[inline]
+    pub fn load(&self, index: usize) -> u64 {
+        self.words[index].load(Ordering::Acquire)
+    }
+
+    /// Number of words.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+}
+
 use crate::backend::{Backend, Granularity, Hardware};
 use crate::barrier::{self, Durable, NtOrdering, NtPending, Pending, PersistModel, Written};
 use crate::isa::Isa;
@@ -477,6 +501,27 @@ impl<B: Backend> Pool<B> {
         for line in crate::isa::cache_lines(start as usize, len) {
             crate::isa::prefetch_line(line as *const u8);
         }
+    }
+
+    /// A read-only view of the `count` 8-byte words at `offset` (8-byte aligned), checked once:
+    /// for hot read paths that load many words of one region (a hash bucket, a tree node).
+    /// Loads through it are the same acquire loads as [`Pool::load_u64`]; it cannot store, so
+    /// every store still goes through the pool (counted, and traced by the simulator).
+    pub fn words(&self, offset: u64, count: usize) -> Result<Words<'_>, PoolError> {
+        if !offset.is_multiple_of(8) {
+            return Err(PoolError::Misaligned { offset });
+        }
+        let len = count.checked_mul(8).ok_or(PoolError::OutOfBounds {
+            offset,
+            len: u64::MAX,
+            size: self.header.size,
+        })?;
+        let start = self.addr(offset, len)?;
+        // SAFETY: the range is inside the mapping, which lives as long as `self`, and 8-byte
+        // aligned (the mapping is page aligned and `offset` a multiple of 8); the memory is
+        // only ever accessed atomically or by relaxed atomic byte copies (see `mem`).
+        let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
+        Ok(Words { words })
     }
 
     /// An 8-byte atomic load with acquire ordering (pairs with [`Pool::store_u64`]).

@@ -67,7 +67,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crossbeam_epoch as epoch;
 
-use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::{Heap, TxError};
 
 /// The reserved key that marks an empty slot.
@@ -77,6 +77,7 @@ pub const SLOTS_PER_BUCKET: u64 = 4;
 /// Buckets a key may be probed in.
 pub const PROBE_BUCKETS: u64 = 4;
 const BUCKET_BYTES: u64 = 64;
+const WORDS_PER_BUCKET: u64 = BUCKET_BYTES / 8;
 const SLOT_BYTES: u64 = 16;
 const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"CCEH\0v01");
 /// Bytes of the root.
@@ -583,21 +584,35 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         h: u64,
         observe: &mut impl FnMut(LookupStep),
     ) -> Result<Option<u64>, CcehError> {
-        let pool = self.heap.pool();
+        // One range check for the segment, then plain indexed loads.
+        let words = self.segment_words(place.segment)?;
+        let mask = self.buckets - 1;
+        let home = h & mask;
         'scan: loop {
-            for slot in self.window(place.segment, h) {
-                let found = pool.load_u64(slot)?;
-                observe(LookupStep::SlotRead);
-                if found == key {
-                    let value = pool.load_u64(slot + 8)?;
-                    if pool.load_u64(slot)? != key {
-                        continue 'scan;
+            for step in 0..PROBE_BUCKETS {
+                let bucket = (((home + step) & mask) * WORDS_PER_BUCKET) as usize;
+                for slot in (bucket..bucket + 2 * SLOTS_PER_BUCKET as usize).step_by(2) {
+                    let found = words.load(slot);
+                    observe(LookupStep::SlotRead);
+                    if found == key {
+                        let value = words.load(slot + 1);
+                        if words.load(slot) != key {
+                            continue 'scan;
+                        }
+                        return Ok(Some(value));
                     }
-                    return Ok(Some(value));
                 }
             }
             return Ok(None);
         }
+    }
+
+    /// The words of a segment, range-checked once.
+    fn segment_words(&self, segment: u64) -> Result<Words<'_>, CcehError> {
+        Ok(self
+            .heap
+            .pool()
+            .words(segment, (self.buckets * WORDS_PER_BUCKET) as usize)?)
     }
 
     fn shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {

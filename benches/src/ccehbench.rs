@@ -201,6 +201,9 @@ impl LookAhead {
     }
 }
 
+/// How many times the table's size is sampled over the second half of a load.
+pub const CYCLE_SAMPLES: usize = 32;
+
 /// The batch options of the helper thread off (`false`) or on (`true`, [`HELPER_DEPTH`]).
 pub fn batch_options(helper: bool) -> BatchOptions {
     if helper {
@@ -399,6 +402,10 @@ pub struct CcehResults {
     pub rows: Vec<CcehRow>,
     /// Bytes the heap allocated for the table (directory and segments) per key, after the load.
     pub table_bytes_per_key: f64,
+    /// The same, averaged over the second half of the load (sampled [`CYCLE_SAMPLES`] times
+    /// from half the keys to all of them): a table's fill rises and falls as its segments
+    /// split in waves, and a doubling of the key count is one whole wave.
+    pub table_bytes_per_key_cycle_mean: f64,
     /// The directory's global depth after the load.
     pub global_depth: u64,
     /// Insert throughput with the helper thread on over with it off (above 1: the helper
@@ -542,6 +549,7 @@ pub fn measure(
     let mut bytes_per_key = f64::NAN;
     let mut global_depth = 0;
     let mut displacements = 0;
+    let mut cycle = Vec::new();
     for round in 0..plan.rounds {
         let mut loads = [Load::Single, Load::Batch, Load::Helper, Load::Inline];
         if round % 2 == 1 {
@@ -552,9 +560,14 @@ pub fn measure(
             let table = fresh.table()?;
             match load {
                 Load::Single => {
+                    let sample_every = (items.len() / 2 / CYCLE_SAMPLES).max(1);
+                    cycle.clear();
                     phases[CcehOp::Insert.index()].time(CcehOp::Insert, n, "inserted", |lat| {
                         let mut inserted = 0;
                         for (i, &(k, v)) in items.iter().enumerate() {
+                            if i > items.len() / 2 && i.is_multiple_of(sample_every) {
+                                cycle.push(fresh.bytes_allocated() as f64 / table.len() as f64);
+                            }
                             let new = if i.is_multiple_of(LATENCY_EVERY) {
                                 let t = Instant::now();
                                 let new = table.insert(k, v)?;
@@ -656,6 +669,7 @@ pub fn measure(
         displacements,
         rows,
         table_bytes_per_key: bytes_per_key,
+        table_bytes_per_key_cycle_mean: cycle.iter().sum::<f64>() / cycle.len().max(1) as f64,
         global_depth,
         reference: REFERENCE.to_string(),
     })

@@ -720,10 +720,13 @@ impl Report {
                 c.timer_ns
             ),
             format!(
-                "table: {:.1} bytes per key (the directory and segments the heap allocated, over \
-                 the keys), global depth {}; {} keys moved along their window to postpone a \
-                 split",
-                c.table_bytes_per_key, c.global_depth, c.displacements
+                "table: {:.1} bytes per key after the load (the directory and segments the heap \
+                 allocated, over the keys), {:.1} on average over its second half (one wave of \
+                 splits); global depth {}; {} keys moved along their window to postpone a split",
+                c.table_bytes_per_key,
+                c.table_bytes_per_key_cycle_mean,
+                c.global_depth,
+                c.displacements
             ),
             format!(
                 "helper thread: insert_batch with the helper on ran at {:.2}x the throughput of \

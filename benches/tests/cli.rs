@@ -225,6 +225,10 @@ fn check_cceh_section(report: &Value, stdout: &str) {
     }
     // A key takes 16 bytes of slot; a table is never fuller than its slots.
     assert!(positive(cceh, "table_bytes_per_key") >= 16.0, "{cceh}");
+    assert!(
+        positive(cceh, "table_bytes_per_key_cycle_mean") >= 16.0,
+        "{cceh}"
+    );
     positive(cceh, "helper_on_over_off");
     positive(cceh, "inline_over_off");
     positive(cceh, "global_depth");

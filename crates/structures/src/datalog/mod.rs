@@ -314,6 +314,17 @@ pub struct FileStats {
     pub embedded_entries: u64,
 }
 
+/// What log cleaning has done since the store was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleaningStats {
+    /// Log pages unlinked and freed because none of their entries was live.
+    pub pages_reclaimed: u64,
+    /// Logs rewritten by compaction.
+    pub compactions: u64,
+    /// Pages folded: a write that went copy-on-write because the page held too many embeds.
+    pub folds: u64,
+}
+
 /// A decoded entry (the payload of an embed stays in the log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Entry {
@@ -662,6 +673,7 @@ struct Inner {
     names: HashMap<String, u32>,
     next_generation: u64,
     scratch: Vec<u8>,
+    cleaning: CleaningStats,
 }
 
 /// Where one operation's entries go in the log.
@@ -737,6 +749,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                 names: HashMap::new(),
                 next_generation: 1,
                 scratch: Vec::new(),
+                cleaning: CleaningStats::default(),
             }),
         })
     }
@@ -774,6 +787,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             names: HashMap::new(),
             next_generation,
             scratch: Vec::new(),
+            cleaning: CleaningStats::default(),
         };
         let mut raw = [0u8; INODE_BYTES as usize];
         for slot in 0..max_files {
@@ -900,7 +914,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             return Err(DatalogError::Exists { name: to.into() });
         }
         let inode = self.table + slot as u64 * INODE_BYTES;
-        let mut raw = vec![0u8; 8 + MAX_NAME];
+        let mut raw = [0u8; 8 + MAX_NAME];
         raw[0..8].copy_from_slice(&(to.len() as u64).to_le_bytes());
         raw[8..8 + to.len()].copy_from_slice(to.as_bytes());
         self.heap
@@ -1040,6 +1054,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             if self.embeds(f, p, piece, mode) {
                 plan.embeds.push((p, start, bytes.to_vec()));
             } else {
+                if self.folds(f, p, piece, mode) {
+                    inner.cleaning.folds += 1;
+                }
                 let mut page = if piece == PAGE {
                     Vec::new()
                 } else {
@@ -1057,15 +1074,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         }
         plan.dying = dying_blocks(f, &replaced);
         self.commit(f, plan, &mut inner.scratch)?;
-        self.clean(f, &mut inner.scratch)
+        self.clean(f, &mut inner.scratch, &mut inner.cleaning)
     }
 
     /// Whether a piece of `len` bytes of page `p` is embedded under `mode`.
     fn embeds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
+        Datalog::<B, P>::embeds_under(&self.policy, f, p, len, mode)
+    }
+
+    fn embeds_under(policy: &Policy, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
         let limit = match mode {
             WriteMode::CopyOnWrite => return false,
             WriteMode::Embedded => MAX_EMBED,
-            WriteMode::Auto => self.policy.auto_embed_max.min(MAX_EMBED),
+            WriteMode::Auto => policy.auto_embed_max.min(MAX_EMBED),
         };
         if len >= PAGE || len > limit {
             return false;
@@ -1074,10 +1095,21 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             None => true,
             // Too many embeds on the page: fold it (this write goes copy-on-write).
             Some(s) => {
-                s.embeds.len() < self.policy.fold_after_entries
-                    && s.embed_bytes + len <= self.policy.fold_after_bytes
+                s.embeds.len() < policy.fold_after_entries
+                    && s.embed_bytes.saturating_add(len) <= policy.fold_after_bytes
             }
         }
+    }
+
+    /// Whether a piece that is not embedded would have been, but for its page's embeds.
+    fn folds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
+        let unfolded = Policy {
+            fold_after_entries: usize::MAX,
+            fold_after_bytes: u64::MAX,
+            ..self.policy
+        };
+        let no_fold = Datalog::<B, P>::embeds_under(&unfolded, f, p, len, mode);
+        no_fold && !self.embeds(f, p, len, mode)
     }
 
     /// Set the file's size. Shrinking drops the pages past the end and rewrites a partial
@@ -1118,7 +1150,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             plan.dying = dying_blocks(f, &replaced);
         }
         self.commit(f, plan, &mut inner.scratch)?;
-        self.clean(f, &mut inner.scratch)
+        self.clean(f, &mut inner.scratch, &mut inner.cleaning)
     }
 
     /// Append the plan's entries and commit them with one tail store; update the index.
@@ -1276,7 +1308,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
 
     /// Log cleaning after an operation: free log pages with no live entry, then compact the
     /// log if its live share is low.
-    fn clean(&self, f: &mut FileState, scratch: &mut Vec<u8>) -> Result<(), DatalogError> {
+    fn clean(
+        &self,
+        f: &mut FileState,
+        scratch: &mut Vec<u8>,
+        stats: &mut CleaningStats,
+    ) -> Result<(), DatalogError> {
         if !f.maybe_dead.is_empty() {
             let tail_page = f.chain[f.tail_index];
             let dead: HashSet<u64> = f
@@ -1292,6 +1329,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                 .collect();
             if !dead.is_empty() {
                 self.unlink(f, &dead)?;
+                stats.pages_reclaimed += dead.len() as u64;
             }
         }
         let used_pages = (f.tail_index + 1) as u64;
@@ -1300,6 +1338,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                 < self.policy.compact_live_percent * used_pages * (PAGE - LOG_HEADER)
         {
             self.compact(f, scratch)?;
+            stats.compactions += 1;
         }
         Ok(())
     }
@@ -1465,7 +1504,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let f = file(&mut inner.slots, id)?;
-        self.compact(f, &mut inner.scratch)
+        self.compact(f, &mut inner.scratch)?;
+        inner.cleaning.compactions += 1;
+        Ok(())
+    }
+
+    /// What log cleaning and folding have done since the store was opened.
+    pub fn cleaning_stats(&self) -> CleaningStats {
+        self.lock().cleaning
     }
 
     /// Every block the store owns (inode table, log pages, live data blocks), sorted: for

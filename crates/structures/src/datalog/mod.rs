@@ -94,7 +94,7 @@
 //! One DRAM lock serialises the store's operations: the store is `Sync` and can be shared, but
 //! operations do not run in parallel.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 
@@ -489,9 +489,14 @@ struct FileState {
     size: u64,
     pages: HashMap<u64, PageState>,
     /// Log pages in order, spares past the tail page included.
-    chain: Vec<u64>,
-    /// Index in `chain` of the page holding the tail.
-    tail_index: usize,
+    /// Sequence number -> page: a removal from the middle costs a logarithm, not a shift.
+    chain: BTreeMap<u64, u64>,
+    /// Page -> its sequence number in `chain`.
+    seq_of: HashMap<u64, u64>,
+    /// The next sequence number to give a page appended to the chain.
+    next_seq: u64,
+    /// Sequence number of the page holding the tail.
+    tail_seq: u64,
     tail: u64,
     /// Live entries by pool offset.
     entries: HashMap<u64, EntryInfo>,
@@ -514,8 +519,10 @@ impl FileState {
             inode,
             size: 0,
             pages: HashMap::new(),
-            chain: vec![head],
-            tail_index: 0,
+            chain: BTreeMap::from([(0, head)]),
+            seq_of: HashMap::from([(head, 0)]),
+            next_seq: 1,
+            tail_seq: 0,
             tail: head + LOG_HEADER,
             entries: HashMap::new(),
             log: HashMap::new(),
@@ -524,6 +531,17 @@ impl FileState {
             damage: None,
             maybe_dead: Vec::new(),
         }
+    }
+
+    /// Append `page` to the chain.
+    fn push_page(&mut self, page: u64) {
+        self.chain.insert(self.next_seq, page);
+        self.seq_of.insert(page, self.next_seq);
+        self.next_seq += 1;
+    }
+
+    fn tail_page(&self) -> u64 {
+        self.chain[&self.tail_seq]
     }
 
     fn add_entry(&mut self, at: u64, page: u64, bytes: u64, refs: u64) {
@@ -681,7 +699,7 @@ struct Placement {
     offsets: Vec<(u64, u64)>,
     end_marks: Vec<u64>,
     tail: u64,
-    tail_index: usize,
+    tail_seq: u64,
     /// Log pages missing after the chain's last page.
     missing: usize,
 }
@@ -942,7 +960,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         }
         self.heap.transaction(|tx| {
             tx.write_value(state.inode + 16, &0u64)?;
-            for &page in &state.chain {
+            for &page in state.chain.values() {
                 tx.free(PPtr::<u8>::new(page))?;
             }
             for &block in state.blocks.keys() {
@@ -1262,12 +1280,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             })?;
         }
         // The pages the tail left behind may hold no live entry.
-        for i in f.tail_index..place.tail_index {
-            let page = f.chain[i];
-            f.maybe_dead.push(page);
-        }
+        let passed: Vec<u64> = f
+            .chain
+            .range(f.tail_seq..place.tail_seq)
+            .map(|(_, &p)| p)
+            .collect();
+        f.maybe_dead.extend(passed);
         f.tail = place.tail;
-        f.tail_index = place.tail_index;
+        f.tail_seq = place.tail_seq;
         let mut dead = Vec::new();
         for (entry, &(at, page)) in entries.iter().zip(&place.offsets) {
             dead.extend(f.apply(at, page, entry));
@@ -1289,7 +1309,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         if missing == 0 {
             return Ok(());
         }
-        let last = *f.chain.last().expect("a log has a page");
+        let (_, &last) = f.chain.last_key_value().expect("a log has a page");
         let added = self.heap.transaction(|tx| {
             let mut added = Vec::with_capacity(missing);
             let mut prev = last;
@@ -1302,7 +1322,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             }
             Ok::<Vec<u64>, TxError>(added)
         })?;
-        f.chain.extend(added);
+        for page in added {
+            f.push_page(page);
+        }
         Ok(())
     }
 
@@ -1315,25 +1337,26 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         stats: &mut CleaningStats,
     ) -> Result<(), DatalogError> {
         if !f.maybe_dead.is_empty() {
-            let tail_page = f.chain[f.tail_index];
-            let dead: HashSet<u64> = f
+            // Pages before the tail page with no live entry (spares past it are kept).
+            let mut dead: Vec<(u64, u64)> = f
                 .maybe_dead
                 .drain(..)
-                .filter(|&p| p != tail_page && f.log.get(&p).is_some_and(|l| l.live_entries == 0))
+                .filter_map(|p| f.seq_of.get(&p).map(|&seq| (seq, p)))
+                .filter(|&(seq, p)| {
+                    seq < f.tail_seq && f.log.get(&p).is_none_or(|l| l.live_entries == 0)
+                })
                 .collect();
-            // Pages past the tail page are spares, not dead: keep them.
-            let dead: HashSet<u64> = f.chain[..f.tail_index]
-                .iter()
-                .copied()
-                .filter(|p| dead.contains(p))
-                .collect();
+            dead.sort_unstable();
+            dead.dedup();
             if !dead.is_empty() {
                 self.unlink(f, &dead)?;
                 stats.pages_reclaimed += dead.len() as u64;
             }
         }
-        let used_pages = (f.tail_index + 1) as u64;
-        if f.tail_index + 1 >= self.policy.compact_min_pages
+        // Spares past the tail page are few: count them, not the pages before it.
+        let spares = f.chain.range(f.tail_seq + 1..).count();
+        let used_pages = (f.chain.len() - spares) as u64;
+        if used_pages >= self.policy.compact_min_pages as u64
             && f.live_log_bytes * 100
                 < self.policy.compact_live_percent * used_pages * (PAGE - LOG_HEADER)
         {
@@ -1343,46 +1366,48 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         Ok(())
     }
 
-    /// Unlink and free the `dead` chain pages (all before the tail page), in one transaction.
-    fn unlink(&self, f: &mut FileState, dead: &HashSet<u64>) -> Result<(), DatalogError> {
-        let kept: Vec<u64> = f
-            .chain
-            .iter()
-            .copied()
-            .filter(|p| !dead.contains(p))
-            .collect();
+    /// Unlink and free the `dead` chain pages, `(sequence number, page)` sorted, all before
+    /// the tail page, in one transaction.
+    fn unlink(&self, f: &mut FileState, dead: &[(u64, u64)]) -> Result<(), DatalogError> {
+        let is_dead: HashSet<u64> = dead.iter().map(|&(_, p)| p).collect();
+        // Each run of dead pages: the kept page before it (or the inode's head) now links to
+        // the kept page after it.
+        let mut links: Vec<(Option<u64>, u64)> = Vec::new();
+        for &(seq, _) in dead {
+            let before = f
+                .chain
+                .range(..seq)
+                .rev()
+                .map(|(_, &p)| p)
+                .find(|p| !is_dead.contains(p));
+            let after = f
+                .chain
+                .range(seq + 1..)
+                .map(|(_, &p)| p)
+                .find(|p| !is_dead.contains(p))
+                .expect("the tail page follows and is kept");
+            if links.last() != Some(&(before, after)) {
+                links.push((before, after));
+            }
+        }
         let inode = f.inode;
-        let chain = &f.chain;
         self.heap.transaction(|tx| {
-            if kept[0] != chain[0] {
-                tx.write_value(inode + 8, &kept[0])?;
-            }
-            // A kept page whose successor died now links to the next kept page.
-            let mut k = 0;
-            for (i, &p) in chain.iter().enumerate() {
-                if dead.contains(&p) {
-                    continue;
+            for &(before, after) in &links {
+                match before {
+                    None => tx.write_value(inode + 8, &after)?,
+                    Some(page) => tx.write_value(page, &after)?,
                 }
-                if k + 1 < kept.len() && chain.get(i + 1) != Some(&kept[k + 1]) {
-                    tx.write_value(p, &kept[k + 1])?;
-                }
-                k += 1;
             }
-            for &p in dead {
+            for &(_, p) in dead {
                 tx.free(PPtr::<u8>::new(p))?;
             }
             Ok::<(), TxError>(())
         })?;
-        for p in dead {
-            f.log.remove(p);
+        for &(seq, p) in dead {
+            f.chain.remove(&seq);
+            f.seq_of.remove(&p);
+            f.log.remove(&p);
         }
-        let tail_page = f.chain[f.tail_index];
-        f.chain = kept;
-        f.tail_index = f
-            .chain
-            .iter()
-            .position(|&p| p == tail_page)
-            .expect("the tail page is kept");
         Ok(())
     }
 
@@ -1462,7 +1487,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             offsets.push((pages.len() - 1, pos));
             pos += bytes;
         }
-        let old_chain = f.chain.clone();
+        let old_chain: Vec<u64> = f.chain.values().copied().collect();
         let inode = f.inode;
         let new_chain = self.heap.transaction(|tx| {
             let chain: Vec<u64> = (0..pages.len())
@@ -1520,7 +1545,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         let inner = self.lock();
         let mut out = vec![self.table];
         for f in inner.slots.iter().flatten() {
-            out.extend(&f.chain);
+            out.extend(f.chain.values());
             out.extend(f.blocks.keys());
         }
         out.sort_unstable();
@@ -1573,15 +1598,16 @@ fn dying_blocks(f: &FileState, replaced: &[u64]) -> Vec<u64> {
 
 /// Where entries of `sizes` go after the tail.
 fn place(f: &FileState, sizes: &[u64]) -> Placement {
-    let mut index = f.tail_index;
-    let mut page = f.chain[index];
+    let mut seq = f.tail_seq;
+    let mut page = f.tail_page();
+    let mut spares = f.chain.range(f.tail_seq + 1..);
     let mut pos = f.tail;
     let mut missing = 0;
     let mut out = Placement {
         offsets: Vec::with_capacity(sizes.len()),
         end_marks: Vec::new(),
         tail: 0,
-        tail_index: 0,
+        tail_seq: 0,
         missing: 0,
     };
     for &bytes in sizes {
@@ -1589,12 +1615,14 @@ fn place(f: &FileState, sizes: &[u64]) -> Placement {
             if page + PAGE - pos >= ENTRY_HEADER && missing == 0 {
                 out.end_marks.push(pos);
             }
-            index += 1;
-            match f.chain.get(index) {
-                Some(&next) if missing == 0 => page = next,
+            match spares.next() {
+                Some((&s, &next)) if missing == 0 => {
+                    seq = s;
+                    page = next;
+                }
                 _ => {
                     missing += 1;
-                    // A stand-in: the offsets are recomputed once the page exists.
+                    // A stand-in: the placement is made again once the page exists.
                     page = 0;
                 }
             }
@@ -1604,7 +1632,7 @@ fn place(f: &FileState, sizes: &[u64]) -> Placement {
         pos += bytes;
     }
     out.tail = pos;
-    out.tail_index = index;
+    out.tail_seq = seq;
     out.missing = missing;
     out
 }
@@ -1676,10 +1704,8 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         return Err((head, format!("log head {head:#x} is not an allocated page")));
     }
     let max_pages = pool.size() / PAGE;
-    let mut chain = vec![head];
     let mut page = head;
     let mut pos = head + LOG_HEADER;
-    let tail_index;
     let mut buf = vec![0u8; PAGE as usize];
     let read = |at: u64, buf: &mut [u8]| {
         pool.read_bytes(at, buf)
@@ -1687,7 +1713,6 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
     };
     loop {
         if pos == tail {
-            tail_index = chain.len() - 1;
             break;
         }
         let left = page + PAGE - pos;
@@ -1699,13 +1724,17 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
             let mut next = [0u8; 8];
             read(page, &mut next)?;
             let next = u64::from_le_bytes(next);
-            if next == 0 || !is_log_page(next) || chain.len() as u64 >= max_pages {
+            if next == 0
+                || !is_log_page(next)
+                || f.seq_of.contains_key(&next)
+                || f.chain.len() as u64 >= max_pages
+            {
                 return Err((
                     page,
                     format!("the log ends (next page {next:#x}) before its tail {tail:#x}"),
                 ));
             }
-            chain.push(next);
+            f.push_page(next);
             page = next;
             pos = page + LOG_HEADER;
             continue;
@@ -1729,6 +1758,7 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         let _ = f.apply(pos, page, &entry);
         pos += bytes;
     }
+    f.tail_seq = f.next_seq - 1;
     // Spare pages linked past the tail page belong to the log too.
     loop {
         let mut next = [0u8; 8];
@@ -1737,14 +1767,12 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         if next == 0 {
             break;
         }
-        if !is_log_page(next) || chain.len() as u64 >= max_pages {
+        if !is_log_page(next) || f.seq_of.contains_key(&next) || f.chain.len() as u64 >= max_pages {
             return Err((page, format!("bad spare log page {next:#x}")));
         }
-        chain.push(next);
+        f.push_page(next);
         page = next;
     }
-    f.chain = chain;
-    f.tail_index = tail_index;
     // Every live base page must lie in a block the heap allocated.
     for (p, s) in &f.pages {
         if let Some(b) = s.base {

@@ -95,6 +95,7 @@
 //! operations do not run in parallel.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 
@@ -444,6 +445,33 @@ fn checksum(generation: u64, bytes: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&generation.to_le_bytes()), bytes)
 }
 
+/// The hasher of the DRAM index, whose keys are `u64` pool offsets and page numbers made by
+/// the store itself: one multiplication with the high half folded into the low bits (which
+/// pick the bucket), so page-aligned offsets still spread. The standard SipHash resists keys
+/// chosen by an attacker, which these are not, at several times the cost per lookup.
+#[derive(Clone, Copy, Debug, Default)]
+struct OffsetHasher(u64);
+
+impl Hasher for OffsetHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+/// A map keyed by offsets or page numbers (see [`OffsetHasher`]).
+type IndexMap<K, V> = HashMap<K, V, BuildHasherDefault<OffsetHasher>>;
+
 /// A file page's base page in a data block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BaseRef {
@@ -487,24 +515,24 @@ struct FileState {
     generation: u64,
     inode: u64,
     size: u64,
-    pages: HashMap<u64, PageState>,
+    pages: IndexMap<u64, PageState>,
     /// Log pages in order, spares past the tail page included.
     /// Sequence number -> page: a removal from the middle costs a logarithm, not a shift.
     chain: BTreeMap<u64, u64>,
     /// Page -> its sequence number in `chain`.
-    seq_of: HashMap<u64, u64>,
+    seq_of: IndexMap<u64, u64>,
     /// The next sequence number to give a page appended to the chain.
     next_seq: u64,
     /// Sequence number of the page holding the tail.
     tail_seq: u64,
     tail: u64,
     /// Live entries by pool offset.
-    entries: HashMap<u64, EntryInfo>,
+    entries: IndexMap<u64, EntryInfo>,
     /// Live entries per log page.
-    log: HashMap<u64, LogPageInfo>,
+    log: IndexMap<u64, LogPageInfo>,
     live_log_bytes: u64,
     /// Live pages per data block.
-    blocks: HashMap<u64, u64>,
+    blocks: IndexMap<u64, u64>,
     /// Why the file cannot be used: (entry offset, reason).
     damage: Option<(u64, String)>,
     /// Log pages that may have no live entry left (checked by cleaning).
@@ -518,16 +546,16 @@ impl FileState {
             generation,
             inode,
             size: 0,
-            pages: HashMap::new(),
+            pages: IndexMap::default(),
             chain: BTreeMap::from([(0, head)]),
-            seq_of: HashMap::from([(head, 0)]),
+            seq_of: IndexMap::from_iter([(head, 0)]),
             next_seq: 1,
             tail_seq: 0,
             tail: head + LOG_HEADER,
-            entries: HashMap::new(),
-            log: HashMap::new(),
+            entries: IndexMap::default(),
+            log: IndexMap::default(),
             live_log_bytes: 0,
-            blocks: HashMap::new(),
+            blocks: IndexMap::default(),
             damage: None,
             maybe_dead: Vec::new(),
         }
@@ -630,19 +658,23 @@ impl FileState {
                 self.add_entry(at, page, entry.bytes(), 1);
                 let state = self.pages.entry(file_page).or_default();
                 // An older embed whose bytes this one covers entirely is dead.
-                let (covered, kept): (Vec<EmbedRef>, Vec<EmbedRef>) = state
-                    .embeds
-                    .drain(..)
-                    .partition(|e| e.page_off >= page_off && e.page_off + e.len <= page_off + len);
-                state.embeds = kept;
+                // Usually nothing is covered: collect without allocating then.
+                let mut covered = Vec::new();
+                state.embeds.retain(|e| {
+                    let dead = e.page_off >= page_off && e.page_off + e.len <= page_off + len;
+                    if dead {
+                        covered.push(e.entry);
+                    }
+                    !dead
+                });
                 state.embeds.push(EmbedRef {
                     entry: at,
                     page_off,
                     len,
                 });
                 state.embed_bytes = state.embeds.iter().map(|e| e.len).sum();
-                for e in covered {
-                    self.release_entry(e.entry);
+                for entry in covered {
+                    self.release_entry(entry);
                 }
                 self.size = size_after;
             }

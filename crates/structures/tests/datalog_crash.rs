@@ -367,6 +367,40 @@ fn the_reclaim_workload_really_reclaims_pages() {
     assert_eq!(contents(&store).unwrap(), model_after(&ops, ops.len()));
 }
 
+/// Embedded writes cycling over three ranges: entries die fast, so a two-page log is
+/// compacted every few writes under the eager policy.
+fn compacting_writes(n: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Create("a")];
+    ops.extend((0..n).map(|k| write("a", [0, 500, PAGE + 100][k % 3], 300, WriteMode::Embedded)));
+    ops
+}
+
+#[test]
+fn every_crash_inside_log_compaction_recovers() {
+    run(
+        "compaction",
+        eager_cleaning(WriteMode::Embedded),
+        compacting_writes(30),
+        CrashPoints::Every,
+        7,
+    );
+}
+
+#[test]
+fn the_compaction_workload_really_compacts() {
+    let pool = Pool::simulated("datalog", 512 << 10, 1024, SimConfig::x86()).unwrap();
+    let heap = Heap::create(&pool, heap_config(), FencePolicy::Batched).unwrap();
+    let policy = eager_cleaning(WriteMode::Embedded);
+    let store = Datalog::create(&heap, pool.root_offset(), 4, policy).unwrap();
+    let ops = compacting_writes(30);
+    for (k, op) in ops.iter().enumerate() {
+        run_op(&store, k, op);
+    }
+    let stats = store.cleaning_stats();
+    assert!(stats.compactions >= 2, "{stats:?}");
+    assert_eq!(contents(&store).unwrap(), model_after(&ops, ops.len()));
+}
+
 #[test]
 fn the_crash_workloads_really_fold_and_compact() {
     // Run the cleaning workload without crashes and count what cleaning did.

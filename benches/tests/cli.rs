@@ -188,7 +188,11 @@ fn check_transaction_sections(report: &Value, stdout: &str) {
 /// The datalog section: a write row per size and path, then a read row per path.
 fn check_datalog_section(report: &Value, stdout: &str) {
     let datalog = &report["datalog"];
-    assert_eq!(datalog["file_bytes"].as_u64(), Some(FILE_BYTES_QUICK), "{datalog}");
+    assert_eq!(
+        datalog["file_bytes"].as_u64(),
+        Some(FILE_BYTES_QUICK),
+        "{datalog}"
+    );
     let rows = datalog["rows"].as_array().expect("datalog rows");
     assert_eq!(rows.len(), WRITE_SIZES.len() * 2 + 2, "{datalog}");
     for row in rows {
@@ -207,8 +211,14 @@ fn check_datalog_section(report: &Value, stdout: &str) {
     }
     let ratios = datalog["ratios"].as_array().expect("datalog ratios");
     assert_eq!(ratios.len(), WRITE_SIZES.len());
-    assert!(stdout.contains("64 B writes: copy-on-write takes"), "{stdout}");
-    assert!(stdout.contains("this run is on DRAM, not Optane"), "{stdout}");
+    assert!(
+        stdout.contains("64 B writes: copy-on-write takes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("this run is on DRAM, not Optane"),
+        "{stdout}"
+    );
 }
 
 fn check_cceh_section(report: &Value, stdout: &str) {

@@ -148,6 +148,8 @@ fn run(name: &str, policy: Policy, ops: Vec<Op>, points: CrashPoints, seed: u64)
         .points(points)
         .images(Images::Random(3))
         .seed(seed)
+        // Durable when it returns: no store of an operation may still be pending then.
+        .fail_on_unpersisted(true)
         .run_with_setup(
             |pool| {
                 let heap = Heap::create(pool, heap_config(), FencePolicy::Batched).unwrap();

@@ -93,6 +93,30 @@
 //!
 //! One DRAM lock serialises the store's operations: the store is `Sync` and can be shared, but
 //! operations do not run in parallel.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use pmem_ordering::{Pool, PoolOptions};
+//! use pmem_structures::datalog::{Datalog, Policy, WriteMode};
+//! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+//!
+//! let pool = Pool::anonymous("datalog", 8 << 20, &PoolOptions::new())?;
+//! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+//! let root = heap.pool().root_offset();
+//! let store = Datalog::create(&heap, root, 16, Policy::default())?;
+//! let notes = store.create_file("notes")?;
+//! store.write_at(notes, 0, &[b'.'; 8192])?; // two whole pages: copy-on-write
+//! store.write_at(notes, 100, b"hello")?; // a small piece: embedded in the log
+//! store.write_at_with(notes, 4000, b"across a page boundary", WriteMode::Embedded)?;
+//! let mut buf = [0u8; 5];
+//! store.read_at(notes, 100, &mut buf)?;
+//! assert_eq!(&buf, b"hello");
+//! store.rename("notes", "journal")?;
+//! assert_eq!(store.list(), ["journal"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -978,7 +1002,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         Ok(())
     }
 
-    /// Remove a file: one transaction frees its log pages and data blocks and its inode.
+    /// Remove a file: one transaction frees its log pages and data blocks and its inode. A
+    /// damaged file (see [`Datalog::open`]) is refused with [`DatalogError::CorruptEntry`]: which
+    /// blocks it owns cannot be known for sure from a damaged log, and freeing a block that is
+    /// not its own would corrupt another file, so nothing is freed and the file stays listed.
     pub fn remove(&self, name: &str) -> Result<(), DatalogError> {
         let mut inner = self.lock();
         let slot = *inner
@@ -1018,7 +1045,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
     }
 
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (0 at or past the
-    /// end). Embedded bytes are merged over their base page, their checksums checked.
+    /// end). Embedded bytes are merged over their base page, their checksums checked; after an
+    /// error `buf` may hold part of the file, but never bytes of an entry that failed its
+    /// checksum.
     pub fn read_at(&self, id: FileId, offset: u64, buf: &mut [u8]) -> Result<usize, DatalogError> {
         let mut inner = self.lock();
         let inner = &mut *inner;

@@ -435,6 +435,103 @@ fn a_multi_page_write_spanning_blocks_reads_back() {
     heap_matches(&heap, &store);
 }
 
+#[test]
+fn a_full_pool_refuses_the_write_and_loses_nothing() {
+    let mut heap = heap(4 << 20);
+    let root = heap.pool().root_offset();
+    let mut model = Vec::new();
+    let mut refused = None;
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::CopyOnWrite)).unwrap();
+        let id = store.create_file("f").unwrap();
+        for i in 0..200u64 {
+            let data = vec![i as u8 + 1; 64 << 10];
+            match store.write_at(id, i * (64 << 10), &data) {
+                Ok(()) => write_model(&mut model, i * (64 << 10), &data),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        assert!(
+            matches!(
+                refused,
+                Some(DatalogError::Tx(pmem_undo_log::TxError::PoolFull { .. }))
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            contents(&store, id),
+            model,
+            "the refused write changed nothing"
+        );
+        // Smaller writes still fit, and a truncate gives space back.
+        store.truncate(id, model.len() as u64 / 2).unwrap();
+        model.truncate(model.len() / 2);
+        store.write_at(id, 10, b"still works").unwrap();
+        write_model(&mut model, 10, b"still works");
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let id = store.open_file("f").unwrap();
+    assert_eq!(contents(&store, id), model);
+}
+
+#[test]
+fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
+    let mut heap = heap(4 << 20);
+    let root = heap.pool().root_offset();
+    let policy = Policy {
+        mode: WriteMode::Embedded,
+        compact_live_percent: 100,
+        compact_min_pages: 2,
+        ..Policy::default()
+    };
+    let mut model = Vec::new();
+    {
+        let store = Datalog::create(&heap, root, 2, policy).unwrap();
+        let b = store.create_file("b").unwrap();
+        for i in 0..13u64 {
+            store.write_at(b, i * 300, &[i as u8 + 1; 300]).unwrap();
+            write_model(&mut model, i * 300, &[i as u8 + 1; 300]);
+        }
+        assert!(store.cleaning_stats().compactions >= 1);
+        assert_eq!(store.cleaning_stats().failures, 0);
+        // Fill the pool with another file, page by page.
+        let a = store.create_file("a").unwrap();
+        let mut i = 0;
+        while store
+            .write_at_with(a, i * PAGE, &[7u8; PAGE as usize], WriteMode::CopyOnWrite)
+            .is_ok()
+        {
+            i += 1;
+        }
+        // This write fits the tail page; the compaction after it finds no room.
+        store.write_at(b, 5, b"fits").unwrap();
+        write_model(&mut model, 5, b"fits");
+        assert!(
+            store.cleaning_stats().failures >= 1,
+            "{:?}",
+            store.cleaning_stats()
+        );
+        assert_eq!(contents(&store, b), model);
+        // Making room lets cleaning work again.
+        store.remove("a").unwrap();
+        store.write_at(b, 9, b"!").unwrap();
+        write_model(&mut model, 9, b"!");
+        store.compact_file(b).unwrap();
+        assert_eq!(contents(&store, b), model);
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, policy).unwrap();
+    let b = store.open_file("b").unwrap();
+    assert_eq!(contents(&store, b), model);
+}
+
 fn bytes_written(s: Stats) -> u64 {
     s.store_bytes + s.nt_bytes
 }

@@ -348,6 +348,9 @@ pub struct CleaningStats {
     pub compactions: u64,
     /// Pages folded: a write that went copy-on-write because the page held too many embeds.
     pub folds: u64,
+    /// Cleaning attempts that failed and changed nothing (no room for a compacted log, or a
+    /// live entry that fails its checksum); cleaning is tried again after the next operation.
+    pub failures: u64,
 }
 
 /// A decoded entry (the payload of an embed stays in the log).
@@ -1153,7 +1156,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         }
         plan.dying = dying_blocks(f, &replaced);
         self.commit(f, plan, &mut inner.scratch)?;
-        self.clean(f, &mut inner.scratch, &mut inner.cleaning)
+        self.clean_after(f, &mut inner.scratch, &mut inner.cleaning);
+        Ok(())
     }
 
     /// Whether a piece of `len` bytes of page `p` is embedded under `mode`.
@@ -1229,7 +1233,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             plan.dying = dying_blocks(f, &replaced);
         }
         self.commit(f, plan, &mut inner.scratch)?;
-        self.clean(f, &mut inner.scratch, &mut inner.cleaning)
+        self.clean_after(f, &mut inner.scratch, &mut inner.cleaning);
+        Ok(())
     }
 
     /// Append the plan's entries and commit them with one tail store; update the index.
@@ -1389,7 +1394,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         Ok(())
     }
 
-    /// Log cleaning after an operation: free log pages with no live entry, then compact the
+    /// Log cleaning after a committed operation. A failure (no room for a compacted log, a
+    /// payload that fails its checksum) changes nothing and must not report the committed
+    /// operation as failed: it is counted, and cleaning runs again after the next operation.
+    fn clean_after(&self, f: &mut FileState, scratch: &mut Vec<u8>, stats: &mut CleaningStats) {
+        if self.clean(f, scratch, stats).is_err() {
+            stats.failures += 1;
+        }
+    }
+
+    /// Log cleaning: free log pages with no live entry, then compact the
     /// log if its live share is low.
     fn clean(
         &self,
@@ -1410,7 +1424,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             dead.sort_unstable();
             dead.dedup();
             if !dead.is_empty() {
-                self.unlink(f, &dead)?;
+                if let Err(e) = self.unlink(f, &dead) {
+                    // Still dead: try again next time.
+                    f.maybe_dead.extend(dead.iter().map(|&(_, p)| p));
+                    return Err(e);
+                }
                 stats.pages_reclaimed += dead.len() as u64;
             }
         }
@@ -1585,7 +1603,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         }
     }
 
-    /// Run log cleaning on a file now (it also runs after every operation).
+    /// Compact the file's log now, whatever its live share (cleaning after each operation
+    /// compacts only a log with little live in it).
     pub fn compact_file(&self, id: FileId) -> Result<(), DatalogError> {
         let mut inner = self.lock();
         let inner = &mut *inner;

@@ -374,6 +374,105 @@ fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
     assert_eq!(&four, b"fine");
 }
 
+/// A store with files "a" (slot 0, several log pages) and "b"; then `damage` is applied to
+/// the pool and the store reopened.
+fn reopen_damaged(
+    damage: impl FnOnce(&Pool, u64),
+) -> Result<(Heap, Vec<u8>), (Heap, DatalogError)> {
+    let heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    let b_model;
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let a = store.create_file("a").unwrap();
+        for i in 0..40u64 {
+            store.write_at(a, i * 200, &[i as u8; 200]).unwrap();
+        }
+        let b = store.create_file("b").unwrap();
+        store.write_at(b, 0, b"intact").unwrap();
+        b_model = contents(&store, b);
+    }
+    let table = heap.pool().read::<u64>(root + 8).unwrap();
+    damage(heap.pool(), table);
+    let heap = reopen(heap);
+    let opened = Datalog::open(&heap, root, Policy::default()).map(|_| ());
+    match opened {
+        Ok(()) => Ok((heap, b_model)),
+        Err(e) => Err((heap, e)),
+    }
+}
+
+fn store_word(pool: &Pool, at: u64, value: u64) {
+    let w = pool.store_u64(at, value).unwrap();
+    let _ = pool.persist(w);
+}
+
+#[test]
+fn damaged_logs_make_damaged_files_and_spare_the_others() {
+    let damages: [(&str, Box<dyn Fn(&Pool, u64)>); 4] = [
+        (
+            "tail outside the pool",
+            Box::new(|p, t| store_word(p, t, u64::MAX - 7)),
+        ),
+        (
+            "tail inside an entry",
+            Box::new(|p, t| {
+                let head = p.read::<u64>(t + 8).unwrap();
+                store_word(p, t, head + 64 + 8);
+            }),
+        ),
+        (
+            "head not a page of the heap",
+            Box::new(|p, t| store_word(p, t + 8, p.root_offset())),
+        ),
+        (
+            "a log page linked to itself",
+            Box::new(|p, t| {
+                let head = p.read::<u64>(t + 8).unwrap();
+                store_word(p, head, head);
+            }),
+        ),
+    ];
+    for (what, damage) in damages {
+        let (heap, b_model) = reopen_damaged(|p, t| damage(p, t))
+            .unwrap_or_else(|(_, e)| panic!("{what}: the store must open: {e}"));
+        let store = Datalog::open(&heap, heap.pool().root_offset(), Policy::default()).unwrap();
+        assert_eq!(store.list(), vec!["a".to_string(), "b".into()], "{what}");
+        let a = store.open_file("a").unwrap();
+        let mut buf = [0u8; 8];
+        for result in [
+            store.read_at(a, 0, &mut buf).map(|_| ()),
+            store.len(a).map(|_| ()),
+            store.write_at(a, 0, b"x"),
+            store.truncate(a, 0),
+            store.remove("a"),
+        ] {
+            match result {
+                Err(DatalogError::CorruptEntry { file, .. }) => assert_eq!(file, "a", "{what}"),
+                other => panic!("{what}: expected a corrupt-entry error, got {other:?}"),
+            }
+        }
+        let b = store.open_file("b").unwrap();
+        assert_eq!(contents(&store, b), b_model, "{what}");
+        store.write_at(b, 6, b", still").unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_inode_table_is_a_typed_error() {
+    for (what, at, value) in [
+        ("a name longer than an inode holds", 24, 500u64),
+        ("a generation from the future", 16, 1 << 40),
+    ] {
+        match reopen_damaged(|p, t| store_word(p, t + at, value)) {
+            Err((_, DatalogError::Corrupt { .. })) => {}
+            Err((_, e)) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: the store opened"),
+        }
+    }
+}
+
 #[test]
 fn an_embedded_entry_corrupted_after_open_is_caught_by_the_read() {
     let heap = heap(8 << 20);

@@ -94,7 +94,7 @@
 //! that is roughly 250 MB of log pages or data blocks freed by one compaction or one `remove`;
 //! beyond that the transaction fails with [`TxError::LogFull`] and changes nothing (a failed
 //! cleaning is counted in [`CleaningStats::failures`]; a file too large to remove at once can
-//! be truncated first).
+//! be truncated in steps first).
 //!
 //! # Concurrency
 //!

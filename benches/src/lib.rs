@@ -13,10 +13,13 @@
 //!   seed 004 Table II, in-place vs out-of-place object updates) under each fence policy;
 //! * [`ccehbench`]: the CCEH table of `pmem-structures`: loads of random keys with and without
 //!   the speculative helper thread, lookups and removals, with latency percentiles;
+//! * [`datalogbench`]: the datalog store of `pmem-structures`: random overwrites of a 64 MB
+//!   file under copy-on-write and embedded writes, and reads after them;
 //! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
 pub mod ccehbench;
+pub mod datalogbench;
 pub mod machine;
 pub mod measure;
 pub mod poolfile;

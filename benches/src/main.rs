@@ -5,7 +5,8 @@
 //! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
 //! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
 //! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
-//! and prints the tables. The other structures join the comparison as they land.
+//! then the datalog store (see [`pmem_bench::datalogbench`]: copy-on-write against embedded
+//! writes), and prints the tables. The other structures join the comparison as they land.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -15,6 +16,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
+use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
@@ -41,9 +43,11 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
 /// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
 /// with insert_batch, its speculative helper thread off and on, and with inline prefetching;
-/// lookups and removals; p50/p99
-/// latencies; fences and flushes per insert; table bytes per key. Per operation it reports the
-/// median time and the fences, flushes and bytes counted.
+/// lookups and removals; p50/p99 latencies; fences and flushes per insert; table bytes per key.
+/// Then the datalog store: random 64 B to 4 KiB overwrites of a 64 MiB file (4 MiB with --quick)
+/// under copy-on-write and under embedded writes, and 4 KiB reads after them, with the bytes sent
+/// to memory per write. Per operation it reports the median time and the fences, flushes and
+/// bytes counted.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
@@ -103,6 +107,8 @@ enum RunError {
     Tx(#[from] TxError),
     #[error(transparent)]
     Cceh(#[from] CcehBenchError),
+    #[error(transparent)]
+    Datalog(#[from] DatalogBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -164,10 +170,10 @@ impl Progress {
 }
 
 fn run(cli: &Cli) -> Result<(), RunError> {
-    let (plan, cceh_plan) = if cli.quick {
-        (Plan::quick(), CcehPlan::quick())
+    let (plan, cceh_plan, datalog_plan) = if cli.quick {
+        (Plan::quick(), CcehPlan::quick(), DatalogPlan::quick())
     } else {
-        (Plan::full(), CcehPlan::full())
+        (Plan::full(), CcehPlan::full(), DatalogPlan::full())
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
@@ -197,8 +203,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|(_, v)| !v.is_empty())
         .collect();
     let tx_groups = txbench::groups();
-    // The CCEH section counts as one group.
-    let count = groups.len() + tx_groups.len() + 1;
+    // The CCEH and datalog sections count as one group each.
+    let count = groups.len() + tx_groups.len() + 2;
     let mut measurements: Vec<Measurement> = Vec::new();
     for (i, (group, group_variants)) in groups.iter().enumerate() {
         progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
@@ -235,7 +241,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    progress.section(count, count, "cceh", &cceh_plan);
+    progress.section(count - 1, count, "cceh", &cceh_plan);
     let cceh = ccehbench::measure(
         &dir,
         TX_POOL_PREFIX,
@@ -243,9 +249,25 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         &cceh_plan,
         |r, n| progress.round(r, n),
     )?;
+    eprintln!(
+        "[{count}/{count}] datalog: {} MiB file, {} overwrites x {} sizes x 2 write paths x {} rounds",
+        datalog_plan.file_bytes >> 20,
+        datalog_plan.writes,
+        datalogbench::WRITE_SIZES.len(),
+        datalog_plan.rounds
+    );
+    let datalog = datalogbench::measure(
+        &dir,
+        TX_POOL_PREFIX,
+        cli.granularity.forced(),
+        &datalog_plan,
+        |r, n| progress.round(r, n),
+    )?;
     progress.done();
 
-    let report = Report::new(setup, &measurements, &tx_measurements).with_cceh(cceh);
+    let report = Report::new(setup, &measurements, &tx_measurements)
+        .with_cceh(cceh)
+        .with_datalog(datalog);
     println!("{}", report.header());
     println!("{}", report.method());
     println!();
@@ -257,6 +279,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     println!();
     print!("{}", report.tx_tables());
     print!("{}", report.cceh_table());
+    println!();
+    print!("{}", report.datalog_table());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use crate::ccehbench::CcehResults;
+use crate::datalogbench::DatalogResults;
 use crate::machine::Machine;
 use crate::measure::{Measurement, Plan, Timing};
 use crate::primitives::{size_label, Group, Variant};
@@ -221,6 +222,8 @@ pub struct Report {
     pub objects: Vec<ObjectRow>,
     /// The CCEH section (`None` if it was not measured).
     pub cceh: Option<CcehResults>,
+    /// The datalog section (`None` if it was not measured).
+    pub datalog: Option<DatalogResults>,
 }
 
 impl Setup {
@@ -352,6 +355,7 @@ impl Report {
             workload_average,
             objects,
             cceh: None,
+            datalog: None,
         }
     }
 
@@ -359,6 +363,121 @@ impl Report {
     pub fn with_cceh(mut self, cceh: CcehResults) -> Report {
         self.cceh = Some(cceh);
         self
+    }
+
+    /// The same report with the datalog section.
+    pub fn with_datalog(mut self, datalog: DatalogResults) -> Report {
+        self.datalog = Some(datalog);
+        self
+    }
+
+    /// What the datalog section measured and how (empty without one).
+    pub fn datalog_title(&self) -> String {
+        let Some(d) = &self.datalog else {
+            return String::new();
+        };
+        format!(
+            "datalog: {} random overwrites per row of a {} MiB file (offsets aligned to the \
+             write size), then {} random 4 KiB reads of it, each row on a fresh store ({} \
+             fences) in a fresh {} MiB pool file in the same directory, same granularity; \
+             ops/s: median of {} rounds, the two write paths of a size back to back (reversed \
+             on odd rounds); p50/p99: every {}th call timed on its own with Instant; per call \
+             from thread_stats over the phase: fences, lines flushed, bytes stored (temporal + \
+             non-temporal) and bytes to media (flushed lines + non-temporal bytes); \
+             amplification: bytes to media over bytes written; log cleaning and folds included",
+            d.writes,
+            d.file_bytes >> 20,
+            d.reads,
+            crate::datalogbench::DATALOG_POLICY.name(),
+            d.pool_bytes >> 20,
+            d.rounds,
+            d.latency_every,
+        )
+    }
+
+    fn datalog_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "operation",
+            "path",
+            "bytes",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+            "stored B/op",
+            "to media B/op",
+            "amplification",
+        ];
+        let rows = self
+            .datalog
+            .iter()
+            .flat_map(|d| &d.rows)
+            .map(|r| {
+                vec![
+                    r.operation.clone(),
+                    r.mode.clone(),
+                    r.size.to_string(),
+                    format_rate(r.ops_per_sec),
+                    format_ns(r.ns_per_op),
+                    format_ns(r.p50_ns),
+                    format_ns(r.p99_ns),
+                    format!("{:.2}", r.fences_per_op),
+                    format!("{:.2}", r.flushes_per_op),
+                    format!("{:.0}", r.bytes_stored_per_op),
+                    format!("{:.0}", r.bytes_to_media_per_op),
+                    r.write_amplification
+                        .map_or_else(|| "-".to_string(), |a| format!("{a:.2}")),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+
+    /// The footnotes of the datalog table.
+    fn datalog_legend(&self) -> Vec<String> {
+        let Some(d) = &self.datalog else {
+            return Vec::new();
+        };
+        let mut out = vec![format!(
+            "p50/p99: one call timed at a time; each sample includes the timer ({:.0} ns here)",
+            d.timer_ns
+        )];
+        for r in &d.ratios {
+            out.push(format!(
+                "{} B writes: copy-on-write takes {:.2}x the time per write of embedded \
+                 ({:.2}x at p50) and sends {:.1}x the bytes to memory",
+                r.size, r.throughput_ratio, r.p50_ratio, r.bytes_ratio
+            ));
+        }
+        out.push(
+            "reads: 4 KiB reads after the 64 B overwrites; after embedded writes a read merges \
+             the page's embedded entries (checksums checked) over its base page"
+                .to_string(),
+        );
+        out.push(format!(
+            "the paper, quoted, not measured by us: \"{}\"; this run is on DRAM, not Optane",
+            d.reference
+        ));
+        out
+    }
+
+    /// The datalog section as text: title, aligned table and footnotes (empty without one).
+    pub fn datalog_table(&self) -> String {
+        if self.datalog.is_none() {
+            return String::new();
+        }
+        let (header, rows) = self.datalog_cells();
+        let mut out = self.datalog_title();
+        out.push_str("\n\n");
+        out.push_str(&align(&header, &rows, |col| col <= 1, false));
+        out.push('\n');
+        for line in self.datalog_legend() {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
     }
 
     /// The header line: machine, instructions, pool and what its granularity means.
@@ -791,6 +910,15 @@ impl Report {
             out.push_str(&markdown_table(&header, &rows, |i| i == 0));
             out.push('\n');
             for line in self.cceh_legend() {
+                out.push_str(&format!("- {line}\n"));
+            }
+        }
+        if self.datalog.is_some() {
+            let (header, rows) = self.datalog_cells();
+            out.push_str(&format!("\n**{}**\n\n", self.datalog_title()));
+            out.push_str(&markdown_table(&header, &rows, |i| i <= 1));
+            out.push('\n');
+            for line in self.datalog_legend() {
                 out.push_str(&format!("- {line}\n"));
             }
         }

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use pmem_bench::ccehbench::{CcehOp, CCEH_KEYS_QUICK};
+use pmem_bench::datalogbench::{FILE_BYTES_QUICK, WRITE_SIZES};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
@@ -96,6 +97,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
 
     check_transaction_sections(&report, &stdout);
     check_cceh_section(&report, &stdout);
+    check_datalog_section(&report, &stdout);
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
     // Each table has a header and a rule; the workloads' has an average row too.
@@ -103,7 +105,8 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (TX_WORDS.len() + 2)
         + (Workload::ALL.len() + 3)
         + (OBJECT_SIZES.len() + 2)
-        + (CcehOp::ALL.len() + 2);
+        + (CcehOp::ALL.len() + 2)
+        + (WRITE_SIZES.len() * 2 + 2 + 2);
     assert_eq!(
         md.lines().filter(|l| l.starts_with("| ")).count(),
         table_lines,
@@ -180,6 +183,42 @@ fn check_transaction_sections(report: &Value, stdout: &str) {
         check_cell(&row["out_of_place"]);
         positive(row, "out_over_in");
     }
+}
+
+/// The datalog section: a write row per size and path, then a read row per path.
+fn check_datalog_section(report: &Value, stdout: &str) {
+    let datalog = &report["datalog"];
+    assert_eq!(
+        datalog["file_bytes"].as_u64(),
+        Some(FILE_BYTES_QUICK),
+        "{datalog}"
+    );
+    let rows = datalog["rows"].as_array().expect("datalog rows");
+    assert_eq!(rows.len(), WRITE_SIZES.len() * 2 + 2, "{datalog}");
+    for row in rows {
+        positive(row, "ops_per_sec");
+        let p50 = positive(row, "p50_ns");
+        assert!(p50 <= positive(row, "p99_ns"), "{row}");
+        if row["operation"] == "write" {
+            // Every write is committed by at least the entries' fence and the tail's.
+            assert!(positive(row, "fences_per_op") >= 2.0, "{row}");
+            assert!(positive(row, "bytes_to_media_per_op") >= 64.0, "{row}");
+            positive(row, "write_amplification");
+        } else {
+            assert_eq!(row["fences_per_op"].as_f64(), Some(0.0), "{row}");
+            assert!(row["write_amplification"].is_null(), "{row}");
+        }
+    }
+    let ratios = datalog["ratios"].as_array().expect("datalog ratios");
+    assert_eq!(ratios.len(), WRITE_SIZES.len());
+    assert!(
+        stdout.contains("64 B writes: copy-on-write takes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("this run is on DRAM, not Optane"),
+        "{stdout}"
+    );
 }
 
 fn check_cceh_section(report: &Value, stdout: &str) {

@@ -2,6 +2,9 @@
 //!
 //! * [`cceh`]: CCEH, a write-optimised extendible hash table (Nam et al., FAST'19; seed 001
 //!   Sec. 4.1).
+//! * [`datalog`]: a NOVA-style log-structured object store with copy-on-write and embedded
+//!   writes (Xu and Swanson, FAST'16; NOVA-datalog, seed 000 Sec. 5.1.2).
 #![deny(missing_docs)]
 
 pub mod cceh;
+pub mod datalog;

@@ -1,0 +1,761 @@
+//! The datalog store against `Vec<u8>` models, without crashes: both write paths, the
+//! namespace, folding, log cleaning, checksums, and the write-amplification counters.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pmem_ordering::{reset_thread_stats, thread_stats, Pool, PoolOptions, Stats};
+use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use proptest::prelude::*;
+
+fn heap(size: u64) -> Heap {
+    let pool = Pool::anonymous("datalog", size, &PoolOptions::new()).unwrap();
+    let config = HeapConfig {
+        lanes: 2,
+        lane_log_bytes: 64 << 10,
+        chunk_size: 64 << 10,
+    };
+    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+}
+
+fn reopen(heap: Heap) -> Heap {
+    Heap::open(heap.into_pool(), FencePolicy::Batched).unwrap()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn write_model(model: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if model.len() < end {
+        model.resize(end, 0);
+    }
+    model[offset as usize..end].copy_from_slice(data);
+}
+
+fn contents(store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>, id: FileId) -> Vec<u8> {
+    let len = store.len(id).unwrap();
+    let mut buf = vec![0xAAu8; len as usize + 7];
+    let n = store.read_at(id, 0, &mut buf).unwrap();
+    assert_eq!(n as u64, len);
+    buf.truncate(n);
+    buf
+}
+
+fn heap_matches(heap: &Heap, store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>) {
+    let blocks: Vec<u64> = heap
+        .check_heap()
+        .unwrap()
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert_eq!(
+        blocks,
+        store.blocks(),
+        "the heap holds exactly the store's blocks"
+    );
+}
+
+fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
+    let mut heap = heap(64 << 20);
+    let root = heap.pool().root_offset();
+    let mut model: Vec<u8> = Vec::new();
+    {
+        let store = Datalog::create(&heap, root, 8, Policy::with_mode(mode)).unwrap();
+        let id = store.create_file("f").unwrap();
+        let mut rng = Rng(seed);
+        for i in 0..ops {
+            if i % 17 == 16 {
+                let size = rng.below(6 * PAGE);
+                store.truncate(id, size).unwrap();
+                model.resize(size as usize, 0);
+            } else {
+                let len = match rng.below(4) {
+                    0 => 1 + rng.below(16),
+                    1 => 1 + rng.below(300),
+                    2 => 1 + rng.below(PAGE),
+                    _ => 1 + rng.below(3 * PAGE),
+                };
+                let offset = rng.below(5 * PAGE);
+                let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                store.write_at(id, offset, &data).unwrap();
+                write_model(&mut model, offset, &data);
+            }
+            assert_eq!(store.len(id).unwrap(), model.len() as u64, "op {i}");
+            if i % 10 == 0 {
+                assert_eq!(contents(&store, id), model, "op {i}");
+            }
+        }
+        assert_eq!(contents(&store, id), model);
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::with_mode(mode)).unwrap();
+    let id = store.open_file("f").unwrap();
+    assert_eq!(contents(&store, id), model, "after reopening");
+    heap_matches(&heap, &store);
+}
+
+#[test]
+fn random_writes_and_truncates_match_a_vec_under_copy_on_write() {
+    random_ops(WriteMode::CopyOnWrite, 1, 600);
+}
+
+#[test]
+fn random_writes_and_truncates_match_a_vec_under_embedded_writes() {
+    random_ops(WriteMode::Embedded, 2, 600);
+}
+
+#[test]
+fn random_writes_and_truncates_match_a_vec_under_auto() {
+    random_ops(WriteMode::Auto, 3, 600);
+}
+
+#[test]
+fn reads_past_the_end_and_gaps_read_zeros() {
+    let heap = heap(8 << 20);
+    let store = Datalog::create(&heap, heap.pool().root_offset(), 4, Policy::default()).unwrap();
+    let id = store.create_file("gap").unwrap();
+    store.write_at(id, 3 * PAGE + 10, b"tail").unwrap();
+    assert_eq!(store.len(id).unwrap(), 3 * PAGE + 14);
+    let mut buf = vec![1u8; 20];
+    assert_eq!(store.read_at(id, 3 * PAGE, &mut buf).unwrap(), 14);
+    assert_eq!(&buf[..14], b"\0\0\0\0\0\0\0\0\0\0tail");
+    assert_eq!(store.read_at(id, 3 * PAGE + 14, &mut buf).unwrap(), 0);
+    assert_eq!(store.read_at(id, u64::MAX, &mut buf).unwrap(), 0);
+    // Shrinking then growing again shows zeros, not the old bytes.
+    store.truncate(id, 3 * PAGE + 12).unwrap();
+    store.truncate(id, 4 * PAGE).unwrap();
+    assert_eq!(store.read_at(id, 3 * PAGE + 10, &mut buf).unwrap(), 20);
+    assert_eq!(&buf[..4], b"ta\0\0");
+    assert!(matches!(
+        store.write_at(id, u64::MAX - 2, b"xyz"),
+        Err(DatalogError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        store.truncate(id, u64::MAX),
+        Err(DatalogError::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn the_namespace_creates_renames_lists_and_removes() {
+    let mut heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    {
+        let store = Datalog::create(&heap, root, 3, Policy::default()).unwrap();
+        let a = store.create_file("a").unwrap();
+        store.write_at(a, 0, &[7u8; 5000]).unwrap();
+        let b = store.create_file("b").unwrap();
+        store.write_at(b, 100, b"bee").unwrap();
+        assert!(matches!(
+            store.create_file("a"),
+            Err(DatalogError::Exists { .. })
+        ));
+        assert!(matches!(
+            store.create_file(""),
+            Err(DatalogError::InvalidName { .. })
+        ));
+        assert!(matches!(
+            store.create_file(&"x".repeat(MAX_NAME + 1)),
+            Err(DatalogError::InvalidName { .. })
+        ));
+        store.create_file(&"c".repeat(MAX_NAME)).unwrap();
+        assert!(matches!(
+            store.create_file("d"),
+            Err(DatalogError::TooManyFiles { max: 3 })
+        ));
+        assert_eq!(
+            store.list(),
+            vec!["a".to_string(), "b".into(), "c".repeat(MAX_NAME)]
+        );
+        store.rename("b", "bb").unwrap();
+        assert!(matches!(
+            store.rename("a", "bb"),
+            Err(DatalogError::Exists { .. })
+        ));
+        assert!(matches!(
+            store.rename("zz", "y"),
+            Err(DatalogError::NotFound { .. })
+        ));
+        assert_eq!(store.open_file("bb").unwrap(), b);
+        store.remove(&"c".repeat(MAX_NAME)).unwrap();
+        store.remove("a").unwrap();
+        assert!(matches!(store.len(a), Err(DatalogError::StaleHandle)));
+        assert!(matches!(
+            store.open_file("a"),
+            Err(DatalogError::NotFound { .. })
+        ));
+        // The slot is reused; the old handle stays stale.
+        let a2 = store.create_file("a2").unwrap();
+        assert!(matches!(store.len(a), Err(DatalogError::StaleHandle)));
+        assert_eq!(store.len(a2).unwrap(), 0);
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    assert_eq!(store.list(), vec!["a2".to_string(), "bb".into()]);
+    let b = store.open_file("bb").unwrap();
+    let mut buf = [0u8; 3];
+    store.read_at(b, 100, &mut buf).unwrap();
+    assert_eq!(&buf, b"bee");
+    heap_matches(&heap, &store);
+}
+
+#[test]
+fn open_refuses_a_root_without_a_store() {
+    let heap = heap(8 << 20);
+    assert!(matches!(
+        Datalog::open(&heap, heap.pool().root_offset(), Policy::default()),
+        Err(DatalogError::Corrupt { .. })
+    ));
+    let bad = Policy {
+        fold_after_entries: 0,
+        ..Policy::default()
+    };
+    assert!(matches!(
+        Datalog::create(&heap, heap.pool().root_offset(), 4, bad),
+        Err(DatalogError::InvalidConfig { .. })
+    ));
+}
+
+/// Overwrite 64-byte pieces of a 16-page file forever: pages fold, logs are cleaned, and
+/// neither the log nor the heap grows.
+fn overwrite_forever(mode: WriteMode) {
+    let heap = heap(16 << 20);
+    let store =
+        Datalog::create(&heap, heap.pool().root_offset(), 4, Policy::with_mode(mode)).unwrap();
+    let id = store.create_file("hot").unwrap();
+    let mut model = vec![0u8; 16 * PAGE as usize];
+    store.write_at(id, 0, &model).unwrap();
+    let mut rng = Rng(99);
+    let mut most_pages = 0;
+    for i in 0..20_000u64 {
+        let offset = rng.below(16 * PAGE / 64) * 64;
+        let data = [(i % 251) as u8; 64];
+        store.write_at(id, offset, &data).unwrap();
+        write_model(&mut model, offset, &data);
+        let stats = store.file_stats(id).unwrap();
+        most_pages = most_pages.max(stats.log_pages);
+        assert!(stats.data_blocks <= 17, "{stats:?}");
+        if mode == WriteMode::Embedded {
+            assert!(stats.embedded_entries <= 16 * 64, "{stats:?}");
+        }
+    }
+    // Live entries: at most 64 embeds of 96 bytes on each of 16 pages, about 25 log pages;
+    // compaction starts below a third live, so about 75. Unbounded, 20,000 writes would take
+    // about 480.
+    assert!(most_pages <= 80, "the log reached {most_pages} pages");
+    assert_eq!(contents(&store, id), model);
+    heap_matches(&heap, &store);
+}
+
+#[test]
+fn embedded_overwrites_forever_fold_pages_and_keep_the_log_bounded() {
+    overwrite_forever(WriteMode::Embedded);
+}
+
+#[test]
+fn copy_on_write_overwrites_forever_keep_the_log_bounded() {
+    overwrite_forever(WriteMode::CopyOnWrite);
+}
+
+#[test]
+fn a_page_with_many_embedded_writes_is_folded_into_a_new_page() {
+    let heap = heap(8 << 20);
+    let policy = Policy {
+        mode: WriteMode::Embedded,
+        fold_after_entries: 8,
+        ..Policy::default()
+    };
+    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, policy).unwrap();
+    let id = store.create_file("f").unwrap();
+    for i in 0..8u64 {
+        store.write_at(id, i * 8 + 1, &[i as u8 + 1; 5]).unwrap();
+    }
+    let s = store.file_stats(id).unwrap();
+    assert_eq!((s.embedded_entries, s.base_pages), (8, 0), "{s:?}");
+    store.write_at(id, 100, b"ninth").unwrap();
+    let s = store.file_stats(id).unwrap();
+    assert_eq!((s.embedded_entries, s.base_pages), (0, 1), "{s:?}");
+    let mut buf = [0u8; 105];
+    store.read_at(id, 0, &mut buf).unwrap();
+    for i in 0..8usize {
+        assert_eq!(&buf[i * 8 + 1..i * 8 + 6], &[i as u8 + 1; 5]);
+    }
+    assert_eq!(&buf[100..105], b"ninth");
+    // An embed that covers an older one entirely replaces it.
+    store.write_at(id, 200, b"abc").unwrap();
+    store.write_at(id, 199, b"wxyzw").unwrap();
+    assert_eq!(store.file_stats(id).unwrap().embedded_entries, 1);
+}
+
+#[test]
+fn auto_embeds_small_pieces_and_copies_large_ones() {
+    let heap = heap(8 << 20);
+    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::default()).unwrap();
+    let id = store.create_file("f").unwrap();
+    store.write_at(id, 10, &[1u8; 2048]).unwrap();
+    assert_eq!(store.file_stats(id).unwrap().embedded_entries, 1);
+    store.write_at(id, PAGE + 10, &[1u8; 2049]).unwrap();
+    let s = store.file_stats(id).unwrap();
+    assert_eq!((s.embedded_entries, s.base_pages), (1, 1), "{s:?}");
+    // A write across a page boundary: two embedded pieces, one commit.
+    store.write_at(id, 3 * PAGE - 32, &[2u8; 64]).unwrap();
+    assert_eq!(store.file_stats(id).unwrap().embedded_entries, 3);
+}
+
+/// The offset of file slot 0's log head, read from the root and inode table.
+fn first_log_page(pool: &Pool) -> (u64, u64) {
+    let table = pool.read::<u64>(pool.root_offset() + 8).unwrap();
+    (
+        pool.read::<u64>(table + 8).unwrap(),
+        pool.read::<u64>(table).unwrap(),
+    )
+}
+
+#[test]
+fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
+    let mut heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let id = store.create_file("victim").unwrap();
+        store.write_at(id, 0, b"precious bytes").unwrap();
+        let other = store.create_file("other").unwrap();
+        store.write_at(other, 0, b"fine").unwrap();
+    }
+    let (head, _) = first_log_page(heap.pool());
+    let entry = head + 64;
+    // Flip one bit of the inline payload.
+    let mut byte = [0u8; 1];
+    heap.pool().read_bytes(entry + 35, &mut byte).unwrap();
+    let w = heap.pool().write(entry + 35, &[byte[0] ^ 0x10]).unwrap();
+    let _ = heap.pool().persist(w);
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    assert_eq!(store.list(), vec!["other".to_string(), "victim".into()]);
+    let id = store.open_file("victim").unwrap();
+    let mut buf = [0u8; 14];
+    match store.read_at(id, 0, &mut buf) {
+        Err(DatalogError::CorruptEntry {
+            file, entry: at, ..
+        }) => {
+            assert_eq!((file.as_str(), at), ("victim", entry));
+        }
+        other => panic!("expected a corrupt-entry error, got {other:?}"),
+    }
+    assert_eq!(buf, [0u8; 14], "no corrupted data is returned");
+    assert!(matches!(
+        store.write_at(id, 0, b"x"),
+        Err(DatalogError::CorruptEntry { .. })
+    ));
+    let message = store.len(id).unwrap_err().to_string();
+    assert!(
+        message.contains("victim") && message.contains(&format!("{entry:#x}")),
+        "{message}"
+    );
+    // The other file is untouched.
+    let other = store.open_file("other").unwrap();
+    let mut four = [0u8; 4];
+    store.read_at(other, 0, &mut four).unwrap();
+    assert_eq!(&four, b"fine");
+}
+
+/// A store with files "a" (slot 0, several log pages) and "b"; then `damage` is applied to
+/// the pool (given the inode table's offset) and the heap reopened. Returns the heap and the
+/// contents of "b".
+fn reopen_damaged(damage: impl FnOnce(&Pool, u64)) -> (Heap, Vec<u8>) {
+    let heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    let b_model;
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let a = store.create_file("a").unwrap();
+        for i in 0..40u64 {
+            store.write_at(a, i * 200, &[i as u8; 200]).unwrap();
+        }
+        let b = store.create_file("b").unwrap();
+        store.write_at(b, 0, b"intact").unwrap();
+        b_model = contents(&store, b);
+    }
+    let table = heap.pool().read::<u64>(root + 8).unwrap();
+    damage(heap.pool(), table);
+    (reopen(heap), b_model)
+}
+
+fn store_word(pool: &Pool, at: u64, value: u64) {
+    let w = pool.store_u64(at, value).unwrap();
+    let _ = pool.persist(w);
+}
+
+#[test]
+fn damaged_logs_make_damaged_files_and_spare_the_others() {
+    type Damage = Box<dyn Fn(&Pool, u64)>;
+    let damages: [(&str, Damage); 4] = [
+        (
+            "tail outside the pool",
+            Box::new(|p, t| store_word(p, t, u64::MAX - 7)),
+        ),
+        (
+            "tail inside an entry",
+            Box::new(|p, t| {
+                let head = p.read::<u64>(t + 8).unwrap();
+                store_word(p, t, head + 64 + 8);
+            }),
+        ),
+        (
+            "head not a page of the heap",
+            Box::new(|p, t| store_word(p, t + 8, p.root_offset())),
+        ),
+        (
+            "a log page linked to itself",
+            Box::new(|p, t| {
+                let head = p.read::<u64>(t + 8).unwrap();
+                store_word(p, head, head);
+            }),
+        ),
+    ];
+    for (what, damage) in damages {
+        let (heap, b_model) = reopen_damaged(|p, t| damage(p, t));
+        let store = Datalog::open(&heap, heap.pool().root_offset(), Policy::default())
+            .unwrap_or_else(|e| panic!("{what}: the store must open: {e}"));
+        assert_eq!(store.list(), vec!["a".to_string(), "b".into()], "{what}");
+        let a = store.open_file("a").unwrap();
+        let mut buf = [0u8; 8];
+        for result in [
+            store.read_at(a, 0, &mut buf).map(|_| ()),
+            store.len(a).map(|_| ()),
+            store.write_at(a, 0, b"x"),
+            store.truncate(a, 0),
+            store.remove("a"),
+        ] {
+            match result {
+                Err(DatalogError::CorruptEntry { file, .. }) => assert_eq!(file, "a", "{what}"),
+                other => panic!("{what}: expected a corrupt-entry error, got {other:?}"),
+            }
+        }
+        let b = store.open_file("b").unwrap();
+        assert_eq!(contents(&store, b), b_model, "{what}");
+        store.write_at(b, 6, b", still").unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_inode_table_is_a_typed_error() {
+    for (what, at, value) in [
+        ("a name longer than an inode holds", 24, 500u64),
+        ("a generation from the future", 16, 1 << 40),
+    ] {
+        let (heap, _) = reopen_damaged(|p, t| store_word(p, t + at, value));
+        match Datalog::open(&heap, heap.pool().root_offset(), Policy::default()) {
+            Err(DatalogError::Corrupt { .. }) => {}
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: the store opened"),
+        }
+    }
+}
+
+#[test]
+fn an_embedded_entry_corrupted_after_open_is_caught_by_the_read() {
+    let heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    let store = Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+    let id = store.create_file("f").unwrap();
+    store.write_at(id, 8, b"abcdefgh").unwrap();
+    let (head, _) = first_log_page(heap.pool());
+    let w = heap.pool().write(head + 64 + 33, b"Z").unwrap();
+    let _ = heap.pool().persist(w);
+    let mut buf = [0u8; 8];
+    assert!(matches!(
+        store.read_at(id, 8, &mut buf),
+        Err(DatalogError::CorruptEntry { entry, .. }) if entry == head + 64
+    ));
+    // Bytes outside the entry still read.
+    let mut before = [9u8; 8];
+    store.read_at(id, 0, &mut before).unwrap();
+    assert_eq!(before, [0u8; 8]);
+}
+
+#[test]
+fn bytes_past_the_committed_tail_are_ignored() {
+    let mut heap = heap(8 << 20);
+    let root = heap.pool().root_offset();
+    let model;
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let id = store.create_file("f").unwrap();
+        store.write_at(id, 0, b"committed").unwrap();
+        model = contents(&store, id);
+        // A torn entry: a valid-looking header with garbage after it, past the tail.
+        let (_, tail) = first_log_page(heap.pool());
+        let mut junk = vec![0x5Au8; 200];
+        junk[4] = 2;
+        let w = heap.pool().write(tail, &junk).unwrap();
+        let _ = heap.pool().persist(w);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let id = store.open_file("f").unwrap();
+    assert_eq!(contents(&store, id), model);
+    store.write_at(id, 4, b"after").unwrap();
+    assert_eq!(contents(&store, id), b"commafter");
+}
+
+#[test]
+fn a_multi_page_write_spanning_blocks_reads_back() {
+    let heap = heap(32 << 20);
+    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::default()).unwrap();
+    let id = store.create_file("big").unwrap();
+    let data: Vec<u8> = (0..200 * PAGE + 123).map(|i| (i * 7 % 256) as u8).collect();
+    store.write_at(id, 77, &data).unwrap();
+    let mut buf = vec![0u8; data.len()];
+    store.read_at(id, 77, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    assert!(store.file_stats(id).unwrap().data_blocks >= 4);
+    heap_matches(&heap, &store);
+}
+
+#[test]
+fn a_full_pool_refuses_the_write_and_loses_nothing() {
+    let mut heap = heap(4 << 20);
+    let root = heap.pool().root_offset();
+    let mut model = Vec::new();
+    let mut refused = None;
+    {
+        let store =
+            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::CopyOnWrite)).unwrap();
+        let id = store.create_file("f").unwrap();
+        for i in 0..200u64 {
+            let data = vec![i as u8 + 1; 64 << 10];
+            match store.write_at(id, i * (64 << 10), &data) {
+                Ok(()) => write_model(&mut model, i * (64 << 10), &data),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        assert!(
+            matches!(
+                refused,
+                Some(DatalogError::Tx(pmem_undo_log::TxError::PoolFull { .. }))
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            contents(&store, id),
+            model,
+            "the refused write changed nothing"
+        );
+        // Smaller writes still fit, and a truncate gives space back.
+        store.truncate(id, model.len() as u64 / 2).unwrap();
+        model.truncate(model.len() / 2);
+        store.write_at(id, 10, b"still works").unwrap();
+        write_model(&mut model, 10, b"still works");
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let id = store.open_file("f").unwrap();
+    assert_eq!(contents(&store, id), model);
+}
+
+#[test]
+fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
+    let mut heap = heap(4 << 20);
+    let root = heap.pool().root_offset();
+    let policy = Policy {
+        mode: WriteMode::Embedded,
+        compact_live_percent: 100,
+        compact_min_pages: 2,
+        ..Policy::default()
+    };
+    let mut model = Vec::new();
+    {
+        let store = Datalog::create(&heap, root, 2, policy).unwrap();
+        let b = store.create_file("b").unwrap();
+        for i in 0..13u64 {
+            store.write_at(b, i * 300, &[i as u8 + 1; 300]).unwrap();
+            write_model(&mut model, i * 300, &[i as u8 + 1; 300]);
+        }
+        assert!(store.cleaning_stats().compactions >= 1);
+        assert_eq!(store.cleaning_stats().failures, 0);
+        // Fill the pool with another file, page by page.
+        let a = store.create_file("a").unwrap();
+        let mut i = 0;
+        while store
+            .write_at_with(a, i * PAGE, &[7u8; PAGE as usize], WriteMode::CopyOnWrite)
+            .is_ok()
+        {
+            i += 1;
+        }
+        // This write fits the tail page; the compaction after it finds no room.
+        store.write_at(b, 5, b"fits").unwrap();
+        write_model(&mut model, 5, b"fits");
+        assert!(
+            store.cleaning_stats().failures >= 1,
+            "{:?}",
+            store.cleaning_stats()
+        );
+        assert_eq!(contents(&store, b), model);
+        // Making room lets cleaning work again.
+        store.remove("a").unwrap();
+        store.write_at(b, 9, b"!").unwrap();
+        write_model(&mut model, 9, b"!");
+        store.compact_file(b).unwrap();
+        assert_eq!(contents(&store, b), model);
+        heap_matches(&heap, &store);
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root, policy).unwrap();
+    let b = store.open_file("b").unwrap();
+    assert_eq!(contents(&store, b), model);
+}
+
+fn bytes_written(s: Stats) -> u64 {
+    s.store_bytes + s.nt_bytes
+}
+
+/// Seed 000 Sec. 5.1.2: embedding sub-page writes in the log avoids copying whole pages.
+#[test]
+fn embedded_64_byte_overwrites_write_at_most_a_tenth_of_the_bytes_of_copy_on_write() {
+    let mut written = BTreeMap::new();
+    for mode in [WriteMode::CopyOnWrite, WriteMode::Embedded] {
+        let heap = heap(32 << 20);
+        let store =
+            Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::with_mode(mode)).unwrap();
+        let id = store.create_file("f").unwrap();
+        let pages = 16;
+        store
+            .write_at(id, 0, &vec![1u8; (pages * PAGE) as usize])
+            .unwrap();
+        let mut rng = Rng(5);
+        reset_thread_stats();
+        for i in 0..10_000u64 {
+            let offset = rng.below(pages * PAGE / 64) * 64;
+            store.write_at(id, offset, &[i as u8; 64]).unwrap();
+        }
+        let stats = thread_stats();
+        written.insert(mode.name(), (bytes_written(stats), stats.bytes_to_media()));
+    }
+    let (cow, cow_media) = written["cow"];
+    let (embedded, embedded_media) = written["embedded"];
+    println!(
+        "bytes stored per write: cow {} embedded {}",
+        cow / 10_000,
+        embedded / 10_000
+    );
+    println!(
+        "bytes flushed or streamed per write: cow {} embedded {}",
+        cow_media / 10_000,
+        embedded_media / 10_000
+    );
+    assert!(
+        embedded * 10 <= cow,
+        "embedded wrote {embedded} bytes, copy-on-write {cow}"
+    );
+    assert!(
+        embedded_media * 10 <= cow_media,
+        "embedded sent {embedded_media} bytes to media, copy-on-write {cow_media}"
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(u8, u64, u16, WriteMode),
+    Truncate(u8, u64),
+    Rename(u8, u8),
+    Remove(u8),
+    Create(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let mode = prop_oneof![
+        Just(WriteMode::CopyOnWrite),
+        Just(WriteMode::Embedded),
+        Just(WriteMode::Auto)
+    ];
+    prop_oneof![
+        6 => (0u8..3, 0u64..5 * PAGE, 1u16..9000, mode).prop_map(|(f, o, l, m)| Op::Write(f, o, l, m)),
+        1 => (0u8..3, 0u64..5 * PAGE).prop_map(|(f, s)| Op::Truncate(f, s)),
+        1 => (0u8..3, 0u8..3).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (0u8..3).prop_map(Op::Remove),
+        1 => (0u8..3).prop_map(Op::Create),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn operation_sequences_match_a_model_and_survive_reopening(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut heap = heap(16 << 20);
+        let root = heap.pool().root_offset();
+        let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let name = |i: u8| format!("file{i}");
+        {
+            let store = Datalog::create(&heap, root, 4, Policy::default()).unwrap();
+            for (k, op) in ops.iter().enumerate() {
+                match op.clone() {
+                    Op::Create(f) => {
+                        let r = store.create_file(&name(f));
+                        prop_assert_eq!(r.is_ok(), !model.contains_key(&name(f)));
+                        model.entry(name(f)).or_default();
+                    }
+                    Op::Write(f, offset, len, mode) => {
+                        let Some(m) = model.get_mut(&name(f)) else { continue };
+                        let id = store.open_file(&name(f)).unwrap();
+                        let data: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + k as u64) as u8).collect();
+                        store.write_at_with(id, offset, &data, mode).unwrap();
+                        write_model(m, offset, &data);
+                    }
+                    Op::Truncate(f, size) => {
+                        let Some(m) = model.get_mut(&name(f)) else { continue };
+                        let id = store.open_file(&name(f)).unwrap();
+                        store.truncate(id, size).unwrap();
+                        m.resize(size as usize, 0);
+                    }
+                    Op::Rename(a, b) => {
+                        let r = store.rename(&name(a), &name(b));
+                        let ok = model.contains_key(&name(a)) && (a == b || !model.contains_key(&name(b)));
+                        prop_assert_eq!(r.is_ok(), ok);
+                        if ok && a != b {
+                            let v = model.remove(&name(a)).unwrap();
+                            model.insert(name(b), v);
+                        }
+                    }
+                    Op::Remove(f) => {
+                        prop_assert_eq!(store.remove(&name(f)).is_ok(), model.remove(&name(f)).is_some());
+                    }
+                }
+            }
+            prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
+            for (n, m) in &model {
+                prop_assert_eq!(&contents(&store, store.open_file(n).unwrap()), m);
+            }
+            heap_matches(&heap, &store);
+        }
+        heap = reopen(heap);
+        let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+        prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
+        for (n, m) in &model {
+            prop_assert_eq!(&contents(&store, store.open_file(n).unwrap()), m);
+        }
+        heap_matches(&heap, &store);
+    }
+}

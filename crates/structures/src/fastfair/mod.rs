@@ -52,8 +52,8 @@
 //!
 //! # Splits, merges and the root (FAIR)
 //!
-//! A full leaf splits, an underfull one (fewer than a quarter of its slots) merges with a
-//! neighbour under the same parent if the two fit in one node, and the root grows when it
+//! A full leaf splits, an underfull one (below a third of its slots) merges with a
+//! neighbour under the same parent if the two fit in one node (else borrows an entry from it), and the root grows when it
 //! splits and shrinks when it is left with one child. Each of these runs as **one undo-log
 //! transaction** of the [`Heap`], which also allocates and frees the nodes: a crash at any point
 //! rolls the whole change back at [`Heap::open`], so no node leaks, none is freed twice, and the
@@ -990,7 +990,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Fewest entries a node keeps before it tries to merge.
     fn min_fill(&self) -> usize {
-        (self.capacity / 4).max(1)
+        self.capacity.div_ceil(3)
     }
 
     fn remove_in_leaf(

@@ -13,10 +13,13 @@
 //!   seed 004 Table II, in-place vs out-of-place object updates) under each fence policy;
 //! * [`ccehbench`]: the CCEH table of `pmem-structures`: loads of random keys with and without
 //!   the speculative helper thread, lookups and removals, with latency percentiles;
+//! * [`fastfairbench`]: the FAST&FAIR B+-tree of `pmem-structures` under its three shift
+//!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
 //! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
 pub mod ccehbench;
+pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
 pub mod poolfile;

@@ -5,7 +5,9 @@
 //! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
 //! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
 //! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
-//! and prints the tables. The other structures join the comparison as they land.
+//! then the FAST&FAIR B+-tree under its three shift policies (see
+//! [`pmem_bench::fastfairbench`]), and prints the tables. The other structures join the
+//! comparison as they land.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -15,6 +17,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
+use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
@@ -41,8 +44,11 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
 /// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
 /// with insert_batch, its speculative helper thread off and on; lookups and removals; p50/p99
-/// latencies; fences and flushes per insert; table bytes per key. Per operation it reports the
-/// median time and the fences, flushes and bytes counted.
+/// latencies; fences and flushes per insert; table bytes per key. Then the FAST&FAIR B+-tree:
+/// 1M random keys (100k with --quick) inserted into fresh trees under the per-shift, FAST and
+/// redo-logged shift policies, lookups and 100-key range scans, with p50/p99 latencies and
+/// fences, flushes and bytes to the media per operation. Per operation it reports the median
+/// time and the fences, flushes and bytes counted.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
@@ -102,6 +108,8 @@ enum RunError {
     Tx(#[from] TxError),
     #[error(transparent)]
     Cceh(#[from] CcehBenchError),
+    #[error(transparent)]
+    FastFair(#[from] FastFairBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -148,6 +156,13 @@ impl Progress {
         );
     }
 
+    fn tree_section(&self, index: usize, count: usize, name: &str, plan: &FastFairPlan) {
+        eprintln!(
+            "[{index}/{count}] {name}: {} keys x 3 policies x {} rounds",
+            plan.keys, plan.rounds
+        );
+    }
+
     fn round(&self, round: usize, rounds: usize) {
         if self.tty {
             eprint!("\r      round {round}/{rounds}");
@@ -163,10 +178,10 @@ impl Progress {
 }
 
 fn run(cli: &Cli) -> Result<(), RunError> {
-    let (plan, cceh_plan) = if cli.quick {
-        (Plan::quick(), CcehPlan::quick())
+    let (plan, cceh_plan, fastfair_plan) = if cli.quick {
+        (Plan::quick(), CcehPlan::quick(), FastFairPlan::quick())
     } else {
-        (Plan::full(), CcehPlan::full())
+        (Plan::full(), CcehPlan::full(), FastFairPlan::full())
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
@@ -196,8 +211,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|(_, v)| !v.is_empty())
         .collect();
     let tx_groups = txbench::groups();
-    // The CCEH section counts as one group.
-    let count = groups.len() + tx_groups.len() + 1;
+    // The CCEH and FAST&FAIR sections count as one group each.
+    let count = groups.len() + tx_groups.len() + 2;
     let mut measurements: Vec<Measurement> = Vec::new();
     for (i, (group, group_variants)) in groups.iter().enumerate() {
         progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
@@ -234,7 +249,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    progress.section(count, count, "cceh", &cceh_plan);
+    progress.section(count - 1, count, "cceh", &cceh_plan);
     let cceh = ccehbench::measure(
         &dir,
         TX_POOL_PREFIX,
@@ -242,9 +257,19 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         &cceh_plan,
         |r, n| progress.round(r, n),
     )?;
+    progress.tree_section(count, count, "fastfair", &fastfair_plan);
+    let fastfair = fastfairbench::measure(
+        &dir,
+        TX_POOL_PREFIX,
+        cli.granularity.forced(),
+        &fastfair_plan,
+        |r, n| progress.round(r, n),
+    )?;
     progress.done();
 
-    let report = Report::new(setup, &measurements, &tx_measurements).with_cceh(cceh);
+    let report = Report::new(setup, &measurements, &tx_measurements)
+        .with_cceh(cceh)
+        .with_fastfair(fastfair);
     println!("{}", report.header());
     println!("{}", report.method());
     println!();
@@ -256,6 +281,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     println!();
     print!("{}", report.tx_tables());
     print!("{}", report.cceh_table());
+    println!();
+    print!("{}", report.fastfair_table());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }

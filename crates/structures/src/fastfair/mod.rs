@@ -113,7 +113,6 @@ pub const DEFAULT_NODE_SIZE: u64 = 512;
 const LINE: u64 = 64;
 const HEADER: u64 = 64;
 const ENTRY: u64 = 16;
-const MAX_ENTRIES: usize = ((MAX_NODE_SIZE - HEADER) / ENTRY) as usize;
 
 const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FASTFAIR");
 const FORMAT_VERSION: u64 = 1;
@@ -318,13 +317,42 @@ enum Step {
     Leaf(Option<u64>),
 }
 
-/// One 8-byte-per-store shift plan entry: `slot := (key, value)`; `None` leaves the value.
-#[derive(Clone, Copy)]
+/// One entry write of a shift: `slot := (key, value)` (`None` leaves the value), as two
+/// 8-byte stores in the order `key_first` says.
+#[derive(Clone, Copy, Default)]
 struct SlotWrite {
     slot: usize,
     key: u64,
     value: Option<u64>,
     key_first: bool,
+}
+
+/// A shift inside one node, as the sequence of entry writes it makes (see the module docs);
+/// the writes are made one by one, each reading the entry it moves just before, so no plan is
+/// built in memory.
+#[derive(Clone, Copy)]
+enum Shift {
+    /// Put `(key, value)` at slot `at` of a node with `n` entries: entries `n-1 .. at` move one
+    /// slot right (highest first, value before key), then the new entry is written.
+    Insert {
+        at: usize,
+        n: usize,
+        key: u64,
+        value: u64,
+    },
+    /// Drop slot `at` of a node with `n` entries: entries `at+1 .. n-1` move one slot left
+    /// (lowest first, key before value), then slot `n-1` is freed.
+    Remove { at: usize, n: usize },
+}
+
+impl Shift {
+    /// Number of entry writes.
+    fn len(self) -> usize {
+        match self {
+            Shift::Insert { at, n, .. } => n - at + 1,
+            Shift::Remove { at, n } => n - at,
+        }
+    }
 }
 
 impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
@@ -549,13 +577,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         version.load(Ordering::Relaxed) == seen
     }
 
+    /// Make `version` odd before a change. Each version has one writer at a time (it holds
+    /// the stripe's lock or the tree lock exclusively), so a plain store does: no locked
+    /// read-modify-write, which would wait for the flushes in flight.
     fn write_begin(version: &AtomicU64) {
-        version.fetch_add(1, Ordering::Relaxed);
+        let v = version.load(Ordering::Relaxed);
+        version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
+    /// Make `version` even again after the change.
     fn write_end(version: &AtomicU64) {
-        version.fetch_add(1, Ordering::Release);
+        let v = version.load(Ordering::Relaxed);
+        version.store(v.wrapping_add(1), Ordering::Release);
     }
 
     // ------------------------------------------------------------------ node reads
@@ -925,31 +959,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         if n >= self.capacity {
             return Ok(None);
         }
-        let mut plan = [SlotWrite {
-            slot: 0,
-            key: 0,
-            value: None,
-            key_first: false,
-        }; MAX_ENTRIES + 1];
-        let mut len = 0;
-        // Right shift, highest entry first; each moved entry's value before its key.
-        for j in (ub + 1..=n).rev() {
-            plan[len] = SlotWrite {
-                slot: j,
-                key: self.key_at(leaf, j - 1)?,
-                value: Some(self.value_at(leaf, j - 1)?),
-                key_first: false,
-            };
-            len += 1;
-        }
-        plan[len] = SlotWrite {
-            slot: ub,
+        let shift = Shift::Insert {
+            at: ub,
+            n,
             key,
-            value: Some(value),
-            key_first: false,
+            value,
         };
-        len += 1;
-        self.shift(leaf, lane, &plan[..len])?;
+        self.shift(leaf, lane, shift)?;
         self.len.fetch_add(1, Ordering::Relaxed);
         Ok(Some(None))
     }
@@ -1005,48 +1021,68 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         slot: usize,
         n: usize,
     ) -> Result<(), FastFairError> {
-        let mut plan = [SlotWrite {
-            slot: 0,
-            key: 0,
-            value: None,
-            key_first: true,
-        }; MAX_ENTRIES + 1];
-        let mut len = 0;
-        // Left shift, lowest entry first; each moved entry's key before its value.
-        for j in slot..n - 1 {
-            plan[len] = SlotWrite {
-                slot: j,
-                key: self.key_at(leaf, j + 1)?,
-                value: Some(self.value_at(leaf, j + 1)?),
-                key_first: true,
-            };
-            len += 1;
-        }
-        plan[len] = SlotWrite {
-            slot: n - 1,
-            key: EMPTY_KEY,
-            value: None,
-            key_first: true,
-        };
-        len += 1;
-        self.shift(leaf, lane, &plan[..len])?;
+        let shift = Shift::Remove { at: slot, n };
+        self.shift(leaf, lane, shift)?;
         self.len.fetch_sub(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Carry out a shift plan on `node` under the tree's policy, with the node's version odd
+    /// Carry out `shift` on `node` under the tree's policy, with the node's version odd
     /// meanwhile. The caller holds the node's stripe lock (or the tree lock exclusively), so
     /// `lane` is this writer's alone.
-    fn shift(&self, node: u64, lane: usize, plan: &[SlotWrite]) -> Result<(), FastFairError> {
+    fn shift(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
         let version = &self.stripe(node).version;
         Self::write_begin(version);
         let result = match self.policy {
-            ShiftPolicy::PerShift => self.shift_per_entry(node, plan),
-            ShiftPolicy::Fast => self.shift_fast(node, plan),
-            ShiftPolicy::Redo => self.shift_redo(node, lane, plan),
+            ShiftPolicy::PerShift => self.shift_per_entry(node, shift),
+            ShiftPolicy::Fast => self.shift_fast(node, shift),
+            ShiftPolicy::Redo => self.shift_redo(node, lane, shift),
         };
         Self::write_end(version);
         result
+    }
+
+    /// The `i`th entry write of `shift` on `node`, reading the entry it moves (not yet
+    /// overwritten: a right shift runs downward, a left shift upward).
+    fn slot_write(&self, node: u64, shift: Shift, i: usize) -> Result<SlotWrite, PoolError> {
+        Ok(match shift {
+            Shift::Insert { at, n, key, value } => {
+                if i < n - at {
+                    let slot = n - i;
+                    SlotWrite {
+                        slot,
+                        key: self.key_at(node, slot - 1)?,
+                        value: Some(self.value_at(node, slot - 1)?),
+                        key_first: false,
+                    }
+                } else {
+                    SlotWrite {
+                        slot: at,
+                        key,
+                        value: Some(value),
+                        key_first: false,
+                    }
+                }
+            }
+            Shift::Remove { at, n } => {
+                let slot = at + i;
+                if slot + 1 < n {
+                    SlotWrite {
+                        slot,
+                        key: self.key_at(node, slot + 1)?,
+                        value: Some(self.value_at(node, slot + 1)?),
+                        key_first: true,
+                    }
+                } else {
+                    SlotWrite {
+                        slot,
+                        key: EMPTY_KEY,
+                        value: None,
+                        key_first: true,
+                    }
+                }
+            }
+        })
     }
 
     fn store_slot(&self, node: u64, w: &SlotWrite) -> Result<Written, PoolError> {
@@ -1066,28 +1102,30 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     }
 
     /// The baseline: every moved entry flushed and fenced before the next.
-    fn shift_per_entry(&self, node: u64, plan: &[SlotWrite]) -> Result<(), FastFairError> {
-        for w in plan {
-            let written = self.store_slot(node, w)?;
+    fn shift_per_entry(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
+        for i in 0..shift.len() {
+            let w = self.slot_write(node, shift, i)?;
+            let written = self.store_slot(node, &w)?;
             let _ = self.pool().persist(written);
         }
         Ok(())
     }
 
     /// FAST: stores in place; one flush and fence each time the shift leaves a line.
-    fn shift_fast(&self, node: u64, plan: &[SlotWrite]) -> Result<(), FastFairError> {
+    fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let pool = self.pool();
         let mut pending: Option<(u64, Written)> = None;
-        for w in plan {
+        for i in 0..shift.len() {
+            let w = self.slot_write(node, shift, i)?;
             let line = line_of(w.slot);
             if let Some((open, written)) = pending.take() {
                 if open == line {
-                    pending = Some((line, written.merge(self.store_slot(node, w)?)));
+                    pending = Some((line, written.merge(self.store_slot(node, &w)?)));
                     continue;
                 }
                 let _ = pool.persist(written);
             }
-            pending = Some((line, self.store_slot(node, w)?));
+            pending = Some((line, self.store_slot(node, &w)?));
         }
         if let Some((_, written)) = pending {
             let _ = pool.persist(written);
@@ -1102,42 +1140,49 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     }
 
     /// Redo-logged: each touched line goes through the lane before it is written in place.
-    fn shift_redo(&self, node: u64, lane: usize, plan: &[SlotWrite]) -> Result<(), FastFairError> {
-        let mut i = 0;
+    fn shift_redo(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
+        const PER_LINE: usize = (LINE / ENTRY) as usize;
         let mut turn = 0;
         let mut unfenced_clear: Option<Written> = None;
-        while i < plan.len() {
-            let line = line_of(plan[i].slot);
-            let mut j = i;
-            while j < plan.len() && line_of(plan[j].slot) == line {
-                j += 1;
-            }
-            // The line's new bytes, built in DRAM from the slots the plan writes there.
-            let lo = plan[i..j].iter().map(|w| w.slot).min().expect("non-empty");
-            let hi = plan[i..j].iter().map(|w| w.slot).max().expect("non-empty");
-            let mut bytes = [0u8; LINE as usize];
-            let len = (hi - lo + 1) * ENTRY as usize;
-            for s in lo..=hi {
-                let at = (s - lo) * ENTRY as usize;
-                bytes[at..at + 8].copy_from_slice(&self.key_at(node, s)?.to_le_bytes());
-                bytes[at + 8..at + 16].copy_from_slice(&self.value_at(node, s)?.to_le_bytes());
-            }
-            for w in &plan[i..j] {
-                let at = (w.slot - lo) * ENTRY as usize;
-                bytes[at..at + 8].copy_from_slice(&w.key.to_le_bytes());
-                if let Some(v) = w.value {
-                    bytes[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+        let mut group = [SlotWrite::default(); PER_LINE];
+        let mut grouped = 0;
+        for i in 0..=shift.len() {
+            let next = if i < shift.len() {
+                Some(self.slot_write(node, shift, i)?)
+            } else {
+                None
+            };
+            let same_line = next.is_some_and(|w| line_of(w.slot) == line_of(group[0].slot));
+            if grouped > 0 && !same_line {
+                // The line's new bytes, built in DRAM from its current bytes and the writes.
+                let writes = &group[..grouped];
+                let lo = writes.iter().map(|w| w.slot).min().expect("non-empty");
+                let hi = writes.iter().map(|w| w.slot).max().expect("non-empty");
+                let mut bytes = [0u8; LINE as usize];
+                let len = (hi - lo + 1) * ENTRY as usize;
+                self.pool()
+                    .read_bytes(entry_offset(node, lo), &mut bytes[..len])?;
+                for w in writes {
+                    let at = (w.slot - lo) * ENTRY as usize;
+                    bytes[at..at + 8].copy_from_slice(&w.key.to_le_bytes());
+                    if let Some(v) = w.value {
+                        bytes[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+                    }
                 }
+                unfenced_clear = Some(self.redo_line(
+                    lane,
+                    turn,
+                    entry_offset(node, lo),
+                    &bytes[..len],
+                    unfenced_clear.take(),
+                )?);
+                turn ^= 1;
+                grouped = 0;
             }
-            unfenced_clear = Some(self.redo_line(
-                lane,
-                turn,
-                entry_offset(node, lo),
-                &bytes[..len],
-                unfenced_clear.take(),
-            )?);
-            turn ^= 1;
-            i = j;
+            if let Some(w) = next {
+                group[grouped] = w;
+                grouped += 1;
+            }
         }
         if let Some(clear) = unfenced_clear {
             let _ = self.pool().persist(clear);

@@ -1314,25 +1314,28 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     ) -> Result<(), FastFairError> {
         let leaf_off = *path.last().expect("a path ends at a leaf");
         let mut node = self.read_node(leaf_off)?;
+        let old = node.entries.clone();
         let at = node.entries.partition_point(|&(k, _)| k < key);
         node.entries.insert(at, (key, value));
         let mid = node.entries.len() / 2;
         let right_entries = node.entries.split_off(mid);
         let mut carry = (right_entries[0].0, 0u64);
-        carry.1 = self.split_node(tx, leaf_off, &mut node, right_entries, 0, carry.0)?;
+        carry.1 = self.split_node(tx, leaf_off, &mut node, &old, right_entries, 0, carry.0)?;
         for i in (0..path.len() - 1).rev() {
             let parent_off = path[i];
             let mut parent = self.read_node(parent_off)?;
+            let old = parent.entries.clone();
             let at = parent.entries.partition_point(|&(k, _)| k < carry.0);
             parent.entries.insert(at, carry);
             if parent.entries.len() <= self.capacity {
-                self.write_node(tx, parent_off, &parent)?;
+                self.write_changed_entries(tx, parent_off, &old, &parent.entries)?;
                 return Ok(());
             }
             let m = parent.entries.len() / 2;
             let mut right = parent.entries.split_off(m);
             let (up_key, mid_child) = right.remove(0);
-            let sibling = self.split_node(tx, parent_off, &mut parent, right, mid_child, up_key)?;
+            let sibling =
+                self.split_node(tx, parent_off, &mut parent, &old, right, mid_child, up_key)?;
             carry = (up_key, sibling);
         }
         // The root split: a new root above it, swapped in by one 8-byte store.
@@ -1354,11 +1357,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// FAIR's split of `node` (at `offset`) whose upper part is `right` (with `leftmost` for an
     /// internal node) and whose new high key is `separator`: the sibling written in full, then
     /// linked, then the old node truncated. Returns the sibling.
+    #[allow(clippy::too_many_arguments)]
     fn split_node(
         &self,
         tx: &Tx<'_, B>,
         offset: u64,
         node: &mut NodeImage,
+        old: &[(u64, u64)],
         right: Vec<(u64, u64)>,
         leftmost: u64,
         separator: u64,
@@ -1376,8 +1381,35 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         tx.write_value(offset + SIBLING, &sibling)?;
         node.sibling = sibling;
         node.high = separator;
-        tx.write(offset + HEADER, &entry_bytes(self.node_size, &node.entries))?;
+        self.write_changed_entries(tx, offset, old, &node.entries)?;
         Ok(sibling)
+    }
+
+    /// Write the slots of node `offset` whose entry differs between `old` (as stored) and
+    /// `new`: the transaction logs and flushes only those lines, not the whole node.
+    fn write_changed_entries(
+        &self,
+        tx: &Tx<'_, B>,
+        offset: u64,
+        old: &[(u64, u64)],
+        new: &[(u64, u64)],
+    ) -> Result<(), TxError> {
+        let first = old
+            .iter()
+            .zip(new)
+            .position(|(a, b)| a != b)
+            .unwrap_or(old.len().min(new.len()));
+        let end = old.len().max(new.len());
+        if first >= end {
+            return Ok(());
+        }
+        let mut bytes = Vec::with_capacity((end - first) * ENTRY as usize);
+        for slot in first..end {
+            let (k, v) = new.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+            bytes.extend_from_slice(&k.to_le_bytes());
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        tx.write(entry_offset(offset, first), &bytes)
     }
 
     /// Move one entry into the underfull `node` (child `index` of `parent`) from its right

@@ -1822,3 +1822,126 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for Range<'_, '_, B, P> {
         Some(Ok(item))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pmem_ordering::{Hardware, PoolOptions};
+    use pmem_undo_log::{FencePolicy, HeapConfig};
+
+    use super::*;
+
+    fn heap() -> Heap<Hardware, Arc<Pool>> {
+        let pool = Pool::anonymous("fastfair-unit", 4 << 20, &PoolOptions::new()).unwrap();
+        let config = HeapConfig {
+            lanes: 1,
+            lane_log_bytes: 16 << 10,
+            chunk_size: 4096,
+        };
+        Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+    }
+
+    /// A reader that reached a leaf before it split (through a parent read earlier) finds the
+    /// keys that moved right by following the sibling link on the high key.
+    #[test]
+    fn a_stale_leaf_sends_a_reader_to_its_sibling() {
+        let heap = heap();
+        let config = FastFairConfig {
+            node_size: 128,
+            policy: ShiftPolicy::Fast,
+        };
+        let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+        for k in 0..4 {
+            tree.insert(k * 10, k).unwrap();
+        }
+        // The single leaf a reader would have found before the split.
+        let leaf = tree.root_node().unwrap();
+        tree.insert(35, 99).unwrap();
+        assert_eq!(tree.height().unwrap(), 2, "the leaf split");
+        let sibling = heap.pool().load_u64(leaf + SIBLING).unwrap();
+        assert_ne!(sibling, 0);
+        match tree.step(leaf, 35).unwrap() {
+            Step::Right(next) => assert_eq!(next, sibling),
+            _ => panic!("a key above the high key must go right"),
+        }
+        assert!(matches!(
+            tree.step(sibling, 35).unwrap(),
+            Step::Leaf(Some(99))
+        ));
+        assert!(matches!(tree.step(leaf, 0).unwrap(), Step::Leaf(Some(0))));
+    }
+
+    /// Two equal neighbouring keys (an interrupted shift): readers take the right copy, and
+    /// open rewrites the node without the duplicate.
+    #[test]
+    fn a_transient_duplicate_is_read_right_and_repaired_at_open() {
+        let heap = heap();
+        let root = heap.pool().root_offset();
+        let tree = FastFair::create(&heap, root, FastFairConfig::default()).unwrap();
+        for k in [10, 20, 30] {
+            tree.insert(k, k).unwrap();
+        }
+        let leaf = tree.root_node().unwrap();
+        // The state an insert of 15 leaves after moving 20 and 30 right and storing the new
+        // value at slot 1 but not yet its key: slot 1 pairs key 20 with the new value.
+        let pool = heap.pool();
+        let image: [u64; 8] = [10, 10, 20, 1500, 20, 20, 30, 30];
+        for (i, w) in image.iter().enumerate() {
+            let _ = pool.persist(
+                pool.store_u64(entry_offset(leaf, 0) + 8 * i as u64, *w)
+                    .unwrap(),
+            );
+        }
+        // A lock-free reader resolves the duplicate without any repair.
+        assert_eq!(tree.get(20).unwrap(), Some(20));
+        assert_eq!(tree.get(15).unwrap(), None);
+        let pairs: Vec<(u64, u64)> = tree.range(..).collect::<Result<_, _>>().unwrap();
+        assert_eq!(pairs, vec![(10, 10), (20, 20), (30, 30)]);
+        drop(tree);
+        let reopened = FastFair::open(&heap, root).unwrap();
+        assert_eq!(reopened.len(), 3);
+        assert_eq!(reopened.get(20).unwrap(), Some(20));
+        assert_eq!(reopened.check().unwrap(), 3);
+        assert_eq!(
+            reopened.count(leaf).unwrap(),
+            3,
+            "open removed the duplicate"
+        );
+    }
+
+    #[test]
+    fn damaged_nodes_and_redo_slots_are_refused() {
+        let heap = heap();
+        let root = heap.pool().root_offset();
+        let tree = FastFair::create(&heap, root, FastFairConfig::default()).unwrap();
+        for k in [10, 20, 30] {
+            tree.insert(k, k).unwrap();
+        }
+        let leaf = tree.root_node().unwrap();
+        let redo = tree.redo;
+        drop(tree);
+        let pool = heap.pool();
+        let poke = |offset: u64, value: u64| {
+            let old = pool.load_u64(offset).unwrap();
+            let _ = pool.persist(pool.store_u64(offset, value).unwrap());
+            old
+        };
+        let expect_corrupt = |what: &str| match FastFair::open(&heap, root) {
+            Err(FastFairError::Corrupt { reason, .. }) => reason,
+            other => panic!("{what}: expected Corrupt, got {:?}", other.map(|t| t.len())),
+        };
+        let tag = poke(leaf + TAG, 0);
+        assert!(expect_corrupt("tag").contains("tag"));
+        poke(leaf + TAG, tag);
+        let key = poke(entry_offset(leaf, 0), 25);
+        assert!(expect_corrupt("order").contains("unsorted"));
+        poke(entry_offset(leaf, 0), key);
+        // A committed redo slot whose target lies outside the pool.
+        let commit = redo + LINE;
+        poke(commit, (pool.size() << 7) | 16);
+        assert!(expect_corrupt("redo").contains("redo lane 0"));
+        poke(commit, 0);
+        assert_eq!(FastFair::open(&heap, root).unwrap().len(), 3);
+    }
+}

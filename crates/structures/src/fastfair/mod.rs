@@ -26,7 +26,7 @@
 //! An insert at position `p` of a leaf with `n` entries moves entries `n-1 .. p` one slot to the
 //! right, highest first, then writes the new entry at `p`; a remove moves entries `p+1 .. n-1`
 //! one slot to the left, lowest first, then frees slot `n-1`. While a shift runs, and in any
-//! crash image of one, the node holds exactly one *transient duplicate*: two neighbouring slots
+//! crash image of one, the node holds at most one *transient duplicate*: two neighbouring slots
 //! with the same key. Moving an entry right writes its value before its key, moving it left
 //! writes its key before its value, so of two equal neighbouring keys the **right one always
 //! carries the right value** (the left one may pair the key with its neighbour's value). Keys
@@ -45,25 +45,28 @@
 //!   line's new bytes are computed in DRAM, written to the writer's redo lane and persisted, then
 //!   committed by one 8-byte store of the target address and length, persisted; then the line is
 //!   written in place from the DRAM copy and persisted, and the commit word is cleared (seed 001
-//!   Sec. 4.2, Fig. 11). A lane has two slots used in turn, so a slot's clear is made durable by
+//!   Sec. 4.2, Fig. 11). No line is read right after it was persisted, which per-shift does for
+//!   every entry it moves within a line: that read-after-persist delay of first-generation
+//!   Optane (seed 001 Sec. 3.5) is what the redo log avoids. A lane has two slots used in turn, so a slot's clear is made durable by
 //!   the fence of the next line's log write instead of a fence of its own. [`FastFair::open`]
 //!   replays committed slots and ignores the rest. Per line: 4 flushes and 3 fences, plus one
 //!   fence at the end.
 //!
 //! # Splits, merges and the root (FAIR)
 //!
-//! A full leaf splits, an underfull one (below a third of its slots) merges with a
-//! neighbour under the same parent if the two fit in one node (else borrows an entry from it), and the root grows when it
-//! splits and shrinks when it is left with one child. Each of these runs as **one undo-log
-//! transaction** of the [`Heap`], which also allocates and frees the nodes: a crash at any point
+//! A full leaf splits, an underfull one (below a third of its slots) merges with a neighbour
+//! under the same parent if the two fit in one node, else borrows an entry from it; the root
+//! grows when it splits and shrinks when it is left with one child. Each of these runs as **one
+//! undo-log transaction** of the [`Heap`], which also allocates and frees the nodes: a crash at any point
 //! rolls the whole change back at [`Heap::open`], so no node leaks, none is freed twice, and the
 //! root pointer, the sibling links and the parents always agree after recovery. Inside the
 //! transaction the stores follow FAIR's order, for the sake of lock-free readers: the new
 //! sibling is written in full, then linked from the old node with its high key, then the old
 //! node is truncated, then the parent is updated, up to a new root swapped in by one 8-byte
-//! store of the root pointer. The published implementation had crash-consistency bugs exactly
-//! here (unpersisted new nodes, non-atomic root changes, no recovery); the transaction makes
-//! these steps all-or-nothing instead of relying on a repair pass.
+//! store of the root pointer. Only the entries that change are written (and so logged and
+//! flushed). The published implementation had crash-consistency bugs exactly here (unpersisted
+//! new nodes, non-atomic root changes, no recovery); the transaction makes these steps
+//! all-or-nothing instead of relying on a repair pass.
 //!
 //! # Recovery ([`FastFair::open`])
 //!
@@ -81,8 +84,8 @@
 //!   ones that free nodes or move the root). A reader reads a node, then checks both versions;
 //!   if either moved it starts again from the root. A reader that finds its key at or above a
 //!   node's high key follows the sibling link: the key moved right in a split that happened
-//!   after the reader left the parent (FAIR's B-link reads), so splits never make readers
-//!   restart.
+//!   after the reader left the parent (FAIR's B-link reads), so a split restarts only the
+//!   readers that were reading one of the nodes it changed, while it changed them.
 //! * **Writers** share a tree lock and take the DRAM lock of their leaf's stripe, so inserts and
 //!   removes in different leaves run in parallel; the stripe's index is also the writer's redo
 //!   lane. A split or merge takes the tree lock exclusively. The locks live in DRAM only: a

@@ -15,11 +15,14 @@
 //!   the speculative helper thread, lookups and removals, with latency percentiles;
 //! * [`datalogbench`]: the datalog store of `pmem-structures`: random overwrites of a 64 MB
 //!   file under copy-on-write and embedded writes, and reads after them;
+//! * [`fastfairbench`]: the FAST&FAIR B+-tree of `pmem-structures` under its three shift
+//!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
 //! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
 pub mod ccehbench;
 pub mod datalogbench;
+pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
 pub mod poolfile;

@@ -5,8 +5,9 @@
 //! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
 //! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
 //! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
-//! then the datalog store (see [`pmem_bench::datalogbench`]: copy-on-write against embedded
-//! writes), and prints the tables. The other structures join the comparison as they land.
+//! then the FAST&FAIR B+-tree under its three shift policies (see
+//! [`pmem_bench::fastfairbench`]), then the datalog store (see [`pmem_bench::datalogbench`]:
+//! copy-on-write against embedded writes), and prints the tables.
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -17,6 +18,7 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
+use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
@@ -44,7 +46,10 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
 /// with insert_batch, its speculative helper thread off and on, and with inline prefetching;
 /// lookups and removals; p50/p99 latencies; fences and flushes per insert; table bytes per key.
-/// Then the datalog store: random 64 B to 4 KiB overwrites of a 64 MiB file (4 MiB with --quick)
+/// Then the FAST&FAIR B+-tree: 1M random keys (100k with --quick) inserted into fresh trees
+/// under the per-shift, FAST and redo-logged shift policies, lookups and 100-key range scans,
+/// with p50/p99 latencies and fences, flushes and bytes to the media per operation. Then the
+/// datalog store: random 64 B to 4 KiB overwrites of a 64 MiB file (4 MiB with --quick)
 /// under copy-on-write and under embedded writes, and 4 KiB reads after them, with the bytes sent
 /// to memory per write. Per operation it reports the median time and the fences, flushes and
 /// bytes counted.
@@ -109,6 +114,8 @@ enum RunError {
     Cceh(#[from] CcehBenchError),
     #[error(transparent)]
     Datalog(#[from] DatalogBenchError),
+    #[error(transparent)]
+    FastFair(#[from] FastFairBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -155,6 +162,13 @@ impl Progress {
         );
     }
 
+    fn tree_section(&self, index: usize, count: usize, name: &str, plan: &FastFairPlan) {
+        eprintln!(
+            "[{index}/{count}] {name}: {} keys x 3 policies x {} rounds",
+            plan.keys, plan.rounds
+        );
+    }
+
     fn round(&self, round: usize, rounds: usize) {
         if self.tty {
             eprint!("\r      round {round}/{rounds}");
@@ -170,10 +184,20 @@ impl Progress {
 }
 
 fn run(cli: &Cli) -> Result<(), RunError> {
-    let (plan, cceh_plan, datalog_plan) = if cli.quick {
-        (Plan::quick(), CcehPlan::quick(), DatalogPlan::quick())
+    let (plan, cceh_plan, fastfair_plan, datalog_plan) = if cli.quick {
+        (
+            Plan::quick(),
+            CcehPlan::quick(),
+            FastFairPlan::quick(),
+            DatalogPlan::quick(),
+        )
     } else {
-        (Plan::full(), CcehPlan::full(), DatalogPlan::full())
+        (
+            Plan::full(),
+            CcehPlan::full(),
+            FastFairPlan::full(),
+            DatalogPlan::full(),
+        )
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
@@ -203,8 +227,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|(_, v)| !v.is_empty())
         .collect();
     let tx_groups = txbench::groups();
-    // The CCEH and datalog sections count as one group each.
-    let count = groups.len() + tx_groups.len() + 2;
+    // The CCEH, FAST&FAIR and datalog sections count as one group each.
+    let count = groups.len() + tx_groups.len() + 3;
     let mut measurements: Vec<Measurement> = Vec::new();
     for (i, (group, group_variants)) in groups.iter().enumerate() {
         progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
@@ -241,12 +265,20 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    progress.section(count - 1, count, "cceh", &cceh_plan);
+    progress.section(count - 2, count, "cceh", &cceh_plan);
     let cceh = ccehbench::measure(
         &dir,
         TX_POOL_PREFIX,
         cli.granularity.forced(),
         &cceh_plan,
+        |r, n| progress.round(r, n),
+    )?;
+    progress.tree_section(count - 1, count, "fastfair", &fastfair_plan);
+    let fastfair = fastfairbench::measure(
+        &dir,
+        TX_POOL_PREFIX,
+        cli.granularity.forced(),
+        &fastfair_plan,
         |r, n| progress.round(r, n),
     )?;
     eprintln!(
@@ -267,6 +299,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
 
     let report = Report::new(setup, &measurements, &tx_measurements)
         .with_cceh(cceh)
+        .with_fastfair(fastfair)
         .with_datalog(datalog);
     println!("{}", report.header());
     println!("{}", report.method());
@@ -279,6 +312,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     println!();
     print!("{}", report.tx_tables());
     print!("{}", report.cceh_table());
+    println!();
+    print!("{}", report.fastfair_table());
     println!();
     print!("{}", report.datalog_table());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {

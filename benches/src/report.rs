@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::ccehbench::CcehResults;
 use crate::datalogbench::DatalogResults;
+use crate::fastfairbench::FastFairResults;
 use crate::machine::Machine;
 use crate::measure::{Measurement, Plan, Timing};
 use crate::primitives::{size_label, Group, Variant};
@@ -224,6 +225,8 @@ pub struct Report {
     pub cceh: Option<CcehResults>,
     /// The datalog section (`None` if it was not measured).
     pub datalog: Option<DatalogResults>,
+    /// The FAST&FAIR section (`None` if it was not measured).
+    pub fastfair: Option<FastFairResults>,
 }
 
 impl Setup {
@@ -356,6 +359,7 @@ impl Report {
             objects,
             cceh: None,
             datalog: None,
+            fastfair: None,
         }
     }
 
@@ -474,6 +478,117 @@ impl Report {
         out.push_str(&align(&header, &rows, |col| col <= 1, false));
         out.push('\n');
         for line in self.datalog_legend() {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The same report with the FAST&FAIR section.
+    pub fn with_fastfair(mut self, fastfair: FastFairResults) -> Report {
+        self.fastfair = Some(fastfair);
+        self
+    }
+
+    /// What the FAST&FAIR section measured and how (empty without one).
+    pub fn fastfair_title(&self) -> String {
+        let Some(f) = &self.fastfair else {
+            return String::new();
+        };
+        format!(
+            "fastfair: {} uniformly random distinct keys inserted one call at a time into a fresh \
+             tree per shift policy ({}-byte nodes), each on its own heap ({} fences for splits \
+             and merges) in a fresh {} MiB pool file in the same directory, same granularity; \
+             then every key looked up in a random order and {} scans of {} keys from random \
+             keys; ops/s: median of {} rounds, the policies' order rotated each round; p50/p99: \
+             every {}th call timed on its own with Instant; fences/op, flushes/op, media B/op \
+             (bytes flushed or stored non-temporally): thread_stats over the phase, splits \
+             included",
+            f.keys,
+            f.node_size,
+            crate::fastfairbench::FASTFAIR_HEAP_POLICY.name(),
+            f.pool_bytes >> 20,
+            f.scans,
+            crate::fastfairbench::SCAN_KEYS,
+            f.rounds,
+            f.latency_every,
+        )
+    }
+
+    fn fastfair_cells(&self) -> (Vec<&'static str>, Vec<Vec<String>>) {
+        let header = vec![
+            "policy",
+            "operation",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+            "media B/op",
+        ];
+        let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_ns);
+        let rows = self
+            .fastfair
+            .iter()
+            .flat_map(|f| &f.rows)
+            .map(|r| {
+                vec![
+                    r.policy.clone(),
+                    r.operation.clone(),
+                    format_rate(r.ops_per_sec),
+                    format_ns(r.ns_per_op),
+                    opt(r.p50_ns),
+                    opt(r.p99_ns),
+                    format!("{:.2}", r.fences_per_op),
+                    format!("{:.2}", r.flushes_per_op),
+                    format!("{:.0}", r.media_bytes_per_op),
+                ]
+            })
+            .collect();
+        (header, rows)
+    }
+
+    /// The footnotes of the FAST&FAIR table.
+    fn fastfair_legend(&self) -> Vec<String> {
+        let Some(f) = &self.fastfair else {
+            return Vec::new();
+        };
+        vec![
+            format!(
+                "p50/p99: one call timed at a time, the timer included (an empty timed section \
+                 takes {:.0} ns here)",
+                f.timer_ns
+            ),
+            format!(
+                "tree: {:.1} bytes per key (nodes and redo area the heap allocated, FAST tree), \
+                 {} levels",
+                f.tree_bytes_per_key, f.height
+            ),
+            format!(
+                "insert throughput over per-shift (median of the rounds' ratios): redo-logged \
+                 {:.2}x, FAST {:.2}x",
+                f.redo_over_per_shift, f.fast_over_per_shift
+            ),
+            format!("seed 001's claim C8, quoted: \"{}\"", f.claim),
+            format!(
+                "to beat, quoted from the issue, not measured by us: \"{}\"",
+                f.reference
+            ),
+        ]
+    }
+
+    /// The FAST&FAIR section as text: title, aligned table and footnotes (empty without one).
+    pub fn fastfair_table(&self) -> String {
+        if self.fastfair.is_none() {
+            return String::new();
+        }
+        let (header, rows) = self.fastfair_cells();
+        let mut out = self.fastfair_title();
+        out.push_str("\n\n");
+        out.push_str(&align(&header, &rows, |col| col <= 1, true));
+        out.push('\n');
+        for line in self.fastfair_legend() {
             out.push_str(&line);
             out.push('\n');
         }
@@ -910,6 +1025,15 @@ impl Report {
             out.push_str(&markdown_table(&header, &rows, |i| i == 0));
             out.push('\n');
             for line in self.cceh_legend() {
+                out.push_str(&format!("- {line}\n"));
+            }
+        }
+        if self.fastfair.is_some() {
+            let (header, rows) = self.fastfair_cells();
+            out.push_str(&format!("\n**{}**\n\n", self.fastfair_title()));
+            out.push_str(&markdown_table(&header, &rows, |i| i <= 1));
+            out.push('\n');
+            for line in self.fastfair_legend() {
                 out.push_str(&format!("- {line}\n"));
             }
         }

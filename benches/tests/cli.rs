@@ -5,9 +5,11 @@ use std::process::{Command, Output};
 
 use pmem_bench::ccehbench::{CcehOp, CCEH_KEYS_QUICK};
 use pmem_bench::datalogbench::{FILE_BYTES_QUICK, WRITE_SIZES};
+use pmem_bench::fastfairbench::{FastFairOp, FASTFAIR_KEYS_QUICK};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
+use pmem_structures::fastfair::ShiftPolicy;
 use serde_json::Value;
 
 fn pmem_bench(args: &[&str]) -> Output {
@@ -97,6 +99,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
 
     check_transaction_sections(&report, &stdout);
     check_cceh_section(&report, &stdout);
+    check_fastfair_section(&report, &stdout);
     check_datalog_section(&report, &stdout);
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
@@ -106,6 +109,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (Workload::ALL.len() + 3)
         + (OBJECT_SIZES.len() + 2)
         + (CcehOp::ALL.len() + 2)
+        + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
         + (WRITE_SIZES.len() * 2 + 2 + 2);
     assert_eq!(
         md.lines().filter(|l| l.starts_with("| ")).count(),
@@ -219,6 +223,34 @@ fn check_datalog_section(report: &Value, stdout: &str) {
         stdout.contains("this run is on DRAM, not Optane"),
         "{stdout}"
     );
+}
+
+fn check_fastfair_section(report: &Value, stdout: &str) {
+    let ff = &report["fastfair"];
+    assert_eq!(ff["keys"].as_u64(), Some(FASTFAIR_KEYS_QUICK), "{ff}");
+    let rows = ff["rows"].as_array().expect("fastfair rows");
+    assert_eq!(rows.len(), ShiftPolicy::ALL.len() * FastFairOp::ALL.len());
+    for policy in ShiftPolicy::ALL {
+        for op in FastFairOp::ALL {
+            let row = rows
+                .iter()
+                .find(|r| r["policy"] == policy.name() && r["operation"] == op.name().as_str())
+                .unwrap_or_else(|| panic!("no fastfair row for {} / {}", policy.name(), op.name()));
+            positive(row, "ops_per_sec");
+            let p50 = positive(row, "p50_ns");
+            assert!(p50 <= positive(row, "p99_ns"), "{row}");
+            if op == FastFairOp::Insert {
+                // At least one line persisted per insert under every policy.
+                assert!(positive(row, "fences_per_op") >= 1.0, "{row}");
+                assert!(positive(row, "media_bytes_per_op") >= 64.0, "{row}");
+            } else {
+                assert_eq!(row["fences_per_op"].as_f64(), Some(0.0), "{row}");
+            }
+        }
+    }
+    positive(ff, "redo_over_per_shift");
+    positive(ff, "fast_over_per_shift");
+    assert!(stdout.contains("fastfair: "), "{stdout}");
 }
 
 fn check_cceh_section(report: &Value, stdout: &str) {

@@ -1,6 +1,6 @@
 //! The CCEH measurements of `pmem-bench` and of the `cceh` criterion bench.
 //!
-//! Every table is made fresh, on its own heap ([`HeapConfig::default`], batched fences) in its
+//! Every table is made fresh, on its own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched fences) in its
 //! own pool file in the run's pool directory ([`CcehHeap`]), with the default shape of FAST'19:
 //! 16 KiB segments of 256 buckets ([`CcehConfig::default`]). The keys are uniformly random,
 //! distinct, nonzero `u64` ([`random_keys`]), generated before anything is timed, as are the
@@ -32,12 +32,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, PoolOptions, Stats};
+use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use pmem_undo_log::{FencePolicy, Heap, TxError};
 use serde::Serialize;
 
-use crate::poolfile::{PoolFile, SetupError};
+use crate::poolfile::{HeapFile, PoolFile, SetupError};
 use crate::txbench::Rng;
 
 /// Keys of a default `pmem-bench` run.
@@ -106,64 +106,44 @@ pub fn items(keys: &[u64]) -> Vec<(u64, u64)> {
 }
 
 /// A fresh heap in its own pool file, for one table: the file is removed when this is dropped.
-pub struct CcehHeap {
-    // Dropped before the file (fields drop in order).
-    heap: Heap,
-    file: PoolFile,
-}
-
-impl std::fmt::Debug for CcehHeap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CcehHeap")
-            .field("pool", &self.file.path())
-            .finish()
-    }
-}
+#[derive(Debug)]
+pub struct CcehHeap(HeapFile);
 
 impl CcehHeap {
     /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for `keys`
     /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap in
-    /// it.
+    /// it (see [`HeapFile::create`]).
     pub fn create(
         dir: &Path,
         file_name: &str,
         keys: u64,
         granularity: Option<Granularity>,
     ) -> Result<CcehHeap, SetupError> {
-        let file = PoolFile::create(dir, file_name, pool_size(keys), granularity)?;
-        let pool = file.open(PoolOptions::new())?;
-        let heap: Heap =
-            Heap::create(Arc::new(pool), HeapConfig::default(), CCEH_POLICY).map_err(|source| {
-                SetupError::Heap {
-                    path: file.path().to_path_buf(),
-                    source,
-                }
-            })?;
-        Ok(CcehHeap { heap, file })
+        HeapFile::create(dir, file_name, pool_size(keys), granularity, CCEH_POLICY).map(CcehHeap)
     }
 
     /// The heap.
     pub fn heap(&self) -> &Heap {
-        &self.heap
+        self.0.heap()
     }
 
     /// The pool file.
     pub fn file(&self) -> &PoolFile {
-        &self.file
+        self.0.file()
     }
 
     /// Make an empty table (default shape) with its root in the pool's root object.
     pub fn table(&self) -> Result<Table<'_>, CcehError> {
         Cceh::create(
-            &self.heap,
-            self.heap.pool().root_offset(),
+            self.heap(),
+            self.heap().pool().root_offset(),
             CcehConfig::default(),
         )
     }
 
     /// Bytes the heap has allocated (the table's directory and segments).
     pub fn bytes_allocated(&self) -> u64 {
-        self.heap.alloc_stats().bytes_allocated
+        self.0.bytes_allocated()
     }
 }
 

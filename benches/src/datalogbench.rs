@@ -2,7 +2,7 @@
 //! overwrites under copy-on-write and under embedded writes (seed 000 Sec. 5.1.2, Fig. 11), and
 //! reads of the overwritten file (the read path's cost of merging embedded bytes).
 //!
-//! Every measurement runs on a fresh store: its own heap ([`HeapConfig::default`], batched
+//! Every measurement runs on a fresh store: its own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched
 //! fences) in its own pool file in the run's pool directory ([`DatalogHeap`]), holding one
 //! file of [`DatalogPlan::file_bytes`] (64 MiB, 4 MiB with `--quick`) written in 1 MiB
 //! copy-on-write pieces before anything is timed ([`prepare`]); the pool file's pages are
@@ -25,13 +25,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, PoolOptions, Stats};
+use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
 use crate::ccehbench::{percentile, timer_overhead_ns};
-use crate::poolfile::{PoolFile, SetupError};
+use crate::poolfile::{HeapFile, SetupError};
 use crate::txbench::Rng;
 
 /// The file size of a default run (the 64 MB file).
@@ -69,29 +69,14 @@ pub fn pool_size(file_bytes: u64) -> u64 {
 }
 
 /// A fresh heap in its own pool file: the file is removed when this is dropped.
-pub struct DatalogHeap {
-    // Dropped before the file (fields drop in order).
-    heap: Heap,
-    file: PoolFile,
-}
-
-impl std::fmt::Debug for DatalogHeap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DatalogHeap")
-            .field("pool", &self.file.path())
-            .finish()
-    }
-}
+#[derive(Debug)]
+pub struct DatalogHeap(HeapFile);
 
 impl DatalogHeap {
     /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for a file
     /// of `file_bytes` ([`pool_size`]), with `granularity` forced (`None`: detected), and
-    /// format a heap in it.
-    ///
-    /// Every page past the pool's root is written once first, so the timed phases measure the
-    /// store, not the kernel handing out file pages on first touch: copy-on-write allocates a
-    /// fresh page per write and would fault on nearly every one, which persistent memory
-    /// mapped from a DAX file does not do.
+    /// format a heap in it (see [`HeapFile::create`]: its pages are written once first, which
+    /// matters most here, as copy-on-write allocates a fresh page per write).
     pub fn create(
         dir: &Path,
         file_name: &str,
@@ -108,30 +93,19 @@ impl DatalogHeap {
         pool_bytes: u64,
         granularity: Option<Granularity>,
     ) -> Result<DatalogHeap, SetupError> {
-        let file = PoolFile::create(dir, file_name, pool_bytes, granularity)?;
-        {
-            let mut raw = file.map_raw()?;
-            raw[file.heap_offset() as usize..].fill(0);
-        }
-        let pool = file.open(PoolOptions::new())?;
-        let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), DATALOG_POLICY)
-            .map_err(|source| SetupError::Heap {
-                path: file.path().to_path_buf(),
-                source,
-            })?;
-        Ok(DatalogHeap { heap, file })
+        HeapFile::create(dir, file_name, pool_bytes, granularity, DATALOG_POLICY).map(DatalogHeap)
     }
 
     /// The heap.
     pub fn heap(&self) -> &Heap {
-        &self.heap
+        self.0.heap()
     }
 
     /// An empty store with its root in the pool's root object, writing with `mode`.
     pub fn store(&self, mode: WriteMode) -> Result<Store<'_>, DatalogError> {
         Datalog::create(
-            &self.heap,
-            self.heap.pool().root_offset(),
+            self.heap(),
+            self.heap().pool().root_offset(),
             4,
             Policy::with_mode(mode),
         )

@@ -1,7 +1,7 @@
 //! The FAST&FAIR measurements of `pmem-bench` and of the `fastfair` criterion bench.
 //!
 //! Every tree is made fresh, with 512-byte nodes ([`FastFairConfig::default`]'s size), on its
-//! own heap ([`HeapConfig::default`], batched fences for the split and merge transactions) in
+//! own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched fences for the split and merge transactions) in
 //! its own pool file in the run's pool directory ([`FastFairHeap`]). The keys are uniformly
 //! random and distinct ([`random_keys`], the generator the CCEH section uses), generated before
 //! anything is timed, as are the random orders of the lookups and the scans' start keys; the
@@ -22,13 +22,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, PoolOptions, Stats};
+use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
 use crate::ccehbench::{percentile, shuffled, timer_overhead_ns};
-use crate::poolfile::{PoolFile, SetupError};
+use crate::poolfile::{HeapFile, SetupError};
 
 /// Keys of a default `pmem-bench` run.
 pub const FASTFAIR_KEYS: u64 = 1_000_000;
@@ -79,37 +79,27 @@ pub fn value_of(key: u64) -> u64 {
 }
 
 /// A fresh heap in its own pool file, for one tree: the file is removed when this is dropped.
-pub struct FastFairHeap {
-    // Dropped before the file (fields drop in order).
-    heap: Heap,
-    file: PoolFile,
-}
-
-impl std::fmt::Debug for FastFairHeap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FastFairHeap")
-            .field("pool", &self.file.path())
-            .finish()
-    }
-}
+#[derive(Debug)]
+pub struct FastFairHeap(HeapFile);
 
 impl FastFairHeap {
     /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for `keys`
-    /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap.
+    /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap
+    /// (see [`HeapFile::create`]).
     pub fn create(
         dir: &Path,
         file_name: &str,
         keys: u64,
         granularity: Option<Granularity>,
     ) -> Result<FastFairHeap, SetupError> {
-        let file = PoolFile::create(dir, file_name, pool_size(keys), granularity)?;
-        let pool = file.open(PoolOptions::new())?;
-        let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FASTFAIR_HEAP_POLICY)
-            .map_err(|source| SetupError::Heap {
-                path: file.path().to_path_buf(),
-                source,
-            })?;
-        Ok(FastFairHeap { heap, file })
+        HeapFile::create(
+            dir,
+            file_name,
+            pool_size(keys),
+            granularity,
+            FASTFAIR_HEAP_POLICY,
+        )
+        .map(FastFairHeap)
     }
 
     /// Make an empty tree (512-byte nodes, `policy`) with its root in the pool's root object.
@@ -118,12 +108,13 @@ impl FastFairHeap {
             policy,
             ..FastFairConfig::default()
         };
-        FastFair::create(&self.heap, self.heap.pool().root_offset(), config)
+        let heap = self.0.heap();
+        FastFair::create(heap, heap.pool().root_offset(), config)
     }
 
     /// Bytes the heap has allocated (nodes and the redo area).
     pub fn bytes_allocated(&self) -> u64 {
-        self.heap.alloc_stats().bytes_allocated
+        self.0.bytes_allocated()
     }
 }
 

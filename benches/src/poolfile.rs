@@ -209,6 +209,71 @@ impl PoolFile {
     }
 }
 
+/// A fresh undo-log heap in its own pool file, for one structure under measurement: the file
+/// is removed when this is dropped.
+pub struct HeapFile {
+    // Dropped before the file (fields drop in order).
+    heap: pmem_undo_log::Heap,
+    file: PoolFile,
+}
+
+impl std::fmt::Debug for HeapFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapFile")
+            .field("pool", &self.file.path())
+            .finish()
+    }
+}
+
+impl HeapFile {
+    /// Create the pool file `file_name` in `dir` (a stale one is replaced) of `pool_bytes`, with
+    /// `granularity` forced (`None`: detected), and format a heap with the default
+    /// configuration and `policy` in it.
+    ///
+    /// Every page past the pool's root is written once first, so the timed phases measure the
+    /// structure, not the kernel handing out file pages on first touch (which persistent
+    /// memory mapped from a DAX file does not do).
+    pub fn create(
+        dir: &Path,
+        file_name: &str,
+        pool_bytes: u64,
+        granularity: Option<Granularity>,
+        policy: pmem_undo_log::FencePolicy,
+    ) -> Result<HeapFile, SetupError> {
+        let file = PoolFile::create(dir, file_name, pool_bytes, granularity)?;
+        {
+            let mut raw = file.map_raw()?;
+            raw[file.heap_offset() as usize..].fill(0);
+        }
+        let pool = file.open(PoolOptions::new())?;
+        let heap = pmem_undo_log::Heap::create(
+            std::sync::Arc::new(pool),
+            pmem_undo_log::HeapConfig::default(),
+            policy,
+        )
+        .map_err(|source| SetupError::Heap {
+            path: file.path().to_path_buf(),
+            source,
+        })?;
+        Ok(HeapFile { heap, file })
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &pmem_undo_log::Heap {
+        &self.heap
+    }
+
+    /// The pool file.
+    pub fn file(&self) -> &PoolFile {
+        &self.file
+    }
+
+    /// Bytes the heap has allocated (the structure's blocks).
+    pub fn bytes_allocated(&self) -> u64 {
+        self.heap.alloc_stats().bytes_allocated
+    }
+}
+
 impl Drop for PoolFile {
     fn drop(&mut self) {
         // Best effort: a file that is already gone needs no removal.

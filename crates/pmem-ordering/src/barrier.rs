@@ -110,6 +110,7 @@ impl Written {
 
     /// One token for the smallest range covering both writes (they must be to the same pool),
     /// so neighbouring writes are flushed together.
+    #[inline]
     pub fn merge(self, other: Written) -> Written {
         assert_eq!(
             self.pool, other.pool,
@@ -154,6 +155,7 @@ impl Pending {
     }
 
     /// Combine two pending tokens of the same pool into one.
+    #[inline]
     pub fn and(self, other: impl Into<Pending>) -> Pending {
         let other = other.into();
         assert_eq!(

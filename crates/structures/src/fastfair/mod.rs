@@ -95,7 +95,7 @@ use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use pmem_ordering::{Backend, PPtr, Pool, PoolError, Written};
+use pmem_ordering::{Backend, PPtr, Pool, PoolError, Words, Written};
 use pmem_undo_log::{Heap, Tx, TxError};
 
 /// The reserved key that marks a free slot; it sorts after every valid key.
@@ -116,6 +116,7 @@ pub const DEFAULT_NODE_SIZE: u64 = 512;
 const LINE: u64 = 64;
 const HEADER: u64 = 64;
 const ENTRY: u64 = 16;
+const HEADER_WORDS: usize = (HEADER / 8) as usize;
 
 const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FASTFAIR");
 const FORMAT_VERSION: u64 = 1;
@@ -250,7 +251,11 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     meta: u64,
     node_size: u64,
+    /// 8-byte words per node.
+    node_words: usize,
     capacity: usize,
+    /// Most nodes one descent can visit in a well-formed tree of this pool.
+    step_limit: u64,
     policy: ShiftPolicy,
     redo: u64,
     len: AtomicU64,
@@ -308,6 +313,91 @@ fn entry_bytes(node_size: u64, entries: &[(u64, u64)]) -> Vec<u8> {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out
+}
+
+/// A node's words, bounds-checked once ([`Pool::words`]): the searches of the hot paths read
+/// through it instead of paying a pool bounds check per load.
+#[derive(Clone, Copy)]
+struct NodeView<'a> {
+    words: Words<'a>,
+    capacity: usize,
+}
+
+impl NodeView<'_> {
+    #[inline]
+    fn level(&self) -> u64 {
+        self.words.load((LEVEL / 8) as usize)
+    }
+
+    #[inline]
+    fn sibling(&self) -> u64 {
+        self.words.load((SIBLING / 8) as usize)
+    }
+
+    #[inline]
+    fn leftmost(&self) -> u64 {
+        self.words.load((LEFTMOST / 8) as usize)
+    }
+
+    #[inline]
+    fn high(&self) -> u64 {
+        self.words.load((HIGH / 8) as usize)
+    }
+
+    #[inline]
+    fn key(&self, slot: usize) -> u64 {
+        self.words.load(HEADER_WORDS + 2 * slot)
+    }
+
+    #[inline]
+    fn value(&self, slot: usize) -> u64 {
+        self.words.load(HEADER_WORDS + 2 * slot + 1)
+    }
+
+    /// The first slot whose entry fails `below` (which holds for a prefix of the slots), by a
+    /// binary search without data-dependent branches: the probes' lines are already being
+    /// fetched, so a mispredicted branch per probe would cost more than the compare.
+    #[inline]
+    fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+        let mut base = 0;
+        let mut size = self.capacity;
+        while size > 1 {
+            let half = size / 2;
+            let mid = base + half;
+            base = if below(self.key(mid)) { mid } else { base };
+            size -= half;
+        }
+        base + usize::from(below(self.key(base)))
+    }
+
+    /// The first slot whose key is above `key` (free slots count as above every key). Of a
+    /// transient duplicate, the slot before the result is the right copy.
+    #[inline]
+    fn upper_bound(&self, key: u64) -> usize {
+        self.partition(|k| k <= key)
+    }
+
+    /// Used slots (the first free slot).
+    #[inline]
+    fn count(&self) -> usize {
+        self.partition(|k| k != EMPTY_KEY)
+    }
+
+    /// The child of this internal node that covers `key`.
+    #[inline]
+    fn child_for(&self, key: u64) -> u64 {
+        match self.upper_bound(key) {
+            0 => self.leftmost(),
+            ub => self.value(ub - 1),
+        }
+    }
+
+    /// The value of `key` in this leaf, if there.
+    #[inline]
+    fn leaf_value(&self, key: u64) -> Option<u64> {
+        let ub = self.upper_bound(key);
+        (ub > 0 && self.key(ub - 1) == key).then(|| self.value(ub - 1))
+    }
 }
 
 /// What one validated step of a lock-free descent found.
@@ -432,7 +522,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             heap,
             meta,
             node_size,
+            node_words: (node_size / 8) as usize,
             capacity: ((node_size - HEADER) / ENTRY) as usize,
+            step_limit: heap.pool().size() / node_size + 64,
             policy,
             redo,
             len: AtomicU64::new(len),
@@ -605,53 +697,24 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         self.pool().load_u64(entry_offset(node, slot) + 8)
     }
 
+    /// The words of `node`, bounds-checked once: the hot paths read nodes through this.
+    #[inline]
+    fn view(&self, node: u64) -> Result<NodeView<'_>, PoolError> {
+        Ok(NodeView {
+            words: self.pool().words(node, self.node_words)?,
+            capacity: self.capacity,
+        })
+    }
+
     /// The first slot whose key is above `key` (free slots count as above every key). Of
     /// a transient duplicate, the slot before the result is the right copy.
     fn upper_bound(&self, node: u64, key: u64) -> Result<usize, PoolError> {
-        let (mut lo, mut hi) = (0, self.capacity);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.key_at(node, mid)? <= key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        Ok(self.view(node)?.upper_bound(key))
     }
 
     /// Used slots of a node (the first free slot).
     fn count(&self, node: u64) -> Result<usize, PoolError> {
-        let (mut lo, mut hi) = (0, self.capacity);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.key_at(node, mid)? != EMPTY_KEY {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
-    }
-
-    /// The child of internal `node` that covers `key`.
-    fn child_for(&self, node: u64, key: u64) -> Result<u64, PoolError> {
-        let ub = self.upper_bound(node, key)?;
-        if ub == 0 {
-            self.pool().load_u64(node + LEFTMOST)
-        } else {
-            self.value_at(node, ub - 1)
-        }
-    }
-
-    /// The value of `key` in leaf `node`, if there.
-    fn leaf_value(&self, node: u64, key: u64) -> Result<Option<u64>, PoolError> {
-        let ub = self.upper_bound(node, key)?;
-        if ub > 0 && self.key_at(node, ub - 1)? == key {
-            Ok(Some(self.value_at(node, ub - 1)?))
-        } else {
-            Ok(None)
-        }
+        Ok(self.view(node)?.count())
     }
 
     /// A node as stored, transient duplicates dropped (the right copy kept).
@@ -689,20 +752,20 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         // Ask for every line of the node at once: the search then waits for one miss, not one
         // per probe.
         pool.prefetch(node, self.node_size);
-        let high = pool.load_u64(node + HIGH)?;
-        if key >= high {
-            return Ok(Step::Right(pool.load_u64(node + SIBLING)?));
+        let view = self.view(node)?;
+        if key >= view.high() {
+            return Ok(Step::Right(view.sibling()));
         }
-        if pool.load_u64(node + LEVEL)? == 0 {
-            Ok(Step::Leaf(self.leaf_value(node, key)?))
+        if view.level() == 0 {
+            Ok(Step::Leaf(view.leaf_value(key)))
         } else {
-            Ok(Step::Down(self.child_for(node, key)?))
+            Ok(Step::Down(view.child_for(key)))
         }
     }
 
     /// Most nodes one descent can visit in a well-formed tree of this pool.
     fn step_limit(&self) -> u64 {
-        self.pool().size() / self.node_size + 64
+        self.step_limit
     }
 
     /// Walk from the root to `key`'s leaf, validating each node, restarting after a change.
@@ -760,15 +823,15 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 let stripe = self.stripe(node);
                 let seen = Self::read_begin(&stripe.version);
                 let outcome = (|| -> Result<Option<u64>, PoolError> {
-                    let pool = self.pool();
-                    pool.prefetch(node, self.node_size);
-                    if key >= pool.load_u64(node + HIGH)? {
-                        return Ok(Some(pool.load_u64(node + SIBLING)?));
+                    self.pool().prefetch(node, self.node_size);
+                    let view = self.view(node)?;
+                    if key >= view.high() {
+                        return Ok(Some(view.sibling()));
                     }
-                    if pool.load_u64(node + LEVEL)? == 0 {
+                    if view.level() == 0 {
                         return Ok(None);
                     }
-                    Ok(Some(self.child_for(node, key)?))
+                    Ok(Some(view.child_for(key)))
                 })();
                 if !Self::read_valid(&stripe.version, seen)
                     || !Self::read_valid(&self.structure_version, structure)
@@ -885,31 +948,32 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let mut node = self.root_node()?;
         for _ in 0..self.step_limit() {
             pool.prefetch(node, self.node_size);
-            if key >= pool.load_u64(node + HIGH)? {
+            let view = self.view(node)?;
+            if key >= view.high() {
                 return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
             }
-            if pool.load_u64(node + LEVEL)? == 0 {
+            if view.level() == 0 {
                 return Ok(node);
             }
-            node = self.child_for(node, key)?;
+            node = view.child_for(key);
         }
         Err(self.corrupt(format!("a descent to {key} does not end")))
     }
 
     /// Root-to-leaf path of `key`, for a writer holding the tree lock exclusively.
     fn writer_path(&self, key: u64) -> Result<Vec<u64>, FastFairError> {
-        let pool = self.pool();
         let mut path = Vec::with_capacity(8);
         let mut node = self.root_node()?;
         for _ in 0..self.step_limit() {
             path.push(node);
-            if key >= pool.load_u64(node + HIGH)? {
+            let view = self.view(node)?;
+            if key >= view.high() {
                 return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
             }
-            if pool.load_u64(node + LEVEL)? == 0 {
+            if view.level() == 0 {
                 return Ok(path);
             }
-            node = self.child_for(node, key)?;
+            node = view.child_for(key);
         }
         Err(self.corrupt(format!("a descent to {key} does not end")))
     }
@@ -947,10 +1011,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         replace: bool,
     ) -> Result<Option<Option<u64>>, FastFairError> {
         let pool = self.pool();
-        let ub = self.upper_bound(leaf, key)?;
-        if ub > 0 && self.key_at(leaf, ub - 1)? == key {
+        let view = self.view(leaf)?;
+        let ub = view.upper_bound(key);
+        if ub > 0 && view.key(ub - 1) == key {
             let at = entry_offset(leaf, ub - 1) + 8;
-            let old = pool.load_u64(at)?;
+            let old = view.value(ub - 1);
             if replace {
                 // One failure-atomic store: readers see the old or the new value.
                 let w = pool.store_u64(at, value)?;
@@ -958,7 +1023,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             }
             return Ok(Some(Some(old)));
         }
-        let n = self.count(leaf)?;
+        let n = view.count();
         if n >= self.capacity {
             return Ok(None);
         }
@@ -1047,15 +1112,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// The `i`th entry write of `shift` on `node`, reading the entry it moves (not yet
     /// overwritten: a right shift runs downward, a left shift upward).
-    fn slot_write(&self, node: u64, shift: Shift, i: usize) -> Result<SlotWrite, PoolError> {
-        Ok(match shift {
+    #[inline]
+    fn slot_write(view: NodeView<'_>, shift: Shift, i: usize) -> SlotWrite {
+        match shift {
             Shift::Insert { at, n, key, value } => {
                 if i < n - at {
                     let slot = n - i;
                     SlotWrite {
                         slot,
-                        key: self.key_at(node, slot - 1)?,
-                        value: Some(self.value_at(node, slot - 1)?),
+                        key: view.key(slot - 1),
+                        value: Some(view.value(slot - 1)),
                         key_first: false,
                     }
                 } else {
@@ -1072,8 +1138,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 if slot + 1 < n {
                     SlotWrite {
                         slot,
-                        key: self.key_at(node, slot + 1)?,
-                        value: Some(self.value_at(node, slot + 1)?),
+                        key: view.key(slot + 1),
+                        value: Some(view.value(slot + 1)),
                         key_first: true,
                     }
                 } else {
@@ -1085,9 +1151,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     }
                 }
             }
-        })
+        }
     }
 
+    #[inline]
     fn store_slot(&self, node: u64, w: &SlotWrite) -> Result<Written, PoolError> {
         let pool = self.pool();
         let at = entry_offset(node, w.slot);
@@ -1106,8 +1173,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// The baseline: every moved entry flushed and fenced before the next.
     fn shift_per_entry(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
+        let view = self.view(node)?;
         for i in 0..shift.len() {
-            let w = self.slot_write(node, shift, i)?;
+            let w = Self::slot_write(view, shift, i);
             let written = self.store_slot(node, &w)?;
             let _ = self.pool().persist(written);
         }
@@ -1117,9 +1185,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// FAST: stores in place; one flush and fence each time the shift leaves a line.
     fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let pool = self.pool();
+        let view = self.view(node)?;
         let mut pending: Option<(u64, Written)> = None;
         for i in 0..shift.len() {
-            let w = self.slot_write(node, shift, i)?;
+            let w = Self::slot_write(view, shift, i);
             let line = line_of(w.slot);
             if let Some((open, written)) = pending.take() {
                 if open == line {
@@ -1149,9 +1218,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let mut unfenced_clear: Option<Written> = None;
         let mut group = [SlotWrite::default(); PER_LINE];
         let mut grouped = 0;
+        let view = self.view(node)?;
         for i in 0..=shift.len() {
             let next = if i < shift.len() {
-                Some(self.slot_write(node, shift, i)?)
+                Some(Self::slot_write(view, shift, i))
             } else {
                 None
             };

@@ -79,21 +79,23 @@
 //! # Concurrency
 //!
 //! * **Readers take no lock.** Each node has a version counter in DRAM (a stripe of
-//!   [`LANES`] counters keyed by the node's offset), made odd while a writer changes the node,
+//!   [`LANES`] counters keyed by the node's offset), marked while a writer changes the node,
 //!   and the tree has a structure version, made odd while a merge or a root change runs (the
 //!   ones that free nodes or move the root). A reader reads a node, then checks both versions;
 //!   if either moved it starts again from the root. A reader that finds its key at or above a
 //!   node's high key follows the sibling link: the key moved right in a split that happened
 //!   after the reader left the parent (FAIR's B-link reads), so a split restarts only the
 //!   readers that were reading one of the nodes it changed, while it changed them.
-//! * **Writers** share a tree lock and take the DRAM lock of their leaf's stripe, so inserts and
-//!   removes in different leaves run in parallel; the stripe's index is also the writer's redo
-//!   lane. A split or merge takes the tree lock exclusively. The locks live in DRAM only: a
-//!   crash cannot leave one held.
+//! * **Writers** find their leaf like a reader, then take the DRAM lock of the leaf's stripe
+//!   (a bit of the stripe's version word: one compare-and-swap to take it, a plain store to
+//!   release it) and check that the leaf is still the key's: no merge or root change ran since
+//!   the descent began and the key is below the leaf's high key (else a split moved it right,
+//!   and the writer looks again). Inserts and removes in leaves of different stripes run in
+//!   parallel; the stripe's index is also the writer's redo lane. A split or merge takes every
+//!   stripe's lock, in order. The locks live in DRAM only: a crash cannot leave one held.
 
 use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use pmem_ordering::{Backend, PPtr, Pool, PoolError, Words, Written};
 use pmem_undo_log::{Heap, Tx, TxError};
@@ -226,11 +228,106 @@ impl Default for FastFairConfig {
     }
 }
 
-/// A node's lock and version, one cache line so stripes do not share lines.
+/// The writer lock and reader version of the nodes of one stripe, and the stripe's share of
+/// the key count: one cache line, so stripes do not share lines.
+///
+/// `word` is the lock and the version in one: bit 0 is set while a writer holds the stripe,
+/// bit 1 while it changes one of the stripe's nodes, and the bits above count changes.
+/// Taking the lock is the only read-modify-write a writer makes; every other update of the
+/// word (and of `len`) is a plain store by the holder.
 #[repr(align(64))]
 struct Stripe {
-    lock: Mutex<()>,
-    version: AtomicU64,
+    word: AtomicU64,
+    /// Keys added minus keys removed by holders of this stripe (wrapping).
+    len: AtomicU64,
+}
+
+const LOCKED: u64 = 1;
+const CHANGING: u64 = 2;
+const CHANGE_STEP: u64 = 4;
+
+impl Stripe {
+    /// Wait until no change runs and return the version (the lock bit does not count: a
+    /// holder that changes nothing leaves readers valid).
+    #[inline]
+    fn read_begin(&self) -> u64 {
+        loop {
+            let v = self.word.load(Ordering::Acquire);
+            if v & CHANGING == 0 {
+                return v & !LOCKED;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether the version still reads `seen` after this thread's reads.
+    #[inline]
+    fn read_valid(&self, seen: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.word.load(Ordering::Relaxed) & !LOCKED == seen
+    }
+
+    fn lock(&self) -> StripeGuard<'_> {
+        let mut spins = 0u32;
+        loop {
+            let v = self.word.load(Ordering::Relaxed);
+            if v & LOCKED == 0
+                && self
+                    .word
+                    .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return StripeGuard { stripe: self };
+            }
+            // A holder may be flushing for microseconds, or descheduled: stop spinning soon.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Mark a change of one of the stripe's nodes (the caller holds the lock, so a plain store
+    /// does: no locked instruction, which would wait for the flushes in flight).
+    #[inline]
+    fn change_begin(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        self.word.store(v | CHANGING, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// End the change: readers that overlapped it see a new version.
+    #[inline]
+    fn change_end(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        self.word
+            .store((v & !CHANGING).wrapping_add(CHANGE_STEP), Ordering::Release);
+    }
+
+    /// Count `delta` keys (the caller holds the lock).
+    #[inline]
+    fn add_len(&self, delta: u64) {
+        let n = self.len.load(Ordering::Relaxed);
+        self.len.store(n.wrapping_add(delta), Ordering::Relaxed);
+    }
+}
+
+/// A held stripe lock; dropping it releases the stripe with one plain store.
+struct StripeGuard<'a> {
+    stripe: &'a Stripe,
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        let mut v = self.stripe.word.load(Ordering::Relaxed);
+        if v & CHANGING != 0 {
+            // A change cut short by a panic: let readers go on (they see a new version).
+            v = (v & !CHANGING).wrapping_add(CHANGE_STEP);
+        }
+        self.stripe.word.store(v & !LOCKED, Ordering::Release);
+    }
 }
 
 /// A node as read into DRAM (structure changes and recovery only).
@@ -258,8 +355,6 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     step_limit: u64,
     policy: ShiftPolicy,
     redo: u64,
-    len: AtomicU64,
-    tree_lock: RwLock<()>,
     structure_version: AtomicU64,
     stripes: Box<[Stripe]>,
 }
@@ -267,8 +362,8 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
 fn new_stripes() -> Box<[Stripe]> {
     (0..LANES)
         .map(|_| Stripe {
-            lock: Mutex::new(()),
-            version: AtomicU64::new(0),
+            word: AtomicU64::new(0),
+            len: AtomicU64::new(0),
         })
         .collect()
 }
@@ -500,14 +595,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             tx.write(root, &meta)?;
             Ok::<_, TxError>(redo)
         })?;
-        Ok(FastFair::handle(
-            heap,
-            root,
-            node_size,
-            config.policy,
-            redo,
-            0,
-        ))
+        Ok(FastFair::handle(heap, root, node_size, config.policy, redo))
     }
 
     fn handle(
@@ -516,7 +604,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         node_size: u64,
         policy: ShiftPolicy,
         redo: u64,
-        len: u64,
     ) -> Self {
         FastFair {
             heap,
@@ -527,8 +614,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             step_limit: heap.pool().size() / node_size + 64,
             policy,
             redo,
-            len: AtomicU64::new(len),
-            tree_lock: RwLock::new(()),
             structure_version: AtomicU64::new(0),
             stripes: new_stripes(),
         }
@@ -577,10 +662,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 "redo area {redo:#x} is not an allocated block of its size"
             )));
         }
-        let tree = FastFair::handle(heap, root, node_size, policy, redo, 0);
+        let tree = FastFair::handle(heap, root, node_size, policy, redo);
         tree.replay_redo()?;
         let len = tree.check_and_repair()?;
-        tree.len.store(len, Ordering::Relaxed);
+        tree.stripes[0].len.store(len, Ordering::Relaxed);
         Ok(tree)
     }
 
@@ -601,7 +686,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.len.load(Ordering::Relaxed)
+        self.stripes
+            .iter()
+            .fold(0, |n, s| n.wrapping_add(s.len.load(Ordering::Relaxed)))
     }
 
     /// Whether the tree holds no key.
@@ -640,19 +727,29 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         &self.stripes[Self::stripe_index(node)]
     }
 
-    fn shared(&self) -> RwLockReadGuard<'_, ()> {
-        self.tree_lock.read().unwrap_or_else(|p| p.into_inner())
+    /// Every stripe's lock, taken in index order (writers hold one stripe at a time, so this
+    /// cannot deadlock): no other writer runs until the guards drop.
+    fn exclusive(&self) -> Vec<StripeGuard<'_>> {
+        self.stripes.iter().map(Stripe::lock).collect()
     }
 
-    fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.tree_lock.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_stripe(&self, index: usize) -> MutexGuard<'_, ()> {
-        self.stripes[index]
-            .lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Find `key`'s leaf without a lock, lock its stripe, and check that it is still `key`'s
+    /// leaf: no merge or root change ran since the descent began (they move the structure
+    /// version) and no split moved `key` to a right sibling (the leaf's high key is above it).
+    /// A structure change takes every stripe, so none runs while the guard is held.
+    fn lock_leaf(&self, key: u64) -> Result<(u64, usize, StripeGuard<'_>), FastFairError> {
+        loop {
+            let (leaf, structure) = self.lock_free_leaf(key)?;
+            let lane = Self::stripe_index(leaf);
+            let guard = self.stripes[lane].lock();
+            if self.structure_version.load(Ordering::Relaxed) != structure {
+                continue;
+            }
+            let view = self.view(leaf)?;
+            if view.level() == 0 && key < view.high() {
+                return Ok((leaf, lane, guard));
+            }
+        }
     }
 
     /// Wait until `version` is even (no writer inside) and return it.
@@ -672,16 +769,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         version.load(Ordering::Relaxed) == seen
     }
 
-    /// Make `version` odd before a change. Each version has one writer at a time (it holds
-    /// the stripe's lock or the tree lock exclusively), so a plain store does: no locked
-    /// read-modify-write, which would wait for the flushes in flight.
+    /// Make the structure version odd before a change. Its writer holds every stripe, so a
+    /// plain store does: no locked read-modify-write, which would wait for the flushes in
+    /// flight.
     fn write_begin(version: &AtomicU64) {
         let v = version.load(Ordering::Relaxed);
         version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
-    /// Make `version` even again after the change.
+    /// Make the structure version even again after the change.
     fn write_end(version: &AtomicU64) {
         let v = version.load(Ordering::Relaxed);
         version.store(v.wrapping_add(1), Ordering::Release);
@@ -780,10 +877,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     return Err(self.corrupt(format!("a lookup of {key} does not end")));
                 }
                 let stripe = self.stripe(node);
-                let seen = Self::read_begin(&stripe.version);
+                let seen = stripe.read_begin();
                 let outcome = self.step(node, key);
-                if !Self::read_valid(&stripe.version, seen)
-                    || !Self::read_valid(&self.structure_version, structure)
+                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -821,7 +917,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     return Err(self.corrupt(format!("a descent to {key} does not end")));
                 }
                 let stripe = self.stripe(node);
-                let seen = Self::read_begin(&stripe.version);
+                let seen = stripe.read_begin();
                 let outcome = (|| -> Result<Option<u64>, PoolError> {
                     self.pool().prefetch(node, self.node_size);
                     let view = self.view(node)?;
@@ -833,8 +929,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     }
                     Ok(Some(view.child_for(key)))
                 })();
-                if !Self::read_valid(&stripe.version, seen)
-                    || !Self::read_valid(&self.structure_version, structure)
+                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -888,7 +983,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         raw.resize(self.capacity * ENTRY as usize, 0);
         let raw = &mut raw[..];
         let stripe = self.stripe(node);
-        let seen = Self::read_begin(&stripe.version);
+        let seen = stripe.read_begin();
         let pool = self.pool();
         let header = (|| -> Result<(u64, u64, u64), PoolError> {
             let level = pool.load_u64(node + LEVEL)?;
@@ -897,7 +992,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             pool.read_bytes(node + HEADER, raw)?;
             Ok((level, high, sibling))
         })();
-        if !Self::read_valid(&stripe.version, seen) {
+        if !stripe.read_valid(seen) {
             return Ok(None);
         }
         let (level, high, sibling) = header?;
@@ -941,26 +1036,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         self.put(key, value, true)
     }
 
-    /// The leaf covering `key`, for a writer holding the tree lock (no structure change can
-    /// run, so no validation is needed).
-    fn writer_leaf(&self, key: u64) -> Result<u64, FastFairError> {
-        let pool = self.pool();
-        let mut node = self.root_node()?;
-        for _ in 0..self.step_limit() {
-            pool.prefetch(node, self.node_size);
-            let view = self.view(node)?;
-            if key >= view.high() {
-                return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
-            }
-            if view.level() == 0 {
-                return Ok(node);
-            }
-            node = view.child_for(key);
-        }
-        Err(self.corrupt(format!("a descent to {key} does not end")))
-    }
-
-    /// Root-to-leaf path of `key`, for a writer holding the tree lock exclusively.
+    /// Root-to-leaf path of `key`, for a writer holding every stripe.
     fn writer_path(&self, key: u64) -> Result<Vec<u64>, FastFairError> {
         let mut path = Vec::with_capacity(8);
         let mut node = self.root_node()?;
@@ -980,15 +1056,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, FastFairError> {
         {
-            let _tree = self.shared();
-            let leaf = self.writer_leaf(key)?;
-            let lane = Self::stripe_index(leaf);
-            let _node = self.lock_stripe(lane);
+            let (leaf, lane, _node) = self.lock_leaf(key)?;
             if let Some(old) = self.put_in_leaf(leaf, lane, key, value, replace)? {
                 return Ok(old);
             }
         }
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let path = self.writer_path(key)?;
         let leaf = *path.last().expect("a path ends at a leaf");
         // Another writer may have split this leaf or inserted the key meanwhile.
@@ -996,7 +1069,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             return Ok(old);
         }
         self.split_insert(&path, key, value)?;
-        self.len.fetch_add(1, Ordering::Relaxed);
+        self.stripes[0].add_len(1);
         Ok(None)
     }
 
@@ -1034,7 +1107,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             value,
         };
         self.shift(leaf, lane, shift)?;
-        self.len.fetch_add(1, Ordering::Relaxed);
+        self.stripes[lane].add_len(1);
         Ok(Some(None))
     }
 
@@ -1044,10 +1117,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             return Err(FastFairError::ReservedKey);
         }
         {
-            let _tree = self.shared();
-            let leaf = self.writer_leaf(key)?;
-            let lane = Self::stripe_index(leaf);
-            let _node = self.lock_stripe(lane);
+            let (leaf, lane, _node) = self.lock_leaf(key)?;
             let ub = self.upper_bound(leaf, key)?;
             if ub == 0 || self.key_at(leaf, ub - 1)? != key {
                 return Ok(None);
@@ -1059,7 +1129,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 return Ok(Some(old));
             }
         }
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let path = self.writer_path(key)?;
         let leaf = *path.last().expect("a path ends at a leaf");
         let ub = self.upper_bound(leaf, key)?;
@@ -1072,7 +1142,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             self.remove_in_leaf(leaf, Self::stripe_index(leaf), ub - 1, n)?;
         } else {
             self.remove_and_merge(&path, key)?;
-            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.stripes[0].add_len(1u64.wrapping_neg());
         }
         Ok(Some(old))
     }
@@ -1091,22 +1161,22 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     ) -> Result<(), FastFairError> {
         let shift = Shift::Remove { at: slot, n };
         self.shift(leaf, lane, shift)?;
-        self.len.fetch_sub(1, Ordering::Relaxed);
+        self.stripes[lane].add_len(1u64.wrapping_neg());
         Ok(())
     }
 
-    /// Carry out `shift` on `node` under the tree's policy, with the node's version odd
-    /// meanwhile. The caller holds the node's stripe lock (or the tree lock exclusively), so
+    /// Carry out `shift` on `node` under the tree's policy, with the node's stripe marked as
+    /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
     /// `lane` is this writer's alone.
     fn shift(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
-        let version = &self.stripe(node).version;
-        Self::write_begin(version);
+        let stripe = self.stripe(node);
+        stripe.change_begin();
         let result = match self.policy {
             ShiftPolicy::PerShift => self.shift_per_entry(node, shift),
             ShiftPolicy::Fast => self.shift_fast(node, shift),
             ShiftPolicy::Redo => self.shift_redo(node, lane, shift),
         };
-        Self::write_end(version);
+        stripe.change_end();
         result
     }
 
@@ -1327,13 +1397,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         }
         for (i, s) in self.stripes.iter().enumerate() {
             if mask & (1 << i) != 0 {
-                Self::write_begin(&s.version);
+                s.change_begin();
             }
         }
         let result = f();
         for (i, s) in self.stripes.iter().enumerate() {
             if mask & (1 << i) != 0 {
-                Self::write_end(&s.version);
+                s.change_end();
             }
         }
         result
@@ -1751,7 +1821,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Every block the tree owns (the redo area and every node), sorted, for heap checks.
     pub fn blocks(&self) -> Result<Vec<u64>, FastFairError> {
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let mut out = self.walk(self.root_node()?, |_, _, _| Ok(()))?;
         out.push(self.redo);
         out.sort_unstable();
@@ -1761,7 +1831,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// Check the whole tree (levels, links, key order and bounds, that every child pointer
     /// names the next level's node) and return the number of keys.
     pub fn check(&self) -> Result<u64, FastFairError> {
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let mut keys = 0;
         let mut children: Vec<Vec<u64>> = Vec::new();
         let mut chains: Vec<Vec<u64>> = Vec::new();

@@ -62,10 +62,12 @@ thread_local! {
 }
 
 /// The calling thread's fence epoch: how many fences it has issued.
+#[inline]
 pub(crate) fn fence_epoch() -> u64 {
     FENCE_EPOCH.with(Cell::get)
 }
 
+#[inline]
 pub(crate) fn advance_fence_epoch() {
     FENCE_EPOCH.with(|e| e.set(e.get() + 1));
 }

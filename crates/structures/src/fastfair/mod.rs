@@ -459,7 +459,7 @@ impl NodeView<'_> {
         while size > 1 {
             let half = size / 2;
             let mid = base + half;
-            base = if below(self.key(mid)) { mid } else { base };
+            base = std::hint::select_unpredictable(below(self.key(mid)), mid, base);
             size -= half;
         }
         base + usize::from(below(self.key(base)))

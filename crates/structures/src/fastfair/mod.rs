@@ -64,7 +64,8 @@
 //! sibling is written in full, then linked from the old node with its high key, then the old
 //! node is truncated, then the parent is updated, up to a new root swapped in by one 8-byte
 //! store of the root pointer. Only the entries that change are written (and so logged and
-//! flushed). The published implementation had crash-consistency bugs exactly here (unpersisted
+//! flushed). A split logs every range it will write before writing any, so its log entries
+//! share one fence. The published implementation had crash-consistency bugs exactly here (unpersisted
 //! new nodes, non-atomic root changes, no recovery); the transaction makes these steps
 //! all-or-nothing instead of relying on a repair pass.
 //!
@@ -493,6 +494,30 @@ impl NodeView<'_> {
         let ub = self.upper_bound(key);
         (ub > 0 && self.key(ub - 1) == key).then(|| self.value(ub - 1))
     }
+}
+
+/// Writes planned in order, as (offset, bytes): a split is planned, then logged, then written.
+type Staged = Vec<(u64, Vec<u8>)>;
+
+/// The write of the slots of node `offset` whose entry differs between `old` (as stored) and
+/// `new`, if any: the transaction then logs and flushes only those lines, not the whole node.
+fn changed_entries(offset: u64, old: &[(u64, u64)], new: &[(u64, u64)]) -> Option<(u64, Vec<u8>)> {
+    let first = old
+        .iter()
+        .zip(new)
+        .position(|(a, b)| a != b)
+        .unwrap_or(old.len().min(new.len()));
+    let end = old.len().max(new.len());
+    if first >= end {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity((end - first) * ENTRY as usize);
+    for slot in first..end {
+        let (k, v) = new.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+        bytes.extend_from_slice(&k.to_le_bytes());
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    Some((entry_offset(offset, first), bytes))
 }
 
 /// What one validated step of a lock-free descent found.
@@ -1427,8 +1452,20 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let root_splits = self.root_would_split(path)?;
         let run = || {
             self.with_nodes_versioned(path, || {
-                self.heap
-                    .transaction(|tx| self.split_in_tx(tx, path, key, value))
+                self.heap.transaction(|tx| {
+                    let mut staged = Vec::new();
+                    self.split_in_tx(tx, path, key, value, &mut staged)?;
+                    // Log every range before writing any: the log entries then share one
+                    // fence, where logging each just before its write fenced once per range.
+                    // The writes still follow in FAIR order, for lock-free readers.
+                    for (offset, bytes) in &staged {
+                        tx.snapshot(*offset, bytes.len() as u64)?;
+                    }
+                    for (offset, bytes) in &staged {
+                        tx.write(*offset, bytes)?;
+                    }
+                    Ok::<_, FastFairError>(())
+                })
             })
         };
         if root_splits {
@@ -1448,12 +1485,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         Ok(true)
     }
 
+    /// Plan the split in `staged`, the writes in FAIR order (new nodes are allocated in `tx`).
     fn split_in_tx(
         &self,
         tx: &Tx<'_, B>,
         path: &[u64],
         key: u64,
         value: u64,
+        staged: &mut Staged,
     ) -> Result<(), FastFairError> {
         let leaf_off = *path.last().expect("a path ends at a leaf");
         let mut node = self.read_node(leaf_off)?;
@@ -1463,7 +1502,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let mid = node.entries.len() / 2;
         let right_entries = node.entries.split_off(mid);
         let mut carry = (right_entries[0].0, 0u64);
-        carry.1 = self.split_node(tx, leaf_off, &mut node, &old, right_entries, 0, carry.0)?;
+        carry.1 = self.split_node(
+            tx,
+            staged,
+            leaf_off,
+            &mut node,
+            &old,
+            right_entries,
+            0,
+            carry.0,
+        )?;
         for i in (0..path.len() - 1).rev() {
             let parent_off = path[i];
             let mut parent = self.read_node(parent_off)?;
@@ -1471,14 +1519,22 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             let at = parent.entries.partition_point(|&(k, _)| k < carry.0);
             parent.entries.insert(at, carry);
             if parent.entries.len() <= self.capacity {
-                self.write_changed_entries(tx, parent_off, &old, &parent.entries)?;
+                staged.extend(changed_entries(parent_off, &old, &parent.entries));
                 return Ok(());
             }
             let m = parent.entries.len() / 2;
             let mut right = parent.entries.split_off(m);
             let (up_key, mid_child) = right.remove(0);
-            let sibling =
-                self.split_node(tx, parent_off, &mut parent, &old, right, mid_child, up_key)?;
+            let sibling = self.split_node(
+                tx,
+                staged,
+                parent_off,
+                &mut parent,
+                &old,
+                right,
+                mid_child,
+                up_key,
+            )?;
             carry = (up_key, sibling);
         }
         // The root split: a new root above it, swapped in by one 8-byte store.
@@ -1492,8 +1548,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             high: EMPTY_KEY,
             entries: vec![carry],
         };
-        self.write_node(tx, new_root, &image)?;
-        tx.write_value(self.meta + META_ROOT, &new_root)?;
+        staged.push((new_root, node_bytes(self.node_size, &image)));
+        staged.push((self.meta + META_ROOT, new_root.to_le_bytes().to_vec()));
         Ok(())
     }
 
@@ -1504,6 +1560,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     fn split_node(
         &self,
         tx: &Tx<'_, B>,
+        staged: &mut Staged,
         offset: u64,
         node: &mut NodeImage,
         old: &[(u64, u64)],
@@ -1519,40 +1576,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             high: node.high,
             entries: right,
         };
-        self.write_node(tx, sibling, &image)?;
-        tx.write_value(offset + HIGH, &separator)?;
-        tx.write_value(offset + SIBLING, &sibling)?;
+        staged.push((sibling, node_bytes(self.node_size, &image)));
+        staged.push((offset + HIGH, separator.to_le_bytes().to_vec()));
+        staged.push((offset + SIBLING, sibling.to_le_bytes().to_vec()));
         node.sibling = sibling;
         node.high = separator;
-        self.write_changed_entries(tx, offset, old, &node.entries)?;
+        staged.extend(changed_entries(offset, old, &node.entries));
         Ok(sibling)
-    }
-
-    /// Write the slots of node `offset` whose entry differs between `old` (as stored) and
-    /// `new`: the transaction logs and flushes only those lines, not the whole node.
-    fn write_changed_entries(
-        &self,
-        tx: &Tx<'_, B>,
-        offset: u64,
-        old: &[(u64, u64)],
-        new: &[(u64, u64)],
-    ) -> Result<(), TxError> {
-        let first = old
-            .iter()
-            .zip(new)
-            .position(|(a, b)| a != b)
-            .unwrap_or(old.len().min(new.len()));
-        let end = old.len().max(new.len());
-        if first >= end {
-            return Ok(());
-        }
-        let mut bytes = Vec::with_capacity((end - first) * ENTRY as usize);
-        for slot in first..end {
-            let (k, v) = new.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
-            bytes.extend_from_slice(&k.to_le_bytes());
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-        tx.write(entry_offset(offset, first), &bytes)
     }
 
     /// Move one entry into the underfull `node` (child `index` of `parent`) from its right

@@ -841,27 +841,24 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// A node as stored, transient duplicates dropped (the right copy kept).
     fn read_node(&self, node: u64) -> Result<NodeImage, FastFairError> {
-        let pool = self.pool();
-        let mut raw = vec![0u8; self.node_size as usize];
-        pool.read_bytes(node, &mut raw)?;
-        let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8"));
+        let view = self.view(node)?;
         let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);
         for slot in 0..self.capacity {
-            let k = word(8 + 2 * slot);
+            let k = view.key(slot);
             if k == EMPTY_KEY {
                 break;
             }
-            let v = word(9 + 2 * slot);
+            let v = view.value(slot);
             match entries.last_mut() {
                 Some(last) if last.0 == k => *last = (k, v),
                 _ => entries.push((k, v)),
             }
         }
         Ok(NodeImage {
-            level: word(0),
-            sibling: word(1),
-            leftmost: word(2),
-            high: word(3),
+            level: view.level(),
+            sibling: view.sibling(),
+            leftmost: view.leftmost(),
+            high: view.high(),
             entries,
         })
     }

@@ -93,7 +93,8 @@
 //!   the descent began and the key is below the leaf's high key (else a split moved it right,
 //!   and the writer looks again). Inserts and removes in leaves of different stripes run in
 //!   parallel; the stripe's index is also the writer's redo lane. A split or merge takes every
-//!   stripe's lock, in order. The locks live in DRAM only: a crash cannot leave one held.
+//!   stripe's lock, in order, and new writers wait while one is pending, so they cannot starve
+//!   it. The locks live in DRAM only: a crash cannot leave one held.
 
 use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -280,13 +281,7 @@ impl Stripe {
             {
                 return StripeGuard { stripe: self };
             }
-            // A holder may be flushing for microseconds, or descheduled: stop spinning soon.
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+            backoff(&mut spins);
         }
     }
 
@@ -312,6 +307,29 @@ impl Stripe {
     fn add_len(&self, delta: u64) {
         let n = self.len.load(Ordering::Relaxed);
         self.len.store(n.wrapping_add(delta), Ordering::Relaxed);
+    }
+}
+
+/// Wait a little for a lock holder: it may be flushing for microseconds, or descheduled, so
+/// stop spinning soon.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Every stripe held by a split or merge (see [`FastFair::exclusive`]).
+struct Exclusive<'a> {
+    _guards: Vec<StripeGuard<'a>>,
+    pending: &'a AtomicU64,
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        self.pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -357,6 +375,9 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     policy: ShiftPolicy,
     redo: u64,
     structure_version: AtomicU64,
+    /// Splits and merges waiting for or holding every stripe: new writers let them in first,
+    /// so a stream of writers cannot starve them.
+    structure_pending: AtomicU64,
     stripes: Box<[Stripe]>,
 }
 
@@ -640,6 +661,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             policy,
             redo,
             structure_version: AtomicU64::new(0),
+            structure_pending: AtomicU64::new(0),
             stripes: new_stripes(),
         }
     }
@@ -754,8 +776,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Every stripe's lock, taken in index order (writers hold one stripe at a time, so this
     /// cannot deadlock): no other writer runs until the guards drop.
-    fn exclusive(&self) -> Vec<StripeGuard<'_>> {
-        self.stripes.iter().map(Stripe::lock).collect()
+    fn exclusive(&self) -> Exclusive<'_> {
+        self.structure_pending.fetch_add(1, Ordering::Relaxed);
+        Exclusive {
+            _guards: self.stripes.iter().map(Stripe::lock).collect(),
+            pending: &self.structure_pending,
+        }
     }
 
     /// Find `key`'s leaf without a lock, lock its stripe, and check that it is still `key`'s
@@ -764,6 +790,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// A structure change takes every stripe, so none runs while the guard is held.
     fn lock_leaf(&self, key: u64) -> Result<(u64, usize, StripeGuard<'_>), FastFairError> {
         loop {
+            let mut spins = 0;
+            while self.structure_pending.load(Ordering::Relaxed) != 0 {
+                backoff(&mut spins);
+            }
             let (leaf, structure) = self.lock_free_leaf(key)?;
             let lane = Self::stripe_index(leaf);
             let guard = self.stripes[lane].lock();

@@ -62,10 +62,12 @@ thread_local! {
 }
 
 /// The calling thread's fence epoch: how many fences it has issued.
+#[inline]
 pub(crate) fn fence_epoch() -> u64 {
     FENCE_EPOCH.with(Cell::get)
 }
 
+#[inline]
 pub(crate) fn advance_fence_epoch() {
     FENCE_EPOCH.with(|e| e.set(e.get() + 1));
 }
@@ -110,6 +112,7 @@ impl Written {
 
     /// One token for the smallest range covering both writes (they must be to the same pool),
     /// so neighbouring writes are flushed together.
+    #[inline]
     pub fn merge(self, other: Written) -> Written {
         assert_eq!(
             self.pool, other.pool,
@@ -154,6 +157,7 @@ impl Pending {
     }
 
     /// Combine two pending tokens of the same pool into one.
+    #[inline]
     pub fn and(self, other: impl Into<Pending>) -> Pending {
         let other = other.into();
         assert_eq!(

@@ -268,6 +268,7 @@ impl fmt::Display for Isa {
 /// The start is aligned *down* to its line and the end is computed from the unaligned
 /// `addr + len`, so a range that begins mid-line and ends mid-line includes both partial lines.
 /// An empty range touches no line.
+#[inline]
 pub fn cache_lines(addr: usize, len: usize) -> impl Iterator<Item = usize> {
     let first = addr & !(CACHE_LINE - 1);
     let end = if len == 0 { first } else { addr + len };

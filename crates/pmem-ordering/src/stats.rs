@@ -109,6 +109,7 @@ thread_local! {
     };
 }
 
+#[inline]
 fn bump(cell: &Cell<u64>, by: u64) {
     cell.set(cell.get().wrapping_add(by));
 }
@@ -150,6 +151,7 @@ pub fn reset_thread_stats() {
     })
 }
 
+#[inline]
 pub(crate) fn count_store(bytes: usize) {
     COUNTERS.with(|c| {
         bump(&c.stores, 1);
@@ -165,6 +167,7 @@ pub(crate) fn count_nt_store(bytes: usize) {
     })
 }
 
+#[inline]
 pub(crate) fn count_flush(lines: usize) {
     COUNTERS.with(|c| {
         bump(&c.flushes, lines as u64);
@@ -172,6 +175,7 @@ pub(crate) fn count_flush(lines: usize) {
     })
 }
 
+#[inline]
 pub(crate) fn count_fence() {
     COUNTERS.with(|c| {
         bump(&c.fences, 1);

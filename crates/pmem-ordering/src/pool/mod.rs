@@ -511,11 +511,14 @@ impl<B: Backend> Pool<B> {
         if !offset.is_multiple_of(8) {
             return Err(PoolError::Misaligned { offset });
         }
-        let len = count.checked_mul(8).ok_or(PoolError::OutOfBounds {
-            offset,
-            len: u64::MAX,
-            size: self.header.size,
-        })?;
+        // Not `ok_or(..)`: that builds (and drops) the error on every call.
+        let Some(len) = count.checked_mul(8) else {
+            return Err(PoolError::OutOfBounds {
+                offset,
+                len: u64::MAX,
+                size: self.header.size,
+            });
+        };
         let start = self.addr(offset, len)?;
         // SAFETY: the range is inside the mapping, which lives as long as `self`, and 8-byte
         // aligned (the mapping is page aligned and `offset` a multiple of 8); the memory is

@@ -64,7 +64,8 @@
 //! sibling is written in full, then linked from the old node with its high key, then the old
 //! node is truncated, then the parent is updated, up to a new root swapped in by one 8-byte
 //! store of the root pointer. Only the entries that change are written (and so logged and
-//! flushed). The published implementation had crash-consistency bugs exactly here (unpersisted
+//! flushed). A split logs every range it will write before writing any, so its log entries
+//! share one fence. The published implementation had crash-consistency bugs exactly here (unpersisted
 //! new nodes, non-atomic root changes, no recovery); the transaction makes these steps
 //! all-or-nothing instead of relying on a repair pass.
 //!
@@ -79,23 +80,26 @@
 //! # Concurrency
 //!
 //! * **Readers take no lock.** Each node has a version counter in DRAM (a stripe of
-//!   [`LANES`] counters keyed by the node's offset), made odd while a writer changes the node,
+//!   [`LANES`] counters keyed by the node's offset), marked while a writer changes the node,
 //!   and the tree has a structure version, made odd while a merge or a root change runs (the
 //!   ones that free nodes or move the root). A reader reads a node, then checks both versions;
 //!   if either moved it starts again from the root. A reader that finds its key at or above a
 //!   node's high key follows the sibling link: the key moved right in a split that happened
 //!   after the reader left the parent (FAIR's B-link reads), so a split restarts only the
 //!   readers that were reading one of the nodes it changed, while it changed them.
-//! * **Writers** share a tree lock and take the DRAM lock of their leaf's stripe, so inserts and
-//!   removes in different leaves run in parallel; the stripe's index is also the writer's redo
-//!   lane. A split or merge takes the tree lock exclusively. The locks live in DRAM only: a
-//!   crash cannot leave one held.
+//! * **Writers** find their leaf like a reader, then take the DRAM lock of the leaf's stripe
+//!   (a bit of the stripe's version word: one compare-and-swap to take it, a plain store to
+//!   release it) and check that the leaf is still the key's: no merge or root change ran since
+//!   the descent began and the key is below the leaf's high key (else a split moved it right,
+//!   and the writer looks again). Inserts and removes in leaves of different stripes run in
+//!   parallel; the stripe's index is also the writer's redo lane. A split or merge takes every
+//!   stripe's lock, in order, and new writers wait while one is pending, so they cannot starve
+//!   it. The locks live in DRAM only: a crash cannot leave one held.
 
 use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use pmem_ordering::{Backend, PPtr, Pool, PoolError, Written};
+use pmem_ordering::{Backend, PPtr, Pool, PoolError, Words, Written};
 use pmem_undo_log::{Heap, Tx, TxError};
 
 /// The reserved key that marks a free slot; it sorts after every valid key.
@@ -116,6 +120,7 @@ pub const DEFAULT_NODE_SIZE: u64 = 512;
 const LINE: u64 = 64;
 const HEADER: u64 = 64;
 const ENTRY: u64 = 16;
+const HEADER_WORDS: usize = (HEADER / 8) as usize;
 
 const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FASTFAIR");
 const FORMAT_VERSION: u64 = 1;
@@ -225,11 +230,123 @@ impl Default for FastFairConfig {
     }
 }
 
-/// A node's lock and version, one cache line so stripes do not share lines.
+/// The writer lock and reader version of the nodes of one stripe, and the stripe's share of
+/// the key count: one cache line, so stripes do not share lines.
+///
+/// `word` is the lock and the version in one: bit 0 is set while a writer holds the stripe,
+/// bit 1 while it changes one of the stripe's nodes, and the bits above count changes.
+/// Taking the lock is the only read-modify-write a writer makes; every other update of the
+/// word (and of `len`) is a plain store by the holder.
 #[repr(align(64))]
 struct Stripe {
-    lock: Mutex<()>,
-    version: AtomicU64,
+    word: AtomicU64,
+    /// Keys added minus keys removed by holders of this stripe (wrapping).
+    len: AtomicU64,
+}
+
+const LOCKED: u64 = 1;
+const CHANGING: u64 = 2;
+const CHANGE_STEP: u64 = 4;
+
+impl Stripe {
+    /// Wait until no change runs and return the version (the lock bit does not count: a
+    /// holder that changes nothing leaves readers valid).
+    #[inline]
+    fn read_begin(&self) -> u64 {
+        loop {
+            let v = self.word.load(Ordering::Acquire);
+            if v & CHANGING == 0 {
+                return v & !LOCKED;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether the version still reads `seen` after this thread's reads.
+    #[inline]
+    fn read_valid(&self, seen: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.word.load(Ordering::Relaxed) & !LOCKED == seen
+    }
+
+    fn lock(&self) -> StripeGuard<'_> {
+        let mut spins = 0u32;
+        loop {
+            let v = self.word.load(Ordering::Relaxed);
+            if v & LOCKED == 0
+                && self
+                    .word
+                    .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return StripeGuard { stripe: self };
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Mark a change of one of the stripe's nodes (the caller holds the lock, so a plain store
+    /// does: no locked instruction, which would wait for the flushes in flight).
+    #[inline]
+    fn change_begin(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        self.word.store(v | CHANGING, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// End the change: readers that overlapped it see a new version.
+    #[inline]
+    fn change_end(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        self.word
+            .store((v & !CHANGING).wrapping_add(CHANGE_STEP), Ordering::Release);
+    }
+
+    /// Count `delta` keys (the caller holds the lock).
+    #[inline]
+    fn add_len(&self, delta: u64) {
+        let n = self.len.load(Ordering::Relaxed);
+        self.len.store(n.wrapping_add(delta), Ordering::Relaxed);
+    }
+}
+
+/// Wait a little for a lock holder: it may be flushing for microseconds, or descheduled, so
+/// stop spinning soon.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Every stripe held by a split or merge (see [`FastFair::exclusive`]).
+struct Exclusive<'a> {
+    _guards: Vec<StripeGuard<'a>>,
+    pending: &'a AtomicU64,
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A held stripe lock; dropping it releases the stripe with one plain store.
+struct StripeGuard<'a> {
+    stripe: &'a Stripe,
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        let mut v = self.stripe.word.load(Ordering::Relaxed);
+        if v & CHANGING != 0 {
+            // A change cut short by a panic: let readers go on (they see a new version).
+            v = (v & !CHANGING).wrapping_add(CHANGE_STEP);
+        }
+        self.stripe.word.store(v & !LOCKED, Ordering::Release);
+    }
 }
 
 /// A node as read into DRAM (structure changes and recovery only).
@@ -250,20 +367,25 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     meta: u64,
     node_size: u64,
+    /// 8-byte words per node.
+    node_words: usize,
     capacity: usize,
+    /// Most nodes one descent can visit in a well-formed tree of this pool.
+    step_limit: u64,
     policy: ShiftPolicy,
     redo: u64,
-    len: AtomicU64,
-    tree_lock: RwLock<()>,
     structure_version: AtomicU64,
+    /// Splits and merges waiting for or holding every stripe: new writers let them in first,
+    /// so a stream of writers cannot starve them.
+    structure_pending: AtomicU64,
     stripes: Box<[Stripe]>,
 }
 
 fn new_stripes() -> Box<[Stripe]> {
     (0..LANES)
         .map(|_| Stripe {
-            lock: Mutex::new(()),
-            version: AtomicU64::new(0),
+            word: AtomicU64::new(0),
+            len: AtomicU64::new(0),
         })
         .collect()
 }
@@ -308,6 +430,115 @@ fn entry_bytes(node_size: u64, entries: &[(u64, u64)]) -> Vec<u8> {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out
+}
+
+/// A node's words, bounds-checked once ([`Pool::words`]): the searches of the hot paths read
+/// through it instead of paying a pool bounds check per load.
+#[derive(Clone, Copy)]
+struct NodeView<'a> {
+    words: Words<'a>,
+    capacity: usize,
+}
+
+impl NodeView<'_> {
+    #[inline]
+    fn level(&self) -> u64 {
+        self.words.load((LEVEL / 8) as usize)
+    }
+
+    #[inline]
+    fn sibling(&self) -> u64 {
+        self.words.load((SIBLING / 8) as usize)
+    }
+
+    #[inline]
+    fn leftmost(&self) -> u64 {
+        self.words.load((LEFTMOST / 8) as usize)
+    }
+
+    #[inline]
+    fn high(&self) -> u64 {
+        self.words.load((HIGH / 8) as usize)
+    }
+
+    #[inline]
+    fn key(&self, slot: usize) -> u64 {
+        self.words.load(HEADER_WORDS + 2 * slot)
+    }
+
+    #[inline]
+    fn value(&self, slot: usize) -> u64 {
+        self.words.load(HEADER_WORDS + 2 * slot + 1)
+    }
+
+    /// The first slot whose entry fails `below` (which holds for a prefix of the slots), by a
+    /// binary search without data-dependent branches: the probes' lines are already being
+    /// fetched, so a mispredicted branch per probe would cost more than the compare.
+    #[inline]
+    fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+        let mut base = 0;
+        let mut size = self.capacity;
+        while size > 1 {
+            let half = size / 2;
+            let mid = base + half;
+            base = std::hint::select_unpredictable(below(self.key(mid)), mid, base);
+            size -= half;
+        }
+        base + usize::from(below(self.key(base)))
+    }
+
+    /// The first slot whose key is above `key` (free slots count as above every key). Of a
+    /// transient duplicate, the slot before the result is the right copy.
+    #[inline]
+    fn upper_bound(&self, key: u64) -> usize {
+        self.partition(|k| k <= key)
+    }
+
+    /// Used slots (the first free slot).
+    #[inline]
+    fn count(&self) -> usize {
+        self.partition(|k| k != EMPTY_KEY)
+    }
+
+    /// The child of this internal node that covers `key`.
+    #[inline]
+    fn child_for(&self, key: u64) -> u64 {
+        match self.upper_bound(key) {
+            0 => self.leftmost(),
+            ub => self.value(ub - 1),
+        }
+    }
+
+    /// The value of `key` in this leaf, if there.
+    #[inline]
+    fn leaf_value(&self, key: u64) -> Option<u64> {
+        let ub = self.upper_bound(key);
+        (ub > 0 && self.key(ub - 1) == key).then(|| self.value(ub - 1))
+    }
+}
+
+/// Writes planned in order, as (offset, bytes): a split is planned, then logged, then written.
+type Staged = Vec<(u64, Vec<u8>)>;
+
+/// The write of the slots of node `offset` whose entry differs between `old` (as stored) and
+/// `new`, if any: the transaction then logs and flushes only those lines, not the whole node.
+fn changed_entries(offset: u64, old: &[(u64, u64)], new: &[(u64, u64)]) -> Option<(u64, Vec<u8>)> {
+    let first = old
+        .iter()
+        .zip(new)
+        .position(|(a, b)| a != b)
+        .unwrap_or(old.len().min(new.len()));
+    let end = old.len().max(new.len());
+    if first >= end {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity((end - first) * ENTRY as usize);
+    for slot in first..end {
+        let (k, v) = new.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+        bytes.extend_from_slice(&k.to_le_bytes());
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    Some((entry_offset(offset, first), bytes))
 }
 
 /// What one validated step of a lock-free descent found.
@@ -410,14 +641,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             tx.write(root, &meta)?;
             Ok::<_, TxError>(redo)
         })?;
-        Ok(FastFair::handle(
-            heap,
-            root,
-            node_size,
-            config.policy,
-            redo,
-            0,
-        ))
+        Ok(FastFair::handle(heap, root, node_size, config.policy, redo))
     }
 
     fn handle(
@@ -426,18 +650,18 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         node_size: u64,
         policy: ShiftPolicy,
         redo: u64,
-        len: u64,
     ) -> Self {
         FastFair {
             heap,
             meta,
             node_size,
+            node_words: (node_size / 8) as usize,
             capacity: ((node_size - HEADER) / ENTRY) as usize,
+            step_limit: heap.pool().size() / node_size + 64,
             policy,
             redo,
-            len: AtomicU64::new(len),
-            tree_lock: RwLock::new(()),
             structure_version: AtomicU64::new(0),
+            structure_pending: AtomicU64::new(0),
             stripes: new_stripes(),
         }
     }
@@ -485,10 +709,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 "redo area {redo:#x} is not an allocated block of its size"
             )));
         }
-        let tree = FastFair::handle(heap, root, node_size, policy, redo, 0);
+        let tree = FastFair::handle(heap, root, node_size, policy, redo);
         tree.replay_redo()?;
         let len = tree.check_and_repair()?;
-        tree.len.store(len, Ordering::Relaxed);
+        tree.stripes[0].len.store(len, Ordering::Relaxed);
         Ok(tree)
     }
 
@@ -509,7 +733,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.len.load(Ordering::Relaxed)
+        self.stripes
+            .iter()
+            .fold(0, |n, s| n.wrapping_add(s.len.load(Ordering::Relaxed)))
     }
 
     /// Whether the tree holds no key.
@@ -548,19 +774,37 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         &self.stripes[Self::stripe_index(node)]
     }
 
-    fn shared(&self) -> RwLockReadGuard<'_, ()> {
-        self.tree_lock.read().unwrap_or_else(|p| p.into_inner())
+    /// Every stripe's lock, taken in index order (writers hold one stripe at a time, so this
+    /// cannot deadlock): no other writer runs until the guards drop.
+    fn exclusive(&self) -> Exclusive<'_> {
+        self.structure_pending.fetch_add(1, Ordering::Relaxed);
+        Exclusive {
+            _guards: self.stripes.iter().map(Stripe::lock).collect(),
+            pending: &self.structure_pending,
+        }
     }
 
-    fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.tree_lock.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_stripe(&self, index: usize) -> MutexGuard<'_, ()> {
-        self.stripes[index]
-            .lock
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Find `key`'s leaf without a lock, lock its stripe, and check that it is still `key`'s
+    /// leaf: no merge or root change ran since the descent began (they move the structure
+    /// version) and no split moved `key` to a right sibling (the leaf's high key is above it).
+    /// A structure change takes every stripe, so none runs while the guard is held.
+    fn lock_leaf(&self, key: u64) -> Result<(u64, usize, StripeGuard<'_>), FastFairError> {
+        loop {
+            let mut spins = 0;
+            while self.structure_pending.load(Ordering::Relaxed) != 0 {
+                backoff(&mut spins);
+            }
+            let (leaf, structure) = self.lock_free_leaf(key)?;
+            let lane = Self::stripe_index(leaf);
+            let guard = self.stripes[lane].lock();
+            if self.structure_version.load(Ordering::Relaxed) != structure {
+                continue;
+            }
+            let view = self.view(leaf)?;
+            if view.level() == 0 && key < view.high() {
+                return Ok((leaf, lane, guard));
+            }
+        }
     }
 
     /// Wait until `version` is even (no writer inside) and return it.
@@ -580,16 +824,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         version.load(Ordering::Relaxed) == seen
     }
 
-    /// Make `version` odd before a change. Each version has one writer at a time (it holds
-    /// the stripe's lock or the tree lock exclusively), so a plain store does: no locked
-    /// read-modify-write, which would wait for the flushes in flight.
+    /// Make the structure version odd before a change. Its writer holds every stripe, so a
+    /// plain store does: no locked read-modify-write, which would wait for the flushes in
+    /// flight.
     fn write_begin(version: &AtomicU64) {
         let v = version.load(Ordering::Relaxed);
         version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
-    /// Make `version` even again after the change.
+    /// Make the structure version even again after the change.
     fn write_end(version: &AtomicU64) {
         let v = version.load(Ordering::Relaxed);
         version.store(v.wrapping_add(1), Ordering::Release);
@@ -605,78 +849,46 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         self.pool().load_u64(entry_offset(node, slot) + 8)
     }
 
+    /// The words of `node`, bounds-checked once: the hot paths read nodes through this.
+    #[inline]
+    fn view(&self, node: u64) -> Result<NodeView<'_>, PoolError> {
+        Ok(NodeView {
+            words: self.pool().words(node, self.node_words)?,
+            capacity: self.capacity,
+        })
+    }
+
     /// The first slot whose key is above `key` (free slots count as above every key). Of
     /// a transient duplicate, the slot before the result is the right copy.
     fn upper_bound(&self, node: u64, key: u64) -> Result<usize, PoolError> {
-        let (mut lo, mut hi) = (0, self.capacity);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.key_at(node, mid)? <= key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        Ok(self.view(node)?.upper_bound(key))
     }
 
     /// Used slots of a node (the first free slot).
     fn count(&self, node: u64) -> Result<usize, PoolError> {
-        let (mut lo, mut hi) = (0, self.capacity);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.key_at(node, mid)? != EMPTY_KEY {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
-    }
-
-    /// The child of internal `node` that covers `key`.
-    fn child_for(&self, node: u64, key: u64) -> Result<u64, PoolError> {
-        let ub = self.upper_bound(node, key)?;
-        if ub == 0 {
-            self.pool().load_u64(node + LEFTMOST)
-        } else {
-            self.value_at(node, ub - 1)
-        }
-    }
-
-    /// The value of `key` in leaf `node`, if there.
-    fn leaf_value(&self, node: u64, key: u64) -> Result<Option<u64>, PoolError> {
-        let ub = self.upper_bound(node, key)?;
-        if ub > 0 && self.key_at(node, ub - 1)? == key {
-            Ok(Some(self.value_at(node, ub - 1)?))
-        } else {
-            Ok(None)
-        }
+        Ok(self.view(node)?.count())
     }
 
     /// A node as stored, transient duplicates dropped (the right copy kept).
     fn read_node(&self, node: u64) -> Result<NodeImage, FastFairError> {
-        let pool = self.pool();
-        let mut raw = vec![0u8; self.node_size as usize];
-        pool.read_bytes(node, &mut raw)?;
-        let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8"));
+        let view = self.view(node)?;
         let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);
         for slot in 0..self.capacity {
-            let k = word(8 + 2 * slot);
+            let k = view.key(slot);
             if k == EMPTY_KEY {
                 break;
             }
-            let v = word(9 + 2 * slot);
+            let v = view.value(slot);
             match entries.last_mut() {
                 Some(last) if last.0 == k => *last = (k, v),
                 _ => entries.push((k, v)),
             }
         }
         Ok(NodeImage {
-            level: word(0),
-            sibling: word(1),
-            leftmost: word(2),
-            high: word(3),
+            level: view.level(),
+            sibling: view.sibling(),
+            leftmost: view.leftmost(),
+            high: view.high(),
             entries,
         })
     }
@@ -689,20 +901,20 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         // Ask for every line of the node at once: the search then waits for one miss, not one
         // per probe.
         pool.prefetch(node, self.node_size);
-        let high = pool.load_u64(node + HIGH)?;
-        if key >= high {
-            return Ok(Step::Right(pool.load_u64(node + SIBLING)?));
+        let view = self.view(node)?;
+        if key >= view.high() {
+            return Ok(Step::Right(view.sibling()));
         }
-        if pool.load_u64(node + LEVEL)? == 0 {
-            Ok(Step::Leaf(self.leaf_value(node, key)?))
+        if view.level() == 0 {
+            Ok(Step::Leaf(view.leaf_value(key)))
         } else {
-            Ok(Step::Down(self.child_for(node, key)?))
+            Ok(Step::Down(view.child_for(key)))
         }
     }
 
     /// Most nodes one descent can visit in a well-formed tree of this pool.
     fn step_limit(&self) -> u64 {
-        self.pool().size() / self.node_size + 64
+        self.step_limit
     }
 
     /// Walk from the root to `key`'s leaf, validating each node, restarting after a change.
@@ -717,10 +929,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     return Err(self.corrupt(format!("a lookup of {key} does not end")));
                 }
                 let stripe = self.stripe(node);
-                let seen = Self::read_begin(&stripe.version);
+                let seen = stripe.read_begin();
                 let outcome = self.step(node, key);
-                if !Self::read_valid(&stripe.version, seen)
-                    || !Self::read_valid(&self.structure_version, structure)
+                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -758,20 +969,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     return Err(self.corrupt(format!("a descent to {key} does not end")));
                 }
                 let stripe = self.stripe(node);
-                let seen = Self::read_begin(&stripe.version);
+                let seen = stripe.read_begin();
                 let outcome = (|| -> Result<Option<u64>, PoolError> {
-                    let pool = self.pool();
-                    pool.prefetch(node, self.node_size);
-                    if key >= pool.load_u64(node + HIGH)? {
-                        return Ok(Some(pool.load_u64(node + SIBLING)?));
+                    self.pool().prefetch(node, self.node_size);
+                    let view = self.view(node)?;
+                    if key >= view.high() {
+                        return Ok(Some(view.sibling()));
                     }
-                    if pool.load_u64(node + LEVEL)? == 0 {
+                    if view.level() == 0 {
                         return Ok(None);
                     }
-                    Ok(Some(self.child_for(node, key)?))
+                    Ok(Some(view.child_for(key)))
                 })();
-                if !Self::read_valid(&stripe.version, seen)
-                    || !Self::read_valid(&self.structure_version, structure)
+                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -825,7 +1035,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         raw.resize(self.capacity * ENTRY as usize, 0);
         let raw = &mut raw[..];
         let stripe = self.stripe(node);
-        let seen = Self::read_begin(&stripe.version);
+        let seen = stripe.read_begin();
         let pool = self.pool();
         let header = (|| -> Result<(u64, u64, u64), PoolError> {
             let level = pool.load_u64(node + LEVEL)?;
@@ -834,7 +1044,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             pool.read_bytes(node + HEADER, raw)?;
             Ok((level, high, sibling))
         })();
-        if !Self::read_valid(&stripe.version, seen) {
+        if !stripe.read_valid(seen) {
             return Ok(None);
         }
         let (level, high, sibling) = header?;
@@ -878,53 +1088,32 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         self.put(key, value, true)
     }
 
-    /// The leaf covering `key`, for a writer holding the tree lock (no structure change can
-    /// run, so no validation is needed).
-    fn writer_leaf(&self, key: u64) -> Result<u64, FastFairError> {
-        let pool = self.pool();
-        let mut node = self.root_node()?;
-        for _ in 0..self.step_limit() {
-            pool.prefetch(node, self.node_size);
-            if key >= pool.load_u64(node + HIGH)? {
-                return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
-            }
-            if pool.load_u64(node + LEVEL)? == 0 {
-                return Ok(node);
-            }
-            node = self.child_for(node, key)?;
-        }
-        Err(self.corrupt(format!("a descent to {key} does not end")))
-    }
-
-    /// Root-to-leaf path of `key`, for a writer holding the tree lock exclusively.
+    /// Root-to-leaf path of `key`, for a writer holding every stripe.
     fn writer_path(&self, key: u64) -> Result<Vec<u64>, FastFairError> {
-        let pool = self.pool();
         let mut path = Vec::with_capacity(8);
         let mut node = self.root_node()?;
         for _ in 0..self.step_limit() {
             path.push(node);
-            if key >= pool.load_u64(node + HIGH)? {
+            let view = self.view(node)?;
+            if key >= view.high() {
                 return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
             }
-            if pool.load_u64(node + LEVEL)? == 0 {
+            if view.level() == 0 {
                 return Ok(path);
             }
-            node = self.child_for(node, key)?;
+            node = view.child_for(key);
         }
         Err(self.corrupt(format!("a descent to {key} does not end")))
     }
 
     fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, FastFairError> {
         {
-            let _tree = self.shared();
-            let leaf = self.writer_leaf(key)?;
-            let lane = Self::stripe_index(leaf);
-            let _node = self.lock_stripe(lane);
+            let (leaf, lane, _node) = self.lock_leaf(key)?;
             if let Some(old) = self.put_in_leaf(leaf, lane, key, value, replace)? {
                 return Ok(old);
             }
         }
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let path = self.writer_path(key)?;
         let leaf = *path.last().expect("a path ends at a leaf");
         // Another writer may have split this leaf or inserted the key meanwhile.
@@ -932,7 +1121,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             return Ok(old);
         }
         self.split_insert(&path, key, value)?;
-        self.len.fetch_add(1, Ordering::Relaxed);
+        self.stripes[0].add_len(1);
         Ok(None)
     }
 
@@ -947,10 +1136,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         replace: bool,
     ) -> Result<Option<Option<u64>>, FastFairError> {
         let pool = self.pool();
-        let ub = self.upper_bound(leaf, key)?;
-        if ub > 0 && self.key_at(leaf, ub - 1)? == key {
+        let view = self.view(leaf)?;
+        let ub = view.upper_bound(key);
+        if ub > 0 && view.key(ub - 1) == key {
             let at = entry_offset(leaf, ub - 1) + 8;
-            let old = pool.load_u64(at)?;
+            let old = view.value(ub - 1);
             if replace {
                 // One failure-atomic store: readers see the old or the new value.
                 let w = pool.store_u64(at, value)?;
@@ -958,7 +1148,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             }
             return Ok(Some(Some(old)));
         }
-        let n = self.count(leaf)?;
+        let n = view.count();
         if n >= self.capacity {
             return Ok(None);
         }
@@ -969,7 +1159,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             value,
         };
         self.shift(leaf, lane, shift)?;
-        self.len.fetch_add(1, Ordering::Relaxed);
+        self.stripes[lane].add_len(1);
         Ok(Some(None))
     }
 
@@ -979,10 +1169,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             return Err(FastFairError::ReservedKey);
         }
         {
-            let _tree = self.shared();
-            let leaf = self.writer_leaf(key)?;
-            let lane = Self::stripe_index(leaf);
-            let _node = self.lock_stripe(lane);
+            let (leaf, lane, _node) = self.lock_leaf(key)?;
             let ub = self.upper_bound(leaf, key)?;
             if ub == 0 || self.key_at(leaf, ub - 1)? != key {
                 return Ok(None);
@@ -994,7 +1181,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 return Ok(Some(old));
             }
         }
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let path = self.writer_path(key)?;
         let leaf = *path.last().expect("a path ends at a leaf");
         let ub = self.upper_bound(leaf, key)?;
@@ -1007,7 +1194,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             self.remove_in_leaf(leaf, Self::stripe_index(leaf), ub - 1, n)?;
         } else {
             self.remove_and_merge(&path, key)?;
-            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.stripes[0].add_len(1u64.wrapping_neg());
         }
         Ok(Some(old))
     }
@@ -1026,36 +1213,37 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     ) -> Result<(), FastFairError> {
         let shift = Shift::Remove { at: slot, n };
         self.shift(leaf, lane, shift)?;
-        self.len.fetch_sub(1, Ordering::Relaxed);
+        self.stripes[lane].add_len(1u64.wrapping_neg());
         Ok(())
     }
 
-    /// Carry out `shift` on `node` under the tree's policy, with the node's version odd
-    /// meanwhile. The caller holds the node's stripe lock (or the tree lock exclusively), so
+    /// Carry out `shift` on `node` under the tree's policy, with the node's stripe marked as
+    /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
     /// `lane` is this writer's alone.
     fn shift(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
-        let version = &self.stripe(node).version;
-        Self::write_begin(version);
+        let stripe = self.stripe(node);
+        stripe.change_begin();
         let result = match self.policy {
             ShiftPolicy::PerShift => self.shift_per_entry(node, shift),
             ShiftPolicy::Fast => self.shift_fast(node, shift),
             ShiftPolicy::Redo => self.shift_redo(node, lane, shift),
         };
-        Self::write_end(version);
+        stripe.change_end();
         result
     }
 
     /// The `i`th entry write of `shift` on `node`, reading the entry it moves (not yet
     /// overwritten: a right shift runs downward, a left shift upward).
-    fn slot_write(&self, node: u64, shift: Shift, i: usize) -> Result<SlotWrite, PoolError> {
-        Ok(match shift {
+    #[inline]
+    fn slot_write(view: NodeView<'_>, shift: Shift, i: usize) -> SlotWrite {
+        match shift {
             Shift::Insert { at, n, key, value } => {
                 if i < n - at {
                     let slot = n - i;
                     SlotWrite {
                         slot,
-                        key: self.key_at(node, slot - 1)?,
-                        value: Some(self.value_at(node, slot - 1)?),
+                        key: view.key(slot - 1),
+                        value: Some(view.value(slot - 1)),
                         key_first: false,
                     }
                 } else {
@@ -1072,8 +1260,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 if slot + 1 < n {
                     SlotWrite {
                         slot,
-                        key: self.key_at(node, slot + 1)?,
-                        value: Some(self.value_at(node, slot + 1)?),
+                        key: view.key(slot + 1),
+                        value: Some(view.value(slot + 1)),
                         key_first: true,
                     }
                 } else {
@@ -1085,9 +1273,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     }
                 }
             }
-        })
+        }
     }
 
+    #[inline]
     fn store_slot(&self, node: u64, w: &SlotWrite) -> Result<Written, PoolError> {
         let pool = self.pool();
         let at = entry_offset(node, w.slot);
@@ -1106,8 +1295,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// The baseline: every moved entry flushed and fenced before the next.
     fn shift_per_entry(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
+        let view = self.view(node)?;
         for i in 0..shift.len() {
-            let w = self.slot_write(node, shift, i)?;
+            let w = Self::slot_write(view, shift, i);
             let written = self.store_slot(node, &w)?;
             let _ = self.pool().persist(written);
         }
@@ -1117,9 +1307,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// FAST: stores in place; one flush and fence each time the shift leaves a line.
     fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let pool = self.pool();
+        let view = self.view(node)?;
         let mut pending: Option<(u64, Written)> = None;
         for i in 0..shift.len() {
-            let w = self.slot_write(node, shift, i)?;
+            let w = Self::slot_write(view, shift, i);
             let line = line_of(w.slot);
             if let Some((open, written)) = pending.take() {
                 if open == line {
@@ -1149,9 +1340,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let mut unfenced_clear: Option<Written> = None;
         let mut group = [SlotWrite::default(); PER_LINE];
         let mut grouped = 0;
+        let view = self.view(node)?;
         for i in 0..=shift.len() {
             let next = if i < shift.len() {
-                Some(self.slot_write(node, shift, i)?)
+                Some(Self::slot_write(view, shift, i))
             } else {
                 None
             };
@@ -1257,13 +1449,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         }
         for (i, s) in self.stripes.iter().enumerate() {
             if mask & (1 << i) != 0 {
-                Self::write_begin(&s.version);
+                s.change_begin();
             }
         }
         let result = f();
         for (i, s) in self.stripes.iter().enumerate() {
             if mask & (1 << i) != 0 {
-                Self::write_end(&s.version);
+                s.change_end();
             }
         }
         result
@@ -1287,8 +1479,20 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let root_splits = self.root_would_split(path)?;
         let run = || {
             self.with_nodes_versioned(path, || {
-                self.heap
-                    .transaction(|tx| self.split_in_tx(tx, path, key, value))
+                self.heap.transaction(|tx| {
+                    let mut staged = Vec::new();
+                    self.split_in_tx(tx, path, key, value, &mut staged)?;
+                    // Log every range before writing any: the log entries then share one
+                    // fence, where logging each just before its write fenced once per range.
+                    // The writes still follow in FAIR order, for lock-free readers.
+                    for (offset, bytes) in &staged {
+                        tx.snapshot(*offset, bytes.len() as u64)?;
+                    }
+                    for (offset, bytes) in &staged {
+                        tx.write(*offset, bytes)?;
+                    }
+                    Ok::<_, FastFairError>(())
+                })
             })
         };
         if root_splits {
@@ -1308,12 +1512,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         Ok(true)
     }
 
+    /// Plan the split in `staged`, the writes in FAIR order (new nodes are allocated in `tx`).
     fn split_in_tx(
         &self,
         tx: &Tx<'_, B>,
         path: &[u64],
         key: u64,
         value: u64,
+        staged: &mut Staged,
     ) -> Result<(), FastFairError> {
         let leaf_off = *path.last().expect("a path ends at a leaf");
         let mut node = self.read_node(leaf_off)?;
@@ -1323,7 +1529,16 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let mid = node.entries.len() / 2;
         let right_entries = node.entries.split_off(mid);
         let mut carry = (right_entries[0].0, 0u64);
-        carry.1 = self.split_node(tx, leaf_off, &mut node, &old, right_entries, 0, carry.0)?;
+        carry.1 = self.split_node(
+            tx,
+            staged,
+            leaf_off,
+            &mut node,
+            &old,
+            right_entries,
+            0,
+            carry.0,
+        )?;
         for i in (0..path.len() - 1).rev() {
             let parent_off = path[i];
             let mut parent = self.read_node(parent_off)?;
@@ -1331,14 +1546,22 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             let at = parent.entries.partition_point(|&(k, _)| k < carry.0);
             parent.entries.insert(at, carry);
             if parent.entries.len() <= self.capacity {
-                self.write_changed_entries(tx, parent_off, &old, &parent.entries)?;
+                staged.extend(changed_entries(parent_off, &old, &parent.entries));
                 return Ok(());
             }
             let m = parent.entries.len() / 2;
             let mut right = parent.entries.split_off(m);
             let (up_key, mid_child) = right.remove(0);
-            let sibling =
-                self.split_node(tx, parent_off, &mut parent, &old, right, mid_child, up_key)?;
+            let sibling = self.split_node(
+                tx,
+                staged,
+                parent_off,
+                &mut parent,
+                &old,
+                right,
+                mid_child,
+                up_key,
+            )?;
             carry = (up_key, sibling);
         }
         // The root split: a new root above it, swapped in by one 8-byte store.
@@ -1352,8 +1575,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             high: EMPTY_KEY,
             entries: vec![carry],
         };
-        self.write_node(tx, new_root, &image)?;
-        tx.write_value(self.meta + META_ROOT, &new_root)?;
+        staged.push((new_root, node_bytes(self.node_size, &image)));
+        staged.push((self.meta + META_ROOT, new_root.to_le_bytes().to_vec()));
         Ok(())
     }
 
@@ -1364,6 +1587,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     fn split_node(
         &self,
         tx: &Tx<'_, B>,
+        staged: &mut Staged,
         offset: u64,
         node: &mut NodeImage,
         old: &[(u64, u64)],
@@ -1379,40 +1603,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             high: node.high,
             entries: right,
         };
-        self.write_node(tx, sibling, &image)?;
-        tx.write_value(offset + HIGH, &separator)?;
-        tx.write_value(offset + SIBLING, &sibling)?;
+        staged.push((sibling, node_bytes(self.node_size, &image)));
+        staged.push((offset + HIGH, separator.to_le_bytes().to_vec()));
+        staged.push((offset + SIBLING, sibling.to_le_bytes().to_vec()));
         node.sibling = sibling;
         node.high = separator;
-        self.write_changed_entries(tx, offset, old, &node.entries)?;
+        staged.extend(changed_entries(offset, old, &node.entries));
         Ok(sibling)
-    }
-
-    /// Write the slots of node `offset` whose entry differs between `old` (as stored) and
-    /// `new`: the transaction logs and flushes only those lines, not the whole node.
-    fn write_changed_entries(
-        &self,
-        tx: &Tx<'_, B>,
-        offset: u64,
-        old: &[(u64, u64)],
-        new: &[(u64, u64)],
-    ) -> Result<(), TxError> {
-        let first = old
-            .iter()
-            .zip(new)
-            .position(|(a, b)| a != b)
-            .unwrap_or(old.len().min(new.len()));
-        let end = old.len().max(new.len());
-        if first >= end {
-            return Ok(());
-        }
-        let mut bytes = Vec::with_capacity((end - first) * ENTRY as usize);
-        for slot in first..end {
-            let (k, v) = new.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
-            bytes.extend_from_slice(&k.to_le_bytes());
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-        tx.write(entry_offset(offset, first), &bytes)
     }
 
     /// Move one entry into the underfull `node` (child `index` of `parent`) from its right
@@ -1681,7 +1878,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Every block the tree owns (the redo area and every node), sorted, for heap checks.
     pub fn blocks(&self) -> Result<Vec<u64>, FastFairError> {
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let mut out = self.walk(self.root_node()?, |_, _, _| Ok(()))?;
         out.push(self.redo);
         out.sort_unstable();
@@ -1691,7 +1888,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// Check the whole tree (levels, links, key order and bounds, that every child pointer
     /// names the next level's node) and return the number of keys.
     pub fn check(&self) -> Result<u64, FastFairError> {
-        let _tree = self.exclusive();
+        let _all = self.exclusive();
         let mut keys = 0;
         let mut children: Vec<Vec<u64>> = Vec::new();
         let mut chains: Vec<Vec<u64>> = Vec::new();

@@ -28,12 +28,14 @@
 //!   the value, persisted.
 //! * **Displacement** (a full probing window): before splitting, keys move further along their
 //!   own windows to make room: a key of the full window moves to a later bucket of its window,
-//!   where room may in turn be made the same way, up to three moves deep. Each move copies the
-//!   key on and persists it, then the old slot is reused (emptied first, in the same line). A
-//!   crash between the two leaves the moved key twice with one value; [`Cceh::open`] keeps one
-//!   copy. Keys move only forward in their own probing order, which is what keeps lock-free
-//!   lookups correct, and the window stays four buckets: splits come later (a fuller table,
-//!   fewer bytes per key) at the price of one more flush and fence per move.
+//!   where room may in turn be made the same way (two moves deep at most, the shortest chain
+//!   first). Each move copies the key on and persists it, then the old slot is reused (emptied
+//!   first, in the same line). A crash between the two leaves the moved key twice with one
+//!   value; [`Cceh::open`] keeps one copy. Keys move only forward in their own probing order,
+//!   which is what keeps lock-free lookups correct, and the window stays four buckets: splits
+//!   come later (a fuller table, fewer bytes per key) at the price of one more flush and fence
+//!   per move and of the search for a chain (deeper chains were measured to save a little more
+//!   memory and cost far more time).
 //! * **Split** (a window full even after that): a new segment receives, slot for slot, the keys whose
 //!   next hash bit is 1; the directory entries of the old segment's range get the new local
 //!   depth and the upper half the new segment. The keys that moved are left in the old segment
@@ -79,7 +81,7 @@ pub const SLOTS_PER_BUCKET: u64 = 4;
 pub const PROBE_BUCKETS: u64 = 4;
 /// How deep a chain of moves a full window may start before its segment splits (see
 /// `Cceh::displace`): each move shifts one key to a later bucket of its own window.
-const DISPLACEMENT_HOPS: u32 = 3;
+const DISPLACEMENT_HOPS: u32 = 2;
 const BUCKET_BYTES: u64 = 64;
 const WORDS_PER_BUCKET: u64 = BUCKET_BYTES / 8;
 const SLOT_BYTES: u64 = 16;
@@ -742,9 +744,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
 
     /// Make room in `h`'s full window by moving keys further along their own windows: a key
     /// of the window moves to a later bucket of its window, where room may in turn be made
-    /// the same way, up to [`DISPLACEMENT_HOPS`] buckets deep. Returns the window's slot
-    /// vacated, which still holds the key moved out: the caller overwrites it. Splitting later
-    /// this way raises the load a segment reaches before it splits.
+    /// the same way, up to [`DISPLACEMENT_HOPS`] moves deep, the shortest chain first. Returns
+    /// the window's slot vacated, which still holds the key moved out: the caller overwrites
+    /// it. Splitting later this way raises the load a segment reaches before it splits.
     ///
     /// Every move writes and persists the copy before the old slot is overwritten, and the
     /// copy lies *after* the old slot in the moved key's probing order, so a lookup scanning
@@ -755,12 +757,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         let home = h & mask;
         let pattern = prefix(h, place.local_depth);
         let mut path = Vec::with_capacity(DISPLACEMENT_HOPS as usize + 1);
-        for step in 0..PROBE_BUCKETS {
-            let bucket = (home + step) & mask;
-            if let Some(slot) =
-                self.room_in(place, pattern, bucket, DISPLACEMENT_HOPS, &mut path)?
-            {
-                return Ok(Some(slot));
+        // Shallowest chain first: most full windows need one move, and a deep search is costly.
+        for hops in 1..=DISPLACEMENT_HOPS {
+            for step in 0..PROBE_BUCKETS {
+                let bucket = (home + step) & mask;
+                if let Some(slot) = self.room_in(place, pattern, bucket, hops, &mut path)? {
+                    return Ok(Some(slot));
+                }
             }
         }
         Ok(None)

@@ -49,8 +49,9 @@
 //!
 //! # Concurrency
 //!
-//! Writers of different segments run in parallel (a DRAM lock per segment stripe under a
-//! shared structure lock); splits and doublings take the structure lock exclusively. Lookups
+//! Writers of different segments run in parallel: a writer takes its segment stripe's DRAM
+//! lock (one compare-and-swap), then checks that the directory still maps its key there.
+//! Splits and doublings take a structure mutex and the split segment's stripe lock. Lookups
 //! take no lock at all: they run inside a `crossbeam-epoch` critical section, read the
 //! directory, scan the window, then check that the directory and the key's entry are still the
 //! ones they started from (a split or doubling in between means a retry). A directory replaced
@@ -66,7 +67,7 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch as epoch;
 
@@ -213,9 +214,12 @@ impl Place {
 /// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
 /// never in the pool, so a crash cannot leave one held:
 ///
-/// * inserts, updates and removes share a *structure* lock and take the lock of their segment's
-///   stripe (one of 64), so writers of different segments run in parallel;
-/// * a split or doubling takes the structure lock exclusively;
+/// * inserts, updates and removes take the lock of their segment's stripe (one of 64, a single
+///   compare-and-swap), then check that the directory still names that segment for their key
+///   (else they unlock and look again): writers of different segments run in parallel;
+/// * a split or doubling takes the *structure* mutex (one structural change at a time) and the
+///   stripe lock of the segment it splits, so no writer of that segment runs meanwhile; a
+///   snapshot ([`Cceh::iter`]) takes the structure mutex and every stripe;
 /// * lookups take no lock and never wait, not even for a split: they pin a `crossbeam-epoch`
 ///   guard, scan the probing window with atomic loads, re-read the key after the value (a slot
 ///   reused under them means a rescan), and finally check that the directory pointer and the
@@ -226,9 +230,8 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     root: u64,
     buckets: u64,
-    len: AtomicU64,
-    structure: RwLock<()>,
-    stripes: Box<[Mutex<()>]>,
+    structure: Mutex<()>,
+    stripes: Box<[Stripe]>,
     /// The directory the last doubling replaced (also recorded at `root + 24`), until a later
     /// split or doubling frees it.
     retired: Mutex<Option<Retired>>,
@@ -278,8 +281,64 @@ const RETIRED_AT: u64 = 24;
 /// Segment lock stripes.
 const STRIPES: usize = 64;
 
-fn new_stripes() -> Box<[Mutex<()>]> {
-    (0..STRIPES).map(|_| Mutex::new(())).collect()
+fn new_stripes() -> Box<[Stripe]> {
+    (0..STRIPES).map(|_| Stripe::default()).collect()
+}
+
+/// The lock of the segments whose offsets hash to it, and the change in the key count made by
+/// writers holding it (wrapping: a split moves keys between stripes, so one stripe's count may
+/// go below zero; their sum is the table's). One cache line each, so writers of different
+/// stripes do not share lines.
+#[derive(Default)]
+#[repr(align(64))]
+struct Stripe {
+    locked: AtomicBool,
+    keys: AtomicU64,
+}
+
+impl Stripe {
+    /// Take the lock: one compare-and-swap when free; spin, then yield, when not.
+    fn lock(&self) -> StripeGuard<'_> {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins < 128 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        StripeGuard { stripe: self }
+    }
+}
+
+/// A held stripe lock; released on drop.
+struct StripeGuard<'a> {
+    stripe: &'a Stripe,
+}
+
+impl StripeGuard<'_> {
+    /// Count `delta` keys added (or, wrapping, removed) under this lock: a plain
+    /// read-modify-write, as only the holder changes the stripe's count.
+    fn count(&self, delta: u64) {
+        let keys = &self.stripe.keys;
+        keys.store(
+            keys.load(Ordering::Relaxed).wrapping_add(delta),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        self.stripe.locked.store(false, Ordering::Release);
+    }
 }
 
 /// What one attempt to put a key in its window found.
@@ -324,8 +383,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             heap,
             root,
             buckets: b,
-            len: AtomicU64::new(0),
-            structure: RwLock::new(()),
+            structure: Mutex::new(()),
             stripes: new_stripes(),
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
@@ -350,8 +408,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             heap,
             root,
             buckets,
-            len: AtomicU64::new(0),
-            structure: RwLock::new(()),
+            structure: Mutex::new(()),
             stripes: new_stripes(),
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
@@ -390,7 +447,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             }
             count += table.remove_duplicates(segment, local, start >> (depth - local))?;
         }
-        table.len.store(count, Ordering::Relaxed);
+        table.stripes[0].keys.store(count, Ordering::Relaxed);
         let retired = pool.load_u64(root + RETIRED_AT)?;
         if retired != 0 {
             if retired == directory || !owned(retired, 16) {
@@ -483,6 +540,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             .collect())
     }
 
+    #[cfg(test)]
     fn locate(&self, h: u64) -> Result<Place, CcehError> {
         self.locate_in(self.heap.pool().load_u64(self.root + 8)?, h)
     }
@@ -621,20 +679,33 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             .words(segment, (self.buckets * WORDS_PER_BUCKET) as usize)?)
     }
 
-    fn shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {
-        self.structure.read().unwrap_or_else(|p| p.into_inner())
+    /// The structure mutex: one split, doubling or snapshot at a time.
+    fn structure(&self) -> MutexGuard<'_, ()> {
+        self.structure.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn exclusive(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.structure.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The lock of the stripe `segment` falls in.
-    fn segment_lock(&self, segment: u64) -> MutexGuard<'_, ()> {
-        let stripe = (hash(segment) as usize) % STRIPES;
-        self.stripes[stripe]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Where `h` leads, with the lock of that segment's stripe held. The directory is read
+    /// without a guard (a writer does not pin the epoch), so what was read is checked under
+    /// the lock: an unchanged directory pointer means the directory is still the current one
+    /// (so not freed), and an unchanged entry that it still maps `h` to this segment, which no
+    /// split can change while the lock is held.
+    fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
+        let pool = self.heap.pool();
+        loop {
+            let directory = pool.load_u64(self.root + 8)?;
+            let place = match self.locate_in(directory, h) {
+                Ok(place) => place,
+                // A directory swapped out (and maybe reused) meanwhile: look again.
+                Err(e) if pool.load_u64(self.root + 8)? == directory => return Err(e),
+                Err(_) => continue,
+            };
+            let guard = self.stripes[(hash(place.segment) as usize) % STRIPES].lock();
+            if pool.load_u64(self.root + 8)? == directory
+                && pool.load_u64(place.entry_offset())? == place.entry()
+            {
+                return Ok((place, guard));
+            }
+        }
     }
 
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
@@ -659,34 +730,32 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     }
 
     /// Insert, or (with `replace`) update; the old value if the key was there. Tries under the
-    /// shared structure lock and the segment's lock; a full window is split under the
-    /// exclusive lock, then the put is tried again.
+    /// segment's stripe lock; a full window is split under the structure mutex and that lock
+    /// (taken in this order, after letting the stripe go), then the put is tried again.
     fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, CcehError> {
         let h = hash(key);
         loop {
             {
-                let _structure = self.shared();
-                let place = self.locate(h)?;
-                let _segment = self.segment_lock(place.segment);
-                if let Attempt::Done(old) = self.attempt(&place, key, value, replace, h)? {
+                let (place, stripe) = self.lock_place(h)?;
+                if let Attempt::Done(old) = self.attempt(&place, &stripe, key, value, replace, h)? {
                     return Ok(old);
                 }
             }
-            let _structure = self.exclusive();
+            let _structure = self.structure();
             // Another thread may have split this segment already: look again before splitting.
-            let place = self.locate(h)?;
-            match self.attempt(&place, key, value, replace, h)? {
+            let (place, stripe) = self.lock_place(h)?;
+            match self.attempt(&place, &stripe, key, value, replace, h)? {
                 Attempt::Done(old) => return Ok(old),
                 Attempt::Full(place) => self.split(&place)?,
             }
         }
     }
 
-    /// One try at putting `key` in its window (the caller holds the segment's lock or the
-    /// exclusive structure lock).
+    /// One try at putting `key` in its window (the caller holds the segment's stripe lock).
     fn attempt(
         &self,
         place: &Place,
+        stripe: &StripeGuard<'_>,
         key: u64,
         value: u64,
         replace: bool,
@@ -717,7 +786,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             },
         };
         self.put_slot(slot, key, value)?;
-        self.len.fetch_add(1, Ordering::Relaxed);
+        stripe.count(1);
         Ok(Attempt::Done(None))
     }
 
@@ -920,7 +989,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         let Ok(entry) = pool.load_u64(directory + 8 + 8 * prefix(h, depth.min(MAX_DEPTH))) else {
             return;
         };
-        let segment = entry & !DEPTH_MASK;
+        self.prefetch_window(entry & !DEPTH_MASK, h);
+    }
+
+    /// Prefetch the four buckets of `h`'s window in `segment`.
+    fn prefetch_window(&self, segment: u64, h: u64) {
+        let pool = self.heap.pool();
         let home = h & (self.buckets - 1);
         for i in 0..PROBE_BUCKETS {
             pool.prefetch(
@@ -935,17 +1009,15 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey);
         }
-        let _structure = self.shared();
         let pool = self.heap.pool();
         let h = hash(key);
-        let place = self.locate(h)?;
-        let _segment = self.segment_lock(place.segment);
+        let (place, stripe) = self.lock_place(h)?;
         match self.find(&place, key, h)? {
             Some(slot) => {
                 let value = pool.load_u64(slot + 8)?;
                 let w = pool.store_u64(slot, EMPTY_KEY)?;
                 let _ = pool.persist(w);
-                self.len.fetch_sub(1, Ordering::Relaxed);
+                stripe.count(1u64.wrapping_neg());
                 Ok(Some(value))
             }
             None => Ok(None),
@@ -954,7 +1026,9 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.len.load(Ordering::Relaxed)
+        self.stripes.iter().fold(0u64, |sum, s| {
+            sum.wrapping_add(s.keys.load(Ordering::Relaxed))
+        })
     }
 
     /// Whether the table holds no key.
@@ -969,9 +1043,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     }
 
     /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
-    /// the exclusive structure lock.
+    /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not).
     pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {
-        let _structure = self.exclusive();
+        let _structure = self.structure();
+        let _stripes: Vec<StripeGuard<'_>> = self.stripes.iter().map(Stripe::lock).collect();
         let depth = self.global_depth()?;
         let mut all = Vec::with_capacity(self.len() as usize);
         for (start, segment, local) in self.segments()? {

@@ -520,9 +520,8 @@ impl<B: Backend> Pool<B> {
             });
         };
         let start = self.addr(offset, len)?;
-        // SAFETY: the range is inside the mapping, which lives as long as `self`, and 8-byte
-        // aligned (the mapping is page aligned and `offset` a multiple of 8); the memory is
-        // only ever accessed atomically or by relaxed atomic byte copies (see `mem`).
+        // SAFETY: in the mapping (which outlives `self`'s borrow), 8-aligned (page-aligned base),
+        // and only ever accessed atomically or by relaxed atomic byte copies (see `mem`).
         let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
         Ok(Words { words })
     }

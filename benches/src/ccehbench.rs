@@ -12,8 +12,10 @@
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
 //!   with [`Instant`] for the latency percentiles; then it looks every key up with
-//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own), then
-//!   removes every key with [`Cceh::remove`] in another random order;
+//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own), again
+//!   with [`Cceh::get_batch`] in the same order ([`GET_BATCH_KEYS`] keys a call, prefetching
+//!   [`HELPER_DEPTH`] ahead), then removes every key with [`Cceh::remove`] in another random
+//!   order;
 //! * with [`Cceh::insert_batch`], the speculative helper thread off;
 //! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead;
 //! * with [`Cceh::insert_batch`], the inserting thread prefetching the path of the key
@@ -181,6 +183,9 @@ impl LookAhead {
     }
 }
 
+/// Keys per [`Cceh::get_batch`] call in the `get_batch` row.
+pub const GET_BATCH_KEYS: usize = 8192;
+
 /// How many times the table's size is sampled over the second half of a load.
 pub const CYCLE_SAMPLES: usize = 32;
 
@@ -301,18 +306,21 @@ pub enum CcehOp {
     InsertBatchInline,
     /// [`Cceh::get`] of every key (hits), in a random order.
     Get,
+    /// [`Cceh::get_batch`] of every key (hits), in the same order, [`HELPER_DEPTH`] ahead.
+    GetBatch,
     /// [`Cceh::remove`] of every key, in a random order.
     Remove,
 }
 
 impl CcehOp {
     /// Every operation, in report order.
-    pub const ALL: [CcehOp; 6] = [
+    pub const ALL: [CcehOp; 7] = [
         CcehOp::Insert,
         CcehOp::InsertBatch,
         CcehOp::InsertBatchHelper,
         CcehOp::InsertBatchInline,
         CcehOp::Get,
+        CcehOp::GetBatch,
         CcehOp::Remove,
     ];
 
@@ -328,6 +336,7 @@ impl CcehOp {
                 format!("insert_batch, inline prefetch (depth {HELPER_DEPTH})")
             }
             CcehOp::Get => "get (hits, random order)".to_string(),
+            CcehOp::GetBatch => format!("get_batch (same order, prefetch {HELPER_DEPTH} ahead)"),
             CcehOp::Remove => "remove (random order)".to_string(),
         }
     }
@@ -575,6 +584,18 @@ pub fn measure(
                                 table.get(k)?
                             };
                             hits += u64::from(v == Some(value_of(k)));
+                        }
+                        Ok(hits)
+                    })?;
+                    phases[CcehOp::GetBatch.index()].time(CcehOp::GetBatch, n, "found", |_| {
+                        let mut hits = 0;
+                        for chunk in get_order.chunks(GET_BATCH_KEYS) {
+                            let values = table.get_batch(chunk, HELPER_DEPTH)?;
+                            hits += chunk
+                                .iter()
+                                .zip(values)
+                                .filter(|&(&k, v)| v == Some(value_of(k)))
+                                .count() as u64;
                         }
                         Ok(hits)
                     })?;

@@ -45,7 +45,8 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
 /// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
 /// with insert_batch, its speculative helper thread off and on, and with inline prefetching;
-/// lookups and removals; p50/p99 latencies; fences and flushes per insert; table bytes per key.
+/// lookups one at a time and in batches; removals; p50/p99 latencies; fences and flushes per
+/// insert; table bytes per key.
 /// Then the FAST&FAIR B+-tree: 1M random keys (100k with --quick) inserted into fresh trees
 /// under the per-shift, FAST and redo-logged shift policies, lookups and 100-key range scans,
 /// with p50/p99 latencies and fences, flushes and bytes to the media per operation. Then the

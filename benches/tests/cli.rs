@@ -288,7 +288,7 @@ fn check_cceh_section(report: &Value, stdout: &str) {
                 positive(row, "fences_per_op");
                 positive(row, "flushes_per_op");
             }
-            CcehOp::Get => {
+            CcehOp::Get | CcehOp::GetBatch => {
                 assert_eq!(row["fences_per_op"].as_f64(), Some(0.0), "{row}");
                 assert_eq!(row["flushes_per_op"].as_f64(), Some(0.0), "{row}");
             }

@@ -367,3 +367,27 @@ fn lookups_stay_right_under_two_writers(config: CcehConfig) -> u64 {
     assert_eq!(blocks, table.blocks().unwrap());
     table.displacements()
 }
+
+#[test]
+fn a_batch_of_lookups_matches_one_lookup_at_a_time() {
+    let heap = heap(16 << 20);
+    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
+    for k in (1..=3000u64).filter(|k| k % 3 != 0) {
+        table.insert(k, k * 11).unwrap();
+    }
+    let keys: Vec<u64> = (1..=3500u64).rev().collect();
+    let one_at_a_time: Vec<Option<u64>> = keys.iter().map(|&k| table.get(k).unwrap()).collect();
+    assert!(one_at_a_time.iter().any(Option::is_none));
+    for ahead in [1, 8, 5000] {
+        assert_eq!(
+            table.get_batch(&keys, ahead).unwrap(),
+            one_at_a_time,
+            "ahead {ahead}"
+        );
+    }
+    assert!(matches!(
+        table.get_batch(&[5, 0, 7], 8),
+        Err(CcehError::ReservedKey)
+    ));
+    assert_eq!(table.get_batch(&[], 8).unwrap(), Vec::<Option<u64>>::new());
+}

@@ -275,6 +275,9 @@ impl Retired {
     }
 }
 
+/// Lookups of [`Cceh::get_batch`] under one epoch guard.
+const BATCH_PIN_CHUNK: usize = 1024;
+
 /// Offset of the retired directory's word in the root.
 const RETIRED_AT: u64 = 24;
 
@@ -587,6 +590,30 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             }
         }
         Ok(None)
+    }
+
+    /// The values of `keys`, in order ([`Cceh::get`] for each), with the lookup path of the
+    /// key `ahead` places on prefetched before each lookup, so the cache misses of several
+    /// lookups overlap (the inline prefetch of [`BatchOptions::inline_prefetch`], for reads).
+    /// Key 0 anywhere in the batch is refused before anything is looked up.
+    pub fn get_batch(&self, keys: &[u64], ahead: usize) -> Result<Vec<Option<u64>>, CcehError> {
+        if keys.contains(&EMPTY_KEY) {
+            return Err(CcehError::ReservedKey);
+        }
+        let ahead = ahead.max(1);
+        let mut values = Vec::with_capacity(keys.len());
+        // One guard per chunk: the lookups inside pin for free, and a doubling waiting for the
+        // epoch waits for one chunk at most.
+        for (c, chunk) in keys.chunks(BATCH_PIN_CHUNK).enumerate() {
+            let _guard = epoch::pin();
+            for (i, &key) in chunk.iter().enumerate() {
+                if let Some(&next) = keys.get(c * BATCH_PIN_CHUNK + i + ahead) {
+                    self.prefetch_path(hash(next));
+                }
+                values.push(self.get(key)?);
+            }
+        }
+        Ok(values)
     }
 
     /// The value of `key`, if present. Takes no lock and never waits for a writer, not even

@@ -12,9 +12,9 @@
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
 //!   with [`Instant`] for the latency percentiles; then it looks every key up with
-//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own), again
+//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own) and
 //!   with [`Cceh::get_batch`] in the same order ([`GET_BATCH_KEYS`] keys a call, prefetching
-//!   [`HELPER_DEPTH`] ahead), then removes every key with [`Cceh::remove`] in another random
+//!   [`HELPER_DEPTH`] ahead), the two passes' order alternating by round, then removes every key with [`Cceh::remove`] in another random
 //!   order;
 //! * with [`Cceh::insert_batch`], the speculative helper thread off;
 //! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead;
@@ -572,33 +572,50 @@ pub fn measure(
                     bytes_per_key = fresh.bytes_allocated() as f64 / table.len().max(1) as f64;
                     global_depth = table.global_depth()?;
                     displacements = table.displacements();
-                    phases[CcehOp::Get.index()].time(CcehOp::Get, n, "found", |lat| {
-                        let mut hits = 0;
-                        for (i, &k) in get_order.iter().enumerate() {
-                            let v = if i.is_multiple_of(LATENCY_EVERY) {
-                                let t = Instant::now();
-                                let v = table.get(k)?;
-                                lat.push(ns(t.elapsed()));
-                                v
-                            } else {
-                                table.get(k)?
-                            };
-                            hits += u64::from(v == Some(value_of(k)));
+                    // The second lookup pass finds more of the table in the cache: which one
+                    // goes first alternates by round.
+                    let mut passes = [CcehOp::Get, CcehOp::GetBatch];
+                    if round % 2 == 1 {
+                        passes.reverse();
+                    }
+                    for pass in passes {
+                        if pass == CcehOp::Get {
+                            phases[CcehOp::Get.index()].time(CcehOp::Get, n, "found", |lat| {
+                                let mut hits = 0;
+                                for (i, &k) in get_order.iter().enumerate() {
+                                    let v = if i.is_multiple_of(LATENCY_EVERY) {
+                                        let t = Instant::now();
+                                        let v = table.get(k)?;
+                                        lat.push(ns(t.elapsed()));
+                                        v
+                                    } else {
+                                        table.get(k)?
+                                    };
+                                    hits += u64::from(v == Some(value_of(k)));
+                                }
+                                Ok(hits)
+                            })?;
+                        } else {
+                            phases[CcehOp::GetBatch.index()].time(
+                                CcehOp::GetBatch,
+                                n,
+                                "found",
+                                |_| {
+                                    let mut hits = 0;
+                                    for chunk in get_order.chunks(GET_BATCH_KEYS) {
+                                        let values = table.get_batch(chunk, HELPER_DEPTH)?;
+                                        hits += chunk
+                                            .iter()
+                                            .zip(values)
+                                            .filter(|&(&k, v)| v == Some(value_of(k)))
+                                            .count()
+                                            as u64;
+                                    }
+                                    Ok(hits)
+                                },
+                            )?;
                         }
-                        Ok(hits)
-                    })?;
-                    phases[CcehOp::GetBatch.index()].time(CcehOp::GetBatch, n, "found", |_| {
-                        let mut hits = 0;
-                        for chunk in get_order.chunks(GET_BATCH_KEYS) {
-                            let values = table.get_batch(chunk, HELPER_DEPTH)?;
-                            hits += chunk
-                                .iter()
-                                .zip(values)
-                                .filter(|&(&k, v)| v == Some(value_of(k)))
-                                .count() as u64;
-                        }
-                        Ok(hits)
-                    })?;
+                    }
                     phases[CcehOp::Remove.index()].time(CcehOp::Remove, n, "removed", |_| {
                         remove_all(&table, &remove_order, 1)
                     })?;

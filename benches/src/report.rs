@@ -469,19 +469,22 @@ impl Report {
 
     /// The datalog section as text: title, aligned table and footnotes (empty without one).
     pub fn datalog_table(&self) -> String {
-        if self.datalog.is_none() {
-            return String::new();
-        }
+        self.datalog_section()
+            .map(|section| section.text())
+            .unwrap_or_default()
+    }
+
+    fn datalog_section(&self) -> Option<Block> {
+        self.datalog.as_ref()?;
         let (header, rows) = self.datalog_cells();
-        let mut out = self.datalog_title();
-        out.push_str("\n\n");
-        out.push_str(&align(&header, &rows, |col| col <= 1, false));
-        out.push('\n');
-        for line in self.datalog_legend() {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
+        Some(Block {
+            title: self.datalog_title(),
+            header,
+            rows,
+            text_columns: 2,
+            group_gaps: false,
+            legend: self.datalog_legend(),
+        })
     }
 
     /// The same report with the FAST&FAIR section.
@@ -580,19 +583,22 @@ impl Report {
 
     /// The FAST&FAIR section as text: title, aligned table and footnotes (empty without one).
     pub fn fastfair_table(&self) -> String {
-        if self.fastfair.is_none() {
-            return String::new();
-        }
+        self.fastfair_section()
+            .map(|section| section.text())
+            .unwrap_or_default()
+    }
+
+    fn fastfair_section(&self) -> Option<Block> {
+        self.fastfair.as_ref()?;
         let (header, rows) = self.fastfair_cells();
-        let mut out = self.fastfair_title();
-        out.push_str("\n\n");
-        out.push_str(&align(&header, &rows, |col| col <= 1, true));
-        out.push('\n');
-        for line in self.fastfair_legend() {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
+        Some(Block {
+            title: self.fastfair_title(),
+            header,
+            rows,
+            text_columns: 2,
+            group_gaps: true,
+            legend: self.fastfair_legend(),
+        })
     }
 
     /// The header line: machine, instructions, pool and what its granularity means.
@@ -826,6 +832,19 @@ impl Report {
         }
     }
 
+    /// A transaction section as a printable block.
+    fn tx_section(&self, section: Section) -> Block {
+        let (header, rows) = self.section_cells(section);
+        Block {
+            title: Report::section_title(section),
+            header,
+            rows,
+            text_columns: 1,
+            group_gaps: false,
+            legend: self.section_legend(section),
+        }
+    }
+
     /// What the columns of a transaction section mean.
     fn section_legend(&self, section: Section) -> Vec<String> {
         match section {
@@ -875,15 +894,7 @@ impl Report {
     pub fn tx_tables(&self) -> String {
         let mut out = String::new();
         for section in self.sections() {
-            let (header, rows) = self.section_cells(section);
-            out.push_str(&Report::section_title(section));
-            out.push_str("\n\n");
-            out.push_str(&align(&header, &rows, |col| col == 0, false));
-            out.push('\n');
-            for line in self.section_legend(section) {
-                out.push_str(&line);
-                out.push('\n');
-            }
+            out.push_str(&self.tx_section(section).text());
             out.push('\n');
         }
         out
@@ -982,19 +993,22 @@ impl Report {
 
     /// The CCEH section as text: title, aligned table and footnotes (empty without one).
     pub fn cceh_table(&self) -> String {
-        if self.cceh.is_none() {
-            return String::new();
-        }
+        self.cceh_section()
+            .map(|section| section.text())
+            .unwrap_or_default()
+    }
+
+    fn cceh_section(&self) -> Option<Block> {
+        self.cceh.as_ref()?;
         let (header, rows) = self.cceh_cells();
-        let mut out = self.cceh_title();
-        out.push_str("\n\n");
-        out.push_str(&align(&header, &rows, |col| col == 0, false));
-        out.push('\n');
-        for line in self.cceh_legend() {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
+        Some(Block {
+            title: self.cceh_title(),
+            header,
+            rows,
+            text_columns: 1,
+            group_gaps: false,
+            legend: self.cceh_legend(),
+        })
     }
 
     /// The header, method and tables as markdown.
@@ -1010,41 +1024,14 @@ impl Report {
         if !sections.is_empty() {
             out.push_str(&format!("\n{}\n", self.tx_method()));
         }
-        for section in sections {
-            let (header, rows) = self.section_cells(section);
-            out.push_str(&format!("\n**{}**\n\n", Report::section_title(section)));
-            out.push_str(&markdown_table(&header, &rows, |i| i == 0));
-            out.push('\n');
-            for line in self.section_legend(section) {
-                out.push_str(&format!("- {line}\n"));
-            }
-        }
-        if self.cceh.is_some() {
-            let (header, rows) = self.cceh_cells();
-            out.push_str(&format!("\n**{}**\n\n", self.cceh_title()));
-            out.push_str(&markdown_table(&header, &rows, |i| i == 0));
-            out.push('\n');
-            for line in self.cceh_legend() {
-                out.push_str(&format!("- {line}\n"));
-            }
-        }
-        if self.fastfair.is_some() {
-            let (header, rows) = self.fastfair_cells();
-            out.push_str(&format!("\n**{}**\n\n", self.fastfair_title()));
-            out.push_str(&markdown_table(&header, &rows, |i| i <= 1));
-            out.push('\n');
-            for line in self.fastfair_legend() {
-                out.push_str(&format!("- {line}\n"));
-            }
-        }
-        if self.datalog.is_some() {
-            let (header, rows) = self.datalog_cells();
-            out.push_str(&format!("\n**{}**\n\n", self.datalog_title()));
-            out.push_str(&markdown_table(&header, &rows, |i| i <= 1));
-            out.push('\n');
-            for line in self.datalog_legend() {
-                out.push_str(&format!("- {line}\n"));
-            }
+        let structures = [
+            self.cceh_section(),
+            self.fastfair_section(),
+            self.datalog_section(),
+        ];
+        let tx = sections.into_iter().map(|section| self.tx_section(section));
+        for section in tx.chain(structures.into_iter().flatten()) {
+            out.push_str(&section.markdown());
         }
         out
     }
@@ -1052,6 +1039,50 @@ impl Report {
     /// The report as pretty-printed JSON.
     pub fn to_json(&self) -> serde_json::Result<String> {
         serde_json::to_string_pretty(self)
+    }
+}
+
+/// One titled table of the report with its footnotes, printed as text or as markdown.
+struct Block {
+    title: String,
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+    /// The first this many columns are text (left-aligned); the rest are numbers.
+    text_columns: usize,
+    /// In the text form, a blank line between rows whose first cell differs.
+    group_gaps: bool,
+    legend: Vec<String>,
+}
+
+impl Block {
+    /// Title, blank line, aligned table, then one footnote per line.
+    fn text(&self) -> String {
+        let mut out = format!("{}\n\n", self.title);
+        out.push_str(&align(
+            &self.header,
+            &self.rows,
+            |col| col < self.text_columns,
+            self.group_gaps,
+        ));
+        out.push('\n');
+        for line in &self.legend {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Bold title, markdown table, then the footnotes as a list.
+    fn markdown(&self) -> String {
+        let mut out = format!("\n**{}**\n\n", self.title);
+        out.push_str(&markdown_table(&self.header, &self.rows, |i| {
+            i < self.text_columns
+        }));
+        out.push('\n');
+        for line in &self.legend {
+            out.push_str(&format!("- {line}\n"));
+        }
+        out
     }
 }
 

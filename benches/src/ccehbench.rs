@@ -11,11 +11,12 @@
 //! four fresh tables, in forward order on even rounds and in reverse on odd ones:
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
-//!   with [`Instant`] for the latency percentiles; then it looks every key up with
-//!   [`Cceh::get`] in a random order (hits, every [`LATENCY_EVERY`]th timed on its own) and
-//!   with [`Cceh::get_batch`] in the same order ([`GET_BATCH_KEYS`] keys a call, prefetching
-//!   [`HELPER_DEPTH`] ahead), the two passes' order alternating by round, then removes every key with [`Cceh::remove`] in another random
-//!   order;
+//!   with [`Instant`] for the latency percentiles; then it looks every key up three times in
+//!   one random order: with [`Cceh::get`] (hits, every [`LATENCY_EVERY`]th timed on its own),
+//!   through one [`CcehReader`](pmem_structures::cceh::CcehReader) (the same calls without a
+//!   pin each, sampled the same way), and with [`Cceh::get_batch`] ([`GET_BATCH_KEYS`] keys a
+//!   call, prefetching [`HELPER_DEPTH`] ahead), the three passes taking turns going first;
+//!   then it removes every key with [`Cceh::remove`] in another random order;
 //! * with [`Cceh::insert_batch`], the speculative helper thread off;
 //! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead;
 //! * with [`Cceh::insert_batch`], the inserting thread prefetching the path of the key
@@ -306,6 +307,9 @@ pub enum CcehOp {
     InsertBatchInline,
     /// [`Cceh::get`] of every key (hits), in a random order.
     Get,
+    /// [`CcehReader::get`](pmem_structures::cceh::CcehReader::get) of every key (hits), in the
+    /// same order: one call per key, under one epoch pin for many.
+    GetReader,
     /// [`Cceh::get_batch`] of every key (hits), in the same order, [`HELPER_DEPTH`] ahead.
     GetBatch,
     /// [`Cceh::remove`] of every key, in a random order.
@@ -314,12 +318,13 @@ pub enum CcehOp {
 
 impl CcehOp {
     /// Every operation, in report order.
-    pub const ALL: [CcehOp; 7] = [
+    pub const ALL: [CcehOp; 8] = [
         CcehOp::Insert,
         CcehOp::InsertBatch,
         CcehOp::InsertBatchHelper,
         CcehOp::InsertBatchInline,
         CcehOp::Get,
+        CcehOp::GetReader,
         CcehOp::GetBatch,
         CcehOp::Remove,
     ];
@@ -336,6 +341,7 @@ impl CcehOp {
                 format!("insert_batch, inline prefetch (depth {HELPER_DEPTH})")
             }
             CcehOp::Get => "get (hits, random order)".to_string(),
+            CcehOp::GetReader => "get through a CcehReader (same order)".to_string(),
             CcehOp::GetBatch => format!("get_batch (same order, prefetch {HELPER_DEPTH} ahead)"),
             CcehOp::Remove => "remove (random order)".to_string(),
         }
@@ -478,6 +484,28 @@ impl Phase {
 }
 
 /// Nanoseconds of a duration, as a float.
+/// Look every key of `order` up with `get`, timing every [`LATENCY_EVERY`]th call on its own
+/// into `lat`; returns how many were found with their value.
+fn lookup_pass(
+    order: &[u64],
+    lat: &mut Vec<f64>,
+    mut get: impl FnMut(u64) -> Result<Option<u64>, CcehError>,
+) -> Result<u64, CcehError> {
+    let mut hits = 0;
+    for (i, &k) in order.iter().enumerate() {
+        let v = if i.is_multiple_of(LATENCY_EVERY) {
+            let t = Instant::now();
+            let v = get(k)?;
+            lat.push(ns(t.elapsed()));
+            v
+        } else {
+            get(k)?
+        };
+        hits += u64::from(v == Some(value_of(k)));
+    }
+    Ok(hits)
+}
+
 fn ns(d: Duration) -> f64 {
     d.as_nanos() as f64
 }
@@ -572,48 +600,33 @@ pub fn measure(
                     bytes_per_key = fresh.bytes_allocated() as f64 / table.len().max(1) as f64;
                     global_depth = table.global_depth()?;
                     displacements = table.displacements();
-                    // The second lookup pass finds more of the table in the cache: which one
-                    // goes first alternates by round.
-                    let mut passes = [CcehOp::Get, CcehOp::GetBatch];
-                    if round % 2 == 1 {
-                        passes.reverse();
-                    }
+                    // A later lookup pass may find more of the table in the cache: the passes
+                    // take turns going first.
+                    let mut passes = [CcehOp::Get, CcehOp::GetReader, CcehOp::GetBatch];
+                    passes.rotate_left(round % 3);
                     for pass in passes {
-                        if pass == CcehOp::Get {
-                            phases[CcehOp::Get.index()].time(CcehOp::Get, n, "found", |lat| {
+                        match pass {
+                            CcehOp::Get => phases[pass.index()].time(pass, n, "found", |lat| {
+                                lookup_pass(&get_order, lat, |k| table.get(k))
+                            })?,
+                            CcehOp::GetReader => {
+                                phases[pass.index()].time(pass, n, "found", |lat| {
+                                    let mut reader = table.reader();
+                                    lookup_pass(&get_order, lat, |k| reader.get(k))
+                                })?
+                            }
+                            _ => phases[pass.index()].time(pass, n, "found", |_| {
                                 let mut hits = 0;
-                                for (i, &k) in get_order.iter().enumerate() {
-                                    let v = if i.is_multiple_of(LATENCY_EVERY) {
-                                        let t = Instant::now();
-                                        let v = table.get(k)?;
-                                        lat.push(ns(t.elapsed()));
-                                        v
-                                    } else {
-                                        table.get(k)?
-                                    };
-                                    hits += u64::from(v == Some(value_of(k)));
+                                for chunk in get_order.chunks(GET_BATCH_KEYS) {
+                                    let values = table.get_batch(chunk, HELPER_DEPTH)?;
+                                    hits += chunk
+                                        .iter()
+                                        .zip(values)
+                                        .filter(|&(&k, v)| v == Some(value_of(k)))
+                                        .count() as u64;
                                 }
                                 Ok(hits)
-                            })?;
-                        } else {
-                            phases[CcehOp::GetBatch.index()].time(
-                                CcehOp::GetBatch,
-                                n,
-                                "found",
-                                |_| {
-                                    let mut hits = 0;
-                                    for chunk in get_order.chunks(GET_BATCH_KEYS) {
-                                        let values = table.get_batch(chunk, HELPER_DEPTH)?;
-                                        hits += chunk
-                                            .iter()
-                                            .zip(values)
-                                            .filter(|&(&k, v)| v == Some(value_of(k)))
-                                            .count()
-                                            as u64;
-                                    }
-                                    Ok(hits)
-                                },
-                            )?;
+                            })?,
                         }
                     }
                     phases[CcehOp::Remove.index()].time(CcehOp::Remove, n, "removed", |_| {

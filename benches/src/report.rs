@@ -492,13 +492,13 @@ impl Report {
         };
         let force = match &p.pmem_is_pmem_force_env {
             None => "PMEM_IS_PMEM_FORCE=1 set by pmem-bench before libpmem's first pmem_is_pmem \
-                     call (libpmem reads it then, not at load)"
+                     call, when libpmem reads it"
                 .to_string(),
             Some(v) => format!("PMEM_IS_PMEM_FORCE={v} from the environment"),
         };
         let setup = format!(
             "PMDK {} ({force}; libpmem flush {}, non-temporal copies {}, pmem_has_auto_flush {}) \
-             vs ours (flush {}, copy {}, {} granularity); pools in the run's directory; ns/op: \
+             vs ours (flush {}, copy {}, granularity {}); pools in the run's directory; ns/op: \
              median of {} batches of ~{:.0} ms per side, the sides of a row interleaved",
             p.pmdk_version,
             p.libpmem_flush,
@@ -527,26 +527,28 @@ impl Report {
         let copy = Block {
             title: format!(
                 "pmdk_copy: {}-byte ring of slots written in turn; PMDK: pmem_memcpy_persist into \
-                 a pmem_map_file mapping (is_pmem {}); ours: the pool's nt_write + sfence (what \
-                 the undo log uses for its entries) and write + persist ({} + sfence). {setup}",
+                 a pmem_map_file mapping (is_pmem {}; it flushes, never msyncs, either way); \
+                 ours: the pool's nt_write + sfence (what the undo log uses for its entries) and \
+                 write + persist ({} + sfence). {setup}",
                 crate::primitives::RING_LEN,
-                pmem(p.copy_is_pmem),
+                p.copy_is_pmem,
                 p.our_flush,
             ),
             header: vec![
                 "size",
                 "pmdk ns",
                 "ours nt ns",
-                "ours clwb ns",
+                "ours persist ns",
                 "nt/pmdk",
-                "clwb/pmdk",
+                "persist/pmdk",
             ],
             rows: copy_rows,
             text_columns: 1,
             group_gaps: false,
             legend: vec![
-                "nt/pmdk, clwb/pmdk: our time over pmem_memcpy_persist's (below 1: ours is \
-                 faster); ours clwb: write + persist with the flush named above"
+                "nt/pmdk, persist/pmdk: our time over pmem_memcpy_persist's (below 1: ours is \
+                 faster); nt: nt_write + sfence; persist: write + persist (temporal stores, then \
+                 the flush named above and sfence)"
                     .to_string(),
             ],
         };

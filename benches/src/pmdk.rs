@@ -34,7 +34,8 @@ use crate::txbench::{Rng, TxRunner, TxVariant, TX_POOL_SIZE, WORDS};
 
 /// The K (words per transaction) compared with libpmemobj.
 pub const PMDK_TX_WORDS: [u64; 3] = [1, 8, 32];
-/// Our fence policies compared with libpmemobj: the baseline and the default.
+/// Our fence policies compared with libpmemobj: the baseline and the default, in the order of
+/// [`PmdkTxRow`]'s `strict` and `batched`.
 pub const PMDK_POLICIES: [FencePolicy; 2] = [FencePolicy::Strict, FencePolicy::Batched];
 /// The PMDK version the binary was built against (from pkg-config, see `build.rs`).
 pub const PMDK_VERSION: &str = env!("PMEM_BENCH_PMDK_VERSION");
@@ -719,8 +720,8 @@ pub fn measure(
             .cell()
         };
         let pmdk = SideTiming::new(&t[0]);
-        let strict = cell(1, FencePolicy::Strict);
-        let batched = cell(2, FencePolicy::Batched);
+        let [strict, batched] = PMDK_POLICIES;
+        let (strict, batched) = (cell(1, strict), cell(2, batched));
         tx.push(PmdkTxRow {
             words: k,
             strict_over_pmdk: strict.ns_per_op / pmdk.ns_per_op,

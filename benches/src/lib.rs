@@ -17,6 +17,8 @@
 //!   file under copy-on-write and embedded writes, and reads after them;
 //! * [`fastfairbench`]: the FAST&FAIR B+-tree of `pmem-structures` under its three shift
 //!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
+//! * `pmdk` (feature `pmdk`): PMDK's libpmem and libpmemobj side by side with the pool's copies
+//!   and the undo-log transactions;
 //! * [`report`]: the results as text tables, JSON and markdown.
 #![deny(missing_docs)]
 
@@ -25,6 +27,8 @@ pub mod datalogbench;
 pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
+#[cfg(feature = "pmdk")]
+pub mod pmdk;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;

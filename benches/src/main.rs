@@ -7,7 +7,9 @@
 //! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
 //! then the FAST&FAIR B+-tree under its three shift policies (see
 //! [`pmem_bench::fastfairbench`]), then the datalog store (see [`pmem_bench::datalogbench`]:
-//! copy-on-write against embedded writes), and prints the tables.
+//! copy-on-write against embedded writes), and prints the tables. Built with the `pmdk` feature,
+//! it first measures PMDK's libpmem and libpmemobj side by side with the same operations of
+//! ours (see `pmem_bench::pmdk`).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -23,7 +25,7 @@ use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
-use pmem_bench::report::{Report, Setup, TxMeasurement};
+use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement};
 use pmem_bench::txbench::{self, TxRunner};
 use pmem_ordering::{Granularity, Isa, PoolError};
 use pmem_undo_log::TxError;
@@ -53,7 +55,8 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 /// datalog store: random 64 B to 4 KiB overwrites of a 64 MiB file (4 MiB with --quick)
 /// under copy-on-write and under embedded writes, and 4 KiB reads after them, with the bytes sent
 /// to memory per write. Per operation it reports the median time and the fences, flushes and
-/// bytes counted.
+/// bytes counted. Built with the pmdk feature, it first compares PMDK's pmem_memcpy_persist and
+/// libpmemobj transactions with the same operations of ours.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
@@ -124,6 +127,43 @@ enum RunError {
     },
     #[error("cannot encode the results as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[cfg(feature = "pmdk")]
+    #[error(transparent)]
+    Pmdk(#[from] pmem_bench::pmdk::PmdkBenchError),
+}
+
+/// The PMDK comparison. It runs before the other sections, while the process has one thread,
+/// because it may set PMEM_IS_PMEM_FORCE in the environment (see `pmem_bench::pmdk`).
+#[cfg(feature = "pmdk")]
+fn measure_pmdk(
+    dir: &Path,
+    granularity: Option<Granularity>,
+    plan: &Plan,
+    progress: &Progress,
+) -> Result<Option<PmdkResults>, RunError> {
+    use pmem_bench::pmdk::{measure, PMDK_TX_WORDS};
+    use pmem_bench::primitives::NT_SIZES;
+    eprintln!(
+        "[pmdk] PMDK side by side: {} copy sizes and {} transaction sizes, 3 sides each x {} rounds",
+        NT_SIZES.len(),
+        PMDK_TX_WORDS.len(),
+        plan.reps
+    );
+    let results = measure(dir, TX_POOL_PREFIX, granularity, plan, |r, n| {
+        progress.round(r, n)
+    })?;
+    Ok(Some(results))
+}
+
+/// Without the `pmdk` feature there is nothing to measure; the report says how to enable it.
+#[cfg(not(feature = "pmdk"))]
+fn measure_pmdk(
+    _dir: &Path,
+    _granularity: Option<Granularity>,
+    _plan: &Plan,
+    _progress: &Progress,
+) -> Result<Option<PmdkResults>, RunError> {
+    Ok(None)
 }
 
 fn create_output(path: &Path) -> Result<File, RunError> {
@@ -227,6 +267,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .map(|g| (g, variants(g)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
+    let pmdk = measure_pmdk(&dir, cli.granularity.forced(), &plan, &progress)?;
     let tx_groups = txbench::groups();
     // The CCEH, FAST&FAIR and datalog sections count as one group each.
     let count = groups.len() + tx_groups.len() + 3;
@@ -301,7 +342,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     let report = Report::new(setup, &measurements, &tx_measurements)
         .with_cceh(cceh)
         .with_fastfair(fastfair)
-        .with_datalog(datalog);
+        .with_datalog(datalog)
+        .with_pmdk(pmdk);
     println!("{}", report.header());
     println!("{}", report.method());
     println!();
@@ -317,6 +359,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     print!("{}", report.fastfair_table());
     println!();
     print!("{}", report.datalog_table());
+    println!();
+    print!("{}", report.pmdk_tables());
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }

@@ -111,6 +111,17 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (CcehOp::ALL.len() + 2)
         + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
         + (WRITE_SIZES.len() * 2 + 2 + 2);
+    // With the feature, the PMDK copy and transaction tables follow.
+    #[cfg(feature = "pmdk")]
+    let table_lines = table_lines
+        + (pmem_bench::primitives::NT_SIZES.len() + 2)
+        + (pmem_bench::pmdk::PMDK_TX_WORDS.len() + 2);
+    #[cfg(not(feature = "pmdk"))]
+    {
+        assert!(report["pmdk"].is_null(), "{}", report["pmdk"]);
+        assert!(stdout.contains("--features pmdk"), "{stdout}");
+        assert!(stdout.contains("libpmem-dev"), "{stdout}");
+    }
     assert_eq!(
         md.lines().filter(|l| l.starts_with("| ")).count(),
         table_lines,
@@ -378,4 +389,95 @@ fn an_unwritable_pool_dir_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(stderr.contains("not writable"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The PMDK section of a quick run: every copy size and every K, with positive times and ratios
+/// on both sides, and libpmem treating the pools as persistent memory (no msync fallback).
+#[cfg(feature = "pmdk")]
+#[test]
+fn quick_run_compares_with_pmdk() {
+    use pmem_bench::pmdk::PMDK_TX_WORDS;
+    use pmem_bench::primitives::NT_SIZES;
+
+    let pool_dir = tempfile::Builder::new()
+        .prefix("pmem-bench-pmdk-test")
+        .tempdir_in(default_pool_dir())
+        .expect("make a pool directory");
+    let out_dir = tempfile::tempdir().expect("make an output directory");
+    let json = out_dir.path().join("results.json");
+    let out = pmem_bench(&[
+        "--quick",
+        "--pool-dir",
+        arg(pool_dir.path()),
+        "--json",
+        arg(&json),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "pmem-bench failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("pmdk_copy: "), "{stdout}");
+    assert!(stdout.contains("pmdk_tx: "), "{stdout}");
+    assert!(stdout.contains("pmem_memcpy_persist"), "{stdout}");
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
+            .expect("the JSON output parses");
+    let pmdk = &report["pmdk"];
+    assert!(pmdk.is_object(), "no pmdk section in {report}");
+    assert_eq!(pmdk["copy_is_pmem"], true, "{pmdk}");
+    assert_eq!(pmdk["obj_is_pmem"], true, "{pmdk}");
+    for key in [
+        "pmdk_version",
+        "libpmem_flush",
+        "libpmem_movnt",
+        "our_flush",
+    ] {
+        assert!(
+            pmdk[key].as_str().is_some_and(|s| !s.is_empty()),
+            "{key} in {pmdk}"
+        );
+    }
+    let side = |row: &Value, key: &str| {
+        let side = &row[key];
+        positive(side, "ns_per_op");
+        positive(side, "ops_per_sec");
+        positive(side, "ops_per_sample");
+        let samples = side["samples_ns_per_op"].as_array().expect("samples");
+        assert!(samples.iter().all(|s| s.as_f64().is_some_and(|x| x > 0.0)));
+    };
+
+    let copy = pmdk["copy"].as_array().expect("copy is an array");
+    assert_eq!(copy.len(), NT_SIZES.len(), "one copy row per size");
+    for (row, &bytes) in copy.iter().zip(NT_SIZES.iter()) {
+        assert_eq!(row["bytes"].as_u64(), Some(bytes as u64), "{row}");
+        for key in ["pmdk", "ours_nt", "ours_persist"] {
+            side(row, key);
+        }
+        positive(row, "nt_over_pmdk");
+        positive(row, "persist_over_pmdk");
+    }
+
+    let tx = pmdk["tx"].as_array().expect("tx is an array");
+    assert_eq!(tx.len(), PMDK_TX_WORDS.len(), "one transaction row per K");
+    for (row, &k) in tx.iter().zip(PMDK_TX_WORDS.iter()) {
+        assert_eq!(row["words"].as_u64(), Some(k), "{row}");
+        side(row, "pmdk");
+        check_cell(&row["strict"]);
+        check_cell(&row["batched"]);
+        assert_eq!(row["strict"]["policy"], "strict", "{row}");
+        assert_eq!(row["batched"]["policy"], "batched", "{row}");
+        positive(row, "strict_over_pmdk");
+        positive(row, "batched_over_pmdk");
+    }
+
+    let left: Vec<_> = std::fs::read_dir(pool_dir.path())
+        .expect("list the pool directory")
+        .collect();
+    assert!(
+        left.is_empty(),
+        "PMDK pool files were not removed: {left:?}"
+    );
 }

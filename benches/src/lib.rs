@@ -17,7 +17,10 @@
 //!   file under copy-on-write and embedded writes, and reads after them;
 //! * [`fastfairbench`]: the FAST&FAIR B+-tree of `pmem-structures` under its three shift
 //!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
-//! * [`report`]: the results as text tables, JSON and markdown.
+//! * [`report`]: the results as text tables, JSON and markdown;
+//! * [`ycsb`]: YCSB-style workloads (load, A, B, C, E, insert-only; uniform and Zipfian keys;
+//!   1..T threads) over every structure and variant, with latency histograms;
+//! * [`plot`]: PNG charts of the results.
 #![deny(missing_docs)]
 
 pub mod ccehbench;
@@ -25,10 +28,12 @@ pub mod datalogbench;
 pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
+pub mod plot;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
 pub mod txbench;
+pub mod ycsb;
 
 /// The README's example, compiled and run as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

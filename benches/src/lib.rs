@@ -19,7 +19,10 @@
 //!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
 //! * `pmdk` (feature `pmdk`): PMDK's libpmem and libpmemobj side by side with the pool's copies
 //!   and the undo-log transactions;
-//! * [`report`]: the results as text tables, JSON and markdown.
+//! * [`report`]: the results as text tables, JSON and markdown;
+//! * [`ycsb`]: YCSB-style workloads (load, A, B, C, E, insert-only; uniform and Zipfian keys;
+//!   1..T threads) over every structure and variant, with latency histograms;
+//! * [`plot`]: PNG charts of the results.
 #![deny(missing_docs)]
 
 pub mod ccehbench;
@@ -29,10 +32,12 @@ pub mod machine;
 pub mod measure;
 #[cfg(feature = "pmdk")]
 pub mod pmdk;
+pub mod plot;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
 pub mod txbench;
+pub mod ycsb;
 
 /// The README's example, compiled and run as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

@@ -1,0 +1,750 @@
+//! The YCSB runner: load a structure, run the workloads on it, measure.
+//!
+//! For each variant and thread count of a [`Matrix`], [`run_matrix`] makes one fresh structure
+//! ([`with_target`]) sized for every record the runs can insert, and on it, in order:
+//!
+//! 1. the load: records `0..records`, each thread a contiguous share (CCEH: one
+//!    `insert_batch` call per thread; the others: one insert per record);
+//! 2. workloads A, B, C and E (E only where the structure scans), each once per key
+//!    distribution, uniform first: `ops` operations picking among the loaded records;
+//! 3. insert-only: `ops` inserts of fresh records (no distribution: fresh keys are not chosen).
+//!
+//! So a run sees the records earlier runs inserted (E adds 5% of `ops`), as in a YCSB session
+//! that runs its workloads one after the other on one loaded store; reads still pick only
+//! loaded records, which every run finds.
+//!
+//! Every run's operations are generated before it is timed ([`super::plan`]). Its threads
+//! (always spawned, even one) start together on a [`Barrier`]; each times every operation on
+//! its own with two [`Instant`] reads (their cost, [`YcsbResults::timer_ns`], is included in
+//! the latencies and in the run's time, not subtracted) into its own HDR histogram, merged
+//! after the run. A run's time is the slowest thread's, from the barrier to its last operation.
+//! Per-operation persistence counters are the sum of every thread's [`thread_stats`] deltas
+//! over the run, divided by the run's operations.
+//!
+//! Every result is checked as the run goes: a read must find its key with a value written with
+//! it, an update must find its key, an insert must find its key new, a scan from a loaded key
+//! must visit at least that key. Any miss fails the run with [`YcsbError::Mismatch`].
+
+use std::io::IsTerminal;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use pmem_ordering::{thread_stats, Stats};
+use serde::Serialize;
+
+use super::keys::value_matches;
+use super::targets::{with_target, MakeError, Setup, Target, TargetError, Variant};
+use super::{plan, KeyDistribution, KeySpace, Op, Plan, PlanError, Workload};
+
+/// The largest latency the histograms hold: one minute, in nanoseconds (longer ones are
+/// clamped to it).
+const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// Significant decimal digits of the histograms (0.1% resolution).
+const SIGFIGS: u8 = 3;
+
+/// How much one run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Scale {
+    /// Records loaded into each structure.
+    pub records: u64,
+    /// Operations of each workload run.
+    pub ops: u64,
+}
+
+impl Default for Scale {
+    /// The default run: 200 000 records, 200 000 operations per workload run (measured: the
+    /// whole matrix of [`Matrix::new`] took 51 s on the 2-core VM of the README, pools in
+    /// `/dev/shm`).
+    fn default() -> Scale {
+        Scale {
+            records: 200_000,
+            ops: 200_000,
+        }
+    }
+}
+
+impl Scale {
+    /// The `--quick` run: 20 000 records, 20 000 operations (the whole matrix: 3.8 s on the
+    /// same VM).
+    pub fn quick() -> Scale {
+        Scale {
+            records: 20_000,
+            ops: 20_000,
+        }
+    }
+}
+
+/// What [`run_matrix`] runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
+    /// Records and operations.
+    pub scale: Scale,
+    /// The variants, each on its own structures.
+    pub variants: Vec<Variant>,
+    /// The workloads run after the load, in the order given ([`Workload::Load`] here is
+    /// ignored: every structure is loaded first).
+    pub workloads: Vec<Workload>,
+    /// The key distributions of the workloads that choose keys.
+    pub distributions: Vec<KeyDistribution>,
+    /// Thread counts; each loads its own structure.
+    pub threads: Vec<usize>,
+    /// The seed of every plan.
+    pub seed: u64,
+}
+
+impl Matrix {
+    /// Every variant, workloads A, B, C, E and insert-only, both distributions, 1 and 2
+    /// threads.
+    pub fn new(scale: Scale) -> Matrix {
+        Matrix {
+            scale,
+            variants: Variant::ALL.to_vec(),
+            workloads: Workload::RUNS.to_vec(),
+            distributions: KeyDistribution::ALL.to_vec(),
+            threads: vec![1, 2],
+            seed: 0x5C5B,
+        }
+    }
+
+    /// The workloads of `variant` that run, in order, each with its distribution (`None` for
+    /// the load and insert-only), and those skipped with the reason.
+    fn runs(&self, variant: Variant) -> (Vec<(Workload, Option<KeyDistribution>)>, Vec<Skipped>) {
+        let mut runs = vec![(Workload::Load, None)];
+        let mut skipped = Vec::new();
+        for &w in self.workloads.iter().filter(|&&w| w != Workload::Load) {
+            if w.scans() {
+                if let Some(reason) = variant.structure().no_scan_reason() {
+                    skipped.push(Skipped {
+                        structure: variant.structure().name().to_string(),
+                        variant: variant.name().to_string(),
+                        workload: w.name().to_string(),
+                        reason: reason.to_string(),
+                    });
+                    continue;
+                }
+            }
+            if w.chooses_keys() {
+                runs.extend(self.distributions.iter().map(|&d| (w, Some(d))));
+            } else {
+                runs.push((w, None));
+            }
+        }
+        (runs, skipped)
+    }
+
+    /// Runs in the whole matrix (loads included), for progress reports.
+    pub fn total_runs(&self) -> usize {
+        self.variants
+            .iter()
+            .map(|&v| self.runs(v).0.len() * self.threads.len())
+            .sum()
+    }
+}
+
+/// One run's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct YcsbRow {
+    /// The structure's name.
+    pub structure: String,
+    /// The variant's name.
+    pub variant: String,
+    /// The workload's name (`load` for the load phase).
+    pub workload: String,
+    /// The key distribution (`None` for the load and insert-only, which choose no keys).
+    pub distribution: Option<String>,
+    /// Threads.
+    pub threads: usize,
+    /// Operations run.
+    pub ops: u64,
+    /// The run's time: the slowest thread's, from the common start.
+    pub seconds: f64,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Median latency of one operation, in nanoseconds (`None`: operations not timed one by
+    /// one, the batched CCEH load).
+    pub p50_ns: Option<f64>,
+    /// 99th percentile latency.
+    pub p99_ns: Option<f64>,
+    /// 99.9th percentile latency.
+    pub p999_ns: Option<f64>,
+    /// Fences per operation.
+    pub fences_per_op: f64,
+    /// Cache lines flushed per operation.
+    pub flushes_per_op: f64,
+    /// Bytes stored non-temporally per operation.
+    pub nt_bytes_per_op: f64,
+    /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes
+    /// ([`Stats::bytes_to_media`]).
+    pub media_bytes_per_op: f64,
+}
+
+/// A workload a variant cannot run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The structure's name.
+    pub structure: String,
+    /// The variant's name.
+    pub variant: String,
+    /// The workload's name.
+    pub workload: String,
+    /// Why it is skipped.
+    pub reason: String,
+}
+
+/// The YCSB section of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct YcsbResults {
+    /// Records and operations.
+    pub scale: Scale,
+    /// The median cost of one latency sample's two `Instant` reads, in nanoseconds: included
+    /// in every latency and in the runs' times.
+    pub timer_ns: f64,
+    /// One row per run, in run order.
+    pub rows: Vec<YcsbRow>,
+    /// The workloads skipped, once per variant.
+    pub skipped: Vec<Skipped>,
+    /// Wall time of the whole matrix, set-up and plans included.
+    pub total_seconds: f64,
+}
+
+/// Where the matrix is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressEvent {
+    /// Runs finished.
+    pub done: usize,
+    /// Runs in all.
+    pub total: usize,
+    /// The run that just finished.
+    pub label: String,
+}
+
+/// Why the YCSB runs failed.
+#[derive(Debug, thiserror::Error)]
+pub enum YcsbError {
+    /// A structure could not be set up.
+    #[error("cannot set up the structure: {0}")]
+    Make(Box<MakeError>),
+    /// A plan could not be made.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// An operation failed.
+    #[error("{structure} {variant}, {workload}: {source}")]
+    Target {
+        /// The structure's name.
+        structure: &'static str,
+        /// The variant's name.
+        variant: &'static str,
+        /// The workload's name.
+        workload: &'static str,
+        /// What failed (boxed: the structures' errors are large).
+        source: Box<TargetError>,
+    },
+    /// Operations did not return what they should have (a bug, not a measurement).
+    #[error("{structure} {variant}, {workload}: {count} operations returned wrong results; the first: {first}")]
+    Mismatch {
+        /// The structure's name.
+        structure: &'static str,
+        /// The variant's name.
+        variant: &'static str,
+        /// The workload's name.
+        workload: &'static str,
+        /// How many.
+        count: u64,
+        /// What the first one did.
+        first: String,
+    },
+    /// A histogram could not be made.
+    #[error("cannot make a latency histogram: {0}")]
+    Histogram(#[from] hdrhistogram::CreationError),
+    /// A thread count of zero.
+    #[error("a run needs at least one thread")]
+    NoThreads,
+}
+
+impl From<MakeError> for YcsbError {
+    fn from(e: MakeError) -> Self {
+        // Boxed: a pool set-up error is large, and every result carries the error type.
+        YcsbError::Make(Box::new(e))
+    }
+}
+
+/// What one thread measured.
+struct ThreadRun {
+    latencies: Histogram<u64>,
+    secs: f64,
+    stats: Stats,
+    mismatches: u64,
+    first_mismatch: Option<String>,
+}
+
+/// Run `op`; `Err(description)` if it returned what it should not have.
+fn execute(target: &dyn Target, op: Op) -> Result<Result<(), String>, TargetError> {
+    Ok(match op {
+        Op::Read(k) => match target.read(k)? {
+            Some(v) if value_matches(k, v) => Ok(()),
+            got => Err(format!("read of loaded key {k:#x} returned {got:x?}")),
+        },
+        Op::Update(k, v) => match target.update(k, v)? {
+            true => Ok(()),
+            false => Err(format!("update of loaded key {k:#x} did not find it")),
+        },
+        Op::Insert(k, v) => match target.insert(k, v)? {
+            true => Ok(()),
+            false => Err(format!("insert of fresh key {k:#x} found it present")),
+        },
+        Op::Scan(k, len) => match target.scan(k, len)? {
+            n if (1..=len).contains(&n) => Ok(()),
+            n => Err(format!(
+                "scan of {len} from loaded key {k:#x} visited {n} pairs"
+            )),
+        },
+    })
+}
+
+/// One thread's share of a run, after the barrier.
+fn thread_run(
+    target: &dyn Target,
+    ops: &[Op],
+    batch: bool,
+    barrier: &Barrier,
+    mut latencies: Histogram<u64>,
+) -> Result<ThreadRun, TargetError> {
+    // Built before the barrier, so the timed part only loads.
+    let items: Vec<(u64, u64)> = match batch {
+        true => ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Insert(k, v) => Some((k, v)),
+                _ => None,
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut mismatches = 0;
+    let mut first_mismatch = None;
+    barrier.wait();
+    let before = thread_stats();
+    let start = Instant::now();
+    let batched = if batch {
+        target.load_batch(&items)
+    } else {
+        None
+    };
+    match batched {
+        Some(inserted) => {
+            let inserted = inserted?;
+            if inserted != items.len() as u64 {
+                mismatches = items.len() as u64 - inserted.min(items.len() as u64);
+                first_mismatch = Some(format!(
+                    "a batched load of {} fresh keys inserted {inserted}",
+                    items.len()
+                ));
+            }
+        }
+        None => {
+            for &op in ops {
+                let t = Instant::now();
+                let checked = execute(target, op)?;
+                latencies.saturating_record(t.elapsed().as_nanos() as u64);
+                if let Err(what) = checked {
+                    mismatches += 1;
+                    first_mismatch.get_or_insert(what);
+                }
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let stats = thread_stats() - before;
+    Ok(ThreadRun {
+        latencies,
+        secs,
+        stats,
+        mismatches,
+        first_mismatch,
+    })
+}
+
+/// Run `plan` of `workload` on `target`, its threads together, and measure it. With `batch`,
+/// a structure that loads in batches ([`Target::load_batch`]) takes each thread's inserts in
+/// one call (not timed one by one).
+pub fn run_plan(
+    target: &dyn Target,
+    variant: Variant,
+    workload: Workload,
+    distribution: Option<KeyDistribution>,
+    plan: &Plan,
+    batch: bool,
+) -> Result<YcsbRow, YcsbError> {
+    let threads = plan.threads.len();
+    if threads == 0 {
+        return Err(YcsbError::NoThreads);
+    }
+    let histograms = (0..threads)
+        .map(|_| Histogram::<u64>::new_with_bounds(1, MAX_LATENCY_NS, SIGFIGS))
+        .collect::<Result<Vec<_>, _>>()?;
+    let barrier = Barrier::new(threads);
+    let outcomes: Vec<Result<ThreadRun, TargetError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = plan
+            .threads
+            .iter()
+            .zip(histograms)
+            .map(|(ops, h)| {
+                let barrier = &barrier;
+                s.spawn(move || thread_run(target, ops, batch, barrier, h))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let structure = variant.structure().name();
+    let mut merged = Histogram::<u64>::new_with_bounds(1, MAX_LATENCY_NS, SIGFIGS)?;
+    let mut secs = 0f64;
+    let mut stats = Stats::default();
+    let mut mismatches = 0;
+    let mut first = None;
+    for outcome in outcomes {
+        let run = outcome.map_err(|source| YcsbError::Target {
+            structure,
+            variant: variant.name(),
+            workload: workload.name(),
+            source: Box::new(source),
+        })?;
+        // Re-recorded rather than `add`ed: same bounds, so nothing is clamped, and no error
+        // path for a case that cannot happen.
+        for v in run.latencies.iter_recorded() {
+            merged.saturating_record_n(v.value_iterated_to(), v.count_at_value());
+        }
+        secs = secs.max(run.secs);
+        stats = stats + run.stats;
+        mismatches += run.mismatches;
+        if first.is_none() {
+            first = run.first_mismatch;
+        }
+    }
+    if mismatches > 0 {
+        return Err(YcsbError::Mismatch {
+            structure,
+            variant: variant.name(),
+            workload: workload.name(),
+            count: mismatches,
+            first: first.unwrap_or_default(),
+        });
+    }
+    let ops = plan.ops();
+    let per_op = |x: u64| x as f64 / ops.max(1) as f64;
+    let quantile = |q: f64| (!merged.is_empty()).then(|| merged.value_at_quantile(q) as f64);
+    Ok(YcsbRow {
+        structure: structure.to_string(),
+        variant: variant.name().to_string(),
+        workload: workload.name().to_string(),
+        distribution: distribution.map(|d| d.name().to_string()),
+        threads,
+        ops,
+        seconds: secs,
+        ops_per_sec: ops as f64 / secs,
+        p50_ns: quantile(0.50),
+        p99_ns: quantile(0.99),
+        p999_ns: quantile(0.999),
+        fences_per_op: per_op(stats.fences),
+        flushes_per_op: per_op(stats.flushes),
+        nt_bytes_per_op: per_op(stats.nt_bytes),
+        media_bytes_per_op: per_op(stats.bytes_to_media()),
+    })
+}
+
+/// Load one fresh `variant` with `threads` threads and run `matrix`'s workloads on it (see
+/// the module's documentation); one row per run. `done` is called after each run with its
+/// label.
+pub fn run_variant(
+    matrix: &Matrix,
+    variant: Variant,
+    threads: usize,
+    setup: &Setup,
+    done: &mut dyn FnMut(String),
+) -> Result<Vec<YcsbRow>, YcsbError> {
+    if threads == 0 {
+        return Err(YcsbError::NoThreads);
+    }
+    let Scale { records, ops } = matrix.scale;
+    let (runs, _) = matrix.runs(variant);
+    // Room for every record the runs can insert, so no run fills the pool.
+    let capacity = runs.iter().fold(records, |acc, &(w, _)| {
+        acc.saturating_add(w.max_inserts(ops))
+            .saturating_add(threads as u64)
+    });
+    with_target(variant, setup, capacity, |target| {
+        let mut rows = Vec::with_capacity(runs.len());
+        let mut keys = KeySpace {
+            loaded: records,
+            next_insert: 0,
+        };
+        for &(workload, distribution) in &runs {
+            let d = distribution.unwrap_or(KeyDistribution::Uniform);
+            let p = plan(workload, d, keys, ops, threads, matrix.seed)?;
+            let row = run_plan(
+                target,
+                variant,
+                workload,
+                distribution,
+                &p,
+                workload == Workload::Load,
+            )?;
+            keys.next_insert = p.next_insert;
+            done(format!(
+                "{} {} {}{} {}T",
+                row.structure,
+                row.variant,
+                row.workload,
+                distribution.map_or(String::new(), |d| format!(" {}", d.name())),
+                threads
+            ));
+            rows.push(row);
+        }
+        Ok(rows)
+    })
+}
+
+/// Run the whole `matrix`, each variant with each thread count on a fresh structure; `progress`
+/// is told after every run.
+pub fn run_matrix(
+    matrix: &Matrix,
+    setup: &Setup,
+    progress: &dyn Fn(&ProgressEvent),
+) -> Result<YcsbResults, YcsbError> {
+    let start = Instant::now();
+    let timer_ns = crate::ccehbench::timer_overhead_ns();
+    let total = matrix.total_runs();
+    let mut finished = 0;
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for &variant in &matrix.variants {
+        skipped.extend(matrix.runs(variant).1);
+        for &threads in &matrix.threads {
+            let mut done = |label: String| {
+                finished += 1;
+                progress(&ProgressEvent {
+                    done: finished,
+                    total,
+                    label,
+                });
+            };
+            rows.extend(run_variant(matrix, variant, threads, setup, &mut done)?);
+        }
+    }
+    Ok(YcsbResults {
+        scale: matrix.scale,
+        timer_ns,
+        rows,
+        skipped,
+        total_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// A progress bar of `total` runs on stderr, hidden when stderr is not a terminal or under CI
+/// (the `CI` variable set), where a bar would only litter the log.
+pub fn progress_bar(total: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("ycsb [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// A progress callback for [`run_matrix`] that moves `bar`.
+pub fn bar_callback(bar: &ProgressBar) -> impl Fn(&ProgressEvent) + '_ {
+    move |e| {
+        bar.set_length(e.total as u64);
+        bar.set_position(e.done as u64);
+        bar.set_message(e.label.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ycsb::targets::Structure;
+
+    fn small(threads: Vec<usize>, variants: Vec<Variant>) -> Matrix {
+        Matrix {
+            scale: Scale {
+                records: 3_000,
+                ops: 2_000,
+            },
+            variants,
+            threads,
+            ..Matrix::new(Scale::quick())
+        }
+    }
+
+    fn setup(dir: &tempfile::TempDir) -> Setup {
+        Setup::new(dir.path())
+    }
+
+    /// Every variant runs every workload it supports with 1 and 2 threads, every result
+    /// checked; the counters show the persistence work.
+    #[test]
+    fn every_variant_runs_every_workload_correctly() {
+        let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
+        let matrix = small(vec![1, 2], Variant::ALL.to_vec());
+        let events = std::cell::RefCell::new(Vec::new());
+        let results = run_matrix(&matrix, &setup(&dir), &|e| {
+            events.borrow_mut().push(e.clone())
+        })
+        .unwrap();
+        assert_eq!(results.rows.len(), matrix.total_runs());
+        let events = events.into_inner();
+        assert_eq!(events.len(), matrix.total_runs());
+        assert_eq!(events.last().unwrap().done, matrix.total_runs());
+        for v in Variant::ALL {
+            for t in [1, 2] {
+                let rows: Vec<&YcsbRow> = results
+                    .rows
+                    .iter()
+                    .filter(|r| r.variant == v.name() && r.threads == t)
+                    .collect();
+                let names: Vec<(&str, Option<&str>)> = rows
+                    .iter()
+                    .map(|r| (r.workload.as_str(), r.distribution.as_deref()))
+                    .collect();
+                let mut want = vec![("load", None)];
+                for w in ["A", "B", "C", "E"] {
+                    if w == "E" && v.structure() != Structure::FastFair {
+                        continue;
+                    }
+                    want.push((w, Some("uniform")));
+                    want.push((w, Some("zipfian")));
+                }
+                want.push(("insert-only", None));
+                assert_eq!(names, want, "{v:?} {t}");
+                for r in rows {
+                    let expected = if r.workload == "load" { 3_000 } else { 2_000 };
+                    assert_eq!(r.ops, expected, "{r:?}");
+                    assert!(r.ops_per_sec > 0.0 && r.seconds > 0.0, "{r:?}");
+                    let writes = matches!(r.workload.as_str(), "load" | "A" | "B" | "insert-only");
+                    if writes {
+                        assert!(r.fences_per_op > 0.0, "{r:?}");
+                        assert!(r.media_bytes_per_op > 0.0, "{r:?}");
+                    }
+                    if r.workload == "C" {
+                        // Reads persist nothing.
+                        assert_eq!(r.fences_per_op, 0.0, "{r:?}");
+                    }
+                    let batched = r.workload == "load" && v.structure() == Structure::Cceh;
+                    assert_eq!(r.p50_ns.is_none(), batched, "{r:?}");
+                    if let (Some(p50), Some(p99), Some(p999)) = (r.p50_ns, r.p99_ns, r.p999_ns) {
+                        assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{r:?}");
+                    }
+                }
+            }
+        }
+        let mut skipped: Vec<(String, String)> = results
+            .skipped
+            .iter()
+            .map(|s| (s.variant.clone(), s.workload.clone()))
+            .collect();
+        skipped.sort();
+        let mut want: Vec<(String, String)> = Variant::ALL
+            .iter()
+            .filter(|v| v.structure() != Structure::FastFair)
+            .map(|v| (v.name().to_string(), "E".to_string()))
+            .collect();
+        want.sort();
+        assert_eq!(skipped, want);
+        assert!(results.skipped.iter().all(|s| s.reason.contains("order")));
+    }
+
+    /// A structure that loses writes is caught: its reads count as mismatches.
+    #[test]
+    fn wrong_results_fail_the_run() {
+        struct Forgetful;
+        impl Target for Forgetful {
+            fn insert(&self, _: u64, _: u64) -> Result<bool, TargetError> {
+                Ok(true)
+            }
+            fn read(&self, _: u64) -> Result<Option<u64>, TargetError> {
+                Ok(None)
+            }
+            fn update(&self, _: u64, _: u64) -> Result<bool, TargetError> {
+                Ok(true)
+            }
+            fn scan(&self, _: u64, _: usize) -> Result<usize, TargetError> {
+                Ok(0)
+            }
+        }
+        let keys = KeySpace::loaded(100);
+        let p = plan(Workload::C, KeyDistribution::Uniform, keys, 50, 2, 1).unwrap();
+        let err = run_plan(
+            &Forgetful,
+            Variant::CcehHelperOff,
+            Workload::C,
+            None,
+            &p,
+            false,
+        )
+        .unwrap_err();
+        match err {
+            YcsbError::Mismatch { count, first, .. } => {
+                assert_eq!(count, 50);
+                assert!(first.contains("read of loaded key"), "{first}");
+            }
+            other => panic!("{other}"),
+        }
+        let p = plan(Workload::A, KeyDistribution::Uniform, keys, 50, 1, 1).unwrap();
+        let row = run_plan(
+            &Forgetful,
+            Variant::CcehHelperOff,
+            Workload::A,
+            None,
+            &p,
+            false,
+        );
+        assert!(matches!(row, Err(YcsbError::Mismatch { .. })));
+    }
+
+    #[test]
+    fn scans_on_structures_without_order_are_refused() {
+        let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
+        for v in [
+            Variant::CcehHelperOn,
+            Variant::Datalog(pmem_structures::datalog::WriteMode::Auto),
+        ] {
+            let r: Result<(), YcsbError> = with_target(v, &setup(&dir), 100, |t| {
+                assert!(!t.supports_scan());
+                assert!(matches!(
+                    t.scan(1, 10),
+                    Err(TargetError::ScanUnsupported { .. })
+                ));
+                Ok(())
+            });
+            r.unwrap();
+        }
+    }
+
+    #[test]
+    fn zero_threads_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let matrix = small(vec![0], vec![Variant::CcehHelperOff]);
+        assert!(matches!(
+            run_variant(
+                &matrix,
+                Variant::CcehHelperOff,
+                0,
+                &setup(&dir),
+                &mut |_| {}
+            ),
+            Err(YcsbError::NoThreads)
+        ));
+    }
+}

@@ -11,12 +11,11 @@
 //! four fresh tables, in forward order on even rounds and in reverse on odd ones:
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
-//!   with [`Instant`] for the latency percentiles; then it looks every key up three times in
-//!   one random order: with [`Cceh::get`] (hits, every [`LATENCY_EVERY`]th timed on its own),
-//!   through one [`CcehReader`](pmem_structures::cceh::CcehReader) (the same calls without a
-//!   pin each, sampled the same way), and with [`Cceh::get_batch`] ([`GET_BATCH_KEYS`] keys a
-//!   call, prefetching [`HELPER_DEPTH`] ahead), the three passes taking turns going first;
-//!   then it removes every key with [`Cceh::remove`] in another random order;
+//!   with [`Instant`] for the latency percentiles; then it looks every key up twice in one
+//!   random order: with [`Cceh::get`] (hits, every [`LATENCY_EVERY`]th timed on its own) and
+//!   with [`Cceh::get_batch`] ([`GET_BATCH_KEYS`] keys a call, prefetching [`HELPER_DEPTH`]
+//!   ahead), the two passes taking turns going first; then it removes every key with
+//!   [`Cceh::remove`] in another random order;
 //! * with [`Cceh::insert_batch`], the speculative helper thread off;
 //! * with [`Cceh::insert_batch`], the helper thread on, [`HELPER_DEPTH`] keys ahead;
 //! * with [`Cceh::insert_batch`], the inserting thread prefetching the path of the key
@@ -307,9 +306,6 @@ pub enum CcehOp {
     InsertBatchInline,
     /// [`Cceh::get`] of every key (hits), in a random order.
     Get,
-    /// [`CcehReader::get`](pmem_structures::cceh::CcehReader::get) of every key (hits), in the
-    /// same order: one call per key, under one epoch pin for many.
-    GetReader,
     /// [`Cceh::get_batch`] of every key (hits), in the same order, [`HELPER_DEPTH`] ahead.
     GetBatch,
     /// [`Cceh::remove`] of every key, in a random order.
@@ -318,13 +314,12 @@ pub enum CcehOp {
 
 impl CcehOp {
     /// Every operation, in report order.
-    pub const ALL: [CcehOp; 8] = [
+    pub const ALL: [CcehOp; 7] = [
         CcehOp::Insert,
         CcehOp::InsertBatch,
         CcehOp::InsertBatchHelper,
         CcehOp::InsertBatchInline,
         CcehOp::Get,
-        CcehOp::GetReader,
         CcehOp::GetBatch,
         CcehOp::Remove,
     ];
@@ -341,7 +336,6 @@ impl CcehOp {
                 format!("insert_batch, inline prefetch (depth {HELPER_DEPTH})")
             }
             CcehOp::Get => "get (hits, random order)".to_string(),
-            CcehOp::GetReader => "get through a CcehReader (same order)".to_string(),
             CcehOp::GetBatch => format!("get_batch (same order, prefetch {HELPER_DEPTH} ahead)"),
             CcehOp::Remove => "remove (random order)".to_string(),
         }
@@ -602,19 +596,13 @@ pub fn measure(
                     displacements = table.displacements();
                     // A later lookup pass may find more of the table in the cache: the passes
                     // take turns going first.
-                    let mut passes = [CcehOp::Get, CcehOp::GetReader, CcehOp::GetBatch];
-                    passes.rotate_left(round % 3);
+                    let mut passes = [CcehOp::Get, CcehOp::GetBatch];
+                    passes.rotate_left(round % 2);
                     for pass in passes {
                         match pass {
                             CcehOp::Get => phases[pass.index()].time(pass, n, "found", |lat| {
                                 lookup_pass(&get_order, lat, |k| table.get(k))
                             })?,
-                            CcehOp::GetReader => {
-                                phases[pass.index()].time(pass, n, "found", |lat| {
-                                    let mut reader = table.reader();
-                                    lookup_pass(&get_order, lat, |k| reader.get(k))
-                                })?
-                            }
                             _ => phases[pass.index()].time(pass, n, "found", |_| {
                                 let mut hits = 0;
                                 for chunk in get_order.chunks(GET_BATCH_KEYS) {

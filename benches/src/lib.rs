@@ -30,9 +30,9 @@ pub mod datalogbench;
 pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
+pub mod plot;
 #[cfg(feature = "pmdk")]
 pub mod pmdk;
-pub mod plot;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;

@@ -373,6 +373,9 @@ mod tests {
             flushes_per_op: 1.0,
             nt_bytes_per_op: 0.0,
             media_bytes_per_op: 64.0,
+            xpline_bytes_per_op: 256.0,
+            write_amplification: Some(4.0),
+            ewr: Some(0.25),
         }
     }
 

@@ -277,7 +277,7 @@ fn check_cceh_section(report: &Value, stdout: &str) {
         let samples = row["samples_ops_per_sec"].as_array().expect("samples");
         assert!(!samples.is_empty());
         assert!(samples.iter().all(|s| s.as_f64().is_some_and(|x| x > 0.0)));
-        let sampled = matches!(op, CcehOp::Insert | CcehOp::Get | CcehOp::GetReader);
+        let sampled = matches!(op, CcehOp::Insert | CcehOp::Get);
         if sampled {
             let p50 = positive(row, "p50_ns");
             let p99 = positive(row, "p99_ns");
@@ -299,7 +299,7 @@ fn check_cceh_section(report: &Value, stdout: &str) {
                 positive(row, "fences_per_op");
                 positive(row, "flushes_per_op");
             }
-            CcehOp::Get | CcehOp::GetReader | CcehOp::GetBatch => {
+            CcehOp::Get | CcehOp::GetBatch => {
                 assert_eq!(row["fences_per_op"].as_f64(), Some(0.0), "{row}");
                 assert_eq!(row["flushes_per_op"].as_f64(), Some(0.0), "{row}");
             }

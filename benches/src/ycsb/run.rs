@@ -178,6 +178,15 @@ pub struct YcsbRow {
     /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes
     /// ([`Stats::bytes_to_media`]).
     pub media_bytes_per_op: f64,
+    /// Bytes an Optane DIMM would write to its media per operation, at 256-byte XPLine
+    /// granularity through the XPBuffer model of [`pmem_ordering::XPBUFFER_XPLINES`].
+    pub xpline_bytes_per_op: f64,
+    /// Write amplification at XPLine granularity: [`YcsbRow::xpline_bytes_per_op`] over
+    /// [`YcsbRow::media_bytes_per_op`] (`None` if nothing was sent).
+    pub write_amplification: Option<f64>,
+    /// The effective write ratio of seed 000 Sec. 5.1, the inverse: bytes sent over bytes the
+    /// media writes ([`Stats::effective_write_ratio`]; `None` if nothing was written).
+    pub ewr: Option<f64>,
 }
 
 /// A workload a variant cannot run.
@@ -456,6 +465,10 @@ pub fn run_plan(
         flushes_per_op: per_op(stats.flushes),
         nt_bytes_per_op: per_op(stats.nt_bytes),
         media_bytes_per_op: per_op(stats.bytes_to_media()),
+        xpline_bytes_per_op: per_op(stats.xpline_bytes),
+        write_amplification: (stats.bytes_to_media() > 0)
+            .then(|| stats.xpline_bytes as f64 / stats.bytes_to_media() as f64),
+        ewr: stats.effective_write_ratio(),
     })
 }
 

@@ -59,4 +59,4 @@ pub use backend::{Backend, Granularity, Hardware};
 pub use barrier::{Durable, NtOrdering, NtPending, Pending, PersistModel, Written};
 pub use isa::{CopyKind, FlushKind, Isa};
 pub use pool::{PPtr, Pool, PoolError, PoolOptions, Words};
-pub use stats::{reset_thread_stats, thread_stats, Stats};
+pub use stats::{reset_thread_stats, thread_stats, Stats, XPBUFFER_XPLINES, XPLINE};

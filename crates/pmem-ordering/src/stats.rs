@@ -39,12 +39,37 @@ pub struct Stats {
     pub redundant_flushes: u64,
     /// Fences issued while this thread had no flush or non-temporal store pending.
     pub redundant_fences: u64,
+    /// Bytes an Optane DIMM would write to its media for this thread's flushes and
+    /// non-temporal stores, at its 256-byte XPLine granularity: see [`XPBUFFER_XPLINES`] for
+    /// the model. With [`Stats::bytes_to_media`] it gives the effective write ratio of seed 000
+    /// Sec. 5.1 ([`Stats::effective_write_ratio`]).
+    pub xpline_bytes: u64,
 }
+
+/// Bytes of an XPLine, the unit in which an Optane DIMM writes its media (seed 000 Sec. 2.1.1).
+pub const XPLINE: usize = 256;
+
+/// XPLines of the per-thread model of the DIMM's write-combining buffer (the XPBuffer, 16 KiB
+/// per DIMM by seed 000 Sec. 5.1, Fig. 9). Every cache line flushed or written non-temporally
+/// lands in its XPLine's entry; an XPLine that is not in the buffer costs one 256-byte media
+/// write ([`XPLINE`]), later lines of a buffered XPLine combine for free. The model is
+/// direct-mapped by XPLine address (the real buffer is shared by all threads writing one
+/// DIMM and its policy is not documented), and it counts a media write when an XPLine enters
+/// the buffer rather than when it leaves.
+pub const XPBUFFER_XPLINES: usize = 64;
 
 impl Stats {
     /// Bytes this thread made durable or asked to make durable: flushed lines plus nt bytes.
     pub fn bytes_to_media(&self) -> u64 {
         self.flushed_bytes + self.nt_bytes
+    }
+
+    /// The effective write ratio of seed 000 Sec. 5.1: bytes issued to the DIMM
+    /// ([`Stats::bytes_to_media`]) over bytes written to its media ([`Stats::xpline_bytes`]).
+    /// Below 1 the media writes more than it was sent (its write amplification is the
+    /// inverse); above 1 the XPBuffer combined writes. `None` when nothing reached the media.
+    pub fn effective_write_ratio(&self) -> Option<f64> {
+        (self.xpline_bytes > 0).then(|| self.bytes_to_media() as f64 / self.xpline_bytes as f64)
     }
 }
 
@@ -67,6 +92,7 @@ macro_rules! field_wise {
                     fences_saved_by_epoch: self.fences_saved_by_epoch.$op(o.fences_saved_by_epoch),
                     redundant_flushes: self.redundant_flushes.$op(o.redundant_flushes),
                     redundant_fences: self.redundant_fences.$op(o.redundant_fences),
+                    xpline_bytes: self.xpline_bytes.$op(o.xpline_bytes),
                 }
             }
         }
@@ -87,6 +113,10 @@ struct ThreadCounters {
     fences_saved_by_epoch: Cell<u64>,
     redundant_flushes: Cell<u64>,
     redundant_fences: Cell<u64>,
+    xpline_bytes: Cell<u64>,
+    /// The XPBuffer model: entry `x % XPBUFFER_XPLINES` holds XPLine number `x` plus one (0:
+    /// empty).
+    xpbuffer: [Cell<usize>; XPBUFFER_XPLINES],
     /// Flushes and nt-stores issued since this thread's last fence.
     pending_since_fence: Cell<u64>,
 }
@@ -104,6 +134,8 @@ thread_local! {
             fences_saved_by_epoch: Cell::new(0),
             redundant_flushes: Cell::new(0),
             redundant_fences: Cell::new(0),
+            xpline_bytes: Cell::new(0),
+            xpbuffer: [const { Cell::new(0) }; XPBUFFER_XPLINES],
             pending_since_fence: Cell::new(0),
         }
     };
@@ -128,12 +160,17 @@ pub fn thread_stats() -> Stats {
         fences_saved_by_epoch: c.fences_saved_by_epoch.get(),
         redundant_flushes: c.redundant_flushes.get(),
         redundant_fences: c.redundant_fences.get(),
+        xpline_bytes: c.xpline_bytes.get(),
     })
 }
 
-/// Zero the calling thread's counters (the fence epoch is kept: it is not a statistic).
+/// Zero the calling thread's counters and empty its XPBuffer model (the fence epoch is kept:
+/// it is not a statistic).
 pub fn reset_thread_stats() {
     COUNTERS.with(|c| {
+        for entry in &c.xpbuffer {
+            entry.set(0);
+        }
         for cell in [
             &c.stores,
             &c.store_bytes,
@@ -145,6 +182,7 @@ pub fn reset_thread_stats() {
             &c.fences_saved_by_epoch,
             &c.redundant_flushes,
             &c.redundant_fences,
+            &c.xpline_bytes,
         ] {
             cell.set(0);
         }
@@ -159,20 +197,39 @@ pub(crate) fn count_store(bytes: usize) {
     })
 }
 
-pub(crate) fn count_nt_store(bytes: usize) {
+/// A non-temporal store of `bytes` bytes at address `addr`.
+pub(crate) fn count_nt_store(addr: usize, bytes: usize) {
     COUNTERS.with(|c| {
         bump(&c.nt_stores, 1);
         bump(&c.nt_bytes, bytes as u64);
         bump(&c.pending_since_fence, 1);
+        count_xplines(c, addr, bytes);
     })
 }
 
+/// `lines` cache lines flushed, covering the `len` bytes at address `addr`.
 #[inline]
-pub(crate) fn count_flush(lines: usize) {
+pub(crate) fn count_flush(addr: usize, len: usize, lines: usize) {
     COUNTERS.with(|c| {
         bump(&c.flushes, lines as u64);
         bump(&c.pending_since_fence, lines as u64);
+        count_xplines(c, addr, len);
     })
+}
+
+/// Run the XPLines of `[addr, addr + len)` through the XPBuffer model.
+#[inline]
+fn count_xplines(c: &ThreadCounters, addr: usize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    for xpline in addr / XPLINE..=(addr + len - 1) / XPLINE {
+        let entry = &c.xpbuffer[xpline % XPBUFFER_XPLINES];
+        if entry.get() != xpline + 1 {
+            entry.set(xpline + 1);
+            bump(&c.xpline_bytes, XPLINE as u64);
+        }
+    }
 }
 
 #[inline]

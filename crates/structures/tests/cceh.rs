@@ -334,15 +334,8 @@ fn lookups_stay_right_under_two_writers(config: CcehConfig) -> u64 {
         let reader = s.spawn(|| {
             let mut rounds = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                // Odd rounds read through one CcehReader (pinned across many lookups, which
-                // the writers' doublings must wait out), even rounds with one pin per get.
-                let mut pinned = (rounds % 2 == 1).then(|| table.reader());
                 for &k in &stable {
-                    let found = match pinned.as_mut() {
-                        Some(reader) => reader.get(k),
-                        None => table.get(k),
-                    };
-                    assert_eq!(found.unwrap(), Some(k ^ 0xABCD), "stable key {k}");
+                    assert_eq!(table.get(k).unwrap(), Some(k ^ 0xABCD), "stable key {k}");
                 }
                 rounds += 1;
             }
@@ -400,27 +393,12 @@ fn a_batch_of_lookups_matches_one_lookup_at_a_time() {
 }
 
 #[test]
-fn a_reader_finds_what_get_finds_across_its_repins() {
-    let heap = heap(16 << 20);
-    let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
-    for k in (1..=3000u64).filter(|k| k % 3 != 0) {
-        table.insert(k, k * 7).unwrap();
-    }
-    let mut reader = table.reader();
-    // More lookups than READER_REPIN_EVERY, so the reader re-pins on the way.
-    for k in 1..=3500u64 {
-        assert_eq!(reader.get(k).unwrap(), table.get(k).unwrap(), "key {k}");
-    }
-    assert!(matches!(reader.get(0), Err(CcehError::ReservedKey)));
-}
-
-#[test]
-fn a_write_that_would_wait_for_its_own_reader_fails_cleanly_and_works_after() {
+fn a_write_that_would_wait_for_its_own_epoch_guard_fails_cleanly_and_works_after() {
     let heap = heap(32 << 20);
     let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
-    let reader = table.reader();
+    let guard = crossbeam_epoch::pin();
     // Tiny segments double the directory often; the second doubling must wait for the
-    // directory the first retired, which this thread's own reader keeps alive.
+    // directory the first retired, which this thread's own guard keeps alive.
     let mut inserted = Vec::new();
     let mut refused = None;
     for k in 1..=10_000u64 {
@@ -433,10 +411,10 @@ fn a_write_that_would_wait_for_its_own_reader_fails_cleanly_and_works_after() {
             other => panic!("key {k}: {other:?}"),
         }
     }
-    let refused = refused.expect("a doubling had to wait for this thread's reader");
+    let refused = refused.expect("a doubling had to wait for this thread's guard");
     assert!(table.global_depth().unwrap() >= 1);
     assert_eq!(table.get(refused).unwrap(), None, "nothing was written");
-    drop(reader);
+    drop(guard);
     assert!(table.insert(refused, refused + 1).unwrap());
     inserted.push(refused);
     for k in refused + 1..refused + 2000 {

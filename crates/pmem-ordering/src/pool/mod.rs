@@ -630,7 +630,7 @@ impl<B: Backend> Pool<B> {
         let dst = self.addr(offset, bytes.len())?;
         // SAFETY: the range was checked to lie in the mapping.
         unsafe { self.backend.nt_store(dst, bytes) };
-        stats::count_nt_store(bytes.len());
+        stats::count_nt_store(dst as usize, bytes.len());
         Ok(NtPending::new(self.id))
     }
 
@@ -708,7 +708,7 @@ impl<B: Backend> Pool<B> {
             .expect("a Written token always names a range inside its pool");
         // SAFETY: the range lies in the mapping.
         let lines = unsafe { self.backend.flush(addr, w.len as usize) };
-        stats::count_flush(lines);
+        stats::count_flush(addr as usize, w.len as usize, lines);
         Pending::flushed(self.id)
     }
 

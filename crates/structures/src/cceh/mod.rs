@@ -54,9 +54,7 @@
 //! Splits and doublings take a structure mutex and the split segment's stripe lock. Lookups
 //! take no lock at all: they run inside a `crossbeam-epoch` critical section, read the
 //! directory, scan the window, then check that the directory and the key's entry are still the
-//! ones they started from (a split or doubling in between means a retry). Pinning the epoch is
-//! a full barrier on x86; a thread making many lookups pins once for many through a
-//! [`CcehReader`]. A directory replaced
+//! ones they started from (a split or doubling in between means a retry). A directory replaced
 //! by a doubling is *retired*: recorded in the root, so a crash cannot leak it, and freed by a
 //! later split or doubling once the epoch says no lookup can still be reading it (or at the
 //! next [`Cceh::open`]). Segments are never freed. See [`Cceh`].
@@ -132,13 +130,13 @@ pub enum CcehError {
     /// The directory cannot grow further.
     #[error("the directory has reached its largest depth ({MAX_DEPTH})")]
     DirectoryFull,
-    /// A write needed a directory doubling while the writing thread itself held a
-    /// [`CcehReader`] (or another `crossbeam-epoch` guard) and the directory retired by the
-    /// previous doubling was still waiting for readers: the doubling would wait for this
-    /// thread's own guard forever. Nothing was written; drop the reader and retry.
+    /// A write needed a directory doubling while the writing thread itself was pinned in
+    /// `crossbeam-epoch` (it held a guard of its own) and the directory retired by the previous
+    /// doubling was still waiting for readers: the doubling would wait for this thread's own
+    /// guard forever. Nothing was written; drop the guard and retry.
     #[error(
-        "a directory doubling must wait for pinned readers, and this thread holds one \
-         (a CcehReader or another crossbeam-epoch guard): nothing was written; drop it and retry"
+        "a directory doubling must wait for pinned readers, and this thread is pinned itself \
+         (it holds a crossbeam-epoch guard): nothing was written; drop the guard and retry"
     )]
     WriterPinned,
 }
@@ -296,33 +294,6 @@ impl Retired {
 
 /// Lookups of [`Cceh::get_batch`] under one epoch guard.
 const BATCH_PIN_CHUNK: usize = 1024;
-
-/// Lookups a [`CcehReader`] makes between two pins of the epoch: few enough that a doubling
-/// waiting for readers waits for a few microseconds at most while the reader is busy, many
-/// enough that the pin's full barrier costs little per lookup.
-pub const READER_REPIN_EVERY: u32 = 64;
-
-/// Lookups from one thread under one epoch pin, re-pinned every [`READER_REPIN_EVERY`]
-/// lookups: see [`Cceh::reader`]. Not `Send`: the pin belongs to the thread that made it.
-pub struct CcehReader<'t, 'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    table: &'t Cceh<'h, B, P>,
-    guard: epoch::Guard,
-    since_pin: u32,
-}
-
-impl<B: Backend, P: Deref<Target = Pool<B>>> CcehReader<'_, '_, B, P> {
-    /// The value of `key`, if present: [`Cceh::get`] without a pin of its own.
-    #[inline]
-    pub fn get(&mut self, key: u64) -> Result<Option<u64>, CcehError> {
-        self.since_pin += 1;
-        if self.since_pin >= READER_REPIN_EVERY {
-            self.since_pin = 0;
-            // Lets the epoch move on, so retired directories can be freed.
-            self.guard.repin();
-        }
-        self.table.get_pinned(key, &self.guard)
-    }
-}
 
 /// Offset of the retired directory's word in the root.
 const RETIRED_AT: u64 = 24;
@@ -787,27 +758,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// The value of `key`, if present. Takes no lock and never waits for a writer, not even
     /// for a split or doubling (see [`Cceh`]).
     ///
-    /// Each call pins the epoch, which on x86 is a locked instruction: a full barrier, so the
-    /// cache miss of one lookup cannot overlap the next one's. A thread doing many lookups in a
-    /// row should use a [`CcehReader`] ([`Cceh::reader`]), which pins once for many.
+    /// Each call pins the epoch, a locked instruction on x86 and so a full barrier that no
+    /// later load passes: the key's window is prefetched before it, so the window's cache miss
+    /// overlaps the pin (and whatever the pin waits for) instead of following it.
     pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
         self.get_observed(key, |_| ())
-    }
-
-    /// A reader for many lookups from this thread: it pins the epoch once and re-pins every
-    /// [`READER_REPIN_EVERY`] lookups (so doublings can still reclaim retired directories),
-    /// instead of once per lookup as [`Cceh::get`] does.
-    ///
-    /// While a thread holds a reader, its own writes to a table may fail with
-    /// [`CcehError::WriterPinned`] (when a doubling would have to wait for that very reader);
-    /// writes from other threads wait at a doubling until the reader re-pins or is dropped. Keep
-    /// readers for runs of lookups, not for a thread's lifetime.
-    pub fn reader(&self) -> CcehReader<'_, 'h, B, P> {
-        CcehReader {
-            table: self,
-            guard: epoch::pin(),
-            since_pin: 0,
-        }
     }
 
     /// [`Cceh::get`], calling `observe` at each step of the lookup: tests use it to change the
@@ -825,13 +780,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         // the old one and frees it only after every guard pinned before has gone).
         let guard = epoch::pin();
         self.lookup(key, &guard, observe)
-    }
-
-    /// [`Cceh::get`] inside `guard`'s critical section. Not inlined into the caller's loop:
-    /// measured, the lookup inlined there ran a third slower.
-    #[inline(never)]
-    fn get_pinned(&self, key: u64, guard: &epoch::Guard) -> Result<Option<u64>, CcehError> {
-        self.lookup(key, guard, |_| ())
     }
 
     /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning).
@@ -1398,7 +1346,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = retired.as_ref() {
             if !r.is_reclaimable() && epoch::is_pinned() {
-                // This thread's own guard holds the epoch back: waiting would never end.
+                // A guard of this thread's own holds the epoch back: waiting would never end.
                 return Err(CcehError::WriterPinned);
             }
             r.wait_until_reclaimable();

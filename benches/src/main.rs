@@ -3,13 +3,14 @@
 //! It compares the persistence primitives of `pmem-ordering` (see [`pmem_bench::primitives`]),
 //! then undo-log transactions of `pmem-undo-log` (see [`pmem_bench::txbench`]): K words per
 //! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
-//! fence policies, on pools in `/dev/shm` (else the temporary directory) with emulated
-//! granularity, then the CCEH hash table of `pmem-structures` (see [`pmem_bench::ccehbench`]),
-//! then the FAST&FAIR B+-tree under its three shift policies (see
-//! [`pmem_bench::fastfairbench`]), then the datalog store (see [`pmem_bench::datalogbench`]:
-//! copy-on-write against embedded writes), and prints the tables. Built with the `pmdk` feature,
-//! it first measures PMDK's libpmem and libpmemobj side by side with the same operations of
-//! ours (see `pmem_bench::pmdk`).
+//! fence policies; then each structure of `pmem-structures` on its own benchmark (CCEH,
+//! FAST&FAIR, datalog: [`pmem_bench::ccehbench`], [`pmem_bench::fastfairbench`],
+//! [`pmem_bench::datalogbench`]); then YCSB-style workloads over every structure and variant
+//! ([`pmem_bench::ycsb`]); and prints the tables, with charts on request
+//! ([`pmem_bench::plot`]). Pools live in `/dev/shm` (else the temporary directory) with
+//! emulated granularity. Built with the `pmdk` feature, it first measures PMDK's libpmem and
+//! libpmemobj side by side with the same operations of ours (see `pmem_bench::pmdk`). The
+//! options choose sections, structures, variants, workloads and sizes (`--help`).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -17,16 +18,22 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
+use pmem_bench::plot::{crossover_chart, crossover_points, throughput_chart, PlotError};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
-use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement};
+use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
 use pmem_bench::txbench::{self, TxRunner};
+use pmem_bench::ycsb::{
+    bar_callback, progress_bar, run_matrix, KeyDistribution, Matrix, Scale, Setup as YcsbSetup,
+    Structure, Variant, Workload, YcsbError,
+};
 use pmem_ordering::{Granularity, Isa, PoolError};
 use pmem_undo_log::TxError;
 
@@ -35,42 +42,93 @@ const POOL_FILE: &str = "pmem-bench.pool";
 /// The prefix of the transaction variants' pool files (`{prefix}-{variant}.pool`).
 const TX_POOL_PREFIX: &str = "pmem-bench";
 
-/// Compare the persistence primitives of pmem-ordering, undo-log transactions and the CCEH hash
-/// table, and print the tables.
+/// Measure persist primitives, undo-log transactions and the persistent structures of this
+/// workspace on a pool file, and print the results as tables.
 ///
-/// Measures, side by side: one cache line written + flushed + fenced with each flush instruction
-/// the CPU has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
-/// 64 KiB; a non-temporal write followed by an ordered temporal write with and without the fence;
-/// and the pool's persist against the raw instructions. Then undo-log transactions under the
-/// strict, batched and ideal fence policies: K = 1..128 words per transaction, and the Themis
-/// workloads (SPS, LL, Hashmap, CQ, TATP, TPCC), with fences per transaction and the share of
-/// them that Themis removes; and in-place vs out-of-place object updates. Last, the CCEH hash
-/// table: 1M random keys (100k with --quick) loaded into fresh tables one insert at a time and
-/// with insert_batch, its speculative helper thread off and on, and with inline prefetching;
-/// lookups one at a time and in batches; removals; p50/p99 latencies; fences and flushes per
-/// insert; table bytes per key.
-/// Then the FAST&FAIR B+-tree: 1M random keys (100k with --quick) inserted into fresh trees
-/// under the per-shift, FAST and redo-logged shift policies, lookups and 100-key range scans,
-/// with p50/p99 latencies and fences, flushes and bytes to the media per operation. Then the
-/// datalog store: random 64 B to 4 KiB overwrites of a 64 MiB file (4 MiB with --quick)
-/// under copy-on-write and under embedded writes, and 4 KiB reads after them, with the bytes sent
-/// to memory per write. Per operation it reports the median time and the fences, flushes and
-/// bytes counted. Built with the pmdk feature, it first compares PMDK's pmem_memcpy_persist and
-/// libpmemobj transactions with the same operations of ours.
+/// The report has these sections, all run by default (choose with --section):
+///
+/// * primitives: one cache line written + flushed + fenced with each flush instruction the CPU
+///   has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
+///   64 KiB; a non-temporal write then an ordered temporal write with and without the fence;
+///   the pool's persist against the raw instructions.
+/// * transactions: undo-log transactions of K = 1..128 words, the Themis workloads (SPS, LL,
+///   Hashmap, CQ, TATP, TPCC) and in-place vs out-of-place object updates, under the strict,
+///   batched, Themis and ideal fence policies.
+/// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
+///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
+///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
+///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
+///   copy-on-write against embedded writes).
+/// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
+///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
+///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
+///   p50/p99/p99.9 latency, fences, flushes, nt bytes and bytes to persistent memory per
+///   operation, and the effective write ratio at 256-byte XPLine granularity.
+/// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
+///   side by side with the same operations of ours.
+///
+/// The default run takes about two minutes on a 2-core machine; --quick under 20 seconds.
+/// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
+/// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]
 #[command(name = "pmem-bench", version)]
 struct Cli {
-    /// Short run (a few seconds in all) for CI and smoke tests: fewer and shorter batches, so
-    /// the numbers are noisier.
+    /// Short run for CI and smoke tests (under 20 seconds): fewer keys, fewer and shorter
+    /// batches, so the numbers are noisier.
     #[arg(long)]
     quick: bool,
 
-    /// Directory for the benchmark pool file (pmem-bench.pool, created fresh and removed at
-    /// exit). Default: /dev/shm if it exists, else the system temporary directory.
+    /// Sections to run, comma-separated or repeated (default: all of them).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SECTION")]
+    section: Vec<SectionArg>,
+
+    /// Structures for the structure and YCSB sections, comma-separated or repeated (default:
+    /// all, or those of the --variant given).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "STRUCTURE")]
+    structure: Vec<StructureArg>,
+
+    /// YCSB variants, comma-separated or repeated (default: every variant of the structures):
+    /// CCEH helper-off / helper-on (how the load runs: insert_batch without or with the
+    /// speculative helper thread), FAST&FAIR per-shift / fast / redo (shift policies), datalog
+    /// copy-on-write / embedded / auto (write modes).
+    #[arg(long, value_delimiter = ',', value_name = "VARIANT",
+          value_parser = PossibleValuesParser::new(Variant::ALL.map(Variant::name)))]
+    variant: Vec<String>,
+
+    /// YCSB workloads after the load, comma-separated or repeated (default: a, b, c, e,
+    /// insert-only; `load` alone runs the load only). Every structure is loaded first.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "WORKLOAD")]
+    workload: Vec<Workload>,
+
+    /// YCSB key choice for reads, updates and scans, comma-separated or repeated (default:
+    /// both).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "DISTRIBUTION")]
+    distribution: Vec<KeyDistribution>,
+
+    /// YCSB records loaded into each structure (default 200000; 20000 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_RECORDS))]
+    keys: Option<u64>,
+
+    /// YCSB operations of each workload run (default 200000; 20000 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_OPS))]
+    ops: Option<u64>,
+
+    /// YCSB thread counts, comma-separated or repeated: each runs on its own freshly loaded
+    /// structure (default: 1,2).
+    #[arg(long, value_delimiter = ',', value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
+    threads: Vec<u64>,
+
+    /// Seed of the YCSB keys and operations (the same seed gives the same operations).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
+    seed: u64,
+
+    /// Directory for the pool files (created fresh and removed at exit). Default: /dev/shm if
+    /// it exists, else the system temporary directory.
     #[arg(long, value_name = "DIR")]
     pool_dir: Option<PathBuf>,
 
-    /// How persistence works for the pool: `emulated` issues flush instructions and fences as
+    /// How persistence works for the pools: `emulated` issues flush instructions and fences as
     /// on persistent memory without msync (the default; on tmpfs this is DRAM, not persistent
     /// memory); `page` ends every persist in msync; `detect` tries MAP_SYNC (persistent memory
     /// behind a DAX file system) and falls back to page.
@@ -81,9 +139,60 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 
-    /// Also write the results as a markdown table to FILE.
+    /// Also write the results as markdown to FILE.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+
+    /// Write PNG charts into DIR (created if missing): YCSB throughput per variant for each
+    /// structure (ycsb-<structure>.png), and the non-temporal vs flush crossover from the
+    /// primitives section (crossover.png).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+/// The largest --keys: a structure of this many records fits a 64 GiB pool.
+const MAX_YCSB_RECORDS: u64 = 100_000_000;
+/// The largest --ops.
+const MAX_YCSB_OPS: u64 = 1_000_000_000;
+/// The largest --threads.
+const MAX_THREADS: u64 = 64;
+/// The default --seed.
+const DEFAULT_SEED: u64 = 0x5C5B;
+
+/// A section of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SectionArg {
+    /// Flush instructions, nt vs temporal writes, nt -> temporal ordering, persist overhead.
+    Primitives,
+    /// Undo-log transactions, the Themis workloads and object updates.
+    Transactions,
+    /// Each structure's own benchmark (CCEH, FAST&FAIR, datalog).
+    Structures,
+    /// YCSB workloads over every structure and variant.
+    Ycsb,
+    /// PMDK side by side (needs the pmdk feature).
+    Pmdk,
+}
+
+/// A structure, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum StructureArg {
+    /// The CCEH hash table.
+    Cceh,
+    /// The FAST&FAIR B+-tree.
+    Fastfair,
+    /// The datalog object store.
+    Datalog,
+}
+
+impl StructureArg {
+    fn structure(self) -> Structure {
+        match self {
+            StructureArg::Cceh => Structure::Cceh,
+            StructureArg::Fastfair => Structure::FastFair,
+            StructureArg::Datalog => Structure::Datalog,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -127,6 +236,12 @@ enum RunError {
     },
     #[error("cannot encode the results as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Ycsb(#[from] YcsbError),
+    #[error("cannot draw the charts: {0}")]
+    Plot(#[from] PlotError),
+    #[error("{0}")]
+    Usage(String),
     #[cfg(feature = "pmdk")]
     #[error(transparent)]
     Pmdk(#[from] pmem_bench::pmdk::PmdkBenchError),
@@ -143,12 +258,12 @@ fn measure_pmdk(
 ) -> Result<Option<PmdkResults>, RunError> {
     use pmem_bench::pmdk::{measure, PMDK_TX_WORDS};
     use pmem_bench::primitives::NT_SIZES;
-    eprintln!(
-        "[pmdk] PMDK side by side: {} copy sizes and {} transaction sizes, 3 sides each x {} rounds",
+    progress.line(&format!(
+        "pmdk: PMDK side by side: {} copy sizes and {} transaction sizes, 3 sides each x {} rounds",
         NT_SIZES.len(),
         PMDK_TX_WORDS.len(),
         plan.reps
-    );
+    ));
     let results = measure(dir, TX_POOL_PREFIX, granularity, plan, |r, n| {
         progress.round(r, n)
     })?;
@@ -182,32 +297,34 @@ fn write_output(mut file: File, path: &Path, text: &str) -> Result<(), RunError>
         })
 }
 
-/// Progress on stderr: one line per group, and a round counter when stderr is a terminal.
+/// Progress on stderr: one numbered line per step with the time so far, and a round counter
+/// when stderr is a terminal.
 struct Progress {
     tty: bool,
     start: Instant,
+    step: usize,
+    count: usize,
 }
 
 impl Progress {
-    fn group(&self, index: usize, count: usize, name: &str, variants: usize, plan: &Plan) {
+    fn next(&mut self) {
+        self.step += 1;
+    }
+
+    fn line(&self, what: &str) {
         eprintln!(
-            "[{index}/{count}] {name}: {variants} variants x {} rounds",
+            "[{}/{}] {:6.1} s  {what}",
+            self.step,
+            self.count,
+            self.start.elapsed().as_secs_f64()
+        );
+    }
+
+    fn group(&self, name: &str, variants: usize, plan: &Plan) {
+        self.line(&format!(
+            "{name}: {variants} variants x {} rounds",
             plan.reps
-        );
-    }
-
-    fn section(&self, index: usize, count: usize, name: &str, plan: &CcehPlan) {
-        eprintln!(
-            "[{index}/{count}] {name}: {} keys x 4 fresh tables x {} rounds",
-            plan.keys, plan.rounds
-        );
-    }
-
-    fn tree_section(&self, index: usize, count: usize, name: &str, plan: &FastFairPlan) {
-        eprintln!(
-            "[{index}/{count}] {name}: {} keys x 3 policies x {} rounds",
-            plan.keys, plan.rounds
-        );
+        ));
     }
 
     fn round(&self, round: usize, rounds: usize) {
@@ -224,7 +341,105 @@ impl Progress {
     }
 }
 
+/// What the command line asks for, checked.
+struct Selection {
+    sections: Vec<SectionArg>,
+    structures: Vec<Structure>,
+    matrix: Matrix,
+}
+
+impl Selection {
+    fn from_cli(cli: &Cli) -> Result<Selection, RunError> {
+        let sections = if cli.section.is_empty() {
+            let mut all = vec![
+                SectionArg::Primitives,
+                SectionArg::Transactions,
+                SectionArg::Structures,
+                SectionArg::Ycsb,
+            ];
+            if cfg!(feature = "pmdk") {
+                all.push(SectionArg::Pmdk);
+            }
+            all
+        } else {
+            cli.section.clone()
+        };
+        if !cfg!(feature = "pmdk") && sections.contains(&SectionArg::Pmdk) {
+            return Err(RunError::Usage(PMDK_HINT.to_string()));
+        }
+        let variants: Vec<Variant> = cli
+            .variant
+            .iter()
+            .filter_map(|name| Variant::ALL.into_iter().find(|v| v.name() == name))
+            .collect();
+        let structures: Vec<Structure> = if !cli.structure.is_empty() {
+            Structure::ALL
+                .into_iter()
+                .filter(|s| cli.structure.iter().any(|a| a.structure() == *s))
+                .collect()
+        } else if !variants.is_empty() {
+            Structure::ALL
+                .into_iter()
+                .filter(|s| variants.iter().any(|v| v.structure() == *s))
+                .collect()
+        } else {
+            Structure::ALL.to_vec()
+        };
+        if let Some(v) = variants
+            .iter()
+            .find(|v| !structures.contains(&v.structure()))
+        {
+            return Err(RunError::Usage(format!(
+                "variant {} is a {} variant, and --structure does not include {}",
+                v.name(),
+                v.structure().name(),
+                v.structure().name()
+            )));
+        }
+        let mut matrix = Matrix::new(if cli.quick {
+            Scale::quick()
+        } else {
+            Scale::default()
+        });
+        if let Some(keys) = cli.keys {
+            matrix.scale.records = keys;
+        }
+        if let Some(ops) = cli.ops {
+            matrix.scale.ops = ops;
+        }
+        matrix.variants = if variants.is_empty() {
+            structures.iter().flat_map(|s| s.variants()).collect()
+        } else {
+            variants
+        };
+        if !cli.workload.is_empty() {
+            matrix.workloads = cli.workload.clone();
+        }
+        if !cli.distribution.is_empty() {
+            matrix.distributions = cli.distribution.clone();
+        }
+        if !cli.threads.is_empty() {
+            matrix.threads = cli.threads.iter().map(|&t| t as usize).collect();
+        }
+        matrix.seed = cli.seed;
+        Ok(Selection {
+            sections,
+            structures,
+            matrix,
+        })
+    }
+
+    fn runs(&self, section: SectionArg) -> bool {
+        self.sections.contains(&section)
+    }
+
+    fn measures(&self, structure: Structure) -> bool {
+        self.runs(SectionArg::Structures) && self.structures.contains(&structure)
+    }
+}
+
 fn run(cli: &Cli) -> Result<(), RunError> {
+    let selection = Selection::from_cli(cli)?;
     let (plan, cceh_plan, fastfair_plan, datalog_plan) = if cli.quick {
         (
             Plan::quick(),
@@ -243,9 +458,16 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
     let markdown_out = cli.markdown.as_deref().map(create_output).transpose()?;
+    if let Some(dir) = &cli.plot {
+        std::fs::create_dir_all(dir).map_err(|source| RunError::Output {
+            path: dir.clone(),
+            source,
+        })?;
+    }
 
     let dir = cli.pool_dir.clone().unwrap_or_else(default_pool_dir);
-    let file = PoolFile::create(&dir, POOL_FILE, POOL_SIZE, cli.granularity.forced())?;
+    let granularity = cli.granularity.forced();
+    let file = PoolFile::create(&dir, POOL_FILE, POOL_SIZE, granularity)?;
     let isa = Isa::detected();
     let setup = Setup::new(
         Machine::detect(),
@@ -258,22 +480,45 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         cli.quick,
     );
 
-    let progress = Progress {
+    let groups: Vec<(Group, Vec<_>)> = if selection.runs(SectionArg::Primitives) {
+        Group::ALL
+            .into_iter()
+            .map(|g| (g, variants(g)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let tx_groups = if selection.runs(SectionArg::Transactions) {
+        txbench::groups()
+    } else {
+        Vec::new()
+    };
+    let structure_steps = Structure::ALL
+        .into_iter()
+        .filter(|&s| selection.measures(s))
+        .count();
+    let count = usize::from(selection.runs(SectionArg::Pmdk))
+        + groups.len()
+        + tx_groups.len()
+        + structure_steps
+        + usize::from(selection.runs(SectionArg::Ycsb));
+    let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
+        step: 0,
+        count,
     };
-    let groups: Vec<(Group, Vec<_>)> = Group::ALL
-        .into_iter()
-        .map(|g| (g, variants(g)))
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-    let pmdk = measure_pmdk(&dir, cli.granularity.forced(), &plan, &progress)?;
-    let tx_groups = txbench::groups();
-    // The CCEH, FAST&FAIR and datalog sections count as one group each.
-    let count = groups.len() + tx_groups.len() + 3;
+    let pmdk = if selection.runs(SectionArg::Pmdk) {
+        progress.next();
+        measure_pmdk(&dir, granularity, &plan, &progress)?
+    } else {
+        None
+    };
     let mut measurements: Vec<Measurement> = Vec::new();
-    for (i, (group, group_variants)) in groups.iter().enumerate() {
-        progress.group(i + 1, count, group.name(), group_variants.len(), &plan);
+    for (group, group_variants) in &groups {
+        progress.next();
+        progress.group(group.name(), group_variants.len(), &plan);
         let mut prims = group_variants
             .iter()
             .map(|&v| Primitive::new(&file, v))
@@ -283,18 +528,13 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         })?);
     }
     let mut tx_measurements: Vec<TxMeasurement> = Vec::new();
-    for (i, (name, group_variants)) in tx_groups.iter().enumerate() {
-        progress.group(
-            groups.len() + i + 1,
-            count,
-            name,
-            group_variants.len(),
-            &plan,
-        );
+    for (name, group_variants) in &tx_groups {
+        progress.next();
+        progress.group(name, group_variants.len(), &plan);
         // Fresh pool files for every group, removed when the runners drop at the loop's end.
         let mut runners = group_variants
             .iter()
-            .map(|&v| TxRunner::new(&dir, TX_POOL_PREFIX, v, cli.granularity.forced()))
+            .map(|&v| TxRunner::new(&dir, TX_POOL_PREFIX, v, granularity))
             .collect::<Result<Vec<_>, _>>()?;
         let timings = time_side_by_side(&mut runners, &plan, |r, n| progress.round(r, n))?;
         tx_measurements.extend(
@@ -307,60 +547,109 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    progress.section(count - 2, count, "cceh", &cceh_plan);
-    let cceh = ccehbench::measure(
-        &dir,
-        TX_POOL_PREFIX,
-        cli.granularity.forced(),
-        &cceh_plan,
-        |r, n| progress.round(r, n),
-    )?;
-    progress.tree_section(count - 1, count, "fastfair", &fastfair_plan);
-    let fastfair = fastfairbench::measure(
-        &dir,
-        TX_POOL_PREFIX,
-        cli.granularity.forced(),
-        &fastfair_plan,
-        |r, n| progress.round(r, n),
-    )?;
-    eprintln!(
-        "[{count}/{count}] datalog: {} MiB file, {} overwrites x {} sizes x 2 write paths x {} rounds",
-        datalog_plan.file_bytes >> 20,
-        datalog_plan.writes,
-        datalogbench::WRITE_SIZES.len(),
-        datalog_plan.rounds
-    );
-    let datalog = datalogbench::measure(
-        &dir,
-        TX_POOL_PREFIX,
-        cli.granularity.forced(),
-        &datalog_plan,
-        |r, n| progress.round(r, n),
-    )?;
+    let mut report = Report::new(setup, &measurements, &tx_measurements).with_pmdk(pmdk);
+    if selection.measures(Structure::Cceh) {
+        progress.next();
+        progress.line(&format!(
+            "cceh: {} keys x 4 fresh tables x {} rounds",
+            cceh_plan.keys, cceh_plan.rounds
+        ));
+        report = report.with_cceh(ccehbench::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &cceh_plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
+    if selection.measures(Structure::FastFair) {
+        progress.next();
+        progress.line(&format!(
+            "fastfair: {} keys x 3 policies x {} rounds",
+            fastfair_plan.keys, fastfair_plan.rounds
+        ));
+        report = report.with_fastfair(fastfairbench::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &fastfair_plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
+    if selection.measures(Structure::Datalog) {
+        progress.next();
+        progress.line(&format!(
+            "datalog: {} MiB file, {} overwrites x {} sizes x 2 write paths x {} rounds",
+            datalog_plan.file_bytes >> 20,
+            datalog_plan.writes,
+            datalogbench::WRITE_SIZES.len(),
+            datalog_plan.rounds
+        ));
+        report = report.with_datalog(datalogbench::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &datalog_plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
+    if selection.runs(SectionArg::Ycsb) {
+        progress.next();
+        let m = &selection.matrix;
+        progress.line(&format!(
+            "ycsb: {} variants x {} thread counts, {} records, {} ops per run, {} runs",
+            m.variants.len(),
+            m.threads.len(),
+            m.scale.records,
+            m.scale.ops,
+            m.total_runs()
+        ));
+        let ycsb_setup = YcsbSetup {
+            dir: dir.clone(),
+            prefix: TX_POOL_PREFIX.to_string(),
+            granularity,
+        };
+        let bar = progress_bar(m.total_runs());
+        let results = run_matrix(m, &ycsb_setup, &bar_callback(&bar))?;
+        bar.finish_and_clear();
+        report = report.with_ycsb(results);
+    }
     progress.done();
 
-    let report = Report::new(setup, &measurements, &tx_measurements)
-        .with_cceh(cceh)
-        .with_fastfair(fastfair)
-        .with_datalog(datalog)
-        .with_pmdk(pmdk);
     println!("{}", report.header());
-    println!("{}", report.method());
-    println!();
-    print!("{}", report.table());
-    println!();
-    print!("{}", report.legend());
-    println!();
-    println!("{}", report.tx_method());
-    println!();
-    print!("{}", report.tx_tables());
-    print!("{}", report.cceh_table());
-    println!();
-    print!("{}", report.fastfair_table());
-    println!();
-    print!("{}", report.datalog_table());
-    println!();
-    print!("{}", report.pmdk_tables());
+    if !measurements.is_empty() {
+        println!("{}", report.method());
+        println!();
+        print!("{}", report.table());
+        println!();
+        print!("{}", report.legend());
+        println!();
+    }
+    if !tx_measurements.is_empty() {
+        println!("{}", report.tx_method());
+        println!();
+        print!("{}", report.tx_tables());
+    }
+    for table in [
+        report.cceh.as_ref().map(|_| report.cceh_table()),
+        report.fastfair.as_ref().map(|_| report.fastfair_table()),
+        report.datalog.as_ref().map(|_| report.datalog_table()),
+        report.ycsb.as_ref().map(|_| report.ycsb_tables()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        print!("{table}");
+        println!();
+    }
+    if selection.runs(SectionArg::Pmdk) || cli.section.is_empty() {
+        print!("{}", report.pmdk_tables());
+    }
+    if let Some(plot_dir) = &cli.plot {
+        for path in plot(plot_dir, &report, &measurements)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         write_output(out, path, &report.to_json()?)?;
     }
@@ -369,6 +658,39 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     }
     // `file` is dropped here, removing the pool.
     Ok(())
+}
+
+/// Write the charts of `--plot` into `dir`: one YCSB throughput chart per structure measured,
+/// and the crossover chart when the primitives ran. Returns the files written.
+fn plot(
+    dir: &Path,
+    report: &Report,
+    measurements: &[Measurement],
+) -> Result<Vec<PathBuf>, RunError> {
+    let mut written = Vec::new();
+    if let Some(ycsb) = &report.ycsb {
+        for structure in Structure::ALL {
+            if !ycsb.rows.iter().any(|r| r.structure == structure.name()) {
+                continue;
+            }
+            let slug: String = structure
+                .name()
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>()
+                .to_lowercase();
+            let path = dir.join(format!("ycsb-{slug}.png"));
+            throughput_chart(&path, structure.name(), &ycsb.rows)?;
+            written.push(path);
+        }
+    }
+    let points = crossover_points(measurements);
+    if !points.is_empty() {
+        let path = dir.join("crossover.png");
+        crossover_chart(&path, &points)?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 fn main() -> ExitCode {

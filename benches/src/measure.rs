@@ -33,9 +33,9 @@ impl Plan {
     /// The default run: about 1.3 s per variant.
     pub fn full() -> Plan {
         Plan {
-            batch: Duration::from_millis(50),
-            reps: 25,
-            warmup: Duration::from_millis(100),
+            batch: Duration::from_millis(30),
+            reps: 21,
+            warmup: Duration::from_millis(60),
         }
     }
 

@@ -1,11 +1,13 @@
 //! The results of a run, as text tables, JSON and markdown.
 //!
-//! Four sections: the primitives (one row per variant, [`Row`]), then the transaction sections
+//! The sections, each present when it was run: the primitives (one row per variant, [`Row`]),
+//! then the transaction sections
 //! of [`crate::txbench`], whose rows put the variants compared side by side in one line: K words
 //! per transaction ([`TxRow`]), the Themis workloads ([`WorkloadRow`], with an average row) and
 //! object updates ([`ObjectRow`]). Then the CCEH section ([`CcehResults`] of
-//! [`crate::ccehbench`]): one row per table operation, the FAST&FAIR and datalog sections, and,
-//! with the `pmdk` feature, the PMDK comparison ([`PmdkResults`]).
+//! [`crate::ccehbench`]): one row per table operation, the FAST&FAIR and datalog sections, the
+//! YCSB tables ([`YcsbResults`], one per structure) and, with the `pmdk` feature, the PMDK
+//! comparison ([`PmdkResults`]).
 
 use serde::Serialize;
 
@@ -19,6 +21,7 @@ use crate::txbench::{
     Section, TxVariant, Workload, OBJECTS, OBJECT_POLICY, OBJECT_SIZES, TX_POOL_SIZE, TX_WORDS,
     WORDS,
 };
+use crate::ycsb::YcsbResults;
 use pmem_undo_log::FencePolicy;
 
 /// The share of fences Themis removes that seed 004 Sec. II-D reports, on average over its
@@ -230,6 +233,8 @@ pub struct Report {
     pub fastfair: Option<FastFairResults>,
     /// The PMDK comparison (`None` without the `pmdk` feature).
     pub pmdk: Option<PmdkResults>,
+    /// The YCSB workloads (`None` if not run).
+    pub ycsb: Option<YcsbResults>,
 }
 
 /// How to get the PMDK comparison, printed where it would be.
@@ -462,7 +467,112 @@ impl Report {
             datalog: None,
             fastfair: None,
             pmdk: None,
+            ycsb: None,
         }
+    }
+
+    /// The same report with the YCSB section.
+    pub fn with_ycsb(mut self, ycsb: YcsbResults) -> Report {
+        self.ycsb = Some(ycsb);
+        self
+    }
+
+    /// The YCSB section as text: one table per structure (empty if it was not run).
+    pub fn ycsb_tables(&self) -> String {
+        let texts: Vec<String> = self.ycsb_sections().iter().map(Block::text).collect();
+        texts.join("\n")
+    }
+
+    /// One YCSB table per structure measured.
+    fn ycsb_sections(&self) -> Vec<Block> {
+        let Some(y) = &self.ycsb else {
+            return Vec::new();
+        };
+        let mut structures: Vec<&str> = Vec::new();
+        for r in &y.rows {
+            if !structures.contains(&r.structure.as_str()) {
+                structures.push(&r.structure);
+            }
+        }
+        let opt = |x: Option<f64>, f: fn(f64) -> String| x.map_or("-".to_string(), f);
+        let ratio = |x: f64| format!("{x:.2}");
+        structures
+            .into_iter()
+            .map(|structure| {
+                let rows = y
+                    .rows
+                    .iter()
+                    .filter(|r| r.structure == structure)
+                    .map(|r| {
+                        vec![
+                            r.variant.clone(),
+                            r.workload.clone(),
+                            r.distribution.clone().unwrap_or_else(|| "-".into()),
+                            r.threads.to_string(),
+                            format_rate(r.ops_per_sec),
+                            opt(r.p50_ns, format_ns),
+                            opt(r.p99_ns, format_ns),
+                            opt(r.p999_ns, format_ns),
+                            format!("{:.2}", r.fences_per_op),
+                            format!("{:.2}", r.flushes_per_op),
+                            format!("{:.0}", r.nt_bytes_per_op),
+                            format!("{:.0}", r.media_bytes_per_op),
+                            format!("{:.0}", r.xpline_bytes_per_op),
+                            opt(r.ewr, ratio),
+                        ]
+                    })
+                    .collect();
+                let mut legend = vec![format!(
+                    "{} records loaded, then {} operations per workload run; keys, values and \
+                     operations generated before timing; every operation timed with Instant \
+                     (two reads, {:.0} ns, included); the latencies are HDR histograms \
+                     (hdrhistogram, 3 significant digits) merged over the threads",
+                    y.scale.records, y.scale.ops, y.timer_ns
+                )];
+                legend.push(
+                    "A: 50% reads, 50% updates; B: 95/5; C: reads only; E: 95% scans of 1-100 \
+                     records, 5% inserts; insert-only: new records; uniform or scrambled \
+                     Zipfian (0.99) key choice"
+                        .to_string(),
+                );
+                legend.push(
+                    "media B: bytes sent to persistent memory (flushed lines + nt bytes); XPLine \
+                     B: what an Optane DIMM would write for them at 256-byte XPLines through a \
+                     16 KiB XPBuffer model (seed 000); EWR = media B / XPLine B, seed 000's \
+                     effective write ratio (below 1: write amplification of 1/EWR)"
+                        .to_string(),
+                );
+                for skip in y.skipped.iter().filter(|k| k.structure == structure) {
+                    legend.push(format!(
+                        "{} {}: workload {} skipped: {}",
+                        skip.structure, skip.variant, skip.workload, skip.reason
+                    ));
+                }
+                Block {
+                    title: format!("YCSB: {structure}"),
+                    header: vec![
+                        "variant",
+                        "workload",
+                        "dist",
+                        "thr",
+                        "ops/s",
+                        "p50 ns",
+                        "p99 ns",
+                        "p99.9 ns",
+                        "fences/op",
+                        "flushes/op",
+                        "nt B/op",
+                        "media B/op",
+                        "XPLine B/op",
+                        "EWR",
+                    ],
+                    rows,
+                    text_columns: 3,
+                    group_gaps: true,
+                    legend,
+                }
+            })
+            .collect()
     }
 
     /// The same report with the PMDK section, if it was measured.
@@ -1252,12 +1362,15 @@ impl Report {
 
     /// The header, method and tables as markdown.
     pub fn markdown(&self) -> String {
-        let (header, rows) = self.cells();
-        let mut out = format!("{}\n\n{}\n\n", self.header(), self.method());
-        out.push_str(&markdown_table(&header, &rows, |i| matches!(i, 0 | 1 | 5)));
-        out.push('\n');
-        for line in self.legend().lines() {
-            out.push_str(&format!("- {line}\n"));
+        let mut out = format!("{}\n\n", self.header());
+        if !self.rows.is_empty() {
+            let (header, rows) = self.cells();
+            out.push_str(&format!("{}\n\n", self.method()));
+            out.push_str(&markdown_table(&header, &rows, |i| matches!(i, 0 | 1 | 5)));
+            out.push('\n');
+            for line in self.legend().lines() {
+                out.push_str(&format!("- {line}\n"));
+            }
         }
         let sections = self.sections();
         if !sections.is_empty() {
@@ -1270,7 +1383,12 @@ impl Report {
         ];
         let tx = sections.into_iter().map(|section| self.tx_section(section));
         let pmdk = self.pmdk_sections();
-        for section in tx.chain(structures.into_iter().flatten()).chain(pmdk) {
+        let ycsb = self.ycsb_sections();
+        for section in tx
+            .chain(structures.into_iter().flatten())
+            .chain(ycsb)
+            .chain(pmdk)
+        {
             out.push_str(&section.markdown());
         }
         out

@@ -9,6 +9,7 @@ use pmem_bench::fastfairbench::{FastFairOp, FASTFAIR_KEYS_QUICK};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
+use pmem_bench::ycsb::{KeyDistribution, Scale, Structure, Variant, Workload as YcsbWorkload};
 use pmem_structures::fastfair::ShiftPolicy;
 use serde_json::Value;
 
@@ -101,6 +102,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     check_cceh_section(&report, &stdout);
     check_fastfair_section(&report, &stdout);
     check_datalog_section(&report, &stdout);
+    let ycsb_rows = check_ycsb_section(&report, &stdout, Scale::quick());
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
     // Each table has a header and a rule; the workloads' has an average row too.
@@ -110,7 +112,8 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (OBJECT_SIZES.len() + 2)
         + (CcehOp::ALL.len() + 2)
         + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
-        + (WRITE_SIZES.len() * 2 + 2 + 2);
+        + (WRITE_SIZES.len() * 2 + 2 + 2)
+        + (ycsb_rows + 2 * Structure::ALL.len());
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
     let table_lines = table_lines
@@ -131,6 +134,119 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         .expect("list the pool directory")
         .collect();
     assert!(left.is_empty(), "the pool file was not removed: {left:?}");
+}
+
+/// The YCSB section of a default-shaped run at `scale`: for every structure and variant, a
+/// load and every workload it can run, with both distributions where keys are chosen, on 1 and
+/// 2 threads, with sane numbers; E skipped with a reason where there is no scan. Returns the
+/// number of rows.
+fn check_ycsb_section(report: &Value, stdout: &str, scale: Scale) -> usize {
+    let ycsb = &report["ycsb"];
+    assert_eq!(
+        ycsb["scale"]["records"].as_u64(),
+        Some(scale.records),
+        "{ycsb}"
+    );
+    assert_eq!(ycsb["scale"]["ops"].as_u64(), Some(scale.ops), "{ycsb}");
+    let rows = ycsb["rows"].as_array().expect("ycsb rows");
+    let skipped = ycsb["skipped"].as_array().expect("ycsb skipped");
+    for structure in Structure::ALL {
+        assert!(
+            stdout.contains(&format!("YCSB: {}", structure.name())),
+            "{stdout}"
+        );
+        for variant in structure.variants() {
+            let of_variant =
+                |r: &&Value| r["structure"] == structure.name() && r["variant"] == variant.name();
+            let mine: Vec<&Value> = rows.iter().filter(of_variant).collect();
+            let scans = structure.no_scan_reason().is_none();
+            if !scans {
+                assert!(
+                    skipped
+                        .iter()
+                        .any(|k| of_variant(&k) && k["workload"] == "E"),
+                    "{} {}: E not reported skipped",
+                    structure.name(),
+                    variant.name()
+                );
+            }
+            for threads in [1u64, 2] {
+                let mut expected = vec![(YcsbWorkload::Load, None)];
+                for w in YcsbWorkload::RUNS {
+                    if w == YcsbWorkload::E && !scans {
+                        continue;
+                    }
+                    if w == YcsbWorkload::InsertOnly {
+                        expected.push((w, None));
+                    } else {
+                        expected.extend(KeyDistribution::ALL.map(|d| (w, Some(d.name()))));
+                    }
+                }
+                for (w, d) in expected {
+                    let row = mine
+                        .iter()
+                        .find(|r| {
+                            r["workload"] == w.name()
+                                && r["threads"].as_u64() == Some(threads)
+                                && r["distribution"].as_str() == d
+                        })
+                        .unwrap_or_else(|| {
+                            panic!(
+                                "no YCSB row {} {} {} {d:?} {threads} threads",
+                                structure.name(),
+                                variant.name(),
+                                w.name()
+                            )
+                        });
+                    check_ycsb_row(row, w, variant, scale);
+                }
+            }
+        }
+    }
+    rows.len()
+}
+
+fn check_ycsb_row(row: &Value, workload: YcsbWorkload, variant: Variant, scale: Scale) {
+    let ops = if workload == YcsbWorkload::Load {
+        scale.records
+    } else {
+        scale.ops
+    };
+    assert_eq!(row["ops"].as_u64(), Some(ops), "{row}");
+    positive(row, "ops_per_sec");
+    positive(row, "seconds");
+    // The batched CCEH load is not timed call by call; everything else is.
+    let batched = workload == YcsbWorkload::Load && variant.structure() == Structure::Cceh;
+    if batched {
+        assert!(row["p50_ns"].is_null(), "{row}");
+    } else {
+        let p50 = positive(row, "p50_ns");
+        let p99 = positive(row, "p99_ns");
+        let p999 = positive(row, "p999_ns");
+        assert!(p50 <= p99 && p99 <= p999, "{row}");
+    }
+    let writes = matches!(
+        workload,
+        YcsbWorkload::Load | YcsbWorkload::A | YcsbWorkload::InsertOnly
+    );
+    if writes {
+        positive(row, "fences_per_op");
+        positive(row, "flushes_per_op");
+        let sent = positive(row, "media_bytes_per_op");
+        let media = positive(row, "xpline_bytes_per_op");
+        let ewr = positive(row, "ewr");
+        assert!((ewr - sent / media).abs() < 1e-6 * ewr, "{row}");
+        let amp = positive(row, "write_amplification");
+        assert!((amp * ewr - 1.0).abs() < 1e-6, "{row}");
+    }
+    if workload == YcsbWorkload::C {
+        assert_eq!(
+            row["fences_per_op"].as_f64(),
+            Some(0.0),
+            "reads fence nothing: {row}"
+        );
+        assert!(row["ewr"].is_null(), "{row}");
+    }
 }
 
 /// A cell of the transaction sections: positive time, rate and batch; fences counted.
@@ -363,10 +479,20 @@ fn help_explains_every_option() {
     let help = String::from_utf8_lossy(&out.stdout);
     for option in [
         "--quick",
+        "--section",
+        "--structure",
+        "--variant",
+        "--workload",
+        "--distribution",
+        "--keys",
+        "--ops",
+        "--threads",
+        "--seed",
         "--pool-dir",
         "--granularity",
         "--json",
         "--markdown",
+        "--plot",
     ] {
         assert!(help.contains(option), "--help does not mention {option}");
     }
@@ -480,4 +606,139 @@ fn quick_run_compares_with_pmdk() {
         left.is_empty(),
         "PMDK pool files were not removed: {left:?}"
     );
+}
+
+/// A private pool directory where a default run would put its pools.
+fn pool_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("pmem-bench-test")
+        .tempdir_in(default_pool_dir())
+        .expect("make a pool directory")
+}
+
+#[test]
+fn the_ycsb_options_choose_structures_variants_workloads_and_scale() {
+    let pools = pool_dir();
+    let out_dir = tempfile::tempdir().expect("make an output directory");
+    let json = out_dir.path().join("ycsb.json");
+    let out = pmem_bench(&[
+        "--section",
+        "ycsb",
+        "--structure",
+        "fastfair",
+        "--variant",
+        "fast,redo",
+        "--workload",
+        "e",
+        "--distribution",
+        "zipfian",
+        "--threads",
+        "2",
+        "--keys",
+        "3000",
+        "--ops",
+        "1500",
+        "--seed",
+        "7",
+        "--pool-dir",
+        arg(pools.path()),
+        "--json",
+        arg(&json),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
+            .expect("the JSON output parses");
+    assert!(report["cceh"].is_null() && report["rows"].as_array().unwrap().is_empty());
+    let rows = report["ycsb"]["rows"].as_array().expect("ycsb rows");
+    let got: Vec<(String, String, Option<String>, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["variant"].as_str().unwrap().to_string(),
+                r["workload"].as_str().unwrap().to_string(),
+                r["distribution"].as_str().map(str::to_string),
+                r["threads"].as_u64().unwrap(),
+                r["ops"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, Option<String>, u64, u64)> = ["fast", "redo"]
+        .into_iter()
+        .flat_map(|v| {
+            [
+                (v.to_string(), "load".to_string(), None, 2, 3000),
+                (
+                    v.to_string(),
+                    "E".to_string(),
+                    Some("zipfian".to_string()),
+                    2,
+                    1500,
+                ),
+            ]
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert!(!stdout.contains("YCSB: CCEH"), "{stdout}");
+    assert!(std::fs::read_dir(pools.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn a_variant_outside_the_chosen_structures_is_refused() {
+    let out = pmem_bench(&["--structure", "fastfair", "--variant", "helper-on"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("helper-on is a CCEH variant"), "{stderr}");
+    let out = pmem_bench(&["--variant", "turbo"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("copy-on-write"),
+        "lists the variants: {stderr}"
+    );
+    for bad in [["--threads", "0"], ["--keys", "0"], ["--ops", "0"]] {
+        let out = pmem_bench(&bad);
+        assert!(!out.status.success(), "{bad:?} accepted");
+    }
+}
+
+#[cfg(not(feature = "pmdk"))]
+#[test]
+fn the_pmdk_section_without_the_feature_says_how_to_get_it() {
+    let out = pmem_bench(&["--section", "pmdk"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--features pmdk"), "{stderr}");
+}
+
+#[test]
+fn plot_writes_png_charts() {
+    let pools = pool_dir();
+    let charts = tempfile::tempdir().expect("make a chart directory");
+    let plot_dir = charts.path().join("charts");
+    let out = pmem_bench(&[
+        "--quick",
+        "--section",
+        "primitives,ycsb",
+        "--structure",
+        "cceh,datalog",
+        "--workload",
+        "c",
+        "--threads",
+        "1",
+        "--pool-dir",
+        arg(pools.path()),
+        "--plot",
+        arg(&plot_dir),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for name in ["ycsb-cceh.png", "ycsb-datalog.png", "crossover.png"] {
+        let bytes = std::fs::read(plot_dir.join(name)).expect("the chart exists");
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is no PNG");
+        assert!(stderr.contains(name), "{stderr}");
+    }
+    assert!(!plot_dir.join("ycsb-fastfair.png").exists());
 }

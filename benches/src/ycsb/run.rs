@@ -54,9 +54,8 @@ pub struct Scale {
 }
 
 impl Default for Scale {
-    /// The default run: 200 000 records, 200 000 operations per workload run (measured: the
-    /// whole matrix of [`Matrix::new`] took 51 s on the 2-core VM of the README, pools in
-    /// `/dev/shm`).
+    /// The default run: 200 000 records, 200 000 operations per workload run (the whole
+    /// matrix of [`Matrix::new`] takes about 25 s on the 2-core VM of the README).
     fn default() -> Scale {
         Scale {
             records: 200_000,
@@ -66,8 +65,7 @@ impl Default for Scale {
 }
 
 impl Scale {
-    /// The `--quick` run: 20 000 records, 20 000 operations (the whole matrix: 3.8 s on the
-    /// same VM).
+    /// The `--quick` run: 20 000 records, 20 000 operations.
     pub fn quick() -> Scale {
         Scale {
             records: 20_000,

@@ -36,16 +36,22 @@
 //!   come later (a fuller table, fewer bytes per key) at the price of one more flush and fence
 //!   per move and of the search for a chain (deeper chains were measured to save a little more
 //!   memory and cost far more time).
-//! * **Split** (a window full even after that): a new segment receives, slot for slot, the keys whose
-//!   next hash bit is 1; the directory entries of the old segment's range get the new local
-//!   depth and the upper half the new segment. The keys that moved are left in the old segment
-//!   (*lazy deletion*): a slot whose key's hash prefix no longer matches its segment counts as
-//!   free. **Directory doubling** writes a directory twice the size and swaps the root's pointer.
-//!   Both run as one undo-log transaction of `pmem-undo-log`, which also allocates the new
-//!   segment or directory and records the old directory as retired: a crash at any point rolls the whole step
-//!   back at [`Cceh::open`] (through [`Heap::open`]), so no segment leaks and no live one is
-//!   freed. This replaces the FAST'19 recovery pass, which repairs a directory left half-updated
-//!   by an untransacted split: here no such directory can exist.
+//! * **Split** (a window full even after that), in the order of FAST'19: a new segment receives,
+//!   slot for slot, the keys whose next hash bit is 1, and the first directory entry of the
+//!   old segment's upper half is pointed at it (with the new local depth), in one undo-log
+//!   transaction of `pmem-undo-log` that also allocates the segment: before it commits, a crash
+//!   rolls everything back (no segment leaks); once it has, the new segment is written,
+//!   persisted and reachable. Then the rest of the upper half is pointed at the new segment
+//!   (persisted), then the lower half takes the new local depth (persisted), each entry one
+//!   8-byte store. The keys that moved stay in the old segment (*lazy deletion*): a slot
+//!   whose key's hash prefix no longer matches its segment counts as free. A crash between
+//!   these steps leaves a directory whose entries disagree about the old segment's span;
+//!   [`Cceh::open`] finishes the split from the entries there, as FAST'19's recovery does
+//!   (`finish_interrupted_split`; [`Cceh::repaired_at_open`] counts the entries it rewrote).
+//! * **Directory doubling** writes a directory twice the size, persisted, and swaps it in with
+//!   one 8-byte store of the root's pointer, in one transaction that allocates the new
+//!   directory and records the old one as retired (so a crash neither leaks nor frees a live
+//!   directory).
 //!
 //! # Concurrency
 //!
@@ -249,6 +255,8 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     /// Every word of the pool, range-checked once: lookups load through it, each load one
     /// index check instead of the pool's offset, alignment and size checks.
     words: Words<'h>,
+    /// Directory entries [`Cceh::open`] rewrote to finish a split a crash interrupted.
+    repaired_at_open: u64,
 }
 
 /// A view of every whole word of `pool`.
@@ -528,12 +536,15 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
             words: whole_pool(heap.pool())?,
+            repaired_at_open: 0,
         })
     }
 
-    /// Open the table whose root is at `root`. The heap has already rolled back any split or
-    /// doubling a crash interrupted; this checks the directory, counts the keys and frees the
-    /// directory a doubling retired (no lookup of an earlier run can still be reading it).
+    /// Open the table whose root is at `root`. The heap has already rolled back a doubling, or
+    /// a split whose transaction, a crash interrupted; this finishes a split that had passed
+    /// its transaction (FAST'19's recovery), checks the directory, counts the keys (keeping
+    /// one copy of a key a crash left twice by a displacement) and frees the directory a
+    /// doubling retired (no lookup of an earlier run can still be reading it).
     pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
@@ -545,7 +556,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         if !valid_bucket_count(buckets) {
             return Err(corrupt(format!("{buckets} buckets per segment")));
         }
-        let table = Cceh {
+        let mut table = Cceh {
             heap,
             root,
             buckets,
@@ -554,6 +565,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
             words: whole_pool(pool)?,
+            repaired_at_open: 0,
         };
         let directory = pool.load_u64(root + 8)?;
         let depth = pool.load_u64(directory)?;
@@ -568,6 +580,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                 "directory {directory:#x} of depth {depth} is not an allocated block of its size"
             )));
         }
+        table.repaired_at_open = table.finish_interrupted_split()?;
         // Every segment's entries must agree, and its depth must not exceed the directory's.
         let mut count = 0;
         for (start, segment, local) in table.segments()? {
@@ -1083,6 +1096,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         Ok(Some(near.slot(chain[0].0, chain[0].1 as u64)))
     }
 
+    /// How many directory entries [`Cceh::open`] rewrote to finish a split that a crash had
+    /// interrupted (0 for a table made by [`Cceh::create`]).
+    pub fn repaired_at_open(&self) -> u64 {
+        self.repaired_at_open
+    }
+
     /// How many keys were moved along their probing window to make room for another since the
     /// table was opened (each move costs one extra flush and fence, and postpones a split).
     pub fn displacements(&self) -> u64 {
@@ -1292,37 +1311,141 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                 to.copy_from_slice(from);
             }
         }
-        let mut entries = Vec::with_capacity((span * 8) as usize);
-        // A retired directory no lookup can still read goes in the same transaction.
+        // A retired directory no lookup can still read is freed in the same transaction.
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         let reclaim = retired
             .as_ref()
             .filter(|r| r.is_reclaimable())
             .map(|r| r.directory);
-        self.heap.transaction(|tx| {
+        let half = span / 2;
+        let entry_at = |i: u64| place.directory + 8 + 8 * i;
+        // Step 1, one transaction: the new segment is allocated and written, and the first
+        // entry of the upper half is pointed at it. Committed, the split is recorded for good:
+        // the segment is reachable (a crash cannot leak it) and recovery can finish the rest.
+        let new_segment = self.heap.transaction(|tx| {
             let new_segment = tx.alloc(seg_bytes)?.offset();
             tx.write(new_segment, &moved)?;
-            for i in 0..span {
-                let target = if i < span / 2 {
-                    place.segment
-                } else {
-                    new_segment
-                };
-                entries.extend_from_slice(&(target | (local + 1)).to_le_bytes());
-            }
             // A lookup that loads an entry naming the new segment must see its slots.
             fence(Ordering::Release);
-            tx.write(place.directory + 8 + 8 * start, &entries)?;
+            tx.write_value(entry_at(start + half), &(new_segment | (local + 1)))?;
             if let Some(directory) = reclaim {
                 tx.write_value(self.root + RETIRED_AT, &0u64)?;
                 tx.free(pmem_ordering::PPtr::<u8>::new(directory))?;
             }
-            Ok::<(), CcehError>(())
+            Ok::<u64, CcehError>(new_segment)
         })?;
         if reclaim.is_some() {
             *retired = None;
         }
+        // Steps 2 and 3, the order of FAST'19: the rest of the upper half names the new
+        // segment, persisted, then the lower half takes the new local depth, persisted. Each
+        // entry is one 8-byte store; a crash anywhere leaves a directory that
+        // `finish_interrupted_split` completes at open.
+        self.store_entries(
+            entry_at(start + half + 1),
+            half - 1,
+            new_segment | (local + 1),
+        )?;
+        self.store_entries(entry_at(start), half, place.segment | (local + 1))?;
         Ok(())
+    }
+
+    /// Store `entry` into the `count` directory entries from `offset` on, then flush them and
+    /// fence once.
+    fn store_entries(&self, offset: u64, count: u64, entry: u64) -> Result<(), CcehError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let pool = self.heap.pool();
+        let mut written = pool.store_u64(offset, entry)?;
+        for i in 1..count {
+            written = written.merge(pool.store_u64(offset + 8 * i, entry)?);
+        }
+        let _ = pool.persist(written);
+        Ok(())
+    }
+
+    /// Finish a split a crash interrupted, as FAST'19's recovery does: a split is recorded
+    /// once its first transaction commits (the new segment written, the first entry of the
+    /// upper half naming it); the rest of the upper half and then the new local depth of the
+    /// lower half may be missing. Walking the directory block by block, a block that does not
+    /// agree with its first entry is such a split: its lower half takes the old segment with
+    /// the new depth, its upper half the new segment. Idempotent (a crash during the repair is
+    /// repaired the same way). Returns how many entries it rewrote.
+    fn finish_interrupted_split(&self) -> Result<u64, CcehError> {
+        let pool = self.heap.pool();
+        let corrupt = |reason: String| CcehError::Corrupt {
+            root: self.root,
+            reason,
+        };
+        let directory = pool.load_u64(self.root + 8)?;
+        let depth = pool.load_u64(directory)?;
+        if depth > MAX_DEPTH {
+            return Err(corrupt(format!("global depth {depth}")));
+        }
+        let n = 1u64 << depth;
+        let mut entries = vec![0u8; (8 * n) as usize];
+        pool.read_bytes(directory + 8, &mut entries)?;
+        let entries: Vec<u64> = entries
+            .chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().expect("8 bytes")))
+            .collect();
+        let mut repaired = 0;
+        let mut i = 0;
+        while i < n {
+            let first = entries[i as usize];
+            let (segment, local) = (first & !DEPTH_MASK, first & DEPTH_MASK);
+            if local > depth {
+                return Err(corrupt(format!(
+                    "entry {i}: local depth {local} above {depth}"
+                )));
+            }
+            let span = 1u64 << (depth - local);
+            if !i.is_multiple_of(span) {
+                return Err(corrupt(format!(
+                    "entry {i} starts a segment of span {span}"
+                )));
+            }
+            let block = &entries[i as usize..(i + span) as usize];
+            if block.iter().all(|&e| e == first) {
+                i += span;
+                continue;
+            }
+            let half = span / 2;
+            let (lower, upper) = block.split_at(half as usize);
+            let is_old = |e: u64| e & !DEPTH_MASK == segment;
+            if block.iter().all(|&e| is_old(e)) {
+                // The lower half of a split, part of it still at the old depth: the first
+                // entry already has the new one.
+                if local == 0 || block.iter().any(|&e| e != first && e != first - 1) {
+                    return Err(corrupt(format!(
+                        "entries {i}..{}: depths that no split leaves",
+                        i + span
+                    )));
+                }
+                self.store_entries(directory + 8 + 8 * i, span, first)?;
+            } else {
+                // The old segment's whole span: the upper half's first entry names the new
+                // segment (it was written in the split's transaction); the rest of that half
+                // names the new segment or still the old one, the lower half the old one.
+                let new = upper.first().copied().unwrap_or(first);
+                if is_old(new)
+                    || new & DEPTH_MASK != local + 1
+                    || lower.iter().any(|&e| !is_old(e))
+                    || upper.iter().any(|&e| e != new && e != first)
+                {
+                    return Err(corrupt(format!(
+                        "entries {i}..{}: a split that cannot be finished",
+                        i + span
+                    )));
+                }
+                self.store_entries(directory + 8 + 8 * (i + half), half, new)?;
+                self.store_entries(directory + 8 + 8 * i, half, segment | (local + 1))?;
+            }
+            repaired += span;
+            i += span;
+        }
+        Ok(repaired)
     }
 
     /// Double the directory: every entry twice, in a new directory swapped in by one pointer.

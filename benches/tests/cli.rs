@@ -37,12 +37,7 @@ fn positive(row: &Value, key: &str) -> f64 {
 
 #[test]
 fn quick_run_writes_a_json_row_for_every_variant() {
-    // The pool goes where a default run puts it (tmpfs when there is one), in a private
-    // directory so concurrent runs do not meet.
-    let pool_dir = tempfile::Builder::new()
-        .prefix("pmem-bench-test")
-        .tempdir_in(default_pool_dir())
-        .expect("make a pool directory");
+    let pool_dir = pool_dir();
     let out_dir = tempfile::tempdir().expect("make an output directory");
     let json = out_dir.path().join("results.json");
     let markdown = out_dir.path().join("results.md");
@@ -525,10 +520,7 @@ fn quick_run_compares_with_pmdk() {
     use pmem_bench::pmdk::PMDK_TX_WORDS;
     use pmem_bench::primitives::NT_SIZES;
 
-    let pool_dir = tempfile::Builder::new()
-        .prefix("pmem-bench-pmdk-test")
-        .tempdir_in(default_pool_dir())
-        .expect("make a pool directory");
+    let pool_dir = pool_dir();
     let out_dir = tempfile::tempdir().expect("make an output directory");
     let json = out_dir.path().join("results.json");
     let out = pmem_bench(&[
@@ -608,7 +600,8 @@ fn quick_run_compares_with_pmdk() {
     );
 }
 
-/// A private pool directory where a default run would put its pools.
+/// A private pool directory where a default run would put its pools (tmpfs when there is one),
+/// so that concurrent runs do not meet.
 fn pool_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pmem-bench-test")

@@ -32,13 +32,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
+use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, Heap, TxError};
 use serde::Serialize;
 
+use crate::phase::{check_count, ns, CountError, Phase};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
 use crate::txbench::Rng;
 
@@ -419,17 +420,8 @@ pub enum CcehBenchError {
     #[error("a CCEH operation failed: {0}")]
     Table(#[from] CcehError),
     /// An operation did not do what it should have (a bug, not a measurement).
-    #[error("CCEH {operation}: {got} of {expected} keys {what}")]
-    Count {
-        /// The operation.
-        operation: String,
-        /// Keys it should have affected.
-        expected: u64,
-        /// Keys it did.
-        got: u64,
-        /// What "affected" means.
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Count(#[from] CountError),
 }
 
 impl From<TxError> for CcehBenchError {
@@ -438,46 +430,19 @@ impl From<TxError> for CcehBenchError {
     }
 }
 
-/// What one operation accumulated over the rounds.
-#[derive(Clone, Debug, Default)]
-struct Phase {
-    secs: Vec<f64>,
-    ops: u64,
-    stats: Stats,
-    latencies: Vec<f64>,
+/// Time `f` as one run of `op` in `phase`: `n` operations, all of which must do `what`.
+fn timed(
+    phase: &mut Phase,
+    op: CcehOp,
+    n: u64,
+    what: &'static str,
+    f: impl FnOnce(&mut Vec<f64>) -> Result<u64, CcehError>,
+) -> Result<(), CcehBenchError> {
+    let got = phase.time(n, f)?;
+    check_count(|| format!("CCEH {}", op.name()), n, got, what)?;
+    Ok(())
 }
 
-impl Phase {
-    /// Time `f` (which runs `n` operations and returns how many did what they should), with
-    /// the thread's counters around it.
-    fn time(
-        &mut self,
-        op: CcehOp,
-        n: u64,
-        what: &'static str,
-        f: impl FnOnce(&mut Vec<f64>) -> Result<u64, CcehError>,
-    ) -> Result<(), CcehBenchError> {
-        let before = thread_stats();
-        let start = Instant::now();
-        let got = f(&mut self.latencies)?;
-        let elapsed = start.elapsed();
-        let delta = thread_stats() - before;
-        if got != n {
-            return Err(CcehBenchError::Count {
-                operation: op.name(),
-                expected: n,
-                got,
-                what,
-            });
-        }
-        self.secs.push(elapsed.as_secs_f64());
-        self.ops += n;
-        self.stats = self.stats + delta;
-        Ok(())
-    }
-}
-
-/// Nanoseconds of a duration, as a float.
 /// Look every key of `order` up with `get`, timing every [`LATENCY_EVERY`]th call on its own
 /// into `lat`; returns how many were found with their value.
 fn lookup_pass(
@@ -500,31 +465,7 @@ fn lookup_pass(
     Ok(hits)
 }
 
-fn ns(d: Duration) -> f64 {
-    d.as_nanos() as f64
-}
-
-/// The `q` quantile (0..=1) of `xs` by nearest rank; NaN if empty.
-pub fn percentile(xs: &[f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
-/// The median time, in nanoseconds, of an empty timed section (`Instant::now`, `elapsed`).
-pub fn timer_overhead_ns() -> f64 {
-    let samples: Vec<f64> = (0..10_000)
-        .map(|_| {
-            let t = Instant::now();
-            ns(std::hint::black_box(t).elapsed())
-        })
-        .collect();
-    percentile(&samples, 0.5)
-}
+pub use crate::phase::{percentile, timer_overhead_ns};
 
 /// Which table a round loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -573,24 +514,30 @@ pub fn measure(
                 Load::Single => {
                     let sample_every = (items.len() / 2 / CYCLE_SAMPLES).max(1);
                     cycle.clear();
-                    phases[CcehOp::Insert.index()].time(CcehOp::Insert, n, "inserted", |lat| {
-                        let mut inserted = 0;
-                        for (i, &(k, v)) in items.iter().enumerate() {
-                            if i > items.len() / 2 && i.is_multiple_of(sample_every) {
-                                cycle.push(fresh.bytes_allocated() as f64 / table.len() as f64);
+                    timed(
+                        &mut phases[CcehOp::Insert.index()],
+                        CcehOp::Insert,
+                        n,
+                        "inserted",
+                        |lat| {
+                            let mut inserted = 0;
+                            for (i, &(k, v)) in items.iter().enumerate() {
+                                if i > items.len() / 2 && i.is_multiple_of(sample_every) {
+                                    cycle.push(fresh.bytes_allocated() as f64 / table.len() as f64);
+                                }
+                                let new = if i.is_multiple_of(LATENCY_EVERY) {
+                                    let t = Instant::now();
+                                    let new = table.insert(k, v)?;
+                                    lat.push(ns(t.elapsed()));
+                                    new
+                                } else {
+                                    table.insert(k, v)?
+                                };
+                                inserted += u64::from(new);
                             }
-                            let new = if i.is_multiple_of(LATENCY_EVERY) {
-                                let t = Instant::now();
-                                let new = table.insert(k, v)?;
-                                lat.push(ns(t.elapsed()));
-                                new
-                            } else {
-                                table.insert(k, v)?
-                            };
-                            inserted += u64::from(new);
-                        }
-                        Ok(inserted)
-                    })?;
+                            Ok(inserted)
+                        },
+                    )?;
                     bytes_per_key = fresh.bytes_allocated() as f64 / table.len().max(1) as f64;
                     global_depth = table.global_depth()?;
                     displacements = table.displacements();
@@ -600,10 +547,12 @@ pub fn measure(
                     passes.rotate_left(round % 2);
                     for pass in passes {
                         match pass {
-                            CcehOp::Get => phases[pass.index()].time(pass, n, "found", |lat| {
-                                lookup_pass(&get_order, lat, |k| table.get(k))
-                            })?,
-                            _ => phases[pass.index()].time(pass, n, "found", |_| {
+                            CcehOp::Get => {
+                                timed(&mut phases[pass.index()], pass, n, "found", |lat| {
+                                    lookup_pass(&get_order, lat, |k| table.get(k))
+                                })?
+                            }
+                            _ => timed(&mut phases[pass.index()], pass, n, "found", |_| {
                                 let mut hits = 0;
                                 for chunk in get_order.chunks(GET_BATCH_KEYS) {
                                     let values = table.get_batch(chunk, HELPER_DEPTH)?;
@@ -617,17 +566,19 @@ pub fn measure(
                             })?,
                         }
                     }
-                    phases[CcehOp::Remove.index()].time(CcehOp::Remove, n, "removed", |_| {
-                        remove_all(&table, &remove_order, 1)
-                    })?;
-                    if !table.is_empty() {
-                        return Err(CcehBenchError::Count {
-                            operation: CcehOp::Remove.name(),
-                            expected: 0,
-                            got: table.len(),
-                            what: "left in the table",
-                        });
-                    }
+                    timed(
+                        &mut phases[CcehOp::Remove.index()],
+                        CcehOp::Remove,
+                        n,
+                        "removed",
+                        |_| remove_all(&table, &remove_order, 1),
+                    )?;
+                    check_count(
+                        || format!("CCEH {}", CcehOp::Remove.name()),
+                        0,
+                        table.len(),
+                        "keys left in the table",
+                    )?;
                 }
                 Load::Batch | Load::Helper | Load::Inline => {
                     let (op, look_ahead) = match load {
@@ -635,7 +586,7 @@ pub fn measure(
                         Load::Inline => (CcehOp::InsertBatchInline, LookAhead::Inline),
                         _ => (CcehOp::InsertBatch, LookAhead::Off),
                     };
-                    phases[op.index()].time(op, n, "inserted", |_| {
+                    timed(&mut phases[op.index()], op, n, "inserted", |_| {
                         insert_all(&table, &items, look_ahead.options(), 1)
                     })?;
                 }
@@ -648,20 +599,17 @@ pub fn measure(
         .iter()
         .zip(&phases)
         .map(|(&op, p)| {
-            let rates: Vec<f64> = p.secs.iter().map(|s| n as f64 / s).collect();
-            let rate = crate::measure::median(&rates);
-            let ops = p.ops.max(1) as f64;
-            let sampled = !p.latencies.is_empty();
+            let rate = crate::measure::median(&p.rates);
             CcehRow {
                 operation: op.name(),
                 ops_per_sec: rate,
                 ns_per_op: 1e9 / rate,
-                p50_ns: sampled.then(|| percentile(&p.latencies, 0.50)),
-                p99_ns: sampled.then(|| percentile(&p.latencies, 0.99)),
+                p50_ns: p.latency(0.50),
+                p99_ns: p.latency(0.99),
                 latency_samples: p.latencies.len(),
-                fences_per_op: p.stats.fences as f64 / ops,
-                flushes_per_op: p.stats.flushes as f64 / ops,
-                samples_ops_per_sec: rates,
+                fences_per_op: p.per_op(p.stats.fences),
+                flushes_per_op: p.per_op(p.stats.flushes),
+                samples_ops_per_sec: p.rates.clone(),
             }
         })
         .collect();
@@ -711,15 +659,6 @@ mod tests {
         assert_ne!(again, keys);
         again.sort_unstable();
         assert_eq!(again, sorted);
-    }
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&xs, 0.5), 50.0);
-        assert_eq!(percentile(&xs, 0.99), 99.0);
-        assert_eq!(percentile(&[7.0], 0.99), 7.0);
-        assert!(percentile(&[], 0.5).is_nan());
     }
 
     #[test]

@@ -25,12 +25,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
+use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
 use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
-use crate::ccehbench::{percentile, timer_overhead_ns};
+use crate::phase::{percentile, timer_overhead_ns, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 use crate::txbench::Rng;
 
@@ -310,59 +310,27 @@ pub enum DatalogBenchError {
     },
 }
 
-#[derive(Clone, Debug, Default)]
-struct Phase {
-    secs: Vec<f64>,
-    ops: u64,
-    stats: Stats,
-    latencies: Vec<f64>,
-}
-
-impl Phase {
-    fn time<T>(
-        &mut self,
-        n: usize,
-        f: impl FnOnce(&mut Vec<f64>) -> Result<T, DatalogBenchError>,
-    ) -> Result<T, DatalogBenchError> {
-        let before = thread_stats();
-        let start = Instant::now();
-        let out = f(&mut self.latencies)?;
-        self.secs.push(start.elapsed().as_secs_f64());
-        self.stats = self.stats + (thread_stats() - before);
-        self.ops += n as u64;
-        Ok(out)
-    }
-
-    fn row(
-        &self,
-        operation: &str,
-        mode: WriteMode,
-        size: u64,
-        n: usize,
-        write: bool,
-    ) -> DatalogRow {
-        let rates: Vec<f64> = self.secs.iter().map(|s| n as f64 / s).collect();
-        let rate = crate::measure::median(&rates);
-        let ops = self.ops.max(1) as f64;
-        let media = self.stats.bytes_to_media() as f64 / ops;
-        DatalogRow {
-            operation: operation.to_string(),
-            mode: mode.name().to_string(),
-            size,
-            ops_per_sec: rate,
-            ns_per_op: 1e9 / rate,
-            p50_ns: percentile(&self.latencies, 0.5),
-            p99_ns: percentile(&self.latencies, 0.99),
-            fences_per_op: self.stats.fences as f64 / ops,
-            flushes_per_op: self.stats.flushes as f64 / ops,
-            bytes_stored_per_op: (self.stats.store_bytes + self.stats.nt_bytes) as f64 / ops,
-            bytes_to_media_per_op: media,
-            write_amplification: write.then(|| media / size as f64),
-            samples_ops_per_sec: rates,
-        }
+/// A datalog row from the phase of `n`-operation runs of `size`-byte `operation`s under
+/// `mode` (`write`: amplification computed over `size`).
+fn row(phase: &Phase, operation: &str, mode: WriteMode, size: u64, write: bool) -> DatalogRow {
+    let rate = crate::measure::median(&phase.rates);
+    let media = phase.per_op(phase.stats.bytes_to_media());
+    DatalogRow {
+        operation: operation.to_string(),
+        mode: mode.name().to_string(),
+        size,
+        ops_per_sec: rate,
+        ns_per_op: 1e9 / rate,
+        p50_ns: percentile(&phase.latencies, 0.5),
+        p99_ns: percentile(&phase.latencies, 0.99),
+        fences_per_op: phase.per_op(phase.stats.fences),
+        flushes_per_op: phase.per_op(phase.stats.flushes),
+        bytes_stored_per_op: phase.per_op(phase.stats.store_bytes + phase.stats.nt_bytes),
+        bytes_to_media_per_op: media,
+        write_amplification: write.then(|| media / size as f64),
+        samples_ops_per_sec: phase.rates.clone(),
     }
 }
-
 /// Run the datalog measurements of `pmem-bench` (see the module's documentation) on pool
 /// files named `{prefix}-datalog.pool` in `dir`, with `granularity` forced (`None`: detected).
 /// `progress(round, rounds)` is called after each round.
@@ -392,12 +360,12 @@ pub fn measure(
                 let fresh = DatalogHeap::create(dir, &file_name, plan.file_bytes, granularity)?;
                 let store = fresh.store(mode)?;
                 let id = prepare(&store, plan.file_bytes)?;
-                writes[s][m].time(plan.writes, |lat| {
-                    Ok(overwrite_all(&store, id, &offsets, &data, mode, Some(lat))?)
+                writes[s][m].time(plan.writes as u64, |lat| {
+                    overwrite_all(&store, id, &offsets, &data, mode, Some(lat))
                 })?;
                 if size == WRITE_SIZES[0] {
-                    let got = reads[m].time(plan.reads, |lat| {
-                        Ok(read_all(&store, id, &read_offsets, &mut buf, Some(lat))?)
+                    let got = reads[m].time(plan.reads as u64, |lat| {
+                        read_all(&store, id, &read_offsets, &mut buf, Some(lat))
                     })?;
                     let expected = plan.reads as u64 * READ_BYTES;
                     if got != expected {
@@ -414,7 +382,7 @@ pub fn measure(
         let pair: Vec<DatalogRow> = MODES
             .iter()
             .enumerate()
-            .map(|(m, &mode)| writes[s][m].row("write", mode, size, plan.writes, true))
+            .map(|(m, &mode)| row(&writes[s][m], "write", mode, size, true))
             .collect();
         ratios.push(DatalogRatio {
             size,
@@ -425,7 +393,7 @@ pub fn measure(
         rows.extend(pair);
     }
     for (m, &mode) in MODES.iter().enumerate() {
-        rows.push(reads[m].row("read", mode, READ_BYTES, plan.reads, false));
+        rows.push(row(&reads[m], "read", mode, READ_BYTES, false));
     }
     Ok(DatalogResults {
         file_bytes: plan.file_bytes,

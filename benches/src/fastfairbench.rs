@@ -20,14 +20,15 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use pmem_ordering::{thread_stats, Granularity, Hardware, Pool, Stats};
+use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
-use crate::ccehbench::{percentile, shuffled, timer_overhead_ns};
+use crate::ccehbench::shuffled;
+use crate::phase::{check_count, ns, timer_overhead_ns, CountError, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 
 /// Keys of a default `pmem-bench` run.
@@ -281,17 +282,8 @@ pub enum FastFairBenchError {
     #[error("a FAST&FAIR operation failed: {0}")]
     Tree(#[from] FastFairError),
     /// An operation did not do what it should have (a bug, not a measurement).
-    #[error("FAST&FAIR {operation}: {got} of {expected} {what}")]
-    Count {
-        /// The operation.
-        operation: String,
-        /// What it should have done.
-        expected: u64,
-        /// What it did.
-        got: u64,
-        /// What was counted.
-        what: &'static str,
-    },
+    #[error(transparent)]
+    Count(#[from] CountError),
 }
 
 impl From<TxError> for FastFairBenchError {
@@ -300,48 +292,19 @@ impl From<TxError> for FastFairBenchError {
     }
 }
 
-/// What one (policy, operation) accumulated over the rounds.
-#[derive(Clone, Debug, Default)]
-struct Phase {
-    rates: Vec<f64>,
-    ops: u64,
-    stats: Stats,
-    latencies: Vec<f64>,
-}
-
-impl Phase {
-    /// Time `f`, which runs `n` operations and returns how many did what they should
-    /// (`expected`).
-    fn time(
-        &mut self,
-        op: FastFairOp,
-        n: u64,
-        expected: u64,
-        what: &'static str,
-        f: impl FnOnce(&mut Vec<f64>) -> Result<u64, FastFairError>,
-    ) -> Result<(), FastFairBenchError> {
-        let before = thread_stats();
-        let start = Instant::now();
-        let got = f(&mut self.latencies)?;
-        let elapsed = start.elapsed();
-        let delta = thread_stats() - before;
-        if got != expected {
-            return Err(FastFairBenchError::Count {
-                operation: op.name(),
-                expected,
-                got,
-                what,
-            });
-        }
-        self.rates.push(n as f64 / elapsed.as_secs_f64());
-        self.ops += n;
-        self.stats = self.stats + delta;
-        Ok(())
-    }
-}
-
-fn ns(d: Duration) -> f64 {
-    d.as_nanos() as f64
+/// Time `f` as one run of `op` in `phase`: `n` operations, which must do `expected` of
+/// `what`.
+fn timed(
+    phase: &mut Phase,
+    op: FastFairOp,
+    n: u64,
+    expected: u64,
+    what: &'static str,
+    f: impl FnOnce(&mut Vec<f64>) -> Result<u64, FastFairError>,
+) -> Result<(), FastFairBenchError> {
+    let got = phase.time(n, f)?;
+    check_count(|| format!("FAST&FAIR {}", op.name()), expected, got, what)?;
+    Ok(())
 }
 
 /// Run `op` over `items`, timing every [`LATENCY_EVERY`]th call on its own.
@@ -404,20 +367,33 @@ pub fn measure(
             let policy = policies[p];
             let fresh = FastFairHeap::create(dir, &file_name, n, granularity)?;
             let tree = fresh.tree(policy)?;
-            phases[p][0].time(FastFairOp::Insert, n, n, "keys inserted", |lat| {
-                sampled(&keys, lat, |k| Ok(u64::from(tree.insert(k, value_of(k))?)))
-            })?;
+            timed(
+                &mut phases[p][0],
+                FastFairOp::Insert,
+                n,
+                n,
+                "keys inserted",
+                |lat| sampled(&keys, lat, |k| Ok(u64::from(tree.insert(k, value_of(k))?))),
+            )?;
             if policy == ShiftPolicy::Fast {
                 bytes_per_key = fresh.bytes_allocated() as f64 / tree.len().max(1) as f64;
                 height = tree.height()?;
             }
-            phases[p][1].time(FastFairOp::Get, n, n, "keys found", |lat| {
-                sampled(&get_order, lat, |k| {
-                    Ok(u64::from(tree.get(k)? == Some(value_of(k))))
-                })
-            })?;
+            timed(
+                &mut phases[p][1],
+                FastFairOp::Get,
+                n,
+                n,
+                "keys found",
+                |lat| {
+                    sampled(&get_order, lat, |k| {
+                        Ok(u64::from(tree.get(k)? == Some(value_of(k))))
+                    })
+                },
+            )?;
             let scans = scan_starts.len() as u64;
-            phases[p][2].time(
+            timed(
+                &mut phases[p][2],
                 FastFairOp::Scan,
                 scans,
                 expected_scanned,
@@ -433,18 +409,16 @@ pub fn measure(
         for (o, op) in FastFairOp::ALL.iter().enumerate() {
             let phase = &phases[p][o];
             let rate = crate::measure::median(&phase.rates);
-            let ops = phase.ops.max(1) as f64;
-            let sampled = !phase.latencies.is_empty();
             rows.push(FastFairRow {
                 policy: policy.name().to_string(),
                 operation: op.name(),
                 ops_per_sec: rate,
                 ns_per_op: 1e9 / rate,
-                p50_ns: sampled.then(|| percentile(&phase.latencies, 0.50)),
-                p99_ns: sampled.then(|| percentile(&phase.latencies, 0.99)),
-                fences_per_op: phase.stats.fences as f64 / ops,
-                flushes_per_op: phase.stats.flushes as f64 / ops,
-                media_bytes_per_op: phase.stats.bytes_to_media() as f64 / ops,
+                p50_ns: phase.latency(0.50),
+                p99_ns: phase.latency(0.99),
+                fences_per_op: phase.per_op(phase.stats.fences),
+                flushes_per_op: phase.per_op(phase.stats.flushes),
+                media_bytes_per_op: phase.per_op(phase.stats.bytes_to_media()),
                 samples_ops_per_sec: phase.rates.clone(),
             });
         }

@@ -19,6 +19,8 @@
 //!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
 //! * `pmdk` (feature `pmdk`): PMDK's libpmem and libpmemobj side by side with the pool's copies
 //!   and the undo-log transactions;
+//! * [`phase`]: what the structure benchmarks accumulate per operation, and their timing
+//!   helpers;
 //! * [`report`]: the results as text tables, JSON and markdown;
 //! * [`ycsb`]: YCSB-style workloads (load, A, B, C, E, insert-only; uniform and Zipfian keys;
 //!   1..T threads) over every structure and variant, with latency histograms;
@@ -30,6 +32,7 @@ pub mod datalogbench;
 pub mod fastfairbench;
 pub mod machine;
 pub mod measure;
+pub mod phase;
 pub mod plot;
 #[cfg(feature = "pmdk")]
 pub mod pmdk;

@@ -494,8 +494,7 @@ impl Report {
                 structures.push(&r.structure);
             }
         }
-        let opt = |x: Option<f64>, f: fn(f64) -> String| x.map_or("-".to_string(), f);
-        let ratio = |x: f64| format!("{x:.2}");
+
         structures
             .into_iter()
             .map(|structure| {
@@ -510,15 +509,15 @@ impl Report {
                             r.distribution.clone().unwrap_or_else(|| "-".into()),
                             r.threads.to_string(),
                             format_rate(r.ops_per_sec),
-                            opt(r.p50_ns, format_ns),
-                            opt(r.p99_ns, format_ns),
-                            opt(r.p999_ns, format_ns),
+                            format_opt_ns(r.p50_ns),
+                            format_opt_ns(r.p99_ns),
+                            format_opt_ns(r.p999_ns),
                             format!("{:.2}", r.fences_per_op),
                             format!("{:.2}", r.flushes_per_op),
                             format!("{:.0}", r.nt_bytes_per_op),
                             format!("{:.0}", r.media_bytes_per_op),
                             format!("{:.0}", r.xpline_bytes_per_op),
-                            opt(r.ewr, ratio),
+                            r.ewr.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
                         ]
                     })
                     .collect();
@@ -879,7 +878,6 @@ impl Report {
             "flushes/op",
             "media B/op",
         ];
-        let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_ns);
         let rows = self
             .fastfair
             .iter()
@@ -890,8 +888,8 @@ impl Report {
                     r.operation.clone(),
                     format_rate(r.ops_per_sec),
                     format_ns(r.ns_per_op),
-                    opt(r.p50_ns),
-                    opt(r.p99_ns),
+                    format_opt_ns(r.p50_ns),
+                    format_opt_ns(r.p99_ns),
                     format!("{:.2}", r.fences_per_op),
                     format!("{:.2}", r.flushes_per_op),
                     format!("{:.0}", r.media_bytes_per_op),
@@ -1281,7 +1279,6 @@ impl Report {
             "fences/op",
             "flushes/op",
         ];
-        let opt = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_ns);
         let rows = self
             .cceh
             .iter()
@@ -1291,8 +1288,8 @@ impl Report {
                     r.operation.clone(),
                     format_rate(r.ops_per_sec),
                     format_ns(r.ns_per_op),
-                    opt(r.p50_ns),
-                    opt(r.p99_ns),
+                    format_opt_ns(r.p50_ns),
+                    format_opt_ns(r.p99_ns),
                     format!("{:.3}", r.fences_per_op),
                     format!("{:.3}", r.flushes_per_op),
                 ]
@@ -1514,6 +1511,11 @@ fn format_ns(ns: f64) -> String {
     } else {
         format!("{ns:.2}")
     }
+}
+
+/// [`format_ns`], or `-` for a figure not measured.
+fn format_opt_ns(ns: Option<f64>) -> String {
+    ns.map_or_else(|| "-".to_string(), format_ns)
 }
 
 /// A rate with a k / M / G suffix.

@@ -51,19 +51,23 @@ const TX_POOL_PREFIX: &str = "pmem-bench";
 ///   has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
 ///   64 KiB; a non-temporal write then an ordered temporal write with and without the fence;
 ///   the pool's persist against the raw instructions.
+///
 /// * transactions: undo-log transactions of K = 1..128 words, the Themis workloads (SPS, LL,
 ///   Hashmap, CQ, TATP, TPCC) and in-place vs out-of-place object updates, under the strict,
-///   batched, Themis and ideal fence policies.
+///   batched and ideal fence policies.
+///
 /// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
 ///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
 ///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
 ///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
 ///   copy-on-write against embedded writes).
+///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
 ///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
 ///   p50/p99/p99.9 latency, fences, flushes, nt bytes and bytes to persistent memory per
 ///   operation, and the effective write ratio at 256-byte XPLine granularity.
+///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///

@@ -24,7 +24,7 @@
 //! A phase's throughput is the median over the rounds of keys / elapsed time; the helper's
 //! effect ([`CcehResults::helper_on_over_off`]) is the median of the rounds' on/off ratios, as
 //! the two loads of a round run back to back. Fences and flushes per operation come from
-//! [`thread_stats`] deltas over the phase (they include the splits and directory doublings, so
+//! [`thread_stats`](pmem_ordering::thread_stats) deltas over the phase (they include the splits and directory doublings, so
 //! an insert costs slightly more than one of each).
 //!
 //! The criterion bench uses the same pieces: [`CcehHeap`], [`random_keys`], and the one- or

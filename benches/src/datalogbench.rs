@@ -15,7 +15,7 @@
 //! * after the 64-byte overwrites, [`DatalogPlan::reads`] reads of a random 4 KiB page.
 //!
 //! The two modes of one size run back to back in each round (their order reversed on odd
-//! rounds); a row's throughput is the median over the rounds. Per write, from [`thread_stats`]
+//! rounds); a row's throughput is the median over the rounds. Per write, from [`thread_stats`](pmem_ordering::thread_stats)
 //! deltas over the phase: fences, cache lines flushed, bytes stored (temporal + non-temporal:
 //! what the CPU wrote) and bytes sent to memory (flushed lines + non-temporal bytes: what
 //! reached the persistence domain, the write amplification of seed 000 Sec. 5.1 up to the

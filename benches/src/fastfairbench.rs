@@ -15,7 +15,7 @@
 //! random existing keys. A phase's throughput is the median over the rounds; the policies'
 //! ratios ([`FastFairResults::redo_over_per_shift`], [`FastFairResults::fast_over_per_shift`])
 //! are medians of per-round ratios, the loads of one round running back to back. Fences,
-//! flushes and bytes to the media per operation come from [`thread_stats`] deltas over the
+//! flushes and bytes to the media per operation come from [`thread_stats`](pmem_ordering::thread_stats) deltas over the
 //! phase: they include splits (about one insert in fifteen splits a 28-entry leaf).
 
 use std::path::Path;

@@ -70,6 +70,15 @@ impl<'a> Words<'a> {
         Some(std::array::from_fn(|i| line[2 * i].load(Ordering::Acquire)))
     }
 
+    /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
+    /// the end. A hint only: it reads and stores nothing.
+    #[inline]
+    pub fn prefetch(&self, index: usize) {
+        if let Some(word) = self.words.get(index) {
+            crate::isa::prefetch_line(word.as_ptr() as *const u8);
+        }
+    }
+
     /// The `count` words from word `start` on, or `None` if they run past the end.
     #[inline]
     pub fn sub(&self, start: usize, count: usize) -> Option<Words<'a>> {

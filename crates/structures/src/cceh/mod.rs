@@ -1195,29 +1195,39 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// changing, and the worst outcome is a prefetch of the wrong line (pool loads are bounds
     /// checked, and out-of-pool prefetches are ignored).
     fn prefetch_path(&self, h: u64) {
-        let pool = self.heap.pool();
-        let Ok(directory) = pool.load_u64(self.root + 8) else {
-            return;
-        };
-        let Ok(depth) = pool.load_u64(directory) else {
-            return;
-        };
-        let Ok(entry) = pool.load_u64(directory + 8 + 8 * prefix(h, depth.min(MAX_DEPTH))) else {
-            return;
-        };
-        self.prefetch_window(entry & !DEPTH_MASK, h);
+        if let Some(segment) = self.peek_segment(h) {
+            self.prefetch_window(segment, h);
+        }
     }
 
-    /// Prefetch the four buckets of `h`'s window in `segment`.
+    /// The segment the current directory names for hash `h`, read without a guard or a lock
+    /// (see [`Cceh::prefetch_path`]); `None` where an offset falls outside the pool.
+    #[inline]
+    fn peek_segment(&self, h: u64) -> Option<u64> {
+        let directory = self.peek(self.root + 8)?;
+        let depth = self.peek(directory)?;
+        let entry = self.peek(directory + 8 + 8 * prefix(h, depth.min(MAX_DEPTH)))?;
+        Some(entry & !DEPTH_MASK)
+    }
+
+    /// Prefetch the four buckets of `h`'s window in `segment` (nothing outside the pool).
     fn prefetch_window(&self, segment: u64, h: u64) {
-        let pool = self.heap.pool();
-        let home = h & (self.buckets - 1);
+        let mask = self.buckets - 1;
+        let home = h & mask;
         for i in 0..PROBE_BUCKETS {
-            pool.prefetch(
-                segment + ((home + i) & (self.buckets - 1)) * BUCKET_BYTES,
-                BUCKET_BYTES,
-            );
+            let bucket = segment + ((home + i) & mask) * BUCKET_BYTES;
+            self.words.prefetch((bucket / 8) as usize);
         }
+    }
+
+    /// The word at `offset`, or `None` outside the pool or misaligned: for speculative walks,
+    /// which may follow offsets read from a table changing under them.
+    #[inline]
+    fn peek(&self, offset: u64) -> Option<u64> {
+        offset
+            .is_multiple_of(8)
+            .then(|| self.words.get((offset / 8) as usize))
+            .flatten()
     }
 
     /// Remove `key`: its value, if it was present. Durable when it returns.

@@ -827,4 +827,16 @@ fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
         Err(PoolError::OutOfBounds { .. })
     ));
     assert!(pool.words(pool.size() - 8, 1).is_ok());
+    // The checked accessors: None past the end, never a panic; prefetches past it are ignored.
+    assert_eq!(words.get(3), Some(10));
+    assert_eq!(words.get(16), None);
+    assert_eq!(words.line(8).map(|l| l[0]), Some(25));
+    assert_eq!(words.line(9), None);
+    assert_eq!(words.keys_of_line(0), Some([1, 7, 13, 19]));
+    assert_eq!(words.keys_of_line(usize::MAX), None);
+    let tail = words.sub(12, 4).unwrap();
+    assert_eq!((tail.len(), tail.load(0)), (4, 37));
+    assert!(words.sub(12, 5).is_none() && words.sub(usize::MAX, 2).is_none());
+    words.prefetch(0);
+    words.prefetch(usize::MAX);
 }

@@ -24,6 +24,32 @@ fn arg(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
 
+/// Run `pmem-bench --quick` with its pools in `pool_dir`, the JSON written to a temporary file,
+/// and `extra` options; it must succeed. Returns its standard output and the parsed JSON.
+fn quick_run(pool_dir: &tempfile::TempDir, extra: &[&str]) -> (String, Value) {
+    let out_dir = tempfile::tempdir().expect("make an output directory");
+    let json = out_dir.path().join("results.json");
+    let mut args = vec![
+        "--quick",
+        "--pool-dir",
+        arg(pool_dir.path()),
+        "--json",
+        arg(&json),
+    ];
+    args.extend_from_slice(extra);
+    let out = pmem_bench(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "pmem-bench failed:\n{stdout}\n{stderr}"
+    );
+    let report =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
+            .expect("the JSON output parses");
+    (stdout, report)
+}
+
 fn positive(row: &Value, key: &str) -> f64 {
     let x = row[key]
         .as_f64()
@@ -39,29 +65,11 @@ fn positive(row: &Value, key: &str) -> f64 {
 fn quick_run_writes_a_json_row_for_every_variant() {
     let pool_dir = pool_dir();
     let out_dir = tempfile::tempdir().expect("make an output directory");
-    let json = out_dir.path().join("results.json");
     let markdown = out_dir.path().join("results.md");
-    let out = pmem_bench(&[
-        "--quick",
-        "--pool-dir",
-        arg(pool_dir.path()),
-        "--json",
-        arg(&json),
-        "--markdown",
-        arg(&markdown),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "pmem-bench failed:\n{stdout}\n{stderr}"
-    );
+    let (stdout, report) = quick_run(&pool_dir, &["--markdown", arg(&markdown)]);
     assert!(stdout.contains("emulated granularity"), "{stdout}");
     assert!(stdout.contains("NOT persistent memory"), "{stdout}");
 
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
-            .expect("the JSON output parses");
     let rows = report["rows"].as_array().expect("rows is an array");
     let variants = all_variants();
     assert_eq!(rows.len(), variants.len(), "one row per variant");
@@ -521,28 +529,11 @@ fn quick_run_compares_with_pmdk() {
     use pmem_bench::primitives::NT_SIZES;
 
     let pool_dir = pool_dir();
-    let out_dir = tempfile::tempdir().expect("make an output directory");
-    let json = out_dir.path().join("results.json");
-    let out = pmem_bench(&[
-        "--quick",
-        "--pool-dir",
-        arg(pool_dir.path()),
-        "--json",
-        arg(&json),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "pmem-bench failed:\n{stdout}\n{stderr}"
-    );
+    let (stdout, report) = quick_run(&pool_dir, &[]);
     assert!(stdout.contains("pmdk_copy: "), "{stdout}");
     assert!(stdout.contains("pmdk_tx: "), "{stdout}");
     assert!(stdout.contains("pmem_memcpy_persist"), "{stdout}");
 
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
-            .expect("the JSON output parses");
     let pmdk = &report["pmdk"];
     assert!(pmdk.is_object(), "no pmdk section in {report}");
     assert_eq!(pmdk["copy_is_pmem"], true, "{pmdk}");

@@ -41,6 +41,7 @@ mod rng;
 mod state;
 
 pub use harness::{Crash, CrashFailure, CrashPoints, CrashTest, ImageKind, Images, Report};
+pub use rng::SplitMix64;
 pub use state::{Chunk, Event, LineChoice};
 
 use std::path::Path;

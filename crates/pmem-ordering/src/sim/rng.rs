@@ -1,4 +1,5 @@
-//! A small deterministic generator for crash images.
+//! The project's one deterministic generator: crash images, sampled crash points, and the keys
+//! of tests, fuzz targets and benchmarks.
 //!
 //! Hand-written rather than taken from a crate so that a seed printed in a failure report
 //! replays the same images forever, whatever version of a dependency is installed.
@@ -6,11 +7,12 @@
 /// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
 /// OOPSLA 2014).
 #[derive(Clone, Debug)]
-pub(crate) struct SplitMix64 {
+pub struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
+    /// A generator starting from `seed`.
     pub fn new(seed: u64) -> SplitMix64 {
         SplitMix64 { state: seed }
     }
@@ -22,6 +24,7 @@ impl SplitMix64 {
         SplitMix64::new(mixed)
     }
 
+    /// The next 64-bit output.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;

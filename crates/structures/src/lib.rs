@@ -11,3 +11,4 @@
 pub mod cceh;
 pub mod datalog;
 pub mod fastfair;
+mod sync;

@@ -80,6 +80,9 @@ use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::{Heap, TxError};
 
+use crate::sync::affinity::{current_cpu, pin_away_from};
+use crate::sync::{StripeGuard, Stripes};
+
 /// The reserved key that marks an empty slot.
 pub const EMPTY_KEY: u64 = 0;
 /// Slots per bucket (a 64-byte bucket of 16-byte slots).
@@ -246,7 +249,7 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     root: u64,
     buckets: u64,
     structure: Mutex<()>,
-    stripes: Box<[Stripe]>,
+    stripes: Stripes,
     /// The directory the last doubling replaced (also recorded at `root + 24`), until a later
     /// split or doubling frees it.
     retired: Mutex<Option<Retired>>,
@@ -308,66 +311,6 @@ const RETIRED_AT: u64 = 24;
 
 /// Segment lock stripes.
 const STRIPES: usize = 64;
-
-fn new_stripes() -> Box<[Stripe]> {
-    (0..STRIPES).map(|_| Stripe::default()).collect()
-}
-
-/// The lock of the segments whose offsets hash to it, and the change in the key count made by
-/// writers holding it (wrapping: a split moves keys between stripes, so one stripe's count may
-/// go below zero; their sum is the table's). One cache line each, so writers of different
-/// stripes do not share lines.
-#[derive(Default)]
-#[repr(align(64))]
-struct Stripe {
-    locked: AtomicBool,
-    keys: AtomicU64,
-}
-
-impl Stripe {
-    /// Take the lock: one compare-and-swap when free; spin, then yield, when not.
-    fn lock(&self) -> StripeGuard<'_> {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            while self.locked.load(Ordering::Relaxed) {
-                spins += 1;
-                if spins < 128 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        }
-        StripeGuard { stripe: self }
-    }
-}
-
-/// A held stripe lock; released on drop.
-struct StripeGuard<'a> {
-    stripe: &'a Stripe,
-}
-
-impl StripeGuard<'_> {
-    /// Count `delta` keys added (or, wrapping, removed) under this lock: a plain
-    /// read-modify-write, as only the holder changes the stripe's count.
-    fn count(&self, delta: u64) {
-        let keys = &self.stripe.keys;
-        keys.store(
-            keys.load(Ordering::Relaxed).wrapping_add(delta),
-            Ordering::Relaxed,
-        );
-    }
-}
-
-impl Drop for StripeGuard<'_> {
-    fn drop(&mut self) {
-        self.stripe.locked.store(false, Ordering::Release);
-    }
-}
 
 /// The buckets a displacement chain starting in one window can reach, read once: bucket `r`
 /// of it is the `r`-th after the window's home bucket (wrapping in the segment; a segment
@@ -532,7 +475,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             root,
             buckets: b,
             structure: Mutex::new(()),
-            stripes: new_stripes(),
+            stripes: Stripes::new(STRIPES),
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
             words: whole_pool(heap.pool())?,
@@ -561,7 +504,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             root,
             buckets,
             structure: Mutex::new(()),
-            stripes: new_stripes(),
+            stripes: Stripes::new(STRIPES),
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
             words: whole_pool(pool)?,
@@ -602,7 +545,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             }
             count += table.remove_duplicates(segment, local, start >> (depth - local))?;
         }
-        table.stripes[0].keys.store(count, Ordering::Relaxed);
+        table.stripes.set_total(count);
         let retired = pool.load_u64(root + RETIRED_AT)?;
         if retired != 0 {
             if retired == directory || !owned(retired, 16) {
@@ -927,7 +870,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             // persist (the previous write's flush and fence) to finish, and no load after it
             // starts before. Prefetched here, the window's lines arrive during that wait.
             self.prefetch_window(place.segment, h);
-            let guard = self.stripes[(hash(place.segment) as usize) % STRIPES].lock();
+            let guard = self.stripes.lock((hash(place.segment) as usize) % STRIPES);
             if pool.load_u64(self.root + 8)? == directory
                 && pool.load_u64(place.entry_offset())? == place.entry()
             {
@@ -1252,9 +1195,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.stripes.iter().fold(0u64, |sum, s| {
-            sum.wrapping_add(s.keys.load(Ordering::Relaxed))
-        })
+        self.stripes.total()
     }
 
     /// Whether the table holds no key.
@@ -1272,7 +1213,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not).
     pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {
         let _structure = self.structure();
-        let _stripes: Vec<StripeGuard<'_>> = self.stripes.iter().map(Stripe::lock).collect();
+        let _stripes = self.stripes.lock_all();
         let depth = self.global_depth()?;
         let mut all = Vec::with_capacity(self.len() as usize);
         for (start, segment, local) in self.segments()? {
@@ -1500,47 +1441,6 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
         *retired = Some(Retired::new(place.directory));
         Ok(())
     }
-}
-
-/// The CPU the calling thread runs on, if the OS says.
-fn current_cpu() -> Option<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: sched_getcpu has no preconditions.
-        let cpu = unsafe { libc::sched_getcpu() };
-        usize::try_from(cpu).ok()
-    }
-    #[cfg(not(target_os = "linux"))]
-    None
-}
-
-/// Pin the calling thread to an allowed CPU other than `avoid`, if there is one. Best effort:
-/// on failure the thread stays where the scheduler puts it.
-fn pin_away_from(avoid: Option<usize>) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-        let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: `allowed` is a valid cpu_set_t of `size` bytes; pid 0 is this thread.
-        if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
-            return;
-        }
-        let cpus = (0..libc::CPU_SETSIZE as usize)
-            // SAFETY: `cpu` is below CPU_SETSIZE, the set's size.
-            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) });
-        let Some(target) = cpus.clone().find(|&c| Some(c) != avoid) else {
-            return;
-        };
-        // SAFETY: as above; a zeroed set is empty before CPU_SET adds one CPU.
-        unsafe {
-            let mut only: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(target, &mut only);
-            libc::sched_setaffinity(0, size, &only);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = avoid;
 }
 
 /// Buckets per segment this table supports: a power of two, enough for one probing window, at

@@ -102,6 +102,10 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use pmem_ordering::{Backend, PPtr, Pool, PoolError, Words, Written};
 use pmem_undo_log::{Heap, Tx, TxError};
 
+use crossbeam_utils::Backoff;
+
+use crate::sync::{StripeGuard, Stripes};
+
 /// The reserved key that marks a free slot; it sorts after every valid key.
 pub const EMPTY_KEY: u64 = u64::MAX;
 /// Bytes of the tree's root object.
@@ -230,97 +234,6 @@ impl Default for FastFairConfig {
     }
 }
 
-/// The writer lock and reader version of the nodes of one stripe, and the stripe's share of
-/// the key count: one cache line, so stripes do not share lines.
-///
-/// `word` is the lock and the version in one: bit 0 is set while a writer holds the stripe,
-/// bit 1 while it changes one of the stripe's nodes, and the bits above count changes.
-/// Taking the lock is the only read-modify-write a writer makes; every other update of the
-/// word (and of `len`) is a plain store by the holder.
-#[repr(align(64))]
-struct Stripe {
-    word: AtomicU64,
-    /// Keys added minus keys removed by holders of this stripe (wrapping).
-    len: AtomicU64,
-}
-
-const LOCKED: u64 = 1;
-const CHANGING: u64 = 2;
-const CHANGE_STEP: u64 = 4;
-
-impl Stripe {
-    /// Wait until no change runs and return the version (the lock bit does not count: a
-    /// holder that changes nothing leaves readers valid).
-    #[inline]
-    fn read_begin(&self) -> u64 {
-        loop {
-            let v = self.word.load(Ordering::Acquire);
-            if v & CHANGING == 0 {
-                return v & !LOCKED;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// Whether the version still reads `seen` after this thread's reads.
-    #[inline]
-    fn read_valid(&self, seen: u64) -> bool {
-        fence(Ordering::Acquire);
-        self.word.load(Ordering::Relaxed) & !LOCKED == seen
-    }
-
-    fn lock(&self) -> StripeGuard<'_> {
-        let mut spins = 0u32;
-        loop {
-            let v = self.word.load(Ordering::Relaxed);
-            if v & LOCKED == 0
-                && self
-                    .word
-                    .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return StripeGuard { stripe: self };
-            }
-            backoff(&mut spins);
-        }
-    }
-
-    /// Mark a change of one of the stripe's nodes (the caller holds the lock, so a plain store
-    /// does: no locked instruction, which would wait for the flushes in flight).
-    #[inline]
-    fn change_begin(&self) {
-        let v = self.word.load(Ordering::Relaxed);
-        self.word.store(v | CHANGING, Ordering::Relaxed);
-        fence(Ordering::Release);
-    }
-
-    /// End the change: readers that overlapped it see a new version.
-    #[inline]
-    fn change_end(&self) {
-        let v = self.word.load(Ordering::Relaxed);
-        self.word
-            .store((v & !CHANGING).wrapping_add(CHANGE_STEP), Ordering::Release);
-    }
-
-    /// Count `delta` keys (the caller holds the lock).
-    #[inline]
-    fn add_len(&self, delta: u64) {
-        let n = self.len.load(Ordering::Relaxed);
-        self.len.store(n.wrapping_add(delta), Ordering::Relaxed);
-    }
-}
-
-/// Wait a little for a lock holder: it may be flushing for microseconds, or descheduled, so
-/// stop spinning soon.
-fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
-    }
-}
-
 /// Every stripe held by a split or merge (see [`FastFair::exclusive`]).
 struct Exclusive<'a> {
     _guards: Vec<StripeGuard<'a>>,
@@ -330,22 +243,6 @@ struct Exclusive<'a> {
 impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
         self.pending.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A held stripe lock; dropping it releases the stripe with one plain store.
-struct StripeGuard<'a> {
-    stripe: &'a Stripe,
-}
-
-impl Drop for StripeGuard<'_> {
-    fn drop(&mut self) {
-        let mut v = self.stripe.word.load(Ordering::Relaxed);
-        if v & CHANGING != 0 {
-            // A change cut short by a panic: let readers go on (they see a new version).
-            v = (v & !CHANGING).wrapping_add(CHANGE_STEP);
-        }
-        self.stripe.word.store(v & !LOCKED, Ordering::Release);
     }
 }
 
@@ -378,16 +275,7 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     /// Splits and merges waiting for or holding every stripe: new writers let them in first,
     /// so a stream of writers cannot starve them.
     structure_pending: AtomicU64,
-    stripes: Box<[Stripe]>,
-}
-
-fn new_stripes() -> Box<[Stripe]> {
-    (0..LANES)
-        .map(|_| Stripe {
-            word: AtomicU64::new(0),
-            len: AtomicU64::new(0),
-        })
-        .collect()
+    stripes: Stripes,
 }
 
 fn valid_node_size(size: u64) -> bool {
@@ -662,7 +550,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             redo,
             structure_version: AtomicU64::new(0),
             structure_pending: AtomicU64::new(0),
-            stripes: new_stripes(),
+            stripes: Stripes::new(LANES),
         }
     }
 
@@ -712,7 +600,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         let tree = FastFair::handle(heap, root, node_size, policy, redo);
         tree.replay_redo()?;
         let len = tree.check_and_repair()?;
-        tree.stripes[0].len.store(len, Ordering::Relaxed);
+        tree.stripes.set_total(len);
         Ok(tree)
     }
 
@@ -733,9 +621,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.stripes
-            .iter()
-            .fold(0, |n, s| n.wrapping_add(s.len.load(Ordering::Relaxed)))
+        self.stripes.total()
     }
 
     /// Whether the tree holds no key.
@@ -770,16 +656,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         ((node / LINE).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % LANES
     }
 
-    fn stripe(&self, node: u64) -> &Stripe {
-        &self.stripes[Self::stripe_index(node)]
-    }
-
     /// Every stripe's lock, taken in index order (writers hold one stripe at a time, so this
     /// cannot deadlock): no other writer runs until the guards drop.
     fn exclusive(&self) -> Exclusive<'_> {
         self.structure_pending.fetch_add(1, Ordering::Relaxed);
         Exclusive {
-            _guards: self.stripes.iter().map(Stripe::lock).collect(),
+            _guards: self.stripes.lock_all(),
             pending: &self.structure_pending,
         }
     }
@@ -790,13 +672,13 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// A structure change takes every stripe, so none runs while the guard is held.
     fn lock_leaf(&self, key: u64) -> Result<(u64, usize, StripeGuard<'_>), FastFairError> {
         loop {
-            let mut spins = 0;
+            let backoff = Backoff::new();
             while self.structure_pending.load(Ordering::Relaxed) != 0 {
-                backoff(&mut spins);
+                backoff.snooze();
             }
             let (leaf, structure) = self.lock_free_leaf(key)?;
             let lane = Self::stripe_index(leaf);
-            let guard = self.stripes[lane].lock();
+            let guard = self.stripes.lock(lane);
             if self.structure_version.load(Ordering::Relaxed) != structure {
                 continue;
             }
@@ -928,10 +810,11 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 if steps > self.step_limit() {
                     return Err(self.corrupt(format!("a lookup of {key} does not end")));
                 }
-                let stripe = self.stripe(node);
-                let seen = stripe.read_begin();
+                let stripe = Self::stripe_index(node);
+                let seen = self.stripes.read_begin(stripe);
                 let outcome = self.step(node, key);
-                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
+                if !self.stripes.read_valid(stripe, seen)
+                    || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -968,8 +851,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                 if steps > self.step_limit() {
                     return Err(self.corrupt(format!("a descent to {key} does not end")));
                 }
-                let stripe = self.stripe(node);
-                let seen = stripe.read_begin();
+                let stripe = Self::stripe_index(node);
+                let seen = self.stripes.read_begin(stripe);
                 let outcome = (|| -> Result<Option<u64>, PoolError> {
                     self.pool().prefetch(node, self.node_size);
                     let view = self.view(node)?;
@@ -981,7 +864,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
                     }
                     Ok(Some(view.child_for(key)))
                 })();
-                if !stripe.read_valid(seen) || !Self::read_valid(&self.structure_version, structure)
+                if !self.stripes.read_valid(stripe, seen)
+                    || !Self::read_valid(&self.structure_version, structure)
                 {
                     continue 'restart;
                 }
@@ -1034,8 +918,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     ) -> Result<Option<(u64, u64)>, FastFairError> {
         raw.resize(self.capacity * ENTRY as usize, 0);
         let raw = &mut raw[..];
-        let stripe = self.stripe(node);
-        let seen = stripe.read_begin();
+        let stripe = Self::stripe_index(node);
+        let seen = self.stripes.read_begin(stripe);
         let pool = self.pool();
         let header = (|| -> Result<(u64, u64, u64), PoolError> {
             let level = pool.load_u64(node + LEVEL)?;
@@ -1044,7 +928,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             pool.read_bytes(node + HEADER, raw)?;
             Ok((level, high, sibling))
         })();
-        if !stripe.read_valid(seen) {
+        if !self.stripes.read_valid(stripe, seen) {
             return Ok(None);
         }
         let (level, high, sibling) = header?;
@@ -1121,7 +1005,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             return Ok(old);
         }
         self.split_insert(&path, key, value)?;
-        self.stripes[0].add_len(1);
+        self.stripes.count_held(0, 1);
         Ok(None)
     }
 
@@ -1159,7 +1043,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             value,
         };
         self.shift(leaf, lane, shift)?;
-        self.stripes[lane].add_len(1);
+        self.stripes.count_held(lane, 1);
         Ok(Some(None))
     }
 
@@ -1194,7 +1078,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             self.remove_in_leaf(leaf, Self::stripe_index(leaf), ub - 1, n)?;
         } else {
             self.remove_and_merge(&path, key)?;
-            self.stripes[0].add_len(1u64.wrapping_neg());
+            self.stripes.count_held(0, 1u64.wrapping_neg());
         }
         Ok(Some(old))
     }
@@ -1213,7 +1097,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     ) -> Result<(), FastFairError> {
         let shift = Shift::Remove { at: slot, n };
         self.shift(leaf, lane, shift)?;
-        self.stripes[lane].add_len(1u64.wrapping_neg());
+        self.stripes.count_held(lane, 1u64.wrapping_neg());
         Ok(())
     }
 
@@ -1221,14 +1105,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
     /// `lane` is this writer's alone.
     fn shift(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
-        let stripe = self.stripe(node);
-        stripe.change_begin();
+        let stripe = Self::stripe_index(node);
+        self.stripes.change_begin_held(stripe);
         let result = match self.policy {
             ShiftPolicy::PerShift => self.shift_per_entry(node, shift),
             ShiftPolicy::Fast => self.shift_fast(node, shift),
             ShiftPolicy::Redo => self.shift_redo(node, lane, shift),
         };
-        stripe.change_end();
+        self.stripes.change_end_held(stripe);
         result
     }
 
@@ -1447,15 +1331,15 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
         for &n in nodes {
             mask |= 1 << Self::stripe_index(n);
         }
-        for (i, s) in self.stripes.iter().enumerate() {
+        for i in 0..self.stripes.len() {
             if mask & (1 << i) != 0 {
-                s.change_begin();
+                self.stripes.change_begin_held(i);
             }
         }
         let result = f();
-        for (i, s) in self.stripes.iter().enumerate() {
+        for i in 0..self.stripes.len() {
             if mask & (1 << i) != 0 {
-                s.change_end();
+                self.stripes.change_end_held(i);
             }
         }
         result

@@ -1,0 +1,296 @@
+//! Striped writer locks, each with a reader version and a share of the structure's key count.
+//!
+//! A structure hashes what a writer changes (a CCEH segment, a FAST&FAIR node) to one of its
+//! stripes. A stripe is one word and one counter on a cache line of its own:
+//!
+//! * the word is the lock and the version in one: bit 0 is set while a writer holds the stripe,
+//!   bit 1 while the holder changes something readers of the stripe may be reading, and the
+//!   bits above count finished changes. Taking the lock is the only read-modify-write; every
+//!   other update (unlock, change marks) is a plain store by the holder, because a locked
+//!   instruction would wait for the holder's flushes in flight;
+//! * the count is the keys added minus the keys removed by holders of the stripe (wrapping:
+//!   keys may move between stripes, so one stripe's share can go below zero; the sum of all
+//!   shares is the structure's count).
+//!
+//! Readers that take no lock use [`Stripes::read_begin`] and [`Stripes::read_valid`] around
+//! their reads, in the manner of a sequence lock.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+const LOCKED: u64 = 1;
+const CHANGING: u64 = 2;
+const CHANGE_STEP: u64 = 4;
+
+#[derive(Default)]
+struct Stripe {
+    word: AtomicU64,
+    count: AtomicU64,
+}
+
+/// A fixed set of stripes, each padded to its own cache line(s) so that writers of different
+/// stripes share no line.
+pub(crate) struct Stripes {
+    stripes: Box<[CachePadded<Stripe>]>,
+}
+
+impl Stripes {
+    /// `n` free stripes with zero counts and versions.
+    pub(crate) fn new(n: usize) -> Stripes {
+        assert!(n > 0, "a structure needs at least one stripe");
+        Stripes {
+            stripes: (0..n)
+                .map(|_| CachePadded::new(Stripe::default()))
+                .collect(),
+        }
+    }
+
+    /// Number of stripes.
+    pub(crate) fn len(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// Take stripe `i`'s lock: one compare-and-swap when it is free; spin, then yield, while a
+    /// holder keeps it (a holder may be flushing for microseconds, or descheduled).
+    #[inline]
+    pub(crate) fn lock(&self, i: usize) -> StripeGuard<'_> {
+        let stripe = &self.stripes[i];
+        let backoff = Backoff::new();
+        loop {
+            let v = stripe.word.load(Ordering::Relaxed);
+            if v & LOCKED == 0
+                && stripe
+                    .word
+                    .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return StripeGuard { stripe };
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Every stripe's lock, taken in index order. Writers hold one stripe at a time, so this
+    /// cannot deadlock with them; no other writer runs until the guards drop.
+    pub(crate) fn lock_all(&self) -> Vec<StripeGuard<'_>> {
+        (0..self.len()).map(|i| self.lock(i)).collect()
+    }
+
+    /// Wait until no change of stripe `i` runs and return its version (the lock bit does not
+    /// count: a holder that changes nothing leaves readers valid).
+    #[inline]
+    pub(crate) fn read_begin(&self, i: usize) -> u64 {
+        let word = &self.stripes[i].word;
+        loop {
+            let v = word.load(Ordering::Acquire);
+            if v & CHANGING == 0 {
+                return v & !LOCKED;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether stripe `i`'s version still reads `seen` after this thread's reads: if so, no
+    /// change of the stripe overlapped them.
+    #[inline]
+    pub(crate) fn read_valid(&self, i: usize, seen: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.stripes[i].word.load(Ordering::Relaxed) & !LOCKED == seen
+    }
+
+    /// The structure's key count: the wrapping sum of every stripe's share.
+    pub(crate) fn total(&self) -> u64 {
+        self.stripes.iter().fold(0u64, |sum, s| {
+            sum.wrapping_add(s.count.load(Ordering::Relaxed))
+        })
+    }
+
+    /// Set the key count to `n` (at open, before the structure is shared: the count found by
+    /// recovery goes to stripe 0, every other share to zero).
+    pub(crate) fn set_total(&self, n: u64) {
+        for (i, s) in self.stripes.iter().enumerate() {
+            s.count.store(if i == 0 { n } else { 0 }, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A held stripe lock; dropping it releases the stripe with one plain store.
+pub(crate) struct StripeGuard<'a> {
+    stripe: &'a Stripe,
+}
+
+impl StripeGuard<'_> {
+    /// Count `delta` keys added (or, wrapping, removed) under this lock.
+    #[inline]
+    pub(crate) fn count(&self, delta: u64) {
+        self.stripe.count_held(delta);
+    }
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        let word = &self.stripe.word;
+        let mut v = word.load(Ordering::Relaxed);
+        if v & CHANGING != 0 {
+            // A change cut short by a panic: let readers go on (they see a new version).
+            v = (v & !CHANGING).wrapping_add(CHANGE_STEP);
+        }
+        word.store(v & !LOCKED, Ordering::Release);
+    }
+}
+
+/// The holder's updates: plain read-modify-writes (no locked instruction), correct because
+/// only the holder of the stripe's lock makes them.
+impl Stripe {
+    #[inline]
+    fn count_held(&self, delta: u64) {
+        debug_assert!(self.word.load(Ordering::Relaxed) & LOCKED != 0);
+        self.count.store(
+            self.count.load(Ordering::Relaxed).wrapping_add(delta),
+            Ordering::Relaxed,
+        );
+    }
+
+    #[inline]
+    fn change_begin_held(&self) {
+        debug_assert!(self.word.load(Ordering::Relaxed) & LOCKED != 0);
+        let v = self.word.load(Ordering::Relaxed);
+        self.word.store(v | CHANGING, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    #[inline]
+    fn change_end_held(&self) {
+        let v = self.word.load(Ordering::Relaxed);
+        self.word
+            .store((v & !CHANGING).wrapping_add(CHANGE_STEP), Ordering::Release);
+    }
+}
+
+/// Updates by the holder of stripe `i`'s lock, by index, since a structure change holding
+/// every stripe through [`Stripes::lock_all`] has no one guard at hand. The caller must hold
+/// stripe `i`'s lock; debug builds check that someone does.
+impl Stripes {
+    /// Like [`StripeGuard::count`] for stripe `i`.
+    #[inline]
+    pub(crate) fn count_held(&self, i: usize, delta: u64) {
+        self.stripes[i].count_held(delta);
+    }
+
+    /// Mark the start of a change of stripe `i` that its readers must not overlap.
+    #[inline]
+    pub(crate) fn change_begin_held(&self, i: usize) {
+        self.stripes[i].change_begin_held();
+    }
+
+    /// End the change of stripe `i`: readers that overlapped it see a new version.
+    #[inline]
+    pub(crate) fn change_end_held(&self, i: usize) {
+        self.stripes[i].change_end_held();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_held_stripe_excludes_other_writers_of_it_only() {
+        let stripes = Arc::new(Stripes::new(2));
+        let guard = stripes.lock(0);
+        let entered = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (stripes, entered) = (Arc::clone(&stripes), Arc::clone(&entered));
+            std::thread::spawn(move || {
+                let _g = stripes.lock(0);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        // The other stripe is free meanwhile.
+        drop(stripes.lock(1));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !entered.load(Ordering::SeqCst),
+            "a second writer entered a held stripe"
+        );
+        drop(guard);
+        waiter.join().unwrap();
+        assert!(entered.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn readers_see_a_change_but_not_a_lock_alone() {
+        let stripes = Stripes::new(1);
+        let seen = stripes.read_begin(0);
+        let guard = stripes.lock(0);
+        assert!(
+            stripes.read_valid(0, seen),
+            "taking the lock changed nothing"
+        );
+        stripes.change_begin_held(0);
+        assert!(
+            !stripes.read_valid(0, seen),
+            "a change in progress went unseen"
+        );
+        stripes.change_end_held(0);
+        assert!(
+            !stripes.read_valid(0, seen),
+            "a finished change went unseen"
+        );
+        drop(guard);
+        let after = stripes.read_begin(0);
+        assert_ne!(after, seen);
+        assert!(stripes.read_valid(0, after));
+    }
+
+    #[test]
+    fn a_change_cut_short_by_a_panic_releases_readers() {
+        let stripes = Stripes::new(1);
+        let seen = stripes.read_begin(0);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _guard = stripes.lock(0);
+            stripes.change_begin_held(0);
+            panic!("writer dies mid-change");
+        }));
+        assert!(result.is_err());
+        // read_begin would spin forever on a CHANGING bit left behind.
+        let after = stripes.read_begin(0);
+        assert_ne!(after, seen);
+        drop(stripes.lock(0));
+    }
+
+    #[test]
+    fn counts_wrap_per_stripe_and_sum_to_the_total() {
+        let stripes = Stripes::new(4);
+        stripes.set_total(10);
+        stripes.lock(1).count(3);
+        let _held = stripes.lock(2);
+        stripes.count_held(2, 5u64.wrapping_neg());
+        drop(_held);
+        assert_eq!(stripes.total(), 8);
+        stripes.set_total(1);
+        assert_eq!(stripes.total(), 1);
+    }
+
+    #[test]
+    fn lock_all_holds_every_stripe() {
+        let stripes = Arc::new(Stripes::new(3));
+        let all = stripes.lock_all();
+        assert_eq!(all.len(), 3);
+        let entered = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (stripes, entered) = (Arc::clone(&stripes), Arc::clone(&entered));
+            std::thread::spawn(move || {
+                let _g = stripes.lock(2);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!entered.load(Ordering::SeqCst));
+        drop(all);
+        waiter.join().unwrap();
+    }
+}

@@ -26,7 +26,6 @@ pub mod lane;
 pub mod layout;
 pub mod object;
 mod tx;
-pub mod workloads;
 
 pub use alloc::{AllocStats, MIN_CLASS};
 pub use error::TxError;

@@ -1,4 +1,9 @@
 //! The heap: a pool formatted with transaction lanes and an allocator.
+//!
+//! This file creates and opens a heap (opening recovers every lane a crash left
+//! mid-transaction, through `lane/`, then rebuilds the allocator), hands lanes to transactions,
+//! and runs a transaction: it begins the lane's log, flattens nested calls, and chooses commit
+//! or abort (whose steps are `tx.rs`'s), counting [`TxStats`].
 
 use std::cell::RefCell;
 use std::ops::Deref;

@@ -33,9 +33,18 @@
 //! | `error.rs` | [`TxError`] |
 //!
 //! So a transaction is rolled back after an `Err` or a panic by `tx.rs` (abort) through
-//! `lane/mod.rs`, and after a crash by [`Heap::open`] through `lane/mod.rs` too. The modules
-//! depend on each other one way: `error` <- `lane` <- `layout` <- `alloc` <- `tx` (with
-//! `policy`) <- `heap` <- `object`.
+//! `lane/mod.rs`, and after a crash by [`Heap::open`] through `lane/mod.rs` too.
+//!
+//! The modules import each other one way only, a DAG (each also uses `error`):
+//!
+//! ```text
+//! object -> heap
+//! heap   -> tx, alloc, layout, policy
+//! tx     -> alloc, lane, policy
+//! alloc  -> layout
+//! layout -> lane
+//! lane, policy: nothing else
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -7,7 +7,7 @@
 //!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
 //!   libpmemobj's figures for the same transaction are quoted in the README;
 //! * [`Section::ThemisWorkloads`]: the workloads of seed 004 Table II
-//!   ([`pmem_undo_log::workloads`]), one transaction per operation, under the same three
+//!   ([`pmem_themis_workloads`]), one transaction per operation, under the same three
 //!   policies;
 //! * [`Section::ObjectUpdate`]: an object replaced in place (snapshot + overwrite) or out of
 //!   place (allocate, write, swing the pointer, free the old one), 64 B to 4 KiB, under the
@@ -26,8 +26,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pmem_ordering::{Granularity, PoolOptions};
-use pmem_undo_log::workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES, MAX_QUANTITY};
-use pmem_undo_log::workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
+use pmem_themis_workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES, MAX_QUANTITY};
+use pmem_themis_workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig, TxError, TxStats};
 
 use crate::measure::Runner;

@@ -1,4 +1,9 @@
 //! The heap: a pool formatted with transaction lanes and an allocator.
+//!
+//! This file creates and opens a heap (opening recovers every lane a crash left
+//! mid-transaction, through `lane/`, then rebuilds the allocator), hands lanes to transactions,
+//! and runs a transaction: it begins the lane's log, flattens nested calls, and chooses commit
+//! or abort (whose steps are `tx.rs`'s), counting [`TxStats`].
 
 use std::cell::RefCell;
 use std::ops::Deref;
@@ -10,9 +15,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use pmem_ordering::{thread_stats, Backend, Hardware, Pool};
 
 use crate::alloc::{AllocStats, Allocator};
-use crate::lane;
 use crate::layout::{HeapConfig, Layout};
-use crate::tx::{self, FencePolicy, Tx, TxState};
+use crate::policy::FencePolicy;
+use crate::tx::{self, HeapRef, Tx, TxState};
 use crate::TxError;
 
 /// Totals over the transactions of one heap.
@@ -25,7 +30,7 @@ pub struct TxStats {
     /// Fences the transactions issued.
     pub fences: u64,
     /// Of the fences a transaction needs under the x86 model, those that only order a log
-    /// entry before data (nt -> t): the ones Themis removes (seed 004 Sec. II-D).
+    /// entry before data (nt -> t): the ones Themis removes (Themis, Sec. II-D).
     pub nt_t_fences: u64,
 }
 
@@ -114,13 +119,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     pub fn open(pool: P, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
         let layout = Layout::read(&pool, pool.heap_offset())?;
         for lane in 0..layout.lanes as usize {
-            lane::recover(
-                &pool,
-                lane,
-                layout.lane_header(lane),
-                layout.lane_log(lane),
-                layout.lane_log_bytes,
-            )?;
+            layout.lane(lane).recover(&pool)?;
         }
         let allocator = Allocator::open(&pool, layout)?;
         Ok(Heap {
@@ -152,7 +151,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     pub(crate) fn parts(&self) -> HeapRef<'_, B> {
         HeapRef {
             pool: &self.pool,
-            layout: &self.layout,
             policy: self.policy,
             allocator: &self.allocator,
         }
@@ -253,16 +251,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         }
 
         let lane = self.acquire_lane();
-        let generation =
-            match lane::committed_generation(&*self.pool, self.layout.lane_header(lane)) {
-                Ok(g) => g.wrapping_add(1),
-                Err(e) => {
-                    self.release_lane(lane);
-                    return Err(E::from(e));
-                }
-            };
+        let log = match self.layout.lane(lane).begin(&*self.pool) {
+            Ok(log) => log,
+            Err(e) => {
+                self.release_lane(lane);
+                return Err(E::from(e));
+            }
+        };
         let before = thread_stats();
-        let state = Rc::new(RefCell::new(TxState::new(lane, generation)));
+        let state = Rc::new(RefCell::new(TxState::new(log)));
         ACTIVE.with(|a| a.borrow_mut().push((self.id, state.clone())));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             f(&Tx {
@@ -322,18 +319,3 @@ struct LanePool {
     free: Vec<usize>,
     waiting: usize,
 }
-
-/// What a transaction needs of its heap, borrowed: keeps the pool holder `P` out of [`Tx`].
-pub(crate) struct HeapRef<'h, B: Backend> {
-    pub pool: &'h Pool<B>,
-    pub layout: &'h Layout,
-    pub policy: FencePolicy,
-    pub allocator: &'h Allocator,
-}
-
-impl<B: Backend> Clone for HeapRef<'_, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<B: Backend> Copy for HeapRef<'_, B> {}

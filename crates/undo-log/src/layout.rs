@@ -1,4 +1,7 @@
-//! Where the heap's parts live in the pool: the superblock, the lanes, the allocator's region.
+//! Where the heap's parts live in the pool: the superblock, the lanes, the allocator's region;
+//! planning a new heap ([`HeapConfig`] -> [`Layout`]) and reading a formatted one back.
+//!
+//! This file knows where each lane starts and how long it is; what a lane holds is `lane/`'s.
 //!
 //! The superblock sits at the pool's heap offset (just after the root object), written once at
 //! [`crate::Heap::create`] and never changed; its magic is written last, so an interrupted
@@ -18,15 +21,14 @@
 
 use pmem_ordering::{Backend, Pool};
 
+use crate::lane::{self, Lane};
 use crate::TxError;
 
 /// The superblock's magic.
-pub const MAGIC: [u8; 8] = *b"PMUNDO01";
+const MAGIC: [u8; 8] = *b"PMUNDO01";
 /// The superblock format version.
-pub const VERSION: u32 = 1;
+const VERSION: u32 = 1;
 const SUPERBLOCK_LEN: usize = 128;
-/// Bytes of a lane's header (one cache line holding the committed generation).
-pub const LANE_HEADER: u64 = 64;
 
 /// How to lay out a new heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +77,7 @@ fn align_up(x: u64, to: u64) -> Option<u64> {
 impl Layout {
     /// Bytes from one lane to the next.
     pub fn lane_stride(&self) -> u64 {
-        LANE_HEADER + self.lane_log_bytes
+        lane::HEADER_BYTES + self.lane_log_bytes
     }
 
     /// Offset of lane `i`'s header (its committed generation).
@@ -85,7 +87,12 @@ impl Layout {
 
     /// Offset of lane `i`'s log.
     pub fn lane_log(&self, lane: usize) -> u64 {
-        self.lane_header(lane) + LANE_HEADER
+        self.lane_header(lane) + lane::HEADER_BYTES
+    }
+
+    /// Lane `i`, to run its protocol.
+    pub(crate) fn lane(&self, lane: usize) -> Lane {
+        Lane::new(lane, self.lane_header(lane), self.lane_log_bytes)
     }
 
     /// Plan a heap for a pool of `pool_size` bytes whose free space starts at `start`.
@@ -119,7 +126,7 @@ impl Layout {
         }
         let overflow = || invalid("the layout overflows 64 bits".into());
         let lanes_offset = align_up(start + SUPERBLOCK_LEN as u64, 64).ok_or_else(overflow)?;
-        let lanes_end = LANE_HEADER
+        let lanes_end = lane::HEADER_BYTES
             .checked_add(config.lane_log_bytes)
             .and_then(|stride| stride.checked_mul(config.lanes))
             .and_then(|b| b.checked_add(lanes_offset))
@@ -165,13 +172,10 @@ impl Layout {
         b
     }
 
-    /// Write the superblock, magic last, each part persisted; and zero every lane header.
-    pub fn format<B: Backend>(&self, pool: &Pool<B>) -> Result<(), TxError> {
-        // Zero each lane header (generation 0) and the head of its log, so bytes the pool held
-        // before cannot pass for an entry of generation 1.
+    /// Format every lane, then write the superblock, magic last, each part persisted.
+    pub(crate) fn format<B: Backend>(&self, pool: &Pool<B>) -> Result<(), TxError> {
         for lane in 0..self.lanes as usize {
-            let w = pool.write(self.lane_header(lane), &[0u8; LANE_HEADER as usize + 64])?;
-            let _ = pool.flush(w);
+            self.lane(lane).format(pool)?;
         }
         let bytes = self.encode();
         let body = pool.write(self.superblock + 8, &bytes[8..])?;
@@ -182,7 +186,7 @@ impl Layout {
     }
 
     /// Read and check the superblock at `superblock`.
-    pub fn read<B: Backend>(pool: &Pool<B>, superblock: u64) -> Result<Layout, TxError> {
+    pub(crate) fn read<B: Backend>(pool: &Pool<B>, superblock: u64) -> Result<Layout, TxError> {
         let mut b = [0u8; SUPERBLOCK_LEN];
         pool.read_bytes(superblock, &mut b)?;
         let bad = |reason: String| TxError::BadSuperblock { reason };

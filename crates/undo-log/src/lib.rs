@@ -4,12 +4,12 @@
 //! undo log, and an allocator. [`Heap::transaction`] runs a closure as one failure-atomic
 //! transaction: [`Tx::write`] snapshots the bytes it overwrites into the lane's log with
 //! non-temporal stores before writing the data with temporal stores; commit flushes the data,
-//! fences, and invalidates the log with one 8-byte store, persisted before returning (seed 004,
-//! Shahri et al., Sec. II-A). An `Err` or a panic rolls back; so does [`Heap::open`] for every
-//! lane a crash left mid-transaction.
+//! fences, and invalidates the log with one 8-byte store, persisted before returning (Themis,
+//! Sec. II-A). An `Err` or a panic rolls back; so does [`Heap::open`] for every lane a crash
+//! left mid-transaction.
 //!
 //! The [`FencePolicy`] decides how the log-before-data ordering is paid for, which is where the
-//! fences of undo logging go (seed 004 Sec. II-D/E): *strict* fences each entry, *batched*
+//! fences of undo logging go (Themis, Sec. II-D, II-E): *strict* fences each entry, *batched*
 //! shares one fence among a group of entries through the nt -> t tokens of
 //! [`pmem_ordering::barrier`], *themis* relies on the Themis model's program-order rule, and
 //! *ideal* issues no such fence at all (an upper bound, never crash safe).
@@ -17,19 +17,52 @@
 //! The allocator ([`Tx::alloc`], [`Tx::free`]) keeps size classes in chunks with persistent
 //! bitmaps and runs of chunks for large blocks; its metadata changes go through the same
 //! transaction, so a crash can neither leak a block nor hand it out twice.
+//!
+//! # Where things are
+//!
+//! | file | owns |
+//! |---|---|
+//! | `heap.rs` | [`Heap`]: create and open (recovery of every lane at open), the lane pool, running a transaction (nesting, commit or abort), [`TxStats`] |
+//! | `tx.rs` | [`Tx`]: snapshot, write, alloc and free inside a transaction; commit and abort of one transaction |
+//! | `lane/mod.rs` | the lane protocol, its one owner: begin, append, commit, roll back (after an abort, and after a crash at open), the generation |
+//! | `lane/entry.rs` | the on-media format of a log entry, and the scan that finds a generation's entries |
+//! | `policy.rs` | [`FencePolicy`] |
+//! | `layout.rs` | [`HeapConfig`], [`Layout`]: the superblock and where the lanes and the allocator live |
+//! | `alloc/` | the persistent allocator (its `mod.rs` says which file holds what) |
+//! | `object.rs` | in-place and out-of-place object updates built on transactions |
+//! | `error.rs` | [`TxError`] |
+//!
+//! So a transaction is rolled back after an `Err` or a panic by `tx.rs` (abort) through
+//! `lane/mod.rs`, and after a crash by [`Heap::open`] through `lane/mod.rs` too.
+//!
+//! The modules import each other one way only, a DAG (each also uses `error`):
+//!
+//! ```text
+//! object -> heap
+//! heap   -> tx, alloc, layout, policy
+//! tx     -> alloc, lane, policy
+//! alloc  -> layout
+//! layout -> lane
+//! lane, policy: nothing else
+//! ```
+// No unsafe code here. `deny` rather than `forbid`: if pmem-ordering makes its streaming store
+// (`Pool::nt_write`) an unsafe call, the lane log's one use of it (`OpenLog::append`,
+// lane/mod.rs) can be allowed where it is, with its SAFETY comment.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod alloc;
 mod error;
 mod heap;
-pub mod lane;
-pub mod layout;
+mod lane;
+mod layout;
 pub mod object;
+mod policy;
 mod tx;
-pub mod workloads;
 
 pub use alloc::{AllocStats, MIN_CLASS};
 pub use error::TxError;
 pub use heap::{Heap, TxStats};
 pub use layout::{HeapConfig, Layout};
-pub use tx::{FencePolicy, Tx};
+pub use policy::FencePolicy;
+pub use tx::Tx;

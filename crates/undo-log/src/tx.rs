@@ -1,74 +1,50 @@
-//! Transactions: snapshot, write, commit or roll back.
+//! A transaction's own work: snapshot, write, allocate, free, commit and abort.
 //!
-//! The protocol (seed 004 Sec. II-A): before a range is written, its old bytes go to the lane's
-//! log as one entry, with non-temporal stores; the data is written with temporal stores; at
-//! commit the data is flushed and fenced, then one 8-byte store of the lane's generation
-//! invalidates the log, and is persisted before the transaction returns.
+//! The protocol (Themis, Sec. II-A): before a range is written, its old bytes go to the lane's
+//! log as one entry ([`OpenLog::append`], non-temporal stores); the data is written with
+//! temporal stores; at commit the allocator's metadata is published through the same log, the
+//! data is flushed and fenced, then the lane's log is committed ([`OpenLog::commit`]). Abort
+//! restores the snapshots through [`OpenLog::roll_back`]. The lane's format and generation are
+//! `lane/`'s alone; this file decides *what* is logged and *when* the log is ordered before the
+//! data.
 //!
-//! The one ordering that matters for correctness is *log entry before the data it protects*:
-//! a non-temporal -> temporal ordering (seed 004 Sec. II-D/E). The [`FencePolicy`] decides how
-//! it is paid for.
+//! That ordering, *log entry before the data it protects*, is a non-temporal -> temporal
+//! ordering (Themis, Sec. II-D, II-E); the [`FencePolicy`] decides how it is paid for. Running
+//! the closure, flattening nested calls and choosing commit or abort is [`crate::Heap`]'s
+//! (`heap.rs`).
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, PersistModel, Pool};
+use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, Pool};
 
-use crate::alloc::{Block, Reservation};
-use crate::heap::HeapRef;
-use crate::lane::{self, entry_size};
+use crate::alloc::{Allocator, Block, Reservation};
+use crate::lane::OpenLog;
+use crate::policy::FencePolicy;
 use crate::TxError;
 
-/// How a transaction orders its log entries before its data (seed 004 Sec. II-D, III-B).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum FencePolicy {
-    /// A fence after every log entry: the baseline that PMDK-style libraries pay. A
-    /// transaction that snapshots K ranges issues K + 2 fences.
-    Strict,
-    /// Log entries share one fence: the first data write after a group of entries fences once
-    /// (skipped if the thread already fenced since), through the nt -> t tokens. 3 fences for
-    /// K up-front snapshots, whatever K is.
-    #[default]
-    Batched,
-    /// No nt -> t fence: correct only where the Themis model holds (the simulator's Themis
-    /// model; no shipping CPU). 2 fences per transaction.
-    Themis,
-    /// No nt -> t fence at all and no claim of safety: the performance upper bound.
-    Ideal,
+/// What a transaction needs of its heap, borrowed: keeps the heap's pool holder `P` out of
+/// [`Tx`].
+pub(crate) struct HeapRef<'h, B: Backend> {
+    pub pool: &'h Pool<B>,
+    pub policy: FencePolicy,
+    pub allocator: &'h Allocator,
 }
 
-impl FencePolicy {
-    /// Every policy.
-    pub const ALL: [FencePolicy; 4] = [
-        FencePolicy::Strict,
-        FencePolicy::Batched,
-        FencePolicy::Themis,
-        FencePolicy::Ideal,
-    ];
-
-    /// A short name for reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            FencePolicy::Strict => "strict",
-            FencePolicy::Batched => "batched",
-            FencePolicy::Themis => "themis",
-            FencePolicy::Ideal => "ideal",
-        }
+impl<B: Backend> Clone for HeapRef<'_, B> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
+impl<B: Backend> Copy for HeapRef<'_, B> {}
 
 /// The DRAM state of one open transaction, shared by nested handles.
 pub(crate) struct TxState {
-    pub lane: usize,
-    /// The generation this transaction's entries carry.
-    pub generation: u64,
-    /// Bytes of the lane's log used so far.
-    pub log_used: u64,
+    /// The transaction's undo log, in the lane it holds.
+    pub log: OpenLog,
     /// Ranges snapshotted as (start, end), sorted by start, for the coverage check: a
     /// transaction's snapshots are few, so a sorted vector beats a tree.
     pub snapshots: Vec<(u64, u64)>,
-    /// Log entries written.
-    pub entries: usize,
     /// Ranges written, to flush at commit.
     pub written: Vec<(u64, u64)>,
     /// The newest log entry's token, not yet ordered before any data write.
@@ -82,25 +58,19 @@ pub(crate) struct TxState {
     /// Log-before-data (nt -> t) orderings that needed a fence under the x86 model, whether
     /// or not the policy issued it.
     pub nt_t_fences: u64,
-    /// Scratch buffer for encoding entries.
-    pub buf: Vec<u8>,
 }
 
 impl TxState {
-    pub fn new(lane: usize, generation: u64) -> TxState {
+    pub fn new(log: OpenLog) -> TxState {
         TxState {
-            lane,
-            generation,
-            log_used: 0,
+            log,
             snapshots: Vec::new(),
-            entries: 0,
             written: Vec::new(),
             unordered_log: None,
             allocs: Vec::new(),
             frees: Vec::new(),
             doomed: false,
             nt_t_fences: 0,
-            buf: Vec::new(),
         }
     }
 
@@ -224,29 +194,10 @@ fn snapshot_in<B: Backend>(
 ) -> Result<(), TxError> {
     let pool = heap.pool;
     pool.check_range(offset, len)?;
-    let capacity = heap.layout.lane_log_bytes;
     if len == 0 || st.covered(offset, len) {
         return Ok(());
     }
-    let needed = entry_size(len);
-    if needed > capacity {
-        return Err(TxError::SnapshotTooLarge {
-            len,
-            capacity: capacity - lane::ENTRY_HEADER,
-        });
-    }
-    if st.log_used + needed > capacity {
-        return Err(TxError::LogFull {
-            needed,
-            free: capacity - st.log_used,
-        });
-    }
-    let mut old = vec![0u8; len as usize];
-    pool.read_bytes(offset, &mut old)?;
-    lane::encode_entry(&mut st.buf, st.generation, offset, &old);
-    let at = heap.layout.lane_log(st.lane) + st.log_used;
-    let token = pool.nt_write(at, &st.buf)?;
-    st.log_used += needed;
+    let token = st.log.append(pool, offset, len)?;
     let at = st.snapshots.partition_point(|&(start, _)| start <= offset);
     if at > 0 && st.snapshots[at - 1].0 == offset {
         let reach = &mut st.snapshots[at - 1].1;
@@ -254,7 +205,6 @@ fn snapshot_in<B: Backend>(
     } else {
         st.snapshots.insert(at, (offset, offset + len));
     }
-    st.entries += 1;
     match heap.policy {
         FencePolicy::Strict => {
             let _ = pool.fence(token);
@@ -270,12 +220,7 @@ fn snapshot_in<B: Backend>(
 /// Order the pending log entries before the data write about to happen.
 fn order_log_before_data<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) {
     if let Some(token) = st.unordered_log.take() {
-        let model = match heap.policy {
-            FencePolicy::Strict | FencePolicy::Batched => PersistModel::X86,
-            FencePolicy::Themis => PersistModel::Themis,
-            FencePolicy::Ideal => PersistModel::Ideal,
-        };
-        match heap.pool.order_after_as(token, model) {
+        match heap.pool.order_after_as(token, heap.policy.persist_model()) {
             NtOrdering::AlreadyFenced => {}
             NtOrdering::Fenced | NtOrdering::ThemisProgramOrder | NtOrdering::Unordered => {
                 st.nt_t_fences += 1
@@ -334,11 +279,7 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     if let Some(p) = pending {
         let _ = pool.fence(p);
     }
-    if st.log_used > 0 {
-        let header = heap.layout.lane_header(st.lane);
-        let w = pool.store_u64(header, st.generation)?;
-        let _ = pool.persist(w);
-    }
+    st.log.commit(pool)?;
     publish.committed(&st.frees);
     st.allocs.clear();
     Ok(())
@@ -367,19 +308,5 @@ fn undo<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxErro
     if let Some(token) = st.unordered_log.take() {
         let _ = pool.fence(token);
     }
-    if st.entries == 0 {
-        return Ok(());
-    }
-    let layout = heap.layout;
-    let entries = lane::scan(
-        pool,
-        st.lane,
-        layout.lane_log(st.lane),
-        layout.lane_log_bytes,
-        st.generation,
-    )?;
-    debug_assert_eq!(entries.len(), st.entries, "the log holds every snapshot");
-    lane::roll_back(pool, layout.lane_header(st.lane), st.generation, &entries)?;
-    st.entries = 0;
-    Ok(())
+    st.log.roll_back(pool)
 }

@@ -1,4 +1,4 @@
-//! LL: a sorted singly linked list of `u64` keys (seed 004 Table II, "insert/delete nodes in
+//! LL: a sorted singly linked list of `u64` keys (Themis, Table II, "insert/delete nodes in
 //! linked-list").
 //!
 //! Layout: the root is one word, the offset of the first node (0: empty). A node is a heap block
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// Bytes of a node: `[key, next]`.
 pub const NODE_BYTES: u64 = 16;
@@ -23,7 +23,7 @@ pub const NODE_BYTES: u64 = 16;
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::List;
+/// use pmem_themis_workloads::List;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("list", 4 << 20, &PoolOptions::new())?;

@@ -1,28 +1,24 @@
-//! One lane's array-based undo log: entries, scanning, rollback.
+//! The on-media format of one undo-log entry, and the scan that finds a generation's entries.
 //!
-//! Seed 004 Sec. V-A moved from a linked-list log to an array: appending is one write, with no
-//! splice. Here a lane is a header line holding the *committed generation* `g`, then an array of
-//! entries packed from position 0:
+//! Entries are packed from the start of a lane's log:
 //!
 //! ```text
 //! | gen: u64 | offset: u64 | len: u32 | crc: u32 | old bytes, padded to 8 |
 //! ```
 //!
-//! The open transaction of a lane is generation `g + 1`; its entries carry that generation and
-//! a CRC-32C over generation, offset, length and bytes, so an entry torn by a crash (or left
-//! over from an earlier transaction) is recognised and ends the scan. Beginning a transaction
-//! writes nothing; committing it is one 8-byte store of `g + 1` into the header, which
-//! invalidates every entry at once.
+//! The CRC-32C covers generation, offset, length and bytes, so an entry torn by a crash (or
+//! left over from an earlier transaction, whose generation differs) is recognised and ends the
+//! scan.
 
 use pmem_ordering::{Backend, Pool};
 
 use crate::TxError;
 
 /// Bytes of an entry's header.
-pub const ENTRY_HEADER: u64 = 24;
+pub(crate) const ENTRY_HEADER: u64 = 24;
 
 /// Bytes an entry for `len` snapshot bytes takes in the log.
-pub fn entry_size(len: u64) -> u64 {
+pub(crate) fn entry_size(len: u64) -> u64 {
     ENTRY_HEADER + len.div_ceil(8) * 8
 }
 
@@ -35,7 +31,7 @@ fn checksum(generation: u64, offset: u64, old: &[u8]) -> u32 {
 }
 
 /// Encode an entry snapshotting `old` (the bytes at `offset`) for `generation` into `buf`.
-pub fn encode_entry(buf: &mut Vec<u8>, generation: u64, offset: u64, old: &[u8]) {
+pub(crate) fn encode(buf: &mut Vec<u8>, generation: u64, offset: u64, old: &[u8]) {
     buf.clear();
     buf.extend_from_slice(&generation.to_le_bytes());
     buf.extend_from_slice(&offset.to_le_bytes());
@@ -47,21 +43,16 @@ pub fn encode_entry(buf: &mut Vec<u8>, generation: u64, offset: u64, old: &[u8])
 
 /// A valid entry found in a lane's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Where the snapshot was taken.
     pub offset: u64,
     /// The bytes it held before the transaction wrote them.
     pub old: Vec<u8>,
 }
 
-/// The committed generation of a lane.
-pub fn committed_generation<B: Backend>(pool: &Pool<B>, header: u64) -> Result<u64, TxError> {
-    Ok(pool.load_u64(header)?)
-}
-
-/// Read the entries of `generation` from the log at `log` (of `capacity` bytes), in order,
-/// stopping at the first entry that is not a whole entry of that generation.
-pub fn scan<B: Backend>(
+/// Read the entries of `generation` from the log at `log` (of `capacity` bytes) of lane
+/// `lane`, in order, stopping at the first entry that is not a whole entry of that generation.
+pub(crate) fn scan<B: Backend>(
     pool: &Pool<B>,
     lane: usize,
     log: u64,
@@ -100,47 +91,4 @@ pub fn scan<B: Backend>(
         pos += entry_size(len);
     }
     Ok(entries)
-}
-
-/// Undo `entries` (newest first), persist the restored bytes, then invalidate the log by
-/// committing `generation`: after this the lane is clean. Running it again after a crash in
-/// the middle restores the same bytes, so recovery may be interrupted any number of times.
-pub fn roll_back<B: Backend>(
-    pool: &Pool<B>,
-    header: u64,
-    generation: u64,
-    entries: &[Entry],
-) -> Result<(), TxError> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let mut pending = None;
-    for e in entries.iter().rev() {
-        let w = pool.write(e.offset, &e.old)?;
-        let p = pool.flush(w);
-        pending = Some(match pending {
-            None => p,
-            Some(prev) => p.and(prev),
-        });
-    }
-    if let Some(p) = pending {
-        let _ = pool.fence(p);
-    }
-    let commit = pool.store_u64(header, generation)?;
-    let _ = pool.persist(commit);
-    Ok(())
-}
-
-/// Recover one lane: roll back its open transaction, if it has one.
-pub fn recover<B: Backend>(
-    pool: &Pool<B>,
-    lane: usize,
-    header: u64,
-    log: u64,
-    capacity: u64,
-) -> Result<usize, TxError> {
-    let generation = committed_generation(pool, header)?.wrapping_add(1);
-    let entries = scan(pool, lane, log, capacity, generation)?;
-    roll_back(pool, header, generation, &entries)?;
-    Ok(entries.len())
 }

@@ -1,4 +1,4 @@
-//! TATP: a subscriber table and its `update_location` transaction (seed 004 Table II, the
+//! TATP: a subscriber table and its `update_location` transaction (Themis, Table II, the
 //! smallest transaction of its Fig. 8: one store).
 //!
 //! TATP's `UPDATE_LOCATION` sets a subscriber's `vlr_location`. Here the subscriber table is a
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::{corrupt, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// Bytes of a subscriber record.
 pub const RECORD_BYTES: u64 = 64;
@@ -88,7 +88,7 @@ impl Subscriber {
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::Tatp;
+/// use pmem_themis_workloads::Tatp;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("tatp", 4 << 20, &PoolOptions::new())?;

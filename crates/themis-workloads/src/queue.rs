@@ -1,4 +1,4 @@
-//! CQ: a FIFO queue of `u64` as a linked list with head and tail pointers (seed 004 Table II,
+//! CQ: a FIFO queue of `u64` as a linked list with head and tail pointers (Themis, Table II,
 //! "en/dequeue nodes in concurrent queue"; here one thread at a time, like every workload).
 //!
 //! Layout: the root is `[head, tail]` (0 and 0: empty). A node is a heap block of [`NODE_BYTES`]
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// Bytes of a node: `[value, next]`.
 pub const NODE_BYTES: u64 = 16;
@@ -23,7 +23,7 @@ pub const NODE_BYTES: u64 = 16;
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::Queue;
+/// use pmem_themis_workloads::Queue;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("queue", 4 << 20, &PoolOptions::new())?;

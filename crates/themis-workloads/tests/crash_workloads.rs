@@ -11,7 +11,7 @@ use std::fmt::Debug;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
 use pmem_ordering::Pool;
-use pmem_undo_log::workloads::{ChainedHashMap, List};
+use pmem_themis_workloads::{ChainedHashMap, List};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
 type SimHeap<'p> = Heap<SimBackend, &'p Pool<SimBackend>>;

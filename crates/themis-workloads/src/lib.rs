@@ -1,18 +1,24 @@
-//! The Themis workloads (seed 004 Table II) as small persistent structures built on
-//! transactions.
+//! The Themis paper's transaction workloads (Themis, Table II) as small persistent structures
+//! built on the transactions of [`pmem_undo_log`].
 //!
-//! Seed 004 evaluates its fence-less ordering on undo-logging workloads whose transactions range
-//! from one store (TATP's `update_location`) to over a hundred (SPS) (Sec. V-A, Table II,
-//! Fig. 8). These modules rebuild them on a [`Heap`]:
+//! The Themis paper evaluates its fence-less ordering on undo-logging workloads whose
+//! transactions range from one store (TATP's `update_location`) to over a hundred (SPS)
+//! (Themis, Sec. V-A, Table II, Fig. 8). This crate rebuilds them on a [`Heap`], as the
+//! benchmark driver's workload section and its tests use them; they are not part of the
+//! undo-log library, and they use only its public API.
 //!
-//! | module | seed 004 name | one operation |
+//! | module (file) | Themis name | one operation |
 //! |---|---|---|
-//! | [`sps`] | SPS | swap pairs of entries of an array (many per transaction) |
-//! | [`list`] | LL | insert or delete a node of a sorted singly linked list |
-//! | [`hashmap`] | Hashmap | insert or delete an entry of a chained hash map |
-//! | [`queue`] | CQ | enqueue or dequeue a node of a linked FIFO queue |
-//! | [`tatp`] | TATP | `update_location`: one store to a subscriber record |
-//! | [`tpcc`] | TPCC | `new_order`: a district counter, an order and its lines, stock levels |
+//! | [`sps`] (`sps.rs`) | SPS | swap pairs of entries of an array (many per transaction) |
+//! | [`list`] (`list.rs`) | LL | insert or delete a node of a sorted singly linked list |
+//! | [`hashmap`] (`hashmap.rs`) | Hashmap | insert or delete an entry of a chained hash map |
+//! | [`queue`] (`queue.rs`) | CQ | enqueue or dequeue a node of a linked FIFO queue |
+//! | [`tatp`] (`tatp.rs`) | TATP | `update_location`: one store to a subscriber record |
+//! | [`tpcc`] (`tpcc.rs`) | TPCC | `new_order`: a district counter, an order and its lines, stock levels |
+//!
+//! The helpers every structure shares (walk bounds, the corruption error, word reads) are in
+//! this file. Their model checks are in `tests/workloads.rs`, their crash tests in
+//! `tests/crash_workloads.rs`.
 //!
 //! # Shape shared by every structure
 //!
@@ -20,13 +26,13 @@
 //!   the pool's root object; each type's `ROOT_BYTES` says how many), written by `create` and
 //!   read back by `open`. Everything else (arrays, nodes) is allocated from the heap, so after
 //!   recovery [`Heap::check_heap`] lists exactly the blocks the structure's `blocks()` reaches.
-//! * Every update runs in [`Heap::transaction`] and writes only through [`crate::Tx`], so under
-//!   [`crate::FencePolicy::Strict`] and [`crate::FencePolicy::Batched`] a crash leaves each
+//! * Every update runs in [`Heap::transaction`] and writes only through [`pmem_undo_log::Tx`], so under
+//!   [`pmem_undo_log::FencePolicy::Strict`] and [`pmem_undo_log::FencePolicy::Batched`] a crash leaves each
 //!   structure as it was before or after the interrupted operation. Calls made inside an open
 //!   transaction of the same heap join it (nested transactions flatten), so several operations
 //!   can be made one atomic unit by calling them inside `heap.transaction(..)`.
 //! * Each operation snapshots everything it will overwrite *before* its first write, so under
-//!   the batched policy its log entries share one fence (seed 004 Sec. II-D: the fences that only
+//!   the batched policy its log entries share one fence (Themis, Sec. II-D: the fences that only
 //!   order a log entry before its data are the ones Themis removes).
 //! * Pointer walks are bounded by the number of blocks the pool can hold, so a damaged pool
 //!   (a cycle) gives [`TxError::CorruptHeap`] instead of a hang.
@@ -36,10 +42,11 @@
 //! Handles hold a `&Heap<B, P>`, so they work on every backend and pool holder: a file pool on
 //! hardware, an anonymous pool in tests, or the `&Pool<SimBackend>` the crash harness hands a
 //! workload.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 use pmem_ordering::{Backend, Pool};
-
-use crate::{TxError, MIN_CLASS};
+use pmem_undo_log::{TxError, MIN_CLASS};
 
 pub mod hashmap;
 pub mod list;
@@ -56,7 +63,7 @@ pub use tatp::Tatp;
 pub use tpcc::Tpcc;
 
 #[cfg(doc)]
-use crate::Heap;
+use pmem_undo_log::Heap;
 
 /// Most pointer-chasing steps a walk of `pool` can make without revisiting a block: every block
 /// takes at least [`MIN_CLASS`] bytes.

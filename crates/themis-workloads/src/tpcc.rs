@@ -1,4 +1,4 @@
-//! TPCC: a small `new_order` transaction (seed 004 Table II, "add_new_order transaction"):
+//! TPCC: a small `new_order` transaction (Themis, Table II, "add_new_order transaction"):
 //! several logged stores and allocations per transaction.
 //!
 //! One warehouse with `districts` districts and `items` stock rows. `new_order` for district `d`
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// Bytes of a district row.
 pub const DISTRICT_BYTES: u64 = 64;
@@ -194,7 +194,7 @@ impl Order {
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::tpcc::{LineInput, NewOrder, Tpcc, TpccConfig};
+/// use pmem_themis_workloads::tpcc::{LineInput, NewOrder, Tpcc, TpccConfig};
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("tpcc", 8 << 20, &PoolOptions::new())?;

@@ -1,4 +1,4 @@
-//! SPS: swap random entries of an array (seed 004 Table II). Its transactions are the large ones
+//! SPS: swap random entries of an array (Themis, Table II). Its transactions are the large ones
 //! of the paper's Fig. 8 (over a hundred stores), so a transaction here swaps as many pairs as
 //! the caller passes to [`Sps::swap_all`].
 //!
@@ -16,13 +16,13 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::{corrupt, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// An array of `u64` in a heap whose entries are swapped in transactions.
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::Sps;
+/// use pmem_themis_workloads::Sps;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("sps", 4 << 20, &PoolOptions::new())?;

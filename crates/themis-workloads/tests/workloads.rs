@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use pmem_ordering::{Pool, PoolOptions};
-use pmem_undo_log::workloads::tpcc::{LineInput, NewOrder, Order, Stock, TpccConfig};
-use pmem_undo_log::workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
+use pmem_themis_workloads::tpcc::{LineInput, NewOrder, Order, Stock, TpccConfig};
+use pmem_themis_workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
 /// SplitMix64: a small seeded generator, so every run makes the same operations.

@@ -1,4 +1,4 @@
-//! Hashmap: a chained hash map `u64 -> u64` with a fixed bucket array (seed 004 Table II,
+//! Hashmap: a chained hash map `u64 -> u64` with a fixed bucket array (Themis, Table II,
 //! "insert/delete nodes in hashmap").
 //!
 //! Layout: the root is `[buckets, bucket count, entry count]`; `buckets` is a heap block of one
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
-use crate::{Heap, TxError};
+use pmem_undo_log::{Heap, TxError};
 
 /// Bytes of an entry: `[key, value, next]`.
 pub const ENTRY_BYTES: u64 = 24;
@@ -33,7 +33,7 @@ pub fn hash(key: u64) -> u64 {
 ///
 /// ```
 /// use pmem_ordering::{Pool, PoolOptions};
-/// use pmem_undo_log::workloads::ChainedHashMap;
+/// use pmem_themis_workloads::ChainedHashMap;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("map", 4 << 20, &PoolOptions::new())?;

@@ -1,0 +1,240 @@
+//! A commit's allocator metadata: the chunk-table and bitmap words that make a transaction's
+//! allocations and frees persistent ([`Allocator::publish`]), written through the transaction's
+//! undo log under the allocator's lock, and the DRAM update once the commit is durable
+//! ([`Publish::committed`]).
+
+use std::collections::BTreeMap;
+use std::sync::MutexGuard;
+
+use super::chunk::{set_bit, ChunkState, KIND_FREE, KIND_RUN_HEAD, KIND_SMALL};
+use super::{Allocator, Block, Place, Reservation, State};
+use crate::TxError;
+
+/// One metadata write made at commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MetaWrite {
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+    /// Whether the old bytes must be logged (false only for the bitmap of a chunk taken from
+    /// the free pool, whose old bytes mean nothing).
+    pub logged: bool,
+}
+
+impl Allocator {
+    /// The metadata writes that make `allocs` and `frees` persistent, computed under the lock,
+    /// which the returned [`Publish`] keeps until the commit is durable.
+    pub fn publish(&self, allocs: &[Reservation], frees: &[Block]) -> Result<Publish<'_>, TxError> {
+        let mut writes = Vec::new();
+        if allocs.is_empty() && frees.is_empty() {
+            // Nothing to publish: take no lock, so commits without allocation run in parallel.
+            return Ok(Publish {
+                state: None,
+                writes,
+                released: Vec::new(),
+                allocs: Vec::new(),
+            });
+        }
+        let st = self.lock();
+        // New bitmap words per chunk, starting from the persistent ones.
+        let mut bitmaps: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        for r in allocs {
+            match r.place {
+                Place::Small { chunk, slot, class } => {
+                    set_bit(new_bitmap(&mut bitmaps, &st, chunk)?, slot, true);
+                    if let ChunkState::Small {
+                        formatted: false, ..
+                    } = st.chunks[chunk as usize]
+                    {
+                        // A chunk taken from the free pool: its word says what it now is, and its
+                        // bitmap starts empty (old bytes of a free chunk mean nothing).
+                        let shape = self.classes[class];
+                        writes.push(MetaWrite {
+                            offset: self.chunk_offset(chunk),
+                            bytes: vec![0; shape.header as usize],
+                            logged: false,
+                        });
+                        writes.push(MetaWrite {
+                            offset: self.table_word(chunk),
+                            bytes: (KIND_SMALL | (class as u64) << 8).to_le_bytes().to_vec(),
+                            logged: true,
+                        });
+                    }
+                }
+                Place::Run { chunk, chunks } => {
+                    writes.push(MetaWrite {
+                        offset: self.table_word(chunk),
+                        bytes: (KIND_RUN_HEAD | chunks << 16).to_le_bytes().to_vec(),
+                        logged: true,
+                    });
+                }
+            }
+        }
+        for b in frees {
+            match b.place {
+                Place::Small { chunk, slot, .. } => {
+                    set_bit(new_bitmap(&mut bitmaps, &st, chunk)?, slot, false);
+                }
+                Place::Run { chunk, .. } => writes.push(MetaWrite {
+                    offset: self.table_word(chunk),
+                    bytes: KIND_FREE.to_le_bytes().to_vec(),
+                    logged: true,
+                }),
+            }
+        }
+        // Changed bitmap words (a fresh chunk's old words are the zeros written above).
+        for (&chunk, (old, new)) in &bitmaps {
+            let fresh = matches!(
+                st.chunks[chunk as usize],
+                ChunkState::Small {
+                    formatted: false,
+                    ..
+                }
+            );
+            for (i, (&o, &n)) in old.iter().zip(new.iter()).enumerate() {
+                if o != n || (fresh && n != 0) {
+                    writes.push(MetaWrite {
+                        offset: self.chunk_offset(chunk) + 8 * i as u64,
+                        bytes: n.to_le_bytes().to_vec(),
+                        logged: true,
+                    });
+                }
+            }
+        }
+        // A small chunk left with no block at all (none committed, none reserved by any open
+        // transaction: `taken` counts both) goes back to the free pool, so space freed in one
+        // size class can serve another, or a large block.
+        let mut released = Vec::new();
+        for (&chunk, (_, new)) in &bitmaps {
+            let ChunkState::Small {
+                taken,
+                formatted: true,
+                ..
+            } = &st.chunks[chunk as usize]
+            else {
+                continue;
+            };
+            let freed_here: Vec<u64> = frees
+                .iter()
+                .filter_map(|b| match b.place {
+                    Place::Small { chunk: c, slot, .. } if c == chunk => Some(slot),
+                    _ => None,
+                })
+                .collect();
+            let mut remaining = taken.clone();
+            for &slot in &freed_here {
+                set_bit(&mut remaining, slot, false);
+            }
+            if !freed_here.is_empty()
+                && remaining.iter().all(|&w| w == 0)
+                && new.iter().all(|&w| w == 0)
+            {
+                writes.push(MetaWrite {
+                    offset: self.table_word(chunk),
+                    bytes: KIND_FREE.to_le_bytes().to_vec(),
+                    logged: true,
+                });
+                released.push(chunk);
+            }
+        }
+        Ok(Publish {
+            state: Some(st),
+            writes,
+            released,
+            allocs: allocs.to_vec(),
+        })
+    }
+}
+
+/// The bitmap of small chunk `chunk` as this commit will leave it, starting from its
+/// persistent bits the first time the chunk is touched.
+fn new_bitmap<'m>(
+    bitmaps: &'m mut BTreeMap<u64, (Vec<u64>, Vec<u64>)>,
+    st: &State,
+    chunk: u64,
+) -> Result<&'m mut Vec<u64>, TxError> {
+    let entry = match bitmaps.entry(chunk) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            let ChunkState::Small { persistent, .. } = &st.chunks[chunk as usize] else {
+                return Err(TxError::CorruptHeap {
+                    reason: format!("chunk {chunk} should hold small blocks"),
+                });
+            };
+            e.insert((persistent.clone(), persistent.clone()))
+        }
+    };
+    Ok(&mut entry.1)
+}
+
+/// The metadata writes of one commit, holding the allocator's lock until
+/// [`Publish::committed`] (or until dropped, if the commit failed and will roll back).
+pub(crate) struct Publish<'a> {
+    /// The allocator's lock, held when there is something to publish.
+    state: Option<MutexGuard<'a, State>>,
+    writes: Vec<MetaWrite>,
+    /// Small chunks this commit returns to the free pool.
+    released: Vec<u64>,
+    allocs: Vec<Reservation>,
+}
+
+impl Publish<'_> {
+    /// The writes to make inside the transaction, in order.
+    pub fn writes(&self) -> &[MetaWrite] {
+        &self.writes
+    }
+
+    /// The commit is durable: update the DRAM state and release the lock.
+    pub fn committed(mut self, frees: &[Block]) {
+        let Some(st) = self.state.as_deref_mut() else {
+            return;
+        };
+        for r in &self.allocs {
+            match r.place {
+                Place::Small { chunk, slot, .. } => {
+                    if let ChunkState::Small {
+                        persistent,
+                        formatted,
+                        ..
+                    } = &mut st.chunks[chunk as usize]
+                    {
+                        set_bit(persistent, slot, true);
+                        *formatted = true;
+                    }
+                }
+                Place::Run { chunk, .. } => {
+                    if let ChunkState::RunHead { formatted, .. } = &mut st.chunks[chunk as usize] {
+                        *formatted = true;
+                    }
+                }
+            }
+        }
+        for b in frees {
+            st.freeing.remove(&b.offset);
+            match b.place {
+                Place::Small { chunk, slot, class } => {
+                    if let ChunkState::Small {
+                        persistent, taken, ..
+                    } = &mut st.chunks[chunk as usize]
+                    {
+                        set_bit(persistent, slot, false);
+                        set_bit(taken, slot, false);
+                    }
+                    st.partial[class].insert(chunk);
+                }
+                Place::Run { chunk, chunks } => {
+                    for c in chunk..chunk + chunks {
+                        st.chunks[c as usize] = ChunkState::Free;
+                        st.free_chunks.insert(c);
+                    }
+                }
+            }
+        }
+        for &chunk in &self.released {
+            if let ChunkState::Small { class, .. } = st.chunks[chunk as usize] {
+                st.partial[class].remove(&chunk);
+            }
+            st.chunks[chunk as usize] = ChunkState::Free;
+            st.free_chunks.insert(chunk);
+        }
+    }
+}

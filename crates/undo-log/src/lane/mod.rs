@@ -1,0 +1,204 @@
+//! The lane protocol: the one owner of a lane's undo log and of its generation.
+//!
+//! A lane is one transaction's undo log at a time: a header line holding the lane's *committed
+//! generation* `g`, then an array of entries packed from position 0 (the entry format is in
+//! [`entry`]). Themis, Sec. V-A moved from a linked-list log to an array: appending is one
+//! write, with no splice. Every step of a lane's life is here:
+//!
+//! * **format** ([`Lane::format`]): generation 0, and the head of the log zeroed, so bytes the
+//!   pool held before cannot pass for an entry of generation 1;
+//! * **begin** ([`Lane::begin`]): the open transaction is generation `g + 1`; beginning writes
+//!   nothing;
+//! * **append** ([`OpenLog::append`]): snapshot a range as one entry of generation `g + 1`,
+//!   written with non-temporal stores; the caller orders the returned token before its data
+//!   write (that ordering is the fence policy's business, in `tx.rs`);
+//! * **commit** ([`OpenLog::commit`]): one 8-byte store of `g + 1` into the header, persisted,
+//!   invalidates every entry at once (the caller has made the data durable first);
+//! * **roll back** ([`OpenLog::roll_back`]): restore the entries newest first, persist them,
+//!   then commit the generation, which cleans the lane;
+//! * **recover** ([`Lane::recover`]): at open, roll back whatever generation `g + 1` entries a
+//!   crash left in the log.
+//!
+//! Rolling back (and so recovery) may be interrupted by a crash any number of times: running it
+//! again restores the same bytes.
+
+mod entry;
+use pmem_ordering::{Backend, NtPending, Pool};
+
+use crate::TxError;
+
+use self::entry::{entry_size, Entry, ENTRY_HEADER};
+
+/// Bytes of a lane's header (one cache line holding the committed generation).
+pub(crate) const HEADER_BYTES: u64 = 64;
+
+/// Where one lane lives in the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lane {
+    /// The lane's number, for error reports.
+    index: usize,
+    /// Offset of the header (the committed generation).
+    header: u64,
+    /// Bytes of the log that follows the header.
+    capacity: u64,
+}
+
+impl Lane {
+    /// Lane `index`, its header at `header`, its log of `capacity` bytes right after.
+    pub(crate) fn new(index: usize, header: u64, capacity: u64) -> Lane {
+        Lane {
+            index,
+            header,
+            capacity,
+        }
+    }
+
+    fn log(&self) -> u64 {
+        self.header + HEADER_BYTES
+    }
+
+    /// Zero the header (generation 0) and the head of the log of a new heap's lane, flushed but
+    /// not fenced: the caller's next persist (the superblock's) orders them.
+    pub(crate) fn format<B: Backend>(&self, pool: &Pool<B>) -> Result<(), TxError> {
+        let w = pool.write(self.header, &[0u8; HEADER_BYTES as usize + 64])?;
+        let _ = pool.flush(w);
+        Ok(())
+    }
+
+    fn committed_generation<B: Backend>(&self, pool: &Pool<B>) -> Result<u64, TxError> {
+        Ok(pool.load_u64(self.header)?)
+    }
+
+    /// Open a transaction on this lane: its entries carry the generation after the committed
+    /// one. Writes nothing.
+    pub(crate) fn begin<B: Backend>(&self, pool: &Pool<B>) -> Result<OpenLog, TxError> {
+        Ok(OpenLog {
+            lane: *self,
+            generation: self.committed_generation(pool)?.wrapping_add(1),
+            used: 0,
+            entries: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Recover the lane after a crash: roll back its open transaction, if it has one. Returns
+    /// how many entries were restored.
+    pub(crate) fn recover<B: Backend>(&self, pool: &Pool<B>) -> Result<usize, TxError> {
+        let generation = self.committed_generation(pool)?.wrapping_add(1);
+        let entries = self.scan(pool, generation)?;
+        self.roll_back(pool, generation, &entries)?;
+        Ok(entries.len())
+    }
+
+    fn scan<B: Backend>(&self, pool: &Pool<B>, generation: u64) -> Result<Vec<Entry>, TxError> {
+        entry::scan(pool, self.index, self.log(), self.capacity, generation)
+    }
+
+    /// Undo `entries` (newest first), persist the restored bytes, then invalidate the log by
+    /// committing `generation`: after this the lane is clean. Running it again after a crash
+    /// in the middle restores the same bytes.
+    fn roll_back<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        generation: u64,
+        entries: &[Entry],
+    ) -> Result<(), TxError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut pending = None;
+        for e in entries.iter().rev() {
+            let w = pool.write(e.offset, &e.old)?;
+            let p = pool.flush(w);
+            pending = Some(match pending {
+                None => p,
+                Some(prev) => p.and(prev),
+            });
+        }
+        if let Some(p) = pending {
+            let _ = pool.fence(p);
+        }
+        self.commit(pool, generation)
+    }
+
+    /// Store `generation` as committed and persist it: every entry of it is invalid from then on.
+    fn commit<B: Backend>(&self, pool: &Pool<B>, generation: u64) -> Result<(), TxError> {
+        let w = pool.store_u64(self.header, generation)?;
+        let _ = pool.persist(w);
+        Ok(())
+    }
+}
+
+/// The log of a lane's open transaction: its generation and how far its entries reach.
+pub(crate) struct OpenLog {
+    lane: Lane,
+    /// The generation this transaction's entries carry.
+    generation: u64,
+    /// Bytes of the log used so far.
+    used: u64,
+    /// Entries written (and not rolled back).
+    entries: usize,
+    /// Scratch buffer for encoding entries.
+    buf: Vec<u8>,
+}
+
+impl OpenLog {
+    /// Snapshot `[offset, offset + len)` (a range the caller has checked lies in the pool) as
+    /// the next entry, written with non-temporal stores. Returns the entry's token, which the
+    /// caller must order before it overwrites the range. Refuses, writing nothing, a snapshot
+    /// larger than the whole log or than what is left of it.
+    pub(crate) fn append<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        offset: u64,
+        len: u64,
+    ) -> Result<NtPending, TxError> {
+        let capacity = self.lane.capacity;
+        let needed = entry_size(len);
+        if needed > capacity {
+            return Err(TxError::SnapshotTooLarge {
+                len,
+                capacity: capacity - ENTRY_HEADER,
+            });
+        }
+        if self.used + needed > capacity {
+            return Err(TxError::LogFull {
+                needed,
+                free: capacity - self.used,
+            });
+        }
+        let mut old = vec![0u8; len as usize];
+        pool.read_bytes(offset, &mut old)?;
+        entry::encode(&mut self.buf, self.generation, offset, &old);
+        let token = pool.nt_write(self.lane.log() + self.used, &self.buf)?;
+        self.used += needed;
+        self.entries += 1;
+        Ok(token)
+    }
+
+    /// Commit the transaction's log: if it wrote entries, invalidate them with one persisted
+    /// 8-byte store of its generation. The caller has made the data durable first.
+    pub(crate) fn commit<B: Backend>(&self, pool: &Pool<B>) -> Result<(), TxError> {
+        if self.used > 0 {
+            self.lane.commit(pool, self.generation)?;
+        }
+        Ok(())
+    }
+
+    /// Restore every entry of the transaction and clean the lane. The entries must be durable
+    /// (fenced) already. Once it has succeeded the log is empty, so a second call does nothing.
+    pub(crate) fn roll_back<B: Backend>(&mut self, pool: &Pool<B>) -> Result<(), TxError> {
+        if self.entries == 0 {
+            return Ok(());
+        }
+        let entries = self.lane.scan(pool, self.generation)?;
+        debug_assert_eq!(entries.len(), self.entries, "the log holds every snapshot");
+        self.lane.roll_back(pool, self.generation, &entries)?;
+        self.entries = 0;
+        self.used = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -150,6 +150,7 @@ fn checksum(generation: u64, bytes: &[u8]) -> u32 {
 
 /// Whether the whole encoded entry in `bytes` holds the checksum of its contents for a file of
 /// `generation`: false for a torn, corrupted or foreign entry.
+#[inline]
 pub(super) fn checksum_holds(generation: u64, bytes: &[u8]) -> bool {
     let image = EntryImage::new(bytes);
     image.stored_checksum() == checksum(generation, image.checksummed())

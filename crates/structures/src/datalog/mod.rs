@@ -91,9 +91,10 @@
 //! Limits: one transaction's undo log must hold the allocator words it changes (32 bytes per
 //! chunk touched). With [`pmem_undo_log::HeapConfig::default`] (64 KiB lanes, 256 KiB chunks)
 //! that is roughly 250 MB of log pages or data blocks freed by one compaction or one `remove`;
-//! beyond that the transaction fails with [`TxError::LogFull`] and changes nothing (a failed
-//! cleaning is counted in [`CleaningStats::failures`]; a file too large to remove at once can
-//! be truncated in steps first).
+//! beyond that the transaction fails with
+//! [`TxError::LogFull`](pmem_undo_log::TxError::LogFull) and changes nothing (a failed cleaning
+//! is counted in [`CleaningStats::failures`]; a file too large to remove at once can be
+//! truncated in steps first).
 //!
 //! # Concurrency
 //!

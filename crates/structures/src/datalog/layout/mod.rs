@@ -46,12 +46,14 @@ impl Root {
     const MAX_FILES: u64 = 16;
     const NEXT_GENERATION: u64 = 24;
 
+    #[inline]
     pub(super) const fn at(offset: u64) -> Root {
         Root { at: offset }
     }
 
     /// The root's bytes for a new store: magic, the inode table, its inodes, the next
     /// generation; zeros after.
+    #[inline]
     pub(super) fn image(
         table: InodeTable,
         max_files: u64,
@@ -66,22 +68,27 @@ impl Root {
     }
 
     /// The word that gives the next file its generation (bumped by every create).
+    #[inline]
     pub(super) const fn next_generation_word(self) -> u64 {
         self.at + Root::NEXT_GENERATION
     }
 
+    #[inline]
     pub(super) fn read_magic<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
         pool.read::<u64>(self.at + Root::MAGIC)
     }
 
+    #[inline]
     pub(super) fn read_table<B: Backend>(self, pool: &Pool<B>) -> Result<InodeTable, PoolError> {
         pool.read::<u64>(self.at + Root::TABLE).map(InodeTable::at)
     }
 
+    #[inline]
     pub(super) fn read_max_files<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
         pool.read::<u64>(self.at + Root::MAX_FILES)
     }
 
+    #[inline]
     pub(super) fn read_next_generation<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
         pool.read::<u64>(self.at + Root::NEXT_GENERATION)
     }
@@ -94,20 +101,24 @@ pub(super) struct InodeTable {
 }
 
 impl InodeTable {
+    #[inline]
     pub(super) const fn at(offset: u64) -> InodeTable {
         InodeTable { at: offset }
     }
 
     /// The table's pool offset (the heap block holding it).
+    #[inline]
     pub(super) const fn offset(self) -> u64 {
         self.at
     }
 
     /// Bytes of a table of `max_files` inodes.
+    #[inline]
     pub(super) const fn bytes(max_files: u64) -> u64 {
         max_files * INODE_BYTES
     }
 
+    #[inline]
     pub(super) const fn inode(self, slot: u64) -> Inode {
         Inode {
             at: self.at + slot * INODE_BYTES,
@@ -129,31 +140,37 @@ impl Inode {
     const NAME_LEN: u64 = 24;
 
     /// The inode's first byte: where a whole [`Inode::image`] goes.
+    #[inline]
     pub(super) const fn offset(self) -> u64 {
         self.at
     }
 
     /// The tail word: storing it commits every entry before it.
+    #[inline]
     pub(super) const fn tail_word(self) -> u64 {
         self.at + Inode::TAIL
     }
 
     /// The word holding the first log page.
+    #[inline]
     pub(super) const fn head_word(self) -> u64 {
         self.at + Inode::HEAD
     }
 
     /// The word holding the generation: zero frees the inode.
+    #[inline]
     pub(super) const fn generation_word(self) -> u64 {
         self.at + Inode::GENERATION
     }
 
     /// Where a [`NameImage`] goes: the name's length word, then its bytes.
+    #[inline]
     pub(super) const fn name_field(self) -> u64 {
         self.at + Inode::NAME_LEN
     }
 
     /// The inode's bytes for a new file (`name` at most [`MAX_NAME`] bytes).
+    #[inline]
     pub(super) fn image(
         tail: u64,
         head: u64,
@@ -170,6 +187,7 @@ impl Inode {
     }
 
     /// The whole inode, read in one copy.
+    #[inline]
     pub(super) fn read<B: Backend>(self, pool: &Pool<B>) -> Result<InodeRecord, PoolError> {
         let mut raw = [0u8; INODE_BYTES as usize];
         pool.read_bytes(self.at, &mut raw)?;
@@ -183,19 +201,23 @@ pub(super) struct InodeRecord {
 }
 
 impl InodeRecord {
+    #[inline]
     pub(super) fn tail(&self) -> u64 {
         get_u64(&self.raw, Inode::TAIL)
     }
 
+    #[inline]
     pub(super) fn head(&self) -> u64 {
         get_u64(&self.raw, Inode::HEAD)
     }
 
+    #[inline]
     pub(super) fn generation(&self) -> u64 {
         get_u64(&self.raw, Inode::GENERATION)
     }
 
     /// The stored name, if its length fits the inode and its bytes are UTF-8.
+    #[inline]
     pub(super) fn name(&self) -> Option<&str> {
         let len = get_u64(&self.raw, Inode::NAME_LEN);
         (len <= MAX_NAME as u64)
@@ -212,6 +234,7 @@ pub(super) struct NameImage {
 
 impl NameImage {
     /// The image of `name` (at most [`MAX_NAME`] bytes).
+    #[inline]
     pub(super) fn new(name: &str) -> NameImage {
         let mut raw = [0u8; 8 + MAX_NAME];
         put_u64(&mut raw, 0, name.len() as u64);
@@ -223,6 +246,7 @@ impl NameImage {
     }
 
     /// The bytes to write: the length word and the name, nothing past it.
+    #[inline]
     pub(super) fn as_bytes(&self) -> &[u8] {
         &self.raw[..8 + self.len]
     }
@@ -238,42 +262,50 @@ impl LogPage {
     /// The header of a page with no next page.
     pub(super) const EMPTY_HEADER: [u8; LOG_HEADER as usize] = [0u8; LOG_HEADER as usize];
 
+    #[inline]
     pub(super) const fn at(offset: u64) -> LogPage {
         LogPage { at: offset }
     }
 
     /// The word linking to the next page.
+    #[inline]
     pub(super) const fn next_word(self) -> u64 {
         self.at
     }
 
     /// Where the page's first entry goes.
+    #[inline]
     pub(super) const fn first_entry(self) -> u64 {
         self.at + LOG_HEADER
     }
 
     /// The pool offset `fill` bytes into the page.
+    #[inline]
     pub(super) const fn offset_of(self, fill: u64) -> u64 {
         self.at + fill
     }
 
     /// Bytes left in the page from pool offset `pos` on.
+    #[inline]
     pub(super) const fn room(self, pos: u64) -> u64 {
         self.at + PAGE - pos
     }
 
     /// Whether `bytes` from pool offset `pos` on stay inside the page.
+    #[inline]
     pub(super) const fn fits(self, pos: u64, bytes: u64) -> bool {
         pos + bytes <= self.at + PAGE
     }
 
     /// Whether pool offset `pos` lies in the page.
+    #[inline]
     pub(super) const fn holds(self, pos: u64) -> bool {
         self.at <= pos && pos < self.at + PAGE
     }
 
     /// Whether a page whose entries stop with `room` bytes left gets an end mark there. With
     /// less than a header left no entry can start, so readers skip to the next page unmarked.
+    #[inline]
     pub(super) const fn takes_end_mark(room: u64) -> bool {
         room >= ENTRY_HEADER
     }
@@ -287,6 +319,7 @@ pub(super) struct LogPageImage {
 
 impl LogPageImage {
     /// An empty page: no next page, no entry.
+    #[inline]
     pub(super) fn new() -> LogPageImage {
         LogPageImage {
             bytes: vec![0u8; PAGE as usize],
@@ -295,16 +328,19 @@ impl LogPageImage {
     }
 
     /// Bytes used, header included: the tail's place in the page if it is the last.
+    #[inline]
     pub(super) fn fill(&self) -> u64 {
         self.fill
     }
 
     /// Whether an entry of `bytes` fits after the entries already in.
+    #[inline]
     pub(super) fn fits(&self, bytes: u64) -> bool {
         self.fill + bytes <= PAGE
     }
 
     /// Append an encoded entry (which must fit).
+    #[inline]
     pub(super) fn push(&mut self, entry: &[u8]) {
         let at = self.fill as usize;
         self.bytes[at..at + entry.len()].copy_from_slice(entry);
@@ -312,16 +348,19 @@ impl LogPageImage {
     }
 
     /// End the page's entries: an end mark, if there is room for one.
+    #[inline]
     pub(super) fn close(&mut self) {
         if LogPage::takes_end_mark(PAGE - self.fill) {
             put_u64(&mut self.bytes, self.fill, END_MARK);
         }
     }
 
+    #[inline]
     pub(super) fn set_next(&mut self, next: u64) {
         put_u64(&mut self.bytes, 0, next);
     }
 
+    #[inline]
     pub(super) fn as_bytes(&self) -> &[u8] {
         &self.bytes
     }
@@ -334,6 +373,7 @@ pub(super) const fn data_page(block: u64, block_page: u64) -> u64 {
 }
 
 /// Bytes of a data block of `pages` pages.
+#[inline]
 pub(super) const fn data_block_bytes(pages: u64) -> u64 {
     pages * PAGE
 }
@@ -379,11 +419,13 @@ pub(super) struct EntryImage<'a> {
 }
 
 impl<'a> EntryImage<'a> {
+    #[inline]
     pub(super) fn new(bytes: &'a [u8]) -> EntryImage<'a> {
         EntryImage { bytes }
     }
 
     /// The header's fields (the buffer holds at least the header).
+    #[inline]
     pub(super) fn header(self) -> HeaderFields {
         let h = self.bytes;
         HeaderFields {
@@ -396,6 +438,7 @@ impl<'a> EntryImage<'a> {
         }
     }
 
+    #[inline]
     pub(super) fn stored_checksum(self) -> u32 {
         u32::from_le_bytes(
             self.bytes[field::CHECKSUM..field::CHECKSUM + 4]
@@ -405,16 +448,19 @@ impl<'a> EntryImage<'a> {
     }
 
     /// The bytes the checksum covers: all of the entry after the checksum.
+    #[inline]
     pub(super) fn checksummed(self) -> &'a [u8] {
         &self.bytes[field::CHECKSUMMED..]
     }
 
     /// An extent's data block (the buffer holds the whole entry).
+    #[inline]
     pub(super) fn extent_block(self) -> u64 {
         get_u64(self.bytes, field::BODY as u64)
     }
 
     /// An embed's `len` inline bytes (the buffer holds the whole entry).
+    #[inline]
     pub(super) fn embed_payload(self, len: u64) -> &'a [u8] {
         &self.bytes[field::BODY..field::BODY + len as usize]
     }
@@ -426,11 +472,13 @@ pub(super) struct EntryImageMut<'a> {
 }
 
 impl<'a> EntryImageMut<'a> {
+    #[inline]
     pub(super) fn new(bytes: &'a mut [u8]) -> EntryImageMut<'a> {
         EntryImageMut { bytes }
     }
 
     /// Store the header's fields (the count truncated to 16 bits, the word to 32).
+    #[inline]
     pub(super) fn set_header(&mut self, h: HeaderFields) {
         let out = &mut *self.bytes;
         out[field::KIND] = h.kind;
@@ -440,195 +488,40 @@ impl<'a> EntryImageMut<'a> {
         out[field::WORD..field::WORD + 4].copy_from_slice(&(h.word as u32).to_le_bytes());
     }
 
+    #[inline]
     pub(super) fn set_extent_block(&mut self, block: u64) {
         put_u64(self.bytes, field::BODY as u64, block);
     }
 
+    #[inline]
     pub(super) fn set_embed_payload(&mut self, payload: &[u8]) {
         self.bytes[field::BODY..field::BODY + payload.len()].copy_from_slice(payload);
     }
 
     /// The bytes the checksum covers (set everything else first).
+    #[inline]
     pub(super) fn checksummed(&self) -> &[u8] {
         &self.bytes[field::CHECKSUMMED..]
     }
 
+    #[inline]
     pub(super) fn set_checksum(&mut self, crc: u32) {
         self.bytes[field::CHECKSUM..field::CHECKSUM + 4].copy_from_slice(&crc.to_le_bytes());
     }
 }
 
 /// The little-endian word at byte `at` of `bytes`.
+#[inline]
 fn get_u64(bytes: &[u8], at: u64) -> u64 {
     let at = at as usize;
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
+#[inline]
 fn put_u64(bytes: &mut [u8], at: u64, value: u64) {
     let at = at as usize;
     bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn root_words_follow_the_documented_order() {
-        let table = InodeTable::at(0x4000);
-        let r = Root::image(table, 16, 7);
-        assert_eq!(get_u64(&r, 0), ROOT_MAGIC);
-        assert_eq!(&r[0..8], b"DATALOG1");
-        assert_eq!(get_u64(&r, 8), 0x4000);
-        assert_eq!(get_u64(&r, 16), 16);
-        assert_eq!(get_u64(&r, 24), 7);
-        assert!(r[32..].iter().all(|&b| b == 0));
-        assert_eq!(Root::at(0x100).next_generation_word(), 0x118);
-    }
-
-    #[test]
-    fn inodes_are_128_bytes_apart_with_their_words_in_order() {
-        let table = InodeTable::at(0x1000);
-        assert_eq!(InodeTable::bytes(16), 16 * 128);
-        let inode = table.inode(3);
-        assert_eq!(inode.tail_word(), 0x1000 + 3 * 128);
-        assert_eq!(inode.head_word(), inode.tail_word() + 8);
-        assert_eq!(inode.generation_word(), inode.tail_word() + 16);
-        assert_eq!(inode.name_field(), inode.tail_word() + 24);
-        assert_eq!(table.inode(4).tail_word() - inode.tail_word(), 128);
-        assert_eq!(MAX_NAME, 96);
-    }
-
-    #[test]
-    fn an_inode_image_reads_back_as_written() {
-        let raw = Inode::image(0x2040, 0x2000, 9, "notes");
-        let record = InodeRecord { raw };
-        assert_eq!(record.tail(), 0x2040);
-        assert_eq!(record.head(), 0x2000);
-        assert_eq!(record.generation(), 9);
-        assert_eq!(record.name(), Some("notes"));
-        assert!(raw[32 + 5..].iter().all(|&b| b == 0));
-    }
-
-    #[test]
-    fn a_name_image_matches_the_inode_name_field() {
-        let name = "a".repeat(MAX_NAME);
-        let image = NameImage::new(&name);
-        assert_eq!(image.as_bytes().len(), 8 + MAX_NAME);
-        let raw = Inode::image(0, 0, 1, &name);
-        let at = InodeTable::at(0).inode(0).name_field() as usize;
-        assert_eq!(&raw[at..], image.as_bytes());
-        assert_eq!(NameImage::new("xy").as_bytes(), b"\x02\0\0\0\0\0\0\0xy");
-    }
-
-    #[test]
-    fn inode_names_that_cannot_be_stored_read_as_none() {
-        let mut raw = Inode::image(0, 0, 1, "ok");
-        put_u64(&mut raw, Inode::NAME_LEN, MAX_NAME as u64 + 1);
-        assert_eq!(InodeRecord { raw }.name(), None);
-        let mut raw = Inode::image(0, 0, 1, "ok");
-        raw[INODE_NAME as usize] = 0xff;
-        assert_eq!(InodeRecord { raw }.name(), None);
-    }
-
-    #[test]
-    fn log_page_bounds() {
-        let page = LogPage::at(0x8000);
-        assert_eq!(page.next_word(), 0x8000);
-        assert_eq!(page.first_entry(), 0x8040);
-        assert_eq!(page.offset_of(100), 0x8064);
-        assert_eq!(page.room(0x8000 + PAGE - 8), 8);
-        assert!(page.fits(0x8000 + PAGE - 40, 40));
-        assert!(!page.fits(0x8000 + PAGE - 40, 41));
-        assert!(page.holds(0x8000) && page.holds(0x8000 + PAGE - 1));
-        assert!(!page.holds(0x8000 + PAGE) && !page.holds(0x7fff));
-        assert!(LogPage::takes_end_mark(ENTRY_HEADER));
-        assert!(!LogPage::takes_end_mark(ENTRY_HEADER - 8));
-        assert_eq!(LOG_PAGE_CAPACITY, 4032);
-        assert_eq!(MAX_EMBED, 4000);
-        assert_eq!(ENTRY_HEADER + MAX_EMBED, LOG_PAGE_CAPACITY);
-    }
-
-    #[test]
-    fn a_log_page_image_marks_its_end_only_with_room_for_a_header() {
-        let mut image = LogPageImage::new();
-        assert_eq!(image.fill(), LOG_HEADER);
-        image.push(&[0xaa; 40]);
-        image.set_next(0x9000);
-        assert!(image.fits(PAGE - LOG_HEADER - 40));
-        assert!(!image.fits(PAGE - LOG_HEADER - 39));
-        image.close();
-        let bytes = image.as_bytes();
-        assert_eq!(get_u64(bytes, 0), 0x9000);
-        assert!(bytes[8..64].iter().all(|&b| b == 0));
-        assert!(bytes[64..104].iter().all(|&b| b == 0xaa));
-        assert_eq!(get_u64(bytes, 104), END_MARK);
-
-        let mut full = LogPageImage::new();
-        full.push(&vec![0xbb; (LOG_PAGE_CAPACITY - 24) as usize]);
-        full.close();
-        assert!(full.as_bytes()[(PAGE - 24) as usize..]
-            .iter()
-            .all(|&b| b == 0));
-    }
-
-    #[test]
-    fn data_pages_and_embed_sizes() {
-        assert_eq!(data_page(0x10000, 0), 0x10000);
-        assert_eq!(data_page(0x10000, 3), 0x10000 + 3 * PAGE);
-        assert_eq!(data_block_bytes(64), 64 * PAGE);
-        assert_eq!(embed_entry_bytes(1), 40);
-        assert_eq!(embed_entry_bytes(8), 40);
-        assert_eq!(embed_entry_bytes(9), 48);
-        assert_eq!(embed_entry_bytes(MAX_EMBED), LOG_PAGE_CAPACITY);
-    }
-
-    #[test]
-    fn entry_fields_round_trip_at_their_offsets() {
-        let fields = HeaderFields {
-            kind: 2,
-            count: 0x1234,
-            size_after: 0x0102_0304_0506_0708,
-            file_page: 0x1122_3344,
-            word: 0xdead_beef,
-        };
-        let mut buf = vec![0u8; (ENTRY_HEADER + 16) as usize];
-        let mut image = EntryImageMut::new(&mut buf);
-        image.set_header(fields);
-        image.set_embed_payload(b"payload!");
-        image.set_checksum(0xcafe_f00d);
-        assert_eq!(image.checksummed().len(), buf.len() - 4);
-        assert_eq!(&buf[0..4], &0xcafe_f00du32.to_le_bytes());
-        assert_eq!(buf[4], 2);
-        assert_eq!(buf[5], 0);
-        assert_eq!(&buf[6..8], &0x1234u16.to_le_bytes());
-        assert_eq!(get_u64(&buf, 8), 0x0102_0304_0506_0708);
-        assert_eq!(get_u64(&buf, 16), 0x1122_3344);
-        assert_eq!(&buf[24..28], &0xdead_beefu32.to_le_bytes());
-        assert!(buf[28..32].iter().all(|&b| b == 0));
-        let view = EntryImage::new(&buf);
-        assert_eq!(view.header(), fields);
-        assert_eq!(view.stored_checksum(), 0xcafe_f00d);
-        assert_eq!(view.embed_payload(8), b"payload!");
-        assert_eq!(view.checksummed(), &buf[4..]);
-    }
-
-    #[test]
-    fn an_extent_block_sits_after_the_header_and_wide_fields_truncate() {
-        let mut buf = vec![0u8; EXTENT_ENTRY as usize];
-        let mut image = EntryImageMut::new(&mut buf);
-        image.set_header(HeaderFields {
-            kind: 1,
-            count: 0x1_0003,
-            size_after: 0,
-            file_page: 0,
-            word: 0x1_0000_0005,
-        });
-        image.set_extent_block(0xabc000);
-        let view = EntryImage::new(&buf);
-        assert_eq!(view.extent_block(), 0xabc000);
-        assert_eq!(get_u64(&buf, 32), 0xabc000);
-        assert_eq!(view.header().count, 3);
-        assert_eq!(view.header().word, 5);
-    }
-}
+mod tests;

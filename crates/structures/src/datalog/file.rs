@@ -22,7 +22,7 @@ use pmem_undo_log::TxError;
 
 use super::entry::Entry;
 use super::index::FileState;
-use super::layout::{data_block_bytes, data_page, LogPage, END_MARK, PAGE};
+use super::layout::{data_block_bytes, data_page, LogPage, END_MARK_BYTES, PAGE};
 use super::{Datalog, DatalogError, MAX_EXTENT_PAGES};
 
 /// Where one operation's entries go in the log.
@@ -127,7 +127,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                     })
                 };
                 for &at in &place.end_marks {
-                    add(pool.flush(pool.write(at, &END_MARK.to_le_bytes())?));
+                    add(pool.flush(pool.write(at, &END_MARK_BYTES)?));
                 }
                 let mut embeds = plan.embeds.iter();
                 for (entry, &(at, _)) in entries.iter().zip(&place.offsets) {

@@ -306,3 +306,101 @@ impl FileState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::InodeTable;
+    use super::*;
+
+    const LOG_PAGE: u64 = 0x1000;
+
+    fn file() -> FileState {
+        FileState::new("f".into(), 1, InodeTable::at(0x100).inode(0), LOG_PAGE)
+    }
+
+    fn extent(file_page: u64, pages: u64, block: u64) -> Entry {
+        Entry::Extent {
+            file_page,
+            pages,
+            block,
+            block_page: 0,
+            size_after: 4 * PAGE,
+        }
+    }
+
+    fn embed(page_off: u64, len: u64) -> Entry {
+        Entry::Embed {
+            file_page: 0,
+            page_off,
+            len,
+            size_after: 4 * PAGE,
+        }
+    }
+
+    #[test]
+    fn a_block_dies_with_its_last_live_page_and_is_predicted() {
+        let mut f = file();
+        assert!(f.apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000)).is_empty());
+        assert_eq!(f.dying_blocks(&[0]), Vec::<u64>::new());
+        assert!(f.apply(0x1068, LOG_PAGE, &extent(0, 1, 0xb000)).is_empty());
+        assert_eq!(f.dying_blocks(&[1]), vec![0xa000]);
+        assert_eq!(
+            f.apply(0x1090, LOG_PAGE, &extent(1, 1, 0xc000)),
+            vec![0xa000]
+        );
+        assert!(!f.blocks.contains_key(&0xa000));
+        assert_eq!(f.blocks.len(), 2);
+        let stats = f.stats();
+        assert_eq!(
+            stats.live_entries, 2,
+            "the first extent lost both its pages"
+        );
+        assert_eq!(stats.base_pages, 2);
+    }
+
+    #[test]
+    fn an_embed_kills_the_older_embeds_it_covers_entirely_only() {
+        let mut f = file();
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
+        f.apply(0x1068, LOG_PAGE, &embed(0, 16));
+        assert_eq!(f.stats().live_entries, 1, "the 8 bytes were covered");
+        f.apply(0x1098, LOG_PAGE, &embed(4, 16));
+        let page = &f.pages[&0];
+        assert_eq!(page.embeds.len(), 2, "a partial overlap keeps both");
+        assert_eq!(page.embed_bytes, 32);
+        assert_eq!(page.embeds.last().map(|e| e.entry), Some(0x1098));
+        assert_eq!(f.stats().live_entries, 2);
+    }
+
+    #[test]
+    fn a_smaller_size_drops_the_pages_past_it_and_stays_live_itself() {
+        let mut f = file();
+        f.apply(0x1040, LOG_PAGE, &extent(0, 1, 0xa000));
+        f.apply(0x1068, LOG_PAGE, &extent(2, 1, 0xb000));
+        let dead = f.apply(0x1090, LOG_PAGE, &Entry::SetSize { size_after: PAGE });
+        assert_eq!(dead, vec![0xb000]);
+        assert_eq!(f.size, PAGE);
+        assert!(f.pages.contains_key(&0) && !f.pages.contains_key(&2));
+        assert_eq!(
+            f.stats().live_entries,
+            2,
+            "the first extent and the set-size"
+        );
+    }
+
+    #[test]
+    fn a_log_page_whose_entries_all_die_is_reported_maybe_dead() {
+        let mut f = file();
+        f.push_page(0x2000);
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
+        assert!(f.maybe_dead.is_empty());
+        f.apply(0x2040, 0x2000, &embed(0, 8));
+        assert_eq!(f.maybe_dead, vec![LOG_PAGE]);
+        assert_eq!(f.log[&LOG_PAGE].live_entries, 0);
+        assert_eq!(
+            f.chain.values().copied().collect::<Vec<_>>(),
+            [LOG_PAGE, 0x2000]
+        );
+        assert_eq!(f.seq_of[&0x2000], 1);
+    }
+}

@@ -2,12 +2,12 @@
 //! (FAST'16) and its *NOVA-datalog* variant (Optane guide (FAST'20), Sec. 5.1 and 5.1.2, Fig. 10
 //! and 11), with per-entry checksums as in NOVA-Fortis (SOSP'17).
 //!
-//! The Optane guide (FAST'20), Sec. 5.1, measures that small random stores are what persistent memory does worst
-//! (an effective write ratio of 0.25 for random 64-byte non-temporal stores on Optane), and
-//! Sec. 5.1.2 shows the fix for NOVA: instead of copying a whole 4 KB page for every sub-page
-//! write, append the written bytes to the file's log, where consecutive writes land next to each
-//! other. The paper reports 7x (64 B) and 6.5x (256 B) lower write latency on Optane. This
-//! module implements both paths behind one store so they can be compared.
+//! The Optane guide (FAST'20), Sec. 5.1, measures that small random stores are what persistent
+//! memory does worst (an effective write ratio of 0.25 for random 64-byte non-temporal stores on
+//! Optane), and Sec. 5.1.2 shows the fix for NOVA: instead of copying a whole 4 KB page for
+//! every sub-page write, append the written bytes to the file's log, where consecutive writes
+//! land next to each other. The paper reports 7x (64 B) and 6.5x (256 B) lower write latency on
+//! Optane. This module implements both paths behind one store so they can be compared.
 //!
 //! # Layout
 //!
@@ -68,9 +68,10 @@
 //! for a copy, so the two meet at half a page).
 //!
 //! A page's embedded entries are merged over its base page on every read (the read-path
-//! overhead of Optane guide (FAST'20), Fig. 11). A page that has collected [`Policy::fold_after_entries`] entries or
-//! [`Policy::fold_after_bytes`] inline bytes is *folded*: its next write goes copy-on-write,
-//! which writes the merged page and kills all its embedded entries.
+//! overhead of Optane guide (FAST'20), Fig. 11). A page that has collected
+//! [`Policy::fold_after_entries`] entries or [`Policy::fold_after_bytes`] inline bytes is
+//! *folded*: its next write goes copy-on-write, which writes the merged page and kills all its
+//! embedded entries.
 //!
 //! # DRAM index and log cleaning
 //!

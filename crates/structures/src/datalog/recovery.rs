@@ -16,8 +16,8 @@ use pmem_undo_log::Heap;
 use super::entry::{checksum_holds, Entry};
 use super::index::FileState;
 use super::layout::{
-    data_block_bytes, EntryImage, Inode, InodeTable, LogPage, Root, END_MARK, ENTRY_HEADER, PAGE,
-    ROOT_BYTES, ROOT_MAGIC,
+    data_block_bytes, EntryImage, Inode, InodeTable, LogPage, Root, END_MARK_BYTES, ENTRY_HEADER,
+    PAGE, ROOT_BYTES, ROOT_MAGIC,
 };
 use super::{Datalog, DatalogError, Inner, Policy, MAX_FILES};
 
@@ -134,7 +134,7 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         let at_end = !LogPage::takes_end_mark(left) || {
             let mut mark = [0u8; 8];
             read(pos, &mut mark)?;
-            u64::from_le_bytes(mark) == END_MARK
+            mark == END_MARK_BYTES
         };
         if at_end {
             let mut next = [0u8; 8];

@@ -23,6 +23,8 @@ pub(super) const EXTENT_ENTRY: u64 = ENTRY_HEADER + 8;
 pub const MAX_EMBED: u64 = PAGE - LOG_HEADER - ENTRY_HEADER;
 /// The end-of-page mark: the rest of its log page holds no entry.
 pub(super) const END_MARK: u64 = u64::from_le_bytes(*b"DLOG-END");
+/// The end-of-page mark as stored.
+pub(super) const END_MARK_BYTES: [u8; 8] = END_MARK.to_le_bytes();
 /// Bytes of the root.
 pub const ROOT_BYTES: u64 = 64;
 /// The first word of a store's root.

@@ -83,6 +83,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         Datalog::<B, P>::embeds_under(&self.policy, f, p, len, mode)
     }
 
+    /// Whether such a piece is embedded under `policy` (its folding thresholds included).
     fn embeds_under(policy: &Policy, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
         let limit = match mode {
             WriteMode::CopyOnWrite => return false,

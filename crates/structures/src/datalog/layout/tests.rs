@@ -161,3 +161,37 @@ fn an_extent_block_sits_after_the_header_and_wide_fields_truncate() {
     assert_eq!(view.header().count, 3);
     assert_eq!(view.header().word, 5);
 }
+
+/// The accessors that read through the pool find what the images put there. A simulated pool
+/// (anonymous memory, no flush instructions) so that Miri can run this one too.
+#[test]
+fn the_pool_accessors_read_what_the_images_hold() {
+    use pmem_ordering::sim::SimConfig;
+
+    let pool = Pool::simulated("layout", 1 << 16, 64, SimConfig::x86()).unwrap();
+    let root = pool.root_offset();
+    let table = InodeTable::at(0x4000);
+    drop(pool.write(root, &Root::image(table, 16, 7)).unwrap());
+    let root_view = Root::at(root);
+    assert_eq!(root_view.read_magic(&pool).unwrap(), ROOT_MAGIC);
+    assert_eq!(root_view.read_table(&pool).unwrap(), table);
+    assert_eq!(root_view.read_max_files(&pool).unwrap(), 16);
+    assert_eq!(root_view.read_next_generation(&pool).unwrap(), 7);
+
+    let inode = table.inode(2);
+    let image = Inode::image(0x8040, 0x8000, 3, "journal");
+    drop(pool.write(inode.offset(), &image).unwrap());
+    drop(
+        pool.write(inode.name_field(), NameImage::new("log").as_bytes())
+            .unwrap(),
+    );
+    let record = inode.read(&pool).unwrap();
+    assert_eq!(record.tail(), 0x8040);
+    assert_eq!(record.head(), 0x8000);
+    assert_eq!(record.generation(), 3);
+    assert_eq!(
+        record.name(),
+        Some("log"),
+        "a rename writes the length and the bytes"
+    );
+}

@@ -5,7 +5,7 @@
 //! Crash safety: entries past the tail are invisible to recovery, so an operation writes them
 //! there, makes them durable, and only then stores the tail.
 //!
-//! * An operation that allocates and frees nothing (embedded writes, a size change) flushes its
+//! * An operation that allocates and frees nothing (embedded writes, most size changes) flushes its
 //!   entries, fences, stores the tail and persists it: two fences.
 //! * A copy-on-write operation stores the tail inside the undo-log transaction that allocates
 //!   its data blocks and frees the blocks it replaces: the data pages (non-temporal stores) and
@@ -65,28 +65,24 @@ impl Plan {
             dying: Vec::new(),
         }
     }
-}
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
-    /// Append the plan's entries and commit them with one tail store; update the index.
-    pub(super) fn commit(
-        &self,
-        f: &mut FileState,
-        plan: Plan,
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), DatalogError> {
-        let pool = self.heap.pool();
-        let size = plan.new_size;
-        // The entries, with block offsets to fill in for extents.
+    /// Copy-on-write pages in groups of [`MAX_EXTENT_PAGES`]: one data block per group.
+    fn cow_groups(&self) -> std::slice::Chunks<'_, (u64, Vec<u8>)> {
+        self.cow.chunks(MAX_EXTENT_PAGES as usize)
+    }
+
+    /// The operation's entries in log order (the set-size if first, the extents, the embeds),
+    /// the extents' blocks left 0; and per extent, the group of [`Plan::cow_groups`] whose
+    /// block it points into.
+    fn entries(&self) -> (Vec<Entry>, Vec<usize>) {
+        let size = self.new_size;
         let mut entries: Vec<Entry> = Vec::new();
-        if plan.set_size_first {
+        if self.set_size_first {
             entries.push(Entry::SetSize { size_after: size });
         }
-        // Copy-on-write pages: one block per group of MAX_EXTENT_PAGES, an extent per run of
-        // consecutive file pages inside a group.
-        let groups: Vec<&[(u64, Vec<u8>)]> = plan.cow.chunks(MAX_EXTENT_PAGES as usize).collect();
+        // An extent per run of consecutive file pages inside a group.
         let mut extent_group = Vec::new();
-        for (g, group) in groups.iter().enumerate() {
+        for (g, group) in self.cow_groups().enumerate() {
             let mut i = 0;
             while i < group.len() {
                 let mut j = i + 1;
@@ -104,7 +100,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                 i = j;
             }
         }
-        for (p, off, bytes) in &plan.embeds {
+        for (p, off, bytes) in &self.embeds {
             entries.push(Entry::Embed {
                 file_page: *p,
                 page_off: *off,
@@ -112,6 +108,21 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                 size_after: size,
             });
         }
+        (entries, extent_group)
+    }
+}
+
+impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+    /// Append the plan's entries and commit them with one tail store; update the index.
+    pub(super) fn commit(
+        &self,
+        f: &mut FileState,
+        plan: Plan,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), DatalogError> {
+        let pool = self.heap.pool();
+        let (mut entries, extent_group) = plan.entries();
+        let groups: Vec<&[(u64, Vec<u8>)]> = plan.cow_groups().collect();
         let sizes: Vec<u64> = entries.iter().map(Entry::bytes).collect();
         self.grow_chain(f, &sizes)?;
         let place = place(f, &sizes);
@@ -265,4 +276,89 @@ fn place(f: &FileState, sizes: &[u64]) -> Placement {
     out.tail_seq = seq;
     out.missing = missing;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::{InodeTable, ENTRY_HEADER, LOG_HEADER};
+    use super::*;
+
+    fn pages(numbers: impl IntoIterator<Item = u64>) -> Vec<(u64, Vec<u8>)> {
+        numbers.into_iter().map(|p| (p, Vec::new())).collect()
+    }
+
+    #[test]
+    fn a_plan_has_one_extent_per_run_of_pages_in_each_block() {
+        let mut plan = Plan::new(100 * PAGE, true);
+        plan.cow = pages((0..70).chain([80, 81, 90]));
+        plan.embeds.push((95, 8, vec![1; 5]));
+        let (entries, extent_group) = plan.entries();
+        let extent = |file_page, pages, block_page| Entry::Extent {
+            file_page,
+            pages,
+            block: 0,
+            block_page,
+            size_after: 100 * PAGE,
+        };
+        assert_eq!(
+            entries,
+            [
+                Entry::SetSize {
+                    size_after: 100 * PAGE
+                },
+                extent(0, 64, 0),
+                extent(64, 6, 0),
+                extent(80, 2, 6),
+                extent(90, 1, 8),
+                Entry::Embed {
+                    file_page: 95,
+                    page_off: 8,
+                    len: 5,
+                    size_after: 100 * PAGE
+                },
+            ]
+        );
+        assert_eq!(extent_group, [0, 1, 1, 1]);
+        assert_eq!(plan.cow_groups().count(), 2);
+    }
+
+    #[test]
+    fn entries_that_pass_a_page_end_go_to_the_spares_then_count_as_missing() {
+        let head = 0x10_000;
+        let mut f = FileState::new("f".into(), 1, InodeTable::at(0x100).inode(0), head);
+        f.push_page(0x20_000);
+        // 40 bytes left in the head page: room for an end mark.
+        f.tail = head + PAGE - 40;
+        let placed = place(&f, &[40, 48, PAGE - LOG_HEADER, 32]);
+        assert_eq!(
+            placed.offsets,
+            [
+                (head + PAGE - 40, head),
+                (0x20_000 + LOG_HEADER, 0x20_000),
+                // Stand-ins in page 0 until the pages exist.
+                (LOG_HEADER, 0),
+                (LOG_HEADER, 0),
+            ]
+        );
+        // The head page was filled exactly: the spare's end is marked, not the head's.
+        assert_eq!(placed.end_marks, [0x20_000 + LOG_HEADER + 48]);
+        assert_eq!(placed.missing, 2, "both pages past the spare are missing");
+
+        f.tail = head + PAGE - ENTRY_HEADER;
+        let placed = place(&f, &[40]);
+        assert_eq!(placed.end_marks, [head + PAGE - ENTRY_HEADER]);
+        assert_eq!(placed.offsets, [(0x20_000 + LOG_HEADER, 0x20_000)]);
+        assert_eq!(
+            (placed.tail, placed.tail_seq),
+            (0x20_000 + LOG_HEADER + 40, 1)
+        );
+        assert_eq!(placed.missing, 0);
+
+        f.tail = head + PAGE - 24;
+        let placed = place(&f, &[40]);
+        assert!(
+            placed.end_marks.is_empty(),
+            "no room for a mark: readers skip the rest"
+        );
+    }
 }

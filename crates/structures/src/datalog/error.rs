@@ -1,0 +1,82 @@
+//! The store's errors.
+
+use pmem_ordering::PoolError;
+use pmem_undo_log::TxError;
+
+use super::MAX_FILE_SIZE;
+
+/// What can go wrong with a datalog store.
+#[derive(Debug, thiserror::Error)]
+pub enum DatalogError {
+    /// A transaction failed (allocation, log space, pool access); nothing changed.
+    #[error(transparent)]
+    Tx(#[from] TxError),
+    /// The root does not hold a datalog store, or its inode table is damaged.
+    #[error("not a valid datalog store at offset {root:#x}: {reason}")]
+    Corrupt {
+        /// The root offset.
+        root: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A committed log entry of a file fails its checksum or makes no sense: the file's data
+    /// cannot be trusted and is not returned.
+    #[error("file {file:?}: corrupted log entry at pool offset {entry:#x}: {reason}")]
+    CorruptEntry {
+        /// The file's name.
+        file: String,
+        /// Pool offset of the entry.
+        entry: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No file of that name.
+    #[error("no file named {name:?}")]
+    NotFound {
+        /// The name.
+        name: String,
+    },
+    /// A file of that name exists already.
+    #[error("a file named {name:?} exists already")]
+    Exists {
+        /// The name.
+        name: String,
+    },
+    /// A name that cannot be stored.
+    #[error("invalid file name {name:?}: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Every inode is in use.
+    #[error("the store is full: all {max} inodes are in use")]
+    TooManyFiles {
+        /// Inodes of the store.
+        max: u64,
+    },
+    /// A handle to a file that has been removed.
+    #[error("the file handle is stale: its file was removed")]
+    StaleHandle,
+    /// An offset or size past [`MAX_FILE_SIZE`].
+    #[error("range at {offset} of {len} bytes passes the largest file size ({MAX_FILE_SIZE})")]
+    OutOfRange {
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+    },
+    /// A configuration that cannot be used.
+    #[error("invalid datalog configuration: {reason}")]
+    InvalidConfig {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<PoolError> for DatalogError {
+    fn from(e: PoolError) -> Self {
+        DatalogError::Tx(TxError::Pool(e))
+    }
+}

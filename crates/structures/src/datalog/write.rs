@@ -1,0 +1,152 @@
+//! Writes and truncation: cutting a write into page pieces and choosing, piece by piece,
+//! between copy-on-write (a new 4 KB page, NOVA's write entry) and embedding (the bytes inline
+//! in the log, NOVA-datalog's embed write entry, Optane guide (FAST'20), Sec. 5.1.2, Fig. 10),
+//! with folding: a page that has collected too many embedded entries goes copy-on-write again.
+//! The resulting [`Plan`] is committed by the `file` module.
+
+use std::ops::Deref;
+
+use pmem_ordering::{Backend, Pool};
+
+use super::file::Plan;
+use super::index::FileState;
+use super::layout::{MAX_EMBED, PAGE};
+use super::namespace::file;
+use super::read::materialize;
+use super::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_FILE_SIZE};
+
+impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+    /// Write `data` at `offset` with the store's write mode. Atomic and durable when it
+    /// returns; writing past the end extends the file (with zeros in any gap).
+    pub fn write_at(&self, id: FileId, offset: u64, data: &[u8]) -> Result<(), DatalogError> {
+        self.write_at_with(id, offset, data, self.policy.mode)
+    }
+
+    /// [`Datalog::write_at`] with a given write mode.
+    pub fn write_at_with(
+        &self,
+        id: FileId,
+        offset: u64,
+        data: &[u8],
+        mode: WriteMode,
+    ) -> Result<(), DatalogError> {
+        let len = data.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(DatalogError::OutOfRange { offset, len })?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let f = file(&mut inner.slots, id)?;
+        let pool = self.heap.pool();
+        let mut plan = Plan::new(f.size.max(end), false);
+        let mut replaced: Vec<u64> = Vec::new();
+        let mut done = 0u64;
+        while done < len {
+            let at = offset + done;
+            let p = at / PAGE;
+            let start = at % PAGE;
+            let piece = (PAGE - start).min(len - done);
+            let bytes = &data[done as usize..(done + piece) as usize];
+            if self.embeds(f, p, piece, mode) {
+                plan.embeds.push((p, start, bytes.to_vec()));
+            } else {
+                if self.folds(f, p, piece, mode) {
+                    inner.cleaning.folds += 1;
+                }
+                let mut page = if piece == PAGE {
+                    Vec::new()
+                } else {
+                    materialize(pool, f, p, &mut inner.scratch)?
+                };
+                if piece == PAGE {
+                    page.extend_from_slice(bytes);
+                } else {
+                    page[start as usize..(start + piece) as usize].copy_from_slice(bytes);
+                }
+                plan.cow.push((p, page));
+                replaced.push(p);
+            }
+            done += piece;
+        }
+        plan.dying = f.dying_blocks(&replaced);
+        self.commit(f, plan, &mut inner.scratch)?;
+        self.clean_after(f, &mut inner.scratch, &mut inner.cleaning);
+        Ok(())
+    }
+
+    /// Whether a piece of `len` bytes of page `p` is embedded under `mode`.
+    fn embeds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
+        Datalog::<B, P>::embeds_under(&self.policy, f, p, len, mode)
+    }
+
+    /// Whether such a piece is embedded under `policy` (its folding thresholds included).
+    fn embeds_under(policy: &Policy, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
+        let limit = match mode {
+            WriteMode::CopyOnWrite => return false,
+            WriteMode::Embedded => MAX_EMBED,
+            WriteMode::Auto => policy.auto_embed_max.min(MAX_EMBED),
+        };
+        if len >= PAGE || len > limit {
+            return false;
+        }
+        match f.pages.get(&p) {
+            None => true,
+            // Too many embeds on the page: fold it (this write goes copy-on-write).
+            Some(s) => {
+                s.embeds.len() < policy.fold_after_entries
+                    && s.embed_bytes.saturating_add(len) <= policy.fold_after_bytes
+            }
+        }
+    }
+
+    /// Whether a piece that is not embedded would have been, but for its page's embeds.
+    fn folds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
+        let unfolded = Policy {
+            fold_after_entries: usize::MAX,
+            fold_after_bytes: u64::MAX,
+            ..self.policy
+        };
+        let no_fold = Datalog::<B, P>::embeds_under(&unfolded, f, p, len, mode);
+        no_fold && !self.embeds(f, p, len, mode)
+    }
+
+    /// Set the file's size. Shrinking drops the pages past the end and rewrites a partial
+    /// last page with zeros past the end (so growing again reads zeros), in one transaction
+    /// that also frees the blocks left unused.
+    pub fn truncate(&self, id: FileId, size: u64) -> Result<(), DatalogError> {
+        if size > MAX_FILE_SIZE {
+            return Err(DatalogError::OutOfRange {
+                offset: size,
+                len: 0,
+            });
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let f = file(&mut inner.slots, id)?;
+        let mut plan = Plan::new(size, true);
+        if size < f.size {
+            let mut replaced: Vec<u64> = f
+                .pages
+                .keys()
+                .copied()
+                .filter(|&p| p * PAGE >= size)
+                .collect();
+            let last = size / PAGE;
+            let cut = size % PAGE;
+            if cut > 0 && f.pages.contains_key(&last) {
+                let mut page = materialize(self.heap.pool(), f, last, &mut inner.scratch)?;
+                page[cut as usize..].fill(0);
+                plan.cow.push((last, page));
+                replaced.push(last);
+            }
+            plan.dying = f.dying_blocks(&replaced);
+        }
+        self.commit(f, plan, &mut inner.scratch)?;
+        self.clean_after(f, &mut inner.scratch, &mut inner.cleaning);
+        Ok(())
+    }
+}

@@ -1,11 +1,16 @@
 //! Crash-consistent persistent data structures built on `pmem-ordering` and `pmem-undo-log`.
 //!
-//! * [`cceh`]: CCEH, a write-optimised extendible hash table (Nam et al., FAST'19; seed 001
-//!   Sec. 4.1).
-//! * [`datalog`]: a NOVA-style log-structured object store with copy-on-write and embedded
-//!   writes (Xu and Swanson, FAST'16; NOVA-datalog, seed 000 Sec. 5.1.2).
-//! * [`fastfair`]: FAST&FAIR, a B+-tree with in-place shifts and lock-free readers (Hwang et
-//!   al., FAST'18), with per-shift, FAST and redo-logged shift policies (seed 001 Sec. 4.2).
+//! * [`cceh`]: CCEH, a write-optimised extendible hash table (FAST'19 CCEH), with the
+//!   speculative helper thread of Optane buffering (EuroSys'22), Sec. 4.1.
+//! * [`datalog`]: a NOVA-style log-structured object store (NOVA (FAST'16)) with copy-on-write
+//!   and embedded writes (NOVA-datalog, Optane guide (FAST'20), Sec. 5.1.2).
+//! * [`fastfair`]: FAST&FAIR, a B+-tree with in-place shifts and lock-free readers (FAST'18
+//!   FAST&FAIR), with per-shift, FAST and redo-logged shift policies (Optane buffering
+//!   (EuroSys'22), Sec. 4.2).
+//!
+//! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
+//! share one striped lock with reader versions (`sync`, private); its `affinity` module, which
+//! pins the CCEH helper thread, holds the crate's only `unsafe`.
 #![deny(missing_docs)]
 
 pub mod cceh;

@@ -197,8 +197,6 @@ struct Scenario {
     setup: Vec<(u64, u64)>,
     script: Vec<Op>,
     key: u64,
-    /// Stop the writer at its `WriteStep`s (else only between operations).
-    fine: bool,
     max_hand_overs: usize,
 }
 
@@ -311,17 +309,15 @@ impl Scenario {
             s.spawn(|| {
                 let _finish = Finish(&baton, Who::Writer);
                 baton.start(Who::Writer);
-                if self.fine {
-                    let hook = Arc::clone(&baton);
-                    STEP_HOOK.with(|h| {
-                        *h.borrow_mut() = Some(Box::new(move |_| hook.stop(Who::Writer)));
-                    });
-                }
+                let hook = Arc::clone(&baton);
+                STEP_HOOK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move |_| hook.stop(Who::Writer)));
+                });
                 for (op, &expected) in self.script.iter().zip(returns) {
                     baton.stop(Who::Writer);
                     baton.lock().ops_started += 1;
                     let got = match *op {
-                        Op::Insert(k, v) => table.insert(k, v).unwrap().then_some(1).or(Some(0)),
+                        Op::Insert(k, v) => Some(u64::from(table.insert(k, v).unwrap())),
                         Op::Remove(k) => table.remove(k).unwrap(),
                     };
                     baton.lock().ops_finished += 1;
@@ -359,7 +355,6 @@ fn a_lookup_sees_an_insert_whole_or_not_at_all() {
         setup: vec![],
         script: vec![Op::Insert(key, 7)],
         key,
-        fine: true,
         max_hand_overs: usize::MAX,
     }
     .explore();
@@ -381,7 +376,6 @@ fn a_lookup_never_pairs_its_key_with_the_value_of_a_key_that_reused_its_slot() {
         setup: vec![(key, 7)],
         script: vec![Op::Remove(key), Op::Insert(other, 9), Op::Insert(key, 8)],
         key,
-        fine: true,
         max_hand_overs: 3,
     }
     .explore();
@@ -407,7 +401,6 @@ fn a_lookup_finds_a_key_that_a_displacement_moves_at_any_point() {
         setup,
         script: vec![Op::Insert(zeros.next().unwrap(), 99)],
         key,
-        fine: true,
         max_hand_overs: usize::MAX,
     }
     .explore();
@@ -436,7 +429,6 @@ fn a_lookup_survives_a_doubling_and_a_split_that_reuse_its_slot_at_any_point() {
         setup,
         script: vec![Op::Insert(fillers[setup_fillers], 2)],
         key,
-        fine: true,
         max_hand_overs: 3,
     }
     .explore();

@@ -89,6 +89,7 @@
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
 //! | `interleaving.rs` | (tests) lookups stepped against writers, every schedule |
+//! | `test_heap.rs` | (tests) a small heap and key generators |
 
 mod access;
 mod batch;

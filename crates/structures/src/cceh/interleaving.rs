@@ -226,9 +226,11 @@ struct Explored {
     schedules: usize,
     /// Each result the lookup returned, with how many schedules returned it.
     results: BTreeMap<Option<u64>, usize>,
-    /// The most keys a run's writer displaced, and the deepest directory it left.
+    /// The most keys a run's writer displaced, the deepest directory and the most segments it
+    /// left.
     displacements: u64,
     global_depth: u64,
+    segments: usize,
 }
 
 impl Scenario {
@@ -268,6 +270,7 @@ impl Scenario {
             } = run.0;
             explored.displacements = explored.displacements.max(run.1);
             explored.global_depth = explored.global_depth.max(run.2);
+            explored.segments = explored.segments.max(run.3);
             let (first, last) = window;
             assert!(
                 values[first..=last].contains(&found),
@@ -296,7 +299,7 @@ impl Scenario {
         replay: Vec<bool>,
         returns: &[Option<u64>],
         final_model: &BTreeMap<u64, u64>,
-    ) -> (Run, u64, u64) {
+    ) -> (Run, u64, u64, usize) {
         let config = CcehConfig {
             buckets_per_segment: self.buckets,
         };
@@ -343,7 +346,9 @@ impl Scenario {
             found,
             window,
         };
-        (run, table.displacements(), table.global_depth().unwrap())
+        let segments = table.segments().unwrap().len();
+        let depth = table.global_depth().unwrap();
+        (run, table.displacements(), depth, segments)
     }
 }
 
@@ -467,4 +472,96 @@ fn fillers_before_the_split(key: u64, fillers: &[u64]) -> usize {
         "{} fillers never split a four-bucket segment",
         fillers.len()
     );
+}
+
+#[test]
+fn a_lookup_survives_a_split_without_doubling_at_any_point() {
+    let split = SplitWithoutDoubling::find();
+    let explored = Scenario {
+        buckets: 4,
+        setup: split.setup.clone(),
+        script: vec![Op::Insert(split.splitting_filler, 2)],
+        key: split.key,
+        max_hand_overs: 3,
+    }
+    .explore();
+    assert_eq!(
+        explored.global_depth, split.global_depth,
+        "no doubling: {explored:?}"
+    );
+    assert_eq!(
+        explored.segments,
+        split.segments + 1,
+        "one split: {explored:?}"
+    );
+    assert!(explored.schedules >= 50, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [Some(split.value)],
+        "{explored:?}"
+    );
+}
+
+/// A four-bucket table whose next insert splits a segment spanning four directory entries
+/// (so that every step of a split writes an entry) without doubling the directory, and a key
+/// of that segment that moves to the new one.
+struct SplitWithoutDoubling {
+    setup: Vec<(u64, u64)>,
+    key: u64,
+    value: u64,
+    splitting_filler: u64,
+    global_depth: u64,
+    segments: usize,
+}
+
+impl SplitWithoutDoubling {
+    fn find() -> SplitWithoutDoubling {
+        use super::hashing::{moves_at_split, prefix};
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 4,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        let mut setup = Vec::new();
+        let mut next = 1..;
+        // Grow the table until some segment spans four entries or more.
+        let (local, pattern) = loop {
+            let k = next.next().unwrap();
+            assert!(table.insert(k, k + 100).unwrap());
+            setup.push((k, k + 100));
+            let depth = table.global_depth().unwrap();
+            let wide = table
+                .segments()
+                .unwrap()
+                .into_iter()
+                .find(|&(_, _, local)| local + 2 <= depth);
+            if let Some((start, _, local)) = wide {
+                break (local, start >> (depth - local));
+            }
+        };
+        let in_segment = |k: u64| prefix(hash(k), local) == pattern;
+        let &(key, value) = setup
+            .iter()
+            .find(|&&(k, _)| in_segment(k) && moves_at_split(hash(k), local))
+            .expect("a key of the wide segment that a split moves");
+        let global_depth = table.global_depth().unwrap();
+        let segments = table.segments().unwrap().len();
+        // Fill the segment with keys that stay until the insert that splits it.
+        for filler in next.filter(|&k| in_segment(k) && !moves_at_split(hash(k), local)) {
+            table.insert(filler, 1).unwrap();
+            if table.segments().unwrap().len() > segments {
+                assert_eq!(table.global_depth().unwrap(), global_depth);
+                return SplitWithoutDoubling {
+                    setup,
+                    key,
+                    value,
+                    splitting_filler: filler,
+                    global_depth,
+                    segments,
+                };
+            }
+            setup.push((filler, 1));
+        }
+        unreachable!("the key range is endless")
+    }
 }

@@ -1,0 +1,567 @@
+//! Deterministic interleavings of the lock-free lookup against writers, driving the real code.
+//!
+//! A reader thread runs `Cceh::get_observed` and stops at every `LookupStep`; a writer thread
+//! runs a script of operations and stops before each one and at every [`WriteStep`] (the
+//! `write_step` calls between a writer's stores, nothing outside tests). One thread runs at a
+//! time: at each stop, the schedule says whether the running thread goes on or hands the turn
+//! to the other. Every schedule up to a bound on the number of hand-overs is run, depth first
+//! (each choice point is tried both ways), each on a fresh table built the same way, and the
+//! lookup's result is checked against a model: it must be the key's value after some prefix of
+//! the writer's script that the lookup overlapped (from the operations finished before it
+//! began to those started before it ended).
+//!
+//! What this checks: the order of the writers' stores (slot commits, moves, the steps of a
+//! split and of a doubling) and the lookup's re-reads and final checks, at every point a store
+//! can land in the middle of a lookup. What it cannot check: the memory orderings of the atomics
+//! themselves (acquire loads, release fences): the hand-over is a mutex, which orders
+//! everything. Those are the pool's `Words` loads and the fences commented in `split.rs`.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use pmem_undo_log::Heap;
+
+use super::hashing::hash;
+use super::test_heap::{heap, keys_at_home, keys_with_top_bit};
+use super::{Cceh, CcehConfig, WriteStep};
+
+/// What a harness's writer does at a step: wait for its turn as the schedule says.
+type StopAtStep = Box<dyn FnMut(WriteStep)>;
+
+thread_local! {
+    /// What a writer of this thread does at each of its steps: set by the harness in its
+    /// writer thread only, so other tests' writers run straight through.
+    static STEP_HOOK: RefCell<Option<StopAtStep>> = const { RefCell::new(None) };
+}
+
+/// A writer reached `step`: stop there if this thread is a harness's writer.
+pub(super) fn write_step(step: WriteStep) {
+    STEP_HOOK.with(|hook| {
+        if let Some(stop) = hook.borrow_mut().as_mut() {
+            stop(step);
+        }
+    });
+}
+
+/// The two threads of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    Reader,
+    Writer,
+}
+
+impl Who {
+    fn other(self) -> Who {
+        match self {
+            Who::Reader => Who::Writer,
+            Who::Writer => Who::Reader,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The state of one run, shared by its two threads.
+struct RunState {
+    turn: Who,
+    finished: [bool; 2],
+    /// The choices made at the points where the other thread could have run: `true` is a
+    /// hand-over.
+    choices: Vec<bool>,
+    hand_overs: usize,
+    /// Writer operations started and finished so far.
+    ops_started: usize,
+    ops_finished: usize,
+}
+
+/// The turn, passed between the reader and the writer of one run as a schedule says.
+struct Baton {
+    state: Mutex<RunState>,
+    turn_changed: Condvar,
+    /// The choices to make, in order, at the choice points; `false` (go on) past its end.
+    replay: Vec<bool>,
+    max_hand_overs: usize,
+}
+
+impl Baton {
+    fn new(replay: Vec<bool>, max_hand_overs: usize) -> Baton {
+        Baton {
+            state: Mutex::new(RunState {
+                turn: Who::Reader,
+                finished: [false; 2],
+                choices: Vec::new(),
+                hand_overs: 0,
+                ops_started: 0,
+                ops_finished: 0,
+            }),
+            turn_changed: Condvar::new(),
+            replay,
+            max_hand_overs,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RunState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait for `me`'s turn.
+    fn wait_turn<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, RunState>,
+        me: Who,
+    ) -> MutexGuard<'a, RunState> {
+        while state.turn != me {
+            state = self
+                .turn_changed
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        state
+    }
+
+    /// A thread starts: it runs once it has the turn.
+    fn start(&self, me: Who) {
+        drop(self.wait_turn(self.lock(), me));
+    }
+
+    /// `me`, holding the turn, stops: it goes on or hands the turn over, as the schedule says.
+    fn stop(&self, me: Who) {
+        let mut state = self.lock();
+        assert_eq!(state.turn, me, "only the thread holding the turn runs");
+        let other = me.other();
+        if state.finished[other.index()] || state.hand_overs >= self.max_hand_overs {
+            return;
+        }
+        let hand_over = self
+            .replay
+            .get(state.choices.len())
+            .copied()
+            .unwrap_or(false);
+        state.choices.push(hand_over);
+        if hand_over {
+            state.hand_overs += 1;
+            state.turn = other;
+            self.turn_changed.notify_all();
+            drop(self.wait_turn(state, me));
+        }
+    }
+
+    /// `me` is done (or panicked): the other thread runs to its end.
+    fn finish(&self, me: Who) {
+        let mut state = self.lock();
+        state.finished[me.index()] = true;
+        state.turn = me.other();
+        self.turn_changed.notify_all();
+    }
+}
+
+/// Hands the turn on when a thread of the run ends, even by a panic (else the other thread
+/// would wait for the turn forever).
+struct Finish<'a>(&'a Baton, Who);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.finish(self.1);
+    }
+}
+
+/// A writer's operation.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Insert(u64, u64),
+    Remove(u64),
+}
+
+impl Op {
+    /// Apply to the model; what the table must return, as `Option<u64>` (insert: `Some(1)`
+    /// when new, `Some(0)` when present; remove: the old value).
+    fn apply(self, model: &mut BTreeMap<u64, u64>) -> Option<u64> {
+        match self {
+            Op::Insert(k, v) => {
+                let new = !model.contains_key(&k);
+                model.entry(k).or_insert(v);
+                Some(u64::from(new))
+            }
+            Op::Remove(k) => model.remove(&k),
+        }
+    }
+}
+
+/// A lookup of `key` while a writer runs `script`, on a table of `buckets` buckets per segment
+/// into which `setup` was inserted first.
+struct Scenario {
+    buckets: u64,
+    setup: Vec<(u64, u64)>,
+    script: Vec<Op>,
+    key: u64,
+    max_hand_overs: usize,
+}
+
+/// A scenario played on the model (a map), one operation at a time.
+struct Model {
+    /// The key's value after each prefix of the script (index `j`: after `j` operations).
+    values: Vec<Option<u64>>,
+    /// The whole contents after all of it.
+    end: BTreeMap<u64, u64>,
+    /// What each operation returns (see [`Op::apply`]).
+    returns: Vec<Option<u64>>,
+}
+
+/// One schedule's outcome.
+struct Run {
+    /// The choices made at its choice points.
+    choices: Vec<bool>,
+    /// What the lookup returned.
+    found: Option<u64>,
+    /// The script prefixes the lookup overlapped: `(first, last)` operations done.
+    window: (usize, usize),
+}
+
+/// What the schedules of a scenario showed.
+#[derive(Debug, Default)]
+struct Explored {
+    schedules: usize,
+    /// Each result the lookup returned, with how many schedules returned it.
+    results: BTreeMap<Option<u64>, usize>,
+    /// The most keys a run's writer displaced, the deepest directory and the most segments it
+    /// left.
+    displacements: u64,
+    global_depth: u64,
+    segments: usize,
+}
+
+impl Scenario {
+    /// What the model says of the script.
+    fn model(&self) -> Model {
+        let mut model: BTreeMap<u64, u64> = self.setup.iter().copied().collect();
+        let mut values = vec![model.get(&self.key).copied()];
+        let mut returns = Vec::new();
+        for op in &self.script {
+            returns.push(op.apply(&mut model));
+            values.push(model.get(&self.key).copied());
+        }
+        Model {
+            values,
+            end: model,
+            returns,
+        }
+    }
+
+    /// Run every schedule; panic at the first whose lookup returns a value no prefix of the
+    /// script it overlapped explains.
+    fn explore(&self) -> Explored {
+        let Model {
+            values,
+            end: final_model,
+            returns,
+        } = self.model();
+        let mut explored = Explored::default();
+        let mut replay = Vec::new();
+        loop {
+            let heap = heap();
+            let run = self.run_once(&heap, replay.clone(), &returns, &final_model);
+            let Run {
+                choices,
+                found,
+                window,
+            } = run.0;
+            explored.displacements = explored.displacements.max(run.1);
+            explored.global_depth = explored.global_depth.max(run.2);
+            explored.segments = explored.segments.max(run.3);
+            let (first, last) = window;
+            assert!(
+                values[first..=last].contains(&found),
+                "schedule {choices:?}: the lookup of {} returned {found:?}, but overlapping \
+                 operations {first}..{last} of {:?} only explain {:?}",
+                self.key,
+                self.script,
+                &values[first..=last],
+            );
+            explored.schedules += 1;
+            *explored.results.entry(found).or_default() += 1;
+            // Depth first: the last choice that went on is tried as a hand-over next.
+            let Some(last_go_on) = choices.iter().rposition(|&hand_over| !hand_over) else {
+                return explored;
+            };
+            replay = choices[..last_go_on].to_vec();
+            replay.push(true);
+        }
+    }
+
+    /// One schedule: the lookup's result, the choices made, and the span of script prefixes
+    /// the lookup overlapped.
+    fn run_once(
+        &self,
+        heap: &Heap,
+        replay: Vec<bool>,
+        returns: &[Option<u64>],
+        final_model: &BTreeMap<u64, u64>,
+    ) -> (Run, u64, u64, usize) {
+        let config = CcehConfig {
+            buckets_per_segment: self.buckets,
+        };
+        let table = Cceh::create(heap, heap.pool().root_offset(), config).unwrap();
+        for &(k, v) in &self.setup {
+            assert!(table.insert(k, v).unwrap());
+        }
+        let baton = Arc::new(Baton::new(replay, self.max_hand_overs));
+        let (found, window) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _finish = Finish(&baton, Who::Writer);
+                baton.start(Who::Writer);
+                let hook = Arc::clone(&baton);
+                STEP_HOOK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move |_| hook.stop(Who::Writer)));
+                });
+                for (op, &expected) in self.script.iter().zip(returns) {
+                    baton.stop(Who::Writer);
+                    baton.lock().ops_started += 1;
+                    let got = match *op {
+                        Op::Insert(k, v) => Some(u64::from(table.insert(k, v).unwrap())),
+                        Op::Remove(k) => table.remove(k).unwrap(),
+                    };
+                    baton.lock().ops_finished += 1;
+                    assert_eq!(got, expected, "{op:?}");
+                }
+                STEP_HOOK.with(|h| *h.borrow_mut() = None);
+            });
+            let _finish = Finish(&baton, Who::Reader);
+            baton.start(Who::Reader);
+            baton.stop(Who::Reader);
+            let first = baton.lock().ops_finished;
+            let found = table
+                .get_observed(self.key, |_| baton.stop(Who::Reader))
+                .unwrap();
+            let last = baton.lock().ops_started;
+            (found, (first, last))
+        });
+        let contents: BTreeMap<u64, u64> = table.iter().unwrap().collect();
+        assert_eq!(&contents, final_model, "the script's end state");
+        let choices = baton.lock().choices.clone();
+        let run = Run {
+            choices,
+            found,
+            window,
+        };
+        let segments = table.segments().unwrap().len();
+        let depth = table.global_depth().unwrap();
+        (run, table.displacements(), depth, segments)
+    }
+}
+
+#[test]
+fn a_lookup_sees_an_insert_whole_or_not_at_all() {
+    let key = 42;
+    let explored = Scenario {
+        buckets: 16,
+        setup: vec![],
+        script: vec![Op::Insert(key, 7)],
+        key,
+        max_hand_overs: usize::MAX,
+    }
+    .explore();
+    assert!(explored.schedules >= 4, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [None, Some(7)],
+        "both before and after were seen: {explored:?}"
+    );
+}
+
+#[test]
+fn a_lookup_never_pairs_its_key_with_the_value_of_a_key_that_reused_its_slot() {
+    // Two keys with the same home bucket: once the first is removed, the second takes its slot.
+    let mut homes = keys_at_home(5, 1);
+    let (key, other) = (homes.next().unwrap(), homes.next().unwrap());
+    let explored = Scenario {
+        buckets: 16,
+        setup: vec![(key, 7)],
+        script: vec![Op::Remove(key), Op::Insert(other, 9), Op::Insert(key, 8)],
+        key,
+        max_hand_overs: 3,
+    }
+    .explore();
+    assert!(explored.schedules >= 20, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [None, Some(7), Some(8)],
+        "{explored:?}"
+    );
+}
+
+#[test]
+fn a_lookup_finds_a_key_that_a_displacement_moves_at_any_point() {
+    // As in lookup.rs: the window of bucket 0 is full, and making room for one more home-0 key
+    // moves the key under test (home 3) from bucket 3 to bucket 4.
+    let mut zeros = keys_at_home(0, 1);
+    let key = keys_at_home(3, 1).next().unwrap();
+    let mut setup: Vec<(u64, u64)> = zeros.by_ref().take(12).map(|k| (k, 0)).collect();
+    setup.push((key, 33));
+    setup.extend(zeros.by_ref().take(3).map(|k| (k, 0)));
+    let explored = Scenario {
+        buckets: 16,
+        setup,
+        script: vec![Op::Insert(zeros.next().unwrap(), 99)],
+        key,
+        max_hand_overs: usize::MAX,
+    }
+    .explore();
+    assert!(explored.displacements >= 1, "{explored:?}");
+    assert_eq!(explored.global_depth, 0, "nothing split: {explored:?}");
+    assert!(explored.schedules >= 10, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [Some(33)],
+        "{explored:?}"
+    );
+}
+
+#[test]
+fn a_lookup_survives_a_doubling_and_a_split_that_reuse_its_slot_at_any_point() {
+    // One segment of four buckets holding the key under test (hash top bit 1) and keys with
+    // top bit 0: the insert that finds it full doubles the directory, splits the segment (the
+    // key moves to the new one) and takes the key's stale slot in the old one.
+    let key = keys_with_top_bit(1, 1).next().unwrap();
+    let fillers: Vec<u64> = keys_with_top_bit(0, 1_000).take(64).collect();
+    let setup_fillers = fillers_before_the_split(key, &fillers);
+    let mut setup = vec![(key, 77)];
+    setup.extend(fillers[..setup_fillers].iter().map(|&k| (k, 1)));
+    let explored = Scenario {
+        buckets: 4,
+        setup,
+        script: vec![Op::Insert(fillers[setup_fillers], 2)],
+        key,
+        max_hand_overs: 3,
+    }
+    .explore();
+    assert_eq!(explored.global_depth, 1, "{explored:?}");
+    assert!(explored.schedules >= 50, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [Some(77)],
+        "{explored:?}"
+    );
+}
+
+/// How many of `fillers` go into a four-bucket table holding `key` before the one whose insert
+/// doubles the directory, splits, and reuses the slot `key` leaves behind.
+fn fillers_before_the_split(key: u64, fillers: &[u64]) -> usize {
+    let heap = heap();
+    let config = CcehConfig {
+        buckets_per_segment: 4,
+    };
+    let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+    table.insert(key, 77).unwrap();
+    let place = table.locate(hash(key)).unwrap();
+    let slot = table.find(&place, key, hash(key)).unwrap().unwrap();
+    for (i, &filler) in fillers.iter().enumerate() {
+        table.insert(filler, 1).unwrap();
+        if table.global_depth().unwrap() > 0 {
+            assert_ne!(
+                table.word(slot).unwrap(),
+                key,
+                "the splitting insert reuses the key's stale slot"
+            );
+            return i;
+        }
+    }
+    panic!(
+        "{} fillers never split a four-bucket segment",
+        fillers.len()
+    );
+}
+
+#[test]
+fn a_lookup_survives_a_split_without_doubling_at_any_point() {
+    let split = SplitWithoutDoubling::find();
+    let explored = Scenario {
+        buckets: 4,
+        setup: split.setup.clone(),
+        script: vec![Op::Insert(split.splitting_filler, 2)],
+        key: split.key,
+        max_hand_overs: 3,
+    }
+    .explore();
+    assert_eq!(
+        explored.global_depth, split.global_depth,
+        "no doubling: {explored:?}"
+    );
+    assert_eq!(
+        explored.segments,
+        split.segments + 1,
+        "one split: {explored:?}"
+    );
+    assert!(explored.schedules >= 50, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [Some(split.value)],
+        "{explored:?}"
+    );
+}
+
+/// A four-bucket table whose next insert splits a segment spanning four directory entries
+/// (so that every step of a split writes an entry) without doubling the directory, and a key
+/// of that segment that moves to the new one.
+struct SplitWithoutDoubling {
+    setup: Vec<(u64, u64)>,
+    key: u64,
+    value: u64,
+    splitting_filler: u64,
+    global_depth: u64,
+    segments: usize,
+}
+
+impl SplitWithoutDoubling {
+    fn find() -> SplitWithoutDoubling {
+        use super::hashing::{moves_at_split, prefix};
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 4,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        let mut setup = Vec::new();
+        let mut next = 1..;
+        // Grow the table until some segment spans four entries or more.
+        let (local, pattern) = loop {
+            let k = next.next().unwrap();
+            assert!(table.insert(k, k + 100).unwrap());
+            setup.push((k, k + 100));
+            let depth = table.global_depth().unwrap();
+            let wide = table
+                .segments()
+                .unwrap()
+                .into_iter()
+                .find(|&(_, _, local)| local + 2 <= depth);
+            if let Some((start, _, local)) = wide {
+                break (local, start >> (depth - local));
+            }
+        };
+        let in_segment = |k: u64| prefix(hash(k), local) == pattern;
+        let &(key, value) = setup
+            .iter()
+            .find(|&&(k, _)| in_segment(k) && moves_at_split(hash(k), local))
+            .expect("a key of the wide segment that a split moves");
+        let global_depth = table.global_depth().unwrap();
+        let segments = table.segments().unwrap().len();
+        // Fill the segment with keys that stay until the insert that splits it.
+        for filler in next.filter(|&k| in_segment(k) && !moves_at_split(hash(k), local)) {
+            table.insert(filler, 1).unwrap();
+            if table.segments().unwrap().len() > segments {
+                assert_eq!(table.global_depth().unwrap(), global_depth);
+                return SplitWithoutDoubling {
+                    setup,
+                    key,
+                    value,
+                    splitting_filler: filler,
+                    global_depth,
+                    segments,
+                };
+            }
+            setup.push((filler, 1));
+        }
+        unreachable!("the key range is endless")
+    }
+}

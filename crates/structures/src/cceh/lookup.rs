@@ -1,0 +1,330 @@
+//! The lock-free lookup ([`Cceh::get`], [`Cceh::get_batch`]) and the prefetching of a key's
+//! lookup path that lookups, writers and the helper thread share.
+//!
+//! A lookup takes no lock and never waits for a writer. It pins a `crossbeam-epoch` guard (so
+//! no directory it loads is freed under it), reads the directory pointer and the key's entry,
+//! scans the probing window with acquire loads, loads a found key's value and then the key
+//! again (a slot reused in between means a rescan), and at the end checks that the directory
+//! pointer and the key's entry are the ones it started from: a split or doubling that ran
+//! meanwhile means a retry from the top. Why each writer's store order keeps this right is
+//! told where the stores are: `write.rs` (slot commits), `displace.rs` (moves), `split.rs`
+//! (splits and doublings); `interleaving.rs` checks it schedule by schedule.
+
+use std::ops::Deref;
+
+use crossbeam_epoch as epoch;
+
+use pmem_ordering::{Backend, Pool};
+
+use super::hashing::{hash, prefix};
+use super::layout::{bucket_word, key_word, line_keys, segment_word_offset, value_word};
+use super::layout::{Directory, Entry};
+use super::Cceh;
+use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
+
+/// Lookups of [`Cceh::get_batch`] under one epoch guard.
+const BATCH_PIN_CHUNK: usize = 1024;
+
+/// Points of a lookup where tests may interfere (see `Cceh::get_observed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LookupStep {
+    /// The directory entry was read; the window is next.
+    Located,
+    /// The keys of one bucket were read (and compared with the key looked up).
+    BucketRead,
+    /// The key was found and its value loaded; the key is loaded again next.
+    ValueRead,
+    /// The window was scanned; the directory pointer and entry are checked next.
+    Scanned,
+}
+
+impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+    /// The values of `keys`, in order ([`Cceh::get`] for each), with the lookup path of the
+    /// key `ahead` places on prefetched before each lookup, so the cache misses of several
+    /// lookups overlap (the inline prefetch of [`super::BatchOptions::inline_prefetch`], for
+    /// reads). Key 0 anywhere in the batch is refused before anything is looked up.
+    pub fn get_batch(&self, keys: &[u64], ahead: usize) -> Result<Vec<Option<u64>>, CcehError> {
+        if keys.contains(&EMPTY_KEY) {
+            return Err(CcehError::ReservedKey);
+        }
+        let ahead = ahead.max(1);
+        let mut values = Vec::with_capacity(keys.len());
+        // One guard per chunk: the lookups inside pin for free, and a doubling waiting for the
+        // epoch waits for one chunk at most.
+        for (c, chunk) in keys.chunks(BATCH_PIN_CHUNK).enumerate() {
+            let guard = epoch::pin();
+            for (i, &key) in chunk.iter().enumerate() {
+                if let Some(&next) = keys.get(c * BATCH_PIN_CHUNK + i + ahead) {
+                    self.prefetch_path(hash(next));
+                }
+                values.push(self.lookup(key, &guard, |_| ())?);
+            }
+        }
+        Ok(values)
+    }
+
+    /// The value of `key`, if present. Takes no lock and never waits for a writer, not even
+    /// for a split or doubling (see [`Cceh`]).
+    ///
+    /// Each call pins the epoch, a locked instruction on x86 and so a full barrier that no
+    /// later load passes: the key's window is prefetched before it, so the window's cache miss
+    /// overlaps the pin (and whatever the pin waits for) instead of following it.
+    pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        self.get_observed(key, |_| ())
+    }
+
+    /// [`Cceh::get`], calling `observe` at each step of the lookup: tests use it to change the
+    /// table under a lookup at a chosen point, deterministically.
+    pub(super) fn get_observed(
+        &self,
+        key: u64,
+        observe: impl FnMut(LookupStep),
+    ) -> Result<Option<u64>, CcehError> {
+        // Pinning is a full barrier, which no later load passes: the window is prefetched
+        // first (a hint only, safe on a directory being freed), so its miss overlaps the pin
+        // and whatever the pin waits for.
+        self.prefetch_path(hash(key));
+        // Pinned, no directory this lookup loads can be freed under it (a doubling retires
+        // the old one and frees it only after every guard pinned before has gone).
+        let guard = epoch::pin();
+        self.lookup(key, &guard, observe)
+    }
+
+    /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning).
+    ///
+    /// Written for the CPU to overlap one lookup's cache miss with the next one's: few
+    /// instructions, one range check per segment and per bucket, and no branch on where in a
+    /// bucket the key is (see `scan_keys`).
+    #[inline(always)]
+    fn lookup(
+        &self,
+        key: u64,
+        _guard: &epoch::Guard,
+        mut observe: impl FnMut(LookupStep),
+    ) -> Result<Option<u64>, CcehError> {
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey);
+        }
+        let h = hash(key);
+        let home = self.shape.home(h);
+        loop {
+            let directory = self.current_directory()?;
+            let found = self.locate_in(directory, h).and_then(|place| {
+                observe(LookupStep::Located);
+                let segment = self.segment_words(place.segment)?;
+                'scan: loop {
+                    for step in 0..PROBE_BUCKETS {
+                        let first = bucket_word(self.shape.bucket_after(home, step));
+                        let Some(keys) = segment.keys_of_line(first) else {
+                            return Err(
+                                self.bad_offset(segment_word_offset(place.segment, first), 64)
+                            );
+                        };
+                        observe(LookupStep::BucketRead);
+                        if let Some(slot) = scan_keys(&keys, key) {
+                            // The value is loaded after the key, and the key again after the
+                            // value: a slot reused in between means a rescan.
+                            let at = key_word(first, slot);
+                            let value = segment.load(value_word(at));
+                            observe(LookupStep::ValueRead);
+                            if segment.load(at) != key {
+                                continue 'scan;
+                            }
+                            return Ok((place, Some(value)));
+                        }
+                    }
+                    return Ok((place, None));
+                }
+            });
+            match found {
+                // The key's entry unchanged means no split of its segment (and no doubling)
+                // completed or started during the scan: the segment scanned was its home all
+                // along, and no slot of it was reused for a key that moved away by a split.
+                Ok((place, value)) => {
+                    observe(LookupStep::Scanned);
+                    if self.current_directory()? == directory
+                        && self.word(place.entry_offset())? == place.entry()
+                    {
+                        return Ok(value);
+                    }
+                }
+                // An error reading a directory that was swapped meanwhile (one a failed doubling
+                // allocated and gave back) is no error of the table: read again.
+                Err(e) => {
+                    if self.current_directory()? == directory {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn locate(&self, h: u64) -> Result<Place, CcehError> {
+        self.locate_in(self.current_directory()?, h)
+    }
+
+    /// Where `h` leads in `directory`.
+    #[inline(always)]
+    pub(super) fn locate_in(&self, directory: Directory, h: u64) -> Result<Place, CcehError> {
+        let global_depth = self.word(directory.depth())?;
+        if global_depth > MAX_DEPTH {
+            return Err(CcehError::Corrupt {
+                root: self.root.offset(),
+                reason: format!(
+                    "directory {:#x} has global depth {global_depth}",
+                    directory.offset()
+                ),
+            });
+        }
+        let index = prefix(h, global_depth);
+        let entry = Entry::from_word(self.word(directory.entry(index))?);
+        Ok(Place {
+            directory,
+            global_depth,
+            index,
+            segment: entry.segment,
+            local_depth: entry.local_depth,
+        })
+    }
+
+    /// Prefetch the lookup path of hash `h`: directory entry, then the window's four buckets.
+    /// Loads only, without a guard or a lock: any of them may see a directory that a split is
+    /// changing, and the worst outcome is a prefetch of the wrong line (pool loads are bounds
+    /// checked, and out-of-pool prefetches are ignored).
+    pub(super) fn prefetch_path(&self, h: u64) {
+        if let Some(segment) = self.peek_segment(h) {
+            self.prefetch_window(segment, h);
+        }
+    }
+
+    /// The segment the current directory names for hash `h`, read without a guard or a lock
+    /// (see [`Cceh::prefetch_path`]); `None` where an offset falls outside the pool.
+    #[inline]
+    fn peek_segment(&self, h: u64) -> Option<u64> {
+        let directory = Directory::at(self.peek(self.root.directory())?);
+        let depth = self.peek(directory.depth())?;
+        let entry = self.peek(directory.entry(prefix(h, depth.min(MAX_DEPTH))))?;
+        Some(Entry::from_word(entry).segment)
+    }
+
+    /// Prefetch the four buckets of `h`'s window in `segment` (nothing outside the pool).
+    pub(super) fn prefetch_window(&self, segment: u64, h: u64) {
+        let home = self.shape.home(h);
+        for step in 0..PROBE_BUCKETS {
+            let bucket = self.shape.bucket_after(home, step);
+            self.prefetch_word(self.shape.slot(segment, bucket, 0));
+        }
+    }
+}
+
+/// The slot (0..4) of `bucket` holding `key`, if any (see [`scan_keys`]).
+#[inline(always)]
+pub(super) fn scan_bucket(bucket: &[u64; 8], key: u64) -> Option<usize> {
+    scan_keys(&line_keys(bucket), key)
+}
+
+/// The slot (0..4) holding `key` among a bucket's four keys, if any. The four keys are compared
+/// into a bit mask rather than branched on one by one: a branch on which slot holds the key
+/// would be mispredicted, and a mispredicted branch waiting on a cache miss keeps the CPU from
+/// starting the next lookup's miss meanwhile. The one branch left (is the key in this bucket?)
+/// is mostly right, as most keys sit in their home bucket.
+#[inline(always)]
+pub(super) fn scan_keys(keys: &[u64; 4], key: u64) -> Option<usize> {
+    let hits = (0..SLOTS_PER_BUCKET as usize)
+        .fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s));
+    (hits != 0).then(|| hits.trailing_zeros() as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_heap::{heap, keys_at_home, keys_with_top_bit};
+    use super::super::CcehConfig;
+    use super::*;
+
+    #[test]
+    fn a_bucket_scan_finds_the_first_slot_holding_the_key() {
+        assert_eq!(scan_keys(&[5, 6, 7, 6], 6), Some(1));
+        assert_eq!(scan_keys(&[5, 6, 7, 8], 9), None);
+        assert_eq!(scan_bucket(&[5, 6, 7, 8, 9, 10, 11, 12], 9), Some(2));
+        assert_eq!(
+            scan_bucket(&[5, 6, 7, 8, 9, 10, 11, 12], 6),
+            None,
+            "6 is a value"
+        );
+    }
+
+    #[test]
+    fn a_lookup_survives_a_split_and_a_doubling_under_it_that_reuse_its_slot() {
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 4,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        // One segment, global depth 0. The key that moves at the first split has top bit 1.
+        let key = keys_with_top_bit(1, 1).next().unwrap();
+        table.insert(key, 77).unwrap();
+        let old = table.locate(hash(key)).unwrap();
+        let slot = table.find(&old, key, hash(key)).unwrap().unwrap();
+        let mut interfered = false;
+        let found = table
+            .get_observed(key, |step| {
+                if interfered || step != LookupStep::Located {
+                    return;
+                }
+                interfered = true;
+                // Fill the segment until it splits (the directory doubles to depth 1), then
+                // insert keys that stay in the old segment until one takes the moved key's
+                // stale slot. The lookup has already read the old directory.
+                let mut fillers = keys_with_top_bit(0, 1_000);
+                while table.global_depth().unwrap() == 0 {
+                    table.insert(fillers.next().unwrap(), 1).unwrap();
+                }
+                while table.word(slot).unwrap() == key {
+                    table.insert(fillers.next().unwrap(), 1).unwrap();
+                }
+                assert_eq!(table.global_depth().unwrap(), 1, "no second doubling");
+            })
+            .unwrap();
+        assert!(interfered);
+        assert_eq!(found, Some(77));
+    }
+
+    #[test]
+    fn a_lookup_finds_its_key_when_a_displacement_moves_it_mid_scan() {
+        let heap = heap();
+        let config = CcehConfig {
+            buckets_per_segment: 16,
+        };
+        let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
+        // Buckets 0-2 full of keys at home in bucket 0, then the key under test (home 3) in
+        // bucket 3, then three more home-0 keys: the window of bucket 0 is full, and only the
+        // key under test can leave it (to bucket 4), making room for a chain of moves.
+        let mut zeros = keys_at_home(0, 1);
+        for _ in 0..12 {
+            table.insert(zeros.next().unwrap(), 0).unwrap();
+        }
+        let key = keys_at_home(3, 1).next().unwrap();
+        table.insert(key, 33).unwrap();
+        for _ in 0..3 {
+            table.insert(zeros.next().unwrap(), 0).unwrap();
+        }
+        let newcomer = zeros.next().unwrap();
+        let mut buckets_read = 0;
+        let found = table
+            .get_observed(key, |step| {
+                if step == LookupStep::BucketRead {
+                    buckets_read += 1;
+                    // The lookup has just found the key in its home bucket: move it now.
+                    if buckets_read == 1 {
+                        assert!(table.insert(newcomer, 99).unwrap());
+                    }
+                }
+            })
+            .unwrap();
+        assert!(table.displacements() >= 1, "the newcomer displaced keys");
+        assert_eq!(table.global_depth().unwrap(), 0, "and nothing split");
+        assert_eq!(found, Some(33));
+        assert_eq!(table.get(newcomer).unwrap(), Some(99));
+    }
+}

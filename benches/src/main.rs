@@ -551,14 +551,15 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    let mut report = Report::new(setup, &measurements, &tx_measurements).with_pmdk(pmdk);
+    let mut report = Report::new(setup, &measurements, &tx_measurements);
+    report.pmdk = pmdk;
     if selection.measures(Structure::Cceh) {
         progress.next();
         progress.line(&format!(
             "cceh: {} keys x 4 fresh tables x {} rounds",
             cceh_plan.keys, cceh_plan.rounds
         ));
-        report = report.with_cceh(ccehbench::measure(
+        report.cceh = Some(ccehbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -572,7 +573,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             "fastfair: {} keys x 3 policies x {} rounds",
             fastfair_plan.keys, fastfair_plan.rounds
         ));
-        report = report.with_fastfair(fastfairbench::measure(
+        report.fastfair = Some(fastfairbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -589,7 +590,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             datalogbench::WRITE_SIZES.len(),
             datalog_plan.rounds
         ));
-        report = report.with_datalog(datalogbench::measure(
+        report.datalog = Some(datalogbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -616,38 +617,14 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         let bar = progress_bar(m.total_runs());
         let results = run_matrix(m, &ycsb_setup, &bar_callback(&bar))?;
         bar.finish_and_clear();
-        report = report.with_ycsb(results);
+        report.ycsb = Some(results);
     }
     progress.done();
 
-    println!("{}", report.header());
-    if !measurements.is_empty() {
-        println!("{}", report.method());
-        println!();
-        print!("{}", report.table());
-        println!();
-        print!("{}", report.legend());
-        println!();
-    }
-    if !tx_measurements.is_empty() {
-        println!("{}", report.tx_method());
-        println!();
-        print!("{}", report.tx_tables());
-    }
-    for table in [
-        report.cceh.as_ref().map(|_| report.cceh_table()),
-        report.fastfair.as_ref().map(|_| report.fastfair_table()),
-        report.datalog.as_ref().map(|_| report.datalog_table()),
-        report.ycsb.as_ref().map(|_| report.ycsb_tables()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        print!("{table}");
-        println!();
-    }
-    if selection.runs(SectionArg::Pmdk) || cli.section.is_empty() {
-        print!("{}", report.pmdk_tables());
+    print!("{}", report.text());
+    if report.pmdk.is_none() && cli.section.is_empty() {
+        // A default run built without the feature says where the PMDK comparison would be.
+        println!("{PMDK_HINT}");
     }
     if let Some(plot_dir) = &cli.plot {
         for path in plot(plot_dir, &report, &measurements)? {

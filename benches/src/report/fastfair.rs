@@ -1,0 +1,101 @@
+//! The FAST&FAIR section ([`crate::fastfairbench`]): one row per shift policy and operation.
+
+use super::block::{format_ns, format_opt_ns, format_rate, Block};
+use super::{Report, ReportSection};
+use crate::fastfairbench::{FastFairResults, FASTFAIR_HEAP_POLICY, SCAN_KEYS};
+
+/// The FAST&FAIR table.
+pub(super) struct FastFair;
+
+/// What the section measured and how.
+fn title(f: &FastFairResults) -> String {
+    format!(
+        "fastfair: {} uniformly random distinct keys inserted one call at a time into a fresh \
+         tree per shift policy ({}-byte nodes), each on its own heap ({} fences for splits \
+         and merges) in a fresh {} MiB pool file in the same directory, same granularity; \
+         then every key looked up in a random order and {} scans of {} keys from random \
+         keys; ops/s: median of {} rounds, the policies' order rotated each round; p50/p99: \
+         every {}th call timed on its own with Instant; fences/op, flushes/op, media B/op \
+         (bytes flushed or stored non-temporally): thread_stats over the phase, splits \
+         included",
+        f.keys,
+        f.node_size,
+        FASTFAIR_HEAP_POLICY.name(),
+        f.pool_bytes >> 20,
+        f.scans,
+        SCAN_KEYS,
+        f.rounds,
+        f.latency_every,
+    )
+}
+
+fn rows(f: &FastFairResults) -> Vec<Vec<String>> {
+    f.rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.policy.clone(),
+                r.operation.clone(),
+                format_rate(r.ops_per_sec),
+                format_ns(r.ns_per_op),
+                format_opt_ns(r.p50_ns),
+                format_opt_ns(r.p99_ns),
+                format!("{:.2}", r.fences_per_op),
+                format!("{:.2}", r.flushes_per_op),
+                format!("{:.0}", r.media_bytes_per_op),
+            ]
+        })
+        .collect()
+}
+
+/// The footnotes of the table.
+fn legend(f: &FastFairResults) -> Vec<String> {
+    vec![
+        format!(
+            "p50/p99: one call timed at a time, the timer included (an empty timed section \
+             takes {:.0} ns here)",
+            f.timer_ns
+        ),
+        format!(
+            "tree: {:.1} bytes per key (nodes and redo area the heap allocated, FAST tree), \
+             {} levels",
+            f.tree_bytes_per_key, f.height
+        ),
+        format!(
+            "insert throughput over per-shift (median of the rounds' ratios): redo-logged \
+             {:.2}x, FAST {:.2}x",
+            f.redo_over_per_shift, f.fast_over_per_shift
+        ),
+        format!("seed 001's claim C8, quoted: \"{}\"", f.claim),
+        format!(
+            "to beat, quoted from the issue, not measured by us: \"{}\"",
+            f.reference
+        ),
+    ]
+}
+
+impl ReportSection for FastFair {
+    fn blocks(&self, report: &Report) -> Vec<Block> {
+        let Some(f) = &report.fastfair else {
+            return Vec::new();
+        };
+        vec![Block {
+            title: Some(title(f)),
+            header: vec![
+                "policy",
+                "operation",
+                "ops/s",
+                "ns/op",
+                "p50 ns",
+                "p99 ns",
+                "fences/op",
+                "flushes/op",
+                "media B/op",
+            ],
+            rows: rows(f),
+            text_columns: &[0, 1],
+            group_gaps: true,
+            legend: legend(f),
+        }]
+    }
+}

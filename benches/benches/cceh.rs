@@ -28,9 +28,9 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use pmem_bench::ccehbench::{
-    batch_options, get_all, insert_all, items, random_keys, remove_all, shuffled, CcehHeap,
-    LookAhead, CCEH_KEYS,
+    batch_options, get_all, insert_all, items, remove_all, CcehHeap, LookAhead, CCEH_KEYS,
 };
+use pmem_bench::keys::{random_keys, shuffled};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 

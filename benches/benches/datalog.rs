@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pmem_bench::datalogbench::{
-    overwrite_all, payload, prepare, random_offsets, read_all, DatalogHeap, FILE_BYTES, MODES,
-    READ_BYTES, WRITE_SIZES,
+    overwrite_all, payload, prepare, read_all, DatalogHeap, FILE_BYTES, MODES, READ_BYTES,
+    WRITE_SIZES,
 };
+use pmem_bench::keys::random_offsets;
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 use pmem_structures::datalog::{WriteMode, PAGE};

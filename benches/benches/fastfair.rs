@@ -22,10 +22,8 @@ use std::time::{Duration, Instant};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use pmem_bench::ccehbench::shuffled;
-use pmem_bench::fastfairbench::{
-    get_all, insert_all, random_keys, scan_all, FastFairHeap, FASTFAIR_KEYS,
-};
+use pmem_bench::fastfairbench::{get_all, insert_all, scan_all, FastFairHeap, FASTFAIR_KEYS};
+use pmem_bench::keys::{random_keys_except_max, shuffled};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 use pmem_structures::fastfair::ShiftPolicy;
@@ -37,7 +35,7 @@ const SCANS: usize = 10_000;
 
 fn bench_fastfair(c: &mut Criterion) {
     let dir = default_pool_dir();
-    let keys = random_keys(FASTFAIR_KEYS, 0xFA57);
+    let keys = random_keys_except_max(FASTFAIR_KEYS, 0xFA57);
     let lookups = shuffled(&keys, 0x6E7);
     let starts: Vec<u64> = shuffled(&keys, 0x5CA).into_iter().take(SCANS).collect();
     let n = keys.len() as u64;

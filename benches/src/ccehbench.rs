@@ -39,9 +39,9 @@ use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, Heap, TxError};
 use serde::Serialize;
 
+use crate::keys::{random_keys, shuffled};
 use crate::phase::{check_count, ns, CountError, Phase};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
-use crate::txbench::Rng;
 
 /// Keys of a default `pmem-bench` run.
 pub const CCEH_KEYS: u64 = 1_000_000;
@@ -71,31 +71,6 @@ pub fn pool_size(keys: u64) -> u64 {
     (keys.saturating_mul(POOL_BYTES_PER_KEY))
         .next_power_of_two()
         .max(16 << 20)
-}
-
-/// `n` distinct, nonzero, uniformly random keys, from `seed`.
-pub fn random_keys(n: u64, seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    let mut seen = std::collections::HashSet::with_capacity(n as usize);
-    let mut keys = Vec::with_capacity(n as usize);
-    while keys.len() < n as usize {
-        let k = rng.next_u64();
-        if k != 0 && seen.insert(k) {
-            keys.push(k);
-        }
-    }
-    keys
-}
-
-/// A copy of `keys` in a random order (Fisher-Yates, from `seed`).
-pub fn shuffled(keys: &[u64], seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    let mut out = keys.to_vec();
-    for i in (1..out.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        out.swap(i, j);
-    }
-    out
 }
 
 /// The value stored with `key`.
@@ -645,21 +620,6 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_distinct_nonzero_and_shuffles_are_permutations() {
-        let keys = random_keys(10_000, 1);
-        assert_eq!(keys.len(), 10_000);
-        assert!(keys.iter().all(|&k| k != 0));
-        let mut sorted = keys.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), keys.len());
-        let mut again = shuffled(&keys, 2);
-        assert_ne!(again, keys);
-        again.sort_unstable();
-        assert_eq!(again, sorted);
-    }
 
     #[test]
     fn parts_cover_everything_once() {

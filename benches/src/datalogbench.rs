@@ -30,9 +30,9 @@ use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode,
 use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
+use crate::keys::random_offsets;
 use crate::phase::{percentile, timer_overhead_ns, Phase};
 use crate::poolfile::{HeapFile, SetupError};
-use crate::txbench::Rng;
 
 /// The file size of a default run (the 64 MB file).
 pub const FILE_BYTES: u64 = 64 << 20;
@@ -124,14 +124,6 @@ pub fn prepare(store: &Store<'_>, file_bytes: u64) -> Result<FileId, DatalogErro
         at += len as u64;
     }
     Ok(id)
-}
-
-/// `n` uniformly random offsets aligned to `size` inside a file of `file_bytes`.
-pub fn random_offsets(n: usize, file_bytes: u64, size: u64, seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    (0..n)
-        .map(|_| rng.below(file_bytes / size) * size)
-        .collect()
 }
 
 /// The bytes every write of `size` bytes writes.
@@ -412,13 +404,6 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn offsets_are_aligned_and_inside_the_file() {
-        let offsets = random_offsets(1000, 1 << 20, 256, 3);
-        assert!(offsets.iter().all(|&o| o % 256 == 0 && o + 256 <= 1 << 20));
-        assert!(offsets.iter().any(|&o| o != offsets[0]));
-    }
 
     #[test]
     fn pool_sizes_leave_room_for_churn() {

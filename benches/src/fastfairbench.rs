@@ -3,7 +3,8 @@
 //! Every tree is made fresh, with 512-byte nodes ([`FastFairConfig::default`]'s size), on its
 //! own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched fences for the split and merge transactions) in
 //! its own pool file in the run's pool directory ([`FastFairHeap`]). The keys are uniformly
-//! random and distinct ([`random_keys`], the generator the CCEH section uses), generated before
+//! random and distinct ([`random_keys_except_max`]: the CCEH section's keys without the
+//! reserved `u64::MAX`), generated before
 //! anything is timed, as are the random orders of the lookups and the scans' start keys; the
 //! value of a key is [`value_of`] it, so a lookup can be checked.
 //!
@@ -27,7 +28,7 @@ use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPo
 use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
-use crate::ccehbench::shuffled;
+use crate::keys::{random_keys_except_max, shuffled};
 use crate::phase::{check_count, ns, timer_overhead_ns, CountError, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 
@@ -64,14 +65,6 @@ pub fn pool_size(keys: u64) -> u64 {
     keys.saturating_mul(POOL_BYTES_PER_KEY)
         .next_power_of_two()
         .max(16 << 20)
-}
-
-/// `n` distinct, uniformly random keys from `seed` (none is the reserved `u64::MAX`).
-pub fn random_keys(n: u64, seed: u64) -> Vec<u64> {
-    let mut keys = crate::ccehbench::random_keys(n + 1, seed);
-    keys.retain(|&k| k != u64::MAX);
-    keys.truncate(n as usize);
-    keys
 }
 
 /// The value stored with `key`.
@@ -337,7 +330,7 @@ pub fn measure(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<FastFairResults, FastFairBenchError> {
     let n = plan.keys;
-    let keys = random_keys(n, 0xFA57);
+    let keys = random_keys_except_max(n, 0xFA57);
     let get_order = shuffled(&keys, 0x6E7);
     let scan_starts: Vec<u64> = shuffled(&keys, 0x5CA)
         .into_iter()
@@ -454,17 +447,6 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_distinct_and_never_the_reserved_key() {
-        let keys = random_keys(10_000, 3);
-        assert_eq!(keys.len(), 10_000);
-        assert!(keys.iter().all(|&k| k != u64::MAX));
-        let mut sorted = keys.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), keys.len());
-    }
 
     #[test]
     fn a_quick_measurement_counts_every_operation() {

@@ -26,11 +26,12 @@ use std::ptr::NonNull;
 use pmem_ordering::{FlushKind, Granularity, Isa, PoolError};
 use pmem_undo_log::{FencePolicy, TxError, TxStats};
 
+use crate::keys::{below, SplitMix64};
 use crate::measure::{time_side_by_side, Plan, Runner};
 use crate::poolfile::{PoolFile, SetupError};
 use crate::primitives::{Primitive, Variant, NT_SIZES, POOL_SIZE, RING_LEN};
 use crate::report::{PmdkCopyRow, PmdkResults, PmdkTxRow, SideTiming, TxMeasurement};
-use crate::txbench::{Rng, TxRunner, TxVariant, TX_POOL_SIZE, WORDS};
+use crate::txbench::{TxRunner, TxVariant, TX_POOL_SIZE, WORDS};
 
 /// The K (words per transaction) compared with libpmemobj.
 pub const PMDK_TX_WORDS: [u64; 3] = [1, 8, 32];
@@ -533,7 +534,7 @@ impl PmdkCopy {
 struct PmdkTx {
     pool: ObjPool,
     k: u64,
-    rng: Rng,
+    rng: SplitMix64,
     picks: Vec<u64>,
     value: u64,
 }
@@ -545,7 +546,7 @@ impl PmdkTx {
         let rng = &mut self.rng;
         self.picks.clear();
         self.picks
-            .extend((0..self.k).map(|i| i * slice + rng.below(slice)));
+            .extend((0..self.k).map(|i| i * slice + below(rng, slice)));
         self.value += 1;
         self.pool.tx_set_words(&self.picks, self.value)
     }
@@ -698,7 +699,7 @@ pub fn measure(
             pool,
             k,
             // The seed TxRunner uses: both sides write the same words.
-            rng: Rng::new(0x5EED),
+            rng: SplitMix64::new(0x5EED),
             picks: Vec::with_capacity(k as usize),
             value: 0,
         })];

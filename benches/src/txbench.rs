@@ -30,6 +30,7 @@ use pmem_undo_log::workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES,
 use pmem_undo_log::workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig, TxError, TxStats};
 
+use crate::keys::{below, SplitMix64};
 use crate::measure::Runner;
 use crate::poolfile::{PoolFile, SetupError};
 use crate::primitives::size_label;
@@ -302,31 +303,6 @@ pub fn variants(section: Section) -> Vec<TxVariant> {
         .collect()
 }
 
-/// SplitMix64: a small, fast, seeded generator for the workloads' random choices.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`; the modulo bias is negligible for the small `n` used here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
-
 /// What a runner keeps between operations.
 enum Driver {
     Words {
@@ -366,7 +342,7 @@ pub struct TxRunner {
     // Dropped before the file (fields drop in order).
     heap: Heap,
     root: u64,
-    rng: Rng,
+    rng: SplitMix64,
     driver: Driver,
     file: PoolFile,
 }
@@ -405,7 +381,7 @@ impl TxRunner {
             .map_err(heap_err)?;
         let root = heap.pool().root_offset();
         // One seed for all: the variants of a group make the same operations.
-        let mut rng = Rng::new(0x5EED);
+        let mut rng = SplitMix64::new(0x5EED);
         let driver = setup(&heap, root, variant, &mut rng).map_err(heap_err)?;
         Ok(TxRunner {
             variant,
@@ -442,7 +418,7 @@ impl TxRunner {
                 // One word from each of K equal slices: K distinct random words.
                 let slice = WORDS / *k;
                 picks.clear();
-                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + rng.below(slice))));
+                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + below(rng, slice))));
                 *value += 1;
                 let v = *value;
                 heap.transaction(|tx| {
@@ -457,11 +433,11 @@ impl TxRunner {
             }
             Driver::Sps { pairs } => {
                 pairs.clear();
-                pairs.extend((0..SPS_SWAPS).map(|_| (rng.below(SPS_LEN), rng.below(SPS_LEN))));
+                pairs.extend((0..SPS_SWAPS).map(|_| (below(rng, SPS_LEN), below(rng, SPS_LEN))));
                 Sps::open(heap, root)?.swap_all(pairs)
             }
             Driver::List { present } => {
-                let key = rng.below(LIST_KEYS);
+                let key = below(rng, LIST_KEYS);
                 let list = List::open(heap, root)?;
                 let k = key as usize;
                 present[k] = if present[k] {
@@ -472,7 +448,7 @@ impl TxRunner {
                 Ok(())
             }
             Driver::Hashmap { present } => {
-                let key = rng.below(MAP_KEYS);
+                let key = below(rng, MAP_KEYS);
                 let map = ChainedHashMap::open(heap, root)?;
                 let k = key as usize;
                 present[k] = if present[k] {
@@ -496,19 +472,19 @@ impl TxRunner {
             }
             Driver::Tatp => {
                 let tatp = Tatp::open(heap, root)?;
-                tatp.update_location(rng.below(TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
+                tatp.update_location(below(rng, TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
                 Ok(())
             }
             Driver::Tpcc { order } => {
                 let db = Tpcc::open(heap, root)?;
                 let config = db.config();
-                order.district = rng.below(config.districts) + 1;
-                order.customer = rng.below(3000) + 1;
-                let lines = 5 + rng.below(MAX_LINES as u64 - 4);
+                order.district = below(rng, config.districts) + 1;
+                order.customer = below(rng, 3000) + 1;
+                let lines = 5 + below(rng, MAX_LINES as u64 - 4);
                 order.lines.clear();
                 order.lines.extend((0..lines).map(|_| LineInput {
-                    item: rng.below(config.items) + 1,
-                    quantity: rng.below(MAX_QUANTITY) + 1,
+                    item: below(rng, config.items) + 1,
+                    quantity: below(rng, MAX_QUANTITY) + 1,
                 }));
                 db.new_order(order)?;
                 Ok(())
@@ -548,7 +524,12 @@ impl Runner for TxRunner {
 }
 
 /// Set up `variant`'s structure in `heap` at `root`.
-fn setup(heap: &Heap, root: u64, variant: TxVariant, rng: &mut Rng) -> Result<Driver, TxError> {
+fn setup(
+    heap: &Heap,
+    root: u64,
+    variant: TxVariant,
+    rng: &mut SplitMix64,
+) -> Result<Driver, TxError> {
     Ok(match variant {
         TxVariant::Words { k, .. } => {
             let array = heap.transaction(|tx| {
@@ -624,13 +605,13 @@ fn setup(heap: &Heap, root: u64, variant: TxVariant, rng: &mut Rng) -> Result<Dr
 
 /// Insert a random half of `0..keys` with `insert`; returns which keys are present.
 fn half_full(
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     keys: u64,
     mut insert: impl FnMut(u64) -> Result<bool, TxError>,
 ) -> Result<Vec<bool>, TxError> {
     let mut present = vec![false; keys as usize];
     for k in 0..keys {
-        if rng.below(2) == 0 {
+        if below(rng, 2) == 0 {
             present[k as usize] = insert(k)?;
         }
     }

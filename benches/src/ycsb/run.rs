@@ -34,9 +34,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use pmem_ordering::{thread_stats, Stats};
 use serde::Serialize;
 
-use super::keys::value_matches;
 use super::targets::{with_target, MakeError, Setup, Target, TargetError, Variant};
 use super::{plan, KeyDistribution, KeySpace, Op, Plan, PlanError, Workload};
+use crate::keys::records::value_matches;
 
 /// The largest latency the histograms hold: one minute, in nanoseconds (longer ones are
 /// clamped to it).

@@ -2,7 +2,7 @@
 //! temporary directory) opened with **emulated** granularity: flush instructions and fences are
 //! issued as on persistent memory, but the files are in DRAM, not persistent memory.
 //!
-//! One group, `datalog`, so every comparison is read off one run (seed 000 Sec. 5.1.2, Fig. 11):
+//! One group, `datalog`, so every comparison is read off one run (Optane guide (FAST'20), Sec. 5.1.2, Fig. 11):
 //!
 //! * `overwrite cow` / `overwrite embedded`, for 64 B, 256 B, 1 KiB and 4 KiB: one random
 //!   overwrite per iteration (offsets aligned to the size, uniformly random over a 64 MiB file),

@@ -49,7 +49,7 @@ pub const CCEH_KEYS: u64 = 1_000_000;
 pub const CCEH_KEYS_QUICK: u64 = 100_000;
 /// Every how many operations one is timed on its own, for the latency percentiles.
 pub const LATENCY_EVERY: usize = 64;
-/// How far ahead the helper thread walks (seed 001 Sec. 4.1 found 8 best).
+/// How far ahead the helper thread walks (Optane buffering (EuroSys'22), Sec. 4.1 found 8 best).
 pub const HELPER_DEPTH: usize = 8;
 /// The heaps' fence policy (only splits and doublings run transactions).
 pub const CCEH_POLICY: FencePolicy = FencePolicy::Batched;
@@ -57,7 +57,8 @@ pub const CCEH_POLICY: FencePolicy = FencePolicy::Batched;
 /// 64 would do; the file is sparse, so unused room costs nothing).
 pub const POOL_BYTES_PER_KEY: u64 = 128;
 
-/// The numbers to beat, from the issue: quoted, not measured by us.
+/// The numbers to beat: the authors' C++ code and PMDK measured on this machine when the work
+/// was planned, quoted; not measured by this run.
 pub const REFERENCE: &str = "the FAST'19 authors' C++ CCEH (clflush + 3 mfence per insert) on \
 this machine: 1M keys 2.2 M inserts/s and 9.4 M lookups/s; 16M keys 1.6 M inserts/s and 4.7 M \
 lookups/s; about 32 bytes of table per key; PMDK hashmap_rp 0.52 M inserts/s at 1M keys";
@@ -381,7 +382,7 @@ pub struct CcehResults {
     pub inline_over_off: f64,
     /// Keys moved along their probing window during the load of one table (the last round's).
     pub displacements: u64,
-    /// The numbers to beat, quoted from the issue, not measured by us.
+    /// The numbers to beat ([`REFERENCE`]), quoted, not measured by this run.
     pub reference: String,
 }
 

@@ -1,5 +1,5 @@
 //! The datalog measurements of `pmem-bench` and of the `datalog` criterion bench: random
-//! overwrites under copy-on-write and under embedded writes (seed 000 Sec. 5.1.2, Fig. 11), and
+//! overwrites under copy-on-write and under embedded writes (Optane guide (FAST'20), Sec. 5.1.2, Fig. 11), and
 //! reads of the overwritten file (the read path's cost of merging embedded bytes).
 //!
 //! Every measurement runs on a fresh store: its own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched
@@ -18,7 +18,7 @@
 //! rounds); a row's throughput is the median over the rounds. Per write, from [`thread_stats`](pmem_ordering::thread_stats)
 //! deltas over the phase: fences, cache lines flushed, bytes stored (temporal + non-temporal:
 //! what the CPU wrote) and bytes sent to memory (flushed lines + non-temporal bytes: what
-//! reached the persistence domain, the write amplification of seed 000 Sec. 5.1 up to the
+//! reached the persistence domain, the write amplification of Optane guide (FAST'20), Sec. 5.1 up to the
 //! DIMM's own).
 
 use std::path::Path;
@@ -34,7 +34,7 @@ use crate::keys::random_offsets;
 use crate::phase::{percentile, timer_overhead_ns, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 
-/// The file size of a default run (the issue's 64 MB file).
+/// The file size of a default run (the 64 MB file of NOVA-datalog's random-overwrite test).
 pub const FILE_BYTES: u64 = 64 << 20;
 /// The file size of a `--quick` run.
 pub const FILE_BYTES_QUICK: u64 = 4 << 20;
@@ -51,8 +51,9 @@ pub const DATALOG_POLICY: FencePolicy = FencePolicy::Batched;
 /// The file's name in the store.
 const FILE_NAME: &str = "data";
 
-/// The paper's numbers, quoted: not measured by us.
-pub const REFERENCE: &str = "seed 000 Sec. 5.1.2, Fig. 11 (NOVA on Optane DC persistent \
+/// The paper's numbers, quoted: not measured by this run.
+pub const REFERENCE: &str =
+    "Optane guide (FAST'20), Sec. 5.1.2, Fig. 11 (NOVA on Optane DC persistent \
 memory): NOVA-datalog's embedded writes have 7x lower latency than NOVA's copy-on-write for \
 64-byte random overwrites and 6.5x lower for 256-byte ones";
 
@@ -279,7 +280,7 @@ pub struct DatalogResults {
     pub rows: Vec<DatalogRow>,
     /// Copy-on-write over embedded, per size.
     pub ratios: Vec<DatalogRatio>,
-    /// The paper's numbers, quoted, not measured by us.
+    /// The paper's numbers, quoted, not measured by this run.
     pub reference: String,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! It compares the persistence primitives of `pmem-ordering` (see [`pmem_bench::primitives`]),
 //! then undo-log transactions of `pmem-undo-log` (see [`pmem_bench::txbench`]): K words per
-//! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
+//! transaction, the Themis workloads (Themis, Table II) and object updates, each under the
 //! fence policies; then each structure of `pmem-structures` on its own benchmark (CCEH,
 //! FAST&FAIR, datalog: [`pmem_bench::ccehbench`], [`pmem_bench::fastfairbench`],
 //! [`pmem_bench::datalogbench`]); then YCSB-style workloads over every structure and variant

@@ -6,7 +6,7 @@
 //!   (K = 1, 2, 8, 32, 128), under the strict, batched and ideal fence policies. The K words are
 //!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
 //!   libpmemobj's figures for the same transaction are quoted in the README;
-//! * [`Section::ThemisWorkloads`]: the workloads of seed 004 Table II
+//! * [`Section::ThemisWorkloads`]: the workloads of Themis, Table II
 //!   ([`pmem_undo_log::workloads`]), one transaction per operation, under the same three
 //!   policies;
 //! * [`Section::ObjectUpdate`]: an object replaced in place (snapshot + overwrite) or out of
@@ -56,7 +56,7 @@ pub const OBJECT_POLICY: FencePolicy = FencePolicy::Batched;
 
 /// Entries of the SPS array.
 pub const SPS_LEN: u64 = 1 << 16;
-/// Swaps per SPS transaction (2 logged stores each: seed 004 Fig. 8 shows SPS transactions of
+/// Swaps per SPS transaction (2 logged stores each: Themis, Fig. 8 shows SPS transactions of
 /// over a hundred stores).
 pub const SPS_SWAPS: usize = 64;
 /// Key range of the linked list; half of it is in the list at any time.
@@ -99,7 +99,7 @@ impl Section {
     }
 }
 
-/// A workload of seed 004 Table II.
+/// A workload of Themis, Table II.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Workload {
     /// Swap random entries of an array.

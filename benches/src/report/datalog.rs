@@ -70,7 +70,7 @@ fn legend(d: &DatalogResults) -> Vec<String> {
             .to_string(),
     );
     out.push(format!(
-        "the paper, quoted, not measured by us: \"{}\"; this run is on DRAM, not Optane",
+        "the paper, quoted, not measured by this run: \"{}\"; this run is on DRAM, not Optane",
         d.reference
     ));
     out

@@ -14,8 +14,7 @@ use crate::txbench::{
 };
 use pmem_undo_log::FencePolicy;
 
-/// The share of fences Themis removes that seed 004 Sec. II-D reports, on average over its
-/// workloads.
+/// The share of fences Themis removes, on average over its workloads (Themis, Sec. II-D).
 pub const PAPER_NT_T_SHARE: f64 = 0.917;
 
 /// The measurements of one transaction variant.
@@ -125,11 +124,11 @@ pub struct WorkloadRow {
 /// Means over the workloads.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadAverage {
-    /// Mean nt -> t share (seed 004 Sec. II-D: 91.7%).
+    /// Mean nt -> t share (Themis, Sec. II-D: 91.7%).
     pub nt_t_share: f64,
     /// Mean batched speedup.
     pub speedup_batched: f64,
-    /// Mean ideal speedup (seed 004 Fig. 3: 1.67x on its real-hardware runs).
+    /// Mean ideal speedup (Themis, Fig. 3: 1.67x on its real-hardware runs).
     pub speedup_ideal: f64,
 }
 
@@ -246,7 +245,7 @@ impl Transactions {
                 WORDS >> 10
             ),
             Section::ThemisWorkloads => format!(
-                "{}: seed 004 Table II, one transaction per operation",
+                "{}: Themis, Table II, one transaction per operation",
                 section.name()
             ),
             Section::ObjectUpdate => format!(
@@ -287,11 +286,11 @@ impl Transactions {
                 out.push(format!(
                     "nt->t share: of the fences strict issues, those that only order a log entry \
                      before its data (TxStats::nt_t_fences / fences): the ones Themis removes; \
-                     seed 004 Sec. II-D: {} on average over its workloads",
+                     Themis, Sec. II-D: {} on average over its workloads",
                     format_share(PAPER_NT_T_SHARE)
                 ));
                 out.push(
-                    "speedup: strict ns/tx over the policy's; average: arithmetic means (seed 004 \
+                    "speedup: strict ns/tx over the policy's; average: arithmetic means (Themis, \
                      Fig. 3: ideal 1.67x on average on its machine)"
                         .to_string(),
                 );
@@ -299,7 +298,7 @@ impl Transactions {
             }
             Section::ObjectUpdate => vec![
                 "in-place: snapshot the object into the log, overwrite it; out-of-place: allocate \
-                 a block, write it, swing the 8-byte pointer, free the old block (seed 004's \
+                 a block, write it, swing the 8-byte pointer, free the old block (Themis's \
                  undo log vs a copy-on-write update)"
                     .to_string(),
                 "media B: bytes flushed plus bytes stored non-temporally, per update".to_string(),

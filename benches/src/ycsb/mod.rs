@@ -51,7 +51,7 @@ pub enum Workload {
     B,
     /// Reads only.
     C,
-    /// 95% scans of 1 to 100 records (`MAX_SCAN`), 5% inserts.
+    /// 95% scans of 1 to 100 records, 5% inserts.
     E,
     /// Inserts of new records only.
     InsertOnly,
@@ -105,7 +105,7 @@ impl Workload {
 pub enum KeyDistribution {
     /// Every loaded record equally likely.
     Uniform,
-    /// YCSB's scrambled Zipfian, theta 0.99 (`ZIPF_THETA`).
+    /// YCSB's scrambled Zipfian, theta 0.99.
     Zipfian,
 }
 

@@ -182,7 +182,7 @@ pub struct YcsbRow {
     /// Write amplification at XPLine granularity: [`YcsbRow::xpline_bytes_per_op`] over
     /// [`YcsbRow::media_bytes_per_op`] (`None` if nothing was sent).
     pub write_amplification: Option<f64>,
-    /// The effective write ratio of seed 000 Sec. 5.1, the inverse: bytes sent over bytes the
+    /// The effective write ratio of Optane guide (FAST'20), Sec. 5.1, the inverse: bytes sent over bytes the
     /// media writes ([`Stats::effective_write_ratio`]; `None` if nothing was written).
     pub ewr: Option<f64>,
 }

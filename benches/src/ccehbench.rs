@@ -11,7 +11,7 @@
 //! four fresh tables, in forward order on even rounds and in reverse on odd ones:
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
-//!   with [`Instant`] for the latency percentiles; then it looks every key up twice in one
+//!   with [`Instant`](std::time::Instant) for the latency percentiles; then it looks every key up twice in one
 //!   random order: with [`Cceh::get`] (hits, every [`LATENCY_EVERY`]th timed on its own) and
 //!   with [`Cceh::get_batch`] ([`GET_BATCH_KEYS`] keys a call, prefetching [`HELPER_DEPTH`]
 //!   ahead), the two passes taking turns going first; then it removes every key with
@@ -32,7 +32,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
@@ -40,7 +39,7 @@ use pmem_undo_log::{FencePolicy, Heap, TxError};
 use serde::Serialize;
 
 use crate::keys::{random_keys, shuffled};
-use crate::phase::{check_count, ns, CountError, Phase};
+use crate::phase::{check_count, sampled_call, CountError, Phase};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
 
 /// Keys of a default `pmem-bench` run.
@@ -414,9 +413,7 @@ fn timed(
     what: &'static str,
     f: impl FnOnce(&mut Vec<f64>) -> Result<u64, CcehError>,
 ) -> Result<(), CcehBenchError> {
-    let got = phase.time(n, f)?;
-    check_count(|| format!("CCEH {}", op.name()), n, got, what)?;
-    Ok(())
+    phase.time_counted(n, n, || format!("CCEH {}", op.name()), what, f)
 }
 
 /// Look every key of `order` up with `get`, timing every [`LATENCY_EVERY`]th call on its own
@@ -428,14 +425,7 @@ fn lookup_pass(
 ) -> Result<u64, CcehError> {
     let mut hits = 0;
     for (i, &k) in order.iter().enumerate() {
-        let v = if i.is_multiple_of(LATENCY_EVERY) {
-            let t = Instant::now();
-            let v = get(k)?;
-            lat.push(ns(t.elapsed()));
-            v
-        } else {
-            get(k)?
-        };
+        let v = sampled_call(i, LATENCY_EVERY, Some(&mut *lat), || get(k))?;
         hits += u64::from(v == Some(value_of(k)));
     }
     Ok(hits)
@@ -501,14 +491,9 @@ pub fn measure(
                                 if i > items.len() / 2 && i.is_multiple_of(sample_every) {
                                     cycle.push(fresh.bytes_allocated() as f64 / table.len() as f64);
                                 }
-                                let new = if i.is_multiple_of(LATENCY_EVERY) {
-                                    let t = Instant::now();
-                                    let new = table.insert(k, v)?;
-                                    lat.push(ns(t.elapsed()));
-                                    new
-                                } else {
-                                    table.insert(k, v)?
-                                };
+                                let new = sampled_call(i, LATENCY_EVERY, Some(&mut *lat), || {
+                                    table.insert(k, v)
+                                })?;
                                 inserted += u64::from(new);
                             }
                             Ok(inserted)

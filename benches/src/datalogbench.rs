@@ -11,7 +11,7 @@
 //!
 //! * [`DatalogPlan::writes`] overwrites of `size` bytes (64 B, 256 B, 1 KiB, 4 KiB) at
 //!   uniformly random offsets aligned to `size` ([`random_offsets`]), all with one write mode,
-//!   every [`LATENCY_EVERY`]th call timed on its own with [`Instant`];
+//!   every [`LATENCY_EVERY`]th call timed on its own with [`Instant`](std::time::Instant);
 //! * after the 64-byte overwrites, [`DatalogPlan::reads`] reads of a random 4 KiB page.
 //!
 //! The two modes of one size run back to back in each round (their order reversed on odd
@@ -23,7 +23,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
@@ -31,7 +30,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
 use crate::keys::random_offsets;
-use crate::phase::{percentile, timer_overhead_ns, Phase};
+use crate::phase::{percentile, sampled_call, timer_overhead_ns, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 
 /// The file size of a default run (the 64 MB file of NOVA-datalog's random-overwrite test).
@@ -143,14 +142,9 @@ pub fn overwrite_all(
     mut latencies: Option<&mut Vec<f64>>,
 ) -> Result<(), DatalogError> {
     for (i, &at) in offsets.iter().enumerate() {
-        match latencies.as_deref_mut() {
-            Some(lat) if i.is_multiple_of(LATENCY_EVERY) => {
-                let t = Instant::now();
-                store.write_at_with(id, at, data, mode)?;
-                lat.push(t.elapsed().as_nanos() as f64);
-            }
-            _ => store.write_at_with(id, at, data, mode)?,
-        }
+        sampled_call(i, LATENCY_EVERY, latencies.as_deref_mut(), || {
+            store.write_at_with(id, at, data, mode)
+        })?;
     }
     Ok(())
 }
@@ -166,15 +160,9 @@ pub fn read_all(
 ) -> Result<u64, DatalogError> {
     let mut total = 0u64;
     for (i, &at) in offsets.iter().enumerate() {
-        let n = match latencies.as_deref_mut() {
-            Some(lat) if i.is_multiple_of(LATENCY_EVERY) => {
-                let t = Instant::now();
-                let n = store.read_at(id, at, buf)?;
-                lat.push(t.elapsed().as_nanos() as f64);
-                n
-            }
-            _ => store.read_at(id, at, buf)?,
-        };
+        let n = sampled_call(i, LATENCY_EVERY, latencies.as_deref_mut(), || {
+            store.read_at(id, at, &mut *buf)
+        })?;
         total += n as u64;
     }
     Ok(total)

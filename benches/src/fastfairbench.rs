@@ -21,7 +21,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
@@ -29,7 +28,7 @@ use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
 use crate::keys::{random_keys_except_max, shuffled};
-use crate::phase::{check_count, ns, timer_overhead_ns, CountError, Phase};
+use crate::phase::{sampled_call, timer_overhead_ns, CountError, Phase};
 use crate::poolfile::{HeapFile, SetupError};
 
 /// Keys of a default `pmem-bench` run.
@@ -296,9 +295,7 @@ fn timed(
     what: &'static str,
     f: impl FnOnce(&mut Vec<f64>) -> Result<u64, FastFairError>,
 ) -> Result<(), FastFairBenchError> {
-    let got = phase.time(n, f)?;
-    check_count(|| format!("FAST&FAIR {}", op.name()), expected, got, what)?;
-    Ok(())
+    phase.time_counted(n, expected, || format!("FAST&FAIR {}", op.name()), what, f)
 }
 
 /// Run `op` over `items`, timing every [`LATENCY_EVERY`]th call on its own.
@@ -309,13 +306,7 @@ fn sampled<T: Copy>(
 ) -> Result<u64, FastFairError> {
     let mut total = 0;
     for (i, &x) in items.iter().enumerate() {
-        if i.is_multiple_of(LATENCY_EVERY) {
-            let t = Instant::now();
-            total += op(x)?;
-            lat.push(ns(t.elapsed()));
-        } else {
-            total += op(x)?;
-        }
+        total += sampled_call(i, LATENCY_EVERY, Some(&mut *lat), || op(x))?;
     }
     Ok(total)
 }

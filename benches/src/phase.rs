@@ -39,6 +39,24 @@ impl Phase {
         Ok(out)
     }
 
+    /// [`Phase::time`] of a run whose `f` returns how many of its `n` operations did `what`:
+    /// a [`CountError`] naming `operation` unless that is `expected`.
+    pub fn time_counted<E, B>(
+        &mut self,
+        n: u64,
+        expected: u64,
+        operation: impl FnOnce() -> String,
+        what: &'static str,
+        f: impl FnOnce(&mut Vec<f64>) -> Result<u64, E>,
+    ) -> Result<(), B>
+    where
+        B: From<E> + From<CountError>,
+    {
+        let got = self.time(n, f)?;
+        check_count(operation, expected, got, what)?;
+        Ok(())
+    }
+
     /// `total` divided by the operations (a per-operation figure of the counters).
     pub fn per_op(&self, total: u64) -> f64 {
         total as f64 / self.ops.max(1) as f64
@@ -80,6 +98,25 @@ pub fn check_count(
         got,
         what,
     })
+}
+
+/// `op()` as call `i` of a run that times every `every`th call on its own: such a call is timed
+/// into `latencies` (when given), the others run untimed.
+pub fn sampled_call<T, E>(
+    i: usize,
+    every: usize,
+    latencies: Option<&mut Vec<f64>>,
+    op: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    match latencies {
+        Some(lat) if i.is_multiple_of(every) => {
+            let t = Instant::now();
+            let out = op()?;
+            lat.push(ns(t.elapsed()));
+            Ok(out)
+        }
+        _ => op(),
+    }
 }
 
 /// Nanoseconds of a duration, as a float.
@@ -139,5 +176,31 @@ mod tests {
         assert!(check_count(|| "x".into(), 3, 3, "keys").is_ok());
         let e = check_count(|| "CCEH remove".into(), 3, 2, "keys removed").unwrap_err();
         assert_eq!(e.to_string(), "CCEH remove: 2 of 3 keys removed");
+        let counted: Result<(), CountError> =
+            phase.time_counted(4, 4, || "x".into(), "keys", |_| Ok::<u64, CountError>(3));
+        assert_eq!(counted.unwrap_err().to_string(), "x: 3 of 4 keys");
+        assert_eq!(phase.ops, 44, "a run that miscounts is still timed");
+    }
+
+    #[test]
+    fn every_nth_call_is_timed_on_its_own() {
+        let mut lat = Vec::new();
+        let mut calls = 0;
+        for i in 0..10 {
+            let got: Result<usize, ()> = sampled_call(i, 4, Some(&mut lat), || {
+                calls += 1;
+                Ok(i)
+            });
+            assert_eq!(got, Ok(i));
+        }
+        assert_eq!((calls, lat.len()), (10, 3), "calls 0, 4 and 8 timed");
+        let untimed: Result<(), ()> = sampled_call(0, 4, None, || Ok(()));
+        assert_eq!(untimed, Ok(()));
+        let failed: Result<(), &str> = sampled_call(4, 4, Some(&mut lat), || Err("no"));
+        assert_eq!(
+            (failed, lat.len()),
+            (Err("no"), 3),
+            "a failed call is not a sample"
+        );
     }
 }

@@ -19,9 +19,13 @@
 //! timing starts.
 //!
 //! [`targets`] adapts each structure to the one interface the driver runs ([`targets::Target`]);
-//! [`run`] loads a structure, runs the workloads on it with 1..T threads and reports
-//! throughput, latency percentiles and persistence counters per operation.
+//! [`run`] loads a structure, runs the workloads of a [`matrix`] on it with 1..T threads and
+//! reports throughput, latency percentiles and persistence counters per operation
+//! ([`results`]), with its [`progress`] on stderr.
 
+pub mod matrix;
+pub mod progress;
+pub mod results;
 pub mod run;
 pub mod targets;
 
@@ -31,10 +35,10 @@ use crate::keys::records::{key_of, value_for, MAX_RECORDS};
 use crate::keys::zipfian::{Chooser, Zipfian, ZipfianError, ZIPF_THETA};
 use crate::keys::{below, SplitMix64};
 
-pub use run::{
-    bar_callback, progress_bar, run_matrix, run_plan, run_variant, Matrix, ProgressEvent, Scale,
-    Skipped, YcsbError, YcsbResults, YcsbRow,
-};
+pub use matrix::{Matrix, Scale, Skipped};
+pub use progress::{bar_callback, progress_bar, ProgressEvent};
+pub use results::{YcsbError, YcsbResults, YcsbRow};
+pub use run::{run_matrix, run_plan, run_variant};
 pub use targets::{with_target, Setup, Structure, Target, TargetError, Variant};
 
 /// The longest scan of workload E (YCSB's default `maxscanlength`).

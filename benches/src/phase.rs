@@ -1,6 +1,6 @@
 //! What the structure benchmarks ([`crate::ccehbench`], [`crate::fastfairbench`],
 //! [`crate::datalogbench`]) accumulate for one measured operation over their rounds, and the
-//! small timing helpers they share.
+//! small timing helpers they share (the criterion benches' timed loops too).
 
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,22 @@ pub fn sampled_call<T, E>(
     }
 }
 
+/// `op`, timed; `check` then gets its result, outside the time. With [`total_time`], the body of
+/// a criterion `iter_custom` loop.
+pub fn time_then_check<T>(op: impl FnOnce() -> T, check: impl FnOnce(T)) -> Duration {
+    let start = Instant::now();
+    let out = op();
+    let elapsed = start.elapsed();
+    check(out);
+    elapsed
+}
+
+/// The sum of `iters` runs, each returning its own time, so that what a run sets up and tears
+/// down around its timed part stays out of the total (criterion's `iter_custom`).
+pub fn total_time(iters: u64, mut run: impl FnMut() -> Duration) -> Duration {
+    (0..iters).map(|_| run()).sum()
+}
+
 /// Nanoseconds of a duration, as a float.
 pub fn ns(d: Duration) -> f64 {
     d.as_nanos() as f64
@@ -180,6 +196,24 @@ mod tests {
             phase.time_counted(4, 4, || "x".into(), "keys", |_| Ok::<u64, CountError>(3));
         assert_eq!(counted.unwrap_err().to_string(), "x: 3 of 4 keys");
         assert_eq!(phase.ops, 44, "a run that miscounts is still timed");
+    }
+
+    #[test]
+    fn runs_are_timed_then_checked_and_summed() {
+        let mut checked = Vec::new();
+        let mut run = 0;
+        let total = total_time(3, || {
+            run += 1;
+            time_then_check(
+                || {
+                    std::thread::sleep(Duration::from_millis(1));
+                    run
+                },
+                |out| checked.push(out),
+            )
+        });
+        assert_eq!(checked, [1, 2, 3]);
+        assert!(total >= Duration::from_millis(3), "{total:?}");
     }
 
     #[test]

@@ -115,6 +115,21 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>], left: impl Fn(usize) ->
     out
 }
 
+/// The cells the structure tables share: ops/s, ns/op, p50 and p99 (`-` when not sampled).
+pub fn timing_cells(
+    ops_per_sec: f64,
+    ns_per_op: f64,
+    p50_ns: Option<f64>,
+    p99_ns: Option<f64>,
+) -> [String; 4] {
+    [
+        format_rate(ops_per_sec),
+        format_ns(ns_per_op),
+        format_opt_ns(p50_ns),
+        format_opt_ns(p99_ns),
+    ]
+}
+
 /// A share as a percentage with one decimal.
 pub fn format_share(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
@@ -151,7 +166,7 @@ pub fn format_rate(per_sec: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{align, format_ns, format_rate, format_share, Block};
+    use super::{align, format_ns, format_rate, format_share, timing_cells, Block};
 
     #[test]
     fn numbers_are_formatted_with_units() {
@@ -163,6 +178,10 @@ mod tests {
         assert_eq!(format_rate(3e9), "3.00 G");
         assert_eq!(format_rate(12.0), "12");
         assert_eq!(format_share(0.917), "91.7%");
+        assert_eq!(
+            timing_cells(2.5e6, 400.0, None, Some(12.34)),
+            ["2.50 M", "400", "-", "12.3"]
+        );
     }
 
     #[test]

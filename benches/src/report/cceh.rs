@@ -1,6 +1,6 @@
 //! The CCEH section ([`crate::ccehbench`]): one row per table operation.
 
-use super::block::{format_ns, format_opt_ns, format_rate, Block};
+use super::block::{timing_cells, Block};
 use super::{Report, ReportSection};
 use crate::ccehbench::{CcehResults, CCEH_POLICY};
 
@@ -30,15 +30,13 @@ fn rows(c: &CcehResults) -> Vec<Vec<String>> {
     c.rows
         .iter()
         .map(|r| {
-            vec![
-                r.operation.clone(),
-                format_rate(r.ops_per_sec),
-                format_ns(r.ns_per_op),
-                format_opt_ns(r.p50_ns),
-                format_opt_ns(r.p99_ns),
+            let mut cells = vec![r.operation.clone()];
+            cells.extend(timing_cells(r.ops_per_sec, r.ns_per_op, r.p50_ns, r.p99_ns));
+            cells.extend([
                 format!("{:.3}", r.fences_per_op),
                 format!("{:.3}", r.flushes_per_op),
-            ]
+            ]);
+            cells
         })
         .collect()
 }
@@ -80,26 +78,28 @@ fn legend(c: &CcehResults) -> Vec<String> {
     ]
 }
 
+/// The section's one table.
+fn block(c: &CcehResults) -> Block {
+    Block {
+        title: Some(title(c)),
+        header: vec![
+            "operation",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+        ],
+        rows: rows(c),
+        text_columns: &[0],
+        group_gaps: false,
+        legend: legend(c),
+    }
+}
+
 impl ReportSection for Cceh {
     fn blocks(&self, report: &Report) -> Vec<Block> {
-        let Some(c) = &report.cceh else {
-            return Vec::new();
-        };
-        vec![Block {
-            title: Some(title(c)),
-            header: vec![
-                "operation",
-                "ops/s",
-                "ns/op",
-                "p50 ns",
-                "p99 ns",
-                "fences/op",
-                "flushes/op",
-            ],
-            rows: rows(c),
-            text_columns: &[0],
-            group_gaps: false,
-            legend: legend(c),
-        }]
+        report.cceh.iter().map(block).collect()
     }
 }

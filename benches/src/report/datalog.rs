@@ -1,6 +1,6 @@
 //! The datalog section ([`crate::datalogbench`]): one row per operation, write path and size.
 
-use super::block::{format_ns, format_rate, Block};
+use super::block::{timing_cells, Block};
 use super::{Report, ReportSection};
 use crate::datalogbench::{DatalogResults, DATALOG_POLICY};
 
@@ -32,21 +32,18 @@ fn rows(d: &DatalogResults) -> Vec<Vec<String>> {
     d.rows
         .iter()
         .map(|r| {
-            vec![
-                r.operation.clone(),
-                r.mode.clone(),
-                r.size.to_string(),
-                format_rate(r.ops_per_sec),
-                format_ns(r.ns_per_op),
-                format_ns(r.p50_ns),
-                format_ns(r.p99_ns),
+            let mut cells = vec![r.operation.clone(), r.mode.clone(), r.size.to_string()];
+            let (p50, p99) = (Some(r.p50_ns), Some(r.p99_ns));
+            cells.extend(timing_cells(r.ops_per_sec, r.ns_per_op, p50, p99));
+            cells.extend([
                 format!("{:.2}", r.fences_per_op),
                 format!("{:.2}", r.flushes_per_op),
                 format!("{:.0}", r.bytes_stored_per_op),
                 format!("{:.0}", r.bytes_to_media_per_op),
                 r.write_amplification
                     .map_or_else(|| "-".to_string(), |a| format!("{a:.2}")),
-            ]
+            ]);
+            cells
         })
         .collect()
 }
@@ -76,31 +73,33 @@ fn legend(d: &DatalogResults) -> Vec<String> {
     out
 }
 
+/// The section's one table.
+fn block(d: &DatalogResults) -> Block {
+    Block {
+        title: Some(title(d)),
+        header: vec![
+            "operation",
+            "path",
+            "bytes",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+            "stored B/op",
+            "to media B/op",
+            "amplification",
+        ],
+        rows: rows(d),
+        text_columns: &[0, 1],
+        group_gaps: false,
+        legend: legend(d),
+    }
+}
+
 impl ReportSection for Datalog {
     fn blocks(&self, report: &Report) -> Vec<Block> {
-        let Some(d) = &report.datalog else {
-            return Vec::new();
-        };
-        vec![Block {
-            title: Some(title(d)),
-            header: vec![
-                "operation",
-                "path",
-                "bytes",
-                "ops/s",
-                "ns/op",
-                "p50 ns",
-                "p99 ns",
-                "fences/op",
-                "flushes/op",
-                "stored B/op",
-                "to media B/op",
-                "amplification",
-            ],
-            rows: rows(d),
-            text_columns: &[0, 1],
-            group_gaps: false,
-            legend: legend(d),
-        }]
+        report.datalog.iter().map(block).collect()
     }
 }

@@ -1,6 +1,6 @@
 //! The FAST&FAIR section ([`crate::fastfairbench`]): one row per shift policy and operation.
 
-use super::block::{format_ns, format_opt_ns, format_rate, Block};
+use super::block::{timing_cells, Block};
 use super::{Report, ReportSection};
 use crate::fastfairbench::{FastFairResults, FASTFAIR_HEAP_POLICY, SCAN_KEYS};
 
@@ -33,17 +33,14 @@ fn rows(f: &FastFairResults) -> Vec<Vec<String>> {
     f.rows
         .iter()
         .map(|r| {
-            vec![
-                r.policy.clone(),
-                r.operation.clone(),
-                format_rate(r.ops_per_sec),
-                format_ns(r.ns_per_op),
-                format_opt_ns(r.p50_ns),
-                format_opt_ns(r.p99_ns),
+            let mut cells = vec![r.policy.clone(), r.operation.clone()];
+            cells.extend(timing_cells(r.ops_per_sec, r.ns_per_op, r.p50_ns, r.p99_ns));
+            cells.extend([
                 format!("{:.2}", r.fences_per_op),
                 format!("{:.2}", r.flushes_per_op),
                 format!("{:.0}", r.media_bytes_per_op),
-            ]
+            ]);
+            cells
         })
         .collect()
 }
@@ -78,28 +75,30 @@ fn legend(f: &FastFairResults) -> Vec<String> {
     ]
 }
 
+/// The section's one table.
+fn block(f: &FastFairResults) -> Block {
+    Block {
+        title: Some(title(f)),
+        header: vec![
+            "policy",
+            "operation",
+            "ops/s",
+            "ns/op",
+            "p50 ns",
+            "p99 ns",
+            "fences/op",
+            "flushes/op",
+            "media B/op",
+        ],
+        rows: rows(f),
+        text_columns: &[0, 1],
+        group_gaps: true,
+        legend: legend(f),
+    }
+}
+
 impl ReportSection for FastFair {
     fn blocks(&self, report: &Report) -> Vec<Block> {
-        let Some(f) = &report.fastfair else {
-            return Vec::new();
-        };
-        vec![Block {
-            title: Some(title(f)),
-            header: vec![
-                "policy",
-                "operation",
-                "ops/s",
-                "ns/op",
-                "p50 ns",
-                "p99 ns",
-                "fences/op",
-                "flushes/op",
-                "media B/op",
-            ],
-            rows: rows(f),
-            text_columns: &[0, 1],
-            group_gaps: true,
-            legend: legend(f),
-        }]
+        report.fastfair.iter().map(block).collect()
     }
 }

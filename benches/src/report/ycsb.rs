@@ -45,8 +45,8 @@ fn legend(y: &YcsbResults, structure: &str) -> Vec<String> {
     legend.push(
         "media B: bytes sent to persistent memory (flushed lines + nt bytes); XPLine \
          B: what an Optane DIMM would write for them at 256-byte XPLines through a \
-         16 KiB XPBuffer model (Optane guide (FAST'20), Sec. 3-4); EWR = media B / XPLine B, \
-         the Optane guide's effective write ratio (Sec. 5.1) (below 1: write amplification of 1/EWR)"
+         16 KiB XPBuffer model; EWR = media B / XPLine B, the effective write ratio of \
+         Optane guide (FAST'20), Sec. 5.1 (below 1: write amplification of 1/EWR)"
             .to_string(),
     );
     for skip in y.skipped.iter().filter(|k| k.structure == structure) {

@@ -115,6 +115,9 @@ fn markdown_table(header: &[&str], rows: &[Vec<String>], left: impl Fn(usize) ->
     out
 }
 
+/// The columns of [`timing_cells`].
+pub const TIMING_HEADER: [&str; 4] = ["ops/s", "ns/op", "p50 ns", "p99 ns"];
+
 /// The cells the structure tables share: ops/s, ns/op, p50 and p99 (`-` when not sampled).
 pub fn timing_cells(
     ops_per_sec: f64,

@@ -1,6 +1,6 @@
 //! The CCEH section ([`crate::ccehbench`]): one row per table operation.
 
-use super::block::{timing_cells, Block};
+use super::block::{timing_cells, Block, TIMING_HEADER};
 use super::{Report, ReportSection};
 use crate::ccehbench::{CcehResults, CCEH_POLICY};
 
@@ -82,15 +82,12 @@ fn legend(c: &CcehResults) -> Vec<String> {
 fn block(c: &CcehResults) -> Block {
     Block {
         title: Some(title(c)),
-        header: vec![
-            "operation",
-            "ops/s",
-            "ns/op",
-            "p50 ns",
-            "p99 ns",
-            "fences/op",
-            "flushes/op",
-        ],
+        header: [
+            &["operation"][..],
+            &TIMING_HEADER,
+            &["fences/op", "flushes/op"],
+        ]
+        .concat(),
         rows: rows(c),
         text_columns: &[0],
         group_gaps: false,

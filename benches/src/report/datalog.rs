@@ -1,6 +1,6 @@
 //! The datalog section ([`crate::datalogbench`]): one row per operation, write path and size.
 
-use super::block::{timing_cells, Block};
+use super::block::{timing_cells, Block, TIMING_HEADER};
 use super::{Report, ReportSection};
 use crate::datalogbench::{DatalogResults, DATALOG_POLICY};
 
@@ -77,20 +77,18 @@ fn legend(d: &DatalogResults) -> Vec<String> {
 fn block(d: &DatalogResults) -> Block {
     Block {
         title: Some(title(d)),
-        header: vec![
-            "operation",
-            "path",
-            "bytes",
-            "ops/s",
-            "ns/op",
-            "p50 ns",
-            "p99 ns",
-            "fences/op",
-            "flushes/op",
-            "stored B/op",
-            "to media B/op",
-            "amplification",
-        ],
+        header: [
+            &["operation", "path", "bytes"][..],
+            &TIMING_HEADER,
+            &[
+                "fences/op",
+                "flushes/op",
+                "stored B/op",
+                "to media B/op",
+                "amplification",
+            ],
+        ]
+        .concat(),
         rows: rows(d),
         text_columns: &[0, 1],
         group_gaps: false,

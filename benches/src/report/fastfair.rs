@@ -1,6 +1,6 @@
 //! The FAST&FAIR section ([`crate::fastfairbench`]): one row per shift policy and operation.
 
-use super::block::{timing_cells, Block};
+use super::block::{timing_cells, Block, TIMING_HEADER};
 use super::{Report, ReportSection};
 use crate::fastfairbench::{FastFairResults, FASTFAIR_HEAP_POLICY, SCAN_KEYS};
 
@@ -79,17 +79,12 @@ fn legend(f: &FastFairResults) -> Vec<String> {
 fn block(f: &FastFairResults) -> Block {
     Block {
         title: Some(title(f)),
-        header: vec![
-            "policy",
-            "operation",
-            "ops/s",
-            "ns/op",
-            "p50 ns",
-            "p99 ns",
-            "fences/op",
-            "flushes/op",
-            "media B/op",
-        ],
+        header: [
+            &["policy", "operation"][..],
+            &TIMING_HEADER,
+            &["fences/op", "flushes/op", "media B/op"],
+        ]
+        .concat(),
         rows: rows(f),
         text_columns: &[0, 1],
         group_gaps: true,

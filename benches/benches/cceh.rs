@@ -22,15 +22,16 @@
 //! inserted, found or removed.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use pmem_bench::ccehbench::{
-    batch_options, get_all, insert_all, items, random_keys, remove_all, shuffled, CcehHeap,
-    LookAhead, CCEH_KEYS,
+    batch_options, get_all, insert_all, items, remove_all, CcehHeap, LookAhead, CCEH_KEYS,
 };
+use pmem_bench::keys::{random_keys, shuffled};
+use pmem_bench::phase::{time_then_check, total_time};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 
@@ -93,19 +94,16 @@ fn bench_cceh(c: &mut Criterion) {
                 let name = format!("insert {}", look_ahead.name());
                 g.bench_function(BenchmarkId::new(name, parameter(keys, threads)), |b| {
                     b.iter_custom(|iters| {
-                        let mut total = Duration::ZERO;
-                        for _ in 0..iters {
-                            total += with_table(&dir, POOL_FILE, keys, None, |table| {
-                                let start = Instant::now();
-                                let inserted =
-                                    insert_all(table, &items, look_ahead.options(), threads)
-                                        .expect("insert");
-                                let elapsed = start.elapsed();
-                                assert_eq!(inserted, keys, "keys lost");
-                                elapsed
-                            });
-                        }
-                        total
+                        total_time(iters, || {
+                            with_table(&dir, POOL_FILE, keys, None, |table| {
+                                time_then_check(
+                                    || insert_all(table, &items, look_ahead.options(), threads),
+                                    |inserted| {
+                                        assert_eq!(inserted.expect("insert"), keys, "keys lost")
+                                    },
+                                )
+                            })
+                        })
                     })
                 });
             }
@@ -115,14 +113,12 @@ fn bench_cceh(c: &mut Criterion) {
             for threads in THREADS {
                 g.bench_function(BenchmarkId::new("get", parameter(keys, threads)), |b| {
                     b.iter_custom(|iters| {
-                        let mut total = Duration::ZERO;
-                        for _ in 0..iters {
-                            let start = Instant::now();
-                            let hits = get_all(table, &lookups, threads).expect("get");
-                            total += start.elapsed();
-                            assert_eq!(hits, keys, "keys not found");
-                        }
-                        total
+                        total_time(iters, || {
+                            time_then_check(
+                                || get_all(table, &lookups, threads),
+                                |hits| assert_eq!(hits.expect("get"), keys, "keys not found"),
+                            )
+                        })
                     })
                 });
             }
@@ -131,17 +127,16 @@ fn bench_cceh(c: &mut Criterion) {
         for threads in THREADS {
             g.bench_function(BenchmarkId::new("remove", parameter(keys, threads)), |b| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        total += with_table(&dir, POOL_FILE, keys, Some(&items), |table| {
-                            let start = Instant::now();
-                            let removed = remove_all(table, &removals, threads).expect("remove");
-                            let elapsed = start.elapsed();
-                            assert_eq!(removed, keys, "keys not removed");
-                            elapsed
-                        });
-                    }
-                    total
+                    total_time(iters, || {
+                        with_table(&dir, POOL_FILE, keys, Some(&items), |table| {
+                            time_then_check(
+                                || remove_all(table, &removals, threads),
+                                |removed| {
+                                    assert_eq!(removed.expect("remove"), keys, "keys not removed")
+                                },
+                            )
+                        })
+                    })
                 })
             });
         }

@@ -2,7 +2,7 @@
 //! temporary directory) opened with **emulated** granularity: flush instructions and fences are
 //! issued as on persistent memory, but the files are in DRAM, not persistent memory.
 //!
-//! One group, `datalog`, so every comparison is read off one run (seed 000 Sec. 5.1.2, Fig. 11):
+//! One group, `datalog`, so every comparison is read off one run (Optane guide (FAST'20), Sec. 5.1.2, Fig. 11):
 //!
 //! * `overwrite cow` / `overwrite embedded`, for 64 B, 256 B, 1 KiB and 4 KiB: one random
 //!   overwrite per iteration (offsets aligned to the size, uniformly random over a 64 MiB file),
@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pmem_bench::datalogbench::{
-    overwrite_all, payload, prepare, random_offsets, read_all, DatalogHeap, FILE_BYTES, MODES,
-    READ_BYTES, WRITE_SIZES,
+    overwrite_all, payload, prepare, read_all, DatalogHeap, FILE_BYTES, MODES, READ_BYTES,
+    WRITE_SIZES,
 };
+use pmem_bench::keys::random_offsets;
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 use pmem_structures::datalog::{WriteMode, PAGE};

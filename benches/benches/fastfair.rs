@@ -17,15 +17,14 @@
 //! iteration checks that every key was inserted, found or scanned. Criterion may warn that it
 //! cannot complete 10 samples in the target time: a sample is at least one whole load.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use pmem_bench::ccehbench::shuffled;
-use pmem_bench::fastfairbench::{
-    get_all, insert_all, random_keys, scan_all, FastFairHeap, FASTFAIR_KEYS,
-};
+use pmem_bench::fastfairbench::{get_all, insert_all, scan_all, FastFairHeap, FASTFAIR_KEYS};
+use pmem_bench::keys::{random_keys_except_max, shuffled};
+use pmem_bench::phase::{time_then_check, total_time};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
 use pmem_structures::fastfair::ShiftPolicy;
@@ -37,7 +36,7 @@ const SCANS: usize = 10_000;
 
 fn bench_fastfair(c: &mut Criterion) {
     let dir = default_pool_dir();
-    let keys = random_keys(FASTFAIR_KEYS, 0xFA57);
+    let keys = random_keys_except_max(FASTFAIR_KEYS, 0xFA57);
     let lookups = shuffled(&keys, 0x6E7);
     let starts: Vec<u64> = shuffled(&keys, 0x5CA).into_iter().take(SCANS).collect();
     let n = keys.len() as u64;
@@ -52,18 +51,16 @@ fn bench_fastfair(c: &mut Criterion) {
             BenchmarkId::new(format!("insert/{}", policy.name()), &parameter),
             |b| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
+                    total_time(iters, || {
                         let fresh =
                             FastFairHeap::create(&dir, POOL_FILE, n, Some(Granularity::Emulated))
                                 .expect("set up a heap for the tree");
                         let tree = fresh.tree(policy).expect("create the tree");
-                        let start = Instant::now();
-                        let inserted = insert_all(&tree, &keys).expect("insert");
-                        total += start.elapsed();
-                        assert_eq!(inserted, n, "keys lost");
-                    }
-                    total
+                        time_then_check(
+                            || insert_all(&tree, &keys),
+                            |inserted| assert_eq!(inserted.expect("insert"), n, "keys lost"),
+                        )
+                    })
                 })
             },
         );
@@ -79,14 +76,12 @@ fn bench_fastfair(c: &mut Criterion) {
             BenchmarkId::new(format!("get/{}", policy.name()), &parameter),
             |b| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let start = Instant::now();
-                        let hits = get_all(&tree, &lookups).expect("get");
-                        total += start.elapsed();
-                        assert_eq!(hits, n, "keys not found");
-                    }
-                    total
+                    total_time(iters, || {
+                        time_then_check(
+                            || get_all(&tree, &lookups),
+                            |hits| assert_eq!(hits.expect("get"), n, "keys not found"),
+                        )
+                    })
                 })
             },
         );
@@ -95,14 +90,15 @@ fn bench_fastfair(c: &mut Criterion) {
             BenchmarkId::new(format!("scan/{}", policy.name()), &parameter),
             |b| {
                 b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let start = Instant::now();
-                        let pairs = scan_all(&tree, &starts).expect("scan");
-                        total += start.elapsed();
-                        assert!(pairs >= (SCANS as u64) * 90, "scans read too little");
-                    }
-                    total
+                    total_time(iters, || {
+                        time_then_check(
+                            || scan_all(&tree, &starts),
+                            |pairs| {
+                                let pairs = pairs.expect("scan");
+                                assert!(pairs >= SCANS as u64 * 90, "scans read too little");
+                            },
+                        )
+                    })
                 })
             },
         );

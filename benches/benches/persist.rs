@@ -7,7 +7,7 @@
 //!
 //! * `flush_kinds`: write one cache line + flush + fence, per flush instruction of this CPU;
 //! * `nt_vs_clwb`: `nt_write` + fence vs `write` + `persist`, 64 B to 64 KiB (throughput in
-//!   bytes): the micro-buffering crossover of seed 000 Sec. 5.2.1 (near 1 KB on Optane);
+//!   bytes): the micro-buffering crossover of Optane guide (FAST'20), Sec. 5.2.1 (near 1 KB on Optane);
 //! * `nt_then_temporal`: `nt_write` 64 B then `write_after` 8 B, x86 model (fence) vs ideal
 //!   (none);
 //! * `persist_vs_raw`: the pool's `write` + `persist` vs a plain store + `flush_line` + `sfence`

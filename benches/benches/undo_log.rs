@@ -8,7 +8,7 @@
 //!
 //! * `tx_words`: a transaction snapshotting then writing K random words, K = 1, 2, 8, 32, 128,
 //!   under the strict, batched and ideal fence policies;
-//! * `themis_workloads`: one transaction of each workload of seed 004 Table II (SPS, LL,
+//! * `themis_workloads`: one transaction of each workload of Themis, Table II (SPS, LL,
 //!   Hashmap, CQ, TATP update_location, TPCC new_order) under the same three policies;
 //! * `object_update`: an object replaced in place vs out of place, 64 B to 4 KiB (throughput in
 //!   bytes).

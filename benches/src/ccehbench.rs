@@ -11,7 +11,7 @@
 //! four fresh tables, in forward order on even rounds and in reverse on odd ones:
 //!
 //! * with [`Cceh::insert`], one call per key, timing every [`LATENCY_EVERY`]th call on its own
-//!   with [`Instant`] for the latency percentiles; then it looks every key up twice in one
+//!   with [`Instant`](std::time::Instant) for the latency percentiles; then it looks every key up twice in one
 //!   random order: with [`Cceh::get`] (hits, every [`LATENCY_EVERY`]th timed on its own) and
 //!   with [`Cceh::get_batch`] ([`GET_BATCH_KEYS`] keys a call, prefetching [`HELPER_DEPTH`]
 //!   ahead), the two passes taking turns going first; then it removes every key with
@@ -31,17 +31,25 @@
 //! two-thread drivers [`insert_all`], [`get_all`] and [`remove_all`].
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
 
-use pmem_ordering::{Granularity, Hardware, Pool};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
-use pmem_undo_log::{FencePolicy, Heap, TxError};
+use pmem_ordering::Granularity;
+// Named by the documentation's links only.
+#[cfg(doc)]
+use pmem_structures::cceh::Cceh;
+use pmem_structures::cceh::{CcehConfig, CcehError};
+use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
-use crate::phase::{check_count, ns, CountError, Phase};
-use crate::poolfile::{HeapFile, PoolFile, SetupError};
-use crate::txbench::Rng;
+use crate::keys::{random_keys, shuffled};
+use crate::phase::{check_count, sampled_call, CountError, Phase};
+use crate::poolfile::SetupError;
+
+mod table;
+
+pub use table::{
+    batch_options, get_all, insert_all, items, pool_size, remove_all, value_of, CcehHeap,
+    LookAhead, Table,
+};
 
 /// Keys of a default `pmem-bench` run.
 pub const CCEH_KEYS: u64 = 1_000_000;
@@ -49,7 +57,7 @@ pub const CCEH_KEYS: u64 = 1_000_000;
 pub const CCEH_KEYS_QUICK: u64 = 100_000;
 /// Every how many operations one is timed on its own, for the latency percentiles.
 pub const LATENCY_EVERY: usize = 64;
-/// How far ahead the helper thread walks (seed 001 Sec. 4.1 found 8 best).
+/// How far ahead the helper thread walks (Optane buffering (EuroSys'22), Sec. 4.1 found 8 best).
 pub const HELPER_DEPTH: usize = 8;
 /// The heaps' fence policy (only splits and doublings run transactions).
 pub const CCEH_POLICY: FencePolicy = FencePolicy::Batched;
@@ -57,215 +65,17 @@ pub const CCEH_POLICY: FencePolicy = FencePolicy::Batched;
 /// 64 would do; the file is sparse, so unused room costs nothing).
 pub const POOL_BYTES_PER_KEY: u64 = 128;
 
-/// The numbers to beat, from the issue: quoted, not measured by us.
+/// The numbers to beat: the authors' C++ code and PMDK measured on this machine when the work
+/// was planned, quoted; not measured by this run.
 pub const REFERENCE: &str = "the FAST'19 authors' C++ CCEH (clflush + 3 mfence per insert) on \
 this machine: 1M keys 2.2 M inserts/s and 9.4 M lookups/s; 16M keys 1.6 M inserts/s and 4.7 M \
 lookups/s; about 32 bytes of table per key; PMDK hashmap_rp 0.52 M inserts/s at 1M keys";
-
-/// The table type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Table<'h> = Cceh<'h, Hardware, Arc<Pool>>;
-
-/// Size of the pool file for a table of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded
-/// up to a power of two, at least 16 MiB (128 MiB for 1M keys, 2 GiB for 16M).
-pub fn pool_size(keys: u64) -> u64 {
-    (keys.saturating_mul(POOL_BYTES_PER_KEY))
-        .next_power_of_two()
-        .max(16 << 20)
-}
-
-/// `n` distinct, nonzero, uniformly random keys, from `seed`.
-pub fn random_keys(n: u64, seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    let mut seen = std::collections::HashSet::with_capacity(n as usize);
-    let mut keys = Vec::with_capacity(n as usize);
-    while keys.len() < n as usize {
-        let k = rng.next_u64();
-        if k != 0 && seen.insert(k) {
-            keys.push(k);
-        }
-    }
-    keys
-}
-
-/// A copy of `keys` in a random order (Fisher-Yates, from `seed`).
-pub fn shuffled(keys: &[u64], seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    let mut out = keys.to_vec();
-    for i in (1..out.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        out.swap(i, j);
-    }
-    out
-}
-
-/// The value stored with `key`.
-pub fn value_of(key: u64) -> u64 {
-    key.rotate_left(32) ^ 0x5A5A_5A5A_5A5A_5A5A
-}
-
-/// `(key, value_of(key))` for every key.
-pub fn items(keys: &[u64]) -> Vec<(u64, u64)> {
-    keys.iter().map(|&k| (k, value_of(k))).collect()
-}
-
-/// A fresh heap in its own pool file, for one table: the file is removed when this is dropped.
-#[derive(Debug)]
-pub struct CcehHeap(HeapFile);
-
-impl CcehHeap {
-    /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for `keys`
-    /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap in
-    /// it (see [`HeapFile::create`]).
-    pub fn create(
-        dir: &Path,
-        file_name: &str,
-        keys: u64,
-        granularity: Option<Granularity>,
-    ) -> Result<CcehHeap, SetupError> {
-        HeapFile::create(dir, file_name, pool_size(keys), granularity, CCEH_POLICY).map(CcehHeap)
-    }
-
-    /// The heap.
-    pub fn heap(&self) -> &Heap {
-        self.0.heap()
-    }
-
-    /// The pool file.
-    pub fn file(&self) -> &PoolFile {
-        self.0.file()
-    }
-
-    /// Make an empty table (default shape) with its root in the pool's root object.
-    pub fn table(&self) -> Result<Table<'_>, CcehError> {
-        Cceh::create(
-            self.heap(),
-            self.heap().pool().root_offset(),
-            CcehConfig::default(),
-        )
-    }
-
-    /// Bytes the heap has allocated (the table's directory and segments).
-    pub fn bytes_allocated(&self) -> u64 {
-        self.0.bytes_allocated()
-    }
-}
-
-/// How a batched load looks ahead.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LookAhead {
-    /// Neither helper thread nor prefetch.
-    Off,
-    /// The speculative helper thread, [`HELPER_DEPTH`] keys ahead.
-    Helper,
-    /// The inserting thread prefetches the path of the key [`HELPER_DEPTH`] ahead itself.
-    Inline,
-}
-
-impl LookAhead {
-    /// Every variant, in report order.
-    pub const ALL: [LookAhead; 3] = [LookAhead::Off, LookAhead::Helper, LookAhead::Inline];
-
-    /// The batch options of this variant.
-    pub fn options(self) -> BatchOptions {
-        BatchOptions {
-            helper: self == LookAhead::Helper,
-            inline_prefetch: self == LookAhead::Inline,
-            depth: HELPER_DEPTH,
-        }
-    }
-
-    /// A short name for benchmark ids.
-    pub fn name(self) -> &'static str {
-        match self {
-            LookAhead::Off => "helper off",
-            LookAhead::Helper => "helper on",
-            LookAhead::Inline => "inline prefetch",
-        }
-    }
-}
 
 /// Keys per [`Cceh::get_batch`] call in the `get_batch` row.
 pub const GET_BATCH_KEYS: usize = 8192;
 
 /// How many times the table's size is sampled over the second half of a load.
 pub const CYCLE_SAMPLES: usize = 32;
-
-/// The batch options of the helper thread off (`false`) or on (`true`, [`HELPER_DEPTH`]).
-pub fn batch_options(helper: bool) -> BatchOptions {
-    if helper {
-        LookAhead::Helper.options()
-    } else {
-        LookAhead::Off.options()
-    }
-}
-
-/// `items` split into `threads` nearly equal consecutive parts.
-fn parts<T>(items: &[T], threads: usize) -> impl Iterator<Item = &[T]> {
-    let per = items.len().div_ceil(threads.max(1)).max(1);
-    items.chunks(per)
-}
-
-/// Run `f` on each of `threads` parts of `items` (on this thread if `threads` is 1, else on
-/// as many scoped threads); the sum of what the calls return.
-fn split<T: Sync, E: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(&[T]) -> Result<u64, E> + Sync,
-) -> Result<u64, E> {
-    if threads <= 1 {
-        return f(items);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = parts(items, threads)
-            .map(|part| s.spawn(|| f(part)))
-            .collect();
-        let mut total = 0;
-        for h in handles {
-            total += h
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-        }
-        Ok(total)
-    })
-}
-
-/// Insert `items` with [`Cceh::insert_batch`] (`options`), split among `threads` threads that
-/// share the table; how many keys were new.
-pub fn insert_all(
-    table: &Table<'_>,
-    items: &[(u64, u64)],
-    options: BatchOptions,
-    threads: usize,
-) -> Result<u64, CcehError> {
-    split(items, threads, |part| table.insert_batch(part, options))
-}
-
-/// Look every key of `keys` up, split among `threads` threads; how many were found with their
-/// [`value_of`].
-pub fn get_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
-    split(keys, threads, |part| {
-        let mut hits = 0;
-        for &k in part {
-            if table.get(k)? == Some(value_of(k)) {
-                hits += 1;
-            }
-        }
-        Ok(hits)
-    })
-}
-
-/// Remove every key of `keys`, split among `threads` threads; how many were there.
-pub fn remove_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
-    split(keys, threads, |part| {
-        let mut removed = 0;
-        for &k in part {
-            if table.remove(k)?.is_some() {
-                removed += 1;
-            }
-        }
-        Ok(removed)
-    })
-}
 
 /// How much `pmem-bench` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,7 +216,7 @@ pub struct CcehResults {
     pub inline_over_off: f64,
     /// Keys moved along their probing window during the load of one table (the last round's).
     pub displacements: u64,
-    /// The numbers to beat, quoted from the issue, not measured by us.
+    /// The numbers to beat ([`REFERENCE`]), quoted, not measured by this run.
     pub reference: String,
 }
 
@@ -438,9 +248,7 @@ fn timed(
     what: &'static str,
     f: impl FnOnce(&mut Vec<f64>) -> Result<u64, CcehError>,
 ) -> Result<(), CcehBenchError> {
-    let got = phase.time(n, f)?;
-    check_count(|| format!("CCEH {}", op.name()), n, got, what)?;
-    Ok(())
+    phase.time_counted(n, n, || format!("CCEH {}", op.name()), what, f)
 }
 
 /// Look every key of `order` up with `get`, timing every [`LATENCY_EVERY`]th call on its own
@@ -452,14 +260,7 @@ fn lookup_pass(
 ) -> Result<u64, CcehError> {
     let mut hits = 0;
     for (i, &k) in order.iter().enumerate() {
-        let v = if i.is_multiple_of(LATENCY_EVERY) {
-            let t = Instant::now();
-            let v = get(k)?;
-            lat.push(ns(t.elapsed()));
-            v
-        } else {
-            get(k)?
-        };
+        let v = sampled_call(i, LATENCY_EVERY, Some(&mut *lat), || get(k))?;
         hits += u64::from(v == Some(value_of(k)));
     }
     Ok(hits)
@@ -525,14 +326,9 @@ pub fn measure(
                                 if i > items.len() / 2 && i.is_multiple_of(sample_every) {
                                     cycle.push(fresh.bytes_allocated() as f64 / table.len() as f64);
                                 }
-                                let new = if i.is_multiple_of(LATENCY_EVERY) {
-                                    let t = Instant::now();
-                                    let new = table.insert(k, v)?;
-                                    lat.push(ns(t.elapsed()));
-                                    new
-                                } else {
-                                    table.insert(k, v)?
-                                };
+                                let new = sampled_call(i, LATENCY_EVERY, Some(&mut *lat), || {
+                                    table.insert(k, v)
+                                })?;
                                 inserted += u64::from(new);
                             }
                             Ok(inserted)
@@ -640,40 +436,4 @@ pub fn measure(
         global_depth,
         reference: REFERENCE.to_string(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_distinct_nonzero_and_shuffles_are_permutations() {
-        let keys = random_keys(10_000, 1);
-        assert_eq!(keys.len(), 10_000);
-        assert!(keys.iter().all(|&k| k != 0));
-        let mut sorted = keys.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), keys.len());
-        let mut again = shuffled(&keys, 2);
-        assert_ne!(again, keys);
-        again.sort_unstable();
-        assert_eq!(again, sorted);
-    }
-
-    #[test]
-    fn parts_cover_everything_once() {
-        let xs: Vec<u32> = (0..11).collect();
-        let p: Vec<&[u32]> = parts(&xs, 2).collect();
-        assert_eq!(p.len(), 2);
-        assert_eq!(p.concat(), xs);
-        assert_eq!(parts(&xs, 1).count(), 1);
-    }
-
-    #[test]
-    fn pool_sizes_are_powers_of_two_with_room() {
-        assert_eq!(pool_size(1_000_000), 128 << 20);
-        assert_eq!(pool_size(100), 16 << 20);
-        assert!(pool_size(16_000_000) >= 16_000_000 * 64);
-    }
 }

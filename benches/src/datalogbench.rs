@@ -1,5 +1,5 @@
 //! The datalog measurements of `pmem-bench` and of the `datalog` criterion bench: random
-//! overwrites under copy-on-write and under embedded writes (seed 000 Sec. 5.1.2, Fig. 11), and
+//! overwrites under copy-on-write and under embedded writes (Optane guide (FAST'20), Sec. 5.1.2, Fig. 11), and
 //! reads of the overwritten file (the read path's cost of merging embedded bytes).
 //!
 //! Every measurement runs on a fresh store: its own heap ([`HeapConfig::default`](pmem_undo_log::HeapConfig::default), batched
@@ -11,30 +11,29 @@
 //!
 //! * [`DatalogPlan::writes`] overwrites of `size` bytes (64 B, 256 B, 1 KiB, 4 KiB) at
 //!   uniformly random offsets aligned to `size` ([`random_offsets`]), all with one write mode,
-//!   every [`LATENCY_EVERY`]th call timed on its own with [`Instant`];
+//!   every [`LATENCY_EVERY`]th call timed on its own with [`Instant`](std::time::Instant);
 //! * after the 64-byte overwrites, [`DatalogPlan::reads`] reads of a random 4 KiB page.
 //!
 //! The two modes of one size run back to back in each round (their order reversed on odd
 //! rounds); a row's throughput is the median over the rounds. Per write, from [`thread_stats`](pmem_ordering::thread_stats)
 //! deltas over the phase: fences, cache lines flushed, bytes stored (temporal + non-temporal:
 //! what the CPU wrote) and bytes sent to memory (flushed lines + non-temporal bytes: what
-//! reached the persistence domain, the write amplification of seed 000 Sec. 5.1 up to the
+//! reached the persistence domain, the write amplification of Optane guide (FAST'20), Sec. 5.1 up to the
 //! DIMM's own).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
 use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
-use crate::phase::{percentile, timer_overhead_ns, Phase};
+use crate::keys::random_offsets;
+use crate::phase::{percentile, sampled_call, timer_overhead_ns, Phase};
 use crate::poolfile::{HeapFile, SetupError};
-use crate::txbench::Rng;
 
-/// The file size of a default run (the issue's 64 MB file).
+/// The file size of a default run (the 64 MB file of NOVA-datalog's random-overwrite test).
 pub const FILE_BYTES: u64 = 64 << 20;
 /// The file size of a `--quick` run.
 pub const FILE_BYTES_QUICK: u64 = 4 << 20;
@@ -51,8 +50,9 @@ pub const DATALOG_POLICY: FencePolicy = FencePolicy::Batched;
 /// The file's name in the store.
 const FILE_NAME: &str = "data";
 
-/// The paper's numbers, quoted: not measured by us.
-pub const REFERENCE: &str = "seed 000 Sec. 5.1.2, Fig. 11 (NOVA on Optane DC persistent \
+/// The paper's numbers, quoted: not measured by this run.
+pub const REFERENCE: &str =
+    "Optane guide (FAST'20), Sec. 5.1.2, Fig. 11 (NOVA on Optane DC persistent \
 memory): NOVA-datalog's embedded writes have 7x lower latency than NOVA's copy-on-write for \
 64-byte random overwrites and 6.5x lower for 256-byte ones";
 
@@ -126,14 +126,6 @@ pub fn prepare(store: &Store<'_>, file_bytes: u64) -> Result<FileId, DatalogErro
     Ok(id)
 }
 
-/// `n` uniformly random offsets aligned to `size` inside a file of `file_bytes`.
-pub fn random_offsets(n: usize, file_bytes: u64, size: u64, seed: u64) -> Vec<u64> {
-    let mut rng = Rng::new(seed);
-    (0..n)
-        .map(|_| rng.below(file_bytes / size) * size)
-        .collect()
-}
-
 /// The bytes every write of `size` bytes writes.
 pub fn payload(size: u64) -> Vec<u8> {
     (0..size).map(|i| (i * 7 + 3) as u8).collect()
@@ -150,14 +142,9 @@ pub fn overwrite_all(
     mut latencies: Option<&mut Vec<f64>>,
 ) -> Result<(), DatalogError> {
     for (i, &at) in offsets.iter().enumerate() {
-        match latencies.as_deref_mut() {
-            Some(lat) if i.is_multiple_of(LATENCY_EVERY) => {
-                let t = Instant::now();
-                store.write_at_with(id, at, data, mode)?;
-                lat.push(t.elapsed().as_nanos() as f64);
-            }
-            _ => store.write_at_with(id, at, data, mode)?,
-        }
+        sampled_call(i, LATENCY_EVERY, latencies.as_deref_mut(), || {
+            store.write_at_with(id, at, data, mode)
+        })?;
     }
     Ok(())
 }
@@ -173,15 +160,9 @@ pub fn read_all(
 ) -> Result<u64, DatalogError> {
     let mut total = 0u64;
     for (i, &at) in offsets.iter().enumerate() {
-        let n = match latencies.as_deref_mut() {
-            Some(lat) if i.is_multiple_of(LATENCY_EVERY) => {
-                let t = Instant::now();
-                let n = store.read_at(id, at, buf)?;
-                lat.push(t.elapsed().as_nanos() as f64);
-                n
-            }
-            _ => store.read_at(id, at, buf)?,
-        };
+        let n = sampled_call(i, LATENCY_EVERY, latencies.as_deref_mut(), || {
+            store.read_at(id, at, &mut *buf)
+        })?;
         total += n as u64;
     }
     Ok(total)
@@ -287,7 +268,7 @@ pub struct DatalogResults {
     pub rows: Vec<DatalogRow>,
     /// Copy-on-write over embedded, per size.
     pub ratios: Vec<DatalogRatio>,
-    /// The paper's numbers, quoted, not measured by us.
+    /// The paper's numbers, quoted, not measured by this run.
     pub reference: String,
 }
 
@@ -412,13 +393,6 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn offsets_are_aligned_and_inside_the_file() {
-        let offsets = random_offsets(1000, 1 << 20, 256, 3);
-        assert!(offsets.iter().all(|&o| o % 256 == 0 && o + 256 <= 1 << 20));
-        assert!(offsets.iter().any(|&o| o != offsets[0]));
-    }
 
     #[test]
     fn pool_sizes_leave_room_for_churn() {

@@ -9,8 +9,10 @@
 //!   writes, non-temporal -> temporal ordering, the pool's persist vs raw instructions);
 //! * [`measure`]: side-by-side timing of a group of variants, with per-operation statistics;
 //! * [`machine`]: a description of the machine for report headers;
+//! * [`keys`]: every key, offset and random choice, from one seeded generator
+//!   (`pmem_ordering::sim::SplitMix64`);
 //! * [`txbench`]: the transaction variants (K words per transaction, the Themis workloads of
-//!   seed 004 Table II, in-place vs out-of-place object updates) under each fence policy;
+//!   Themis, Table II, in-place vs out-of-place object updates) under each fence policy;
 //! * [`ccehbench`]: the CCEH table of `pmem-structures`: loads of random keys with and without
 //!   the speculative helper thread, lookups and removals, with latency percentiles;
 //! * [`datalogbench`]: the datalog store of `pmem-structures`: random overwrites of a 64 MB
@@ -30,6 +32,7 @@
 pub mod ccehbench;
 pub mod datalogbench;
 pub mod fastfairbench;
+pub mod keys;
 pub mod machine;
 pub mod measure;
 pub mod phase;

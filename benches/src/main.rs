@@ -2,7 +2,7 @@
 //!
 //! It compares the persistence primitives of `pmem-ordering` (see [`pmem_bench::primitives`]),
 //! then undo-log transactions of `pmem-undo-log` (see [`pmem_bench::txbench`]): K words per
-//! transaction, the Themis workloads of seed 004 Table II and object updates, each under the
+//! transaction, the Themis workloads (Themis, Table II) and object updates, each under the
 //! fence policies; then each structure of `pmem-structures` on its own benchmark (CCEH,
 //! FAST&FAIR, datalog: [`pmem_bench::ccehbench`], [`pmem_bench::fastfairbench`],
 //! [`pmem_bench::datalogbench`]); then YCSB-style workloads over every structure and variant
@@ -18,8 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::builder::PossibleValuesParser;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
@@ -31,193 +30,19 @@ use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
 use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
 use pmem_bench::txbench::{self, TxRunner};
 use pmem_bench::ycsb::{
-    bar_callback, progress_bar, run_matrix, KeyDistribution, Matrix, Scale, Setup as YcsbSetup,
-    Structure, Variant, Workload, YcsbError,
+    bar_callback, progress_bar, run_matrix, Setup as YcsbSetup, Structure, YcsbError,
 };
 use pmem_ordering::{Granularity, Isa, PoolError};
 use pmem_undo_log::TxError;
+
+mod cli;
+
+use cli::{Cli, SectionArg, Selection};
 
 /// The benchmark pool's file name inside the pool directory.
 const POOL_FILE: &str = "pmem-bench.pool";
 /// The prefix of the transaction variants' pool files (`{prefix}-{variant}.pool`).
 const TX_POOL_PREFIX: &str = "pmem-bench";
-
-/// Measure persist primitives, undo-log transactions and the persistent structures of this
-/// workspace on a pool file, and print the results as tables.
-///
-/// The report has these sections, all run by default (choose with --section):
-///
-/// * primitives: one cache line written + flushed + fenced with each flush instruction the CPU
-///   has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
-///   64 KiB; a non-temporal write then an ordered temporal write with and without the fence;
-///   the pool's persist against the raw instructions.
-///
-/// * transactions: undo-log transactions of K = 1..128 words, the Themis workloads (SPS, LL,
-///   Hashmap, CQ, TATP, TPCC) and in-place vs out-of-place object updates, under the strict,
-///   batched and ideal fence policies.
-///
-/// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
-///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
-///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
-///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
-///   copy-on-write against embedded writes).
-///
-/// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
-///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
-///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
-///   p50/p99/p99.9 latency, fences, flushes, nt bytes and bytes to persistent memory per
-///   operation, and the effective write ratio at 256-byte XPLine granularity.
-///
-/// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
-///   side by side with the same operations of ours.
-///
-/// The default run takes about two minutes on a 2-core machine; --quick under 20 seconds.
-/// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
-/// memory (emulated granularity), which the report's header says.
-#[derive(Debug, Parser)]
-#[command(name = "pmem-bench", version)]
-struct Cli {
-    /// Short run for CI and smoke tests (under 20 seconds): fewer keys, fewer and shorter
-    /// batches, so the numbers are noisier.
-    #[arg(long)]
-    quick: bool,
-
-    /// Sections to run, comma-separated or repeated (default: all of them).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "SECTION")]
-    section: Vec<SectionArg>,
-
-    /// Structures for the structure and YCSB sections, comma-separated or repeated (default:
-    /// all, or those of the --variant given).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "STRUCTURE")]
-    structure: Vec<StructureArg>,
-
-    /// YCSB variants, comma-separated or repeated (default: every variant of the structures):
-    /// CCEH helper-off / helper-on (how the load runs: insert_batch without or with the
-    /// speculative helper thread), FAST&FAIR per-shift / fast / redo (shift policies), datalog
-    /// copy-on-write / embedded / auto (write modes).
-    #[arg(long, value_delimiter = ',', value_name = "VARIANT",
-          value_parser = PossibleValuesParser::new(Variant::ALL.map(Variant::name)))]
-    variant: Vec<String>,
-
-    /// YCSB workloads after the load, comma-separated or repeated (default: a, b, c, e,
-    /// insert-only; `load` alone runs the load only). Every structure is loaded first.
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "WORKLOAD")]
-    workload: Vec<Workload>,
-
-    /// YCSB key choice for reads, updates and scans, comma-separated or repeated (default:
-    /// both).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "DISTRIBUTION")]
-    distribution: Vec<KeyDistribution>,
-
-    /// YCSB records loaded into each structure (default 200000; 20000 with --quick).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_RECORDS))]
-    keys: Option<u64>,
-
-    /// YCSB operations of each workload run (default 200000; 20000 with --quick).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_OPS))]
-    ops: Option<u64>,
-
-    /// YCSB thread counts, comma-separated or repeated: each runs on its own freshly loaded
-    /// structure (default: 1,2).
-    #[arg(long, value_delimiter = ',', value_name = "N",
-          value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
-    threads: Vec<u64>,
-
-    /// Seed of the YCSB keys and operations (the same seed gives the same operations).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
-    seed: u64,
-
-    /// Directory for the pool files (created fresh and removed at exit). Default: /dev/shm if
-    /// it exists, else the system temporary directory.
-    #[arg(long, value_name = "DIR")]
-    pool_dir: Option<PathBuf>,
-
-    /// How persistence works for the pools: `emulated` issues flush instructions and fences as
-    /// on persistent memory without msync (the default; on tmpfs this is DRAM, not persistent
-    /// memory); `page` ends every persist in msync; `detect` tries MAP_SYNC (persistent memory
-    /// behind a DAX file system) and falls back to page.
-    #[arg(long, value_enum, value_name = "KIND", default_value_t = GranularityArg::Emulated)]
-    granularity: GranularityArg,
-
-    /// Also write the results as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-
-    /// Also write the results as markdown to FILE.
-    #[arg(long, value_name = "FILE")]
-    markdown: Option<PathBuf>,
-
-    /// Write PNG charts into DIR (created if missing): YCSB throughput per variant for each
-    /// structure (ycsb-<structure>.png), and the non-temporal vs flush crossover from the
-    /// primitives section (crossover.png).
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
-}
-
-/// The largest --keys: a structure of this many records fits a 64 GiB pool.
-const MAX_YCSB_RECORDS: u64 = 100_000_000;
-/// The largest --ops.
-const MAX_YCSB_OPS: u64 = 1_000_000_000;
-/// The largest --threads.
-const MAX_THREADS: u64 = 64;
-/// The default --seed.
-const DEFAULT_SEED: u64 = 0x5C5B;
-
-/// A section of the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum SectionArg {
-    /// Flush instructions, nt vs temporal writes, nt -> temporal ordering, persist overhead.
-    Primitives,
-    /// Undo-log transactions, the Themis workloads and object updates.
-    Transactions,
-    /// Each structure's own benchmark (CCEH, FAST&FAIR, datalog).
-    Structures,
-    /// YCSB workloads over every structure and variant.
-    Ycsb,
-    /// PMDK side by side (needs the pmdk feature).
-    Pmdk,
-}
-
-/// A structure, on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum StructureArg {
-    /// The CCEH hash table.
-    Cceh,
-    /// The FAST&FAIR B+-tree.
-    Fastfair,
-    /// The datalog object store.
-    Datalog,
-}
-
-impl StructureArg {
-    fn structure(self) -> Structure {
-        match self {
-            StructureArg::Cceh => Structure::Cceh,
-            StructureArg::Fastfair => Structure::FastFair,
-            StructureArg::Datalog => Structure::Datalog,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum GranularityArg {
-    /// Flushes and fences issued, no msync (not persistent unless the file is on a DAX device).
-    Emulated,
-    /// Every persist ends in msync.
-    Page,
-    /// MAP_SYNC if the file system allows it (cache-line granularity), else page.
-    Detect,
-}
-
-impl GranularityArg {
-    fn forced(self) -> Option<Granularity> {
-        match self {
-            GranularityArg::Emulated => Some(Granularity::Emulated),
-            GranularityArg::Page => Some(Granularity::Page),
-            GranularityArg::Detect => None,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 enum RunError {
@@ -345,105 +170,8 @@ impl Progress {
     }
 }
 
-/// What the command line asks for, checked.
-struct Selection {
-    sections: Vec<SectionArg>,
-    structures: Vec<Structure>,
-    matrix: Matrix,
-}
-
-impl Selection {
-    fn from_cli(cli: &Cli) -> Result<Selection, RunError> {
-        let sections = if cli.section.is_empty() {
-            let mut all = vec![
-                SectionArg::Primitives,
-                SectionArg::Transactions,
-                SectionArg::Structures,
-                SectionArg::Ycsb,
-            ];
-            if cfg!(feature = "pmdk") {
-                all.push(SectionArg::Pmdk);
-            }
-            all
-        } else {
-            cli.section.clone()
-        };
-        if !cfg!(feature = "pmdk") && sections.contains(&SectionArg::Pmdk) {
-            return Err(RunError::Usage(PMDK_HINT.to_string()));
-        }
-        let variants: Vec<Variant> = cli
-            .variant
-            .iter()
-            .filter_map(|name| Variant::ALL.into_iter().find(|v| v.name() == name))
-            .collect();
-        let structures: Vec<Structure> = if !cli.structure.is_empty() {
-            Structure::ALL
-                .into_iter()
-                .filter(|s| cli.structure.iter().any(|a| a.structure() == *s))
-                .collect()
-        } else if !variants.is_empty() {
-            Structure::ALL
-                .into_iter()
-                .filter(|s| variants.iter().any(|v| v.structure() == *s))
-                .collect()
-        } else {
-            Structure::ALL.to_vec()
-        };
-        if let Some(v) = variants
-            .iter()
-            .find(|v| !structures.contains(&v.structure()))
-        {
-            return Err(RunError::Usage(format!(
-                "variant {} is a {} variant, and --structure does not include {}",
-                v.name(),
-                v.structure().name(),
-                v.structure().name()
-            )));
-        }
-        let mut matrix = Matrix::new(if cli.quick {
-            Scale::quick()
-        } else {
-            Scale::default()
-        });
-        if let Some(keys) = cli.keys {
-            matrix.scale.records = keys;
-        }
-        if let Some(ops) = cli.ops {
-            matrix.scale.ops = ops;
-        }
-        matrix.variants = if variants.is_empty() {
-            structures.iter().flat_map(|s| s.variants()).collect()
-        } else {
-            variants
-        };
-        if !cli.workload.is_empty() {
-            matrix.workloads = cli.workload.clone();
-        }
-        if !cli.distribution.is_empty() {
-            matrix.distributions = cli.distribution.clone();
-        }
-        if !cli.threads.is_empty() {
-            matrix.threads = cli.threads.iter().map(|&t| t as usize).collect();
-        }
-        matrix.seed = cli.seed;
-        Ok(Selection {
-            sections,
-            structures,
-            matrix,
-        })
-    }
-
-    fn runs(&self, section: SectionArg) -> bool {
-        self.sections.contains(&section)
-    }
-
-    fn measures(&self, structure: Structure) -> bool {
-        self.runs(SectionArg::Structures) && self.structures.contains(&structure)
-    }
-}
-
 fn run(cli: &Cli) -> Result<(), RunError> {
-    let selection = Selection::from_cli(cli)?;
+    let selection = Selection::from_cli(cli).map_err(RunError::Usage)?;
     let (plan, cceh_plan, fastfair_plan, datalog_plan) = if cli.quick {
         (
             Plan::quick(),
@@ -551,14 +279,15 @@ fn run(cli: &Cli) -> Result<(), RunError> {
                 }),
         );
     }
-    let mut report = Report::new(setup, &measurements, &tx_measurements).with_pmdk(pmdk);
+    let mut report = Report::new(setup, &measurements, &tx_measurements);
+    report.pmdk = pmdk;
     if selection.measures(Structure::Cceh) {
         progress.next();
         progress.line(&format!(
             "cceh: {} keys x 4 fresh tables x {} rounds",
             cceh_plan.keys, cceh_plan.rounds
         ));
-        report = report.with_cceh(ccehbench::measure(
+        report.cceh = Some(ccehbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -572,7 +301,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             "fastfair: {} keys x 3 policies x {} rounds",
             fastfair_plan.keys, fastfair_plan.rounds
         ));
-        report = report.with_fastfair(fastfairbench::measure(
+        report.fastfair = Some(fastfairbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -589,7 +318,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             datalogbench::WRITE_SIZES.len(),
             datalog_plan.rounds
         ));
-        report = report.with_datalog(datalogbench::measure(
+        report.datalog = Some(datalogbench::measure(
             &dir,
             TX_POOL_PREFIX,
             granularity,
@@ -616,38 +345,14 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         let bar = progress_bar(m.total_runs());
         let results = run_matrix(m, &ycsb_setup, &bar_callback(&bar))?;
         bar.finish_and_clear();
-        report = report.with_ycsb(results);
+        report.ycsb = Some(results);
     }
     progress.done();
 
-    println!("{}", report.header());
-    if !measurements.is_empty() {
-        println!("{}", report.method());
-        println!();
-        print!("{}", report.table());
-        println!();
-        print!("{}", report.legend());
-        println!();
-    }
-    if !tx_measurements.is_empty() {
-        println!("{}", report.tx_method());
-        println!();
-        print!("{}", report.tx_tables());
-    }
-    for table in [
-        report.cceh.as_ref().map(|_| report.cceh_table()),
-        report.fastfair.as_ref().map(|_| report.fastfair_table()),
-        report.datalog.as_ref().map(|_| report.datalog_table()),
-        report.ycsb.as_ref().map(|_| report.ycsb_tables()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        print!("{table}");
-        println!();
-    }
-    if selection.runs(SectionArg::Pmdk) || cli.section.is_empty() {
-        print!("{}", report.pmdk_tables());
+    print!("{}", report.text());
+    if report.pmdk.is_none() && cli.section.is_empty() {
+        // A default run built without the feature says where the PMDK comparison would be.
+        println!("{PMDK_HINT}");
     }
     if let Some(plot_dir) = &cli.plot {
         for path in plot(plot_dir, &report, &measurements)? {

@@ -1,6 +1,6 @@
 //! What the structure benchmarks ([`crate::ccehbench`], [`crate::fastfairbench`],
 //! [`crate::datalogbench`]) accumulate for one measured operation over their rounds, and the
-//! small timing helpers they share.
+//! small timing helpers they share (the criterion benches' timed loops too).
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,24 @@ impl Phase {
         self.rates.push(n as f64 / elapsed.as_secs_f64());
         self.ops += n;
         Ok(out)
+    }
+
+    /// [`Phase::time`] of a run whose `f` returns how many of its `n` operations did `what`:
+    /// a [`CountError`] naming `operation` unless that is `expected`.
+    pub fn time_counted<E, B>(
+        &mut self,
+        n: u64,
+        expected: u64,
+        operation: impl FnOnce() -> String,
+        what: &'static str,
+        f: impl FnOnce(&mut Vec<f64>) -> Result<u64, E>,
+    ) -> Result<(), B>
+    where
+        B: From<E> + From<CountError>,
+    {
+        let got = self.time(n, f)?;
+        check_count(operation, expected, got, what)?;
+        Ok(())
     }
 
     /// `total` divided by the operations (a per-operation figure of the counters).
@@ -80,6 +98,41 @@ pub fn check_count(
         got,
         what,
     })
+}
+
+/// `op()` as call `i` of a run that times every `every`th call on its own: such a call is timed
+/// into `latencies` (when given), the others run untimed.
+pub fn sampled_call<T, E>(
+    i: usize,
+    every: usize,
+    latencies: Option<&mut Vec<f64>>,
+    op: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    match latencies {
+        Some(lat) if i.is_multiple_of(every) => {
+            let t = Instant::now();
+            let out = op()?;
+            lat.push(ns(t.elapsed()));
+            Ok(out)
+        }
+        _ => op(),
+    }
+}
+
+/// `op`, timed; `check` then gets its result, outside the time. With [`total_time`], the body of
+/// a criterion `iter_custom` loop.
+pub fn time_then_check<T>(op: impl FnOnce() -> T, check: impl FnOnce(T)) -> Duration {
+    let start = Instant::now();
+    let out = op();
+    let elapsed = start.elapsed();
+    check(out);
+    elapsed
+}
+
+/// The sum of `iters` runs, each returning its own time, so that what a run sets up and tears
+/// down around its timed part stays out of the total (criterion's `iter_custom`).
+pub fn total_time(iters: u64, mut run: impl FnMut() -> Duration) -> Duration {
+    (0..iters).map(|_| run()).sum()
 }
 
 /// Nanoseconds of a duration, as a float.
@@ -139,5 +192,49 @@ mod tests {
         assert!(check_count(|| "x".into(), 3, 3, "keys").is_ok());
         let e = check_count(|| "CCEH remove".into(), 3, 2, "keys removed").unwrap_err();
         assert_eq!(e.to_string(), "CCEH remove: 2 of 3 keys removed");
+        let counted: Result<(), CountError> =
+            phase.time_counted(4, 4, || "x".into(), "keys", |_| Ok::<u64, CountError>(3));
+        assert_eq!(counted.unwrap_err().to_string(), "x: 3 of 4 keys");
+        assert_eq!(phase.ops, 44, "a run that miscounts is still timed");
+    }
+
+    #[test]
+    fn runs_are_timed_then_checked_and_summed() {
+        let mut checked = Vec::new();
+        let mut run = 0;
+        let total = total_time(3, || {
+            run += 1;
+            time_then_check(
+                || {
+                    std::thread::sleep(Duration::from_millis(1));
+                    run
+                },
+                |out| checked.push(out),
+            )
+        });
+        assert_eq!(checked, [1, 2, 3]);
+        assert!(total >= Duration::from_millis(3), "{total:?}");
+    }
+
+    #[test]
+    fn every_nth_call_is_timed_on_its_own() {
+        let mut lat = Vec::new();
+        let mut calls = 0;
+        for i in 0..10 {
+            let got: Result<usize, ()> = sampled_call(i, 4, Some(&mut lat), || {
+                calls += 1;
+                Ok(i)
+            });
+            assert_eq!(got, Ok(i));
+        }
+        assert_eq!((calls, lat.len()), (10, 3), "calls 0, 4 and 8 timed");
+        let untimed: Result<(), ()> = sampled_call(0, 4, None, || Ok(()));
+        assert_eq!(untimed, Ok(()));
+        let failed: Result<(), &str> = sampled_call(4, 4, Some(&mut lat), || Err("no"));
+        assert_eq!(
+            (failed, lat.len()),
+            (Err("no"), 3),
+            "a failed call is not a sample"
+        );
     }
 }

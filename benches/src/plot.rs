@@ -82,6 +82,24 @@ fn draw_error(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> PlotError + '_ 
     }
 }
 
+/// Draw the series' legend at `position`, then write the image out.
+fn legend_and_save<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    root: &DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+    err: &impl Fn(&dyn std::fmt::Display) -> PlotError,
+) -> Result<(), PlotError> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
 /// Distinguishable series colours (the Tableau 10 palette's first six).
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -181,16 +199,7 @@ pub fn throughput_chart(path: &Path, structure: &str, rows: &[YcsbRow]) -> Resul
         root.draw(&Text::new(g.as_str(), (x, y + 8), &label_style))
             .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FAMILY, 14))
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    legend_and_save(&mut chart, &root, SeriesLabelPosition::UpperRight, &err)
 }
 
 /// One write size of the non-temporal vs temporal comparison.
@@ -326,16 +335,7 @@ pub fn crossover_chart(path: &Path, points: &[CrossoverPoint]) -> Result<(), Plo
             .draw_series(line.into_iter().map(|c| Circle::new(c, 4, color.filled())))
             .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FAMILY, 14))
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    legend_and_save(&mut chart, &root, SeriesLabelPosition::UpperLeft, &err)
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! Four groups, each comparing variants side by side:
 //!
 //! * [`Group::FlushKinds`]: write one cache line, flush it, fence, for each flush instruction the
-//!   CPU supports (seed 002 compares the same three instructions);
+//!   CPU supports (PERC compares the same three instructions);
 //! * [`Group::NtVsClwb`]: a non-temporal write plus a fence against a temporal write plus
-//!   flush and fence, from 64 B to 64 KiB: the micro-buffering crossover of seed 000 Sec. 5.2.1,
+//!   flush and fence, from 64 B to 64 KiB: the micro-buffering crossover of Optane guide (FAST'20), Sec. 5.2.1,
 //!   found near 1 KB on Optane;
 //! * [`Group::NtThenTemporal`]: a 64-byte non-temporal write followed by an 8-byte temporal write
 //!   that must persist after it ([`Pool::write_after`]), under the x86 model (a fence between
-//!   them) and the ideal model (no fence): the fence Themis removes (seed 004 Sec. III-B). The
+//!   them) and the ideal model (no fence): the fence Themis removes (Themis, Sec. III-B). The
 //!   temporal write is left unflushed, so the pair measures the ordering cost alone;
 //! * [`Group::PersistVsRaw`]: the pool's `write` + `persist` of one line against a plain store,
 //!   `flush_line` and `sfence` on a memmap2 mapping of the same pool file: the cost of the
@@ -74,7 +74,7 @@ impl Group {
         match self {
             Group::FlushKinds => "write 64 B + flush + sfence, per flush instruction".to_string(),
             Group::NtVsClwb => format!(
-                "nt_write + sfence vs write + {flush} + sfence (seed 000 Sec. 5.2.1: crossover \
+                "nt_write + sfence vs write + {flush} + sfence (Optane guide (FAST'20), Sec. 5.2.1: crossover \
                  near 1 KB on Optane)"
             ),
             Group::NtThenTemporal => "nt_write 64 B, then write_after 8 B (left unflushed): \

@@ -6,7 +6,7 @@
 //!   (K = 1, 2, 8, 32, 128), under the strict, batched and ideal fence policies. The K words are
 //!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
 //!   libpmemobj's figures for the same transaction are quoted in the README;
-//! * [`Section::ThemisWorkloads`]: the workloads of seed 004 Table II
+//! * [`Section::ThemisWorkloads`]: the workloads of Themis, Table II
 //!   ([`pmem_themis_workloads`]), one transaction per operation, under the same three
 //!   policies;
 //! * [`Section::ObjectUpdate`]: an object replaced in place (snapshot + overwrite) or out of
@@ -30,9 +30,14 @@ use pmem_themis_workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES, MA
 use pmem_themis_workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig, TxError, TxStats};
 
+use crate::keys::{below, SplitMix64};
 use crate::measure::Runner;
 use crate::poolfile::{PoolFile, SetupError};
 use crate::primitives::size_label;
+
+mod variants;
+
+pub use variants::{groups, variants, Section, TxVariant, Workload};
 
 /// Size of each variant's pool.
 pub const TX_POOL_SIZE: u64 = 32 << 20;
@@ -55,7 +60,7 @@ pub const OBJECT_POLICY: FencePolicy = FencePolicy::Batched;
 
 /// Entries of the SPS array.
 pub const SPS_LEN: u64 = 1 << 16;
-/// Swaps per SPS transaction (2 logged stores each: seed 004 Fig. 8 shows SPS transactions of
+/// Swaps per SPS transaction (2 logged stores each: Themis, Fig. 8 shows SPS transactions of
 /// over a hundred stores).
 pub const SPS_SWAPS: usize = 64;
 /// Key range of the linked list; half of it is in the list at any time.
@@ -68,264 +73,6 @@ pub const MAP_BUCKETS: u64 = 1024;
 pub const QUEUE_LEN: u64 = 1024;
 /// Subscribers of the TATP table.
 pub const TATP_SUBSCRIBERS: u64 = 8_000;
-
-/// A section of the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Section {
-    /// K words per transaction, per policy.
-    TxWords,
-    /// The Themis workloads, per policy.
-    ThemisWorkloads,
-    /// In-place vs out-of-place object updates, per size.
-    ObjectUpdate,
-}
-
-impl Section {
-    /// Every section, in report order.
-    pub const ALL: [Section; 3] = [
-        Section::TxWords,
-        Section::ThemisWorkloads,
-        Section::ObjectUpdate,
-    ];
-
-    /// The section's name in reports and criterion group names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Section::TxWords => "tx_words",
-            Section::ThemisWorkloads => "themis_workloads",
-            Section::ObjectUpdate => "object_update",
-        }
-    }
-}
-
-/// A workload of seed 004 Table II.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Workload {
-    /// Swap random entries of an array.
-    Sps,
-    /// Insert/delete nodes in a sorted linked list.
-    List,
-    /// Insert/delete entries in a chained hash map.
-    Hashmap,
-    /// Enqueue/dequeue nodes of a queue.
-    Queue,
-    /// TATP `update_location`.
-    Tatp,
-    /// TPCC `new_order`.
-    Tpcc,
-}
-
-impl Workload {
-    /// Every workload, in report order.
-    pub const ALL: [Workload; 6] = [
-        Workload::Sps,
-        Workload::List,
-        Workload::Hashmap,
-        Workload::Queue,
-        Workload::Tatp,
-        Workload::Tpcc,
-    ];
-
-    /// The paper's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Sps => "SPS",
-            Workload::List => "LL",
-            Workload::Hashmap => "Hashmap",
-            Workload::Queue => "CQ",
-            Workload::Tatp => "TATP",
-            Workload::Tpcc => "TPCC",
-        }
-    }
-
-    /// What one transaction does.
-    pub fn description(self) -> String {
-        match self {
-            Workload::Sps => format!(
-                "swap {SPS_SWAPS} random pairs of a {} Ki-entry array",
-                SPS_LEN >> 10
-            ),
-            Workload::List => format!(
-                "insert or delete a random key of 0..{LIST_KEYS} in a sorted linked list (about \
-                 half present)"
-            ),
-            Workload::Hashmap => format!(
-                "insert or delete a random key of 0..{MAP_KEYS} in a chained hash map of \
-                 {MAP_BUCKETS} buckets (about half present)"
-            ),
-            Workload::Queue => {
-                format!("enqueue and dequeue in turn on a linked queue of about {QUEUE_LEN} values")
-            }
-            Workload::Tatp => {
-                format!("update_location of a random subscriber of {TATP_SUBSCRIBERS} (one store)")
-            }
-            Workload::Tpcc => {
-                let c = TpccConfig::default();
-                format!(
-                    "new_order of 5..=15 random items of {} in a random district of {} \
-                     (order + lines allocated, the order {} back freed)",
-                    c.items, c.districts, c.orders_kept
-                )
-            }
-        }
-    }
-}
-
-/// One variant measured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TxVariant {
-    /// K random words snapshot, then written, in one transaction.
-    Words {
-        /// Words per transaction.
-        k: u64,
-        /// The fence policy.
-        policy: FencePolicy,
-    },
-    /// One transaction of a Themis workload.
-    Workload {
-        /// The workload.
-        workload: Workload,
-        /// The fence policy.
-        policy: FencePolicy,
-    },
-    /// One object update.
-    Object {
-        /// Bytes of the object.
-        bytes: u64,
-        /// Out of place (allocate, swing, free) rather than in place (snapshot, overwrite).
-        out_of_place: bool,
-    },
-}
-
-impl TxVariant {
-    /// The section the variant belongs to.
-    pub fn section(self) -> Section {
-        match self {
-            TxVariant::Words { .. } => Section::TxWords,
-            TxVariant::Workload { .. } => Section::ThemisWorkloads,
-            TxVariant::Object { .. } => Section::ObjectUpdate,
-        }
-    }
-
-    /// The fence policy of the variant's heap.
-    pub fn policy(self) -> FencePolicy {
-        match self {
-            TxVariant::Words { policy, .. } | TxVariant::Workload { policy, .. } => policy,
-            TxVariant::Object { .. } => OBJECT_POLICY,
-        }
-    }
-
-    /// Criterion's function id: the policy, the workload, or the update kind.
-    pub fn function(self) -> String {
-        match self {
-            TxVariant::Words { policy, .. } => policy.name().to_string(),
-            TxVariant::Workload { workload, .. } => workload.name().to_string(),
-            TxVariant::Object { out_of_place, .. } => if out_of_place {
-                "out-of-place"
-            } else {
-                "in-place"
-            }
-            .to_string(),
-        }
-    }
-
-    /// Criterion's parameter: the word count, the policy, or the size.
-    pub fn parameter(self) -> String {
-        match self {
-            TxVariant::Words { k, .. } => format!("{k} words"),
-            TxVariant::Workload { policy, .. } => policy.name().to_string(),
-            TxVariant::Object { bytes, .. } => size_label(bytes as usize),
-        }
-    }
-
-    /// A unique, readable id.
-    pub fn id(self) -> String {
-        format!("{} {}", self.function(), self.parameter())
-    }
-
-    /// A file-name-safe form of the id.
-    fn slug(self) -> String {
-        self.id()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect()
-    }
-}
-
-/// The groups `pmem-bench` measures, in report order: each a name and the variants compared
-/// side by side (one group per K, per workload, per object size).
-pub fn groups() -> Vec<(String, Vec<TxVariant>)> {
-    let mut out = Vec::new();
-    for k in TX_WORDS {
-        out.push((
-            format!("{} K={k}", Section::TxWords.name()),
-            POLICIES
-                .iter()
-                .map(|&policy| TxVariant::Words { k, policy })
-                .collect(),
-        ));
-    }
-    for workload in Workload::ALL {
-        out.push((
-            format!("{} {}", Section::ThemisWorkloads.name(), workload.name()),
-            POLICIES
-                .iter()
-                .map(|&policy| TxVariant::Workload { workload, policy })
-                .collect(),
-        ));
-    }
-    for bytes in OBJECT_SIZES {
-        out.push((
-            format!(
-                "{} {}",
-                Section::ObjectUpdate.name(),
-                size_label(bytes as usize)
-            ),
-            [false, true]
-                .into_iter()
-                .map(|out_of_place| TxVariant::Object {
-                    bytes,
-                    out_of_place,
-                })
-                .collect(),
-        ));
-    }
-    out
-}
-
-/// Every variant of `section`, in report order.
-pub fn variants(section: Section) -> Vec<TxVariant> {
-    groups()
-        .into_iter()
-        .flat_map(|(_, v)| v)
-        .filter(|v| v.section() == section)
-        .collect()
-}
-
-/// SplitMix64: a small, fast, seeded generator for the workloads' random choices.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`; the modulo bias is negligible for the small `n` used here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
 
 /// What a runner keeps between operations.
 enum Driver {
@@ -366,7 +113,7 @@ pub struct TxRunner {
     // Dropped before the file (fields drop in order).
     heap: Heap,
     root: u64,
-    rng: Rng,
+    rng: SplitMix64,
     driver: Driver,
     file: PoolFile,
 }
@@ -405,7 +152,7 @@ impl TxRunner {
             .map_err(heap_err)?;
         let root = heap.pool().root_offset();
         // One seed for all: the variants of a group make the same operations.
-        let mut rng = Rng::new(0x5EED);
+        let mut rng = SplitMix64::new(0x5EED);
         let driver = setup(&heap, root, variant, &mut rng).map_err(heap_err)?;
         Ok(TxRunner {
             variant,
@@ -442,7 +189,7 @@ impl TxRunner {
                 // One word from each of K equal slices: K distinct random words.
                 let slice = WORDS / *k;
                 picks.clear();
-                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + rng.below(slice))));
+                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + below(rng, slice))));
                 *value += 1;
                 let v = *value;
                 heap.transaction(|tx| {
@@ -457,11 +204,11 @@ impl TxRunner {
             }
             Driver::Sps { pairs } => {
                 pairs.clear();
-                pairs.extend((0..SPS_SWAPS).map(|_| (rng.below(SPS_LEN), rng.below(SPS_LEN))));
+                pairs.extend((0..SPS_SWAPS).map(|_| (below(rng, SPS_LEN), below(rng, SPS_LEN))));
                 Sps::open(heap, root)?.swap_all(pairs)
             }
             Driver::List { present } => {
-                let key = rng.below(LIST_KEYS);
+                let key = below(rng, LIST_KEYS);
                 let list = List::open(heap, root)?;
                 let k = key as usize;
                 present[k] = if present[k] {
@@ -472,7 +219,7 @@ impl TxRunner {
                 Ok(())
             }
             Driver::Hashmap { present } => {
-                let key = rng.below(MAP_KEYS);
+                let key = below(rng, MAP_KEYS);
                 let map = ChainedHashMap::open(heap, root)?;
                 let k = key as usize;
                 present[k] = if present[k] {
@@ -496,19 +243,19 @@ impl TxRunner {
             }
             Driver::Tatp => {
                 let tatp = Tatp::open(heap, root)?;
-                tatp.update_location(rng.below(TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
+                tatp.update_location(below(rng, TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
                 Ok(())
             }
             Driver::Tpcc { order } => {
                 let db = Tpcc::open(heap, root)?;
                 let config = db.config();
-                order.district = rng.below(config.districts) + 1;
-                order.customer = rng.below(3000) + 1;
-                let lines = 5 + rng.below(MAX_LINES as u64 - 4);
+                order.district = below(rng, config.districts) + 1;
+                order.customer = below(rng, 3000) + 1;
+                let lines = 5 + below(rng, MAX_LINES as u64 - 4);
                 order.lines.clear();
                 order.lines.extend((0..lines).map(|_| LineInput {
-                    item: rng.below(config.items) + 1,
-                    quantity: rng.below(MAX_QUANTITY) + 1,
+                    item: below(rng, config.items) + 1,
+                    quantity: below(rng, MAX_QUANTITY) + 1,
                 }));
                 db.new_order(order)?;
                 Ok(())
@@ -548,7 +295,12 @@ impl Runner for TxRunner {
 }
 
 /// Set up `variant`'s structure in `heap` at `root`.
-fn setup(heap: &Heap, root: u64, variant: TxVariant, rng: &mut Rng) -> Result<Driver, TxError> {
+fn setup(
+    heap: &Heap,
+    root: u64,
+    variant: TxVariant,
+    rng: &mut SplitMix64,
+) -> Result<Driver, TxError> {
     Ok(match variant {
         TxVariant::Words { k, .. } => {
             let array = heap.transaction(|tx| {
@@ -624,13 +376,13 @@ fn setup(heap: &Heap, root: u64, variant: TxVariant, rng: &mut Rng) -> Result<Dr
 
 /// Insert a random half of `0..keys` with `insert`; returns which keys are present.
 fn half_full(
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     keys: u64,
     mut insert: impl FnMut(u64) -> Result<bool, TxError>,
 ) -> Result<Vec<bool>, TxError> {
     let mut present = vec![false; keys as usize];
     for k in 0..keys {
-        if rng.below(2) == 0 {
+        if below(rng, 2) == 0 {
             present[k as usize] = insert(k)?;
         }
     }

@@ -13,28 +13,32 @@
 //! | [`Workload::InsertOnly`] | 100% inserts of new records |
 //!
 //! Reads, updates and scan starts pick loaded records by a [`KeyDistribution`]: uniform, or
-//! YCSB's scrambled Zipfian with theta 0.99 ([`keys::Chooser`]). Inserts take fresh record
+//! YCSB's scrambled Zipfian with theta 0.99 ([`Chooser`]). Inserts take fresh record
 //! numbers after every record loaded or inserted so far, each thread its own interleaved share
 //! ([`plan`]). All keys, values and operations of a run are generated, from a seed, before its
 //! timing starts.
 //!
 //! [`targets`] adapts each structure to the one interface the driver runs ([`targets::Target`]);
-//! [`run`] loads a structure, runs the workloads on it with 1..T threads and reports
-//! throughput, latency percentiles and persistence counters per operation.
+//! [`run`] loads a structure, runs the workloads of a [`matrix`] on it with 1..T threads and
+//! reports throughput, latency percentiles and persistence counters per operation
+//! ([`results`]), with its [`progress`] on stderr.
 
-pub mod keys;
+pub mod matrix;
+pub mod progress;
+pub mod results;
 pub mod run;
 pub mod targets;
 
 use serde::Serialize;
 
-use crate::txbench::Rng;
-use keys::{key_of, value_for, Chooser, Zipfian, ZipfianError, MAX_RECORDS, ZIPF_THETA};
+use crate::keys::records::{key_of, value_for, MAX_RECORDS};
+use crate::keys::zipfian::{Chooser, Zipfian, ZipfianError, ZIPF_THETA};
+use crate::keys::{below, SplitMix64};
 
-pub use run::{
-    bar_callback, progress_bar, run_matrix, run_plan, run_variant, Matrix, ProgressEvent, Scale,
-    Skipped, YcsbError, YcsbResults, YcsbRow,
-};
+pub use matrix::{Matrix, Scale, Skipped};
+pub use progress::{bar_callback, progress_bar, ProgressEvent};
+pub use results::{YcsbError, YcsbResults, YcsbRow};
+pub use run::{run_matrix, run_plan, run_variant};
 pub use targets::{with_target, Setup, Structure, Target, TargetError, Variant};
 
 /// The longest scan of workload E (YCSB's default `maxscanlength`).
@@ -51,7 +55,7 @@ pub enum Workload {
     B,
     /// Reads only.
     C,
-    /// 95% scans of 1 to 100 records (`MAX_SCAN`), 5% inserts.
+    /// 95% scans of 1 to 100 records, 5% inserts.
     E,
     /// Inserts of new records only.
     InsertOnly,
@@ -105,7 +109,7 @@ impl Workload {
 pub enum KeyDistribution {
     /// Every loaded record equally likely.
     Uniform,
-    /// YCSB's scrambled Zipfian, theta 0.99 (`ZIPF_THETA`).
+    /// YCSB's scrambled Zipfian, theta 0.99.
     Zipfian,
 }
 
@@ -194,10 +198,15 @@ pub enum PlanError {
 }
 
 /// A generator for thread `thread` of a run, distinct for every input.
-fn thread_rng(seed: u64, workload: Workload, distribution: KeyDistribution, thread: usize) -> Rng {
-    let mut mix = Rng::new(seed ^ ((workload as u64) << 56) ^ ((distribution as u64) << 48));
+fn thread_rng(
+    seed: u64,
+    workload: Workload,
+    distribution: KeyDistribution,
+    thread: usize,
+) -> SplitMix64 {
+    let mut mix = SplitMix64::new(seed ^ ((workload as u64) << 56) ^ ((distribution as u64) << 48));
     let base = mix.next_u64();
-    Rng::new(base ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    SplitMix64::new(base ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// The operations of `workload` for `threads` threads: `ops` in all (split as evenly as can
@@ -275,7 +284,7 @@ pub fn plan(
             key_of(record)
         };
         for _ in 0..n {
-            let roll = rng.below(100);
+            let roll = below(&mut rng, 100);
             let op = match workload {
                 Workload::A | Workload::B | Workload::C => {
                     let read_share = match workload {
@@ -293,7 +302,7 @@ pub fn plan(
                     }
                 }
                 Workload::E if roll < 95 => {
-                    let len = 1 + rng.below(MAX_SCAN as u64) as usize;
+                    let len = 1 + below(&mut rng, MAX_SCAN as u64) as usize;
                     key_of(chooser.next(&mut rng)).map(|k| Op::Scan(k, len))
                 }
                 _ => fresh().map(|k| Op::Insert(k, value_for(k, 0))),
@@ -415,11 +424,11 @@ mod tests {
                 let Op::Insert(k, v) = *op else {
                     panic!("{op:?} in insert-only")
                 };
-                let r = keys::record_of(k).unwrap();
+                let r = crate::keys::records::record_of(k).unwrap();
                 assert!(r >= 1500 && r < p.next_insert, "record {r}");
                 assert_eq!(r % 3, (1500 + t as u64) % 3, "thread {t} took record {r}");
                 assert!(seen.insert(k), "key of record {r} inserted twice");
-                assert!(keys::value_matches(k, v));
+                assert!(crate::keys::records::value_matches(k, v));
             }
         }
         assert_eq!(seen.len(), 1001);
@@ -452,7 +461,7 @@ mod tests {
         assert_eq!(p.ops(), 1001);
         assert_eq!(p.next_insert, 1001);
         let first = |l: &Vec<Op>| match l[0] {
-            Op::Insert(k, _) => keys::record_of(k).unwrap(),
+            Op::Insert(k, _) => crate::keys::records::record_of(k).unwrap(),
             _ => u64::MAX,
         };
         assert_eq!(first(&p.threads[0]), 0);

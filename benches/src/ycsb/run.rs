@@ -25,257 +25,24 @@
 //! it, an update must find its key, an insert must find its key new, a scan from a loaded key
 //! must visit at least that key. Any miss fails the run with [`YcsbError::Mismatch`].
 
-use std::io::IsTerminal;
 use std::sync::Barrier;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use pmem_ordering::{thread_stats, Stats};
-use serde::Serialize;
 
-use super::keys::value_matches;
-use super::targets::{with_target, MakeError, Setup, Target, TargetError, Variant};
-use super::{plan, KeyDistribution, KeySpace, Op, Plan, PlanError, Workload};
+use super::targets::{with_target, Setup, Target, TargetError, Variant};
+use super::{
+    plan, KeyDistribution, KeySpace, Matrix, Op, Plan, ProgressEvent, Scale, Workload, YcsbError,
+    YcsbResults, YcsbRow,
+};
+use crate::keys::records::value_matches;
 
 /// The largest latency the histograms hold: one minute, in nanoseconds (longer ones are
 /// clamped to it).
 const MAX_LATENCY_NS: u64 = 60_000_000_000;
 /// Significant decimal digits of the histograms (0.1% resolution).
 const SIGFIGS: u8 = 3;
-
-/// How much one run does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Scale {
-    /// Records loaded into each structure.
-    pub records: u64,
-    /// Operations of each workload run.
-    pub ops: u64,
-}
-
-impl Default for Scale {
-    /// The default run: 200 000 records, 200 000 operations per workload run (the whole
-    /// matrix of [`Matrix::new`] takes about 25 s on the 2-core VM of the README).
-    fn default() -> Scale {
-        Scale {
-            records: 200_000,
-            ops: 200_000,
-        }
-    }
-}
-
-impl Scale {
-    /// The `--quick` run: 20 000 records, 20 000 operations.
-    pub fn quick() -> Scale {
-        Scale {
-            records: 20_000,
-            ops: 20_000,
-        }
-    }
-}
-
-/// What [`run_matrix`] runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Matrix {
-    /// Records and operations.
-    pub scale: Scale,
-    /// The variants, each on its own structures.
-    pub variants: Vec<Variant>,
-    /// The workloads run after the load, in the order given ([`Workload::Load`] here is
-    /// ignored: every structure is loaded first).
-    pub workloads: Vec<Workload>,
-    /// The key distributions of the workloads that choose keys.
-    pub distributions: Vec<KeyDistribution>,
-    /// Thread counts; each loads its own structure.
-    pub threads: Vec<usize>,
-    /// The seed of every plan.
-    pub seed: u64,
-}
-
-impl Matrix {
-    /// Every variant, workloads A, B, C, E and insert-only, both distributions, 1 and 2
-    /// threads.
-    pub fn new(scale: Scale) -> Matrix {
-        Matrix {
-            scale,
-            variants: Variant::ALL.to_vec(),
-            workloads: Workload::RUNS.to_vec(),
-            distributions: KeyDistribution::ALL.to_vec(),
-            threads: vec![1, 2],
-            seed: 0x5C5B,
-        }
-    }
-
-    /// The workloads of `variant` that run, in order, each with its distribution (`None` for
-    /// the load and insert-only), and those skipped with the reason.
-    fn runs(&self, variant: Variant) -> (Vec<(Workload, Option<KeyDistribution>)>, Vec<Skipped>) {
-        let mut runs = vec![(Workload::Load, None)];
-        let mut skipped = Vec::new();
-        for &w in self.workloads.iter().filter(|&&w| w != Workload::Load) {
-            if w.scans() {
-                if let Some(reason) = variant.structure().no_scan_reason() {
-                    skipped.push(Skipped {
-                        structure: variant.structure().name().to_string(),
-                        variant: variant.name().to_string(),
-                        workload: w.name().to_string(),
-                        reason: reason.to_string(),
-                    });
-                    continue;
-                }
-            }
-            if w.chooses_keys() {
-                runs.extend(self.distributions.iter().map(|&d| (w, Some(d))));
-            } else {
-                runs.push((w, None));
-            }
-        }
-        (runs, skipped)
-    }
-
-    /// Runs in the whole matrix (loads included), for progress reports.
-    pub fn total_runs(&self) -> usize {
-        self.variants
-            .iter()
-            .map(|&v| self.runs(v).0.len() * self.threads.len())
-            .sum()
-    }
-}
-
-/// One run's results.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct YcsbRow {
-    /// The structure's name.
-    pub structure: String,
-    /// The variant's name.
-    pub variant: String,
-    /// The workload's name (`load` for the load phase).
-    pub workload: String,
-    /// The key distribution (`None` for the load and insert-only, which choose no keys).
-    pub distribution: Option<String>,
-    /// Threads.
-    pub threads: usize,
-    /// Operations run.
-    pub ops: u64,
-    /// The run's time: the slowest thread's, from the common start.
-    pub seconds: f64,
-    /// Operations per second.
-    pub ops_per_sec: f64,
-    /// Median latency of one operation, in nanoseconds (`None`: operations not timed one by
-    /// one, the batched CCEH load).
-    pub p50_ns: Option<f64>,
-    /// 99th percentile latency.
-    pub p99_ns: Option<f64>,
-    /// 99.9th percentile latency.
-    pub p999_ns: Option<f64>,
-    /// Fences per operation.
-    pub fences_per_op: f64,
-    /// Cache lines flushed per operation.
-    pub flushes_per_op: f64,
-    /// Bytes stored non-temporally per operation.
-    pub nt_bytes_per_op: f64,
-    /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes
-    /// ([`Stats::bytes_to_media`]).
-    pub media_bytes_per_op: f64,
-    /// Bytes an Optane DIMM would write to its media per operation, at 256-byte XPLine
-    /// granularity through the XPBuffer model of [`pmem_ordering::XPBUFFER_XPLINES`].
-    pub xpline_bytes_per_op: f64,
-    /// Write amplification at XPLine granularity: [`YcsbRow::xpline_bytes_per_op`] over
-    /// [`YcsbRow::media_bytes_per_op`] (`None` if nothing was sent).
-    pub write_amplification: Option<f64>,
-    /// The effective write ratio of seed 000 Sec. 5.1, the inverse: bytes sent over bytes the
-    /// media writes ([`Stats::effective_write_ratio`]; `None` if nothing was written).
-    pub ewr: Option<f64>,
-}
-
-/// A workload a variant cannot run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Skipped {
-    /// The structure's name.
-    pub structure: String,
-    /// The variant's name.
-    pub variant: String,
-    /// The workload's name.
-    pub workload: String,
-    /// Why it is skipped.
-    pub reason: String,
-}
-
-/// The YCSB section of a run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct YcsbResults {
-    /// Records and operations.
-    pub scale: Scale,
-    /// The median cost of one latency sample's two `Instant` reads, in nanoseconds: included
-    /// in every latency and in the runs' times.
-    pub timer_ns: f64,
-    /// One row per run, in run order.
-    pub rows: Vec<YcsbRow>,
-    /// The workloads skipped, once per variant.
-    pub skipped: Vec<Skipped>,
-    /// Wall time of the whole matrix, set-up and plans included.
-    pub total_seconds: f64,
-}
-
-/// Where the matrix is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProgressEvent {
-    /// Runs finished.
-    pub done: usize,
-    /// Runs in all.
-    pub total: usize,
-    /// The run that just finished.
-    pub label: String,
-}
-
-/// Why the YCSB runs failed.
-#[derive(Debug, thiserror::Error)]
-pub enum YcsbError {
-    /// A structure could not be set up.
-    #[error("cannot set up the structure: {0}")]
-    Make(Box<MakeError>),
-    /// A plan could not be made.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// An operation failed.
-    #[error("{structure} {variant}, {workload}: {source}")]
-    Target {
-        /// The structure's name.
-        structure: &'static str,
-        /// The variant's name.
-        variant: &'static str,
-        /// The workload's name.
-        workload: &'static str,
-        /// What failed (boxed: the structures' errors are large).
-        source: Box<TargetError>,
-    },
-    /// Operations did not return what they should have (a bug, not a measurement).
-    #[error("{structure} {variant}, {workload}: {count} operations returned wrong results; the first: {first}")]
-    Mismatch {
-        /// The structure's name.
-        structure: &'static str,
-        /// The variant's name.
-        variant: &'static str,
-        /// The workload's name.
-        workload: &'static str,
-        /// How many.
-        count: u64,
-        /// What the first one did.
-        first: String,
-    },
-    /// A histogram could not be made.
-    #[error("cannot make a latency histogram: {0}")]
-    Histogram(#[from] hdrhistogram::CreationError),
-    /// A thread count of zero.
-    #[error("a run needs at least one thread")]
-    NoThreads,
-}
-
-impl From<MakeError> for YcsbError {
-    fn from(e: MakeError) -> Self {
-        // Boxed: a pool set-up error is large, and every result carries the error type.
-        YcsbError::Make(Box::new(e))
-    }
-}
 
 /// What one thread measured.
 struct ThreadRun {
@@ -556,30 +323,6 @@ pub fn run_matrix(
         skipped,
         total_seconds: start.elapsed().as_secs_f64(),
     })
-}
-
-/// A progress bar of `total` runs on stderr, hidden when stderr is not a terminal or under CI
-/// (the `CI` variable set), where a bar would only litter the log.
-pub fn progress_bar(total: usize) -> ProgressBar {
-    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) =
-        ProgressStyle::with_template("ycsb [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-    {
-        bar.set_style(style);
-    }
-    bar
-}
-
-/// A progress callback for [`run_matrix`] that moves `bar`.
-pub fn bar_callback(bar: &ProgressBar) -> impl Fn(&ProgressEvent) + '_ {
-    move |e| {
-        bar.set_length(e.total as u64);
-        bar.set_position(e.done as u64);
-        bar.set_message(e.label.clone());
-    }
 }
 
 #[cfg(test)]

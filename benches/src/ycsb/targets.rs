@@ -27,10 +27,10 @@ use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode}
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use serde::Serialize;
 
-use super::keys::{record_of, value_matches, version_of};
 use crate::ccehbench::{CCEH_POLICY, HELPER_DEPTH};
 use crate::datalogbench::DATALOG_POLICY;
 use crate::fastfairbench::FASTFAIR_HEAP_POLICY;
+use crate::keys::records::{record_of, value_matches, version_of};
 use crate::poolfile::{HeapFile, SetupError};
 
 /// Bytes of one datalog record (a YCSB record of a few fields).
@@ -89,7 +89,7 @@ pub enum TargetError {
 
 /// A structure the driver can run: one call per operation, safe to share between threads.
 ///
-/// Values are those of [`super::keys::value_for`]; a structure returns what it holds and the
+/// Values are those of [`crate::keys::records::value_for`]; a structure returns what it holds and the
 /// driver checks it.
 pub trait Target: Sync {
     /// Insert `key -> value`; whether the key was new.
@@ -390,7 +390,7 @@ fn field_words(key: u64, value: u64) -> [u64; FIELD_WORDS] {
     w[0] = key;
     w[1] = value;
     for (i, word) in w.iter_mut().enumerate().skip(2) {
-        *word = super::keys::fnv1a64(key ^ value.rotate_left(i as u32 * 8));
+        *word = crate::keys::zipfian::fnv1a64(key ^ value.rotate_left(i as u32 * 8));
     }
     w
 }
@@ -491,7 +491,7 @@ impl Target for DatalogTarget<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ycsb::keys::{key_of, value_for};
+    use crate::keys::records::{key_of, value_for};
 
     fn on<R>(variant: Variant, f: impl FnOnce(&dyn Target) -> R) -> R {
         let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();

@@ -1,0 +1,292 @@
+//! The command line of `pmem-bench` (a module of the binary, not of the library): the options
+//! ([`Cli`]) and what they select, checked ([`Selection`]).
+
+use std::path::PathBuf;
+
+use clap::builder::PossibleValuesParser;
+use clap::{Parser, ValueEnum};
+use pmem_bench::report::PMDK_HINT;
+use pmem_bench::ycsb::{KeyDistribution, Matrix, Scale, Structure, Variant, Workload};
+use pmem_ordering::Granularity;
+
+/// Measure persist primitives, undo-log transactions and the persistent structures of this
+/// workspace on a pool file, and print the results as tables.
+///
+/// The report has these sections, all run by default (choose with --section):
+///
+/// * primitives: one cache line written + flushed + fenced with each flush instruction the CPU
+///   has; non-temporal writes + fence against temporal writes + flush + fence from 64 B to
+///   64 KiB; a non-temporal write then an ordered temporal write with and without the fence;
+///   the pool's persist against the raw instructions.
+///
+/// * transactions: undo-log transactions of K = 1..128 words, the Themis workloads (SPS, LL,
+///   Hashmap, CQ, TATP, TPCC) and in-place vs out-of-place object updates, under the strict,
+///   batched and ideal fence policies.
+///
+/// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
+///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
+///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
+///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
+///   copy-on-write against embedded writes).
+///
+/// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
+///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
+///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
+///   p50/p99/p99.9 latency, fences, flushes, nt bytes and bytes to persistent memory per
+///   operation, and the effective write ratio at 256-byte XPLine granularity.
+///
+/// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
+///   side by side with the same operations of ours.
+///
+/// The default run takes about two minutes on a 2-core machine; --quick under 20 seconds.
+/// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
+/// memory (emulated granularity), which the report's header says.
+#[derive(Debug, Parser)]
+#[command(name = "pmem-bench", version)]
+pub(crate) struct Cli {
+    /// Short run for CI and smoke tests (under 20 seconds): fewer keys, fewer and shorter
+    /// batches, so the numbers are noisier.
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// Sections to run, comma-separated or repeated (default: all of them).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "SECTION")]
+    pub(crate) section: Vec<SectionArg>,
+
+    /// Structures for the structure and YCSB sections, comma-separated or repeated (default:
+    /// all, or those of the --variant given).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "STRUCTURE")]
+    pub(crate) structure: Vec<StructureArg>,
+
+    /// YCSB variants, comma-separated or repeated (default: every variant of the structures):
+    /// CCEH helper-off / helper-on (how the load runs: insert_batch without or with the
+    /// speculative helper thread), FAST&FAIR per-shift / fast / redo (shift policies), datalog
+    /// copy-on-write / embedded / auto (write modes).
+    #[arg(long, value_delimiter = ',', value_name = "VARIANT",
+          value_parser = PossibleValuesParser::new(Variant::ALL.map(Variant::name)))]
+    pub(crate) variant: Vec<String>,
+
+    /// YCSB workloads after the load, comma-separated or repeated (default: a, b, c, e,
+    /// insert-only; `load` alone runs the load only). Every structure is loaded first.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "WORKLOAD")]
+    pub(crate) workload: Vec<Workload>,
+
+    /// YCSB key choice for reads, updates and scans, comma-separated or repeated (default:
+    /// both).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "DISTRIBUTION")]
+    pub(crate) distribution: Vec<KeyDistribution>,
+
+    /// YCSB records loaded into each structure (default 200000; 20000 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_RECORDS))]
+    pub(crate) keys: Option<u64>,
+
+    /// YCSB operations of each workload run (default 200000; 20000 with --quick).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_OPS))]
+    pub(crate) ops: Option<u64>,
+
+    /// YCSB thread counts, comma-separated or repeated: each runs on its own freshly loaded
+    /// structure (default: 1,2).
+    #[arg(long, value_delimiter = ',', value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
+    pub(crate) threads: Vec<u64>,
+
+    /// Seed of the YCSB keys and operations (the same seed gives the same operations).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
+    pub(crate) seed: u64,
+
+    /// Directory for the pool files (created fresh and removed at exit). Default: /dev/shm if
+    /// it exists, else the system temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) pool_dir: Option<PathBuf>,
+
+    /// How persistence works for the pools: `emulated` issues flush instructions and fences as
+    /// on persistent memory without msync (the default; on tmpfs this is DRAM, not persistent
+    /// memory); `page` ends every persist in msync; `detect` tries MAP_SYNC (persistent memory
+    /// behind a DAX file system) and falls back to page.
+    #[arg(long, value_enum, value_name = "KIND", default_value_t = GranularityArg::Emulated)]
+    pub(crate) granularity: GranularityArg,
+
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+
+    /// Also write the results as markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) markdown: Option<PathBuf>,
+
+    /// Write PNG charts into DIR (created if missing): YCSB throughput per variant for each
+    /// structure (ycsb-<structure>.png), and the non-temporal vs flush crossover from the
+    /// primitives section (crossover.png).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+/// The largest --keys: a structure of this many records fits a 64 GiB pool.
+const MAX_YCSB_RECORDS: u64 = 100_000_000;
+/// The largest --ops.
+const MAX_YCSB_OPS: u64 = 1_000_000_000;
+/// The largest --threads.
+const MAX_THREADS: u64 = 64;
+/// The default --seed.
+const DEFAULT_SEED: u64 = 0x5C5B;
+
+/// A section of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SectionArg {
+    /// Flush instructions, nt vs temporal writes, nt -> temporal ordering, persist overhead.
+    Primitives,
+    /// Undo-log transactions, the Themis workloads and object updates.
+    Transactions,
+    /// Each structure's own benchmark (CCEH, FAST&FAIR, datalog).
+    Structures,
+    /// YCSB workloads over every structure and variant.
+    Ycsb,
+    /// PMDK side by side (needs the pmdk feature).
+    Pmdk,
+}
+
+/// A structure, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StructureArg {
+    /// The CCEH hash table.
+    Cceh,
+    /// The FAST&FAIR B+-tree.
+    Fastfair,
+    /// The datalog object store.
+    Datalog,
+}
+
+impl StructureArg {
+    fn structure(self) -> Structure {
+        match self {
+            StructureArg::Cceh => Structure::Cceh,
+            StructureArg::Fastfair => Structure::FastFair,
+            StructureArg::Datalog => Structure::Datalog,
+        }
+    }
+}
+
+/// How persistence works for the pools, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum GranularityArg {
+    /// Flushes and fences issued, no msync (not persistent unless the file is on a DAX device).
+    Emulated,
+    /// Every persist ends in msync.
+    Page,
+    /// MAP_SYNC if the file system allows it (cache-line granularity), else page.
+    Detect,
+}
+
+impl GranularityArg {
+    /// The granularity to force (`None`: detect).
+    pub(crate) fn forced(self) -> Option<Granularity> {
+        match self {
+            GranularityArg::Emulated => Some(Granularity::Emulated),
+            GranularityArg::Page => Some(Granularity::Page),
+            GranularityArg::Detect => None,
+        }
+    }
+}
+
+/// What the command line asks for, checked.
+pub(crate) struct Selection {
+    /// The sections to run.
+    pub(crate) sections: Vec<SectionArg>,
+    /// The structures of the structure and YCSB sections.
+    pub(crate) structures: Vec<Structure>,
+    /// The YCSB runs.
+    pub(crate) matrix: Matrix,
+}
+
+impl Selection {
+    /// The selection `cli` asks for, or why it cannot be run.
+    pub(crate) fn from_cli(cli: &Cli) -> Result<Selection, String> {
+        let sections = if cli.section.is_empty() {
+            let mut all = vec![
+                SectionArg::Primitives,
+                SectionArg::Transactions,
+                SectionArg::Structures,
+                SectionArg::Ycsb,
+            ];
+            if cfg!(feature = "pmdk") {
+                all.push(SectionArg::Pmdk);
+            }
+            all
+        } else {
+            cli.section.clone()
+        };
+        if !cfg!(feature = "pmdk") && sections.contains(&SectionArg::Pmdk) {
+            return Err(PMDK_HINT.to_string());
+        }
+        let variants: Vec<Variant> = cli
+            .variant
+            .iter()
+            .filter_map(|name| Variant::ALL.into_iter().find(|v| v.name() == name))
+            .collect();
+        let structures: Vec<Structure> = if !cli.structure.is_empty() {
+            Structure::ALL
+                .into_iter()
+                .filter(|s| cli.structure.iter().any(|a| a.structure() == *s))
+                .collect()
+        } else if !variants.is_empty() {
+            Structure::ALL
+                .into_iter()
+                .filter(|s| variants.iter().any(|v| v.structure() == *s))
+                .collect()
+        } else {
+            Structure::ALL.to_vec()
+        };
+        if let Some(v) = variants
+            .iter()
+            .find(|v| !structures.contains(&v.structure()))
+        {
+            return Err(format!(
+                "variant {} is a {} variant, and --structure does not include {}",
+                v.name(),
+                v.structure().name(),
+                v.structure().name()
+            ));
+        }
+        let mut matrix = Matrix::new(if cli.quick {
+            Scale::quick()
+        } else {
+            Scale::default()
+        });
+        if let Some(keys) = cli.keys {
+            matrix.scale.records = keys;
+        }
+        if let Some(ops) = cli.ops {
+            matrix.scale.ops = ops;
+        }
+        matrix.variants = if variants.is_empty() {
+            structures.iter().flat_map(|s| s.variants()).collect()
+        } else {
+            variants
+        };
+        if !cli.workload.is_empty() {
+            matrix.workloads = cli.workload.clone();
+        }
+        if !cli.distribution.is_empty() {
+            matrix.distributions = cli.distribution.clone();
+        }
+        if !cli.threads.is_empty() {
+            matrix.threads = cli.threads.iter().map(|&t| t as usize).collect();
+        }
+        matrix.seed = cli.seed;
+        Ok(Selection {
+            sections,
+            structures,
+            matrix,
+        })
+    }
+
+    /// Whether `section` runs.
+    pub(crate) fn runs(&self, section: SectionArg) -> bool {
+        self.sections.contains(&section)
+    }
+
+    /// Whether the structure section measures `structure`.
+    pub(crate) fn measures(&self, structure: Structure) -> bool {
+        self.runs(SectionArg::Structures) && self.structures.contains(&structure)
+    }
+}

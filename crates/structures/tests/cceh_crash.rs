@@ -2,12 +2,10 @@
 //! operations that returned, plus possibly the interrupted one (durable linearizability), and
 //! the heap holds exactly the table's directory and segments.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Pool;
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig};
-use pmem_test_kit::cceh::{check_table, contents, run_all, CcehModel, CcehOp};
+use pmem_test_kit::cceh::{contents, crash_ops, run_all, CcehCrashOutcome, CcehModel, CcehOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_test_kit::{run_crash_test, History};
 use pmem_undo_log::{FencePolicy, Heap};
@@ -26,14 +24,12 @@ const POOL_BYTES: u64 = 256 << 10;
 
 type SimTable<'h, 'p> = Cceh<'h, SimBackend, &'p Pool<SimBackend>>;
 
-/// What a crash run found: crash points checked, and how many recoveries finished a split the
-/// crash had interrupted.
-struct Outcome {
-    points: u64,
-    splits_finished: u64,
-}
-
-fn run(policy: FencePolicy, sim: SimConfig, ops: Vec<CcehOp>, points: CrashPoints) -> Outcome {
+fn run(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: Vec<CcehOp>,
+    points: CrashPoints,
+) -> CcehCrashOutcome {
     run_with(CONFIG, policy, sim, ops, points)
 }
 
@@ -43,52 +39,13 @@ fn run_with(
     sim: SimConfig,
     ops: Vec<CcehOp>,
     points: CrashPoints,
-) -> Outcome {
-    let history = History::of(&ops);
-    let splits_finished = AtomicU64::new(0);
+) -> CcehCrashOutcome {
     let test = CrashTest::new(&format!("cceh-{}", policy.name()), sim)
         .pool("cceh", POOL_BYTES, 1024)
         .points(points)
         .images(Images::Random(4))
         .seed(7);
-    let report = run_crash_test(
-        &test,
-        |pool| {
-            let heap = simulated_heap(pool, policy);
-            Cceh::create(&heap, pool.root_offset(), config).unwrap();
-        },
-        |pool| {
-            let heap = Heap::open(pool, policy).unwrap();
-            let table = Cceh::open(&heap, pool.root_offset()).unwrap();
-            run_all(&table, pool, &ops, &mut CcehModel::new()).unwrap();
-        },
-        |pool, crash| {
-            let heap = Heap::open(pool, policy).map_err(|e| e.to_string())?;
-            let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
-            if table.repaired_at_open() > 0 {
-                splits_finished.fetch_add(1, Ordering::Relaxed);
-            }
-            let now = check_table(&heap, &table, [])?;
-            let done = crash.operations_completed as usize;
-            if !history.admits(&now, done) {
-                return Err(format!(
-                    "after {done} operations the table holds {} keys, unlike the model",
-                    now.len()
-                ));
-            }
-            // The repair was made durable: a second open finds nothing to finish.
-            drop(table);
-            let again = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
-            if again.repaired_at_open() != 0 || contents(&again)? != now {
-                return Err("a second open found a different table".into());
-            }
-            Ok(())
-        },
-    );
-    Outcome {
-        points: report.points,
-        splits_finished: splits_finished.into_inner(),
-    }
+    crash_ops(&test, config, policy, &ops)
 }
 
 #[test]
@@ -99,7 +56,11 @@ fn every_crash_of_a_small_sequence_recovers_under_batched() {
         CcehOp::mixed(120, 100, 1),
         CrashPoints::Every,
     );
-    assert!(outcome.points > 500, "{} crash points", outcome.points);
+    assert!(
+        outcome.report.points > 500,
+        "{} crash points",
+        outcome.report.points
+    );
     // Crashes between a split's transaction and its last directory store were among them,
     // and recovery finished those splits the way FAST'19 CCEH, Sec. 4, does.
     assert!(
@@ -148,7 +109,11 @@ fn every_crash_of_a_sequence_with_displacements_recovers() {
         CcehOp::mixed(150, 120, 5),
         CrashPoints::Every,
     );
-    assert!(outcome.points > 500, "{} crash points", outcome.points);
+    assert!(
+        outcome.report.points > 500,
+        "{} crash points",
+        outcome.report.points
+    );
 }
 
 /// A table made by `ops` without crashes, on a simulated pool as the crash tests use.

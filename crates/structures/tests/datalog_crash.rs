@@ -5,12 +5,9 @@
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
 use pmem_structures::datalog::{CleaningStats, Datalog, FileStats, Policy, WriteMode, PAGE};
-use pmem_test_kit::datalog::{
-    check_store, contents, describe, file_name, run_all, DatalogModel, DatalogOp,
-};
+use pmem_test_kit::datalog::{contents, crash_ops, file_name, run_all, DatalogModel, DatalogOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
-use pmem_test_kit::{run_crash_test, History};
-use pmem_undo_log::{FencePolicy, Heap};
+use pmem_undo_log::FencePolicy;
 use proptest::prelude::*;
 
 const POOL_BYTES: u64 = 512 << 10;
@@ -44,7 +41,6 @@ fn run_on(
     points: CrashPoints,
     seed: u64,
 ) -> u64 {
-    let history = History::of(&ops);
     let test = CrashTest::new(&format!("datalog-{name}"), sim)
         .pool("datalog", POOL_BYTES, 1024)
         .points(points)
@@ -52,40 +48,7 @@ fn run_on(
         .seed(seed)
         // Durable when it returns: no store of an operation may still be pending then.
         .fail_on_unpersisted(true);
-    let report = run_crash_test(
-        &test,
-        |pool| {
-            let heap = simulated_heap(pool, FencePolicy::Batched);
-            Datalog::create(&heap, pool.root_offset(), 4, policy).unwrap();
-        },
-        |pool| {
-            let heap = Heap::open(pool, FencePolicy::Batched).unwrap();
-            let store = Datalog::open(&heap, pool.root_offset(), policy).unwrap();
-            run_all(&store, pool, &ops, &mut DatalogModel::new()).unwrap();
-        },
-        |pool, crash| {
-            let heap = Heap::open(pool, FencePolicy::Batched).map_err(|e| e.to_string())?;
-            let store =
-                Datalog::open(&heap, pool.root_offset(), policy).map_err(|e| e.to_string())?;
-            let now = check_store(&heap, &store)?;
-            let done = crash.operations_completed as usize;
-            if !history.admits(&now, done) {
-                return Err(format!(
-                    "after {done} operations the store holds [{}], the model [{}] (next op {:?})",
-                    describe(&now),
-                    describe(history.after(done)),
-                    ops.get(done)
-                ));
-            }
-            // The recovered store keeps working: one more write lands.
-            if let Some(name) = now.keys().next() {
-                let id = store.open_file(name).map_err(|e| e.to_string())?;
-                store.write_at(id, 3, b"again").map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        },
-    );
-    report.points
+    crash_ops(&test, policy, &ops).points
 }
 
 #[test]

@@ -5,11 +5,9 @@
 
 use pmem_ordering::sim::{CrashFailure, CrashPoints, CrashTest, Images, Report, SimConfig};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
-use pmem_test_kit::fastfair::{
-    check_tree, contents, difference, run_all, FastFairModel, FastFairOp,
-};
+use pmem_test_kit::fastfair::{contents, crash_ops_outcome, run_all, FastFairModel, FastFairOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
-use pmem_test_kit::{crash_test_outcome, run_crash_test, History};
+use pmem_test_kit::run_crash_test;
 use pmem_undo_log::{FencePolicy, Heap};
 
 const POOL_BYTES: u64 = 512 << 10;
@@ -32,35 +30,8 @@ fn outcome(
     seed: u64,
     node_size: u64,
 ) -> Result<Report, Box<CrashFailure>> {
-    let history = History::of(&ops);
     let config = FastFairConfig { node_size, policy };
-    crash_test_outcome(
-        &crash_test(policy, sim, points, seed),
-        |pool| {
-            let heap = simulated_heap(pool, FencePolicy::Batched);
-            FastFair::create(&heap, pool.root_offset(), config).unwrap();
-        },
-        |pool| {
-            let heap = Heap::open(pool, FencePolicy::Batched).unwrap();
-            let tree = FastFair::open(&heap, pool.root_offset()).unwrap();
-            run_all(&tree, pool, &ops, &mut FastFairModel::new()).unwrap();
-        },
-        |pool, crash| {
-            let heap = Heap::open(pool, FencePolicy::Batched).map_err(|e| e.to_string())?;
-            let tree = FastFair::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
-            let done = crash.operations_completed as usize;
-            let now = contents(&tree)?;
-            if !history.admits(&now, done) {
-                return Err(format!(
-                    "after {done} operations (next {:?}) {}",
-                    ops.get(done),
-                    difference(&now, history.after(done))
-                ));
-            }
-            check_tree(&heap, &tree)?;
-            Ok(())
-        },
-    )
+    crash_ops_outcome(&crash_test(policy, sim, points, seed), config, &ops)
 }
 
 /// [`outcome`] for tests that expect recovery to succeed: panics with the failure otherwise.
@@ -99,44 +70,35 @@ fn the_workloads_split_merge_and_change_the_root() {
     );
 }
 
-#[test]
-fn every_crash_of_a_small_sequence_recovers_under_fast() {
+/// Every crash of 130 operations on 40 keys in 128-byte nodes, under `policy`: no store may be
+/// left unpersisted when its operation returns.
+fn every_crash_of_a_small_sequence(policy: ShiftPolicy, seed: u64) -> Report {
     let report = run(
-        ShiftPolicy::Fast,
+        policy,
         SimConfig::x86(),
-        FastFairOp::grow_then_shrink(130, 40, 1),
+        FastFairOp::grow_then_shrink(130, 40, seed),
         CrashPoints::Every,
-        1,
+        seed,
         128,
     );
-    assert!(report.points > 1000, "{} crash points", report.points);
     assert_eq!(report.unpersisted().count(), 0, "{:?}", report.findings);
+    report
+}
+
+#[test]
+fn every_crash_of_a_small_sequence_recovers_under_fast() {
+    let report = every_crash_of_a_small_sequence(ShiftPolicy::Fast, 1);
+    assert!(report.points > 1000, "{} crash points", report.points);
 }
 
 #[test]
 fn every_crash_of_a_small_sequence_recovers_under_per_shift() {
-    let report = run(
-        ShiftPolicy::PerShift,
-        SimConfig::x86(),
-        FastFairOp::grow_then_shrink(130, 40, 2),
-        CrashPoints::Every,
-        2,
-        128,
-    );
-    assert_eq!(report.unpersisted().count(), 0, "{:?}", report.findings);
+    every_crash_of_a_small_sequence(ShiftPolicy::PerShift, 2);
 }
 
 #[test]
 fn every_crash_of_a_small_sequence_recovers_under_redo() {
-    let report = run(
-        ShiftPolicy::Redo,
-        SimConfig::x86(),
-        FastFairOp::grow_then_shrink(130, 40, 3),
-        CrashPoints::Every,
-        3,
-        128,
-    );
-    assert_eq!(report.unpersisted().count(), 0, "{:?}", report.findings);
+    every_crash_of_a_small_sequence(ShiftPolicy::Redo, 3);
 }
 
 /// 256-byte nodes put 12 entries on 3 cache lines, so shifts cross lines: the case FAST's

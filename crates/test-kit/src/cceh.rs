@@ -3,15 +3,17 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arbitrary::{Arbitrary, Unstructured};
+use pmem_ordering::sim::{CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehError};
-use pmem_undo_log::Heap;
+use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_undo_log::{FencePolicy, Heap};
 
-use crate::fixture::heap_holds_exactly;
+use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::model::{agree, failed};
-use crate::{ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{run_crash_test, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a CCEH table must hold.
 pub type CcehModel = HashMap<u64, u64>;
@@ -285,4 +287,68 @@ pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>>(
     let blocks = table.blocks().map_err(|e| failed("blocks", e))?;
     heap_holds_exactly(heap, &blocks, "table")?;
     Ok(now)
+}
+
+/// What [`crash_ops`] found.
+#[derive(Debug)]
+pub struct CcehCrashOutcome {
+    /// The harness's report.
+    pub report: Report,
+    /// Recoveries that finished a split the crash had interrupted (FAST'19 CCEH, Sec. 4).
+    pub splits_finished: u64,
+}
+
+/// Crash-tests `ops` on a fresh table of `config` on a heap with fence `policy`. The workload
+/// checks every result against the model; every crash image must recover (`Heap::open`,
+/// `Cceh::open`) to a consistent table ([`check_table`]) holding the model after the operations
+/// that returned, or after the interrupted one too, and a second open must find nothing more
+/// to repair and the same contents. Panics with the harness's report on a failure.
+pub fn crash_ops(
+    test: &CrashTest,
+    config: CcehConfig,
+    policy: FencePolicy,
+    ops: &[CcehOp],
+) -> CcehCrashOutcome {
+    let history = History::of(ops);
+    let splits_finished = AtomicU64::new(0);
+    let report = run_crash_test(
+        test,
+        |pool| {
+            let heap = simulated_heap(pool, policy);
+            Cceh::create(&heap, pool.root_offset(), config).expect("create the table");
+        },
+        |pool| {
+            let heap = Heap::open(pool, policy).expect("open the heap");
+            let table = Cceh::open(&heap, pool.root_offset()).expect("open the table");
+            run_all(&table, pool, ops, &mut CcehModel::new()).unwrap_or_else(|e| panic!("{e}"));
+        },
+        |pool, crash| {
+            let heap = Heap::open(pool, policy).map_err(|e| failed("Heap::open", e))?;
+            let table =
+                Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
+            if table.repaired_at_open() > 0 {
+                splits_finished.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = check_table(&heap, &table, [])?;
+            let done = crash.operations_completed as usize;
+            if !history.admits(&now, done) {
+                return Err(format!(
+                    "after {done} operations the table holds {} keys, unlike the model",
+                    now.len()
+                ));
+            }
+            // The repair was made durable: a second open finds nothing to finish.
+            drop(table);
+            let again =
+                Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
+            if again.repaired_at_open() != 0 || contents(&again)? != now {
+                return Err("a second open found a different table".into());
+            }
+            Ok(())
+        },
+    );
+    CcehCrashOutcome {
+        report,
+        splits_finished: splits_finished.into_inner(),
+    }
 }

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 
 use arbitrary::{Arbitrary, Unstructured};
+use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::fastfair::{FastFair, FastFairError};
-use pmem_undo_log::Heap;
+use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError};
+use pmem_undo_log::{FencePolicy, Heap};
 
-use crate::fixture::heap_holds_exactly;
+use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::model::{agree, failed};
-use crate::{ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{crash_test_outcome, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a FAST&FAIR tree must hold, in key order.
 pub type FastFairModel = BTreeMap<u64, u64>;
@@ -228,5 +229,51 @@ pub fn difference(now: &FastFairModel, model: &FastFairModel) -> String {
         "the tree holds {} pairs, the model {}; missing {missing:?}, unexpected {extra:?}",
         now.len(),
         model.len()
+    )
+}
+
+/// Crash-tests `ops` on a fresh tree of `config` (batched fences). The workload checks every
+/// result against the model; every crash image must recover (`Heap::open`, `FastFair::open`)
+/// to the model after the operations that returned, or after the interrupted one too, in a
+/// well-formed tree ([`check_tree`]). Panics with the harness's report on a failure.
+pub fn crash_ops(test: &CrashTest, config: FastFairConfig, ops: &[FastFairOp]) -> Report {
+    crash_ops_outcome(test, config, ops).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`crash_ops`] for a test that expects a failure: returns it instead of panicking.
+pub fn crash_ops_outcome(
+    test: &CrashTest,
+    config: FastFairConfig,
+    ops: &[FastFairOp],
+) -> Result<Report, Box<CrashFailure>> {
+    let history = History::of(ops);
+    crash_test_outcome(
+        test,
+        |pool| {
+            let heap = simulated_heap(pool, FencePolicy::Batched);
+            FastFair::create(&heap, pool.root_offset(), config).expect("create the tree");
+        },
+        |pool| {
+            let heap = Heap::open(pool, FencePolicy::Batched).expect("open the heap");
+            let tree = FastFair::open(&heap, pool.root_offset()).expect("open the tree");
+            run_all(&tree, pool, ops, &mut FastFairModel::new()).unwrap_or_else(|e| panic!("{e}"));
+        },
+        |pool, crash| {
+            let heap =
+                Heap::open(pool, FencePolicy::Batched).map_err(|e| failed("Heap::open", e))?;
+            let tree = FastFair::open(&heap, pool.root_offset())
+                .map_err(|e| failed("FastFair::open", e))?;
+            let done = crash.operations_completed as usize;
+            let now = contents(&tree)?;
+            if !history.admits(&now, done) {
+                return Err(format!(
+                    "after {done} operations (next {:?}) {}",
+                    ops.get(done),
+                    difference(&now, history.after(done))
+                ));
+            }
+            check_tree(&heap, &tree)?;
+            Ok(())
+        },
     )
 }

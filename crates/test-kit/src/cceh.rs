@@ -12,6 +12,7 @@ use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
+use crate::key_value::{check_point, refused, KeyValueIndex, PointOp};
 use crate::model::{agree, failed};
 use crate::{run_crash_test, History, ModelOp, ReservedKeyOp, SplitMix64};
 
@@ -118,54 +119,19 @@ impl CcehOp {
         table: &Cceh<'_, B, P>,
         model: &mut CcehModel,
     ) -> Result<(), String> {
-        match *self {
-            CcehOp::Insert(k, v) => {
-                let inserted = table.insert(k, v).map_err(|e| failed("insert", e))?;
-                agree(format!("insert({k})"), inserted, !model.contains_key(&k))?;
-            }
-            CcehOp::Upsert(k, v) => {
-                let old = table.upsert(k, v).map_err(|e| failed("upsert", e))?;
-                agree(format!("upsert({k})"), old, model.get(&k).copied())?;
-            }
-            CcehOp::Remove(k) => {
-                let old = table.remove(k).map_err(|e| failed("remove", e))?;
-                agree(format!("remove({k})"), old, model.get(&k).copied())?;
-            }
-            CcehOp::Get(k) => {
-                let got = table.get(k).map_err(|e| failed("get", e))?;
-                agree(format!("get({k})"), got, model.get(&k).copied())?;
-            }
+        let point = match *self {
+            CcehOp::Insert(k, v) => PointOp::Insert(k, v),
+            CcehOp::Upsert(k, v) => PointOp::Upsert(k, v),
+            CcehOp::Remove(k) => PointOp::Remove(k),
+            CcehOp::Get(k) => PointOp::Get(k),
+            CcehOp::Reserved(op) => PointOp::Reserved(op),
             CcehOp::InsertBatch(batch) => {
-                let items = batch.items();
-                let result = table.insert_batch(&items, batch.options());
-                if batch.with_reserved_key {
-                    reserved(&format!("insert_batch({items:?})"), result)?;
-                } else {
-                    let inserted = result.map_err(|e| failed("insert_batch", e))?;
-                    let mut fresh = model.clone();
-                    let expected = items
-                        .iter()
-                        .filter(|&&(k, v)| match fresh.entry(k) {
-                            Entry::Vacant(e) => {
-                                e.insert(v);
-                                true
-                            }
-                            Entry::Occupied(_) => false,
-                        })
-                        .count() as u64;
-                    agree(format!("insert_batch({items:?})"), inserted, expected)?;
-                }
+                check_batch(table, &batch, model)?;
+                self.apply(0, model);
+                return agree("len".to_string(), table.len(), model.len() as u64);
             }
-            CcehOp::Reserved(op) => {
-                let what = format!("{} of key 0", op.name());
-                match op {
-                    ReservedKeyOp::Insert => reserved(&what, table.insert(0, 1))?,
-                    ReservedKeyOp::Upsert => reserved(&what, table.upsert(0, 1))?,
-                    ReservedKeyOp::Get => reserved(&what, table.get(0))?,
-                    ReservedKeyOp::Remove => reserved(&what, table.remove(0))?,
-                }
-            }
-        }
+        };
+        check_point(table, point, |k| model.get(&k).copied())?;
         self.apply(0, model);
         agree("len".to_string(), table.len(), model.len() as u64)
     }
@@ -225,10 +191,52 @@ impl CcehOp {
     }
 }
 
-fn reserved<T: std::fmt::Debug>(what: &str, result: Result<T, CcehError>) -> Result<(), String> {
-    match result {
-        Err(CcehError::ReservedKey) => Ok(()),
-        other => Err(format!("{what} gave {other:?}, not ReservedKey")),
+/// Runs `batch` on `table` and checks how many keys it inserted against `model` (or, with key 0
+/// in it, that it was refused).
+fn check_batch<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
+    table: &Cceh<'_, B, P>,
+    batch: &Batch,
+    model: &CcehModel,
+) -> Result<(), String> {
+    let items = batch.items();
+    let what = format!("insert_batch({items:?})");
+    let result = table.insert_batch(&items, batch.options());
+    if batch.with_reserved_key {
+        return refused(&what, result, |e| matches!(e, CcehError::ReservedKey));
+    }
+    let inserted = result.map_err(|e| failed("insert_batch", e))?;
+    let mut fresh = model.clone();
+    let expected = items
+        .iter()
+        .filter(|&&(k, v)| match fresh.entry(k) {
+            Entry::Vacant(e) => {
+                e.insert(v);
+                true
+            }
+            Entry::Occupied(_) => false,
+        })
+        .count() as u64;
+    agree(what, inserted, expected)
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for Cceh<'_, B, P> {
+    type Error = CcehError;
+    const RESERVED_KEY: u64 = 0;
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
+        Cceh::insert(self, key, value)
+    }
+    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
+        Cceh::upsert(self, key, value)
+    }
+    fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        Cceh::remove(self, key)
+    }
+    fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        Cceh::get(self, key)
+    }
+    fn is_reserved_key_error(error: &CcehError) -> bool {
+        matches!(error, CcehError::ReservedKey)
     }
 }
 

@@ -10,6 +10,7 @@ use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
+use crate::key_value::{check_point, KeyValueIndex, PointOp};
 use crate::model::{agree, failed};
 use crate::{crash_test_outcome, History, ModelOp, ReservedKeyOp, SplitMix64};
 
@@ -63,13 +64,24 @@ impl ModelOp for FastFairOp {
     }
 }
 
-fn reserved<T: std::fmt::Debug>(
-    what: &str,
-    result: Result<T, FastFairError>,
-) -> Result<(), String> {
-    match result {
-        Err(FastFairError::ReservedKey) => Ok(()),
-        other => Err(format!("{what} gave {other:?}, not ReservedKey")),
+impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for FastFair<'_, B, P> {
+    type Error = FastFairError;
+    const RESERVED_KEY: u64 = u64::MAX;
+
+    fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {
+        FastFair::insert(self, key, value)
+    }
+    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, FastFairError> {
+        FastFair::upsert(self, key, value)
+    }
+    fn remove(&self, key: u64) -> Result<Option<u64>, FastFairError> {
+        FastFair::remove(self, key)
+    }
+    fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
+        FastFair::get(self, key)
+    }
+    fn is_reserved_key_error(error: &FastFairError) -> bool {
+        matches!(error, FastFairError::ReservedKey)
     }
 }
 
@@ -81,23 +93,12 @@ impl FastFairOp {
         tree: &FastFair<'_, B, P>,
         model: &mut FastFairModel,
     ) -> Result<(), String> {
-        match *self {
-            FastFairOp::Insert(k, v) => {
-                let inserted = tree.insert(k, v).map_err(|e| failed("insert", e))?;
-                agree(format!("insert({k})"), inserted, !model.contains_key(&k))?;
-            }
-            FastFairOp::Upsert(k, v) => {
-                let old = tree.upsert(k, v).map_err(|e| failed("upsert", e))?;
-                agree(format!("upsert({k})"), old, model.get(&k).copied())?;
-            }
-            FastFairOp::Remove(k) => {
-                let old = tree.remove(k).map_err(|e| failed("remove", e))?;
-                agree(format!("remove({k})"), old, model.get(&k).copied())?;
-            }
-            FastFairOp::Get(k) => {
-                let got = tree.get(k).map_err(|e| failed("get", e))?;
-                agree(format!("get({k})"), got, model.get(&k).copied())?;
-            }
+        let point = match *self {
+            FastFairOp::Insert(k, v) => PointOp::Insert(k, v),
+            FastFairOp::Upsert(k, v) => PointOp::Upsert(k, v),
+            FastFairOp::Remove(k) => PointOp::Remove(k),
+            FastFairOp::Get(k) => PointOp::Get(k),
+            FastFairOp::Reserved(op) => PointOp::Reserved(op),
             FastFairOp::Range(a, b) => {
                 let (lo, hi) = (a.min(b), a.max(b));
                 let got: Vec<(u64, u64)> = tree
@@ -105,18 +106,10 @@ impl FastFairOp {
                     .collect::<Result<_, _>>()
                     .map_err(|e| failed("range", e))?;
                 let want: Vec<(u64, u64)> = model.range(lo..hi).map(|(&k, &v)| (k, v)).collect();
-                agree(format!("range({lo}..{hi})"), got, want)?;
+                return agree(format!("range({lo}..{hi})"), got, want);
             }
-            FastFairOp::Reserved(op) => {
-                let what = format!("{} of the reserved key", op.name());
-                match op {
-                    ReservedKeyOp::Insert => reserved(&what, tree.insert(u64::MAX, 1))?,
-                    ReservedKeyOp::Upsert => reserved(&what, tree.upsert(u64::MAX, 1))?,
-                    ReservedKeyOp::Get => reserved(&what, tree.get(u64::MAX))?,
-                    ReservedKeyOp::Remove => reserved(&what, tree.remove(u64::MAX))?,
-                }
-            }
-        }
+        };
+        check_point(tree, point, |k| model.get(&k).copied())?;
         self.apply(0, model);
         agree("len".to_string(), tree.len(), model.len() as u64)
     }

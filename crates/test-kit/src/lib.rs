@@ -19,6 +19,7 @@ pub mod fastfair;
 pub mod fixture;
 pub mod fuzz_input;
 pub mod fuzz_seeds;
+mod key_value;
 mod model;
 
 pub use crash::{crash_test_outcome, run_crash_test};

@@ -1,4 +1,4 @@
-//! The committed seeds of the fuzz targets (fuzz/seeds/<target>/<name>): long operation
+//! The committed seeds of the fuzz targets (`fuzz/seeds/<target>/<name>`): long operation
 //! sequences that fill, split and empty the structures, which libFuzzer alone, growing inputs
 //! a few bytes at a time, would take the whole smoke run to reach.
 //!

@@ -3,9 +3,11 @@
 //! possibly the interrupted one (durable linearizability); the tree is well formed and the
 //! heap holds exactly its nodes and redo area. Under torn lines FAST must fail, and does.
 
-use pmem_ordering::sim::{CrashFailure, CrashPoints, CrashTest, Images, Report, SimConfig};
+use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimConfig};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
-use pmem_test_kit::fastfair::{contents, crash_ops_outcome, run_all, FastFairModel, FastFairOp};
+use pmem_test_kit::fastfair::{
+    contents, crash_ops, crash_ops_outcome, run_all, FastFairModel, FastFairOp,
+};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_test_kit::run_crash_test;
 use pmem_undo_log::{FencePolicy, Heap};
@@ -21,20 +23,7 @@ fn crash_test(policy: ShiftPolicy, sim: SimConfig, points: CrashPoints, seed: u6
 }
 
 /// Crash `ops` on a tree of `node_size`-byte nodes at `points`; every recovery is checked
-/// against the model. The outcome, for tests that expect a failure.
-fn outcome(
-    policy: ShiftPolicy,
-    sim: SimConfig,
-    ops: Vec<FastFairOp>,
-    points: CrashPoints,
-    seed: u64,
-    node_size: u64,
-) -> Result<Report, Box<CrashFailure>> {
-    let config = FastFairConfig { node_size, policy };
-    crash_ops_outcome(&crash_test(policy, sim, points, seed), config, &ops)
-}
-
-/// [`outcome`] for tests that expect recovery to succeed: panics with the failure otherwise.
+/// against the model, and the test fails if one breaks it.
 fn run(
     policy: ShiftPolicy,
     sim: SimConfig,
@@ -43,7 +32,8 @@ fn run(
     seed: u64,
     node_size: u64,
 ) -> Report {
-    outcome(policy, sim, ops, points, seed, node_size).unwrap_or_else(|f| panic!("{f}"))
+    let config = FastFairConfig { node_size, policy };
+    crash_ops(&crash_test(policy, sim, points, seed), config, &ops)
 }
 
 #[test]
@@ -144,8 +134,12 @@ fn fast_fails_under_torn_lines_as_expected() {
         .rev()
         .map(|k| FastFairOp::Insert(k * 2, k + 1))
         .collect();
-    let outcome = outcome(ShiftPolicy::Fast, torn, inserts, CrashPoints::Every, 5, 256);
-    let failure = outcome
+    let config = FastFairConfig {
+        node_size: 256,
+        policy: ShiftPolicy::Fast,
+    };
+    let test = crash_test(ShiftPolicy::Fast, torn, CrashPoints::Every, 5);
+    let failure = crash_ops_outcome(&test, config, &inserts)
         .expect_err("FAST must lose data when lines tear")
         .to_string();
     assert!(

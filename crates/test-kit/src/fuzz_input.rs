@@ -230,34 +230,36 @@ impl FuzzEncode for Batch {
     }
 }
 
+/// Both map operation enums have six variants.
+const MAP_OP_VARIANTS: u64 = 6;
+
+impl FuzzBytes {
+    /// Variant `index` of a map operation enum, its keys (each in `keys`), then its value.
+    fn map_op(&mut self, index: u64, keys: (u64, u64), key_fields: &[u64], value: Option<u64>) {
+        self.variant(index, MAP_OP_VARIANTS);
+        for &k in key_fields {
+            self.in_range(k, keys.0, keys.1);
+        }
+        if let Some(v) = value {
+            self.u64(v);
+        }
+    }
+}
+
 impl FuzzEncode for CcehOp {
     fn encode(&self, out: &mut FuzzBytes) {
-        let key = |out: &mut FuzzBytes, k: u64| out.in_range(k, 1, CCEH_KEYS);
+        let keys = (1, CCEH_KEYS);
         match *self {
-            CcehOp::Insert(k, v) => {
-                out.variant(0, 6);
-                key(out, k);
-                out.u64(v);
-            }
-            CcehOp::Upsert(k, v) => {
-                out.variant(1, 6);
-                key(out, k);
-                out.u64(v);
-            }
-            CcehOp::Remove(k) => {
-                out.variant(2, 6);
-                key(out, k);
-            }
-            CcehOp::Get(k) => {
-                out.variant(3, 6);
-                key(out, k);
-            }
+            CcehOp::Insert(k, v) => out.map_op(0, keys, &[k], Some(v)),
+            CcehOp::Upsert(k, v) => out.map_op(1, keys, &[k], Some(v)),
+            CcehOp::Remove(k) => out.map_op(2, keys, &[k], None),
+            CcehOp::Get(k) => out.map_op(3, keys, &[k], None),
             CcehOp::InsertBatch(batch) => {
-                out.variant(4, 6);
+                out.map_op(4, keys, &[], None);
                 batch.encode(out);
             }
             CcehOp::Reserved(op) => {
-                out.variant(5, 6);
+                out.map_op(5, keys, &[], None);
                 op.encode(out);
             }
         }
@@ -266,33 +268,15 @@ impl FuzzEncode for CcehOp {
 
 impl FuzzEncode for FastFairOp {
     fn encode(&self, out: &mut FuzzBytes) {
-        let key = |out: &mut FuzzBytes, k: u64| out.in_range(k, 0, FASTFAIR_KEYS - 1);
+        let keys = (0, FASTFAIR_KEYS - 1);
         match *self {
-            FastFairOp::Insert(k, v) => {
-                out.variant(0, 6);
-                key(out, k);
-                out.u64(v);
-            }
-            FastFairOp::Upsert(k, v) => {
-                out.variant(1, 6);
-                key(out, k);
-                out.u64(v);
-            }
-            FastFairOp::Remove(k) => {
-                out.variant(2, 6);
-                key(out, k);
-            }
-            FastFairOp::Get(k) => {
-                out.variant(3, 6);
-                key(out, k);
-            }
-            FastFairOp::Range(a, b) => {
-                out.variant(4, 6);
-                key(out, a);
-                key(out, b);
-            }
+            FastFairOp::Insert(k, v) => out.map_op(0, keys, &[k], Some(v)),
+            FastFairOp::Upsert(k, v) => out.map_op(1, keys, &[k], Some(v)),
+            FastFairOp::Remove(k) => out.map_op(2, keys, &[k], None),
+            FastFairOp::Get(k) => out.map_op(3, keys, &[k], None),
+            FastFairOp::Range(a, b) => out.map_op(4, keys, &[a, b], None),
             FastFairOp::Reserved(op) => {
-                out.variant(5, 6);
+                out.map_op(5, keys, &[], None);
                 op.encode(out);
             }
         }

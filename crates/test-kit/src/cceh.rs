@@ -13,7 +13,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, refused, KeyValueIndex, PointOp};
-use crate::model::{agree, failed};
+use crate::model::{agree, failed, run_each};
 use crate::{run_crash_test, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a CCEH table must hold.
@@ -248,12 +248,9 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
     ops: &[CcehOp],
     model: &mut CcehModel,
 ) -> Result<(), String> {
-    for (index, op) in ops.iter().enumerate() {
+    run_each(pool, ops, model, |_, op, model| {
         op.run_checked(table, model)
-            .map_err(|e| format!("operation {index} {op:?}: {e}"))?;
-        pool.operation_completed();
-    }
-    Ok(())
+    })
 }
 
 /// What `table` holds, by iteration.

@@ -10,7 +10,7 @@ use pmem_structures::datalog::{Datalog, DatalogError, Policy, WriteMode, PAGE};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
-use crate::model::failed;
+use crate::model::{agree, failed, run_each};
 use crate::{run_crash_test, History, ModelOp, SplitMix64};
 
 /// What a datalog store must hold: each file's name and bytes.
@@ -264,12 +264,9 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
     ops: &[DatalogOp],
     model: &mut DatalogModel,
 ) -> Result<(), String> {
-    for (index, op) in ops.iter().enumerate() {
+    run_each(pool, ops, model, |index, op, model| {
         op.run_checked(store, index, model)
-            .map_err(|e| format!("operation {index}: {e}"))?;
-        pool.operation_completed();
-    }
-    Ok(())
+    })
 }
 
 /// Every file of `store`, read in full (a read must return the file's whole length).
@@ -329,15 +326,11 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
         |pool| {
             let heap = Heap::open(pool, FencePolicy::Batched).expect("open the heap");
             let store = Datalog::open(&heap, pool.root_offset(), policy).expect("open the store");
-            let mut model = DatalogModel::new();
-            for (index, op) in ops.iter().enumerate() {
-                op.run_checked(&store, index, &mut model)
-                    .unwrap_or_else(|e| panic!("operation {index}: {e}"));
-                pool.operation_completed();
-                let now =
-                    contents(&store).unwrap_or_else(|e| panic!("after operation {index}: {e}"));
-                assert_eq!(now, model, "after operation {index} {op:?}");
-            }
+            run_each(pool, ops, &mut DatalogModel::new(), |index, op, model| {
+                op.run_checked(&store, index, model)?;
+                agree("the files read back".to_string(), &contents(&store)?, model)
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         },
         |pool, crash| {
             let heap =

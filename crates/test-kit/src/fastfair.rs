@@ -11,7 +11,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, KeyValueIndex, PointOp};
-use crate::model::{agree, failed};
+use crate::model::{agree, failed, run_each};
 use crate::{crash_test_outcome, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a FAST&FAIR tree must hold, in key order.
@@ -159,12 +159,7 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
     ops: &[FastFairOp],
     model: &mut FastFairModel,
 ) -> Result<(), String> {
-    for (index, op) in ops.iter().enumerate() {
-        op.run_checked(tree, model)
-            .map_err(|e| format!("operation {index} {op:?}: {e}"))?;
-        pool.operation_completed();
-    }
-    Ok(())
+    run_each(pool, ops, model, |_, op, model| op.run_checked(tree, model))
 }
 
 /// What `tree` holds, by a full scan, which must be strictly increasing in key.

@@ -101,3 +101,18 @@ pub(crate) fn agree<T: Debug + PartialEq>(what: String, got: T, model: T) -> Res
         Err(format!("{what} gave {got:?}, the model {model:?}"))
     }
 }
+
+/// Runs `ops` in order with `run` (which checks each against the model and applies it), telling
+/// `pool` after each that an operation returned; the first disagreement names its operation.
+pub(crate) fn run_each<B: pmem_ordering::Backend, O: Debug, M>(
+    pool: &pmem_ordering::Pool<B>,
+    ops: &[O],
+    model: &mut M,
+    mut run: impl FnMut(usize, &O, &mut M) -> Result<(), String>,
+) -> Result<(), String> {
+    for (index, op) in ops.iter().enumerate() {
+        run(index, op, model).map_err(|e| format!("operation {index} {op:?}: {e}"))?;
+        pool.operation_completed();
+    }
+    Ok(())
+}

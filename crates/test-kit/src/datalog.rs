@@ -6,7 +6,7 @@ use std::ops::Deref;
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::datalog::{Datalog, DatalogError, Policy, WriteMode, PAGE};
+use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
@@ -269,22 +269,33 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
     })
 }
 
-/// Every file of `store`, read in full (a read must return the file's whole length).
+/// The bytes of file `id`, read with a buffer longer than the file: the read must stop at the
+/// file's length.
+pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>>(
+    store: &Datalog<'_, B, P>,
+    id: FileId,
+) -> Result<Vec<u8>, String> {
+    let len = store.len(id).map_err(|e| failed("len", e))?;
+    let mut buf = vec![0xAA; len as usize + 7];
+    let got = store
+        .read_at(id, 0, &mut buf)
+        .map_err(|e| failed("read_at", e))?;
+    if got as u64 != len {
+        return Err(format!("read {got} bytes of a {len}-byte file"));
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Every file of `store`, read in full ([`file_contents`]).
 pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
     store: &Datalog<'_, B, P>,
 ) -> Result<DatalogModel, String> {
     let mut out = DatalogModel::new();
     for name in store.list() {
         let id = store.open_file(&name).map_err(|e| failed("open_file", e))?;
-        let len = store.len(id).map_err(|e| failed("len", e))?;
-        let mut buf = vec![0u8; len as usize];
-        let got = store
-            .read_at(id, 0, &mut buf)
-            .map_err(|e| failed("read_at", e))?;
-        if got as u64 != len {
-            return Err(format!("{name}: read {got} of {len} bytes"));
-        }
-        out.insert(name, buf);
+        let bytes = file_contents(store, id).map_err(|e| format!("{name}: {e}"))?;
+        out.insert(name, bytes);
     }
     Ok(out)
 }

@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use pmem_ordering::pool::header::{FORMAT_VERSION, HEADER_PAGE, MAGIC};
+use pmem_ordering::sim::SplitMix64;
 use pmem_ordering::{Granularity, Isa, PPtr, Pool, PoolError, PoolOptions};
 
 const LAYOUT: &str = "pool-tests";
@@ -44,14 +45,13 @@ fn show(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// Deterministic bytes that are not a pool (xorshift; the first byte is never zero).
-fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+/// Deterministic bytes that are not a pool (the workspace's one generator; the first byte is
+/// never zero).
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = SplitMix64::new(seed);
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        out.extend_from_slice(&seed.to_le_bytes());
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     out.truncate(len);
     out[0] = 0x5a;

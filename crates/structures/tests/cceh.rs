@@ -1,21 +1,17 @@
 //! CCEH against a `HashMap` model, without crashes.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use pmem_ordering::{reset_thread_stats, thread_stats, Pool, PoolOptions};
-use pmem_structures::cceh::{Cceh, CcehConfig, CcehError};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_ordering::{reset_thread_stats, thread_stats};
+use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_test_kit::cceh::{contents, CcehModel, CcehOp};
+use pmem_test_kit::fixture::{anonymous_heap, heap_blocks};
+use pmem_test_kit::SplitMix64;
+use pmem_undo_log::Heap;
 use proptest::prelude::*;
 
 fn heap(size: u64) -> Heap {
-    let pool = Pool::anonymous("cceh", size, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 64 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+    anonymous_heap("cceh", size)
 }
 
 fn small() -> CcehConfig {
@@ -29,21 +25,16 @@ fn inserts_lookups_and_removes_match_a_hashmap_through_many_splits() {
     let heap = heap(32 << 20);
     let root = heap.pool().root_offset();
     let table = Cceh::create(&heap, root, small()).unwrap();
-    let mut model = HashMap::new();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut model = CcehModel::new();
+    let mut rng = SplitMix64::new(1);
     for i in 0..20_000u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let key = x % 50_000 + 1;
-        match i % 5 {
-            0..=2 => assert_eq!(table.insert(key, i).unwrap(), !model.contains_key(&key)),
-            3 => assert_eq!(table.upsert(key, i).unwrap(), model.insert(key, i)),
-            _ => assert_eq!(table.remove(key).unwrap(), model.remove(&key)),
-        }
-        if i % 5 <= 2 {
-            model.entry(key).or_insert(i);
-        }
+        let key = rng.below(50_000) + 1;
+        let op = match i % 5 {
+            0..=2 => CcehOp::Insert(key, i),
+            3 => CcehOp::Upsert(key, i),
+            _ => CcehOp::Remove(key),
+        };
+        op.run_checked(&table, &mut model).unwrap();
     }
     assert!(
         table.global_depth().unwrap() >= 8,
@@ -53,19 +44,10 @@ fn inserts_lookups_and_removes_match_a_hashmap_through_many_splits() {
     for (&k, &v) in &model {
         assert_eq!(table.get(k).unwrap(), Some(v), "key {k}");
     }
-    let mut all: Vec<(u64, u64)> = table.iter().unwrap().collect();
-    all.sort_unstable();
-    let mut expected: Vec<(u64, u64)> = model.into_iter().collect();
-    expected.sort_unstable();
-    assert_eq!(all, expected);
+    assert_eq!(table.iter().unwrap().count(), model.len());
+    assert_eq!(contents(&table).unwrap(), model);
     // The table owns exactly the heap's blocks.
-    let blocks: Vec<u64> = heap
-        .check_heap()
-        .unwrap()
-        .into_iter()
-        .map(|(o, _)| o)
-        .collect();
-    assert_eq!(blocks, table.blocks().unwrap());
+    assert_eq!(heap_blocks(&heap).unwrap(), table.blocks().unwrap());
 }
 
 #[test]
@@ -171,20 +153,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_operations_match_a_hashmap(ops in proptest::collection::vec((0u8..4, 1u64..300, any::<u64>()), 1..400)) {
+    fn random_operations_match_a_hashmap(ops in proptest::collection::vec(CcehOp::strategy(1..300), 1..400)) {
         let heap = heap(8 << 20);
         let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
-        let mut model = HashMap::new();
-        for (op, key, value) in ops {
-            match op {
-                0 | 1 => {
-                    let inserted = table.insert(key, value).unwrap();
-                    prop_assert_eq!(inserted, !model.contains_key(&key));
-                    model.entry(key).or_insert(value);
-                }
-                2 => prop_assert_eq!(table.upsert(key, value).unwrap(), model.insert(key, value)),
-                _ => prop_assert_eq!(table.remove(key).unwrap(), model.remove(&key)),
-            }
+        let mut model = CcehModel::new();
+        for op in &ops {
+            let checked = op.run_checked(&table, &mut model);
+            prop_assert!(checked.is_ok(), "{:?}: {}", op, checked.unwrap_err());
         }
         prop_assert_eq!(table.len(), model.len() as u64);
         for k in 1..300u64 {
@@ -195,16 +170,8 @@ proptest! {
 
 #[test]
 fn batched_inserts_give_the_same_table_with_the_helper_on_or_off() {
-    use pmem_structures::cceh::BatchOptions;
-    let mut x = 7u64;
-    let items: Vec<(u64, u64)> = (0..20_000u64)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % 15_000 + 1, i)
-        })
-        .collect();
+    let mut rng = SplitMix64::new(7);
+    let items: Vec<(u64, u64)> = (0..20_000u64).map(|i| (rng.below(15_000) + 1, i)).collect();
     let mut model = HashMap::new();
     for &(k, v) in &items {
         model.entry(k).or_insert(v);
@@ -226,17 +193,13 @@ fn batched_inserts_give_the_same_table_with_the_helper_on_or_off() {
         };
         let inserted = table.insert_batch(&items, options).unwrap();
         assert_eq!(inserted, model.len() as u64, "{options:?}");
-        let mut all: Vec<(u64, u64)> = table.iter().unwrap().collect();
-        all.sort_unstable();
-        let mut expected: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
-        expected.sort_unstable();
-        assert_eq!(all, expected, "{options:?}");
+        assert_eq!(table.iter().unwrap().count(), model.len(), "{options:?}");
+        assert_eq!(contents(&table).unwrap(), model, "{options:?}");
     }
 }
 
 #[test]
 fn a_batch_with_key_zero_writes_nothing() {
-    use pmem_structures::cceh::BatchOptions;
     let heap = heap(4 << 20);
     let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
     let items = [(5, 1), (0, 2), (6, 3)];
@@ -358,13 +321,7 @@ fn lookups_stay_right_under_two_writers(config: CcehConfig) -> u64 {
         assert_eq!(table.get(key).unwrap(), expected, "key {key}");
     }
     assert_eq!(table.len(), 500 + 8000);
-    let blocks: Vec<u64> = heap
-        .check_heap()
-        .unwrap()
-        .into_iter()
-        .map(|(o, _)| o)
-        .collect();
-    assert_eq!(blocks, table.blocks().unwrap());
+    assert_eq!(heap_blocks(&heap).unwrap(), table.blocks().unwrap());
     table.displacements()
 }
 

@@ -1,70 +1,28 @@
 //! The datalog store against `Vec<u8>` models, without crashes: both write paths, the
-//! namespace, folding, log cleaning, checksums, and the write-amplification counters.
+//! namespace, folding, log cleaning, full pools, and the write-amplification counters
+//! (damaged pools are in datalog_damage.rs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use pmem_ordering::{reset_thread_stats, thread_stats, Pool, PoolOptions, Stats};
+use pmem_ordering::{reset_thread_stats, thread_stats, Pool, Stats};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_test_kit::datalog::{self as kit, file_contents, write_into, DatalogModel, DatalogOp};
+use pmem_test_kit::fixture::{anonymous_heap, heap_holds_exactly, reopen};
+use pmem_test_kit::SplitMix64;
+use pmem_undo_log::Heap;
 use proptest::prelude::*;
 
 fn heap(size: u64) -> Heap {
-    let pool = Pool::anonymous("datalog", size, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 64 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
-}
-
-fn reopen(heap: Heap) -> Heap {
-    Heap::open(heap.into_pool(), FencePolicy::Batched).unwrap()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn write_model(model: &mut Vec<u8>, offset: u64, data: &[u8]) {
-    let end = offset as usize + data.len();
-    if model.len() < end {
-        model.resize(end, 0);
-    }
-    model[offset as usize..end].copy_from_slice(data);
+    anonymous_heap("datalog", size)
 }
 
 fn contents(store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>, id: FileId) -> Vec<u8> {
-    let len = store.len(id).unwrap();
-    let mut buf = vec![0xAAu8; len as usize + 7];
-    let n = store.read_at(id, 0, &mut buf).unwrap();
-    assert_eq!(n as u64, len);
-    buf.truncate(n);
-    buf
+    file_contents(store, id).unwrap()
 }
 
 fn heap_matches(heap: &Heap, store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>) {
-    let blocks: Vec<u64> = heap
-        .check_heap()
-        .unwrap()
-        .into_iter()
-        .map(|(o, _)| o)
-        .collect();
-    assert_eq!(
-        blocks,
-        store.blocks(),
-        "the heap holds exactly the store's blocks"
-    );
+    heap_holds_exactly(heap, &store.blocks(), "store").unwrap();
 }
 
 fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
@@ -74,7 +32,7 @@ fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
     {
         let store = Datalog::create(&heap, root, 8, Policy::with_mode(mode)).unwrap();
         let id = store.create_file("f").unwrap();
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         for i in 0..ops {
             if i % 17 == 16 {
                 let size = rng.below(6 * PAGE);
@@ -88,9 +46,9 @@ fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
                     _ => 1 + rng.below(3 * PAGE),
                 };
                 let offset = rng.below(5 * PAGE);
-                let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
                 store.write_at(id, offset, &data).unwrap();
-                write_model(&mut model, offset, &data);
+                write_into(&mut model, offset, &data);
             }
             assert_eq!(store.len(id).unwrap(), model.len() as u64, "op {i}");
             if i % 10 == 0 {
@@ -239,13 +197,13 @@ fn overwrite_forever(mode: WriteMode) {
     let id = store.create_file("hot").unwrap();
     let mut model = vec![0u8; 16 * PAGE as usize];
     store.write_at(id, 0, &model).unwrap();
-    let mut rng = Rng(99);
+    let mut rng = SplitMix64::new(99);
     let mut most_pages = 0;
     for i in 0..20_000u64 {
         let offset = rng.below(16 * PAGE / 64) * 64;
         let data = [(i % 251) as u8; 64];
         store.write_at(id, offset, &data).unwrap();
-        write_model(&mut model, offset, &data);
+        write_into(&mut model, offset, &data);
         let stats = store.file_stats(id).unwrap();
         most_pages = most_pages.max(stats.log_pages);
         assert!(stats.data_blocks <= 17, "{stats:?}");
@@ -316,206 +274,6 @@ fn auto_embeds_small_pieces_and_copies_large_ones() {
     assert_eq!(store.file_stats(id).unwrap().embedded_entries, 3);
 }
 
-/// The offset of file slot 0's log head, read from the root and inode table.
-fn first_log_page(pool: &Pool) -> (u64, u64) {
-    let table = pool.read::<u64>(pool.root_offset() + 8).unwrap();
-    (
-        pool.read::<u64>(table + 8).unwrap(),
-        pool.read::<u64>(table).unwrap(),
-    )
-}
-
-#[test]
-fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
-    let mut heap = heap(8 << 20);
-    let root = heap.pool().root_offset();
-    {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
-        let id = store.create_file("victim").unwrap();
-        store.write_at(id, 0, b"precious bytes").unwrap();
-        let other = store.create_file("other").unwrap();
-        store.write_at(other, 0, b"fine").unwrap();
-    }
-    let (head, _) = first_log_page(heap.pool());
-    let entry = head + 64;
-    // Flip one bit of the inline payload.
-    let mut byte = [0u8; 1];
-    heap.pool().read_bytes(entry + 35, &mut byte).unwrap();
-    let w = heap.pool().write(entry + 35, &[byte[0] ^ 0x10]).unwrap();
-    let _ = heap.pool().persist(w);
-    heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
-    assert_eq!(store.list(), vec!["other".to_string(), "victim".into()]);
-    let id = store.open_file("victim").unwrap();
-    let mut buf = [0u8; 14];
-    match store.read_at(id, 0, &mut buf) {
-        Err(DatalogError::CorruptEntry {
-            file, entry: at, ..
-        }) => {
-            assert_eq!((file.as_str(), at), ("victim", entry));
-        }
-        other => panic!("expected a corrupt-entry error, got {other:?}"),
-    }
-    assert_eq!(buf, [0u8; 14], "no corrupted data is returned");
-    assert!(matches!(
-        store.write_at(id, 0, b"x"),
-        Err(DatalogError::CorruptEntry { .. })
-    ));
-    let message = store.len(id).unwrap_err().to_string();
-    assert!(
-        message.contains("victim") && message.contains(&format!("{entry:#x}")),
-        "{message}"
-    );
-    // The other file is untouched.
-    let other = store.open_file("other").unwrap();
-    let mut four = [0u8; 4];
-    store.read_at(other, 0, &mut four).unwrap();
-    assert_eq!(&four, b"fine");
-}
-
-/// A store with files "a" (slot 0, several log pages) and "b"; then `damage` is applied to
-/// the pool (given the inode table's offset) and the heap reopened. Returns the heap and the
-/// contents of "b".
-fn reopen_damaged(damage: impl FnOnce(&Pool, u64)) -> (Heap, Vec<u8>) {
-    let heap = heap(8 << 20);
-    let root = heap.pool().root_offset();
-    let b_model;
-    {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
-        let a = store.create_file("a").unwrap();
-        for i in 0..40u64 {
-            store.write_at(a, i * 200, &[i as u8; 200]).unwrap();
-        }
-        let b = store.create_file("b").unwrap();
-        store.write_at(b, 0, b"intact").unwrap();
-        b_model = contents(&store, b);
-    }
-    let table = heap.pool().read::<u64>(root + 8).unwrap();
-    damage(heap.pool(), table);
-    (reopen(heap), b_model)
-}
-
-fn store_word(pool: &Pool, at: u64, value: u64) {
-    let w = pool.store_u64(at, value).unwrap();
-    let _ = pool.persist(w);
-}
-
-#[test]
-fn damaged_logs_make_damaged_files_and_spare_the_others() {
-    type Damage = Box<dyn Fn(&Pool, u64)>;
-    let damages: [(&str, Damage); 4] = [
-        (
-            "tail outside the pool",
-            Box::new(|p, t| store_word(p, t, u64::MAX - 7)),
-        ),
-        (
-            "tail inside an entry",
-            Box::new(|p, t| {
-                let head = p.read::<u64>(t + 8).unwrap();
-                store_word(p, t, head + 64 + 8);
-            }),
-        ),
-        (
-            "head not a page of the heap",
-            Box::new(|p, t| store_word(p, t + 8, p.root_offset())),
-        ),
-        (
-            "a log page linked to itself",
-            Box::new(|p, t| {
-                let head = p.read::<u64>(t + 8).unwrap();
-                store_word(p, head, head);
-            }),
-        ),
-    ];
-    for (what, damage) in damages {
-        let (heap, b_model) = reopen_damaged(|p, t| damage(p, t));
-        let store = Datalog::open(&heap, heap.pool().root_offset(), Policy::default())
-            .unwrap_or_else(|e| panic!("{what}: the store must open: {e}"));
-        assert_eq!(store.list(), vec!["a".to_string(), "b".into()], "{what}");
-        let a = store.open_file("a").unwrap();
-        let mut buf = [0u8; 8];
-        for result in [
-            store.read_at(a, 0, &mut buf).map(|_| ()),
-            store.len(a).map(|_| ()),
-            store.write_at(a, 0, b"x"),
-            store.truncate(a, 0),
-            store.remove("a"),
-        ] {
-            match result {
-                Err(DatalogError::CorruptEntry { file, .. }) => assert_eq!(file, "a", "{what}"),
-                other => panic!("{what}: expected a corrupt-entry error, got {other:?}"),
-            }
-        }
-        let b = store.open_file("b").unwrap();
-        assert_eq!(contents(&store, b), b_model, "{what}");
-        store.write_at(b, 6, b", still").unwrap();
-    }
-}
-
-#[test]
-fn a_damaged_inode_table_is_a_typed_error() {
-    for (what, at, value) in [
-        ("a name longer than an inode holds", 24, 500u64),
-        ("a generation from the future", 16, 1 << 40),
-    ] {
-        let (heap, _) = reopen_damaged(|p, t| store_word(p, t + at, value));
-        match Datalog::open(&heap, heap.pool().root_offset(), Policy::default()) {
-            Err(DatalogError::Corrupt { .. }) => {}
-            Err(e) => panic!("{what}: {e}"),
-            Ok(_) => panic!("{what}: the store opened"),
-        }
-    }
-}
-
-#[test]
-fn an_embedded_entry_corrupted_after_open_is_caught_by_the_read() {
-    let heap = heap(8 << 20);
-    let root = heap.pool().root_offset();
-    let store = Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
-    let id = store.create_file("f").unwrap();
-    store.write_at(id, 8, b"abcdefgh").unwrap();
-    let (head, _) = first_log_page(heap.pool());
-    let w = heap.pool().write(head + 64 + 33, b"Z").unwrap();
-    let _ = heap.pool().persist(w);
-    let mut buf = [0u8; 8];
-    assert!(matches!(
-        store.read_at(id, 8, &mut buf),
-        Err(DatalogError::CorruptEntry { entry, .. }) if entry == head + 64
-    ));
-    // Bytes outside the entry still read.
-    let mut before = [9u8; 8];
-    store.read_at(id, 0, &mut before).unwrap();
-    assert_eq!(before, [0u8; 8]);
-}
-
-#[test]
-fn bytes_past_the_committed_tail_are_ignored() {
-    let mut heap = heap(8 << 20);
-    let root = heap.pool().root_offset();
-    let model;
-    {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
-        let id = store.create_file("f").unwrap();
-        store.write_at(id, 0, b"committed").unwrap();
-        model = contents(&store, id);
-        // A torn entry: a valid-looking header with garbage after it, past the tail.
-        let (_, tail) = first_log_page(heap.pool());
-        let mut junk = vec![0x5Au8; 200];
-        junk[4] = 2;
-        let w = heap.pool().write(tail, &junk).unwrap();
-        let _ = heap.pool().persist(w);
-    }
-    heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
-    let id = store.open_file("f").unwrap();
-    assert_eq!(contents(&store, id), model);
-    store.write_at(id, 4, b"after").unwrap();
-    assert_eq!(contents(&store, id), b"commafter");
-}
-
 #[test]
 fn a_multi_page_write_spanning_blocks_reads_back() {
     let heap = heap(32 << 20);
@@ -543,7 +301,7 @@ fn a_full_pool_refuses_the_write_and_loses_nothing() {
         for i in 0..200u64 {
             let data = vec![i as u8 + 1; 64 << 10];
             match store.write_at(id, i * (64 << 10), &data) {
-                Ok(()) => write_model(&mut model, i * (64 << 10), &data),
+                Ok(()) => write_into(&mut model, i * (64 << 10), &data),
                 Err(e) => {
                     refused = Some(e);
                     break;
@@ -566,7 +324,7 @@ fn a_full_pool_refuses_the_write_and_loses_nothing() {
         store.truncate(id, model.len() as u64 / 2).unwrap();
         model.truncate(model.len() / 2);
         store.write_at(id, 10, b"still works").unwrap();
-        write_model(&mut model, 10, b"still works");
+        write_into(&mut model, 10, b"still works");
         heap_matches(&heap, &store);
     }
     heap = reopen(heap);
@@ -591,7 +349,7 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
         let b = store.create_file("b").unwrap();
         for i in 0..13u64 {
             store.write_at(b, i * 300, &[i as u8 + 1; 300]).unwrap();
-            write_model(&mut model, i * 300, &[i as u8 + 1; 300]);
+            write_into(&mut model, i * 300, &[i as u8 + 1; 300]);
         }
         assert!(store.cleaning_stats().compactions >= 1);
         assert_eq!(store.cleaning_stats().failures, 0);
@@ -606,7 +364,7 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
         }
         // This write fits the tail page; the compaction after it finds no room.
         store.write_at(b, 5, b"fits").unwrap();
-        write_model(&mut model, 5, b"fits");
+        write_into(&mut model, 5, b"fits");
         assert!(
             store.cleaning_stats().failures >= 1,
             "{:?}",
@@ -616,7 +374,7 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
         // Making room lets cleaning work again.
         store.remove("a").unwrap();
         store.write_at(b, 9, b"!").unwrap();
-        write_model(&mut model, 9, b"!");
+        write_into(&mut model, 9, b"!");
         store.compact_file(b).unwrap();
         assert_eq!(contents(&store, b), model);
         heap_matches(&heap, &store);
@@ -631,7 +389,7 @@ fn bytes_written(s: Stats) -> u64 {
     s.store_bytes + s.nt_bytes
 }
 
-/// Seed 000 Sec. 5.1.2: embedding sub-page writes in the log avoids copying whole pages.
+/// Optane guide (FAST'20), Sec. 5.1.2: embedding sub-page writes in the log avoids copying whole pages.
 #[test]
 fn embedded_64_byte_overwrites_write_at_most_a_tenth_of_the_bytes_of_copy_on_write() {
     let mut written = BTreeMap::new();
@@ -644,7 +402,7 @@ fn embedded_64_byte_overwrites_write_at_most_a_tenth_of_the_bytes_of_copy_on_wri
         store
             .write_at(id, 0, &vec![1u8; (pages * PAGE) as usize])
             .unwrap();
-        let mut rng = Rng(5);
+        let mut rng = SplitMix64::new(5);
         reset_thread_stats();
         for i in 0..10_000u64 {
             let offset = rng.below(pages * PAGE / 64) * 64;
@@ -675,87 +433,32 @@ fn embedded_64_byte_overwrites_write_at_most_a_tenth_of_the_bytes_of_copy_on_wri
     );
 }
 
-#[derive(Clone, Debug)]
-enum Op {
-    Write(u8, u64, u16, WriteMode),
-    Truncate(u8, u64),
-    Rename(u8, u8),
-    Remove(u8),
-    Create(u8),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let mode = prop_oneof![
-        Just(WriteMode::CopyOnWrite),
-        Just(WriteMode::Embedded),
-        Just(WriteMode::Auto)
-    ];
-    prop_oneof![
-        6 => (0u8..3, 0u64..5 * PAGE, 1u16..9000, mode).prop_map(|(f, o, l, m)| Op::Write(f, o, l, m)),
-        1 => (0u8..3, 0u64..5 * PAGE).prop_map(|(f, s)| Op::Truncate(f, s)),
-        1 => (0u8..3, 0u8..3).prop_map(|(a, b)| Op::Rename(a, b)),
-        1 => (0u8..3).prop_map(Op::Remove),
-        1 => (0u8..3).prop_map(Op::Create),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
+    /// Operations on three files, each checked against the model (refused exactly when the
+    /// model refuses it), then every file read back, before and after reopening.
     #[test]
-    fn operation_sequences_match_a_model_and_survive_reopening(ops in proptest::collection::vec(op(), 1..60)) {
+    fn operation_sequences_match_a_model_and_survive_reopening(
+        ops in proptest::collection::vec(DatalogOp::strategy(3, 5 * PAGE, 9000), 1..60),
+    ) {
         let mut heap = heap(16 << 20);
         let root = heap.pool().root_offset();
-        let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-        let name = |i: u8| format!("file{i}");
+        let mut model = DatalogModel::new();
         {
             let store = Datalog::create(&heap, root, 4, Policy::default()).unwrap();
-            for (k, op) in ops.iter().enumerate() {
-                match op.clone() {
-                    Op::Create(f) => {
-                        let r = store.create_file(&name(f));
-                        prop_assert_eq!(r.is_ok(), !model.contains_key(&name(f)));
-                        model.entry(name(f)).or_default();
-                    }
-                    Op::Write(f, offset, len, mode) => {
-                        let Some(m) = model.get_mut(&name(f)) else { continue };
-                        let id = store.open_file(&name(f)).unwrap();
-                        let data: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + k as u64) as u8).collect();
-                        store.write_at_with(id, offset, &data, mode).unwrap();
-                        write_model(m, offset, &data);
-                    }
-                    Op::Truncate(f, size) => {
-                        let Some(m) = model.get_mut(&name(f)) else { continue };
-                        let id = store.open_file(&name(f)).unwrap();
-                        store.truncate(id, size).unwrap();
-                        m.resize(size as usize, 0);
-                    }
-                    Op::Rename(a, b) => {
-                        let r = store.rename(&name(a), &name(b));
-                        let ok = model.contains_key(&name(a)) && (a == b || !model.contains_key(&name(b)));
-                        prop_assert_eq!(r.is_ok(), ok);
-                        if ok && a != b {
-                            let v = model.remove(&name(a)).unwrap();
-                            model.insert(name(b), v);
-                        }
-                    }
-                    Op::Remove(f) => {
-                        prop_assert_eq!(store.remove(&name(f)).is_ok(), model.remove(&name(f)).is_some());
-                    }
-                }
+            for (index, op) in ops.iter().enumerate() {
+                let checked = op.run_checked(&store, index, &mut model);
+                prop_assert!(checked.is_ok(), "{}", checked.unwrap_err());
             }
             prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
-            for (n, m) in &model {
-                prop_assert_eq!(&contents(&store, store.open_file(n).unwrap()), m);
-            }
+            prop_assert_eq!(&kit::contents(&store).unwrap(), &model);
             heap_matches(&heap, &store);
         }
         heap = reopen(heap);
         let store = Datalog::open(&heap, root, Policy::default()).unwrap();
         prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
-        for (n, m) in &model {
-            prop_assert_eq!(&contents(&store, store.open_file(n).unwrap()), m);
-        }
+        prop_assert_eq!(&kit::contents(&store).unwrap(), &model);
         heap_matches(&heap, &store);
     }
 }

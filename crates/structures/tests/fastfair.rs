@@ -5,58 +5,46 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use pmem_ordering::{reset_thread_stats, thread_stats, Pool, PoolOptions};
+use pmem_ordering::{reset_thread_stats, thread_stats, Pool};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_test_kit::fastfair::{contents, FastFairModel, FastFairOp};
+use pmem_test_kit::fixture::{anonymous_heap, anonymous_heap_with, heap_blocks, reopen, SIM_HEAP};
+use pmem_test_kit::SplitMix64;
+use pmem_undo_log::Heap;
 use proptest::prelude::*;
 
 fn heap(size: u64) -> Heap {
-    let pool = Pool::anonymous("fastfair", size, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 64 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+    anonymous_heap("fastfair", size)
 }
 
 fn config(node_size: u64, policy: ShiftPolicy) -> FastFairConfig {
     FastFairConfig { node_size, policy }
 }
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 type Tree<'h> = FastFair<'h, pmem_ordering::Hardware, Arc<Pool>>;
 
-fn all(tree: &Tree<'_>) -> Vec<(u64, u64)> {
-    tree.range(..).collect::<Result<_, _>>().unwrap()
+fn all(tree: &Tree<'_>) -> FastFairModel {
+    contents(tree).unwrap()
 }
 
 fn run_against_model(node_size: u64, policy: ShiftPolicy, ops: u64, keys: u64) {
     let heap = heap(64 << 20);
     let root = heap.pool().root_offset();
     let tree = FastFair::create(&heap, root, config(node_size, policy)).unwrap();
-    let mut model = BTreeMap::new();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ node_size;
+    let mut model = FastFairModel::new();
+    let mut rng = SplitMix64::new(node_size);
     let mut tallest = 0;
     for i in 0..ops {
-        let key = xorshift(&mut x) % keys;
+        let key = rng.below(keys);
         // Grow for the first half, shrink in the second.
         let grow = i < ops / 2;
-        match xorshift(&mut x) % 10 {
-            0..=4 if grow => {
-                assert_eq!(tree.insert(key, i).unwrap(), !model.contains_key(&key));
-                model.entry(key).or_insert(i);
-            }
-            5 | 6 => assert_eq!(tree.upsert(key, i).unwrap(), model.insert(key, i)),
-            7 => assert_eq!(tree.get(key).unwrap(), model.get(&key).copied()),
-            _ => assert_eq!(tree.remove(key).unwrap(), model.remove(&key)),
-        }
+        let op = match rng.below(10) {
+            0..=4 if grow => FastFairOp::Insert(key, i),
+            5 | 6 => FastFairOp::Upsert(key, i),
+            7 => FastFairOp::Get(key),
+            _ => FastFairOp::Remove(key),
+        };
+        op.run_checked(&tree, &mut model).unwrap();
         tallest = tallest.max(tree.height().unwrap());
         if i % 997 == 0 {
             assert_eq!(tree.check().unwrap(), model.len() as u64);
@@ -64,10 +52,7 @@ fn run_against_model(node_size: u64, policy: ShiftPolicy, ops: u64, keys: u64) {
     }
     assert_eq!(tree.len(), model.len() as u64);
     assert_eq!(tree.check().unwrap(), model.len() as u64);
-    assert_eq!(
-        all(&tree),
-        model.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>()
-    );
+    assert_eq!(all(&tree), model);
     if node_size == 128 {
         assert!(
             tallest >= 5,
@@ -86,15 +71,9 @@ fn run_against_model(node_size: u64, policy: ShiftPolicy, ops: u64, keys: u64) {
         "the root must shrink back to a leaf"
     );
     assert_eq!(tree.check().unwrap(), 0);
-    let blocks = tree.blocks().unwrap();
-    let heap_blocks: Vec<u64> = heap
-        .check_heap()
-        .unwrap()
-        .into_iter()
-        .map(|(o, _)| o)
-        .collect();
     assert_eq!(
-        blocks, heap_blocks,
+        tree.blocks().unwrap(),
+        heap_blocks(&heap).unwrap(),
         "every freed node went back to the heap"
     );
 }
@@ -176,13 +155,12 @@ fn a_reopened_tree_keeps_its_keys_and_policy() {
                 model.insert(key, k);
             }
         }
-        let pool = heap.into_pool();
-        let heap = Heap::open(pool, FencePolicy::Batched).unwrap();
+        let heap = reopen(heap);
         let tree = FastFair::open(&heap, root).unwrap();
         assert_eq!(tree.policy(), policy);
         assert_eq!(tree.node_size(), 256);
         assert_eq!(tree.len(), model.len() as u64);
-        assert_eq!(all(&tree), model.into_iter().collect::<Vec<_>>());
+        assert_eq!(all(&tree), model);
         tree.check().unwrap();
     }
 }
@@ -232,13 +210,8 @@ fn bad_configurations_and_foreign_roots_get_typed_errors() {
 
 #[test]
 fn a_full_pool_is_an_error_and_loses_nothing() {
-    let pool = Pool::anonymous("fastfair", 1 << 20, &PoolOptions::new()).unwrap();
-    let config_heap = HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 4096,
-    };
-    let heap: Heap = Heap::create(Arc::new(pool), config_heap, FencePolicy::Batched).unwrap();
+    // The small heap of the crash tests, on a 1 MiB pool.
+    let heap = anonymous_heap_with("fastfair", 1 << 20, SIM_HEAP);
     let tree = FastFair::create(
         &heap,
         heap.pool().root_offset(),
@@ -264,7 +237,7 @@ fn a_full_pool_is_an_error_and_loses_nothing() {
         failed,
         "a 1 MiB pool cannot hold 100k keys in 128-byte nodes"
     );
-    assert_eq!(all(&tree), model.into_iter().collect::<Vec<_>>());
+    assert_eq!(all(&tree), model);
     tree.check().unwrap();
 }
 
@@ -287,9 +260,9 @@ fn two_writers_and_a_reader_agree_with_the_model() {
                     let tree = &tree;
                     s.spawn(move || {
                         let mut model = BTreeMap::new();
-                        let mut x = residue * 7777;
+                        let mut rng = SplitMix64::new(residue * 7777);
                         for i in 0..20_000u64 {
-                            let key = (xorshift(&mut x) % 3000) * 3 + residue;
+                            let key = rng.below(3000) * 3 + residue;
                             if i % 3 == 2 {
                                 assert_eq!(tree.remove(key).unwrap(), model.remove(&key));
                             } else {
@@ -301,10 +274,10 @@ fn two_writers_and_a_reader_agree_with_the_model() {
                 })
                 .collect();
             let reader = s.spawn(|| {
-                let mut x = 99u64;
+                let mut rng = SplitMix64::new(99);
                 let mut rounds = 0;
                 while !done.load(Ordering::Relaxed) || rounds < 100 {
-                    let k = (xorshift(&mut x) % 3000) * 3;
+                    let k = rng.below(3000) * 3;
                     assert_eq!(tree.get(k).unwrap(), Some(k), "stable key {k} vanished");
                     let lo = k;
                     let scanned: Vec<(u64, u64)> =
@@ -328,7 +301,7 @@ fn two_writers_and_a_reader_agree_with_the_model() {
         for m in models {
             expected.extend(m);
         }
-        assert_eq!(all(&tree), expected.into_iter().collect::<Vec<_>>());
+        assert_eq!(all(&tree), expected);
         tree.check().unwrap();
     }
 }
@@ -375,55 +348,23 @@ fn one_insert_without_a_split_costs_what_its_policy_says() {
     }
 }
 
-#[derive(Clone, Debug)]
-enum Op {
-    Insert(u64, u64),
-    Upsert(u64, u64),
-    Remove(u64),
-    Get(u64),
-    Range(u64, u64),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let key = 0u64..400;
-    prop_oneof![
-        4 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
-        2 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Op::Upsert(k, v)),
-        3 => key.clone().prop_map(Op::Remove),
-        1 => key.clone().prop_map(Op::Get),
-        1 => (key.clone(), key).prop_map(|(a, b)| Op::Range(a.min(b), a.max(b))),
-    ]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
     fn random_sequences_match_a_btreemap(
-        ops in proptest::collection::vec(op(), 1..600),
-        policy in prop_oneof![Just(ShiftPolicy::PerShift), Just(ShiftPolicy::Fast), Just(ShiftPolicy::Redo)],
+        ops in proptest::collection::vec(FastFairOp::strategy(0..400), 1..600),
+        policy in proptest::sample::select(ShiftPolicy::ALL.to_vec()),
         node_size in prop_oneof![Just(128u64), Just(256u64)],
     ) {
         let heap = heap(8 << 20);
         let tree = FastFair::create(&heap, heap.pool().root_offset(), config(node_size, policy)).unwrap();
-        let mut model = BTreeMap::new();
-        for op in ops {
-            match op {
-                Op::Insert(k, v) => {
-                    prop_assert_eq!(tree.insert(k, v).unwrap(), !model.contains_key(&k));
-                    model.entry(k).or_insert(v);
-                }
-                Op::Upsert(k, v) => prop_assert_eq!(tree.upsert(k, v).unwrap(), model.insert(k, v)),
-                Op::Remove(k) => prop_assert_eq!(tree.remove(k).unwrap(), model.remove(&k)),
-                Op::Get(k) => prop_assert_eq!(tree.get(k).unwrap(), model.get(&k).copied()),
-                Op::Range(a, b) => {
-                    let got: Vec<(u64, u64)> = tree.range(a..b).collect::<Result<_, _>>().unwrap();
-                    let want: Vec<(u64, u64)> = model.range(a..b).map(|(&k, &v)| (k, v)).collect();
-                    prop_assert_eq!(got, want);
-                }
-            }
+        let mut model = FastFairModel::new();
+        for op in &ops {
+            let checked = op.run_checked(&tree, &mut model);
+            prop_assert!(checked.is_ok(), "{:?}: {}", op, checked.unwrap_err());
         }
         prop_assert_eq!(tree.check().unwrap(), model.len() as u64);
-        prop_assert_eq!(all(&tree), model.into_iter().collect::<Vec<_>>());
+        prop_assert_eq!(all(&tree), model);
     }
 }

@@ -1,0 +1,279 @@
+//! The committed seeds of the fuzz targets (`fuzz/seeds/<target>/<name>`): long operation
+//! sequences that fill, split and empty the structures, which libFuzzer alone, growing inputs
+//! a few bytes at a time, would take the whole smoke run to reach.
+//!
+//! Regenerate them after changing an input's layout with
+//! `cargo run -p pmem-test-kit --example fuzz_seeds` (from the workspace root); the kit's test
+//! `fuzz_seeds` fails while the committed files differ from what this module makes.
+
+use pmem_structures::datalog::{WriteMode, PAGE};
+use pmem_structures::fastfair::ShiftPolicy;
+use pmem_undo_log::FencePolicy;
+
+use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
+use crate::datalog::{length_of, DatalogOp, FUZZ_SPAN, LEN_CLASSES, MODES};
+use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
+use crate::fuzz_input::{CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput};
+use crate::{ReservedKeyOp, SplitMix64};
+
+/// One seed file.
+pub struct Seed {
+    /// The fuzz target, and the folder under fuzz/seeds.
+    pub target: &'static str,
+    /// The file name.
+    pub name: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+fn seed<S: FuzzEncode, O: FuzzEncode>(
+    target: &'static str,
+    name: &str,
+    setup: S,
+    ops: Vec<O>,
+) -> Seed {
+    Seed {
+        target,
+        name: name.to_string(),
+        bytes: FuzzInput { setup, ops }.to_fuzz_bytes(),
+    }
+}
+
+/// `keys` in an order shuffled by `rng` (Fisher-Yates).
+fn shuffled(keys: impl Iterator<Item = u64>, rng: &mut SplitMix64) -> Vec<u64> {
+    let mut keys: Vec<u64> = keys.collect();
+    for i in (1..keys.len()).rev() {
+        keys.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    keys
+}
+
+/// Every seed of every target.
+pub fn seeds() -> Vec<Seed> {
+    let mut out = cceh_seeds();
+    out.extend(fastfair_seeds());
+    out.extend(datalog_seeds());
+    out
+}
+
+fn cceh_seeds() -> Vec<Seed> {
+    let mut rng = SplitMix64::new(1);
+    // Fill every key (splits and directory doublings), batches in every option, key 0 refused,
+    // then empty the table and refill a quarter of it.
+    let mut fill = Vec::new();
+    for (i, k) in shuffled(1..=CCEH_KEYS, &mut rng).into_iter().enumerate() {
+        fill.push(CcehOp::Insert(k, i as u64));
+        if i % 8 == 0 {
+            fill.push(CcehOp::Get(k));
+            fill.push(CcehOp::Upsert(k, i as u64 + 1000));
+        }
+    }
+    for (i, [helper, inline_prefetch, deep]) in [
+        [false, false, false],
+        [true, false, true],
+        [true, true, true],
+        [false, true, false],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        fill.push(CcehOp::InsertBatch(Batch {
+            first: 1 + 9 * i as u64,
+            len: 8,
+            stride: i as u64,
+            value: 5000 + i as u64,
+            helper,
+            inline_prefetch,
+            deep,
+            with_reserved_key: i == 3,
+        }));
+    }
+    fill.extend(ReservedKeyOp::ALL.map(CcehOp::Reserved));
+    fill.extend(
+        shuffled(1..=CCEH_KEYS, &mut rng)
+            .into_iter()
+            .map(CcehOp::Remove),
+    );
+    fill.extend((1..=CCEH_KEYS / 4).map(|k| CcehOp::Insert(k * 3 % CCEH_KEYS + 1, k)));
+    let setup = |policy, wide_segments, check_current_image| CcehSetup {
+        policy,
+        wide_segments,
+        check_current_image,
+    };
+    // Random mixes with a lookup every few operations.
+    let mixed = |seed| -> Vec<CcehOp> {
+        CcehOp::mixed(300, CCEH_KEYS, seed)
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, op)| {
+                let lookup = match op {
+                    CcehOp::Insert(k, _) | CcehOp::Upsert(k, _) | CcehOp::Remove(k)
+                        if i % 5 == 0 =>
+                    {
+                        Some(CcehOp::Get(k))
+                    }
+                    _ => None,
+                };
+                std::iter::once(op).chain(lookup)
+            })
+            .collect()
+    };
+    vec![
+        seed(
+            "cceh_ops",
+            "fill-remove-batch",
+            setup(FencePolicy::Batched, false, true),
+            fill,
+        ),
+        seed(
+            "cceh_ops",
+            "random-strict",
+            setup(FencePolicy::Strict, false, false),
+            mixed(2),
+        ),
+        seed(
+            "cceh_ops",
+            "random-themis",
+            setup(FencePolicy::Themis, false, true),
+            mixed(3),
+        ),
+        seed(
+            "cceh_ops",
+            "random-wide",
+            setup(FencePolicy::Batched, true, false),
+            mixed(4),
+        ),
+    ]
+}
+
+fn fastfair_seeds() -> Vec<Seed> {
+    let mut out = Vec::new();
+    for (p, policy) in ShiftPolicy::ALL.into_iter().enumerate() {
+        // Every key in, every key out: splits up to a tall tree, then merges back to a leaf.
+        let mut rng = SplitMix64::new(10 + p as u64);
+        let mut fill_empty: Vec<FastFairOp> = shuffled(0..FASTFAIR_KEYS, &mut rng)
+            .into_iter()
+            .map(|k| FastFairOp::Insert(k, k + 1))
+            .collect();
+        fill_empty.extend(
+            shuffled(0..FASTFAIR_KEYS, &mut rng)
+                .into_iter()
+                .map(FastFairOp::Remove),
+        );
+        let setup = FastFairSetup {
+            policy,
+            large_nodes: false,
+            crash_seed: p as u8,
+        };
+        out.push(seed(
+            "fastfair_ops",
+            &format!("fill-empty-{}", policy.name()),
+            setup,
+            fill_empty,
+        ));
+        // Grow then shrink, with scans, lookups and the reserved key between.
+        let mut rng = SplitMix64::new(20 + p as u64);
+        let ops: Vec<FastFairOp> = FastFairOp::grow_then_shrink(200, FASTFAIR_KEYS, 30 + p as u64)
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, op)| {
+                let probe = match i % 12 {
+                    0 => {
+                        let a = rng.below(FASTFAIR_KEYS);
+                        Some(FastFairOp::Range(a, (a + 20).min(FASTFAIR_KEYS - 1)))
+                    }
+                    6 => Some(FastFairOp::Get(rng.below(FASTFAIR_KEYS))),
+                    11 => Some(FastFairOp::Reserved(ReservedKeyOp::ALL[i / 12 % 4])),
+                    _ => None,
+                };
+                std::iter::once(op).chain(probe)
+            })
+            .collect();
+        let setup = FastFairSetup {
+            policy,
+            large_nodes: true,
+            crash_seed: 8 + p as u8,
+        };
+        out.push(seed(
+            "fastfair_ops",
+            &format!("grow-shrink-{}", policy.name()),
+            setup,
+            ops,
+        ));
+    }
+    out
+}
+
+/// A write of a random encodable length at a random offset of file `file`.
+fn random_write(rng: &mut SplitMix64, file: u8, classes: u8) -> DatalogOp {
+    let len = length_of(rng.below(u64::from(classes)) as u8, rng.below(16) as u8);
+    DatalogOp::Write {
+        file,
+        offset: rng.below(FUZZ_SPAN),
+        len,
+        mode: MODES[rng.below(MODES.len() as u64) as usize],
+    }
+}
+
+fn datalog_seeds() -> Vec<Seed> {
+    let setup = |mode, eager_cleaning, crash_seed| DatalogSetup {
+        mode,
+        eager_cleaning,
+        crash_seed,
+    };
+    // One file, many writes of every size class, a few truncates.
+    let writes = |seed, classes| {
+        let mut rng = SplitMix64::new(seed);
+        let mut ops = vec![DatalogOp::Create(0)];
+        for i in 0..46 {
+            ops.push(if i % 12 == 11 {
+                DatalogOp::Truncate(0, rng.below(FUZZ_SPAN))
+            } else {
+                random_write(&mut rng, 0, classes)
+            });
+        }
+        ops
+    };
+    // Several files: writes, renames (one onto an existing name, refused), removes, re-creates.
+    let mixed = |seed| {
+        let mut rng = SplitMix64::new(seed);
+        let mut ops = vec![DatalogOp::Create(0), DatalogOp::Create(1)];
+        for i in 0..46u64 {
+            let f = (i % 3) as u8;
+            ops.push(match i % 9 {
+                3 => DatalogOp::Rename(f, (f + 1) % 3),
+                5 => DatalogOp::Truncate(f, rng.below(2 * PAGE)),
+                7 => DatalogOp::Remove((f + 2) % 3),
+                8 => DatalogOp::Create((f + 1) % 3),
+                _ => random_write(&mut rng, f, LEN_CLASSES),
+            });
+        }
+        ops
+    };
+    vec![
+        seed(
+            "datalog_ops",
+            "writes-cow",
+            setup(WriteMode::CopyOnWrite, false, 1),
+            writes(1, LEN_CLASSES),
+        ),
+        seed(
+            "datalog_ops",
+            "writes-embedded-eager",
+            setup(WriteMode::Embedded, true, 2),
+            writes(2, 3),
+        ),
+        seed(
+            "datalog_ops",
+            "mixed-auto",
+            setup(WriteMode::Auto, false, 3),
+            mixed(3),
+        ),
+        seed(
+            "datalog_ops",
+            "mixed-eager",
+            setup(WriteMode::Auto, true, 4),
+            mixed(4),
+        ),
+    ]
+}

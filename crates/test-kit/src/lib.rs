@@ -1,0 +1,27 @@
+//! The workspace's test kit (dev-only, never published): what the structures' tests and the
+//! fuzz targets share, written once.
+//!
+//! * [`SplitMix64`], the one deterministic generator (re-exported from the simulator, so a
+//!   seed printed by a failing test replays the same keys and the same crash images);
+//! * [`fixture`]: anonymous and simulated pools, and heaps with the test configurations;
+//! * one operation enum per structure, [`cceh::CcehOp`], [`fastfair::FastFairOp`] and
+//!   [`datalog::DatalogOp`], each with its std model (`HashMap`, `BTreeMap`, `Vec<u8>` files),
+//!   its `apply` to the model, a checked run against the structure, an `Arbitrary` derive for
+//!   cargo-fuzz and a proptest strategy (feature `proptest`, on by default);
+//! * [`crash`]: the one crash driver around `pmem_ordering::sim::CrashTest`, which fails when
+//!   it checked nothing, and the model [`History`] recovered states are judged against
+//!   (durable linearizability, DESIGN.md "The crash simulator").
+
+pub mod cceh;
+pub mod crash;
+pub mod datalog;
+pub mod fastfair;
+pub mod fixture;
+pub mod fuzz_input;
+pub mod fuzz_seeds;
+mod key_value;
+mod model;
+
+pub use crash::{crash_test_outcome, run_crash_test};
+pub use model::{History, ModelOp, ReservedKeyOp};
+pub use pmem_ordering::sim::SplitMix64;

@@ -4,10 +4,17 @@
 use pmem_ordering::sim::{
     CrashFailure, CrashPoints, CrashTest, Finding, ImageKind, Images, SimBackend, SimConfig,
 };
-use pmem_ordering::{FlushKind, Pool};
+use pmem_ordering::{FlushKind, NtPending, Pool, PoolError};
 use proptest::prelude::*;
 
 type SimPool = Pool<SimBackend>;
+
+/// [`Pool::nt_write`] for this file's tests.
+fn nt_write(pool: &SimPool, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
+    // SAFETY: every workload here streams from the one thread that runs it; the one test with
+    // two threads makes only atomic 8-byte stores there.
+    unsafe { pool.nt_write(offset, bytes) }
+}
 
 const ENUMERATE: Images = Images::Enumerate {
     limit: 1 << 12,
@@ -174,7 +181,7 @@ fn clflush_needs_no_fence() {
 fn log_then_data(pool: &SimPool) {
     let log = pool.root_offset();
     let data = pool.root_offset() + 512;
-    let _unordered = pool.nt_write(log, &DATA).unwrap();
+    let _unordered = nt_write(pool, log, &DATA).unwrap();
     let w = pool.write(data, &[0xAB; 8]).unwrap();
     let _ = pool.persist(w);
     pool.operation_completed();
@@ -216,7 +223,7 @@ fn write_after_orders_nt_before_t_under_x86() {
         .images(ENUMERATE)
         .run(
             |pool| {
-                let token = pool.nt_write(pool.root_offset(), &DATA).unwrap();
+                let token = nt_write(pool, pool.root_offset(), &DATA).unwrap();
                 let w = pool
                     .write_after(token, pool.root_offset() + 512, &[0xAB; 8])
                     .unwrap();
@@ -314,9 +321,7 @@ fn enumeration_counts_three_stores_to_one_torn_line() {
 fn enumeration_counts_nt_stores_as_any_subset() {
     let n = count_images(SimConfig::x86(), |pool| {
         for i in 0..3u64 {
-            let _ = pool
-                .nt_write(pool.root_offset() + 8 * i, &(i + 1).to_ne_bytes())
-                .unwrap();
+            let _ = nt_write(pool, pool.root_offset() + 8 * i, &(i + 1).to_ne_bytes()).unwrap();
         }
     });
     assert_eq!(n, 8);
@@ -325,9 +330,7 @@ fn enumeration_counts_nt_stores_as_any_subset() {
 #[test]
 fn themis_forbids_a_temporal_store_without_its_earlier_nt_store() {
     let workload = |pool: &SimPool| {
-        let _ = pool
-            .nt_write(pool.root_offset(), &1u64.to_ne_bytes())
-            .unwrap();
+        let _ = nt_write(pool, pool.root_offset(), &1u64.to_ne_bytes()).unwrap();
         let _ = pool.store_u64(pool.root_offset() + 512, 2).unwrap();
     };
     assert_eq!(count_images(SimConfig::x86(), workload), 4);
@@ -507,7 +510,7 @@ proptest! {
                     for op in &ops {
                         match op {
                             Op::Write { at, bytes } => { let _ = pool.write(base + at, bytes).unwrap(); }
-                            Op::NtWrite { at, bytes } => { let _ = pool.nt_write(base + at, bytes).unwrap(); }
+                            Op::NtWrite { at, bytes } => { let _ = nt_write(pool, base + at, bytes).unwrap(); }
                             Op::Flush { at, len } => { let _ = pool.flush_range(base + at, *len).unwrap(); }
                             Op::Fence => { let _ = pool.sfence(); }
                         }

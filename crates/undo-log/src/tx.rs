@@ -245,7 +245,11 @@ fn snapshot_in<B: Backend>(
     pool.read_bytes(offset, &mut old)?;
     lane::encode_entry(&mut st.buf, st.generation, offset, &old);
     let at = heap.layout.lane_log(st.lane) + st.log_used;
-    let token = pool.nt_write(at, &st.buf)?;
+    // SAFETY: the range is in this transaction's lane log. `Heap` hands a lane to one
+    // transaction at a time under its mutex (whose unlock and lock order one holder's accesses
+    // before the next's), and nothing reads a lane log but its holder and `Heap::open`'s
+    // recovery, which runs before the heap is shared: no other thread accesses it concurrently.
+    let token = unsafe { pool.nt_write(at, &st.buf) }?;
     st.log_used += needed;
     let at = st.snapshots.partition_point(|&(start, _)| start <= offset);
     if at > 0 && st.snapshots[at - 1].0 == offset {

@@ -1331,7 +1331,10 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                     let block = tx.alloc(group.len() as u64 * PAGE)?.offset();
                     for (i, (_, page)) in group.iter().enumerate() {
                         // Ordered before the commit word by the transaction's commit fence.
-                        drop(pool.nt_write(block + i as u64 * PAGE, page)?);
+                        // SAFETY: `block` was just allocated by this transaction and is not yet
+                        // published: no entry, inode or other thread refers to it before the
+                        // commit, so no other thread accesses it concurrently.
+                        drop(unsafe { pool.nt_write(block + i as u64 * PAGE, page) }?);
                     }
                     blocks.push(block);
                 }

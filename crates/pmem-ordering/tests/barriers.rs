@@ -606,7 +606,7 @@ fn the_xpbuffer_model_charges_whole_xplines_and_combines_nearby_lines() {
         let _ = pool.persist(w);
     };
     // 64-byte persists to XPLines far apart: each costs a whole 256-byte media write, the
-    // effective write ratio of 0.25 that seed 000 Sec. 5.1 measured for small random stores.
+    // effective write ratio of 0.25 that the Optane guide (FAST'20), Sec. 5.1, measured for small random stores.
     reset_thread_stats();
     for i in 0..256u64 {
         persist_line(AT + i * 4096);

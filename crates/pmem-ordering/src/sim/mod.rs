@@ -3,9 +3,9 @@
 //!
 //! # Semantics
 //!
-//! The rules are those of the x86 persistency model as seed 004 (Shahri et al., "(Almost)
-//! Fence-less Persist Ordering") states them in Sec. II-C, and of its Themis extension in
-//! Sec. III-B (Eq. 1-4):
+//! The rules are those of the x86 persistency model as the Themis paper (Mahdizadeh Shahri et
+//! al., "(Almost) Fence-less Persist Ordering"; the key to cited papers is `docs/papers.md`)
+//! states them in Sec. II-C, and of its Themis extension in Sec. III-B (Eq. 1-4):
 //!
 //! * **Failure atomicity.** Every store is recorded as *chunks*: the bytes it writes inside one
 //!   naturally aligned 8-byte word. A chunk persists whole or not at all; nothing larger does.
@@ -36,13 +36,15 @@
 //! the operation that made it returns, a flush of a line with nothing pending, a fence with
 //! nothing pending.
 
+mod event;
 mod harness;
 mod rng;
 mod state;
 
+pub use event::{Chunk, Event};
 pub use harness::{Crash, CrashFailure, CrashPoints, CrashTest, ImageKind, Images, Report};
 pub use rng::SplitMix64;
-pub use state::{Chunk, Event, LineChoice};
+pub use state::LineChoice;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};

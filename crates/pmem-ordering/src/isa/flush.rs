@@ -48,9 +48,9 @@ pub unsafe fn flush_line(isa: Isa, line: *const u8) {
 /// The whole range must be mapped in this process.
 #[inline]
 pub unsafe fn flush_range(isa: Isa, addr: *const u8, len: usize) {
-    for line in cache_lines(addr as usize, len) {
+    for line in cache_lines(addr.addr(), len) {
         // SAFETY: every line of a mapped range is mapped (mappings are page granular).
-        unsafe { flush_line(isa, line as *const u8) };
+        unsafe { flush_line(isa, addr.with_addr(line)) };
     }
 }
 

@@ -47,21 +47,22 @@ pub unsafe fn movnti_u64(dst: *mut u64, value: u64) {
 /// access the range concurrently with the copy
 /// ([the rule](crate::pool#streaming-stores-and-other-threads)).
 pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
-    let mut d = dst as usize;
+    // Pointer arithmetic rather than integer addresses, so the pointers keep their provenance.
+    let mut d = dst;
     let mut s = src;
     // Ragged head up to the next 8-byte boundary.
-    let head = ((8 - d % 8) % 8).min(s.len());
+    let head = ((8 - d.addr() % 8) % 8).min(s.len());
     if head > 0 {
         // SAFETY: in range by the caller's contract.
-        unsafe { store_ragged(isa, d as *mut u8, &s[..head]) };
-        d += head;
+        unsafe { store_ragged(isa, d, &s[..head]) };
+        d = d.wrapping_add(head);
         s = &s[head..];
     }
     // 8-byte words up to the next line boundary.
-    while s.len() >= 8 && !d.is_multiple_of(CACHE_LINE) {
+    while s.len() >= 8 && !d.addr().is_multiple_of(CACHE_LINE) {
         // SAFETY: d is 8-aligned, in range and not accessed concurrently (caller's contract).
-        unsafe { movnti_u64(d as *mut u64, read_u64(s)) };
-        d += 8;
+        unsafe { movnti_u64(d.cast::<u64>(), read_u64(s)) };
+        d = d.wrapping_add(8);
         s = &s[8..];
     }
     // Whole lines.
@@ -69,19 +70,19 @@ pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
     if lines > 0 {
         // SAFETY: d is line aligned, `lines` whole lines are in range, and the caller's contract
         // excludes concurrent access.
-        unsafe { stream_lines(isa.copy(), d as *mut u8, &s[..lines * CACHE_LINE]) };
-        d += lines * CACHE_LINE;
+        unsafe { stream_lines(isa.copy(), d, &s[..lines * CACHE_LINE]) };
+        d = d.wrapping_add(lines * CACHE_LINE);
         s = &s[lines * CACHE_LINE..];
     }
     while s.len() >= 8 {
         // SAFETY: d is 8-aligned, in range and not accessed concurrently (caller's contract).
-        unsafe { movnti_u64(d as *mut u64, read_u64(s)) };
-        d += 8;
+        unsafe { movnti_u64(d.cast::<u64>(), read_u64(s)) };
+        d = d.wrapping_add(8);
         s = &s[8..];
     }
     if !s.is_empty() {
         // SAFETY: in range by the caller's contract.
-        unsafe { store_ragged(isa, d as *mut u8, s) };
+        unsafe { store_ragged(isa, d, s) };
     }
 }
 

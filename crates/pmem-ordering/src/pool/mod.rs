@@ -252,8 +252,8 @@ impl<B: Backend> Pool<B> {
         let Ok(start) = self.addr(offset, len) else {
             return;
         };
-        for line in crate::isa::cache_lines(start as usize, len) {
-            crate::isa::prefetch_line(line as *const u8);
+        for line in crate::isa::cache_lines(start.addr(), len) {
+            crate::isa::prefetch_line(start.with_addr(line));
         }
     }
 

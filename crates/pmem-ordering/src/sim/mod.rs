@@ -183,6 +183,8 @@ struct SimState {
 /// pool never gives its backend away (only `&SimBackend`), so the range stays mapped for as long
 /// as the backend can be reached.
 pub struct SimBackend {
+    /// The mapping's address, its provenance exposed (an integer keeps the backend `Send` and
+    /// `Sync`); only [`SimBackend::checkpoint`] turns it back into a pointer.
     base: usize,
     len: usize,
     config: SimConfig,
@@ -209,7 +211,7 @@ impl SimBackend {
         // SAFETY: `map` is a live mapping of `len` bytes for the duration of the borrow.
         unsafe { crate::mem::load_bytes(map.base(), &mut initial) };
         SimBackend {
-            base: map.base() as usize,
+            base: map.base().expose_provenance(),
             len,
             config,
             traced: true,
@@ -226,7 +228,7 @@ impl SimBackend {
     /// crash image, where copying the image into a shadow state would dominate the cost.
     fn untraced(map: &Mapping, config: SimConfig) -> SimBackend {
         SimBackend {
-            base: map.base() as usize,
+            base: map.base().expose_provenance(),
             len: map.len(),
             config,
             traced: false,
@@ -345,7 +347,7 @@ impl SimBackend {
         let mut now = vec![0u8; self.len];
         // SAFETY: base..base+len is the mapping of the pool that owns this backend (the type's
         // invariant), alive while `self` is borrowed.
-        unsafe { crate::mem::load_bytes(self.base as *const u8, &mut now) };
+        unsafe { crate::mem::load_bytes(std::ptr::with_exposed_provenance(self.base), &mut now) };
         st.live = PersistState::new(now.clone(), self.config.model, self.config.torn_lines);
         st.initial = now;
         st.trace.clear();

@@ -73,7 +73,7 @@ mod tests {
 
     proptest! {
         // Miri interprets every access: a few cases keep its run short.
-        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 256 }))]
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
 
         #[test]
         fn store_then_load_round_trips(offset in 0usize..64, data in proptest::collection::vec(any::<u8>(), 0..300)) {

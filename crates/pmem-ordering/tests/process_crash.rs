@@ -73,6 +73,10 @@ fn child(path: &Path) -> ! {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "spawns and kills a process on a mapped file, which Miri cannot"
+)]
 fn a_process_killed_mid_write_leaves_a_pool_that_reopens_intact() {
     if let Some(path) = std::env::var_os(CHILD_ENV) {
         child(Path::new(&path));

@@ -237,7 +237,7 @@ enum Target {
         /// Keeps the mapping alive; written only through `base`.
         _map: MmapMut,
         base: *mut u8,
-        flush: FlushKind,
+        isa: Isa,
     },
 }
 
@@ -289,7 +289,7 @@ impl Primitive {
                 Target::Raw {
                     _map: map,
                     base,
-                    flush: Isa::detected().flush(),
+                    isa: Isa::detected(),
                 }
             }
         };
@@ -321,7 +321,9 @@ impl Primitive {
         let len = self.variant.bytes();
         match &self.target {
             Target::NtFence(pool) => {
-                let nt = pool.nt_write(offset, &self.data[..len])?;
+                // SAFETY: this primitive owns its pool (opened in `new`, never shared) and `step`
+                // takes `&mut self`: no other thread can reach the ring.
+                let nt = unsafe { pool.nt_write(offset, &self.data[..len]) }?;
                 let _ = pool.fence(nt);
             }
             Target::WritePersist(pool) => {
@@ -329,7 +331,8 @@ impl Primitive {
                 let _ = pool.persist(w);
             }
             Target::NtThenTemporal(pool) => {
-                let nt = pool.nt_write(offset, &self.data[..NT_THEN_T_NT_BYTES])?;
+                // SAFETY: as for `NtFence`: the pool is this primitive's alone.
+                let nt = unsafe { pool.nt_write(offset, &self.data[..NT_THEN_T_NT_BYTES]) }?;
                 // The temporal write is deliberately left unflushed: the variant measures the
                 // nt -> t ordering, not the temporal write's own persist.
                 let _unflushed = pool.write_after(
@@ -338,14 +341,14 @@ impl Primitive {
                     &self.data[..NT_THEN_T_T_BYTES],
                 )?;
             }
-            Target::Raw { base, flush, .. } => {
+            Target::Raw { base, isa, .. } => {
                 // SAFETY: offset + 64 <= ring_start + RING_LEN <= the mapping's length (checked
                 // in `new`), `data` holds at least 64 bytes and does not overlap the mapping,
                 // and nothing else writes the mapping while this primitive runs.
                 unsafe {
                     let dst = base.add(offset as usize);
                     std::ptr::copy_nonoverlapping(self.data.as_ptr(), dst, CACHE_LINE);
-                    isa::flush_line(*flush, dst);
+                    isa::flush_line(*isa, dst);
                 }
                 isa::sfence();
             }

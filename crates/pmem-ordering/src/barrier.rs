@@ -1,17 +1,18 @@
 //! Typed persist barriers and non-temporal -> temporal ordering.
 //!
-//! The type system carries the state of a write (DESIGN.md, "Typed persist barriers"):
+//! The type system carries the state of a write:
 //!
 //! ```text
 //! pool.write(..)     -> Written      temporal store, still only in the cache
-//! pool.flush(w)      -> Flushed      write-back issued, not yet ordered
-//! pool.nt_write(..)  -> NtPending    streaming store issued, not yet ordered
+//! pool.flush(w)      -> Pending      write-back issued, not yet ordered
+//! pool.nt_write(..)  -> NtPending    streaming store issued, not yet ordered (into Pending)
 //! pool.fence(p)      -> Durable      every token it consumed is persistent
 //! ```
 //!
-//! All four are `#[must_use]`, and the pending tokens are `!Send`: on x86 a flush or a
-//! non-temporal store is ordered only by a fence *of the same thread* (seed 004 Sec. II-C and
-//! Sec. III-B, Eq. 1-2), so a token fenced by another thread would prove nothing.
+//! All four are `#[must_use]`, and the pending tokens ([`Pending`], [`NtPending`]) are `!Send`:
+//! on x86 a flush or a non-temporal store is ordered only by a fence *of the same thread*
+//! (Themis, Sec. II-C and Sec. III-B, Eq. 1-2), so a token fenced by another thread would prove
+//! nothing.
 //!
 //! A temporal store that must follow a non-temporal one (an undo-log entry before the data it
 //! protects) takes the [`NtPending`] token: [`crate::Pool::write_after`]. What that costs depends
@@ -20,7 +21,7 @@
 //! * [`PersistModel::X86`]: a fence is issued, unless this thread has already fenced since the
 //!   token was made (the per-thread *fence epoch*), so a batch of log entries shares one fence;
 //! * [`PersistModel::Themis`]: no fence: program order alone orders an nt-store before a later
-//!   temporal store of the same thread (seed 004 Sec. III-B, Eq. 3). No shipping CPU implements
+//!   temporal store of the same thread (Themis, Sec. III-B, Eq. 3). No shipping CPU implements
 //!   this; it is sound only under the simulator's Themis model;
 //! * [`PersistModel::Ideal`]: no fence and no guarantee: the performance upper bound, not crash
 //!   safe on any model.
@@ -28,7 +29,7 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 
-/// Which persistency model the pool's code is written for (seed 004 Sec. II-C and III-B).
+/// Which persistency model the pool's code is written for (Themis, Sec. II-C and III-B).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PersistModel {
     /// The x86 persistency model of shipping CPUs: nt -> t ordering needs a fence.

@@ -19,8 +19,9 @@
 //!
 //! # The persistency model
 //!
-//! The rules, from the x86 persistency model as summarised in seed 004 (Shahri et al.,
-//! "(Almost) Fence-less Persist Ordering") Sec. II-C and the Themis extension of its Sec. III-B:
+//! The rules, from the x86 persistency model as summarised in Themis, Sec. II-C (Mahdizadeh
+//! Shahri et al., "(Almost) Fence-less Persist Ordering"), and the Themis extension of its
+//! Sec. III-B. Papers are cited by the short names of the workspace's `docs/papers.md`.
 //!
 //! * a naturally aligned 8-byte store is failure-atomic; nothing larger is;
 //! * a temporal store is guaranteed durable after `clwb`/`clflushopt` of its line and a later

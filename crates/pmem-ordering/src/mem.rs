@@ -14,25 +14,26 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 /// `dst .. dst + src.len()` must be valid for writes for the duration of the call.
 #[inline]
 pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
-    let mut d = dst as usize;
+    // Pointer arithmetic rather than integer addresses, so the pointers keep their provenance.
+    let mut d = dst;
     let mut s = src;
-    while !s.is_empty() && (!d.is_multiple_of(8) || s.len() < 8) {
+    while !s.is_empty() && (!d.addr().is_multiple_of(8) || s.len() < 8) {
         // SAFETY: d is in range by the caller's contract; AtomicU8 has alignment 1.
-        unsafe { AtomicU8::from_ptr(d as *mut u8).store(s[0], Ordering::Relaxed) };
-        d += 1;
+        unsafe { AtomicU8::from_ptr(d).store(s[0], Ordering::Relaxed) };
+        d = d.wrapping_add(1);
         s = &s[1..];
     }
     while s.len() >= 8 {
         let word = u64::from_ne_bytes(s[..8].try_into().expect("8 bytes"));
         // SAFETY: d is 8-aligned and in range.
-        unsafe { AtomicU64::from_ptr(d as *mut u64).store(word, Ordering::Relaxed) };
-        d += 8;
+        unsafe { AtomicU64::from_ptr(d.cast::<u64>()).store(word, Ordering::Relaxed) };
+        d = d.wrapping_add(8);
         s = &s[8..];
     }
     for &b in s {
         // SAFETY: in range.
-        unsafe { AtomicU8::from_ptr(d as *mut u8).store(b, Ordering::Relaxed) };
-        d += 1;
+        unsafe { AtomicU8::from_ptr(d).store(b, Ordering::Relaxed) };
+        d = d.wrapping_add(1);
     }
 }
 
@@ -42,25 +43,25 @@ pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
 /// `src .. src + dst.len()` must be valid for reads for the duration of the call.
 #[inline]
 pub(crate) unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
-    let mut p = src as usize;
+    let mut p = src.cast_mut();
     let mut i = 0;
-    while i < dst.len() && (!p.is_multiple_of(8) || dst.len() - i < 8) {
+    while i < dst.len() && (!p.addr().is_multiple_of(8) || dst.len() - i < 8) {
         // SAFETY: in range by the caller's contract.
-        dst[i] = unsafe { AtomicU8::from_ptr(p as *mut u8).load(Ordering::Relaxed) };
-        p += 1;
+        dst[i] = unsafe { AtomicU8::from_ptr(p).load(Ordering::Relaxed) };
+        p = p.wrapping_add(1);
         i += 1;
     }
     while dst.len() - i >= 8 {
         // SAFETY: p is 8-aligned and in range.
-        let word = unsafe { AtomicU64::from_ptr(p as *mut u64).load(Ordering::Relaxed) };
+        let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()).load(Ordering::Relaxed) };
         dst[i..i + 8].copy_from_slice(&word.to_ne_bytes());
-        p += 8;
+        p = p.wrapping_add(8);
         i += 8;
     }
     while i < dst.len() {
         // SAFETY: in range.
-        dst[i] = unsafe { AtomicU8::from_ptr(p as *mut u8).load(Ordering::Relaxed) };
-        p += 1;
+        dst[i] = unsafe { AtomicU8::from_ptr(p).load(Ordering::Relaxed) };
+        p = p.wrapping_add(1);
         i += 1;
     }
 }
@@ -71,6 +72,9 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        // Miri interprets every access: a few cases keep its run short.
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
+
         #[test]
         fn store_then_load_round_trips(offset in 0usize..64, data in proptest::collection::vec(any::<u8>(), 0..300)) {
             let mut buf = vec![0u64; 64];

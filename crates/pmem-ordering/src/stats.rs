@@ -26,7 +26,7 @@ pub struct Stats {
     /// Fences issued.
     pub fences: u64,
     /// Fences that only ordered a non-temporal store before a later temporal store of the same
-    /// thread: the fences the Themis persistency model makes unnecessary (seed 004 Sec. III-B,
+    /// thread: the fences the Themis persistency model makes unnecessary (Themis, Sec. III-B,
     /// Eq. 3). Counted whether or not the pool's model actually issued them.
     pub themis_elidable_fences: u64,
     /// Non-temporal -> temporal orderings that needed no fence because this thread had already
@@ -41,16 +41,17 @@ pub struct Stats {
     pub redundant_fences: u64,
     /// Bytes an Optane DIMM would write to its media for this thread's flushes and
     /// non-temporal stores, at its 256-byte XPLine granularity: see [`XPBUFFER_XPLINES`] for
-    /// the model. With [`Stats::bytes_to_media`] it gives the effective write ratio of seed 000
-    /// Sec. 5.1 ([`Stats::effective_write_ratio`]).
+    /// the model. With [`Stats::bytes_to_media`] it gives the effective write ratio of the Optane
+    /// guide (FAST'20), Sec. 5.1 ([`Stats::effective_write_ratio`]).
     pub xpline_bytes: u64,
 }
 
-/// Bytes of an XPLine, the unit in which an Optane DIMM writes its media (seed 000 Sec. 2.1.1).
+/// Bytes of an XPLine, the unit in which an Optane DIMM writes its media (Optane guide (FAST'20),
+/// Sec. 2.1.1).
 pub const XPLINE: usize = 256;
 
 /// XPLines of the per-thread model of the DIMM's write-combining buffer (the XPBuffer, 16 KiB
-/// per DIMM by seed 000 Sec. 5.1, Fig. 9). Every cache line flushed or written non-temporally
+/// per DIMM by the Optane guide (FAST'20), Sec. 5.1, Fig. 9). Every cache line flushed or written non-temporally
 /// lands in its XPLine's entry; an XPLine that is not in the buffer costs one 256-byte media
 /// write ([`XPLINE`]), later lines of a buffered XPLine combine for free. The model is
 /// direct-mapped by XPLine address (the real buffer is shared by all threads writing one
@@ -64,7 +65,7 @@ impl Stats {
         self.flushed_bytes + self.nt_bytes
     }
 
-    /// The effective write ratio of seed 000 Sec. 5.1: bytes issued to the DIMM
+    /// The effective write ratio of the Optane guide (FAST'20), Sec. 5.1: bytes issued to the DIMM
     /// ([`Stats::bytes_to_media`]) over bytes written to its media ([`Stats::xpline_bytes`]).
     /// Below 1 the media writes more than it was sent (its write amplification is the
     /// inverse); above 1 the XPBuffer combined writes. `None` when nothing reached the media.

@@ -107,7 +107,8 @@ impl Backend for Hardware {
                 unsafe { crate::mem::store_bytes(dst, src) };
                 Hardware::msync(dst, src.len());
             }
-            // SAFETY: in range by the trait's contract; pool memory never overlaps `src`.
+            // SAFETY: in range and not accessed by other threads by the trait's contract; pool
+            // memory never overlaps `src`; `self.isa` was detected on this CPU.
             _ => unsafe { isa::nt_copy(self.isa, dst, src) },
         }
     }
@@ -117,7 +118,7 @@ impl Backend for Hardware {
         match self.granularity {
             Granularity::CacheLine | Granularity::Emulated => {
                 // SAFETY: in range by the trait's contract.
-                unsafe { isa::flush_range(self.isa.flush(), addr, len) };
+                unsafe { isa::flush_range(self.isa, addr, len) };
                 isa::cache_lines(addr as usize, len).count()
             }
             Granularity::Page => {

@@ -4,6 +4,10 @@
 //! mapping, [`crate::sim::SimBackend`] records every event for the crash simulator. Callers never
 //! use a backend directly: [`crate::Pool`] checks bounds, keeps the statistics and hands out the
 //! typed tokens, then calls the backend.
+//!
+//! [`Backend`] is sealed: only [`Hardware`] and [`crate::sim::SimBackend`] implement it. Other
+//! crates name it as a bound (`Pool<B: Backend>`), but cannot add a backend, because the pool's
+//! soundness rests on what these two do with the raw addresses it hands them.
 
 mod hardware;
 
@@ -40,11 +44,19 @@ impl Granularity {
     }
 }
 
+/// Keeps [`Backend`] closed to implementations outside this crate.
+mod sealed {
+    /// Implemented only by this crate's backends.
+    pub trait Sealed {}
+    impl Sealed for super::Hardware {}
+    impl Sealed for crate::sim::SimBackend {}
+}
+
 /// The primitive operations on a pool's memory.
 ///
 /// Implementations are given raw addresses that [`crate::Pool`] has already checked to lie
-/// inside its mapping.
-pub trait Backend: Send + Sync + 'static {
+/// inside its mapping. Sealed (see the module docs).
+pub trait Backend: sealed::Sealed + Send + Sync + 'static {
     /// The persistency model this backend's code is written for.
     fn model(&self) -> PersistModel;
 
@@ -71,10 +83,12 @@ pub trait Backend: Send + Sync + 'static {
         new: u64,
     ) -> Result<u64, u64>;
 
-    /// A non-temporal store of `src` at `dst`.
+    /// A non-temporal store of `src` at `dst`: it may be made of non-atomic streaming stores.
     ///
     /// # Safety
-    /// `dst .. dst + src.len()` lies inside the pool's mapping.
+    /// `dst .. dst + src.len()` lies inside the pool's mapping, and no other thread accesses it
+    /// concurrently with the store
+    /// ([the rule](crate::pool#streaming-stores-and-other-threads)).
     unsafe fn nt_store(&self, dst: *mut u8, src: &[u8]);
 
     /// Write back every cache line of `[addr, addr + len)`; returns the lines flushed.

@@ -246,8 +246,13 @@ mod tests {
     }
 
     proptest! {
-        /// No byte string decodes into a panic, and any single flipped bit is rejected.
+        // Miri interprets every checksum: a few cases keep its run short.
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
+
+        /// No byte string decodes into a panic, and any single flipped bit is rejected. The
+        /// first is safe code over random bytes, slow under Miri and with nothing for it to check.
         #[test]
+        #[cfg_attr(miri, ignore)]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), len in 0u64..1 << 22) {
             let _ = Header::decode(Path::new("p"), &bytes, len, None);
         }

@@ -18,15 +18,27 @@ pub(crate) enum Mapping {
     Sync { base: *mut u8, len: usize },
 }
 
-// SAFETY: the mapping is plain shared memory; all access to it goes through atomics (mem.rs).
+// SAFETY: the mapping is plain memory owned by this value (unmapped once, on drop), with no
+// thread affinity, so it may move to another thread.
 unsafe impl Send for Mapping {}
-// SAFETY: as above.
+// SAFETY: sharing hands out only the base address. Every access the pool makes through it is
+// atomic, except the streaming stores of the `unsafe` `Pool::nt_write`, whose contract (the rule
+// in the pool's module docs) forbids any access of another thread concurrent with them; so no
+// access through a shared `Mapping` is a data race.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
     pub(crate) fn base(&self) -> *mut u8 {
         match self {
             Mapping::Mapped { base, .. } | Mapping::Sync { base, .. } => *base,
+        }
+    }
+
+    /// Length of the mapping in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Mapping::Mapped { _map, .. } => _map.len(),
+            Mapping::Sync { len, .. } => *len,
         }
     }
 

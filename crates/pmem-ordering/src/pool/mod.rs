@@ -10,158 +10,59 @@
 //! (cache-line granularity); otherwise the file is in the page cache and every persist ends in
 //! `msync` (page granularity). *Emulated* and *byte* (eADR) granularity are used only when the
 //! caller forces them with [`PoolOptions::granularity`].
+//!
+//! # Streaming stores and other threads
+//!
+//! A pool is shared between threads, and every access the safe API makes is atomic: temporal
+//! stores and byte copies are relaxed atomic accesses (8-byte words, single bytes at the ragged
+//! edges), 8-byte stores and loads are release/acquire atomics. Threads may therefore read bytes
+//! another thread is writing (FAIR's lock-free readers do) without a data race.
+//!
+//! Streaming stores are the exception. `movnti` and the SSE2/AVX/AVX-512 streaming stores are
+//! plain, non-atomic writes in Rust's memory model, so [`Pool::nt_write`] (and the primitives
+//! under it: [`crate::Backend::nt_store`], [`crate::isa::nt_copy`],
+//! [`crate::isa::movnti_u64`]) are `unsafe`, under this one rule:
+//!
+//! > Every access another thread makes to a byte of the streamed range either *happens before*
+//! > the streaming store or *happens after* it through synchronisation: the writing thread
+//! > releases (unlocks a lock, makes a release store or CAS, sends on a channel, ends as a joined
+//! > thread) and the other thread acquires that before its access. No access of another thread
+//! > is concurrent with the streaming store.
+//!
+//! Ranges that satisfy it are those one thread owns: an undo-log lane held by the thread running
+//! its transaction, a block just allocated and not yet published (reachable from nothing
+//! another thread reads), a test's pool used from one thread. The rule is about Rust's memory
+//! model, not persistence: ordering a streaming store for *durability* is still the business of
+//! a fence of the same thread ([`crate::barrier`]).
 
 mod error;
 pub mod header;
 pub(crate) mod mapping;
+mod open;
 mod pptr;
+mod words;
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use error::PoolError;
 pub use header::Header;
+pub use open::PoolOptions;
 pub use pptr::PPtr;
-
-/// A checked, read-only view of consecutive 8-byte words of a pool ([`Pool::words`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Words<'a> {
-    words: &'a [AtomicU64],
-}
-
-impl<'a> Words<'a> {
-    /// Acquire load of word `index` (panics past the end, like slice indexing).
-    #[inline]
-    pub fn load(&self, index: usize) -> u64 {
-        self.words[index].load(Ordering::Acquire)
-    }
-
-    /// Acquire load of word `index`, or `None` past the end: for indices read from the pool
-    /// itself, which a corrupted pool may have wrong.
-    #[inline]
-    pub fn get(&self, index: usize) -> Option<u64> {
-        self.words.get(index).map(|w| w.load(Ordering::Acquire))
-    }
-
-    /// The eight words from word `start` on (one cache line when `start` is a multiple of 8),
-    /// loaded one after the other in order with acquire loads, or `None` past the end: one
-    /// range check for a whole line.
-    #[inline]
-    pub fn line(&self, start: usize) -> Option<[u64; 8]> {
-        let line: &[AtomicU64; 8] = self
-            .words
-            .get(start..start.checked_add(8)?)?
-            .try_into()
-            .ok()?;
-        Some(std::array::from_fn(|i| line[i].load(Ordering::Acquire)))
-    }
-
-    /// Words `start`, `start + 2`, `start + 4` and `start + 6` (the keys of a line of four
-    /// key/value pairs), loaded in that order with acquire loads, or `None` past the end.
-    #[inline]
-    pub fn keys_of_line(&self, start: usize) -> Option<[u64; 4]> {
-        let line: &[AtomicU64; 8] = self
-            .words
-            .get(start..start.checked_add(8)?)?
-            .try_into()
-            .ok()?;
-        Some(std::array::from_fn(|i| line[2 * i].load(Ordering::Acquire)))
-    }
-
-    /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
-    /// the end. A hint only: it reads and stores nothing.
-    #[inline]
-    pub fn prefetch(&self, index: usize) {
-        if let Some(word) = self.words.get(index) {
-            crate::isa::prefetch_line(word.as_ptr() as *const u8);
-        }
-    }
-
-    /// The `count` words from word `start` on, or `None` if they run past the end.
-    #[inline]
-    pub fn sub(&self, start: usize, count: usize) -> Option<Words<'a>> {
-        let end = start.checked_add(count)?;
-        self.words.get(start..end).map(|words| Words { words })
-    }
-
-    /// Number of words.
-    pub fn len(&self) -> usize {
-        self.words.len()
-    }
-
-    /// Whether the view is empty.
-    pub fn is_empty(&self) -> bool {
-        self.words.is_empty()
-    }
-}
+pub use words::Words;
 
 use crate::backend::{Backend, Granularity, Hardware};
 use crate::barrier::{self, Durable, NtOrdering, NtPending, Pending, PersistModel, Written};
-use crate::isa::Isa;
 use crate::stats;
-use header::HEADER_LEN;
 use mapping::Mapping;
-
-/// How to create or open a pool.
-#[derive(Clone, Debug)]
-pub struct PoolOptions {
-    granularity: Option<Granularity>,
-    model: PersistModel,
-    isa: Isa,
-    root_size: u64,
-}
-
-impl Default for PoolOptions {
-    fn default() -> Self {
-        PoolOptions {
-            granularity: None,
-            model: PersistModel::X86,
-            isa: Isa::detected(),
-            root_size: 4096 - 64,
-        }
-    }
-}
-
-impl PoolOptions {
-    /// Defaults: detect the granularity, x86 model, the CPU's best instructions, a root object
-    /// of 4032 bytes.
-    pub fn new() -> PoolOptions {
-        PoolOptions::default()
-    }
-
-    /// Force a granularity instead of detecting it. `CacheLine` fails to open a file that
-    /// cannot be mapped with `MAP_SYNC`; `Emulated` and `Byte` are taken on trust.
-    pub fn granularity(mut self, granularity: Granularity) -> PoolOptions {
-        self.granularity = Some(granularity);
-        self
-    }
-
-    /// The persistency model the pool's code is written for.
-    pub fn model(mut self, model: PersistModel) -> PoolOptions {
-        self.model = model;
-        self
-    }
-
-    /// The instructions to use (e.g. a weaker flush than the CPU's best, to compare them).
-    pub fn isa(mut self, isa: Isa) -> PoolOptions {
-        self.isa = isa;
-        self
-    }
-
-    /// Size of the root object made at creation (ignored by `open`, which reads the header).
-    pub fn root_size(mut self, bytes: u64) -> PoolOptions {
-        self.root_size = bytes;
-        self
-    }
-}
 
 /// A pool of persistent memory, written through backend `B`.
 ///
-/// `Pool` is `Sync`: threads may share it. Every byte access is made of atomic loads and stores
-/// (see the `mem` module), so concurrent access is free of data races; keeping concurrent
-/// *logical* updates consistent (locks, CAS protocols) is the structure's business.
+/// `Pool` is `Sync`: threads may share it. Every access of the safe API is made of atomic loads
+/// and stores, so concurrent access is free of data races; the one non-atomic write, the
+/// `unsafe` [`Pool::nt_write`], follows [the streaming-store rule](self#streaming-stores-and-other-threads).
+/// Keeping concurrent *logical* updates consistent (locks, CAS protocols) is the structure's
+/// business.
 ///
 /// While a pool file is open, no other process may truncate or rewrite it: as with any memory
 /// mapping, an access to a page cut off by truncation faults (SIGBUS), and bytes changed behind
@@ -191,201 +92,6 @@ impl<B: Backend> std::fmt::Debug for Pool<B> {
 fn next_pool_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-fn random_identity() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(next_pool_id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
-}
-
-fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError {
-    PoolError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// Map an error from opening `path` for writing to its typed form.
-fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => PoolError::NotFound {
-            path: path.to_path_buf(),
-        },
-        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
-            PoolError::ReadOnly {
-                path: path.to_path_buf(),
-            }
-        }
-        std::io::ErrorKind::IsADirectory => PoolError::IsDirectory {
-            path: path.to_path_buf(),
-        },
-        _ => io_error("open", path, e),
-    }
-}
-
-impl Pool<Hardware> {
-    /// Create a new pool file of `size` bytes at `path` holding `layout`.
-    ///
-    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file. The header is
-    /// committed last (its magic is the final 8-byte store), so a crash during creation leaves a
-    /// file that `open` reports as [`PoolError::Incomplete`]. If creation fails, the partial file
-    /// is removed.
-    pub fn create(
-        path: impl AsRef<Path>,
-        layout: &str,
-        size: u64,
-        options: &PoolOptions,
-    ) -> Result<Pool<Hardware>, PoolError> {
-        let path = path.as_ref();
-        let header = Header::new(layout, size, options.root_size, random_identity())?;
-        if path.is_dir() {
-            return Err(PoolError::IsDirectory {
-                path: path.to_path_buf(),
-            });
-        }
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(PoolError::AlreadyExists {
-                    path: path.to_path_buf(),
-                })
-            }
-            Err(e) => return Err(classify_open_error(path, e)),
-        };
-        let result = (|| {
-            file.set_len(size)
-                .map_err(|e| io_error("set the length of", path, e))?;
-            let (map, granularity) = Mapping::file(&file, path, size, options.granularity)?;
-            let pool = Pool::from_parts(
-                map,
-                Hardware::new(options.isa, granularity, options.model),
-                header,
-                Some(path.to_path_buf()),
-                granularity,
-            );
-            pool.write_header()?;
-            Ok(pool)
-        })();
-        if result.is_err() {
-            // Creation failed part-way: leave no half-made pool behind.
-            let _ = std::fs::remove_file(path);
-        }
-        result
-    }
-
-    /// Open the pool at `path`, which must hold `layout`.
-    pub fn open(
-        path: impl AsRef<Path>,
-        layout: &str,
-        options: &PoolOptions,
-    ) -> Result<Pool<Hardware>, PoolError> {
-        let path = path.as_ref();
-        let (file, header) = Pool::<Hardware>::read_header_of(path, Some(layout), true)?;
-        let (map, granularity) = Mapping::file(&file, path, header.size, options.granularity)?;
-        Ok(Pool::from_parts(
-            map,
-            Hardware::new(options.isa, granularity, options.model),
-            header,
-            Some(path.to_path_buf()),
-            granularity,
-        ))
-    }
-
-    /// Read and check the header of the pool file at `path` without mapping it; `layout`
-    /// `None` accepts any layout. Used by `open`, and by tools that want to inspect a file;
-    /// it only reads, so it works on a read-only file too.
-    pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<Header, PoolError> {
-        Pool::<Hardware>::read_header_of(path.as_ref(), layout, false).map(|(_, h)| h)
-    }
-
-    fn read_header_of(
-        path: &Path,
-        layout: Option<&str>,
-        write: bool,
-    ) -> Result<(File, Header), PoolError> {
-        let meta = std::fs::metadata(path).map_err(|e| classify_open_error(path, e))?;
-        if meta.is_dir() {
-            return Err(PoolError::IsDirectory {
-                path: path.to_path_buf(),
-            });
-        }
-        // Root ignores permission bits, so check them ourselves: a file marked read-only is
-        // not to be written whoever opens it.
-        if write && meta.permissions().readonly() {
-            return Err(PoolError::ReadOnly {
-                path: path.to_path_buf(),
-            });
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(path)
-            .map_err(|e| classify_open_error(path, e))?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| io_error("read the metadata of", path, e))?
-            .len();
-        let mut bytes = [0u8; HEADER_LEN];
-        let readable = (file_len as usize).min(HEADER_LEN);
-        file.read_exact_at(&mut bytes[..readable], 0)
-            .map_err(|e| io_error("read the header of", path, e))?;
-        let header = Header::decode(path, &bytes[..readable], file_len, layout)?;
-        Ok((file, header))
-    }
-
-    /// An anonymous pool of `size` bytes: not backed by any file, gone when dropped. Flushes
-    /// and fences are issued as on persistent memory (emulated granularity), so code under test
-    /// runs the same instructions it would on a device. Only `Emulated` and `Byte` can be
-    /// forced; the others need a file.
-    pub fn anonymous(
-        layout: &str,
-        size: u64,
-        options: &PoolOptions,
-    ) -> Result<Pool<Hardware>, PoolError> {
-        let header = Header::new(layout, size, options.root_size, random_identity())?;
-        let granularity = match options.granularity {
-            None | Some(Granularity::Emulated) => Granularity::Emulated,
-            Some(Granularity::Byte) => Granularity::Byte,
-            Some(other) => {
-                return Err(PoolError::GranularityUnavailable {
-                    path: PathBuf::from("<anonymous pool>"),
-                    requested: other.name(),
-                    reason: "anonymous memory has no file to map with MAP_SYNC or to msync; \
-                             use emulated or byte granularity"
-                        .into(),
-                })
-            }
-        };
-        let map = Mapping::anonymous(size)?;
-        let pool = Pool::from_parts(
-            map,
-            Hardware::new(options.isa, granularity, options.model),
-            header,
-            None,
-            granularity,
-        );
-        pool.write_header()?;
-        Ok(pool)
-    }
-
-    /// The instructions this pool uses.
-    pub fn isa(&self) -> Isa {
-        self.backend.isa()
-    }
 }
 
 impl<B: Backend> Pool<B> {
@@ -546,8 +252,8 @@ impl<B: Backend> Pool<B> {
         let Ok(start) = self.addr(offset, len) else {
             return;
         };
-        for line in crate::isa::cache_lines(start as usize, len) {
-            crate::isa::prefetch_line(line as *const u8);
+        for line in crate::isa::cache_lines(start.addr(), len) {
+            crate::isa::prefetch_line(start.with_addr(line));
         }
     }
 
@@ -568,8 +274,9 @@ impl<B: Backend> Pool<B> {
             });
         };
         let start = self.addr(offset, len)?;
-        // SAFETY: in the mapping (which outlives `self`'s borrow), 8-aligned (page-aligned base),
-        // and only ever accessed atomically or by relaxed atomic byte copies (see `mem`).
+        // SAFETY: in the mapping (which outlives `self`'s borrow) and 8-aligned (page-aligned
+        // base). Every other access is atomic too, except streaming stores, which by their rule
+        // (module docs) no thread overlaps with an access like these loads.
         let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
         Ok(Words { words })
     }
@@ -634,10 +341,25 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Non-temporal store of `bytes` at `offset`: bypasses the cache; ordered and durable after
-    /// this thread's next fence.
-    pub fn nt_write(&self, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
+    /// this thread's next fence. An out-of-bounds range is an error, as for every access.
+    ///
+    /// # Safety
+    /// The streaming stores are non-atomic writes: no other thread may access any byte of
+    /// `[offset, offset + bytes.len())` concurrently with this call; its accesses must happen
+    /// before the call, or after it through synchronisation with the calling thread
+    /// ([the rule](self#streaming-stores-and-other-threads)).
+    ///
+    /// Safe code cannot call it:
+    ///
+    /// ```compile_fail,E0133
+    /// # use pmem_ordering::{Pool, PoolOptions};
+    /// let pool = Pool::anonymous("doc", 1 << 16, &PoolOptions::new()).unwrap();
+    /// let _ = pool.nt_write(8192, &[1; 64]);
+    /// ```
+    pub unsafe fn nt_write(&self, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
         let dst = self.addr(offset, bytes.len())?;
-        // SAFETY: the range was checked to lie in the mapping.
+        // SAFETY: the range was checked to lie in the mapping; no other thread accesses it
+        // concurrently (this function's contract).
         unsafe { self.backend.nt_store(dst, bytes) };
         stats::count_nt_store(dst as usize, bytes.len());
         Ok(NtPending::new(self.id))

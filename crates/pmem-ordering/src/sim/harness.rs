@@ -5,8 +5,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+use super::event::Event;
 use super::rng::SplitMix64;
-use super::state::{Choice, Event, LineChoice, PersistState};
+use super::state::{Choice, LineChoice, PersistState};
 use super::{Finding, SimBackend, SimConfig};
 use crate::isa::CACHE_LINE;
 use crate::pool::{Pool, PoolError};

@@ -3,9 +3,9 @@
 //!
 //! # Semantics
 //!
-//! The rules are those of the x86 persistency model as seed 004 (Shahri et al., "(Almost)
-//! Fence-less Persist Ordering") states them in Sec. II-C, and of its Themis extension in
-//! Sec. III-B (Eq. 1-4):
+//! The rules are those of the x86 persistency model as the Themis paper (Mahdizadeh Shahri et
+//! al., "(Almost) Fence-less Persist Ordering"; the key to cited papers is `docs/papers.md`)
+//! states them in Sec. II-C, and of its Themis extension in Sec. III-B (Eq. 1-4):
 //!
 //! * **Failure atomicity.** Every store is recorded as *chunks*: the bytes it writes inside one
 //!   naturally aligned 8-byte word. A chunk persists whole or not at all; nothing larger does.
@@ -36,13 +36,15 @@
 //! the operation that made it returns, a flush of a line with nothing pending, a fence with
 //! nothing pending.
 
+mod event;
 mod harness;
 mod rng;
 mod state;
 
+pub use event::{Chunk, Event};
 pub use harness::{Crash, CrashFailure, CrashPoints, CrashTest, ImageKind, Images, Report};
 pub use rng::SplitMix64;
-pub use state::{Chunk, Event, LineChoice};
+pub use state::LineChoice;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -175,7 +177,14 @@ struct SimState {
 
 /// The simulated backend: writes the pool's memory like the hardware, and records every store,
 /// flush and fence so the harness can rebuild any crash image.
+///
+/// Invariant: `base .. base + len` is the mapping of the pool that owns this backend. Only this
+/// module's pool constructors make a `SimBackend`, each from its pool's `Mapping`, and the
+/// pool never gives its backend away (only `&SimBackend`), so the range stays mapped for as long
+/// as the backend can be reached.
 pub struct SimBackend {
+    /// The mapping's address, its provenance exposed (an integer keeps the backend `Send` and
+    /// `Sync`); only [`SimBackend::checkpoint`] turns it back into a pointer.
     base: usize,
     len: usize,
     config: SimConfig,
@@ -195,12 +204,14 @@ fn sim_thread_id() -> u32 {
 }
 
 impl SimBackend {
-    fn new(base: *mut u8, len: usize, config: SimConfig) -> SimBackend {
+    /// A tracing backend for the pool that will own `map`, starting from its current bytes.
+    fn new(map: &Mapping, config: SimConfig) -> SimBackend {
+        let len = map.len();
         let mut initial = vec![0u8; len];
-        // SAFETY: base..base+len is the pool's mapping, alive as long as the pool.
-        unsafe { crate::mem::load_bytes(base, &mut initial) };
+        // SAFETY: `map` is a live mapping of `len` bytes for the duration of the borrow.
+        unsafe { crate::mem::load_bytes(map.base(), &mut initial) };
         SimBackend {
-            base: base as usize,
+            base: map.base().expose_provenance(),
             len,
             config,
             traced: true,
@@ -215,10 +226,10 @@ impl SimBackend {
 
     /// A backend that writes memory but records nothing: the harness runs recovery on one per
     /// crash image, where copying the image into a shadow state would dominate the cost.
-    fn untraced(base: *mut u8, len: usize, config: SimConfig) -> SimBackend {
+    fn untraced(map: &Mapping, config: SimConfig) -> SimBackend {
         SimBackend {
-            base: base as usize,
-            len,
+            base: map.base().expose_provenance(),
+            len: map.len(),
             config,
             traced: false,
             state: Mutex::new(SimState {
@@ -334,8 +345,9 @@ impl SimBackend {
     pub fn checkpoint(&self) {
         let mut st = self.lock();
         let mut now = vec![0u8; self.len];
-        // SAFETY: base..base+len is the pool's mapping.
-        unsafe { crate::mem::load_bytes(self.base as *const u8, &mut now) };
+        // SAFETY: base..base+len is the mapping of the pool that owns this backend (the type's
+        // invariant), alive while `self` is borrowed.
+        unsafe { crate::mem::load_bytes(std::ptr::with_exposed_provenance(self.base), &mut now) };
         st.live = PersistState::new(now.clone(), self.config.model, self.config.torn_lines);
         st.initial = now;
         st.trace.clear();
@@ -440,7 +452,7 @@ impl Pool<SimBackend> {
         let bytes = header.encode();
         // SAFETY: the mapping is `size` bytes long, larger than a header, and not yet shared.
         unsafe { crate::mem::store_bytes(map.base(), &bytes) };
-        let backend = SimBackend::new(map.base(), size as usize, config);
+        let backend = SimBackend::new(&map, config);
         Ok(Pool::from_parts(
             map,
             backend,
@@ -467,7 +479,7 @@ impl Pool<SimBackend> {
         // SAFETY: the mapping is exactly `image.len()` bytes (size == len was checked) and not
         // yet shared.
         unsafe { crate::mem::store_bytes(map.base(), image) };
-        let backend = SimBackend::new(map.base(), image.len(), config);
+        let backend = SimBackend::new(&map, config);
         Ok(Pool::from_parts(
             map,
             backend,
@@ -493,7 +505,7 @@ impl Pool<SimBackend> {
         // SAFETY: the fresh mapping is exactly `image.len()` bytes (decode checked size == len)
         // and no other thread can see it yet, so a plain copy races with nothing.
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), map.base(), image.len()) };
-        let backend = SimBackend::untraced(map.base(), image.len(), config);
+        let backend = SimBackend::untraced(&map, config);
         Ok(Pool::from_parts(
             map,
             backend,

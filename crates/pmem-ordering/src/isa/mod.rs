@@ -11,9 +11,20 @@
 //!
 //! On targets other than x86-64 every flush is a no-op, fences are `SeqCst` atomic fences and
 //! streaming copies are plain copies: persistence there relies on `msync` (page granularity).
+//! Under Miri, which cannot run `cpuid` or `asm!`, detection finds only the same portable
+//! instructions (see `detect`).
+
+mod detect;
+mod flush;
+mod stream;
+
+pub use flush::{flush_line, flush_range, mfence, prefetch_line, sfence};
+pub use stream::{movnti_u64, nt_copy};
 
 use std::fmt;
 use std::sync::OnceLock;
+
+use detect::cpu_features;
 
 /// Size of a cache line in bytes; the unit of flushing and of the simulator's bookkeeping.
 pub const CACHE_LINE: usize = 64;
@@ -102,58 +113,12 @@ pub enum IsaError {
     CopyUnsupported(CopyKind),
 }
 
-/// What the CPU offers, read once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CpuFeatures {
-    clwb: bool,
-    clflushopt: bool,
-    clflush: bool,
-    sse2: bool,
-    avx: bool,
-    avx512f: bool,
-}
-
-fn cpu_features() -> CpuFeatures {
-    static FEATURES: OnceLock<CpuFeatures> = OnceLock::new();
-    *FEATURES.get_or_init(read_cpu_features)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn read_cpu_features() -> CpuFeatures {
-    use std::arch::x86_64::{__cpuid, __cpuid_count};
-    // CPUID is present on every x86-64 CPU; leaf 0 gives the highest standard leaf.
-    let max_leaf = __cpuid(0).eax;
-    let leaf1 = __cpuid(1);
-    let (clwb, clflushopt) = if max_leaf >= 7 {
-        let leaf7 = __cpuid_count(7, 0);
-        (leaf7.ebx & (1 << 24) != 0, leaf7.ebx & (1 << 23) != 0)
-    } else {
-        (false, false)
-    };
-    CpuFeatures {
-        clwb,
-        clflushopt,
-        // CPUID.1:EDX bit 19 = CLFSH.
-        clflush: leaf1.edx & (1 << 19) != 0,
-        sse2: std::arch::is_x86_feature_detected!("sse2"),
-        avx: std::arch::is_x86_feature_detected!("avx"),
-        avx512f: std::arch::is_x86_feature_detected!("avx512f"),
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn read_cpu_features() -> CpuFeatures {
-    CpuFeatures {
-        clwb: false,
-        clflushopt: false,
-        clflush: false,
-        sse2: false,
-        avx: false,
-        avx512f: false,
-    }
-}
-
 /// The instruction choice of one pool: a flush kind and a streaming-copy kind.
+///
+/// An `Isa` is a capability: it can only be made by run-time detection ([`Isa::detected`]) or
+/// from one by a checked change ([`Isa::with_flush`], [`Isa::with_copy`]), so every instruction
+/// it names runs on this CPU. [`flush_line`], [`flush_range`] and [`nt_copy`] take one for that
+/// reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Isa {
     flush: FlushKind,
@@ -275,240 +240,6 @@ pub fn cache_lines(addr: usize, len: usize) -> impl Iterator<Item = usize> {
     (first..end).step_by(CACHE_LINE)
 }
 
-/// Write back one cache line with the given instruction.
-///
-/// # Safety
-/// `line` must point into memory mapped in this process (a flush of an unmapped address faults).
-#[inline(always)]
-pub unsafe fn flush_line(kind: FlushKind, line: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // The asm blocks below are not `nomem`: the compiler must treat them as touching memory,
-        // so no store to the line is moved after its flush.
-        match kind {
-            // SAFETY: the caller guarantees `line` is mapped; the CPU was checked to support the
-            // instruction when this `Isa` was built.
-            FlushKind::Clwb => unsafe {
-                std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
-            },
-            // SAFETY: as above.
-            FlushKind::ClflushOpt => unsafe {
-                std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
-            },
-            // SAFETY: as above; clflush exists on every x86-64 CPU.
-            FlushKind::Clflush => unsafe { std::arch::x86_64::_mm_clflush(line) },
-            FlushKind::Portable => {
-                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst)
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (kind, line);
-        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Write back every cache line `[addr, addr + len)` touches.
-///
-/// # Safety
-/// The whole range must be mapped in this process.
-#[inline]
-pub unsafe fn flush_range(kind: FlushKind, addr: *const u8, len: usize) {
-    for line in cache_lines(addr as usize, len) {
-        // SAFETY: every line of a mapped range is mapped (mappings are page granular).
-        unsafe { flush_line(kind, line as *const u8) };
-    }
-}
-
-/// Prefetch the cache line holding `addr` into all cache levels. A prefetch never faults, so
-/// any address is allowed.
-#[inline(always)]
-pub fn prefetch_line(addr: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetcht0 is a hint: it cannot fault or change memory, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
-/// A store fence: orders earlier flushes and non-temporal stores before later stores.
-#[inline(always)]
-pub fn sfence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: sfence has no preconditions and exists on every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-}
-
-/// A full fence (`mfence`): orders loads as well as stores.
-#[inline(always)]
-pub fn mfence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: mfence has no preconditions and exists on every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_mfence()
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-}
-
-/// A non-temporal 8-byte store (`movnti`).
-///
-/// # Safety
-/// `dst` must be valid for an 8-byte write and 8-byte aligned.
-#[inline(always)]
-pub unsafe fn movnti_u64(dst: *mut u64, value: u64) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller guarantees `dst` is valid and aligned.
-    unsafe {
-        std::arch::x86_64::_mm_stream_si64(dst as *mut i64, value as i64)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: as above.
-    unsafe {
-        (*(dst as *const std::sync::atomic::AtomicU64))
-            .store(value, std::sync::atomic::Ordering::Relaxed)
-    };
-}
-
-/// Copy `src` to `dst` with non-temporal stores, using the streaming width of `isa`.
-///
-/// Bytes that do not fill an aligned 8-byte word (a ragged head or tail) cannot be streamed
-/// without rewriting their neighbours, so they are stored temporally and flushed with the
-/// `isa`'s flush instruction; after the next `sfence` the whole range is durable either way.
-///
-/// # Safety
-/// `dst .. dst + src.len()` must be mapped, writable, and not overlap `src`.
-pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
-    let mut d = dst as usize;
-    let mut s = src;
-    // Ragged head up to the next 8-byte boundary.
-    let head = ((8 - d % 8) % 8).min(s.len());
-    if head > 0 {
-        // SAFETY: in range by the caller's contract.
-        unsafe { store_ragged(isa, d as *mut u8, &s[..head]) };
-        d += head;
-        s = &s[head..];
-    }
-    // 8-byte words up to the next line boundary.
-    while s.len() >= 8 && !d.is_multiple_of(CACHE_LINE) {
-        // SAFETY: d is 8-aligned and in range.
-        unsafe { movnti_u64(d as *mut u64, read_u64(s)) };
-        d += 8;
-        s = &s[8..];
-    }
-    // Whole lines.
-    let lines = s.len() / CACHE_LINE;
-    if lines > 0 {
-        // SAFETY: d is line aligned and `lines` whole lines are in range.
-        unsafe { stream_lines(isa.copy(), d as *mut u8, &s[..lines * CACHE_LINE]) };
-        d += lines * CACHE_LINE;
-        s = &s[lines * CACHE_LINE..];
-    }
-    while s.len() >= 8 {
-        // SAFETY: d is 8-aligned and in range.
-        unsafe { movnti_u64(d as *mut u64, read_u64(s)) };
-        d += 8;
-        s = &s[8..];
-    }
-    if !s.is_empty() {
-        // SAFETY: in range by the caller's contract.
-        unsafe { store_ragged(isa, d as *mut u8, s) };
-    }
-}
-
-fn read_u64(s: &[u8]) -> u64 {
-    u64::from_ne_bytes(s[..8].try_into().expect("slice of at least 8 bytes"))
-}
-
-/// Temporal store of fewer than 8 bytes inside one word, then a flush of its line.
-///
-/// # Safety
-/// `dst .. dst + bytes.len()` must be mapped and writable.
-unsafe fn store_ragged(isa: Isa, dst: *mut u8, bytes: &[u8]) {
-    // SAFETY: in range by the caller's contract.
-    unsafe {
-        crate::mem::store_bytes(dst, bytes);
-        flush_range(isa.flush(), dst, bytes.len());
-    }
-}
-
-/// Stream whole cache lines.
-///
-/// # Safety
-/// `dst` is 64-byte aligned and `src.len()` is a multiple of 64 bytes, all mapped and writable.
-unsafe fn stream_lines(kind: CopyKind, dst: *mut u8, src: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        match kind {
-            // SAFETY: the kind was checked against CPUID when the Isa was built; alignment and
-            // range hold by the caller's contract.
-            CopyKind::Avx512 => unsafe { stream_lines_avx512(dst, src) },
-            // SAFETY: as above.
-            CopyKind::Avx => unsafe { stream_lines_avx(dst, src) },
-            // SAFETY: as above; SSE2 is part of x86-64.
-            CopyKind::Sse2 => unsafe { stream_lines_sse2(dst, src) },
-            CopyKind::Portable => {
-                for (i, word) in src.chunks_exact(8).enumerate() {
-                    // SAFETY: dst + 8i is 8-aligned and in range.
-                    unsafe { movnti_u64(dst.add(8 * i) as *mut u64, read_u64(word)) };
-                }
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = kind;
-        // SAFETY: in range by the caller's contract.
-        unsafe { crate::mem::store_bytes(dst, src) };
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn stream_lines_avx512(dst: *mut u8, src: &[u8]) {
-    use std::arch::x86_64::*;
-    for (i, line) in src.chunks_exact(64).enumerate() {
-        // SAFETY: unaligned load from a 64-byte slice; dst + 64i is 64-aligned and in range.
-        unsafe {
-            let v = _mm512_loadu_si512(line.as_ptr() as *const __m512i);
-            _mm512_stream_si512(dst.add(64 * i) as *mut __m512i, v);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn stream_lines_avx(dst: *mut u8, src: &[u8]) {
-    use std::arch::x86_64::*;
-    for (i, half) in src.chunks_exact(32).enumerate() {
-        // SAFETY: unaligned load from a 32-byte slice; dst + 32i is 32-aligned and in range.
-        unsafe {
-            let v = _mm256_loadu_si256(half.as_ptr() as *const __m256i);
-            _mm256_stream_si256(dst.add(32 * i) as *mut __m256i, v);
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-unsafe fn stream_lines_sse2(dst: *mut u8, src: &[u8]) {
-    use std::arch::x86_64::*;
-    for (i, quarter) in src.chunks_exact(16).enumerate() {
-        // SAFETY: unaligned load from a 16-byte slice; dst + 16i is 16-aligned and in range.
-        unsafe {
-            let v = _mm_loadu_si128(quarter.as_ptr() as *const __m128i);
-            _mm_stream_si128(dst.add(16 * i) as *mut __m128i, v);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,8 +247,13 @@ mod tests {
     use std::collections::BTreeSet;
 
     proptest! {
-        /// Every line a byte of the range falls in is flushed, and no other line.
+        // Miri interprets every instruction: a few cases keep its run short.
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 3 } else { 256 }))]
+
+        /// Every line a byte of the range falls in is flushed, and no other line. Integer
+        /// arithmetic only, so nothing for Miri to check, and slow there.
         #[test]
+        #[cfg_attr(miri, ignore)]
         fn flushed_lines_are_exactly_the_touched_lines(addr in 0usize..1 << 20, len in 0usize..4096) {
             let flushed: Vec<usize> = cache_lines(addr, len).collect();
             let expected: BTreeSet<usize> =
@@ -576,11 +312,42 @@ mod tests {
     #[test]
     fn every_supported_flush_runs_on_real_memory() {
         let buf = vec![1u8; 4096];
-        for k in Isa::supported_flushes() {
+        let kinds = Isa::supported_flushes();
+        assert!(kinds.contains(&FlushKind::Portable));
+        for k in kinds {
+            let isa = Isa::detected().with_flush(k).unwrap();
             // SAFETY: buf is mapped for its whole length.
-            unsafe { flush_range(k, buf.as_ptr().add(3), 4000) };
+            unsafe { flush_range(isa, buf.as_ptr().add(3), 4000) };
         }
         sfence();
         mfence();
+        assert!(buf.iter().all(|&b| b == 1), "a flush changed no byte");
+    }
+
+    #[test]
+    fn an_isa_refuses_instructions_the_cpu_lacks() {
+        for k in FlushKind::ALL {
+            assert_eq!(
+                Isa::detected().with_flush(k).is_ok(),
+                Isa::cpu_has_flush(k),
+                "{k:?}"
+            );
+        }
+        for k in CopyKind::ALL {
+            assert_eq!(
+                Isa::detected().with_copy(k).is_ok(),
+                Isa::cpu_has_copy(k),
+                "{k:?}"
+            );
+        }
+    }
+
+    /// Miri cannot run `cpuid` or the flush and streaming instructions: detection must fall
+    /// back to the portable ones there.
+    #[cfg(miri)]
+    #[test]
+    fn miri_detects_only_the_portable_instructions() {
+        assert_eq!(Isa::detected().flush(), FlushKind::Portable);
+        assert_eq!(Isa::detected().copy(), CopyKind::Portable);
     }
 }

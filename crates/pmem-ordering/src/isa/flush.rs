@@ -1,0 +1,92 @@
+//! Cache-line write-backs, prefetches and fences.
+//!
+//! A write-back takes the pool's [`Isa`], not a bare [`super::FlushKind`]: an `Isa` can only be
+//! made by run-time detection ([`Isa::detected`], [`Isa::with_flush`]), so holding one proves the
+//! CPU has its instruction, and no caller can issue `clwb` on a CPU without it.
+
+use super::{cache_lines, FlushKind, Isa};
+
+/// Write back one cache line with the flush instruction of `isa`.
+///
+/// # Safety
+/// `line` must point into memory mapped in this process (a flush of an unmapped address faults).
+#[inline(always)]
+pub unsafe fn flush_line(isa: Isa, line: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        // The asm blocks below are not `nomem`: the compiler must treat them as touching memory,
+        // so no store to the line is moved after its flush.
+        match isa.flush() {
+            // SAFETY: the caller guarantees `line` is mapped; `isa` exists only if detection found
+            // the instruction on this CPU.
+            FlushKind::Clwb => unsafe {
+                std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
+            },
+            // SAFETY: as above.
+            FlushKind::ClflushOpt => unsafe {
+                std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+            },
+            // SAFETY: as above (detection checked CPUID's CLFSH bit).
+            FlushKind::Clflush => unsafe { std::arch::x86_64::_mm_clflush(line) },
+            FlushKind::Portable => {
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst)
+            }
+        }
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    {
+        // Only `FlushKind::Portable` can be detected here.
+        debug_assert_eq!(isa.flush(), FlushKind::Portable);
+        let _ = line;
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Write back every cache line `[addr, addr + len)` touches, with the flush instruction of `isa`.
+///
+/// # Safety
+/// The whole range must be mapped in this process.
+#[inline]
+pub unsafe fn flush_range(isa: Isa, addr: *const u8, len: usize) {
+    for line in cache_lines(addr.addr(), len) {
+        // SAFETY: every line of a mapped range is mapped (mappings are page granular).
+        unsafe { flush_line(isa, addr.with_addr(line)) };
+    }
+}
+
+/// Prefetch the cache line holding `addr` into all cache levels. A prefetch never faults, so
+/// any address is allowed.
+#[inline(always)]
+pub fn prefetch_line(addr: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: prefetcht0 is a hint: it cannot fault or change memory, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = addr;
+}
+
+/// A store fence: orders earlier flushes and non-temporal stores before later stores.
+#[inline(always)]
+pub fn sfence() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: sfence has no preconditions and exists on every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A full fence (`mfence`): orders loads as well as stores.
+#[inline(always)]
+pub fn mfence() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: mfence has no preconditions and exists on every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_mfence()
+    };
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}

@@ -1,0 +1,75 @@
+//! [`Words`]: a checked, read-only view of a run of a pool's 8-byte words, for hot read paths.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A checked, read-only view of consecutive 8-byte words of a pool ([`super::Pool::words`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Words<'a> {
+    pub(super) words: &'a [AtomicU64],
+}
+
+impl<'a> Words<'a> {
+    /// Acquire load of word `index` (panics past the end, like slice indexing).
+    #[inline]
+    pub fn load(&self, index: usize) -> u64 {
+        self.words[index].load(Ordering::Acquire)
+    }
+
+    /// Acquire load of word `index`, or `None` past the end: for indices read from the pool
+    /// itself, which a corrupted pool may have wrong.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<u64> {
+        self.words.get(index).map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// The eight words from word `start` on (one cache line when `start` is a multiple of 8),
+    /// loaded one after the other in order with acquire loads, or `None` past the end: one
+    /// range check for a whole line.
+    #[inline]
+    pub fn line(&self, start: usize) -> Option<[u64; 8]> {
+        let line: &[AtomicU64; 8] = self
+            .words
+            .get(start..start.checked_add(8)?)?
+            .try_into()
+            .ok()?;
+        Some(std::array::from_fn(|i| line[i].load(Ordering::Acquire)))
+    }
+
+    /// Words `start`, `start + 2`, `start + 4` and `start + 6` (the keys of a line of four
+    /// key/value pairs), loaded in that order with acquire loads, or `None` past the end.
+    #[inline]
+    pub fn keys_of_line(&self, start: usize) -> Option<[u64; 4]> {
+        let line: &[AtomicU64; 8] = self
+            .words
+            .get(start..start.checked_add(8)?)?
+            .try_into()
+            .ok()?;
+        Some(std::array::from_fn(|i| line[2 * i].load(Ordering::Acquire)))
+    }
+
+    /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
+    /// the end. A hint only: it reads and stores nothing.
+    #[inline]
+    pub fn prefetch(&self, index: usize) {
+        if let Some(word) = self.words.get(index) {
+            crate::isa::prefetch_line(word.as_ptr() as *const u8);
+        }
+    }
+
+    /// The `count` words from word `start` on, or `None` if they run past the end.
+    #[inline]
+    pub fn sub(&self, start: usize, count: usize) -> Option<Words<'a>> {
+        let end = start.checked_add(count)?;
+        self.words.get(start..end).map(|words| Words { words })
+    }
+
+    /// Number of words.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+}

@@ -7,17 +7,17 @@
 //! | file | what it owns |
 //! |---|---|
 //! | `mod.rs` | the public types, create and the small accessors |
-//! | [`layout`] | the on-media format: every offset of the root object, nodes and redo lanes |
-//! | [`search`] | lock-free descents and lookups, validated by versions; in-node binary search |
-//! | [`range`] | range scans along the sibling links |
-//! | [`write`] | insert, upsert and remove in one leaf under its stripe lock |
-//! | [`locks`] | finding and locking a writer's leaf; exclusive structure changes; versions |
-//! | [`shift`] | FAST in-place shifts and the per-shift baseline: how a shift is made durable |
-//! | [`redo`] | redo-logged shifts: log, commit, apply, clear; replay at open |
-//! | [`split`] | FAIR splits up to a new root: how a split is made crash-safe |
-//! | [`merge`] | merges, borrows and root collapse: how a merge is made crash-safe |
-//! | [`recovery`] | open: root object checks, redo replay, duplicate repair, key count |
-//! | [`check`] | the level-by-level walk and the whole-tree checks built on it |
+//! | `layout.rs` | the on-media format: every offset of the root object, nodes and redo lanes |
+//! | `search.rs` | lock-free descents and lookups, validated by versions; in-node binary search |
+//! | `range.rs` | range scans along the sibling links |
+//! | `write.rs` | insert, upsert and remove in one leaf under its stripe lock |
+//! | `locks.rs` | finding and locking a writer's leaf; exclusive structure changes; versions |
+//! | `shift.rs` | FAST in-place shifts and the per-shift baseline: how a shift is made durable |
+//! | `redo.rs` | redo-logged shifts: log, commit, apply, clear; replay at open |
+//! | `split.rs` | FAIR splits up to a new root: how a split is made crash-safe |
+//! | `merge.rs` | merges, borrows and root collapse: how a merge is made crash-safe |
+//! | `recovery.rs` | open: root object checks, redo replay, duplicate repair, key count |
+//! | `check.rs` | the level-by-level walk and the whole-tree checks built on it |
 //!
 //! # Layout
 //!

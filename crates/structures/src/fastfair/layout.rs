@@ -222,6 +222,25 @@ pub(super) fn encode_entry(bytes: &mut [u8], at: usize, key: u64, value: Option<
     }
 }
 
+/// The sizes a node view needs, computed once per tree from its node size (the hot paths
+/// then load them instead of recomputing them per node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodeShape {
+    /// 8-byte words per node.
+    pub(super) words: usize,
+    /// Entries per node.
+    pub(super) capacity: usize,
+}
+
+impl NodeShape {
+    pub(super) const fn of(node_size: u64) -> NodeShape {
+        NodeShape {
+            words: node_words(node_size),
+            capacity: capacity(node_size),
+        }
+    }
+}
+
 /// A node's words, bounds-checked once ([`Pool::words`]): the searches of the hot paths read
 /// through it instead of paying a pool bounds check per load.
 #[derive(Clone, Copy)]
@@ -231,16 +250,16 @@ pub(super) struct NodeView<'a> {
 }
 
 impl<'a> NodeView<'a> {
-    /// The view of the node at `node`, of `node_size` bytes.
+    /// The view of the node at `node`, of the given shape.
     #[inline]
     pub(super) fn new<B: Backend>(
         pool: &'a Pool<B>,
         node: u64,
-        node_size: u64,
+        shape: NodeShape,
     ) -> Result<Self, PoolError> {
         Ok(NodeView {
-            words: pool.words(node, node_words(node_size))?,
-            capacity: capacity(node_size),
+            words: pool.words(node, shape.words)?,
+            capacity: shape.capacity,
         })
     }
 
@@ -376,6 +395,17 @@ mod tests {
             let last = capacity(size) - 1;
             assert_eq!(entry_offset(0, last) + ENTRY, size);
         }
+    }
+
+    #[test]
+    fn a_shape_holds_the_sizes_of_its_node_size() {
+        assert_eq!(
+            NodeShape::of(512),
+            NodeShape {
+                words: 64,
+                capacity: 28
+            }
+        );
     }
 
     #[test]

@@ -135,7 +135,7 @@ mod shift;
 mod split;
 mod write;
 
-use layout::{NodeImage, NodeView, RedoArea, RootFields, RootObject};
+use layout::{NodeImage, NodeShape, NodeView, RedoArea, RootFields, RootObject};
 
 pub use range::Range;
 
@@ -252,6 +252,9 @@ pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     heap: &'h Heap<B, P>,
     meta: RootObject,
     node_size: u64,
+    /// Words and entries per node, for node views.
+    shape: NodeShape,
+    /// Entries per node.
     capacity: usize,
     /// Most nodes one descent can visit in a well-formed tree of this pool.
     step_limit: u64,
@@ -343,6 +346,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
             heap,
             meta: RootObject(meta),
             node_size,
+            shape: NodeShape::of(node_size),
             capacity: layout::capacity(node_size),
             step_limit: heap.pool().size() / node_size + 64,
             policy,
@@ -403,7 +407,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     /// The words of `node`, bounds-checked once: every read of a node goes through this.
     #[inline]
     fn view(&self, node: u64) -> Result<NodeView<'_>, PoolError> {
-        NodeView::new(self.pool(), node, self.node_size)
+        NodeView::new(self.pool(), node, self.shape)
     }
 
     /// Most nodes one descent can visit in a well-formed tree of this pool.

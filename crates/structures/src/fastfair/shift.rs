@@ -111,17 +111,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
     #[inline]
     fn store_slot(&self, node: u64, w: &SlotWrite) -> Result<Written, PoolError> {
         let pool = self.pool();
-        let key_at = entry_offset(node, w.slot);
-        let value_at = value_offset(node, w.slot);
+        let at = entry_offset(node, w.slot);
         match (w.value, w.key_first) {
-            (None, _) => pool.store_u64(key_at, w.key),
+            (None, _) => pool.store_u64(at, w.key),
             (Some(v), true) => {
-                let k = pool.store_u64(key_at, w.key)?;
-                Ok(k.merge(pool.store_u64(value_at, v)?))
+                let k = pool.store_u64(at, w.key)?;
+                Ok(k.merge(pool.store_u64(value_offset(node, w.slot), v)?))
             }
             (Some(v), false) => {
-                let vw = pool.store_u64(value_at, v)?;
-                Ok(vw.merge(pool.store_u64(key_at, w.key)?))
+                let vw = pool.store_u64(value_offset(node, w.slot), v)?;
+                Ok(vw.merge(pool.store_u64(at, w.key)?))
             }
         }
     }

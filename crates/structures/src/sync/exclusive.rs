@@ -37,6 +37,7 @@ impl ExclusiveGate {
     /// Announce a change, then take every stripe of `stripes` in index order (writers hold
     /// one stripe at a time, so this cannot deadlock): no other writer runs until the
     /// returned guard drops.
+    #[inline]
     pub(crate) fn enter<'a>(&'a self, stripes: &'a Stripes) -> Exclusive<'a> {
         self.pending.fetch_add(1, Ordering::Relaxed);
         Exclusive {

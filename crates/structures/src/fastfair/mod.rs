@@ -124,6 +124,8 @@ use pmem_undo_log::{Heap, TxError};
 use crate::sync::{ExclusiveGate, SeqVersion, Stripes};
 
 mod check;
+#[cfg(test)]
+mod interleave;
 mod layout;
 mod locks;
 mod merge;

@@ -114,9 +114,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
                 let stripe = Self::stripe_index(node);
                 let seen = self.stripes.read_begin(stripe);
                 let outcome = self.step(node, key);
-                if !self.stripes.read_valid(stripe, seen)
-                    || !self.structure_version.read_valid(structure)
-                {
+                #[cfg(test)]
+                super::interleave::at(super::interleave::Point::Read(node));
+                let valid = self.stripes.read_valid(stripe, seen)
+                    && self.structure_version.read_valid(structure);
+                #[cfg(test)]
+                super::interleave::at(super::interleave::Point::Validated(valid));
+                if !valid {
                     continue 'restart;
                 }
                 match outcome? {

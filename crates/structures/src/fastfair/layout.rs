@@ -151,6 +151,13 @@ pub(super) fn sibling_offset(node: u64) -> u64 {
     node + SIBLING
 }
 
+/// Offset of the tag of the node at `node` (the code reads the tag through [`NodeView::tag`];
+/// tests damage it here).
+#[cfg(test)]
+pub(super) fn tag_offset(node: u64) -> u64 {
+    node + TAG
+}
+
 /// Which of a node's cache lines holds `slot`.
 #[inline]
 pub(super) fn line_of(slot: usize) -> u64 {
@@ -383,6 +390,7 @@ mod tests {
         }
         assert_eq!(high_offset(0x200), 0x200 + HIGH);
         assert_eq!(sibling_offset(0x200), 0x200 + SIBLING);
+        assert_eq!(tag_offset(0x200), 0x200 + TAG);
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::{entry_offset, LINE};
+    use super::super::layout::{entry_offset, tag_offset, value_offset};
     use super::super::test_heap::heap;
     use super::super::FastFairConfig;
     use super::*;
@@ -107,12 +107,10 @@ mod tests {
         // The state an insert of 15 leaves after moving 20 and 30 right and storing the new
         // value at slot 1 but not yet its key: slot 1 pairs key 20 with the new value.
         let pool = heap.pool();
-        let image: [u64; 8] = [10, 10, 20, 1500, 20, 20, 30, 30];
-        for (i, w) in image.iter().enumerate() {
-            let _ = pool.persist(
-                pool.store_u64(entry_offset(leaf, 0) + 8 * i as u64, *w)
-                    .unwrap(),
-            );
+        let image = [(10, 10), (20, 1500), (20, 20), (30, 30)];
+        for (slot, (k, v)) in image.into_iter().enumerate() {
+            let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+            let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
         }
         // A lock-free reader resolves the duplicate without any repair.
         assert_eq!(tree.get(20).unwrap(), Some(20));
@@ -152,17 +150,14 @@ mod tests {
             Err(FastFairError::Corrupt { reason, .. }) => reason,
             other => panic!("{what}: expected Corrupt, got {:?}", other.map(|t| t.len())),
         };
-        // The tag is the fifth header word.
-        let tag_offset = leaf + 32;
-        let tag = poke(tag_offset, 0);
+        let tag = poke(tag_offset(leaf), 0);
         assert!(expect_corrupt("tag").contains("tag"));
-        poke(tag_offset, tag);
+        poke(tag_offset(leaf), tag);
         let key = poke(entry_offset(leaf, 0), 25);
         assert!(expect_corrupt("order").contains("unsorted"));
         poke(entry_offset(leaf, 0), key);
         // A committed redo slot whose target lies outside the pool.
         let (_, commit) = redo.slot(0, 0);
-        assert_eq!(commit, redo.0 + LINE);
         poke(commit, (pool.size() << 7) | 16);
         assert!(expect_corrupt("redo").contains("redo lane 0"));
         poke(commit, 0);

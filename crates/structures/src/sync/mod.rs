@@ -1,9 +1,21 @@
 //! DRAM synchronisation shared by the structures: striped writer locks with reader versions
-//! and per-stripe key counts ([`Stripes`]), and thread placement for helper threads
-//! ([`affinity`]). Nothing here touches persistent memory: locks and versions live in DRAM and
-//! are rebuilt empty at every open.
+//! and per-stripe key counts ([`Stripes`]), a structure version for changes that hold every
+//! stripe ([`SeqVersion`]), the priority of those changes over single-stripe writers
+//! ([`ExclusiveGate`]), and thread placement for helper threads ([`affinity`]). Nothing here
+//! touches persistent memory: locks and versions live in DRAM and are rebuilt empty at every
+//! open.
+//!
+//! Under `--cfg loom` the atomics are loom's ([`primitives`]) and [`model`] checks the reader
+//! protocol exhaustively; see that module for the command.
 
 pub(crate) mod affinity;
+mod exclusive;
+#[cfg(all(test, loom))]
+mod model;
+mod primitives;
 mod stripes;
+mod version;
 
+pub(crate) use exclusive::{Exclusive, ExclusiveGate};
 pub(crate) use stripes::{StripeGuard, Stripes};
+pub(crate) use version::SeqVersion;

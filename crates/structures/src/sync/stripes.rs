@@ -15,18 +15,26 @@
 //! Readers that take no lock use [`Stripes::read_begin`] and [`Stripes::read_valid`] around
 //! their reads, in the manner of a sequence lock.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
-use crossbeam_utils::{Backoff, CachePadded};
+use super::primitives::{fence, spin_loop, AtomicU64, Backoff, Ordering};
 
 const LOCKED: u64 = 1;
 const CHANGING: u64 = 2;
 const CHANGE_STEP: u64 = 4;
 
-#[derive(Default)]
 struct Stripe {
     word: AtomicU64,
     count: AtomicU64,
+}
+
+impl Stripe {
+    fn new() -> Stripe {
+        Stripe {
+            word: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A fixed set of stripes, each padded to its own cache line(s) so that writers of different
@@ -40,9 +48,7 @@ impl Stripes {
     pub(crate) fn new(n: usize) -> Stripes {
         assert!(n > 0, "a structure needs at least one stripe");
         Stripes {
-            stripes: (0..n)
-                .map(|_| CachePadded::new(Stripe::default()))
-                .collect(),
+            stripes: (0..n).map(|_| CachePadded::new(Stripe::new())).collect(),
         }
     }
 
@@ -87,7 +93,7 @@ impl Stripes {
             if v & CHANGING == 0 {
                 return v & !LOCKED;
             }
-            std::hint::spin_loop();
+            spin_loop();
         }
     }
 
@@ -191,7 +197,7 @@ impl Stripes {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;

@@ -1,0 +1,512 @@
+//! The on-media format: the only place that knows where a field of the root object, a node or
+//! a redo lane lies. Everything else names fields through these offsets, views and encoders.
+//!
+//! Node words are read one way: through a [`NodeView`], a node's words checked once
+//! ([`Pool::words`]). The root object's words are read through [`RootObject`], built on the
+//! pool's checked loads (they are read once per descent, not per probe).
+
+use pmem_ordering::{Backend, Pool, PoolError, Words};
+
+use super::{EMPTY_KEY, LANES, LANE_BYTES, ROOT_BYTES};
+
+/// A cache line: the unit FAST flushes and the redo log logs.
+pub(super) const LINE: u64 = 64;
+/// A node's header: the first cache line.
+pub(super) const HEADER: u64 = 64;
+/// One `(key, value)` entry.
+pub(super) const ENTRY: u64 = 16;
+/// Entries per cache line of the entry area.
+pub(super) const ENTRIES_PER_LINE: usize = (LINE / ENTRY) as usize;
+
+const HEADER_WORDS: usize = (HEADER / 8) as usize;
+
+/// The root object's first word.
+pub(super) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FASTFAIR");
+/// The format this build reads and writes.
+pub(super) const FORMAT_VERSION: u64 = 1;
+/// Every node's tag word.
+pub(super) const NODE_TAG: u64 = u64::from_le_bytes(*b"FFnode01");
+
+// Root object fields, as byte offsets in it.
+const META_MAGIC: u64 = 0;
+const META_VERSION: u64 = 8;
+const META_NODE_SIZE: u64 = 16;
+const META_POLICY: u64 = 24;
+const META_ROOT: u64 = 32;
+const META_REDO: u64 = 40;
+const META_LANES: u64 = 48;
+
+// Node header fields, as byte offsets in the node.
+const LEVEL: u64 = 0;
+const SIBLING: u64 = 8;
+const LEFTMOST: u64 = 16;
+const HIGH: u64 = 24;
+const TAG: u64 = 32;
+
+/// Bits of a commit word that hold the logged length; the target offset is above them.
+const COMMIT_LEN_BITS: u32 = 7;
+
+// ---------------------------------------------------------------------------- root object
+
+/// The root object's fields, as written at create and checked at open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RootFields {
+    pub(super) magic: u64,
+    pub(super) version: u64,
+    pub(super) node_size: u64,
+    pub(super) policy: u64,
+    pub(super) root_node: u64,
+    pub(super) redo: u64,
+    pub(super) lanes: u64,
+}
+
+impl RootFields {
+    /// The 64 bytes of the root object (the last word unused, zero).
+    pub(super) fn bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ROOT_BYTES as usize);
+        for word in [
+            self.magic,
+            self.version,
+            self.node_size,
+            self.policy,
+            self.root_node,
+            self.redo,
+            self.lanes,
+            0,
+        ] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// The root object at a given offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RootObject(pub(super) u64);
+
+impl RootObject {
+    /// The offset of the root node pointer: the one word of the object that changes (a root
+    /// split or collapse swaps it with one 8-byte store).
+    #[inline]
+    pub(super) fn root_node_field(self) -> u64 {
+        self.0 + META_ROOT
+    }
+
+    /// The current root node.
+    #[inline]
+    pub(super) fn root_node<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
+        pool.load_u64(self.root_node_field())
+    }
+
+    /// Every field, read in order (the caller has checked the object's range).
+    pub(super) fn read<B: Backend>(self, pool: &Pool<B>) -> Result<RootFields, PoolError> {
+        Ok(RootFields {
+            magic: pool.load_u64(self.0 + META_MAGIC)?,
+            version: pool.load_u64(self.0 + META_VERSION)?,
+            node_size: pool.load_u64(self.0 + META_NODE_SIZE)?,
+            policy: pool.load_u64(self.0 + META_POLICY)?,
+            root_node: pool.load_u64(self.0 + META_ROOT)?,
+            redo: pool.load_u64(self.0 + META_REDO)?,
+            lanes: pool.load_u64(self.0 + META_LANES)?,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------- nodes
+
+/// Entries a node of `node_size` bytes holds.
+pub(super) const fn capacity(node_size: u64) -> usize {
+    ((node_size - HEADER) / ENTRY) as usize
+}
+
+/// 8-byte words of a node of `node_size` bytes.
+pub(super) const fn node_words(node_size: u64) -> usize {
+    (node_size / 8) as usize
+}
+
+/// Offset of slot `slot`'s entry (its key; the value follows it) in the node at `node`.
+#[inline]
+pub(super) fn entry_offset(node: u64, slot: usize) -> u64 {
+    node + HEADER + ENTRY * slot as u64
+}
+
+/// Offset of slot `slot`'s value in the node at `node`.
+#[inline]
+pub(super) fn value_offset(node: u64, slot: usize) -> u64 {
+    entry_offset(node, slot) + 8
+}
+
+/// Offset of the entry area of the node at `node`.
+pub(super) fn entries_offset(node: u64) -> u64 {
+    node + HEADER
+}
+
+/// Offset of the high key of the node at `node`.
+pub(super) fn high_offset(node: u64) -> u64 {
+    node + HIGH
+}
+
+/// Offset of the sibling link of the node at `node`.
+pub(super) fn sibling_offset(node: u64) -> u64 {
+    node + SIBLING
+}
+
+/// Offset of the tag of the node at `node` (the code reads the tag through [`NodeView::tag`];
+/// tests damage it here).
+#[cfg(test)]
+pub(super) fn tag_offset(node: u64) -> u64 {
+    node + TAG
+}
+
+/// Which of a node's cache lines holds `slot`.
+#[inline]
+pub(super) fn line_of(slot: usize) -> u64 {
+    (HEADER + ENTRY * slot as u64) / LINE
+}
+
+/// The level word of the node at `node`, checked as one word: for a node pointer not yet
+/// known to be a whole node (the root, at the start of a walk).
+pub(super) fn level_word<B: Backend>(pool: &Pool<B>, node: u64) -> Result<u64, PoolError> {
+    Ok(pool.words(node, 1)?.load((LEVEL / 8) as usize))
+}
+
+/// A node as read into DRAM (structure changes and recovery only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct NodeImage {
+    pub(super) level: u64,
+    pub(super) sibling: u64,
+    pub(super) leftmost: u64,
+    pub(super) high: u64,
+    pub(super) entries: Vec<(u64, u64)>,
+}
+
+impl NodeImage {
+    /// A whole node's bytes: header and sorted entries, free slots after them.
+    pub(super) fn bytes(&self, node_size: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(node_size as usize);
+        for word in [self.level, self.sibling, self.leftmost, self.high, NODE_TAG] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        out.resize(HEADER as usize, 0);
+        out.extend_from_slice(&entry_bytes(node_size, &self.entries));
+        out
+    }
+}
+
+/// The entry area of a node of `node_size` bytes holding `entries`.
+pub(super) fn entry_bytes(node_size: u64, entries: &[(u64, u64)]) -> Vec<u8> {
+    entry_range_bytes(entries, 0..capacity(node_size))
+}
+
+/// The bytes of slots `slots` of a node holding `entries`, slots past them free.
+pub(super) fn entry_range_bytes(entries: &[(u64, u64)], slots: std::ops::Range<usize>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(slots.len() * ENTRY as usize);
+    for slot in slots {
+        let (k, v) = entries.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// The `(key, value)` of each entry of raw entry-area bytes, in slot order.
+#[inline]
+pub(super) fn decode_entries(raw: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    raw.chunks_exact(ENTRY as usize).map(|chunk| {
+        let k = u64::from_le_bytes(chunk[0..8].try_into().expect("8"));
+        let v = u64::from_le_bytes(chunk[8..16].try_into().expect("8"));
+        (k, v)
+    })
+}
+
+/// Store `key` (and `value`) into the entry at `at` of a DRAM copy of a line.
+#[inline]
+pub(super) fn encode_entry(bytes: &mut [u8], at: usize, key: u64, value: Option<u64>) {
+    let at = at * ENTRY as usize;
+    bytes[at..at + 8].copy_from_slice(&key.to_le_bytes());
+    if let Some(v) = value {
+        bytes[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The sizes a node view needs, computed once per tree from its node size (the hot paths
+/// then load them instead of recomputing them per node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodeShape {
+    /// 8-byte words per node.
+    pub(super) words: usize,
+    /// Entries per node.
+    pub(super) capacity: usize,
+}
+
+impl NodeShape {
+    pub(super) const fn of(node_size: u64) -> NodeShape {
+        NodeShape {
+            words: node_words(node_size),
+            capacity: capacity(node_size),
+        }
+    }
+}
+
+/// A node's words, bounds-checked once ([`Pool::words`]): the searches of the hot paths read
+/// through it instead of paying a pool bounds check per load.
+#[derive(Clone, Copy)]
+pub(super) struct NodeView<'a> {
+    words: Words<'a>,
+    pub(super) capacity: usize,
+}
+
+impl<'a> NodeView<'a> {
+    /// The view of the node at `node`, of the given shape.
+    #[inline]
+    pub(super) fn new<B: Backend>(
+        pool: &'a Pool<B>,
+        node: u64,
+        shape: NodeShape,
+    ) -> Result<Self, PoolError> {
+        Ok(NodeView {
+            words: pool.words(node, shape.words)?,
+            capacity: shape.capacity,
+        })
+    }
+
+    #[inline]
+    pub(super) fn level(&self) -> u64 {
+        self.words.load((LEVEL / 8) as usize)
+    }
+
+    #[inline]
+    pub(super) fn sibling(&self) -> u64 {
+        self.words.load((SIBLING / 8) as usize)
+    }
+
+    #[inline]
+    pub(super) fn leftmost(&self) -> u64 {
+        self.words.load((LEFTMOST / 8) as usize)
+    }
+
+    #[inline]
+    pub(super) fn high(&self) -> u64 {
+        self.words.load((HIGH / 8) as usize)
+    }
+
+    #[inline]
+    pub(super) fn tag(&self) -> u64 {
+        self.words.load((TAG / 8) as usize)
+    }
+
+    #[inline]
+    pub(super) fn key(&self, slot: usize) -> u64 {
+        self.words.load(key_word(slot))
+    }
+
+    #[inline]
+    pub(super) fn value(&self, slot: usize) -> u64 {
+        self.words.load(key_word(slot) + 1)
+    }
+
+    /// The node as stored, a transient duplicate dropped (the right copy kept).
+    pub(super) fn image(&self) -> NodeImage {
+        let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);
+        for slot in 0..self.capacity {
+            let k = self.key(slot);
+            if k == EMPTY_KEY {
+                break;
+            }
+            let v = self.value(slot);
+            match entries.last_mut() {
+                Some(last) if last.0 == k => *last = (k, v),
+                _ => entries.push((k, v)),
+            }
+        }
+        NodeImage {
+            level: self.level(),
+            sibling: self.sibling(),
+            leftmost: self.leftmost(),
+            high: self.high(),
+            entries,
+        }
+    }
+}
+
+/// Index of slot `slot`'s key among a node's words.
+#[inline]
+const fn key_word(slot: usize) -> usize {
+    HEADER_WORDS + 2 * slot
+}
+
+// ---------------------------------------------------------------------------- redo lanes
+
+/// The redo-log area: [`LANES`] lanes of [`LANE_BYTES`], each two slots of a data line
+/// followed by its commit line (whose first word is the commit word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RedoArea(pub(super) u64);
+
+impl RedoArea {
+    /// Bytes of the whole area.
+    pub(super) const BYTES: u64 = LANES as u64 * LANE_BYTES;
+
+    /// Offsets of slot `slot`'s data line and commit word in lane `lane`.
+    #[inline]
+    pub(super) fn slot(self, lane: usize, slot: usize) -> (u64, u64) {
+        let data = self.0 + lane as u64 * LANE_BYTES + slot as u64 * 2 * LINE;
+        (data, data + LINE)
+    }
+}
+
+/// The commit word of `len` bytes logged for `target` (never 0: `len` is at least 1).
+#[inline]
+pub(super) fn commit_word(target: u64, len: usize) -> u64 {
+    (target << COMMIT_LEN_BITS) | len as u64
+}
+
+/// The `(target, len)` a commit word names.
+pub(super) fn commit_target(word: u64) -> (u64, u64) {
+    (word >> COMMIT_LEN_BITS, word & ((1 << COMMIT_LEN_BITS) - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Pure offset arithmetic: no pool, so these run under Miri.
+
+    use super::*;
+
+    #[test]
+    fn entries_follow_the_header_two_words_each() {
+        assert_eq!(entry_offset(0x1000, 0), 0x1040);
+        assert_eq!(entry_offset(0x1000, 3), 0x1040 + 48);
+        assert_eq!(value_offset(0x1000, 3), 0x1040 + 56);
+        assert_eq!(entries_offset(0x1000), 0x1040);
+        assert_eq!(key_word(0) as u64 * 8, HEADER);
+        assert_eq!(key_word(5) as u64 * 8, entry_offset(0, 5));
+    }
+
+    #[test]
+    fn header_fields_are_distinct_words_of_the_first_line() {
+        let fields = [LEVEL, SIBLING, LEFTMOST, HIGH, TAG];
+        for (i, a) in fields.iter().enumerate() {
+            assert!(a % 8 == 0 && a + 8 <= HEADER);
+            assert!(fields[i + 1..].iter().all(|b| b != a));
+        }
+        assert_eq!(high_offset(0x200), 0x200 + HIGH);
+        assert_eq!(sibling_offset(0x200), 0x200 + SIBLING);
+        assert_eq!(tag_offset(0x200), 0x200 + TAG);
+    }
+
+    #[test]
+    fn capacity_fills_a_node_after_its_header() {
+        assert_eq!(capacity(128), 4);
+        assert_eq!(capacity(512), 28);
+        assert_eq!(capacity(4096), 252);
+        assert_eq!(node_words(512), 64);
+        for size in [128u64, 512, 4096] {
+            let last = capacity(size) - 1;
+            assert_eq!(entry_offset(0, last) + ENTRY, size);
+        }
+    }
+
+    #[test]
+    fn a_shape_holds_the_sizes_of_its_node_size() {
+        assert_eq!(
+            NodeShape::of(512),
+            NodeShape {
+                words: 64,
+                capacity: 28
+            }
+        );
+    }
+
+    #[test]
+    fn four_entries_share_each_line() {
+        assert_eq!(line_of(0), 1, "line 0 is the header");
+        assert_eq!(line_of(ENTRIES_PER_LINE - 1), 1);
+        assert_eq!(line_of(ENTRIES_PER_LINE), 2);
+        assert_eq!(line_of(27), 7);
+    }
+
+    #[test]
+    fn a_node_image_encodes_header_entries_and_free_slots() {
+        let image = NodeImage {
+            level: 2,
+            sibling: 0x400,
+            leftmost: 0x600,
+            high: 99,
+            entries: vec![(5, 50), (7, 70)],
+        };
+        let bytes = image.bytes(128);
+        assert_eq!(bytes.len(), 128);
+        let word = |at: u64| u64::from_le_bytes(bytes[at as usize..][..8].try_into().unwrap());
+        assert_eq!(
+            [
+                word(LEVEL),
+                word(SIBLING),
+                word(LEFTMOST),
+                word(HIGH),
+                word(TAG)
+            ],
+            [2, 0x400, 0x600, 99, NODE_TAG]
+        );
+        let entries: Vec<_> = decode_entries(&bytes[HEADER as usize..]).collect();
+        assert_eq!(entries, [(5, 50), (7, 70), (EMPTY_KEY, 0), (EMPTY_KEY, 0)]);
+        let tail = entry_range_bytes(&image.entries, 1..3);
+        assert_eq!(
+            decode_entries(&tail).collect::<Vec<_>>(),
+            [(7, 70), (EMPTY_KEY, 0)]
+        );
+    }
+
+    #[test]
+    fn encode_entry_keeps_the_value_it_is_not_given() {
+        let mut line = [0u8; LINE as usize];
+        encode_entry(&mut line, 1, 3, Some(30));
+        encode_entry(&mut line, 1, 4, None);
+        assert_eq!(decode_entries(&line).nth(1), Some((4, 30)));
+    }
+
+    #[test]
+    fn root_fields_encode_in_declared_order() {
+        let fields = RootFields {
+            magic: ROOT_MAGIC,
+            version: FORMAT_VERSION,
+            node_size: 512,
+            policy: 2,
+            root_node: 0x1000,
+            redo: 0x2000,
+            lanes: 16,
+        };
+        let bytes = fields.bytes();
+        assert_eq!(bytes.len() as u64, ROOT_BYTES);
+        let word = |at: u64| u64::from_le_bytes(bytes[at as usize..][..8].try_into().unwrap());
+        assert_eq!(word(META_MAGIC), ROOT_MAGIC);
+        assert_eq!(word(META_VERSION), FORMAT_VERSION);
+        assert_eq!(word(META_NODE_SIZE), 512);
+        assert_eq!(word(META_POLICY), 2);
+        assert_eq!(word(META_ROOT), 0x1000);
+        assert_eq!(word(META_REDO), 0x2000);
+        assert_eq!(word(META_LANES), 16);
+        assert_eq!(word(56), 0);
+        assert_eq!(RootObject(0x40).root_node_field(), 0x40 + META_ROOT);
+    }
+
+    #[test]
+    fn redo_slots_pair_a_data_line_with_its_commit_line() {
+        let area = RedoArea(0x8000);
+        assert_eq!(area.slot(0, 0), (0x8000, 0x8040));
+        assert_eq!(area.slot(0, 1), (0x8080, 0x80c0));
+        assert_eq!(
+            area.slot(3, 1),
+            (0x8000 + 3 * LANE_BYTES + 0x80, 0x8000 + 3 * 256 + 0xc0)
+        );
+        let (_, last_commit) = area.slot(LANES - 1, 1);
+        assert_eq!(last_commit + LINE, area.0 + RedoArea::BYTES);
+    }
+
+    #[test]
+    fn a_commit_word_names_its_target_and_length() {
+        let word = commit_word(0x1_2340, 48);
+        assert_ne!(word, 0);
+        assert_eq!(word, (0x1_2340 << 7) | 48);
+        assert_eq!(commit_target(word), (0x1_2340, 48));
+        assert_eq!(commit_target(commit_word(64, 64)), (64, 64));
+    }
+}

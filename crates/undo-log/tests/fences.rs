@@ -1,17 +1,13 @@
 //! Fence counts per policy, asserted exactly: a transaction that snapshots K ranges up front and
 //! then writes them issues K + 2 fences under strict, 3 under batched, 2 under themis.
 
-use pmem_ordering::{Pool, PoolOptions};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use pmem_test_kit::fixture::{
+    anonymous_heap_under, anonymous_heap_with, heap_config, TEST_HEAP_16K_LOGS,
+};
+use pmem_undo_log::{FencePolicy, Heap, TxError};
 
 fn heap(policy: FencePolicy) -> Heap {
-    let pool = Pool::anonymous("fences", 4 << 20, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(std::sync::Arc::new(pool), config, policy).unwrap()
+    anonymous_heap_under("fences", 4 << 20, TEST_HEAP_16K_LOGS, policy)
 }
 
 /// Snapshot K words up front, then write them; returns (fences, nt->t fences) of that one
@@ -117,13 +113,7 @@ fn objects_update_both_ways() {
 
 #[test]
 fn freed_small_blocks_make_room_for_a_large_one() {
-    let pool = Pool::anonymous("reuse", 1 << 20, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 16 << 10,
-    };
-    let heap: Heap = Heap::create(std::sync::Arc::new(pool), config, FencePolicy::Batched).unwrap();
+    let heap = anonymous_heap_with("reuse", 1 << 20, heap_config(1, 16 << 10, 16 << 10));
     // Fill the heap with 64-byte blocks.
     let mut small = Vec::new();
     loop {

@@ -5,7 +5,12 @@ use super::*;
 
 /// 128 KiB pool, 4 KiB chunks: classes 64..1024 B, larger sizes are runs of chunks.
 fn chunky_heap() -> Heap {
-    new_heap(FencePolicy::Batched, 128 << 10, config(1, 4096, 4096))
+    anonymous_heap_under(
+        LAYOUT,
+        128 << 10,
+        heap_config(1, 4096, 4096),
+        FencePolicy::Batched,
+    )
 }
 
 /// Allocate `size`-byte blocks until the pool is full, `batch` per transaction.
@@ -39,7 +44,7 @@ fn fill(heap: &Heap, size: u64, batch: usize) -> Vec<PPtr<u8>> {
 fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
     let heap = chunky_heap();
     let layout = *heap.layout();
-    let usable = layout.alloc_size / layout.chunk_size - table_chunks(&layout);
+    let usable = layout.alloc_size / layout.chunk_size - chunk_table_chunks(&layout);
     let total = heap.alloc_stats();
     assert_eq!(total.total_chunks, layout.alloc_size / layout.chunk_size);
     assert_eq!(total.free_chunks, usable);
@@ -247,15 +252,20 @@ fn alloc_and_free_in_one_transaction_leave_nothing_allocated() {
 
 #[test]
 fn allocations_never_overlap_and_stay_inside_the_region() {
-    let heap = new_heap(FencePolicy::Batched, 4 << 20, config(1, 16 << 10, 16 << 10));
+    let heap = anonymous_heap_under(
+        LAYOUT,
+        4 << 20,
+        heap_config(1, 16 << 10, 16 << 10),
+        FencePolicy::Batched,
+    );
     let layout = *heap.layout();
-    let region_start = layout.alloc_offset + table_chunks(&layout) * layout.chunk_size;
+    let region_start = layout.alloc_offset + chunk_table_chunks(&layout) * layout.chunk_size;
     let region_end = layout.alloc_offset + layout.alloc_size;
     let sizes = [
         1u64, 8, 63, 64, 65, 100, 128, 129, 255, 256, 500, 512, 1000, 1024, 2000, 4096, 4097, 8000,
         16384, 16385, 40000, 70000,
     ];
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     // (pointer, requested size, seed of its contents)
     let mut live: Vec<(PPtr<u8>, u64, u64)> = Vec::new();
     let mut seed = 0;
@@ -335,9 +345,9 @@ fn allocations_never_overlap_and_stay_inside_the_region() {
 fn alloc_stats_agree_with_the_heap_walk() {
     let heap = chunky_heap();
     let layout = *heap.layout();
-    let table = table_chunks(&layout);
+    let table = chunk_table_chunks(&layout);
     let total = layout.alloc_size / layout.chunk_size;
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let mut live: Vec<PPtr<u8>> = Vec::new();
     for step in 0..120 {
         if live.len() < 30 && rng.below(3) != 0 {
@@ -384,7 +394,7 @@ fn alloc_stats_agree_with_the_heap_walk() {
 #[test]
 fn an_aborted_transactions_allocations_are_returned() {
     for policy in FencePolicy::ALL {
-        let heap = new_heap(policy, 128 << 10, config(1, 4096, 4096));
+        let heap = anonymous_heap_under(LAYOUT, 128 << 10, heap_config(1, 4096, 4096), policy);
         let keep = alloc_one(&heap, 200);
         let heap_before = heap.check_heap().unwrap();
         let stats_before = heap.alloc_stats();

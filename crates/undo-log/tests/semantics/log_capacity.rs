@@ -9,7 +9,7 @@ const ENTRY_HEADER: u64 = 24;
 
 /// A heap with one lane of 1024 bytes of log: 1000 snapshot bytes at most (24-byte header).
 fn tiny_log_heap(policy: FencePolicy) -> Heap {
-    new_heap(policy, 1 << 20, config(1, 1024, 16 << 10))
+    anonymous_heap_under(LAYOUT, 1 << 20, heap_config(1, 1024, 16 << 10), policy)
 }
 
 #[test]

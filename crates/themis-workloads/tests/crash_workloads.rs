@@ -227,22 +227,27 @@ fn assert_reported(report: &Report, ops: usize) {
     assert!(report.points > 0 && report.images >= report.points);
 }
 
-#[test]
-fn list_survives_every_crash_under_x86() {
+/// A crash test of one structure: [`list_test`] or [`map_test`].
+type StructureTest = fn(FencePolicy, SimConfig, &[Op], Plan) -> Result<Report, String>;
+
+/// `test` passes under strict and batched on x86 with the short sequence crashed after every
+/// event.
+fn assert_survives_every_crash_under_x86(test: StructureTest) {
     for policy in [FencePolicy::Strict, FencePolicy::Batched] {
-        let report = list_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
+        let report = test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
         assert_reported(&report, short().len());
         assert_eq!(report.points, report.events + 1, "every event");
     }
 }
 
 #[test]
+fn list_survives_every_crash_under_x86() {
+    assert_survives_every_crash_under_x86(list_test);
+}
+
+#[test]
 fn hashmap_survives_every_crash_under_x86() {
-    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
-        let report = map_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
-        assert_reported(&report, short().len());
-        assert_eq!(report.points, report.events + 1, "every event");
-    }
+    assert_survives_every_crash_under_x86(map_test);
 }
 
 #[test]

@@ -1,9 +1,7 @@
 //! Fence counts per policy, asserted exactly: a transaction that snapshots K ranges up front and
 //! then writes them issues K + 2 fences under strict, 3 under batched, 2 under themis.
 
-use pmem_test_kit::fixture::{
-    anonymous_heap_under, anonymous_heap_with, heap_config, TEST_HEAP_16K_LOGS,
-};
+use pmem_test_kit::fixture::{anonymous_heap_under, TEST_HEAP_16K_LOGS};
 use pmem_undo_log::{FencePolicy, Heap, TxError};
 
 fn heap(policy: FencePolicy) -> Heap {
@@ -109,34 +107,4 @@ fn objects_update_both_ways() {
             "the old object was freed"
         );
     }
-}
-
-#[test]
-fn freed_small_blocks_make_room_for_a_large_one() {
-    let heap = anonymous_heap_with("reuse", 1 << 20, heap_config(1, 16 << 10, 16 << 10));
-    // Fill the heap with 64-byte blocks.
-    let mut small = Vec::new();
-    loop {
-        match heap.transaction(|tx| tx.alloc(64)) {
-            Ok(p) => small.push(p),
-            Err(TxError::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(matches!(
-        heap.transaction(|tx| tx.alloc(32 << 10)),
-        Err(TxError::PoolFull { .. })
-    ));
-    for chunk in small.chunks(64) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
-    assert!(heap.check_heap().unwrap().is_empty());
-    let big = heap.transaction(|tx| tx.alloc(32 << 10)).unwrap();
-    assert_eq!(heap.check_heap().unwrap(), vec![(big.offset(), 32 << 10)]);
 }

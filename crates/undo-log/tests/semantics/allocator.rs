@@ -75,15 +75,7 @@ fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
     // Free every block of two chunks' worth: those chunks return to the free pool, so a
     // two-chunk run fits again (if they are adjacent) and a one-chunk run does.
     let (first, rest) = small.split_at(2 * 63);
-    for chunk in first.chunks(40) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
+    free_in_batches(&heap, first, 40);
     assert_eq!(heap.alloc_stats().free_chunks, 2);
     let run = alloc_one(&heap, 5000);
     assert!(matches!(
@@ -91,15 +83,7 @@ fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
         Err(TxError::PoolFull { .. })
     ));
     free_one(&heap, run);
-    for chunk in rest.chunks(100) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
+    free_in_batches(&heap, rest, 100);
     assert!(heap.check_heap().unwrap().is_empty());
     let stats = heap.alloc_stats();
     assert_eq!(stats.free_chunks, usable);
@@ -326,15 +310,8 @@ fn allocations_never_overlap_and_stay_inside_the_region() {
                 kept.push(b);
             }
         }
-        for group in doomed.chunks(7) {
-            heap.transaction(|tx| {
-                for &(p, _, _) in group {
-                    tx.free(p)?;
-                }
-                Ok::<_, TxError>(())
-            })
-            .unwrap();
-        }
+        let doomed: Vec<PPtr<u8>> = doomed.iter().map(|&(p, _, _)| p).collect();
+        free_in_batches(&heap, &doomed, 7);
         live = kept;
         check(&live);
         assert!(round < 6);
@@ -429,16 +406,23 @@ fn an_aborted_transactions_allocations_are_returned() {
         assert_eq!(heap.check_heap().unwrap(), heap_before, "{policy:?}");
         let filled = fill(&heap, 64, 200);
         assert_eq!(filled.len(), n_aborted, "{policy:?}");
-        for chunk in filled.chunks(200) {
-            heap.transaction(|tx| {
-                for &p in chunk {
-                    tx.free(p)?;
-                }
-                Ok::<_, TxError>(())
-            })
-            .unwrap();
-        }
+        free_in_batches(&heap, &filled, 200);
         free_one(&heap, keep);
         assert!(heap.check_heap().unwrap().is_empty());
     }
+}
+
+#[test]
+fn freed_small_blocks_make_room_for_a_large_one() {
+    let heap = anonymous_heap_with("reuse", 1 << 20, heap_config(1, 16 << 10, 16 << 10));
+    // Fill the heap with 64-byte blocks, one a transaction.
+    let small = fill(&heap, 64, 1);
+    assert!(matches!(
+        heap.transaction(|tx| tx.alloc(32 << 10)),
+        Err(TxError::PoolFull { .. })
+    ));
+    free_in_batches(&heap, &small, 64);
+    assert!(heap.check_heap().unwrap().is_empty());
+    let big = heap.transaction(|tx| tx.alloc(32 << 10)).unwrap();
+    assert_eq!(heap.check_heap().unwrap(), vec![(big.offset(), 32 << 10)]);
 }

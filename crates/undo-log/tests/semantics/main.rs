@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pmem_ordering::{Granularity, PPtr, Pool, PoolOptions};
 use pmem_test_kit::fixture::{
-    anonymous_heap_under, anonymous_pool, chunk_table_chunks, heap_config,
+    anonymous_heap_under, anonymous_heap_with, anonymous_pool, chunk_table_chunks, heap_config,
 };
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, Layout, TxError};
@@ -77,6 +77,19 @@ fn alloc_one(heap: &Heap, size: u64) -> PPtr<u8> {
 
 fn free_one(heap: &Heap, p: PPtr<u8>) {
     heap.transaction(|tx| tx.free(p)).unwrap();
+}
+
+/// Free `blocks`, `per_tx` of them in each transaction.
+fn free_in_batches(heap: &Heap, blocks: &[PPtr<u8>], per_tx: usize) {
+    for batch in blocks.chunks(per_tx) {
+        heap.transaction(|tx| {
+            for &p in batch {
+                tx.free(p)?;
+            }
+            Ok::<_, TxError>(())
+        })
+        .unwrap();
+    }
 }
 
 fn offsets(blocks: &[(u64, u64)]) -> BTreeSet<u64> {

@@ -111,6 +111,22 @@ pub fn recover_heap<B: Backend>(
     Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))
 }
 
+/// A heap recovered on a crash image, with the blocks its walk found.
+pub type RecoveredHeap<'p, B> = (Heap<B, &'p Pool<B>>, Vec<(u64, u64)>);
+
+/// [`recover_heap`], then the heap walk: the recovered heap and its committed blocks as
+/// `(offset, size)`, by offset.
+pub fn recover_and_walk_heap<B: Backend>(
+    pool: &Pool<B>,
+    policy: FencePolicy,
+) -> Result<RecoveredHeap<'_, B>, String> {
+    let heap = recover_heap(pool, policy)?;
+    let blocks = heap
+        .check_heap()
+        .map_err(|e| format!("heap walk failed: {e}"))?;
+    Ok((heap, blocks))
+}
+
 /// The chunks the chunk table takes at the start of the allocator's region (8 bytes a chunk).
 pub fn chunk_table_chunks(layout: &Layout) -> u64 {
     (layout.alloc_size / layout.chunk_size * 8).div_ceil(layout.chunk_size)

@@ -11,7 +11,9 @@ use pmem_ordering::sim::{
 };
 use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_test_kit::crash_test_outcome;
-use pmem_test_kit::fixture::{check_chunks, heap_config, recover_heap, simulated_heap_with};
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
@@ -148,10 +150,7 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[Slots],
 ) -> Result<(), String> {
-    let heap = recover_heap(pool, policy)?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let slots: Vec<u64> = (0..SLOTS)
         .map(|i| pool.read::<u64>(slot_offset(pool, i)).unwrap())
         .collect();

@@ -8,7 +8,9 @@ use std::cell::RefCell;
 use pmem_ordering::sim::{Crash, CrashFailure, CrashPoints, CrashTest, Images, Report, SimConfig};
 use pmem_ordering::{Backend, Pool};
 use pmem_test_kit::crash_test_outcome;
-use pmem_test_kit::fixture::{check_chunks, heap_config, recover_heap, simulated_heap_with};
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig};
 
 const POOL_SIZE: u64 = 128 << 10;
@@ -93,10 +95,7 @@ fn check<B: Backend>(
     size: u64,
     pointers: &[u64],
 ) -> Result<(), String> {
-    let heap = recover_heap(pool, policy)?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let at: u64 = pool.read(slot(pool)).unwrap();
     let mut bytes = vec![0u8; size as usize];
     pool.read_bytes(at, &mut bytes)

@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use pmem_ordering::sim::{Crash, CrashPoints, CrashTest, Images, SimConfig};
 use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_test_kit::crash_test_outcome;
-use pmem_test_kit::fixture::{check_chunks, heap_config, recover_heap, simulated_heap_with};
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 use proptest::prelude::*;
 
@@ -156,10 +158,7 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[State],
 ) -> Result<(), String> {
-    let heap = recover_heap(pool, policy)?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let now = read_state(pool);
     let done = crash.operations_completed as usize;
     let ok = states[done] == now || states.get(done + 1) == Some(&now);

@@ -1,12 +1,13 @@
 //! Pools and heaps for tests: anonymous (hardware backend) for the functional tests, simulated
 //! for crash tests and fuzzing, each heap with a small test configuration.
 
+use std::collections::BTreeSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use pmem_ordering::sim::{SimBackend, SimConfig};
 use pmem_ordering::{Backend, Pool, PoolOptions};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig, Layout};
 
 /// The heap of the functional tests on anonymous pools: two lanes (the tests run two writers)
 /// with room for large transactions.
@@ -14,6 +15,13 @@ pub const TEST_HEAP: HeapConfig = HeapConfig {
     lanes: 2,
     lane_log_bytes: 64 << 10,
     chunk_size: 64 << 10,
+};
+
+/// [`TEST_HEAP`] with 16 KiB lane logs: the heap of the undo-log's and the Themis workloads'
+/// functional tests, whose exact fence counts are asserted on it.
+pub const TEST_HEAP_16K_LOGS: HeapConfig = HeapConfig {
+    lane_log_bytes: 16 << 10,
+    ..TEST_HEAP
 };
 
 /// The heap of crash tests and fuzz targets on small simulated pools: one lane whose log holds
@@ -24,6 +32,24 @@ pub const SIM_HEAP: HeapConfig = HeapConfig {
     chunk_size: 4096,
 };
 
+/// A heap configuration, for the tests that need another than [`TEST_HEAP`] or [`SIM_HEAP`]
+/// (the undo-log's own tests size the lane log and the chunks to reach the states they test).
+pub const fn heap_config(lanes: u64, lane_log_bytes: u64, chunk_size: u64) -> HeapConfig {
+    HeapConfig {
+        lanes,
+        lane_log_bytes,
+        chunk_size,
+    }
+}
+
+/// An anonymous pool of `size` bytes named `layout`, shared so a heap can own it.
+pub fn anonymous_pool(layout: &str, size: u64) -> Arc<Pool> {
+    Arc::new(
+        Pool::anonymous(layout, size, &PoolOptions::new())
+            .unwrap_or_else(|e| panic!("an anonymous pool of {size} bytes: {e}")),
+    )
+}
+
 /// A fresh heap of `size` bytes on an anonymous pool named `layout` ([`TEST_HEAP`], batched
 /// fences).
 pub fn anonymous_heap(layout: &str, size: u64) -> Heap {
@@ -32,9 +58,17 @@ pub fn anonymous_heap(layout: &str, size: u64) -> Heap {
 
 /// [`anonymous_heap`] with another heap configuration.
 pub fn anonymous_heap_with(layout: &str, size: u64, config: HeapConfig) -> Heap {
-    let pool = Pool::anonymous(layout, size, &PoolOptions::new())
-        .unwrap_or_else(|e| panic!("an anonymous pool of {size} bytes: {e}"));
-    Heap::create(Arc::new(pool), config, FencePolicy::Batched)
+    anonymous_heap_under(layout, size, config, FencePolicy::Batched)
+}
+
+/// [`anonymous_heap_with`] under another fence policy.
+pub fn anonymous_heap_under(
+    layout: &str,
+    size: u64,
+    config: HeapConfig,
+    policy: FencePolicy,
+) -> Heap {
+    Heap::create(anonymous_pool(layout, size), config, policy)
         .unwrap_or_else(|e| panic!("format a heap on the anonymous pool: {e}"))
 }
 
@@ -55,8 +89,74 @@ pub fn simulated_heap(
     pool: &Pool<SimBackend>,
     policy: FencePolicy,
 ) -> Heap<SimBackend, &Pool<SimBackend>> {
-    Heap::create(pool, SIM_HEAP, policy)
+    simulated_heap_with(pool, SIM_HEAP, policy)
+}
+
+/// [`simulated_heap`] with another heap configuration.
+pub fn simulated_heap_with(
+    pool: &Pool<SimBackend>,
+    config: HeapConfig,
+    policy: FencePolicy,
+) -> Heap<SimBackend, &Pool<SimBackend>> {
+    Heap::create(pool, config, policy)
         .unwrap_or_else(|e| panic!("format a heap on the simulated pool: {e}"))
+}
+
+/// The heap on `pool` after a crash, recovered as a restart would (`Heap::open`); an `Err` names
+/// the recovery's failure, for a crash check to return.
+pub fn recover_heap<B: Backend>(
+    pool: &Pool<B>,
+    policy: FencePolicy,
+) -> Result<Heap<B, &Pool<B>>, String> {
+    Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))
+}
+
+/// A heap recovered on a crash image, with the blocks its walk found.
+pub type RecoveredHeap<'p, B> = (Heap<B, &'p Pool<B>>, Vec<(u64, u64)>);
+
+/// [`recover_heap`], then the heap walk: the recovered heap and its committed blocks as
+/// `(offset, size)`, by offset.
+pub fn recover_and_walk_heap<B: Backend>(
+    pool: &Pool<B>,
+    policy: FencePolicy,
+) -> Result<RecoveredHeap<'_, B>, String> {
+    let heap = recover_heap(pool, policy)?;
+    let blocks = heap
+        .check_heap()
+        .map_err(|e| format!("heap walk failed: {e}"))?;
+    Ok((heap, blocks))
+}
+
+/// The chunks the chunk table takes at the start of the allocator's region (8 bytes a chunk).
+pub fn chunk_table_chunks(layout: &Layout) -> u64 {
+    (layout.alloc_size / layout.chunk_size * 8).div_ceil(layout.chunk_size)
+}
+
+/// Checks that no chunk is lost: the free chunks are all those that hold none of the live
+/// `blocks` (`(offset, size)`, as the heap walk returns them) and are not the chunk table (a
+/// small chunk whose last block is freed returns to the free pool, so none sits empty).
+pub fn check_chunks<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &Heap<B, P>,
+    blocks: &[(u64, u64)],
+) -> Result<(), String> {
+    let layout = heap.layout();
+    let total = layout.alloc_size / layout.chunk_size;
+    let table = chunk_table_chunks(layout);
+    let mut used = BTreeSet::new();
+    for &(offset, size) in blocks {
+        let first = (offset - layout.alloc_offset) / layout.chunk_size;
+        let last = (offset + size - 1 - layout.alloc_offset) / layout.chunk_size;
+        used.extend(first..=last);
+    }
+    let stats = heap.alloc_stats();
+    if stats.free_chunks != total - table - used.len() as u64 {
+        return Err(format!(
+            "{} chunks hold live blocks and {table} the chunk table, but only {} of {total} are free",
+            used.len(),
+            stats.free_chunks
+        ));
+    }
+    Ok(())
 }
 
 /// The offsets of the blocks the heap's allocator holds allocated, in order: a structure must

@@ -11,6 +11,9 @@ use std::fmt::Debug;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
 use pmem_ordering::Pool;
+use pmem_test_kit::crash_test_outcome;
+use pmem_test_kit::fixture::{heap_config, heap_holds_exactly, recover_heap, simulated_heap_with};
+use pmem_test_kit::SplitMix64;
 use pmem_themis_workloads::{ChainedHashMap, List};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
@@ -20,27 +23,8 @@ const POOL_SIZE: u64 = 64 << 10;
 const ROOT_SIZE: u64 = 1024;
 /// Buckets of the crash-tested map: few, so chains are long.
 const BUCKETS: u64 = 4;
-
-fn config() -> HeapConfig {
-    HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 1024,
-        chunk_size: 4096,
-    }
-}
-
-/// SplitMix64, for seeded operation sequences.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
+/// One lane whose log holds an insert's or a remove's snapshots, and the smallest chunks.
+const WORKLOAD_HEAP: HeapConfig = heap_config(1, 1024, 4096);
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -51,7 +35,7 @@ enum Op {
 /// `n` operations on keys `0..keys`, about two inserts per remove, so the structure grows and
 /// some operations find their key present (or absent) and write nothing.
 fn ops(n: usize, keys: u64, seed: u64) -> Vec<Op> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     (0..n)
         .map(|_| {
             let key = rng.below(keys);
@@ -137,49 +121,39 @@ fn crash_test<S: PartialEq + Debug>(
     models: &[S],
 ) -> Result<Report, String> {
     let operations = models.len() - 1;
-    CrashTest::new(&format!("{name}-{}", policy.name()), sim)
+    let test = CrashTest::new(&format!("{name}-{}", policy.name()), sim)
         .pool(name, POOL_SIZE, ROOT_SIZE)
         .points(plan.points)
         .images(plan.images)
-        .seed(plan.seed)
-        .run_with_setup(
-            |pool| setup(&Heap::create(pool, config(), policy).expect("create the heap")),
-            |pool| {
-                let heap = Heap::open(pool, policy).expect("open the heap");
-                for i in 0..operations {
-                    apply(&heap, i).expect("an operation failed");
-                    pool.operation_completed();
-                }
-            },
-            |pool, crash| {
-                let heap = Heap::open(pool, policy).map_err(|e| format!("recovery: {e}"))?;
-                let (state, mut blocks) = read(&heap).map_err(|e| format!("reading: {e}"))?;
-                let done = crash.operations_completed as usize;
-                let ok = state == models[done] || models.get(done + 1) == Some(&state);
-                if !ok {
-                    return Err(format!(
-                        "after {done} operations the state is {state:?}, expected {:?} or {:?}",
-                        models[done],
-                        models.get(done + 1)
-                    ));
-                }
-                let mut live: Vec<u64> = heap
-                    .check_heap()
-                    .map_err(|e| format!("heap check: {e}"))?
-                    .iter()
-                    .map(|b| b.0)
-                    .collect();
-                live.sort_unstable();
-                blocks.sort_unstable();
-                if live != blocks {
-                    return Err(format!(
-                        "the structure owns {blocks:x?} but the live blocks are {live:x?}"
-                    ));
-                }
-                Ok(())
-            },
-        )
-        .map_err(|f| f.to_string())
+        .seed(plan.seed);
+    crash_test_outcome(
+        &test,
+        |pool| setup(&simulated_heap_with(pool, WORKLOAD_HEAP, policy)),
+        |pool| {
+            let heap = Heap::open(pool, policy).expect("open the heap");
+            for i in 0..operations {
+                apply(&heap, i).expect("an operation failed");
+                pool.operation_completed();
+            }
+        },
+        |pool, crash| {
+            let heap = recover_heap(pool, policy)?;
+            let (state, mut blocks) = read(&heap).map_err(|e| format!("reading: {e}"))?;
+            let done = crash.operations_completed as usize;
+            let ok = state == models[done] || models.get(done + 1) == Some(&state);
+            if !ok {
+                return Err(format!(
+                    "after {done} operations the state is {state:?}, expected {:?} or {:?}",
+                    models[done],
+                    models.get(done + 1)
+                ));
+            }
+            // The heap walk lists its blocks by offset.
+            blocks.sort_unstable();
+            heap_holds_exactly(&heap, &blocks, name)
+        },
+    )
+    .map_err(|f| f.to_string())
 }
 
 fn list_test(
@@ -253,22 +227,27 @@ fn assert_reported(report: &Report, ops: usize) {
     assert!(report.points > 0 && report.images >= report.points);
 }
 
-#[test]
-fn list_survives_every_crash_under_x86() {
+/// A crash test of one structure: [`list_test`] or [`map_test`].
+type StructureTest = fn(FencePolicy, SimConfig, &[Op], Plan) -> Result<Report, String>;
+
+/// `test` passes under strict and batched on x86 with the short sequence crashed after every
+/// event.
+fn assert_survives_every_crash_under_x86(test: StructureTest) {
     for policy in [FencePolicy::Strict, FencePolicy::Batched] {
-        let report = list_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
+        let report = test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
         assert_reported(&report, short().len());
         assert_eq!(report.points, report.events + 1, "every event");
     }
 }
 
 #[test]
+fn list_survives_every_crash_under_x86() {
+    assert_survives_every_crash_under_x86(list_test);
+}
+
+#[test]
 fn hashmap_survives_every_crash_under_x86() {
-    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
-        let report = map_test(policy, SimConfig::x86(), &short(), Plan::every()).unwrap();
-        assert_reported(&report, short().len());
-        assert_eq!(report.points, report.events + 1, "every event");
-    }
+    assert_survives_every_crash_under_x86(map_test);
 }
 
 #[test]

@@ -3,53 +3,25 @@
 //! reopen, and rolls back with an enclosing transaction.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
 
-use pmem_ordering::{Pool, PoolOptions};
+use pmem_test_kit::fixture::{anonymous_heap_under, heap_holds_exactly, TEST_HEAP_16K_LOGS};
+use pmem_test_kit::SplitMix64;
 use pmem_themis_workloads::tpcc::{LineInput, NewOrder, Order, Stock, TpccConfig};
 use pmem_themis_workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
-
-/// SplitMix64: a small seeded generator, so every run makes the same operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use pmem_undo_log::{FencePolicy, Heap, TxError};
 
 fn heap(policy: FencePolicy) -> Heap {
-    let pool = Pool::anonymous("workloads", 16 << 20, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(Arc::new(pool), config, policy).unwrap()
+    anonymous_heap_under("workloads", 16 << 20, TEST_HEAP_16K_LOGS, policy)
 }
 
 fn root(heap: &Heap) -> u64 {
     heap.pool().root_offset()
 }
 
-/// The heap's live blocks are exactly `blocks`.
+/// The heap's live blocks are exactly `blocks` (in any order: the heap walk's is by offset).
 fn assert_owns_every_block(heap: &Heap, mut blocks: Vec<u64>) {
-    let mut live: Vec<u64> = heap.check_heap().unwrap().iter().map(|b| b.0).collect();
-    live.sort_unstable();
     blocks.sort_unstable();
-    assert_eq!(
-        blocks, live,
-        "the structure's blocks are the heap's live blocks"
-    );
+    heap_holds_exactly(heap, &blocks, "structure").unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Fences of one call, from the heap's transaction totals.
@@ -70,7 +42,7 @@ fn list_matches_a_btreeset() {
         let heap = heap(policy);
         let list = List::create(&heap, root(&heap)).unwrap();
         let mut model = BTreeSet::new();
-        let mut rng = Rng(1);
+        let mut rng = SplitMix64::new(1);
         for step in 0..3000 {
             let key = rng.below(96);
             match rng.below(3) {
@@ -124,12 +96,12 @@ fn hashmap_matches_a_std_hashmap() {
         // Few buckets, so chains are long and removes hit every position in them.
         let map = ChainedHashMap::create(&heap, root(&heap), 8).unwrap();
         let mut model = HashMap::new();
-        let mut rng = Rng(2);
+        let mut rng = SplitMix64::new(2);
         for step in 0..3000 {
             let key = rng.below(120);
             match rng.below(3) {
                 0 | 1 => {
-                    let value = rng.next();
+                    let value = rng.next_u64();
                     assert_eq!(
                         map.insert(key, value).unwrap(),
                         model.insert(key, value),
@@ -209,12 +181,12 @@ fn queue_matches_a_vecdeque() {
         let heap = heap(policy);
         let queue = Queue::create(&heap, root(&heap)).unwrap();
         let mut model = VecDeque::new();
-        let mut rng = Rng(3);
+        let mut rng = SplitMix64::new(3);
         for step in 0..3000 {
             // Biased to grow, then to drain, so the queue empties and refills.
             let enqueue_bias = if step < 1500 { 3 } else { 1 };
             if rng.below(enqueue_bias + 1) != 0 {
-                let v = rng.next();
+                let v = rng.next_u64();
                 queue.enqueue(v).unwrap();
                 model.push_back(v);
             } else {
@@ -239,7 +211,7 @@ fn sps_matches_a_vec() {
     let heap = heap(FencePolicy::Batched);
     let sps = Sps::create(&heap, root(&heap), 1000).unwrap();
     let mut model: Vec<u64> = (0..1000).collect();
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64::new(4);
     for _ in 0..300 {
         // Small index range for some transactions, so pairs repeat and overlap.
         let range = if rng.below(2) == 0 { 8 } else { 1000 };
@@ -272,10 +244,10 @@ fn tatp_matches_a_vec() {
     let heap = heap(FencePolicy::Batched);
     let tatp = Tatp::create(&heap, root(&heap), 500).unwrap();
     let mut model = vec![0u64; 500];
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     for _ in 0..2000 {
         let s_id = rng.below(510) + 1;
-        let location = rng.next();
+        let location = rng.next_u64();
         let known = s_id <= 500;
         assert_eq!(tatp.update_location(s_id, location).unwrap(), known);
         if known {
@@ -302,7 +274,7 @@ fn tpcc_matches_a_model() {
     assert_eq!(db.config(), config);
     let mut stock: Vec<Stock> = (1..=200).map(|i| db.stock(i).unwrap().unwrap()).collect();
     let mut orders: Vec<Vec<Order>> = vec![Vec::new(); 4];
-    let mut rng = Rng(6);
+    let mut rng = SplitMix64::new(6);
     for _ in 0..400 {
         let input = NewOrder {
             district: rng.below(4) + 1,

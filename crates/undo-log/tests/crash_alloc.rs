@@ -10,8 +10,11 @@ use pmem_ordering::sim::{
     CrashFailure, CrashPoints, CrashTest, Finding, Images, Report, SimConfig,
 };
 use pmem_ordering::{Backend, PPtr, Pool};
-mod common;
-use common::check_chunks;
+use pmem_test_kit::crash_test_outcome;
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
+use pmem_test_kit::SplitMix64;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
 /// Pointer slots in the root: slot `i` is the `u64` at `root + 8 * i` (0 = empty).
@@ -19,14 +22,8 @@ const SLOTS: usize = 16;
 /// 128 KiB with 4 KiB chunks: 29 usable chunks, so runs and fresh chunks come often.
 const POOL_SIZE: u64 = 128 << 10;
 const ROOT_SIZE: u64 = 1024;
-
-fn config() -> HeapConfig {
-    HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 2048,
-        chunk_size: 4096,
-    }
-}
+/// One lane whose log holds a transaction of a few toggles, and the smallest chunks.
+const ALLOC_HEAP: HeapConfig = heap_config(1, 2048, 4096);
 
 /// Toggle a slot: allocate a block of `size` bytes for it if it is empty, free its block
 /// otherwise. Toggling one slot twice in a transaction allocates and frees in it.
@@ -66,58 +63,59 @@ fn run(
     // states[k]: the slots after k transactions (an aborted one changes nothing).
     let states: RefCell<Vec<Slots>> = RefCell::new(vec![vec![None; SLOTS]]);
     let aborted: RefCell<Vec<u64>> = RefCell::new(Vec::new());
-    let report = CrashTest::new(&format!("{name}-{}", policy.name()), sim)
+    let test = CrashTest::new(&format!("{name}-{}", policy.name()), sim)
         .pool("crash-alloc", POOL_SIZE, ROOT_SIZE)
         .points(points)
         .images(images)
-        .seed(0xA110C)
-        .run_with_setup(
-            |pool| {
-                Heap::create(pool, config(), policy).unwrap();
-            },
-            |pool| {
-                let heap = Heap::open(pool, policy).unwrap();
-                for (t, toggles) in transactions.iter().enumerate() {
-                    let before = states.borrow().last().unwrap().clone();
-                    let result = heap.transaction(|tx| {
-                        let mut next = before.clone();
-                        for &Toggle { slot, size } in toggles {
-                            let at = slot_offset(pool, slot);
-                            match next[slot] {
-                                None => {
-                                    let seed = (t * SLOTS + slot) as u64;
-                                    let p = tx.alloc(size)?;
-                                    tx.write(p.offset(), &head(seed, size))?;
-                                    if size > 128 {
-                                        tx.write(p.offset() + size - 8, &tail(seed))?;
-                                    }
-                                    tx.write_value(at, &p.offset())?;
-                                    next[slot] = Some((p.offset(), size, seed));
+        .seed(0xA110C);
+    let report = crash_test_outcome(
+        &test,
+        |pool| {
+            simulated_heap_with(pool, ALLOC_HEAP, policy);
+        },
+        |pool| {
+            let heap = Heap::open(pool, policy).unwrap();
+            for (t, toggles) in transactions.iter().enumerate() {
+                let before = states.borrow().last().unwrap().clone();
+                let result = heap.transaction(|tx| {
+                    let mut next = before.clone();
+                    for &Toggle { slot, size } in toggles {
+                        let at = slot_offset(pool, slot);
+                        match next[slot] {
+                            None => {
+                                let seed = (t * SLOTS + slot) as u64;
+                                let p = tx.alloc(size)?;
+                                tx.write(p.offset(), &head(seed, size))?;
+                                if size > 128 {
+                                    tx.write(p.offset() + size - 8, &tail(seed))?;
                                 }
-                                Some((offset, _, _)) => {
-                                    tx.free(PPtr::<u8>::new(offset))?;
-                                    tx.write_value(at, &0u64)?;
-                                    next[slot] = None;
-                                }
+                                tx.write_value(at, &p.offset())?;
+                                next[slot] = Some((p.offset(), size, seed));
+                            }
+                            Some((offset, _, _)) => {
+                                tx.free(PPtr::<u8>::new(offset))?;
+                                tx.write_value(at, &0u64)?;
+                                next[slot] = None;
                             }
                         }
-                        Ok::<_, TxError>(next)
-                    });
-                    let after = match result {
-                        Ok(next) => next,
-                        // Rolled back whole: the model does not change.
-                        Err(TxError::PoolFull { .. }) => {
-                            aborted.borrow_mut().push(t as u64);
-                            before
-                        }
-                        Err(e) => panic!("transaction {t}: {e}"),
-                    };
-                    pool.operation_completed();
-                    states.borrow_mut().push(after);
-                }
-            },
-            |pool, crash| check(pool, crash, policy, &states.borrow()),
-        )?;
+                    }
+                    Ok::<_, TxError>(next)
+                });
+                let after = match result {
+                    Ok(next) => next,
+                    // Rolled back whole: the model does not change.
+                    Err(TxError::PoolFull { .. }) => {
+                        aborted.borrow_mut().push(t as u64);
+                        before
+                    }
+                    Err(e) => panic!("transaction {t}: {e}"),
+                };
+                pool.operation_completed();
+                states.borrow_mut().push(after);
+            }
+        },
+        |pool, crash| check(pool, crash, policy, &states.borrow()),
+    )?;
     check_findings(&report, &aborted.borrow());
     Ok(report)
 }
@@ -152,10 +150,7 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[Slots],
 ) -> Result<(), String> {
-    let heap = Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let slots: Vec<u64> = (0..SLOTS)
         .map(|i| pool.read::<u64>(slot_offset(pool, i)).unwrap())
         .collect();
@@ -264,24 +259,27 @@ fn small() -> Vec<Vec<Toggle>> {
 /// A larger seeded workload, sampled: random toggles of random sizes, until the pool fills
 /// now and then (a transaction that meets `PoolFull` rolls back whole).
 fn large() -> Vec<Vec<Toggle>> {
+    random_toggles(LARGE_SEED)
+}
+
+/// The seed of the large workload, chosen for a sequence that fills the pool several times
+/// (checked by `the_large_workload_fills_the_pool_and_uses_runs`).
+const LARGE_SEED: u64 = 3;
+
+/// 80 transactions of 1-3 toggles of random slots and sizes.
+fn random_toggles(seed: u64) -> Vec<Vec<Toggle>> {
     let sizes = [
         1u64, 40, 64, 65, 100, 200, 300, 512, 700, 1000, 1024, 1025, 3000, 4096, 5000, 8192, 9000,
         13000, 20000,
     ];
-    let mut x = 0x5EED_u64;
-    let mut next = move |n: u64| {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
+    let mut rng = SplitMix64::new(seed);
     (0..80)
         .map(|_| {
-            (0..1 + next(3))
+            (0..1 + rng.below(3))
                 .map(|_| {
                     t(
-                        next(SLOTS as u64) as usize,
-                        sizes[next(sizes.len() as u64) as usize],
+                        rng.below(SLOTS as u64) as usize,
+                        sizes[rng.below(sizes.len() as u64) as usize],
                     )
                 })
                 .collect()
@@ -393,17 +391,17 @@ fn large_workload_sampled_themis_under_themis() {
     .unwrap_or_else(|f| panic!("{f}"));
 }
 
-#[test]
-fn the_large_workload_fills_the_pool_and_uses_runs() {
-    // The sampled workload is only worth its time if it reaches the interesting states.
+/// What `workload` reaches on an anonymous pool of the crash tests' size: (transactions that met
+/// a full pool, the most runs live at once, blocks freed).
+fn reached_states(workload: &[Vec<Toggle>]) -> (u64, usize, u64) {
     let pool = Pool::anonymous("crash-alloc", POOL_SIZE, &{
         pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
     })
     .unwrap();
-    let heap = Heap::create(&pool, config(), FencePolicy::Batched).unwrap();
+    let heap = Heap::create(&pool, ALLOC_HEAP, FencePolicy::Batched).unwrap();
     let mut slots: Slots = vec![None; SLOTS];
     let (mut full, mut runs, mut frees) = (0, 0, 0);
-    for toggles in large() {
+    for toggles in workload {
         let result = heap.transaction(|tx| {
             let mut next = slots.clone();
             let mut freed = 0;
@@ -438,6 +436,13 @@ fn the_large_workload_fills_the_pool_and_uses_runs() {
                 .count(),
         );
     }
+    (full, runs, frees)
+}
+
+#[test]
+fn the_large_workload_fills_the_pool_and_uses_runs() {
+    // The sampled workload is only worth its time if it reaches the interesting states.
+    let (full, runs, frees) = reached_states(&large());
     assert!(full >= 1, "the pool never filled");
     assert!(runs >= 3, "few runs: {runs}");
     assert!(frees >= 20, "few frees: {frees}");

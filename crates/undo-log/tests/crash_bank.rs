@@ -3,18 +3,14 @@
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Pool;
+use pmem_test_kit::crash_test_outcome;
+use pmem_test_kit::fixture::{heap_config, recover_heap, simulated_heap_with};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
 const ACCOUNTS: u64 = 6;
 const START: u64 = 1000;
-
-fn config() -> HeapConfig {
-    HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 1024,
-        chunk_size: 4096,
-    }
-}
+/// One lane whose log holds a transfer's two snapshots.
+const BANK_HEAP: HeapConfig = heap_config(1, 1024, 4096);
 
 /// Transfers (from, to, amount): a fixed sequence, so the model is known.
 fn transfers() -> Vec<(u64, u64, u64)> {
@@ -38,55 +34,56 @@ fn account(pool: &Pool<SimBackend>, i: u64) -> u64 {
 }
 
 fn run(policy: FencePolicy, sim: SimConfig) -> Result<(), String> {
-    CrashTest::new(&format!("bank-{}", policy.name()), sim)
+    let test = CrashTest::new(&format!("bank-{}", policy.name()), sim)
         .pool("bank", 64 << 10, 1024)
         .points(CrashPoints::Every)
-        .images(Images::Random(6))
-        .run_with_setup(
-            |pool| {
-                let heap = Heap::create(pool, config(), policy).unwrap();
+        .images(Images::Random(6));
+    crash_test_outcome(
+        &test,
+        |pool| {
+            let heap = simulated_heap_with(pool, BANK_HEAP, policy);
+            heap.transaction(|tx| {
+                for i in 0..ACCOUNTS {
+                    tx.write_value(account(pool, i), &START)?;
+                }
+                Ok::<_, TxError>(())
+            })
+            .unwrap();
+        },
+        |pool| {
+            let heap = Heap::open(pool, policy).unwrap();
+            for (from, to, amount) in transfers() {
                 heap.transaction(|tx| {
-                    for i in 0..ACCOUNTS {
-                        tx.write_value(account(pool, i), &START)?;
-                    }
-                    Ok::<_, TxError>(())
+                    let a: u64 = tx.read(account(pool, from))?;
+                    let b: u64 = tx.read(account(pool, to))?;
+                    tx.write_value(account(pool, from), &(a - amount))?;
+                    tx.write_value(account(pool, to), &(b + amount))
                 })
                 .unwrap();
-            },
-            |pool| {
-                let heap = Heap::open(pool, policy).unwrap();
-                for (from, to, amount) in transfers() {
-                    heap.transaction(|tx| {
-                        let a: u64 = tx.read(account(pool, from))?;
-                        let b: u64 = tx.read(account(pool, to))?;
-                        tx.write_value(account(pool, from), &(a - amount))?;
-                        tx.write_value(account(pool, to), &(b + amount))
-                    })
-                    .unwrap();
-                    pool.operation_completed();
-                }
-            },
-            |pool, crash| {
-                let heap = Heap::open(pool, policy).map_err(|e| e.to_string())?;
-                let now: Vec<u64> = (0..ACCOUNTS)
-                    .map(|i| pool.read::<u64>(account(pool, i)).unwrap())
-                    .collect();
-                let done = crash.operations_completed as usize;
-                let total: u64 = now.iter().sum();
-                if total != START * ACCOUNTS {
-                    return Err(format!("total is {total}: {now:?}"));
-                }
-                let ok = now == balances_after(done)
-                    || (done < transfers().len() && now == balances_after(done + 1));
-                if !ok {
-                    return Err(format!("after {done} transfers the balances are {now:?}"));
-                }
-                drop(heap);
-                Ok(())
-            },
-        )
-        .map(|_| ())
-        .map_err(|f| f.to_string())
+                pool.operation_completed();
+            }
+        },
+        |pool, crash| {
+            let heap = recover_heap(pool, policy)?;
+            let now: Vec<u64> = (0..ACCOUNTS)
+                .map(|i| pool.read::<u64>(account(pool, i)).unwrap())
+                .collect();
+            let done = crash.operations_completed as usize;
+            let total: u64 = now.iter().sum();
+            if total != START * ACCOUNTS {
+                return Err(format!("total is {total}: {now:?}"));
+            }
+            let ok = now == balances_after(done)
+                || (done < transfers().len() && now == balances_after(done + 1));
+            if !ok {
+                return Err(format!("after {done} transfers the balances are {now:?}"));
+            }
+            drop(heap);
+            Ok(())
+        },
+    )
+    .map(|_| ())
+    .map_err(|f| f.to_string())
 }
 
 #[test]

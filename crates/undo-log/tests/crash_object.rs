@@ -7,21 +7,16 @@ use std::cell::RefCell;
 
 use pmem_ordering::sim::{Crash, CrashFailure, CrashPoints, CrashTest, Images, Report, SimConfig};
 use pmem_ordering::{Backend, Pool};
-mod common;
-use common::check_chunks;
+use pmem_test_kit::crash_test_outcome;
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig};
 
 const POOL_SIZE: u64 = 128 << 10;
 const ROOT_SIZE: u64 = 256;
-
-fn config() -> HeapConfig {
-    HeapConfig {
-        lanes: 1,
-        // An in-place update of a 4 KiB object snapshots it whole.
-        lane_log_bytes: 8192,
-        chunk_size: 4096,
-    }
-}
+/// One lane: an in-place update of a 4 KiB object snapshots it whole.
+const OBJECT_HEAP: HeapConfig = heap_config(1, 8192, 4096);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Update {
@@ -59,37 +54,38 @@ fn run(
 ) -> Result<Report, Box<CrashFailure>> {
     // pointers[k]: where the object is after k updates.
     let pointers: RefCell<Vec<u64>> = RefCell::new(Vec::new());
-    CrashTest::new(&format!("object-{size}-{}", policy.name()), sim)
+    let test = CrashTest::new(&format!("object-{size}-{}", policy.name()), sim)
         .pool("crash-object", POOL_SIZE, ROOT_SIZE)
         .points(points)
         .images(images)
         .seed(size)
-        .fail_on_unpersisted(true)
-        .run_with_setup(
-            |pool| {
-                let heap = Heap::create(pool, config(), policy).unwrap();
-                let p = object::create(&heap, slot(pool), &version(0, size)).unwrap();
-                pointers.borrow_mut().push(p.offset());
-            },
-            |pool| {
-                let heap = Heap::open(pool, policy).unwrap();
-                for (i, update) in UPDATES.iter().enumerate() {
-                    let new = version(i as u64 + 1, size);
-                    let at = match update {
-                        Update::InPlace => {
-                            object::update_in_place(&heap, slot(pool), &new).unwrap();
-                            *pointers.borrow().last().unwrap()
-                        }
-                        Update::OutOfPlace => object::update_out_of_place(&heap, slot(pool), &new)
-                            .unwrap()
-                            .offset(),
-                    };
-                    pool.operation_completed();
-                    pointers.borrow_mut().push(at);
-                }
-            },
-            |pool, crash| check(pool, crash, policy, size, &pointers.borrow()),
-        )
+        .fail_on_unpersisted(true);
+    crash_test_outcome(
+        &test,
+        |pool| {
+            let heap = simulated_heap_with(pool, OBJECT_HEAP, policy);
+            let p = object::create(&heap, slot(pool), &version(0, size)).unwrap();
+            pointers.borrow_mut().push(p.offset());
+        },
+        |pool| {
+            let heap = Heap::open(pool, policy).unwrap();
+            for (i, update) in UPDATES.iter().enumerate() {
+                let new = version(i as u64 + 1, size);
+                let at = match update {
+                    Update::InPlace => {
+                        object::update_in_place(&heap, slot(pool), &new).unwrap();
+                        *pointers.borrow().last().unwrap()
+                    }
+                    Update::OutOfPlace => object::update_out_of_place(&heap, slot(pool), &new)
+                        .unwrap()
+                        .offset(),
+                };
+                pool.operation_completed();
+                pointers.borrow_mut().push(at);
+            }
+        },
+        |pool, crash| check(pool, crash, policy, size, &pointers.borrow()),
+    )
 }
 
 fn check<B: Backend>(
@@ -99,10 +95,7 @@ fn check<B: Backend>(
     size: u64,
     pointers: &[u64],
 ) -> Result<(), String> {
-    let heap = Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let at: u64 = pool.read(slot(pool)).unwrap();
     let mut bytes = vec![0u8; size as usize];
     pool.read_bytes(at, &mut bytes)

@@ -1,17 +1,11 @@
 //! Fence counts per policy, asserted exactly: a transaction that snapshots K ranges up front and
 //! then writes them issues K + 2 fences under strict, 3 under batched, 2 under themis.
 
-use pmem_ordering::{Pool, PoolOptions};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use pmem_test_kit::fixture::{anonymous_heap_under, TEST_HEAP_16K_LOGS};
+use pmem_undo_log::{FencePolicy, Heap, TxError};
 
 fn heap(policy: FencePolicy) -> Heap {
-    let pool = Pool::anonymous("fences", 4 << 20, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 2,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 64 << 10,
-    };
-    Heap::create(std::sync::Arc::new(pool), config, policy).unwrap()
+    anonymous_heap_under("fences", 4 << 20, TEST_HEAP_16K_LOGS, policy)
 }
 
 /// Snapshot K words up front, then write them; returns (fences, nt->t fences) of that one
@@ -113,40 +107,4 @@ fn objects_update_both_ways() {
             "the old object was freed"
         );
     }
-}
-
-#[test]
-fn freed_small_blocks_make_room_for_a_large_one() {
-    let pool = Pool::anonymous("reuse", 1 << 20, &PoolOptions::new()).unwrap();
-    let config = HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 16 << 10,
-        chunk_size: 16 << 10,
-    };
-    let heap: Heap = Heap::create(std::sync::Arc::new(pool), config, FencePolicy::Batched).unwrap();
-    // Fill the heap with 64-byte blocks.
-    let mut small = Vec::new();
-    loop {
-        match heap.transaction(|tx| tx.alloc(64)) {
-            Ok(p) => small.push(p),
-            Err(TxError::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(matches!(
-        heap.transaction(|tx| tx.alloc(32 << 10)),
-        Err(TxError::PoolFull { .. })
-    ));
-    for chunk in small.chunks(64) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
-    assert!(heap.check_heap().unwrap().is_empty());
-    let big = heap.transaction(|tx| tx.alloc(32 << 10)).unwrap();
-    assert_eq!(heap.check_heap().unwrap(), vec![(big.offset(), 32 << 10)]);
 }

@@ -9,8 +9,10 @@ use std::collections::BTreeSet;
 
 use pmem_ordering::sim::{Crash, CrashPoints, CrashTest, Images, SimConfig};
 use pmem_ordering::{Backend, PPtr, Pool};
-mod common;
-use common::check_chunks;
+use pmem_test_kit::crash_test_outcome;
+use pmem_test_kit::fixture::{
+    check_chunks, heap_config, recover_and_walk_heap, simulated_heap_with,
+};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 use proptest::prelude::*;
 
@@ -19,6 +21,8 @@ const DATA: u64 = 256;
 /// Allocation slots (`u64` pointers) after the data area.
 const SLOTS: usize = 6;
 const SLOT_BASE: u64 = 512;
+/// One lane whose log holds a transaction's writes and its allocation, and the smallest chunks.
+const TX_HEAP: HeapConfig = heap_config(1, 2048, 4096);
 
 #[derive(Clone, Debug)]
 struct TxSpec {
@@ -51,14 +55,6 @@ fn tx_spec() -> impl Strategy<Value = TxSpec> {
             free,
             abort,
         })
-}
-
-fn config() -> HeapConfig {
-    HeapConfig {
-        lanes: 1,
-        lane_log_bytes: 2048,
-        chunk_size: 4096,
-    }
 }
 
 /// The model: the data area and the slots' pointers.
@@ -97,66 +93,63 @@ fn read_state<B: Backend>(pool: &Pool<B>) -> State {
 /// Run `specs` under the crash harness; `Err` is the harness's report of a failing crash.
 fn run(policy: FencePolicy, sim: SimConfig, specs: &[TxSpec], points: usize) -> Result<(), String> {
     let states: RefCell<Vec<State>> = RefCell::new(Vec::new());
-    CrashTest::new(&format!("proptest-tx-{}", policy.name()), sim)
+    let test = CrashTest::new(&format!("proptest-tx-{}", policy.name()), sim)
         .pool("proptest-tx", 128 << 10, 1024)
         .points(CrashPoints::Sample(points))
         .images(Images::Random(3))
-        .seed(specs.len() as u64)
-        .run_with_setup(
-            |pool| {
-                Heap::create(pool, config(), policy).unwrap();
-                states.borrow_mut().push(read_state(pool));
-            },
-            |pool| {
-                let heap = Heap::open(pool, policy).unwrap();
-                let root = pool.root_offset();
-                for spec in specs {
-                    let before = states.borrow().last().unwrap().clone();
-                    let result = heap.transaction(|tx| {
-                        let mut next = before.clone();
-                        for &(offset, len, fill) in &spec.writes {
-                            let bytes = vec![fill; len as usize];
-                            tx.write(root + offset, &bytes)?;
-                            next.data[offset as usize..(offset + len) as usize]
-                                .copy_from_slice(&bytes);
+        .seed(specs.len() as u64);
+    crash_test_outcome(
+        &test,
+        |pool| {
+            simulated_heap_with(pool, TX_HEAP, policy);
+            states.borrow_mut().push(read_state(pool));
+        },
+        |pool| {
+            let heap = Heap::open(pool, policy).unwrap();
+            let root = pool.root_offset();
+            for spec in specs {
+                let before = states.borrow().last().unwrap().clone();
+                let result = heap.transaction(|tx| {
+                    let mut next = before.clone();
+                    for &(offset, len, fill) in &spec.writes {
+                        let bytes = vec![fill; len as usize];
+                        tx.write(root + offset, &bytes)?;
+                        next.data[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
+                    }
+                    let occupied: Vec<usize> = (0..SLOTS).filter(|&i| next.slots[i] != 0).collect();
+                    if let (Some(index), false) = (&spec.free, occupied.is_empty()) {
+                        let i = occupied[index % occupied.len()];
+                        tx.free(PPtr::<u8>::new(next.slots[i]))?;
+                        tx.write_value(root + SLOT_BASE + 8 * i as u64, &0u64)?;
+                        next.slots[i] = 0;
+                    }
+                    if let Some(size) = spec.alloc {
+                        if let Some(i) = (0..SLOTS).find(|&i| next.slots[i] == 0) {
+                            let p = tx.alloc(size)?;
+                            tx.write(p.offset(), &[0xA5; 16][..size.min(16) as usize])?;
+                            tx.write_value(root + SLOT_BASE + 8 * i as u64, &p.offset())?;
+                            next.slots[i] = p.offset();
                         }
-                        let occupied: Vec<usize> =
-                            (0..SLOTS).filter(|&i| next.slots[i] != 0).collect();
-                        if let (Some(index), false) = (&spec.free, occupied.is_empty()) {
-                            let i = occupied[index % occupied.len()];
-                            tx.free(PPtr::<u8>::new(next.slots[i]))?;
-                            tx.write_value(root + SLOT_BASE + 8 * i as u64, &0u64)?;
-                            next.slots[i] = 0;
-                        }
-                        if let Some(size) = spec.alloc {
-                            if let Some(i) = (0..SLOTS).find(|&i| next.slots[i] == 0) {
-                                let p = tx.alloc(size)?;
-                                tx.write(p.offset(), &[0xA5; 16][..size.min(16) as usize])?;
-                                tx.write_value(root + SLOT_BASE + 8 * i as u64, &p.offset())?;
-                                next.slots[i] = p.offset();
-                            }
-                        }
-                        if spec.abort {
-                            return Err(Failure::Aborted(Aborted));
-                        }
-                        Ok(next)
-                    });
-                    let after = match result {
-                        Ok(next) => next,
-                        Err(Failure::Aborted(_)) | Err(Failure::Tx(TxError::PoolFull { .. })) => {
-                            before
-                        }
-                        Err(Failure::Tx(e)) => panic!("unexpected error: {e}"),
-                    };
-                    assert_eq!(read_state(pool), after, "the workload itself went wrong");
-                    pool.operation_completed();
-                    states.borrow_mut().push(after);
-                }
-            },
-            |pool, crash| check(pool, crash, policy, &states.borrow()),
-        )
-        .map(|_| ())
-        .map_err(|f| f.to_string())
+                    }
+                    if spec.abort {
+                        return Err(Failure::Aborted(Aborted));
+                    }
+                    Ok(next)
+                });
+                let after = match result {
+                    Ok(next) => next,
+                    Err(Failure::Aborted(_)) | Err(Failure::Tx(TxError::PoolFull { .. })) => before,
+                    Err(Failure::Tx(e)) => panic!("unexpected error: {e}"),
+                };
+                assert_eq!(read_state(pool), after, "the workload itself went wrong");
+                pool.operation_completed();
+                states.borrow_mut().push(after);
+            }
+        },
+        |pool, crash| check(pool, crash, policy, &states.borrow()),
+    )
+    .map(|_| ())
+    .map_err(|f| f.to_string())
 }
 
 fn check<B: Backend>(
@@ -165,10 +158,7 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[State],
 ) -> Result<(), String> {
-    let heap = Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))?;
-    let blocks = heap
-        .check_heap()
-        .map_err(|e| format!("heap walk failed: {e}"))?;
+    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
     let now = read_state(pool);
     let done = crash.operations_completed as usize;
     let ok = states[done] == now || states.get(done + 1) == Some(&now);

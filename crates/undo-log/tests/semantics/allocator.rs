@@ -5,7 +5,12 @@ use super::*;
 
 /// 128 KiB pool, 4 KiB chunks: classes 64..1024 B, larger sizes are runs of chunks.
 fn chunky_heap() -> Heap {
-    new_heap(FencePolicy::Batched, 128 << 10, config(1, 4096, 4096))
+    anonymous_heap_under(
+        LAYOUT,
+        128 << 10,
+        heap_config(1, 4096, 4096),
+        FencePolicy::Batched,
+    )
 }
 
 /// Allocate `size`-byte blocks until the pool is full, `batch` per transaction.
@@ -39,7 +44,7 @@ fn fill(heap: &Heap, size: u64, batch: usize) -> Vec<PPtr<u8>> {
 fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
     let heap = chunky_heap();
     let layout = *heap.layout();
-    let usable = layout.alloc_size / layout.chunk_size - table_chunks(&layout);
+    let usable = layout.alloc_size / layout.chunk_size - chunk_table_chunks(&layout);
     let total = heap.alloc_stats();
     assert_eq!(total.total_chunks, layout.alloc_size / layout.chunk_size);
     assert_eq!(total.free_chunks, usable);
@@ -70,15 +75,7 @@ fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
     // Free every block of two chunks' worth: those chunks return to the free pool, so a
     // two-chunk run fits again (if they are adjacent) and a one-chunk run does.
     let (first, rest) = small.split_at(2 * 63);
-    for chunk in first.chunks(40) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
+    free_in_batches(&heap, first, 40);
     assert_eq!(heap.alloc_stats().free_chunks, 2);
     let run = alloc_one(&heap, 5000);
     assert!(matches!(
@@ -86,15 +83,7 @@ fn pool_full_for_small_and_large_sizes_then_frees_make_room() {
         Err(TxError::PoolFull { .. })
     ));
     free_one(&heap, run);
-    for chunk in rest.chunks(100) {
-        heap.transaction(|tx| {
-            for &p in chunk {
-                tx.free(p)?;
-            }
-            Ok::<_, TxError>(())
-        })
-        .unwrap();
-    }
+    free_in_batches(&heap, rest, 100);
     assert!(heap.check_heap().unwrap().is_empty());
     let stats = heap.alloc_stats();
     assert_eq!(stats.free_chunks, usable);
@@ -247,15 +236,20 @@ fn alloc_and_free_in_one_transaction_leave_nothing_allocated() {
 
 #[test]
 fn allocations_never_overlap_and_stay_inside_the_region() {
-    let heap = new_heap(FencePolicy::Batched, 4 << 20, config(1, 16 << 10, 16 << 10));
+    let heap = anonymous_heap_under(
+        LAYOUT,
+        4 << 20,
+        heap_config(1, 16 << 10, 16 << 10),
+        FencePolicy::Batched,
+    );
     let layout = *heap.layout();
-    let region_start = layout.alloc_offset + table_chunks(&layout) * layout.chunk_size;
+    let region_start = layout.alloc_offset + chunk_table_chunks(&layout) * layout.chunk_size;
     let region_end = layout.alloc_offset + layout.alloc_size;
     let sizes = [
         1u64, 8, 63, 64, 65, 100, 128, 129, 255, 256, 500, 512, 1000, 1024, 2000, 4096, 4097, 8000,
         16384, 16385, 40000, 70000,
     ];
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     // (pointer, requested size, seed of its contents)
     let mut live: Vec<(PPtr<u8>, u64, u64)> = Vec::new();
     let mut seed = 0;
@@ -316,15 +310,8 @@ fn allocations_never_overlap_and_stay_inside_the_region() {
                 kept.push(b);
             }
         }
-        for group in doomed.chunks(7) {
-            heap.transaction(|tx| {
-                for &(p, _, _) in group {
-                    tx.free(p)?;
-                }
-                Ok::<_, TxError>(())
-            })
-            .unwrap();
-        }
+        let doomed: Vec<PPtr<u8>> = doomed.iter().map(|&(p, _, _)| p).collect();
+        free_in_batches(&heap, &doomed, 7);
         live = kept;
         check(&live);
         assert!(round < 6);
@@ -335,9 +322,9 @@ fn allocations_never_overlap_and_stay_inside_the_region() {
 fn alloc_stats_agree_with_the_heap_walk() {
     let heap = chunky_heap();
     let layout = *heap.layout();
-    let table = table_chunks(&layout);
+    let table = chunk_table_chunks(&layout);
     let total = layout.alloc_size / layout.chunk_size;
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let mut live: Vec<PPtr<u8>> = Vec::new();
     for step in 0..120 {
         if live.len() < 30 && rng.below(3) != 0 {
@@ -384,7 +371,7 @@ fn alloc_stats_agree_with_the_heap_walk() {
 #[test]
 fn an_aborted_transactions_allocations_are_returned() {
     for policy in FencePolicy::ALL {
-        let heap = new_heap(policy, 128 << 10, config(1, 4096, 4096));
+        let heap = anonymous_heap_under(LAYOUT, 128 << 10, heap_config(1, 4096, 4096), policy);
         let keep = alloc_one(&heap, 200);
         let heap_before = heap.check_heap().unwrap();
         let stats_before = heap.alloc_stats();
@@ -419,16 +406,23 @@ fn an_aborted_transactions_allocations_are_returned() {
         assert_eq!(heap.check_heap().unwrap(), heap_before, "{policy:?}");
         let filled = fill(&heap, 64, 200);
         assert_eq!(filled.len(), n_aborted, "{policy:?}");
-        for chunk in filled.chunks(200) {
-            heap.transaction(|tx| {
-                for &p in chunk {
-                    tx.free(p)?;
-                }
-                Ok::<_, TxError>(())
-            })
-            .unwrap();
-        }
+        free_in_batches(&heap, &filled, 200);
         free_one(&heap, keep);
         assert!(heap.check_heap().unwrap().is_empty());
     }
+}
+
+#[test]
+fn freed_small_blocks_make_room_for_a_large_one() {
+    let heap = anonymous_heap_with("reuse", 1 << 20, heap_config(1, 16 << 10, 16 << 10));
+    // Fill the heap with 64-byte blocks, one a transaction.
+    let small = fill(&heap, 64, 1);
+    assert!(matches!(
+        heap.transaction(|tx| tx.alloc(32 << 10)),
+        Err(TxError::PoolFull { .. })
+    ));
+    free_in_batches(&heap, &small, 64);
+    assert!(heap.check_heap().unwrap().is_empty());
+    let big = heap.transaction(|tx| tx.alloc(32 << 10)).unwrap();
+    assert_eq!(heap.check_heap().unwrap(), vec![(big.offset(), 32 << 10)]);
 }

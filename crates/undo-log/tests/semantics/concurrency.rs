@@ -3,10 +3,11 @@
 use super::*;
 
 fn concurrent_run(lanes: u64, rounds: u64) {
-    let heap = Arc::new(new_heap(
-        FencePolicy::Batched,
+    let heap = Arc::new(anonymous_heap_under(
+        LAYOUT,
         8 << 20,
-        config(lanes, 8192, 16 << 10),
+        heap_config(lanes, 8192, 16 << 10),
+        FencePolicy::Batched,
     ));
     let root = heap.pool().root_offset();
     let sizes = [
@@ -20,7 +21,7 @@ fn concurrent_run(lanes: u64, rounds: u64) {
                 .map(|t| {
                     let h = &h;
                     s.spawn(move || {
-                        let mut rng = Rng(t + 100);
+                        let mut rng = SplitMix64::new(t + 100);
                         let counter = root + 256 * t;
                         let mut live: Vec<(PPtr<u8>, u64, u64)> = Vec::new();
                         for i in 0..rounds {

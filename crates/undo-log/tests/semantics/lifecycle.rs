@@ -16,7 +16,7 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
         let pool = Pool::create(&path, "semantics-reopen", 2 << 20, &file_options()).unwrap();
         let heap: Heap = Heap::create(
             Arc::new(pool),
-            config(2, 8192, 16 << 10),
+            heap_config(2, 8192, 16 << 10),
             FencePolicy::Strict,
         )
         .unwrap();
@@ -90,22 +90,22 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
 
 #[test]
 fn open_and_create_refuse_the_wrong_kind_of_pool() {
-    let pool = anon(1 << 20);
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
     match Heap::open(&*pool, FencePolicy::Batched) {
         Err(e @ TxError::NotFormatted) => assert!(e.to_string().contains("Heap::create")),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened an unformatted pool"),
     }
-    let heap = Heap::create(&*pool, config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap();
+    let heap = Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap();
     drop(heap);
-    match Heap::create(&*pool, config(2, 4096, 16 << 10), FencePolicy::Batched) {
+    match Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched) {
         Err(TxError::AlreadyFormatted) => {}
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("formatted a pool twice"),
     }
     // Another configuration does not make it formattable either.
     assert!(matches!(
-        Heap::create(&*pool, config(4, 1024, 4096), FencePolicy::Batched),
+        Heap::create(&*pool, heap_config(4, 1024, 4096), FencePolicy::Batched),
         Err(TxError::AlreadyFormatted)
     ));
     assert!(Heap::open(&*pool, FencePolicy::Strict).is_ok());
@@ -115,8 +115,8 @@ fn open_and_create_refuse_the_wrong_kind_of_pool() {
 fn a_damaged_superblock_is_refused() {
     // Bytes of the magic, version, lane count, allocator offset, chunk size and checksum.
     for byte in [0u64, 7, 8, 16, 20, 40, 56, 120, 123] {
-        let pool = anon(1 << 20);
-        drop(Heap::create(&*pool, config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
+        let pool = anonymous_pool(LAYOUT, 1 << 20);
+        drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
         let at = pool.heap_offset() + byte;
         let old: u8 = pool.read(at).unwrap();
         let w = pool.write(at, &[old ^ 0x5A]).unwrap();
@@ -130,7 +130,7 @@ fn a_damaged_superblock_is_refused() {
         }
         // Nor is it formatted over.
         assert!(matches!(
-            Heap::create(&*pool, config(2, 4096, 16 << 10), FencePolicy::Batched),
+            Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched),
             Err(TxError::AlreadyFormatted)
         ));
     }
@@ -168,11 +168,11 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
         ("a table chunk marked free", vec![(u64::MAX, 0)]),
     ];
     for (what, words) in cases {
-        let pool = anon(1 << 20);
-        let layout = *Heap::create(&*pool, config(1, 4096, chunk), FencePolicy::Batched)
+        let pool = anonymous_pool(LAYOUT, 1 << 20);
+        let layout = *Heap::create(&*pool, heap_config(1, 4096, chunk), FencePolicy::Batched)
             .unwrap()
             .layout();
-        let first = table_chunks(&layout);
+        let first = chunk_table_chunks(&layout);
         for (c, word) in words {
             let c = if c == u64::MAX { 0 } else { first + c };
             let w = pool.store_u64(layout.alloc_offset + 8 * c, word).unwrap();
@@ -188,8 +188,8 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     }
     // A bitmap marking an object past a small chunk's last: 64-byte class in a 16 KiB chunk
     // holds 255 objects (one 64-byte line of bitmap), so bit 255 must be clear.
-    let pool = anon(1 << 20);
-    let heap = Heap::create(&*pool, config(1, 4096, chunk), FencePolicy::Batched).unwrap();
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
+    let heap = Heap::create(&*pool, heap_config(1, 4096, chunk), FencePolicy::Batched).unwrap();
     let p = heap.transaction(|tx| tx.alloc(64)).unwrap();
     let layout = *heap.layout();
     drop(heap);
@@ -209,27 +209,27 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
 
 #[test]
 fn invalid_configurations_are_refused() {
-    let probe = anon(1 << 20);
+    let probe = anonymous_pool(LAYOUT, 1 << 20);
     let heap_offset = probe.heap_offset();
     // A pool with room for exactly one 4 KiB chunk: only the chunk table would fit.
-    let one = Layout::plan(heap_offset, 1 << 20, &config(1, 1024, 4096)).unwrap();
+    let one = Layout::plan(heap_offset, 1 << 20, &heap_config(1, 1024, 4096)).unwrap();
     let one_chunk_pool = one.alloc_offset + 4096;
     let cases: Vec<(u64, HeapConfig)> = vec![
-        (1 << 20, config(0, 4096, 4096)),
-        (1 << 20, config(1025, 256, 4096)),
-        (1 << 20, config(1, 0, 4096)),
-        (1 << 20, config(1, 192, 4096)),
-        (1 << 20, config(1, 1000, 4096)),
-        (1 << 20, config(1, 4096, 0)),
-        (1 << 20, config(1, 4096, 2048)),
-        (1 << 20, config(1, 4096, 5000)),
-        (1 << 20, config(1, 4096, 1 << 20)),
-        (1 << 20, config(1, u64::MAX / 64 * 64, 4096)),
-        (1 << 20, config(1024, 64 << 10, 4096)),
-        (one_chunk_pool, config(1, 1024, 4096)),
+        (1 << 20, heap_config(0, 4096, 4096)),
+        (1 << 20, heap_config(1025, 256, 4096)),
+        (1 << 20, heap_config(1, 0, 4096)),
+        (1 << 20, heap_config(1, 192, 4096)),
+        (1 << 20, heap_config(1, 1000, 4096)),
+        (1 << 20, heap_config(1, 4096, 0)),
+        (1 << 20, heap_config(1, 4096, 2048)),
+        (1 << 20, heap_config(1, 4096, 5000)),
+        (1 << 20, heap_config(1, 4096, 1 << 20)),
+        (1 << 20, heap_config(1, u64::MAX / 64 * 64, 4096)),
+        (1 << 20, heap_config(1024, 64 << 10, 4096)),
+        (one_chunk_pool, heap_config(1, 1024, 4096)),
     ];
     for (size, cfg) in cases {
-        let pool = anon(size);
+        let pool = anonymous_pool(LAYOUT, size);
         match Heap::create(&*pool, cfg, FencePolicy::Batched) {
             Err(e @ TxError::InvalidConfig { .. }) => {
                 assert!(e.to_string().contains("invalid heap configuration"), "{e}")
@@ -247,14 +247,14 @@ fn invalid_configurations_are_refused() {
         );
     }
     // The smallest valid values work.
-    let pool = anon(1 << 20);
-    let heap = Heap::create(&*pool, config(1, 256, 4096), FencePolicy::Batched).unwrap();
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
+    let heap = Heap::create(&*pool, heap_config(1, 256, 4096), FencePolicy::Batched).unwrap();
     heap.transaction(|tx| tx.write(pool.root_offset(), &[1; 232]))
         .unwrap();
-    let two_chunk_pool = anon(one_chunk_pool + 4096);
+    let two_chunk_pool = anonymous_pool(LAYOUT, one_chunk_pool + 4096);
     assert!(Heap::create(
         &*two_chunk_pool,
-        config(1, 1024, 4096),
+        heap_config(1, 1024, 4096),
         FencePolicy::Batched
     )
     .is_ok());

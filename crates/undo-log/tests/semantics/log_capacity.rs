@@ -1,6 +1,9 @@
 //! The typed errors of a full lane log: a snapshot larger than the log, snapshots that add up
 //! past it, and a log that fills at commit; each rolls the transaction back.
 
+use pmem_ordering::Hardware;
+use pmem_undo_log::Tx;
+
 use super::*;
 
 /// Bytes of a log entry's header (the lane format is private to the crate: this is the 24 the
@@ -9,7 +12,16 @@ const ENTRY_HEADER: u64 = 24;
 
 /// A heap with one lane of 1024 bytes of log: 1000 snapshot bytes at most (24-byte header).
 fn tiny_log_heap(policy: FencePolicy) -> Heap {
-    new_heap(policy, 1 << 20, config(1, 1024, 16 << 10))
+    anonymous_heap_under(LAYOUT, 1 << 20, heap_config(1, 1024, 16 << 10), policy)
+}
+
+/// Writes `count` 100-byte slots 128 bytes apart from `root`, slot `i` filled with `first + i`:
+/// each snapshot takes 24 + 104 = 128 bytes of the log, so eight fill a 1024-byte one.
+fn write_slots(tx: &Tx<'_, Hardware>, root: u64, count: u64, first: u8) -> Result<(), TxError> {
+    for i in 0..count {
+        tx.write(root + 128 * i, &[first + i as u8; 100])?;
+    }
+    Ok(())
 }
 
 #[test]
@@ -91,9 +103,7 @@ fn log_full_when_snapshots_add_up_and_the_transaction_rolls_back() {
         let before = bytes(pool, root, 2048);
         // Each 100-byte snapshot takes 24 + 104 = 128 bytes: eight fill the 1024-byte log.
         let result = heap.transaction(|tx| {
-            for i in 0..9u64 {
-                tx.write(root + 128 * i, &[i as u8 + 1; 100])?;
-            }
+            write_slots(tx, root, 9, 1)?;
             Ok::<_, TxError>(())
         });
         match result {
@@ -106,9 +116,7 @@ fn log_full_when_snapshots_add_up_and_the_transaction_rolls_back() {
         assert_eq!(bytes(pool, root, 2048), before, "{policy:?}");
 
         let result = heap.transaction(|tx| {
-            for i in 0..7u64 {
-                tx.write(root + 128 * i, &[i as u8 + 1; 100])?;
-            }
+            write_slots(tx, root, 7, 1)?;
             tx.write(root + 1024, &[9; 200])
         });
         match result {
@@ -122,9 +130,7 @@ fn log_full_when_snapshots_add_up_and_the_transaction_rolls_back() {
 
         // Swallowed, the refused write wrote nothing and the others commit.
         heap.transaction(|tx| {
-            for i in 0..8u64 {
-                tx.write(root + 128 * i, &[i as u8 + 1; 100])?;
-            }
+            write_slots(tx, root, 8, 1)?;
             assert!(matches!(
                 tx.write(root + 1024, &[9; 8]),
                 Err(TxError::LogFull { .. })
@@ -148,9 +154,7 @@ fn a_log_full_at_commit_rolls_back_data_and_allocations() {
         let before = bytes(pool, root, 2048);
         // The user's snapshots fill the log; the allocator's metadata has no room at commit.
         let result = heap.transaction(|tx| {
-            for i in 0..8u64 {
-                tx.write(root + 128 * i, &[0xA0 + i as u8; 100])?;
-            }
+            write_slots(tx, root, 8, 0xA0)?;
             let p = tx.alloc(64)?;
             tx.write(p.offset(), &[1; 64])
         });
@@ -165,9 +169,7 @@ fn a_log_full_at_commit_rolls_back_data_and_allocations() {
         // Room for the chunk word of a fresh chunk but not for its bitmap word: the commit
         // fails after writing some metadata, which must be rolled back too.
         let result = heap.transaction(|tx| {
-            for i in 0..7u64 {
-                tx.write(root + 128 * i, &[0xB0 + i as u8; 100])?;
-            }
+            write_slots(tx, root, 7, 0xB0)?;
             tx.write(root + 1024, &[0xBF; 72])?; // 24 + 72 bytes: 992 used, 32 free
             let p = tx.alloc(64)?;
             tx.write(p.offset(), &[2; 64])

@@ -9,6 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmem_ordering::{Granularity, PPtr, Pool, PoolOptions};
+use pmem_test_kit::fixture::{
+    anonymous_heap_under, anonymous_heap_with, anonymous_pool, chunk_table_chunks, heap_config,
+};
+use pmem_test_kit::SplitMix64;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, Layout, TxError};
 
 mod allocator;
@@ -17,25 +21,12 @@ mod lifecycle;
 mod log_capacity;
 mod rollback;
 
-fn anon(size: u64) -> Arc<Pool> {
-    Arc::new(Pool::anonymous("semantics", size, &PoolOptions::new()).unwrap())
-}
-
-fn config(lanes: u64, lane_log_bytes: u64, chunk_size: u64) -> HeapConfig {
-    HeapConfig {
-        lanes,
-        lane_log_bytes,
-        chunk_size,
-    }
-}
-
-fn new_heap(policy: FencePolicy, size: u64, config: HeapConfig) -> Heap {
-    Heap::create(anon(size), config, policy).unwrap()
-}
+/// The layout name of every pool of these tests.
+const LAYOUT: &str = "semantics";
 
 /// A heap with 2 lanes of 4 KiB, 16 KiB chunks, in a 1 MiB pool.
 fn small_heap(policy: FencePolicy) -> Heap {
-    new_heap(policy, 1 << 20, config(2, 4096, 16 << 10))
+    anonymous_heap_under(LAYOUT, 1 << 20, heap_config(2, 4096, 16 << 10), policy)
 }
 
 fn bytes(pool: &Pool, offset: u64, len: u64) -> Vec<u8> {
@@ -60,23 +51,6 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
     });
     rx.recv_timeout(Duration::from_secs(20))
         .unwrap_or_else(|_| panic!("{what} did not finish: a lane was never released"))
-}
-
-/// A small deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The error type of an application using the heap.
@@ -105,11 +79,19 @@ fn free_one(heap: &Heap, p: PPtr<u8>) {
     heap.transaction(|tx| tx.free(p)).unwrap();
 }
 
-fn offsets(blocks: &[(u64, u64)]) -> BTreeSet<u64> {
-    blocks.iter().map(|b| b.0).collect()
+/// Free `blocks`, `per_tx` of them in each transaction.
+fn free_in_batches(heap: &Heap, blocks: &[PPtr<u8>], per_tx: usize) {
+    for batch in blocks.chunks(per_tx) {
+        heap.transaction(|tx| {
+            for &p in batch {
+                tx.free(p)?;
+            }
+            Ok::<_, TxError>(())
+        })
+        .unwrap();
+    }
 }
 
-/// Chunks the chunk table takes at the start of the allocator's region.
-fn table_chunks(layout: &Layout) -> u64 {
-    (layout.alloc_size / layout.chunk_size * 8).div_ceil(layout.chunk_size)
+fn offsets(blocks: &[(u64, u64)]) -> BTreeSet<u64> {
+    blocks.iter().map(|b| b.0).collect()
 }

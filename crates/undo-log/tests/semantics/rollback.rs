@@ -136,7 +136,12 @@ fn panic_rolls_back_propagates_and_releases_the_lane() {
 fn nested_transactions_join_the_outer_one() {
     for policy in FencePolicy::ALL {
         // One lane: a nested call that did not join would wait for it forever.
-        let heap = Arc::new(new_heap(policy, 1 << 20, config(1, 4096, 16 << 10)));
+        let heap = Arc::new(anonymous_heap_under(
+            LAYOUT,
+            1 << 20,
+            heap_config(1, 4096, 16 << 10),
+            policy,
+        ));
         let h = heap.clone();
         within("a nested transaction", move || {
             let root = h.pool().root_offset();

@@ -9,8 +9,10 @@
 //!   (EuroSys'22), Sec. 4.2).
 //!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
-//! share one striped lock with reader versions (`sync`, private); its `affinity` module, which
-//! pins the CCEH helper thread, holds the crate's only `unsafe`.
+//! share one striped lock with reader versions (`sync`, private). `unsafe` appears in two
+//! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and the
+//! datalog's streaming of a copy-on-write block that no other thread can reach yet
+//! (`Pool::nt_write`, whose rule is stated in `pmem_ordering::pool`).
 #![deny(missing_docs)]
 
 pub mod cceh;

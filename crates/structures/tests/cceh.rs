@@ -295,12 +295,16 @@ fn lookups_stay_right_under_two_writers(config: CcehConfig) -> u64 {
             })
             .collect();
         let reader = s.spawn(|| {
+            // At least one whole round, even if the writers finish before this thread starts.
             let mut rounds = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            loop {
                 for &k in &stable {
                     assert_eq!(table.get(k).unwrap(), Some(k ^ 0xABCD), "stable key {k}");
                 }
                 rounds += 1;
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
             }
             rounds
         });

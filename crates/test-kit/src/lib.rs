@@ -10,7 +10,9 @@
 //!   cargo-fuzz and a proptest strategy (feature `proptest`, on by default);
 //! * [`crash`]: the one crash driver around `pmem_ordering::sim::CrashTest`, which fails when
 //!   it checked nothing, and the model [`History`] recovered states are judged against
-//!   (durable linearizability, DESIGN.md "The crash simulator").
+//!   (durable linearizability: every operation that returned before the crash is present, the
+//!   interrupted one is all or nothing, nothing else changed).
+#![forbid(unsafe_code)]
 
 pub mod cceh;
 pub mod crash;

@@ -187,6 +187,26 @@ fn clflush_needs_no_fence() {
         .unwrap();
 }
 
+#[test]
+fn a_run_that_checks_no_crash_point_fails() {
+    let outcome = crash_test("points-past-the-end", SimConfig::x86())
+        .points(CrashPoints::At(vec![1_000_000]))
+        .run(
+            |pool| {
+                let w = pool.store_u64(flag_at(pool), 1).unwrap();
+                let _ = pool.persist(w);
+                pool.operation_completed();
+            },
+            |_, _| Ok(()),
+        );
+    let failure = expect_caught(outcome);
+    assert!(
+        failure.message.contains("nothing was checked"),
+        "{}",
+        failure.message
+    );
+}
+
 /// An undo-log entry written with nt-stores, then the data it protects with a temporal store and
 /// no fence between: recovery trusts the data only if the log entry is there.
 fn log_then_data(pool: &SimPool) {
@@ -351,8 +371,9 @@ fn themis_forbids_a_temporal_store_without_its_earlier_nt_store() {
 
 #[test]
 fn findings_report_clean_flushes_and_empty_fences() {
+    // One crash point, the start: this test is about the findings of the run itself.
     let report = crash_test("findings", SimConfig::x86())
-        .points(CrashPoints::At(vec![]))
+        .points(CrashPoints::At(vec![0]))
         .run(
             |pool| {
                 let _ = pool.flush_range(pool.root_offset(), 8).unwrap();

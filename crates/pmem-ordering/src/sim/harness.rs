@@ -84,7 +84,8 @@ pub struct Crash {
     pub lines: Vec<LineChoice>,
 }
 
-/// The outcome of a passing crash test.
+/// The outcome of a passing crash test: at least one crash point and one image were checked
+/// (a run that checks none fails instead).
 #[derive(Clone, Debug)]
 pub struct Report {
     /// Events the workload made.
@@ -280,6 +281,8 @@ impl CrashTest {
     /// and returns `Err` with a message if the recovered state breaks the invariant (a panic
     /// counts as a failure too). That pool writes memory like any other but records no trace,
     /// since one is made per image; to crash-test recovery itself, run it as a workload.
+    ///
+    /// A run that checks no crash point or no image (points past the workload's end) fails.
     pub fn run(
         &self,
         workload: impl FnOnce(&Pool<SimBackend>),
@@ -341,6 +344,18 @@ impl CrashTest {
             if let Some(e) = trace.get(k as usize) {
                 state.apply(e);
             }
+        }
+        // A run that checked nothing proves nothing: say so rather than pass.
+        if report.points == 0 || report.images == 0 {
+            return Err(self.failure(
+                None,
+                Vec::new(),
+                format!(
+                    "checked {} crash points and {} images of a {total}-event workload: \
+                     nothing was checked (crash points past the workload's end?)",
+                    report.points, report.images
+                ),
+            ));
         }
         Ok(report)
     }

@@ -53,7 +53,7 @@ impl NodeView<'_> {
     #[inline]
     pub(super) fn find(&self, key: u64) -> Option<usize> {
         let ub = self.upper_bound(key);
-        (ub > 0 && self.key(ub - 1) == key).then_some(ub - 1)
+        (ub > 0 && self.key(ub - 1) == key).then(|| ub - 1)
     }
 
     /// The value of `key` in this leaf, if there.
@@ -215,5 +215,27 @@ mod tests {
             Step::Leaf(Some(99))
         ));
         assert!(matches!(tree.step(leaf, 0).unwrap(), Step::Leaf(Some(0))));
+    }
+
+    /// A key below every key of its leaf has no slot: the search must not compute one (the
+    /// fuzz target found `find` subtracting 1 from an upper bound of 0 under overflow checks).
+    #[test]
+    fn a_key_below_every_key_of_its_leaf_is_absent() {
+        let heap = heap();
+        for policy in [ShiftPolicy::PerShift, ShiftPolicy::Fast, ShiftPolicy::Redo] {
+            let config = FastFairConfig {
+                node_size: 128,
+                policy,
+            };
+            let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+            for k in 10..14 {
+                tree.insert(k, k + 100).unwrap();
+            }
+            assert_eq!(tree.get(5).unwrap(), None);
+            assert_eq!(tree.remove(5).unwrap(), None);
+            assert_eq!(tree.upsert(5, 1).unwrap(), None);
+            assert_eq!(tree.remove(5).unwrap(), Some(1));
+            assert_eq!(tree.len(), 4);
+        }
     }
 }

@@ -62,19 +62,21 @@ impl Stripes {
     #[inline]
     pub(crate) fn lock(&self, i: usize) -> StripeGuard<'_> {
         let stripe = &self.stripes[i];
+        if stripe.try_lock() {
+            return StripeGuard { stripe };
+        }
+        Self::lock_contended(stripe)
+    }
+
+    /// The waiting path of [`Stripes::lock`], out of line so the uncontended path inlines small.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(stripe: &Stripe) -> StripeGuard<'_> {
         let backoff = Backoff::new();
-        loop {
-            let v = stripe.word.load(Ordering::Relaxed);
-            if v & LOCKED == 0
-                && stripe
-                    .word
-                    .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return StripeGuard { stripe };
-            }
+        while !stripe.try_lock() {
             backoff.snooze();
         }
+        StripeGuard { stripe }
     }
 
     /// Every stripe's lock, taken in index order. Writers hold one stripe at a time, so this
@@ -143,6 +145,19 @@ impl Drop for StripeGuard<'_> {
             v = (v & !CHANGING).wrapping_add(CHANGE_STEP);
         }
         word.store(v & !LOCKED, Ordering::Release);
+    }
+}
+
+impl Stripe {
+    /// One attempt at the lock: a compare-and-swap only if the word shows it free.
+    #[inline]
+    fn try_lock(&self) -> bool {
+        let v = self.word.load(Ordering::Relaxed);
+        v & LOCKED == 0
+            && self
+                .word
+                .compare_exchange_weak(v, v | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
     }
 }
 

@@ -138,6 +138,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     }
 
     /// The pool.
+    ///
+    /// The heap's lane logs belong to the transactions that hold them: a transaction writes its
+    /// log entries with streaming stores ([`Pool::nt_write`]), so reading a lane's log through
+    /// this pool while a transaction of another thread runs in it breaks the pool's
+    /// streaming-store rule (a data race). Read the heap's data through the structures built on
+    /// it, and the log only after the heap is dropped.
     pub fn pool(&self) -> &Pool<B> {
         &self.pool
     }

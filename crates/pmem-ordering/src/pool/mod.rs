@@ -274,9 +274,8 @@ impl<B: Backend> Pool<B> {
             });
         };
         let start = self.addr(offset, len)?;
-        // SAFETY: in the mapping (which outlives `self`'s borrow) and 8-aligned (page-aligned
-        // base). Every other access is atomic too, except streaming stores, which by their rule
-        // (module docs) no thread overlaps with an access like these loads.
+        // SAFETY: in the mapping (which outlives `self`'s borrow), 8-aligned (page-aligned base);
+        // every access is atomic but streaming stores, whose rule keeps them from these loads.
         let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
         Ok(Words { words })
     }

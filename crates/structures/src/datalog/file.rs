@@ -166,9 +166,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
                     let block = tx.alloc(data_block_bytes(group.len() as u64))?.offset();
                     for (i, (_, page)) in group.iter().enumerate() {
                         // Ordered before the commit word by the transaction's commit fence.
-                        // SAFETY: `block` was just allocated by this transaction and is not yet
-                        // published: no entry, inode or other thread refers to it before the
-                        // commit, so no other thread accesses it concurrently.
+                        // SAFETY: `block` is this transaction's fresh allocation, published only
+                        // at the commit: no other thread can reach it (the streaming-store rule).
                         drop(unsafe { pool.nt_write(data_page(block, i as u64), page) }?);
                     }
                     blocks.push(block);

@@ -170,11 +170,11 @@ impl OpenLog {
         let mut old = vec![0u8; len as usize];
         pool.read_bytes(offset, &mut old)?;
         entry::encode(&mut self.buf, self.generation, offset, &old);
-        // SAFETY: the range is in this lane's log. `Heap` hands a lane to one transaction at a
-        // time under its mutex (whose unlock and lock order one holder's accesses before the
-        // next's), and nothing reads a lane log but its holder and `Heap::open`'s recovery, which
-        // runs before the heap is shared: no other thread of this crate accesses it concurrently.
+        // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
+        // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
+        // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).
         #[allow(unsafe_code)]
+        // SAFETY: so no other thread accesses this range of the log concurrently.
         let token = unsafe { pool.nt_write(self.lane.log() + self.used, &self.buf) }?;
         self.used += needed;
         self.entries += 1;

@@ -18,4 +18,7 @@
 pub mod cceh;
 pub mod datalog;
 pub mod fastfair;
+pub mod kind;
 mod sync;
+
+pub use kind::StructureKind;

@@ -37,6 +37,7 @@
 
 mod error;
 pub mod header;
+mod magic;
 pub(crate) mod mapping;
 mod open;
 mod pptr;
@@ -47,6 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use error::PoolError;
 pub use header::Header;
+pub use magic::MagicText;
 pub use open::PoolOptions;
 pub use pptr::PPtr;
 pub use words::Words;

@@ -19,6 +19,8 @@ pub mod cceh;
 pub mod datalog;
 pub mod fastfair;
 pub mod kind;
+pub mod store;
 mod sync;
 
 pub use kind::StructureKind;
+pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};

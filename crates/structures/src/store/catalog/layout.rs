@@ -1,0 +1,186 @@
+//! Where the catalog's bytes are: a 64-byte header and fixed-size entries, in the pool's root
+//! object. Nothing else in the store knows these offsets.
+
+use crate::kind::StructureKind;
+
+/// The header's magic: the root object holds a store catalog.
+pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"PMCATLG1");
+/// The catalog format this code reads and writes.
+pub(super) const VERSION: u64 = 1;
+/// Bytes of the header.
+pub(super) const HEADER_BYTES: u64 = 64;
+/// Bytes of one entry: a line of fields and a line of name.
+pub(super) const ENTRY_BYTES: u64 = 128;
+/// The longest name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// Header words.
+pub(super) mod header {
+    pub const MAGIC: u64 = 0;
+    pub const VERSION: u64 = 8;
+    pub const CAPACITY: u64 = 16;
+}
+
+/// Entry words, from the entry's start.
+pub(super) mod entry {
+    /// The structure's kind code; 0 marks a free entry.
+    pub const KIND: u64 = 0;
+    /// [`super::State`] code.
+    pub const STATE: u64 = 8;
+    /// The structure's root block.
+    pub const ROOT: u64 = 16;
+    /// While removing: the block listing what is left to free (count, then offsets).
+    pub const REMOVAL_LIST: u64 = 24;
+    /// While removing: how many listed blocks are freed already.
+    pub const REMOVAL_CURSOR: u64 = 32;
+    /// Bytes of the name.
+    pub const NAME_LEN: u64 = 40;
+    /// Maps: 1 if the key the structure reserves for itself holds a value (kept here).
+    pub const SIDE_PRESENT: u64 = 48;
+    /// Maps: that key's value.
+    pub const SIDE_VALUE: u64 = 56;
+    /// The name's bytes.
+    pub const NAME: u64 = 64;
+}
+
+/// The bytes of the root object a catalog of `capacity` entries needs.
+pub fn root_bytes(capacity: u64) -> u64 {
+    HEADER_BYTES + capacity * ENTRY_BYTES
+}
+
+/// The capacity a root object of `root_bytes` holds.
+pub(super) fn capacity_of(root_bytes: u64) -> u64 {
+    root_bytes.saturating_sub(HEADER_BYTES) / ENTRY_BYTES
+}
+
+/// The lifecycle of an entry in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum State {
+    /// The structure is live.
+    Live,
+    /// The structure is being freed, batch by batch; open finishes the job.
+    Removing,
+}
+
+impl State {
+    pub(super) fn code(self) -> u64 {
+        match self {
+            State::Live => 1,
+            State::Removing => 2,
+        }
+    }
+
+    pub(super) fn from_code(code: u64) -> Option<State> {
+        match code {
+            1 => Some(State::Live),
+            2 => Some(State::Removing),
+            _ => None,
+        }
+    }
+}
+
+/// One decoded entry in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct EntryImage {
+    pub kind: StructureKind,
+    pub state: State,
+    pub root: u64,
+    pub removal_list: u64,
+    pub removal_cursor: u64,
+    pub name: String,
+    pub side: Option<u64>,
+}
+
+impl EntryImage {
+    /// The entry's bytes.
+    pub(super) fn bytes(&self) -> [u8; ENTRY_BYTES as usize] {
+        let mut b = [0u8; ENTRY_BYTES as usize];
+        let mut put = |at: u64, v: u64| {
+            b[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(entry::KIND, self.kind.code());
+        put(entry::STATE, self.state.code());
+        put(entry::ROOT, self.root);
+        put(entry::REMOVAL_LIST, self.removal_list);
+        put(entry::REMOVAL_CURSOR, self.removal_cursor);
+        put(entry::NAME_LEN, self.name.len() as u64);
+        put(entry::SIDE_PRESENT, u64::from(self.side.is_some()));
+        put(entry::SIDE_VALUE, self.side.unwrap_or(0));
+        let name = entry::NAME as usize;
+        b[name..name + self.name.len()].copy_from_slice(self.name.as_bytes());
+        b
+    }
+
+    /// Decode an entry's bytes: `Ok(None)` for a free entry, `Err` naming what is wrong.
+    pub(super) fn decode(b: &[u8; ENTRY_BYTES as usize]) -> Result<Option<EntryImage>, String> {
+        let word = |at: u64| u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap());
+        let code = word(entry::KIND);
+        if code == 0 {
+            return Ok(None);
+        }
+        let kind = StructureKind::from_code(code).ok_or(format!("unknown kind code {code}"))?;
+        let state = State::from_code(word(entry::STATE))
+            .ok_or(format!("unknown state code {}", word(entry::STATE)))?;
+        let len = word(entry::NAME_LEN);
+        if len == 0 || len > MAX_NAME_BYTES as u64 {
+            return Err(format!("name length {len}"));
+        }
+        let name = &b[entry::NAME as usize..(entry::NAME + len) as usize];
+        let name = std::str::from_utf8(name)
+            .map_err(|_| "the name is not UTF-8".to_string())?
+            .to_string();
+        let side = match word(entry::SIDE_PRESENT) {
+            0 => None,
+            1 => Some(word(entry::SIDE_VALUE)),
+            other => return Err(format!("reserved-key flag {other}")),
+        };
+        Ok(Some(EntryImage {
+            kind,
+            state,
+            root: word(entry::ROOT),
+            removal_list: word(entry::REMOVAL_LIST),
+            removal_cursor: word(entry::REMOVAL_CURSOR),
+            name,
+            side,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_round_trips_through_its_bytes() {
+        let image = EntryImage {
+            kind: StructureKind::BTreeMap,
+            state: State::Removing,
+            root: 0x4_0040,
+            removal_list: 0x9_0000,
+            removal_cursor: 17,
+            name: "orders".into(),
+            side: Some(u64::MAX - 3),
+        };
+        assert_eq!(EntryImage::decode(&image.bytes()), Ok(Some(image)));
+        assert_eq!(EntryImage::decode(&[0; ENTRY_BYTES as usize]), Ok(None));
+    }
+
+    #[test]
+    fn damaged_entries_are_named() {
+        let mut b = EntryImage {
+            kind: StructureKind::HashMap,
+            state: State::Live,
+            root: 64,
+            removal_list: 0,
+            removal_cursor: 0,
+            name: "x".repeat(MAX_NAME_BYTES),
+            side: None,
+        }
+        .bytes();
+        assert!(EntryImage::decode(&b).unwrap().is_some());
+        b[entry::NAME_LEN as usize] = 65;
+        assert_eq!(EntryImage::decode(&b), Err("name length 65".to_string()));
+        b[0] = 9;
+        assert_eq!(EntryImage::decode(&b), Err("unknown kind code 9".to_string()));
+    }
+}

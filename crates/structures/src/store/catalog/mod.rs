@@ -1,0 +1,289 @@
+//! The persistent catalog: names -> (kind, root block), in the pool's root object.
+//!
+//! * `layout`: the header and entry bytes.
+//! * `removal`: freeing a removed structure's blocks in bounded transactions.
+//!
+//! Every change is an undo-log transaction, so a crash leaves the catalog before or after it.
+//! Adding a structure is *one* transaction: the root block's allocation, the structure's own
+//! creation (its transaction joins this one) and the entry, so a crash can leave neither an
+//! entry without a structure nor a structure no entry owns. Removal is a sequence of bounded
+//! transactions recorded in the entry (`removal`), finished by the next open if a crash stops it.
+//!
+//! The catalog keeps a DRAM copy of its entries; the store serialises changes with a lock.
+
+mod layout;
+mod removal;
+
+use std::ops::Deref;
+
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::{Heap, Tx, TxError};
+
+pub use layout::{root_bytes, MAX_NAME_BYTES};
+use layout::{capacity_of, entry, header, EntryImage, State, ENTRY_BYTES, HEADER_BYTES};
+
+use super::error::Error;
+use crate::kind::StructureKind;
+
+/// A structure the catalog lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Listed {
+    /// Its entry's index.
+    pub slot: u64,
+    /// Its kind.
+    pub kind: StructureKind,
+    /// Its root block.
+    pub root: u64,
+}
+
+/// The catalog of a store: where it lives and a DRAM copy of its entries.
+pub(crate) struct Catalog {
+    base: u64,
+    entries: Vec<Option<EntryImage>>,
+}
+
+impl Catalog {
+    /// Format an empty catalog of the root object's capacity (one transaction).
+    pub(crate) fn format<B: Backend, P: Deref<Target = Pool<B>>>(
+        heap: &Heap<B, P>,
+    ) -> Result<Catalog, Error> {
+        let pool = heap.pool();
+        let base = pool.root_offset();
+        let capacity = capacity_of(pool.root_size());
+        if capacity == 0 {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "a root object of {} bytes holds no catalog entry ({} needed for one)",
+                    pool.root_size(),
+                    root_bytes(1)
+                ),
+            });
+        }
+        heap.transaction(|tx| {
+            tx.write_value(base + header::VERSION, &layout::VERSION)?;
+            tx.write_value(base + header::CAPACITY, &capacity)?;
+            tx.write_value(base + header::MAGIC, &layout::MAGIC)
+        })?;
+        Ok(Catalog {
+            base,
+            entries: vec![None; capacity as usize],
+        })
+    }
+
+    /// Read the catalog, finish every removal a crash interrupted, and return it. An
+    /// all-zero root object (the store's creation stopped before its catalog) is formatted.
+    pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
+        heap: &Heap<B, P>,
+    ) -> Result<Catalog, Error> {
+        let pool = heap.pool();
+        let base = pool.root_offset();
+        let magic = pool.load_u64(base + header::MAGIC)?;
+        if magic == 0 && root_is_zero(pool)? {
+            return Catalog::format(heap);
+        }
+        if magic != layout::MAGIC {
+            return Err(corrupt(format!(
+                "the root object starts with {} instead of the catalog's magic",
+                pmem_ordering::MagicText::from_word(magic)
+            )));
+        }
+        let version = pool.load_u64(base + header::VERSION)?;
+        if version != layout::VERSION {
+            return Err(corrupt(format!(
+                "catalog format version {version}, but this library reads version {}",
+                layout::VERSION
+            )));
+        }
+        let capacity = pool.load_u64(base + header::CAPACITY)?;
+        if capacity == 0 || capacity > capacity_of(pool.root_size()) {
+            return Err(corrupt(format!(
+                "capacity {capacity} does not fit the {}-byte root object",
+                pool.root_size()
+            )));
+        }
+        let mut catalog = Catalog {
+            base,
+            entries: Vec::with_capacity(capacity as usize),
+        };
+        for slot in 0..capacity {
+            let mut bytes = [0u8; ENTRY_BYTES as usize];
+            pool.read_bytes(catalog.entry_offset(slot), &mut bytes)?;
+            let image = EntryImage::decode(&bytes)
+                .map_err(|reason| corrupt(format!("entry {slot}: {reason}")))?;
+            catalog.entries.push(image);
+        }
+        catalog.check_names()?;
+        for slot in 0..capacity {
+            if let Some(image) = &catalog.entries[slot as usize] {
+                if image.state == State::Removing {
+                    removal::finish(heap, catalog.entry_offset(slot), image)?;
+                    catalog.entries[slot as usize] = None;
+                }
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// How many names the catalog can hold.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// The structure listed under `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<Listed> {
+        self.entries
+            .iter()
+            .enumerate()
+            .find_map(|(slot, e)| match e {
+                Some(e) if e.name == name => Some(Listed {
+                    slot: slot as u64,
+                    kind: e.kind,
+                    root: e.root,
+                }),
+                _ => None,
+            })
+    }
+
+    /// Every name with its kind, sorted by name.
+    pub(crate) fn list(&self) -> Vec<(String, StructureKind)> {
+        let mut names: Vec<_> = self
+            .entries
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.kind))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every structure listed, with its name.
+    pub(crate) fn listed(&self) -> Vec<(String, Listed)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, e)| {
+                e.as_ref().map(|e| {
+                    (
+                        e.name.clone(),
+                        Listed {
+                            slot: slot as u64,
+                            kind: e.kind,
+                            root: e.root,
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Pool offset of entry `slot`.
+    pub(crate) fn entry_offset(&self, slot: u64) -> u64 {
+        self.base + HEADER_BYTES + slot * ENTRY_BYTES
+    }
+
+    /// List a new structure of `kind` under `name` (checked by the caller), in one
+    /// transaction: allocate and zero a root block of `root_bytes`, run `create` on it (its own
+    /// transaction joins this one) and write the entry. Returns what `create` made.
+    pub(crate) fn add<B: Backend, P: Deref<Target = Pool<B>>, S>(
+        &mut self,
+        heap: &Heap<B, P>,
+        name: &str,
+        kind: StructureKind,
+        root_bytes: u64,
+        create: impl FnOnce(u64) -> Result<S, Error>,
+    ) -> Result<(S, Listed), Error> {
+        let slot = self
+            .entries
+            .iter()
+            .position(Option::is_none)
+            .ok_or(Error::CatalogFull {
+                capacity: self.capacity(),
+            })? as u64;
+        let entry_offset = self.entry_offset(slot);
+        let (structure, image) = heap.transaction(|tx| {
+            let root = tx.alloc(root_bytes)?.offset();
+            if !root.is_multiple_of(64) {
+                // The allocator hands out 64-byte-aligned blocks; a structure's root needs it.
+                return Err(Error::Heap(TxError::CorruptHeap {
+                    reason: format!("a {root_bytes}-byte block at {root:#x} is not line-aligned"),
+                }));
+            }
+            tx.write(root, &vec![0u8; root_bytes as usize])?;
+            let structure = create(root)?;
+            let image = EntryImage {
+                kind,
+                state: State::Live,
+                root,
+                removal_list: 0,
+                removal_cursor: 0,
+                name: name.to_string(),
+                side: None,
+            };
+            tx.write(entry_offset, &image.bytes())?;
+            Ok::<_, Error>((structure, image))
+        })?;
+        let listed = Listed {
+            slot,
+            kind,
+            root: image.root,
+        };
+        self.entries[slot as usize] = Some(image);
+        Ok((structure, listed))
+    }
+
+    /// Unlist the structure in `slot` and free its root block and `blocks`, which must be every
+    /// block it owns. Crash-safe: see `removal`.
+    pub(crate) fn remove<B: Backend, P: Deref<Target = Pool<B>>>(
+        &mut self,
+        heap: &Heap<B, P>,
+        slot: u64,
+        blocks: &[u64],
+    ) -> Result<(), Error> {
+        let image = self.entries[slot as usize]
+            .clone()
+            .expect("remove is called on a listed slot");
+        removal::run(heap, self.entry_offset(slot), &image, blocks)?;
+        self.entries[slot as usize] = None;
+        Ok(())
+    }
+
+    /// Two entries with one name mean a damaged catalog: refuse it rather than pick one.
+    fn check_names(&self) -> Result<(), Error> {
+        let mut names: Vec<&str> = self.entries.iter().flatten().map(|e| e.name.as_str()).collect();
+        names.sort_unstable();
+        match names.windows(2).find(|w| w[0] == w[1]) {
+            Some(w) => Err(corrupt(format!("two entries are named {:?}", w[0]))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The value the map in entry `entry_offset` keeps for the key its structure reserves, as the
+/// pool holds it.
+pub(crate) fn read_side<B: Backend>(pool: &Pool<B>, entry_offset: u64) -> Result<Option<u64>, Error> {
+    match pool.load_u64(entry_offset + entry::SIDE_PRESENT)? {
+        0 => Ok(None),
+        1 => Ok(Some(pool.load_u64(entry_offset + entry::SIDE_VALUE)?)),
+        other => Err(corrupt(format!("reserved-key flag {other} at {entry_offset:#x}"))),
+    }
+}
+
+/// Write the reserved key's value (`None`: absent) into entry `entry_offset`, inside `tx`.
+pub(crate) fn write_side<B: Backend>(
+    tx: &Tx<'_, B>,
+    entry_offset: u64,
+    value: Option<u64>,
+) -> Result<(), TxError> {
+    let words = [u64::from(value.is_some()), value.unwrap_or(0)];
+    tx.write(entry_offset + entry::SIDE_PRESENT, bytemuck::cast_slice(&words))
+}
+
+fn root_is_zero<B: Backend>(pool: &Pool<B>) -> Result<bool, Error> {
+    let mut bytes = vec![0u8; pool.root_size() as usize];
+    pool.read_bytes(pool.root_offset(), &mut bytes)?;
+    Ok(bytes.iter().all(|&b| b == 0))
+}
+
+fn corrupt(reason: String) -> Error {
+    Error::CorruptCatalog { reason }
+}

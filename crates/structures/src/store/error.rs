@@ -1,0 +1,192 @@
+//! The one error type of the `Store` and its handles.
+//!
+//! Every failure a service can meet through the store, a map or a datalog handle is an
+//! [`Error`]. The cases a caller acts on have their own variant whatever structure raised them
+//! (a full pool is [`Error::PoolFull`] from the hash map, the B+-tree, the datalog and the
+//! catalog alike); the rest keep the structure's own error, whose message says what happened.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use pmem_ordering::PoolError;
+use pmem_undo_log::TxError;
+
+use crate::cceh::CcehError;
+use crate::datalog::DatalogError;
+use crate::fastfair::FastFairError;
+use crate::kind::StructureKind;
+
+/// What can go wrong with a store, its catalog or a structure in it.
+#[non_exhaustive]
+#[derive(thiserror::Error)]
+pub enum Error {
+    /// Creating, opening or reaching the pool file failed (not found, already open, not a
+    /// pool, ...).
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// The pool has no room left for the change; nothing changed.
+    #[error("the store is full: no room for an allocation of {requested} bytes ({free} bytes free in all); nothing changed")]
+    PoolFull {
+        /// Bytes the change asked for.
+        requested: u64,
+        /// Bytes free in the pool's heap (possibly fragmented).
+        free: u64,
+    },
+    /// The pool file holds a pool of this library, but not a store.
+    #[error("{path} holds a pool of layout {layout:?}, not a store (layout {expected:?})")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// The layout it holds.
+        layout: String,
+        /// The store's layout.
+        expected: &'static str,
+    },
+    /// The store's creation was interrupted before its heap was formatted.
+    #[error("{path} holds a store whose creation was interrupted: remove the file and create it again")]
+    Incomplete {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A name of another kind of structure.
+    #[error("{name:?} is {found}, not {wanted}")]
+    KindMismatch {
+        /// The name asked for.
+        name: String,
+        /// What the store holds under it.
+        found: StructureKind,
+        /// What was asked for.
+        wanted: StructureKind,
+    },
+    /// No structure of that name.
+    #[error("the store holds no structure named {name:?}")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// The catalog has no free entry for a new name.
+    #[error("the store's catalog is full: all {capacity} names are in use (StoreOptions::max_structures sets the capacity at create)")]
+    CatalogFull {
+        /// Names the catalog holds.
+        capacity: u64,
+    },
+    /// A name that cannot be stored.
+    #[error("invalid structure name {name:?}: {reason}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// The structure has open handles, so it cannot be removed.
+    #[error("{name:?} is in use: drop its handles before removing it")]
+    InUse {
+        /// The name.
+        name: String,
+    },
+    /// An option or argument that cannot be used.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// Why.
+        reason: String,
+    },
+    /// The catalog is damaged; the store refuses to guess.
+    #[error("the store's catalog is damaged: {reason}")]
+    CorruptCatalog {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The undo-log heap failed (log space, a damaged log or allocator); nothing changed.
+    #[error(transparent)]
+    Heap(TxError),
+    /// The hash map failed.
+    #[error(transparent)]
+    HashMap(CcehError),
+    /// The B+-tree failed.
+    #[error(transparent)]
+    BTreeMap(FastFairError),
+    /// The datalog failed.
+    #[error(transparent)]
+    Datalog(DatalogError),
+}
+
+/// `Debug` prints the message: `main() -> Result<(), Box<dyn Error>>` shows it to the user.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl From<TxError> for Error {
+    fn from(e: TxError) -> Error {
+        match e {
+            TxError::Pool(e) => Error::Pool(e),
+            TxError::PoolFull { requested, free } => Error::PoolFull { requested, free },
+            other => Error::Heap(other),
+        }
+    }
+}
+
+impl From<CcehError> for Error {
+    fn from(e: CcehError) -> Error {
+        match e {
+            CcehError::Tx(e) => Error::from(e),
+            other => Error::HashMap(other),
+        }
+    }
+}
+
+impl From<FastFairError> for Error {
+    fn from(e: FastFairError) -> Error {
+        match e {
+            FastFairError::Tx(e) => Error::from(e),
+            other => Error::BTreeMap(other),
+        }
+    }
+}
+
+impl From<DatalogError> for Error {
+    fn from(e: DatalogError) -> Error {
+        match e {
+            DatalogError::Tx(e) => Error::from(e),
+            other => Error::Datalog(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use crate::cceh::CcehError;
+    use crate::kind::StructureKind;
+    use pmem_undo_log::TxError;
+
+    #[test]
+    fn a_full_pool_is_one_variant_whatever_raised_it() {
+        let full = || TxError::PoolFull {
+            requested: 4096,
+            free: 100,
+        };
+        assert!(matches!(Error::from(full()), Error::PoolFull { .. }));
+        assert!(matches!(
+            Error::from(CcehError::Tx(full())),
+            Error::PoolFull {
+                requested: 4096,
+                free: 100
+            }
+        ));
+    }
+
+    #[test]
+    fn debug_reads_as_the_message() {
+        let e = Error::KindMismatch {
+            name: "users".into(),
+            found: StructureKind::HashMap,
+            wanted: StructureKind::BTreeMap,
+        };
+        assert_eq!(
+            format!("{e:?}"),
+            "\"users\" is a CCEH hash table, not a FAST&FAIR B+-tree"
+        );
+    }
+}

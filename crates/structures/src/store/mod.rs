@@ -1,0 +1,256 @@
+//! The `Store`: one pool file, a catalog of named structures, owned handles.
+//!
+//! ```no_run
+//! use pmem_structures::{Store, StoreOptions};
+//!
+//! # fn main() -> Result<(), pmem_structures::Error> {
+//! let store = Store::open_or_create("/dev/shm/example.pool", 64 << 20, &StoreOptions::new())?;
+//! let users = store.hash_map("users")?;
+//! users.insert(42, 7)?;
+//! assert_eq!(users.get(42)?, Some(7));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! * `mod.rs`: [`Store`] (create, open, names, removal, check).
+//! * `options`: [`StoreOptions`], and what each granularity costs.
+//! * `catalog/`: the persistent catalog (layout, crash-safe removal).
+//! * `registry`: the heap, the catalog and the structures open now, shared by every handle.
+//! * `raw`: the structures behind the handles, seen through one interface.
+//! * `map`: [`HashMap`] and [`BTreeMap`], one contract over CCEH and FAST&FAIR.
+//! * `datalog`: [`Datalog`], a named file store.
+//! * `name`, `error`: valid names; the one [`Error`] type.
+//!
+//! A store holds its pool file open, and the file's lock (a second open, from this process or
+//! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
+//! store and every handle made from it are dropped.
+
+mod catalog;
+mod datalog;
+mod error;
+mod map;
+mod name;
+mod options;
+mod raw;
+mod registry;
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+
+use pmem_ordering::{Backend, Hardware, Pool, PoolError};
+use pmem_undo_log::{Heap, TxError};
+
+pub use catalog::MAX_NAME_BYTES;
+pub use datalog::Datalog;
+pub use error::Error;
+pub use map::{BTreeMap, HashMap};
+pub use options::{StoreOptions, MAX_STRUCTURES};
+
+use self::catalog::Catalog;
+use self::registry::Shared;
+use crate::cceh::CcehConfig;
+use crate::datalog::DatalogConfig;
+use crate::fastfair::FastFairConfig;
+use crate::kind::StructureKind;
+
+/// The layout name of a store's pool file.
+pub const STORE_LAYOUT: &str = "pmem-store";
+
+/// One pool file holding named persistent structures.
+///
+/// `Store` is cheap to clone and `Send + Sync + 'static` (for a store on a file), like the
+/// handles it gives out. The pool file stays open, and locked, until the store and all its
+/// handles are dropped.
+pub struct Store<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
+    shared: Arc<Shared<B, P>>,
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Store<B, P> {
+    fn clone(&self) -> Self {
+        Store {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Store {
+    /// Create a store of `size` bytes in a new file at `path`. Refused if the file exists.
+    pub fn create(
+        path: impl AsRef<Path>,
+        size: u64,
+        options: &StoreOptions,
+    ) -> Result<Store, Error> {
+        let path = path.as_ref();
+        let pool = Pool::create(path, STORE_LAYOUT, size, &options.pool_options()?)?;
+        let store = Store::format(Arc::new(pool), options)?;
+        Ok(store)
+    }
+
+    /// Open the store in the file at `path`, with the granularity detected from the file.
+    /// Everything else it needs is read from the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, Error> {
+        Store::open_with(path, &StoreOptions::new())
+    }
+
+    /// Open the store at `path`; of `options`, only the granularity applies (everything the
+    /// store records is read from the file).
+    pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Store, Error> {
+        let path = path.as_ref();
+        let pool = Pool::open(path, STORE_LAYOUT, &options.pool_options()?).map_err(|e| match e {
+            PoolError::LayoutMismatch { found, .. } => Error::NotAStore {
+                path: path.to_path_buf(),
+                layout: found,
+                expected: STORE_LAYOUT,
+            },
+            other => Error::Pool(other),
+        })?;
+        let heap = Heap::open(Arc::new(pool)).map_err(|e| match e {
+            TxError::NotFormatted => Error::Incomplete {
+                path: path.to_path_buf(),
+            },
+            other => Error::from(other),
+        })?;
+        Store::load(heap)
+    }
+
+    /// Open the store at `path`, or create it (`size` bytes, `options`) if there is no file.
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        size: u64,
+        options: &StoreOptions,
+    ) -> Result<Store, Error> {
+        let path = path.as_ref();
+        match Store::create(path, size, options) {
+            Err(Error::Pool(PoolError::AlreadyExists { .. })) => Store::open_with(path, options),
+            other => other,
+        }
+    }
+
+    /// A store of `size` bytes in anonymous memory, gone when dropped: for tests.
+    pub fn anonymous(size: u64, options: &StoreOptions) -> Result<Store, Error> {
+        let pool = Pool::anonymous(STORE_LAYOUT, size, &options.pool_options()?)?;
+        Store::format(Arc::new(pool), options)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
+    /// Make a store in `pool` (a fresh pool, such as a simulated one for crash tests): format
+    /// its heap with the options' fence policy and shape, then an empty catalog filling the
+    /// pool's root object.
+    pub fn format(pool: P, options: &StoreOptions) -> Result<Store<B, P>, Error> {
+        let heap = Heap::create(pool, options.heap, options.fence_policy)?;
+        let catalog = Catalog::format(&heap)?;
+        let path = heap.pool().path().map(Path::to_path_buf);
+        Ok(Store {
+            shared: Arc::new(Shared::new(heap, catalog, path)),
+        })
+    }
+
+    /// Open the store on `heap` (recovered by [`Heap::open`]): read the catalog and finish
+    /// any removal a crash interrupted.
+    pub fn load(heap: Heap<B, P>) -> Result<Store<B, P>, Error> {
+        let catalog = Catalog::open(&heap)?;
+        let path = heap.pool().path().map(Path::to_path_buf);
+        Ok(Store {
+            shared: Arc::new(Shared::new(heap, catalog, path)),
+        })
+    }
+
+    /// The hash map named `name`: the one in the store, or a new empty one with the default
+    /// configuration (16 KiB segments).
+    pub fn hash_map(&self, name: &str) -> Result<HashMap<B, P>, Error> {
+        self.hash_map_with(name, CcehConfig::default())
+    }
+
+    /// The hash map named `name`; `config` shapes it if it is new (an existing map keeps the
+    /// configuration it was created with, recorded in the store).
+    pub fn hash_map_with(&self, name: &str, config: CcehConfig) -> Result<HashMap<B, P>, Error> {
+        Ok(HashMap {
+            core: self.shared.open_or_create(name, config)?,
+        })
+    }
+
+    /// The ordered map named `name`; `config` (node size, shift policy) shapes it if it is new
+    /// (an existing map keeps the configuration recorded in the store).
+    pub fn btree_map(&self, name: &str, config: FastFairConfig) -> Result<BTreeMap<B, P>, Error> {
+        Ok(BTreeMap {
+            core: self.shared.open_or_create(name, config)?,
+        })
+    }
+
+    /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new
+    /// (an existing one keeps the configuration recorded in the store).
+    pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B, P>, Error> {
+        Ok(Datalog {
+            core: self.shared.open_or_create(name, config)?,
+        })
+    }
+
+    /// The names of the structures in the store, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.structures().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// The structures in the store with their kinds, sorted by name.
+    pub fn structures(&self) -> Vec<(String, StructureKind)> {
+        self.shared.lock().catalog.list()
+    }
+
+    /// How many names the catalog can hold (fixed at create).
+    pub fn capacity(&self) -> u64 {
+        self.shared.lock().catalog.capacity()
+    }
+
+    /// Remove the structure named `name` and free every block it owned. Refused with
+    /// [`Error::InUse`] while a handle of it is open, [`Error::NotFound`] if there is none.
+    /// Crash-safe: a removal a crash interrupts is finished by the next open.
+    pub fn remove_structure(&self, name: &str) -> Result<(), Error> {
+        self.shared.remove(name)
+    }
+
+    /// Every heap block each structure owns (its root block included), by name: with the
+    /// heap's own walk, the proof that nothing leaked.
+    pub fn owned_blocks(&self) -> Result<Vec<(String, Vec<u64>)>, Error> {
+        self.shared.owned_blocks()
+    }
+
+    /// Check that the heap's allocated blocks are exactly the blocks the structures own
+    /// (nothing leaked, nothing shared): returns how many there are, or names the difference.
+    pub fn check_blocks(&self) -> Result<u64, Error> {
+        let mut owned: Vec<u64> = self
+            .owned_blocks()?
+            .into_iter()
+            .flat_map(|(_, blocks)| blocks)
+            .collect();
+        owned.sort_unstable();
+        let allocated: Vec<u64> = self
+            .shared
+            .heap
+            .check_heap()?
+            .into_iter()
+            .map(|(offset, _)| offset)
+            .collect();
+        if owned != allocated {
+            let leaked: Vec<u64> = allocated.iter().filter(|b| owned.binary_search(b).is_err()).copied().collect();
+            let missing: Vec<u64> = owned.iter().filter(|b| allocated.binary_search(b).is_err()).copied().collect();
+            return Err(Error::CorruptCatalog {
+                reason: format!(
+                    "the heap's blocks differ from the structures' blocks: allocated but owned by none {leaked:x?}, owned but not allocated (or owned twice) {missing:x?}"
+                ),
+            });
+        }
+        Ok(allocated.len() as u64)
+    }
+
+    /// The heap under the store: statistics, and the raw layer for those who build their own
+    /// structures.
+    pub fn heap(&self) -> &Heap<B, P> {
+        &self.shared.heap
+    }
+
+    /// The pool file's path (`None` for an anonymous or simulated store).
+    pub fn path(&self) -> Option<&Path> {
+        self.shared.path.as_deref()
+    }
+}

@@ -1,0 +1,143 @@
+//! The structures behind the handles, seen through one interface: how each is created,
+//! opened, checked and walked for its blocks, and (for the maps) its operations with the
+//! store's one error type.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
+
+use super::error::Error;
+use crate::cceh::{self, Cceh, CcehConfig};
+use crate::datalog::{self, Datalog, DatalogConfig};
+use crate::fastfair::{self, FastFair, FastFairConfig};
+use crate::kind::StructureKind;
+
+/// The heap as the handles hold it.
+pub(crate) type SharedHeap<B, P> = Arc<Heap<B, P>>;
+
+/// A structure the catalog can list.
+pub(crate) trait Structure<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
+    /// Its kind.
+    const KIND: StructureKind;
+    /// Bytes of its root block.
+    const ROOT_BYTES: u64;
+    /// What shapes a new one.
+    type Config: Copy;
+    /// Make an empty one at `root` (a zeroed block).
+    fn create(heap: SharedHeap<B, P>, root: u64, config: Self::Config) -> Result<Self, Error>;
+    /// Open the one at `root`, recovering it.
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error>;
+    /// Every heap block it owns, its root block aside.
+    fn blocks(&self) -> Result<Vec<u64>, Error>;
+}
+
+/// A `u64 -> u64` map with one key it keeps for itself.
+pub(crate) trait RawMap<B: Backend, P: Deref<Target = Pool<B>>>: Structure<B, P> {
+    /// The key the structure cannot hold; the store keeps its value in the catalog entry.
+    const RESERVED: u64;
+    fn get(&self, key: u64) -> Result<Option<u64>, Error>;
+    fn insert(&self, key: u64, value: u64) -> Result<bool, Error>;
+    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error>;
+    fn remove(&self, key: u64) -> Result<Option<u64>, Error>;
+    fn len(&self) -> u64;
+    /// Walk and check every invariant it can; the number of keys.
+    fn check(&self) -> Result<u64, Error>;
+}
+
+/// The CCEH table as the store holds it.
+pub(crate) type HashTable<B, P> = Cceh<B, P, SharedHeap<B, P>>;
+/// The FAST&FAIR tree as the store holds it.
+pub(crate) type Tree<B, P> = FastFair<B, P, SharedHeap<B, P>>;
+/// The datalog as the store holds it.
+pub(crate) type Files<B, P> = Datalog<B, P, SharedHeap<B, P>>;
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for HashTable<B, P> {
+    const KIND: StructureKind = StructureKind::HashMap;
+    const ROOT_BYTES: u64 = cceh::ROOT_BYTES;
+    type Config = CcehConfig;
+    fn create(heap: SharedHeap<B, P>, root: u64, config: CcehConfig) -> Result<Self, Error> {
+        Ok(Cceh::create(heap, root, config)?)
+    }
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error> {
+        Ok(Cceh::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(Cceh::blocks(self)?)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for HashTable<B, P> {
+    const RESERVED: u64 = cceh::RESERVED_KEY;
+    fn get(&self, key: u64) -> Result<Option<u64>, Error> {
+        Ok(Cceh::get(self, key)?)
+    }
+    fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
+        Ok(Cceh::insert(self, key, value)?)
+    }
+    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
+        Ok(Cceh::upsert(self, key, value)?)
+    }
+    fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
+        Ok(Cceh::remove(self, key)?)
+    }
+    fn len(&self) -> u64 {
+        Cceh::len(self)
+    }
+    fn check(&self) -> Result<u64, Error> {
+        Ok(Cceh::check(self)?)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
+    const KIND: StructureKind = StructureKind::BTreeMap;
+    const ROOT_BYTES: u64 = fastfair::ROOT_BYTES;
+    type Config = FastFairConfig;
+    fn create(heap: SharedHeap<B, P>, root: u64, config: FastFairConfig) -> Result<Self, Error> {
+        Ok(FastFair::create(heap, root, config)?)
+    }
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error> {
+        Ok(FastFair::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(FastFair::blocks(self)?)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for Tree<B, P> {
+    const RESERVED: u64 = fastfair::RESERVED_KEY;
+    fn get(&self, key: u64) -> Result<Option<u64>, Error> {
+        Ok(FastFair::get(self, key)?)
+    }
+    fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
+        Ok(FastFair::insert(self, key, value)?)
+    }
+    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
+        Ok(FastFair::upsert(self, key, value)?)
+    }
+    fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
+        Ok(FastFair::remove(self, key)?)
+    }
+    fn len(&self) -> u64 {
+        FastFair::len(self)
+    }
+    fn check(&self) -> Result<u64, Error> {
+        Ok(FastFair::check(self)?)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Files<B, P> {
+    const KIND: StructureKind = StructureKind::Datalog;
+    const ROOT_BYTES: u64 = datalog::ROOT_BYTES;
+    type Config = DatalogConfig;
+    fn create(heap: SharedHeap<B, P>, root: u64, config: DatalogConfig) -> Result<Self, Error> {
+        Ok(Datalog::create(heap, root, config)?)
+    }
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error> {
+        Ok(Datalog::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(Datalog::blocks(self))
+    }
+}

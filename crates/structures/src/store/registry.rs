@@ -1,0 +1,188 @@
+//! The store's shared state: the heap, the catalog, and the structures open right now.
+//!
+//! One structure must have one DRAM handle: two `Cceh`s over one root would each take their
+//! own locks and corrupt it. So the store remembers the handle it gave out for each catalog
+//! entry (weakly: the last clone's drop closes the structure) and gives out clones of it.
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
+
+use super::catalog::{Catalog, Listed};
+use super::error::Error;
+use super::name::check_name;
+use super::raw::{SharedHeap, Structure};
+use crate::kind::StructureKind;
+
+/// What every handle holds: the heap, the catalog and the open structures.
+pub(crate) struct Shared<B: Backend, P: Deref<Target = Pool<B>>> {
+    pub heap: SharedHeap<B, P>,
+    pub path: Option<PathBuf>,
+    state: Mutex<State<B, P>>,
+}
+
+pub(crate) struct State<B: Backend, P: Deref<Target = Pool<B>>> {
+    pub catalog: Catalog,
+    open: HashMap<u64, Opened<B, P>>,
+}
+
+/// An open structure's core, as the registry keeps it.
+pub(crate) enum Opened<B: Backend, P: Deref<Target = Pool<B>>> {
+    HashMap(Weak<super::map::HashCore<B, P>>),
+    BTreeMap(Weak<super::map::TreeCore<B, P>>),
+    Datalog(Weak<super::datalog::FilesCore<B, P>>),
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
+    fn is_live(&self) -> bool {
+        match self {
+            Opened::HashMap(w) => w.strong_count() > 0,
+            Opened::BTreeMap(w) => w.strong_count() > 0,
+            Opened::Datalog(w) => w.strong_count() > 0,
+        }
+    }
+}
+
+/// The shared core of a handle of one kind.
+pub(crate) trait Core<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
+    /// The structure inside.
+    type Raw: Structure<B, P>;
+    /// Wrap a structure just opened or created for the entry `listed`.
+    fn wrap(raw: Self::Raw, listed: &Listed, name: &str, shared: Arc<Shared<B, P>>)
+        -> Result<Self, Error>;
+    /// The registry's record of it.
+    fn record(core: &Arc<Self>) -> Opened<B, P>;
+    /// The core a record holds, if it is of this kind and alive.
+    fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>>;
+    /// The structure inside.
+    fn raw(&self) -> &Self::Raw;
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
+    pub(crate) fn new(heap: Heap<B, P>, catalog: Catalog, path: Option<PathBuf>) -> Self {
+        Shared {
+            heap: Arc::new(heap),
+            path,
+            state: Mutex::new(State {
+                catalog,
+                open: HashMap::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<B, P>> {
+        // A panic while the lock was held left the DRAM copy as it was before the failed
+        // change (catalog changes update it only after their transaction commits).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The handle core of `name`: the one already open, else the structure opened from the
+    /// catalog, else a new structure made with `config` and listed.
+    pub(crate) fn open_or_create<C>(
+        self: &Arc<Self>,
+        name: &str,
+        config: <C::Raw as Structure<B, P>>::Config,
+    ) -> Result<Arc<C>, Error>
+    where
+        C: Core<B, P>,
+    {
+        check_name(name)?;
+        let mut state = self.lock();
+        let wanted = <C::Raw as Structure<B, P>>::KIND;
+        let (raw, listed) = match state.catalog.find(name) {
+            Some(listed) => {
+                check_kind(name, listed.kind, wanted)?;
+                if let Some(core) = state.open.get(&listed.slot).and_then(C::recall) {
+                    return Ok(core);
+                }
+                (C::Raw::open(self.heap.clone(), listed.root)?, listed)
+            }
+            None => {
+                let heap = self.heap.clone();
+                state.catalog.add(
+                    &self.heap,
+                    name,
+                    wanted,
+                    <C::Raw as Structure<B, P>>::ROOT_BYTES,
+                    |root| C::Raw::create(heap, root, config),
+                )?
+            }
+        };
+        let core = Arc::new(C::wrap(raw, &listed, name, self.clone())?);
+        state.open.insert(listed.slot, C::record(&core));
+        Ok(core)
+    }
+
+    /// Remove `name` and free everything it owns; refused while a handle of it is open.
+    pub(crate) fn remove(&self, name: &str) -> Result<(), Error> {
+        let mut state = self.lock();
+        let listed = state.catalog.find(name).ok_or_else(|| Error::NotFound {
+            name: name.to_string(),
+        })?;
+        if state.open.get(&listed.slot).is_some_and(Opened::is_live) {
+            return Err(Error::InUse {
+                name: name.to_string(),
+            });
+        }
+        state.open.remove(&listed.slot);
+        let blocks = blocks_of(&self.heap, &listed)?;
+        state.catalog.remove(&self.heap, listed.slot, &blocks)
+    }
+
+    /// Every block each listed structure owns, its root block included, by structure name.
+    /// Open structures are walked through their handle, the others opened for the walk.
+    pub(crate) fn owned_blocks(&self) -> Result<Vec<(String, Vec<u64>)>, Error> {
+        let state = self.lock();
+        let mut owned = Vec::new();
+        for (name, listed) in state.catalog.listed() {
+            let mut blocks = match state.open.get(&listed.slot) {
+                Some(Opened::HashMap(w)) if w.strong_count() > 0 => match w.upgrade() {
+                    Some(core) => core.raw().blocks()?,
+                    None => blocks_of(&self.heap, &listed)?,
+                },
+                Some(Opened::BTreeMap(w)) if w.strong_count() > 0 => match w.upgrade() {
+                    Some(core) => core.raw().blocks()?,
+                    None => blocks_of(&self.heap, &listed)?,
+                },
+                Some(Opened::Datalog(w)) if w.strong_count() > 0 => match w.upgrade() {
+                    Some(core) => core.raw().blocks()?,
+                    None => blocks_of(&self.heap, &listed)?,
+                },
+                _ => blocks_of(&self.heap, &listed)?,
+            };
+            blocks.push(listed.root);
+            blocks.sort_unstable();
+            owned.push((name, blocks));
+        }
+        Ok(owned)
+    }
+}
+
+/// The blocks of a structure no handle has open, through a handle made for the walk.
+fn blocks_of<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &SharedHeap<B, P>,
+    listed: &Listed,
+) -> Result<Vec<u64>, Error> {
+    use super::raw::{Files, HashTable, Tree};
+    match listed.kind {
+        StructureKind::HashMap => HashTable::open(heap.clone(), listed.root)?.blocks(),
+        StructureKind::BTreeMap => Tree::open(heap.clone(), listed.root)?.blocks(),
+        StructureKind::Datalog => Files::open(heap.clone(), listed.root)?.blocks(),
+    }
+}
+
+fn check_kind(name: &str, found: StructureKind, wanted: StructureKind) -> Result<(), Error> {
+    if found == wanted {
+        Ok(())
+    } else {
+        Err(Error::KindMismatch {
+            name: name.to_string(),
+            found,
+            wanted,
+        })
+    }
+}

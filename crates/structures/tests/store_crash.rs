@@ -1,0 +1,266 @@
+//! The store's catalog under simulated crashes: creating, filling and removing named
+//! structures. After recovery (`Heap::open`, then `Store::load`, which finishes interrupted
+//! removals) the store holds the names and contents of the model after the operations that
+//! returned, or after the interrupted one too, and the heap holds exactly the blocks the
+//! listed structures own.
+
+use std::collections::BTreeMap as Model;
+
+use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
+use pmem_ordering::Pool;
+use pmem_structures::cceh::CcehConfig;
+use pmem_structures::datalog::DatalogConfig;
+use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::{Store, StoreOptions, StructureKind};
+use pmem_test_kit::run_crash_test;
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+
+type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+
+/// Tiny segments and nodes: a few hundred keys make enough blocks for a batched removal.
+const TABLE: CcehConfig = CcehConfig {
+    buckets_per_segment: 4,
+};
+
+fn tree_config() -> FastFairConfig {
+    FastFairConfig {
+        node_size: 128,
+        ..FastFairConfig::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Open or create the named structure.
+    Open(&'static str, StructureKind),
+    /// Insert keys `from..to` (each `k -> k * 3`) into a map, plus the map's reserved key.
+    Fill(&'static str, u64, u64),
+    /// Remove a key from a map.
+    Delete(&'static str, u64),
+    /// Remove the structure.
+    Remove(&'static str),
+}
+
+/// Names -> (kind, contents for maps).
+type State = Model<String, (StructureKind, Model<u64, u64>)>;
+
+fn reserved_of(kind: StructureKind) -> u64 {
+    match kind {
+        StructureKind::HashMap => 0,
+        _ => u64::MAX,
+    }
+}
+
+/// The model's state after each prefix of `ops`.
+fn states(ops: &[Op]) -> Vec<State> {
+    let mut state = State::new();
+    let mut all = vec![state.clone()];
+    for op in ops {
+        match op {
+            Op::Open(name, kind) => {
+                state
+                    .entry(name.to_string())
+                    .or_insert((*kind, Model::new()));
+            }
+            Op::Fill(name, from, to) => {
+                let (kind, map) = state.get_mut(*name).expect("fill a listed map");
+                for k in *from..*to {
+                    map.insert(k, k * 3);
+                }
+                map.insert(reserved_of(*kind), 11);
+            }
+            Op::Delete(name, key) => {
+                state.get_mut(*name).expect("delete from a listed map").1.remove(key);
+            }
+            Op::Remove(name) => {
+                state.remove(*name);
+            }
+        }
+        all.push(state.clone());
+    }
+    all
+}
+
+fn apply(store: &SimStore<'_>, op: &Op) {
+    match op {
+        Op::Open(name, StructureKind::HashMap) => {
+            store.hash_map_with(name, TABLE).expect("open a hash map");
+        }
+        Op::Open(name, StructureKind::BTreeMap) => {
+            store.btree_map(name, tree_config()).expect("open a tree");
+        }
+        Op::Open(name, _) => {
+            store
+                .datalog(name, DatalogConfig::default())
+                .expect("open a datalog");
+        }
+        Op::Fill(name, from, to) => fill(store, name, *from, *to),
+        Op::Delete(name, key) => {
+            if store.structures().iter().any(|(n, k)| n == name && *k == StructureKind::HashMap) {
+                store.hash_map(name).unwrap().remove(*key).unwrap();
+            } else {
+                store.btree_map(name, tree_config()).unwrap().remove(*key).unwrap();
+            }
+        }
+        Op::Remove(name) => store.remove_structure(name).expect("remove a structure"),
+    }
+}
+
+fn fill(store: &SimStore<'_>, name: &str, from: u64, to: u64) {
+    let kind = store
+        .structures()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .expect("fill a listed map")
+        .1;
+    if kind == StructureKind::HashMap {
+        let map = store.hash_map(name).unwrap();
+        for k in from..to {
+            map.upsert(k, k * 3).unwrap();
+        }
+        map.upsert(0, 11).unwrap();
+    } else {
+        let map = store.btree_map(name, tree_config()).unwrap();
+        for k in from..to {
+            map.upsert(k, k * 3).unwrap();
+        }
+        map.upsert(u64::MAX, 11).unwrap();
+    }
+}
+
+/// What the recovered store holds.
+fn observe(store: &SimStore<'_>) -> Result<State, String> {
+    let mut state = State::new();
+    for (name, kind) in store.structures() {
+        let contents: Model<u64, u64> = match kind {
+            StructureKind::HashMap => {
+                let map = store.hash_map(&name).map_err(|e| e.to_string())?;
+                let n = map.check().map_err(|e| e.to_string())?;
+                let c: Model<u64, u64> = map.iter().map_err(|e| e.to_string())?.collect();
+                if n != c.len() as u64 || map.len() != n {
+                    return Err(format!("{name}: check counts {n}, iter {}", c.len()));
+                }
+                c
+            }
+            StructureKind::BTreeMap => {
+                let map = store.btree_map(&name, tree_config()).map_err(|e| e.to_string())?;
+                let n = map.check().map_err(|e| e.to_string())?;
+                let c: Model<u64, u64> = map.iter().map_err(|e| e.to_string())?.collect();
+                if n != c.len() as u64 || map.len() != n {
+                    return Err(format!("{name}: check counts {n}, iter {}", c.len()));
+                }
+                c
+            }
+            _ => {
+                store
+                    .datalog(&name, DatalogConfig::default())
+                    .map_err(|e| e.to_string())?;
+                Model::new()
+            }
+        };
+        state.insert(name, (kind, contents));
+    }
+    Ok(state)
+}
+
+/// Crash-test `ops`, run after the untraced `setup` operations.
+fn crash_run(
+    name: &str,
+    setup: Vec<Op>,
+    ops: Vec<Op>,
+    points: CrashPoints,
+    images: Images,
+) -> u64 {
+    let expected = states(&[setup.clone(), ops.clone()].concat());
+    let test = CrashTest::new(name, SimConfig::x86())
+        .pool("pmem-store", 1 << 20, 64 + 8 * 128)
+        .points(points)
+        .images(images)
+        .seed(13);
+    let options = StoreOptions::new()
+        .max_structures(8)
+        .fence_policy(FencePolicy::Batched)
+        .heap(HeapConfig {
+            lanes: 2,
+            lane_log_bytes: 16 << 10,
+            chunk_size: 16 << 10,
+        });
+    let report = run_crash_test(
+        &test,
+        |pool| {
+            let store = SimStore::format(pool, &options).expect("format the store");
+            for op in &setup {
+                apply(&store, op);
+            }
+        },
+        |pool| {
+            let store = SimStore::load(Heap::open(pool).unwrap()).expect("load the store");
+            for op in &ops {
+                apply(&store, op);
+                pool.operation_completed();
+            }
+        },
+        |pool, crash| {
+            let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+            let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
+            store
+                .check_blocks()
+                .map_err(|e| format!("heap walk: {e}"))?;
+            let now = observe(&store)?;
+            let done = setup.len() + crash.operations_completed as usize;
+            let admitted = &expected[done..(done + 2).min(expected.len())];
+            if !admitted.contains(&now) {
+                return Err(format!(
+                    "after {done} operations the store holds {now:?}, neither {:?}",
+                    admitted
+                ));
+            }
+            Ok(())
+        },
+    );
+    report.points
+}
+
+#[test]
+fn every_crash_of_catalog_changes_recovers() {
+    let ops = vec![
+        Op::Open("users", StructureKind::HashMap),
+        Op::Fill("users", 1, 6),
+        Op::Open("orders", StructureKind::BTreeMap),
+        Op::Fill("orders", 10, 14),
+        Op::Open("files", StructureKind::Datalog),
+        Op::Delete("users", 0),
+        Op::Remove("users"),
+        Op::Delete("orders", u64::MAX),
+        Op::Remove("files"),
+        Op::Open("users", StructureKind::BTreeMap),
+    ];
+    let points = crash_run(
+        "store-catalog",
+        Vec::new(),
+        ops,
+        CrashPoints::Every,
+        Images::Random(2),
+    );
+    assert!(points > 1000, "{points} crash points");
+}
+
+#[test]
+fn crashes_in_a_batched_removal_are_finished_by_open() {
+    // 600 keys in 256-byte segments: well over the 64 blocks one removal transaction frees.
+    let setup = vec![
+        Op::Open("big", StructureKind::HashMap),
+        Op::Fill("big", 1, 600),
+        Op::Open("tree", StructureKind::BTreeMap),
+        Op::Fill("tree", 1, 400),
+    ];
+    let ops = vec![Op::Remove("big"), Op::Remove("tree")];
+    let points = crash_run(
+        "store-removal",
+        setup,
+        ops,
+        CrashPoints::Sample(400),
+        Images::Random(2),
+    );
+    assert!(points >= 400, "{points} crash points");
+}

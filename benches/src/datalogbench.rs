@@ -57,7 +57,7 @@ memory): NOVA-datalog's embedded writes have 7x lower latency than NOVA's copy-o
 64-byte random overwrites and 6.5x lower for 256-byte ones";
 
 /// The store type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Store<'h> = Datalog<'h, Hardware, Arc<Pool>>;
+pub type Store<'h> = Datalog<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
 
 /// Size of the pool file for a file of `file_bytes`: room for the file, as much again for
 /// copy-on-write churn (a block of 64 pages is freed only when all of them are dead) and for

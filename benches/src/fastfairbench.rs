@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_undo_log::{FencePolicy, TxError};
+use pmem_undo_log::{FencePolicy, Heap, TxError};
 use serde::Serialize;
 
 use crate::keys::{random_keys_except_max, shuffled};
@@ -57,7 +57,7 @@ pub const REDO_SHIFT_CLAIM: &str = "redo-logged shifts: up to 38.8% lower insert
     (read-after-persist delays), no gain on the second generation";
 
 /// The tree type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Tree<'h> = FastFair<'h, Hardware, Arc<Pool>>;
+pub type Tree<'h> = FastFair<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
 
 /// Size of the pool file for a tree of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded up
 /// to a power of two, at least 16 MiB.

@@ -12,7 +12,7 @@ use super::{CCEH_POLICY, HELPER_DEPTH, POOL_BYTES_PER_KEY};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
 
 /// The table type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Table<'h> = Cceh<'h, Hardware, Arc<Pool>>;
+pub type Table<'h> = Cceh<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
 
 /// Size of the pool file for a table of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded
 /// up to a power of two, at least 16 MiB (128 MiB for 1M keys, 2 GiB for 16M).

@@ -25,6 +25,7 @@ use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_undo_log::Heap;
 use serde::Serialize;
 
 use crate::ccehbench::{CCEH_POLICY, HELPER_DEPTH};
@@ -310,7 +311,7 @@ pub fn with_target<R, E: From<MakeError>>(
 
 /// CCEH: batched load, single calls after it.
 struct CcehTarget<'h> {
-    table: Cceh<'h, Hardware, Arc<Pool>>,
+    table: Cceh<Hardware, Arc<Pool>, &'h Heap>,
     load: BatchOptions,
 }
 
@@ -344,7 +345,7 @@ impl Target for CcehTarget<'_> {
 
 /// FAST&FAIR: single calls.
 struct FastFairTarget<'h> {
-    tree: FastFair<'h, Hardware, Arc<Pool>>,
+    tree: FastFair<Hardware, Arc<Pool>, &'h Heap>,
 }
 
 impl Target for FastFairTarget<'_> {
@@ -379,7 +380,7 @@ impl Target for FastFairTarget<'_> {
 
 /// The datalog: one file of fixed-size records.
 struct DatalogTarget<'h> {
-    store: Datalog<'h, Hardware, Arc<Pool>>,
+    store: Datalog<Hardware, Arc<Pool>, &'h Heap>,
     file: FileId,
 }
 

@@ -22,7 +22,8 @@ const WIDE: CcehConfig = CcehConfig {
 
 const POOL_BYTES: u64 = 256 << 10;
 
-type SimTable<'h, 'p> = Cceh<'h, SimBackend, &'p Pool<SimBackend>>;
+type SimTable<'h, 'p> =
+    Cceh<SimBackend, &'p Pool<SimBackend>, &'h Heap<SimBackend, &'p Pool<SimBackend>>>;
 
 fn run(
     policy: FencePolicy,

@@ -17,11 +17,11 @@ fn heap(size: u64) -> Heap {
     anonymous_heap("datalog", size)
 }
 
-fn contents(store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>, id: FileId) -> Vec<u8> {
+fn contents(store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>, id: FileId) -> Vec<u8> {
     file_contents(store, id).unwrap()
 }
 
-fn heap_matches(heap: &Heap, store: &Datalog<'_, pmem_ordering::Hardware, Arc<Pool>>) {
+fn heap_matches(heap: &Heap, store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>) {
     heap_holds_exactly(heap, &store.blocks(), "store").unwrap();
 }
 

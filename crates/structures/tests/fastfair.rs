@@ -21,7 +21,7 @@ fn config(node_size: u64, policy: ShiftPolicy) -> FastFairConfig {
     FastFairConfig { node_size, policy }
 }
 
-type Tree<'h> = FastFair<'h, pmem_ordering::Hardware, Arc<Pool>>;
+type Tree<'h> = FastFair<pmem_ordering::Hardware, Arc<Pool>, &'h Heap>;
 
 fn all(tree: &Tree<'_>) -> FastFairModel {
     contents(tree).unwrap()

@@ -114,9 +114,13 @@ impl ModelOp for CcehOp {
 impl CcehOp {
     /// Runs the operation on `table`, checks its result and the table's length against
     /// `model`, then applies it to `model`.
-    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
+    pub fn run_checked<
+        B: Backend,
+        P: Deref<Target = Pool<B>> + Sync,
+        H: Deref<Target = Heap<B, P>> + Sync,
+    >(
         &self,
-        table: &Cceh<'_, B, P>,
+        table: &Cceh<B, P, H>,
         model: &mut CcehModel,
     ) -> Result<(), String> {
         let point = match *self {
@@ -193,8 +197,12 @@ impl CcehOp {
 
 /// Runs `batch` on `table` and checks how many keys it inserted against `model` (or, with key 0
 /// in it, that it was refused).
-fn check_batch<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
-    table: &Cceh<'_, B, P>,
+fn check_batch<
+    B: Backend,
+    P: Deref<Target = Pool<B>> + Sync,
+    H: Deref<Target = Heap<B, P>> + Sync,
+>(
+    table: &Cceh<B, P, H>,
     batch: &Batch,
     model: &CcehModel,
 ) -> Result<(), String> {
@@ -219,7 +227,9 @@ fn check_batch<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
     agree(what, inserted, expected)
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for Cceh<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyValueIndex
+    for Cceh<B, P, H>
+{
     type Error = CcehError;
     const RESERVED_KEY: u64 = 0;
 
@@ -242,8 +252,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for Cceh<'_, B, P> {
 
 /// Runs `ops` in order on `table`, each checked against `model` ([`CcehOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
-    table: &Cceh<'_, B, P>,
+pub fn run_all<
+    B: Backend,
+    P: Deref<Target = Pool<B>> + Sync,
+    H: Deref<Target = Heap<B, P>> + Sync,
+>(
+    table: &Cceh<B, P, H>,
     pool: &Pool<B>,
     ops: &[CcehOp],
     model: &mut CcehModel,
@@ -254,8 +268,8 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>> + Sync>(
 }
 
 /// What `table` holds, by iteration.
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
-    table: &Cceh<'_, B, P>,
+pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    table: &Cceh<B, P, H>,
 ) -> Result<CcehModel, String> {
     Ok(table.iter().map_err(|e| failed("iter", e))?.collect())
 }
@@ -263,9 +277,9 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
 /// Checks a (recovered) table is consistent with itself and its heap: iteration lists each key
 /// once, `len` agrees, `get` finds every listed pair and agrees with iteration on the `probe`
 /// keys, and the heap holds exactly the table's directory and segments. Returns its contents.
-pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>>(
+pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
-    table: &Cceh<'_, B, P>,
+    table: &Cceh<B, P, H>,
     probe: impl IntoIterator<Item = u64>,
 ) -> Result<CcehModel, String> {
     let now = contents(table)?;

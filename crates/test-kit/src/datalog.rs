@@ -131,9 +131,9 @@ impl DatalogOp {
     /// Runs the operation, the `index`-th of its sequence, on `store`, and checks it worked
     /// exactly when the model says it should, a refusal being `NotFound` or `Exists`; then
     /// applies it to `model`.
-    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
         &self,
-        store: &Datalog<'_, B, P>,
+        store: &Datalog<B, P, H>,
         index: usize,
         model: &mut DatalogModel,
     ) -> Result<(), String> {
@@ -151,9 +151,9 @@ impl DatalogOp {
         Ok(())
     }
 
-    fn run<B: Backend, P: Deref<Target = Pool<B>>>(
+    fn run<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
         &self,
-        store: &Datalog<'_, B, P>,
+        store: &Datalog<B, P, H>,
         index: usize,
     ) -> Result<(), DatalogError> {
         match *self {
@@ -258,8 +258,8 @@ pub fn write_into(file: &mut Vec<u8>, offset: u64, data: &[u8]) {
 
 /// Runs `ops` in order on `store`, each checked against `model` ([`DatalogOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Datalog<'_, B, P>,
+pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    store: &Datalog<B, P, H>,
     pool: &Pool<B>,
     ops: &[DatalogOp],
     model: &mut DatalogModel,
@@ -271,8 +271,8 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// The bytes of file `id`, read with a buffer longer than the file: the read must stop at the
 /// file's length.
-pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Datalog<'_, B, P>,
+pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    store: &Datalog<B, P, H>,
     id: FileId,
 ) -> Result<Vec<u8>, String> {
     let len = store.len(id).map_err(|e| failed("len", e))?;
@@ -288,8 +288,8 @@ pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// Every file of `store`, read in full ([`file_contents`]).
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Datalog<'_, B, P>,
+pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    store: &Datalog<B, P, H>,
 ) -> Result<DatalogModel, String> {
     let mut out = DatalogModel::new();
     for name in store.list() {
@@ -302,9 +302,9 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// Checks a (recovered) store reads back in full and its heap holds exactly its blocks.
 /// Returns its contents.
-pub fn check_store<B: Backend, P: Deref<Target = Pool<B>>>(
+pub fn check_store<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
-    store: &Datalog<'_, B, P>,
+    store: &Datalog<B, P, H>,
 ) -> Result<DatalogModel, String> {
     let now = contents(store)?;
     heap_holds_exactly(heap, &store.blocks(), "store")?;

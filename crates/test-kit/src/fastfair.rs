@@ -64,7 +64,9 @@ impl ModelOp for FastFairOp {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyValueIndex
+    for FastFair<B, P, H>
+{
     type Error = FastFairError;
     const RESERVED_KEY: u64 = u64::MAX;
 
@@ -88,9 +90,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> KeyValueIndex for FastFair<'_, B, P
 impl FastFairOp {
     /// Runs the operation on `tree`, checks its result and the tree's length against `model`,
     /// then applies it to `model`.
-    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
         &self,
-        tree: &FastFair<'_, B, P>,
+        tree: &FastFair<B, P, H>,
         model: &mut FastFairModel,
     ) -> Result<(), String> {
         let point = match *self {
@@ -153,8 +155,8 @@ impl FastFairOp {
 
 /// Runs `ops` in order on `tree`, each checked against `model` ([`FastFairOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
-    tree: &FastFair<'_, B, P>,
+pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    tree: &FastFair<B, P, H>,
     pool: &Pool<B>,
     ops: &[FastFairOp],
     model: &mut FastFairModel,
@@ -163,8 +165,8 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// What `tree` holds, by a full scan, which must be strictly increasing in key.
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
-    tree: &FastFair<'_, B, P>,
+pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    tree: &FastFair<B, P, H>,
 ) -> Result<FastFairModel, String> {
     let scan: Vec<(u64, u64)> = tree
         .range(..)
@@ -182,9 +184,9 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
 /// Checks a (recovered) tree is well formed and consistent with its heap: the scan is strictly
 /// increasing, `check` counts as many keys, `get` finds every scanned pair, and the heap holds
 /// exactly the tree's nodes and redo area. Returns its contents.
-pub fn check_tree<B: Backend, P: Deref<Target = Pool<B>>>(
+pub fn check_tree<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
-    tree: &FastFair<'_, B, P>,
+    tree: &FastFair<B, P, H>,
 ) -> Result<FastFairModel, String> {
     let now = contents(tree)?;
     let keys = tree.check().map_err(|e| failed("check", e))?;

@@ -1,12 +1,13 @@
 //! Checked reads of the table's words. Every word of the root, of a directory and of a segment
-//! that the table reads one at a time is read here, through one range-checked view of the
-//! whole pool ([`Words`]): one index check per load instead of the pool's offset, alignment and
-//! size checks, and the same acquire load as [`Pool::load_u64`]. Bulk copies (a whole segment
+//! that the table reads one at a time is read here, through a range-checked view of the whole
+//! pool ([`Words`]): one size check for the view and one index check per load, instead of the
+//! pool's offset, alignment and size checks, and the same acquire load as [`Pool::load_u64`]. Bulk copies (a whole segment
 //! or directory for a split, a doubling or recovery) go through [`Pool::read_bytes`].
 
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, PoolError, Words};
+use pmem_undo_log::Heap;
 
 use super::layout::{pool_word, Directory};
 use super::{Cceh, CcehError};
@@ -16,20 +17,28 @@ pub(super) fn whole_pool<B: Backend>(pool: &Pool<B>) -> Result<Words<'_>, PoolEr
     pool.words(0, pool_word(pool.size()))
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// The directory the root names now.
     #[inline]
     pub(super) fn current_directory(&self) -> Result<Directory, CcehError> {
         Ok(Directory::at(self.word(self.root.directory())?))
     }
 
+    /// Every whole word of the pool, range-checked once per call: the view borrows the heap
+    /// through `self`, so it is taken per operation rather than kept in the handle (which owns
+    /// its heap holder and so cannot also hold a borrow of it).
+    #[inline]
+    fn pool_words(&self) -> Result<Words<'_>, PoolError> {
+        whole_pool(self.heap.pool())
+    }
+
     /// The words of a segment, range-checked once.
     #[inline]
-    pub(super) fn segment_words(&self, segment: u64) -> Result<Words<'h>, CcehError> {
+    pub(super) fn segment_words(&self, segment: u64) -> Result<Words<'_>, CcehError> {
         let count = self.shape.words();
         // Segment offsets come from directory entries, whose low bits are masked off: always
         // 64-byte aligned, so only the range needs checking.
-        match self.words.sub(pool_word(segment), count) {
+        match self.pool_words()?.sub(pool_word(segment), count) {
             Some(words) => Ok(words),
             None => Err(self.bad_offset(segment, self.shape.bytes())),
         }
@@ -39,7 +48,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     #[inline]
     pub(super) fn word(&self, offset: u64) -> Result<u64, CcehError> {
         if offset.is_multiple_of(8) {
-            if let Some(word) = self.words.get(pool_word(offset)) {
+            if let Some(word) = self.pool_words()?.get(pool_word(offset)) {
                 return Ok(word);
             }
         }
@@ -50,16 +59,19 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     /// which may follow offsets read from a table changing under them.
     #[inline]
     pub(super) fn peek(&self, offset: u64) -> Option<u64> {
+        let words = self.pool_words().ok()?;
         offset
             .is_multiple_of(8)
-            .then(|| self.words.get(pool_word(offset)))
+            .then(|| words.get(pool_word(offset)))
             .flatten()
     }
 
     /// Hint the CPU to fetch the line holding the word at `offset` (nothing outside the pool).
     #[inline]
     pub(super) fn prefetch_word(&self, offset: u64) {
-        self.words.prefetch(pool_word(offset));
+        if let Ok(words) = self.pool_words() {
+            words.prefetch(pool_word(offset));
+        }
     }
 
     /// The pool's own error for a read of `len` bytes at `offset` that [`Cceh::word`] or

@@ -7,12 +7,13 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::hash;
 use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY};
 use crate::sync::affinity::{current_cpu, pin_away_from};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Insert every pair, as [`Cceh::insert`] would one after the other; returns how many keys
     /// were new. Key 0 anywhere in the batch is refused before anything is written.
     ///
@@ -31,6 +32,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     ) -> Result<u64, CcehError>
     where
         P: Sync,
+        H: Sync,
     {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(CcehError::ReservedKey);

@@ -12,6 +12,7 @@ use std::ops::Deref;
 use std::sync::atomic::Ordering;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, line_key, value_of, SegmentShape};
@@ -58,8 +59,8 @@ struct NearBucket {
 }
 
 impl Neighbourhood {
-    fn read<B: Backend, P: Deref<Target = Pool<B>>>(
-        table: &Cceh<'_, B, P>,
+    fn read<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+        table: &Cceh<B, P, H>,
         place: &Place,
         h: u64,
     ) -> Result<Neighbourhood, CcehError> {
@@ -140,7 +141,7 @@ impl Neighbourhood {
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Make room in `h`'s full window by moving keys further along their own windows: a key
     /// of the window moves to a later bucket of its window, where room may in turn be made
     /// the same way, up to [`DISPLACEMENT_HOPS`] moves deep, the shortest chain first. Returns

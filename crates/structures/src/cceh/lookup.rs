@@ -15,6 +15,7 @@ use std::ops::Deref;
 use crossbeam_epoch as epoch;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, key_word, line_keys, segment_word_offset, value_word};
@@ -38,7 +39,7 @@ pub(super) enum LookupStep {
     Scanned,
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// The values of `keys`, in order ([`Cceh::get`] for each), with the lookup path of the
     /// key `ahead` places on prefetched before each lookup, so the cache misses of several
     /// lookups overlap (the inline prefetch of [`super::BatchOptions::inline_prefetch`], for

@@ -111,7 +111,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use pmem_ordering::{Backend, Pool, PoolError, Words};
+use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
 use crate::sync::Stripes;
@@ -288,8 +288,8 @@ impl Place {
 ///   key's directory entry are unchanged (a split or doubling that ran meanwhile means a retry
 ///   from the top). The guard keeps a directory that a doubling retired from being freed while
 ///   they read it.
-pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    heap: H,
     root: Root,
     shape: SegmentShape,
     structure: Mutex<()>,
@@ -299,9 +299,6 @@ pub struct Cceh<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     retired: Mutex<Option<Retired>>,
     /// Keys moved by [`Cceh::displacements`].
     displaced: AtomicU64,
-    /// Every word of the pool, range-checked once: lookups load through it, each load one
-    /// index check instead of the pool's offset, alignment and size checks.
-    words: Words<'h>,
     /// Directory entries [`Cceh::open`] rewrote to finish a split a crash interrupted.
     repaired_at_open: u64,
 }
@@ -312,10 +309,10 @@ fn valid_bucket_count(buckets: u64) -> bool {
     buckets.is_power_of_two() && (PROBE_BUCKETS..=1 << 20).contains(&buckets)
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Make an empty table with its root at `root` (64-byte aligned, 32 bytes, e.g. in the pool's
     /// root object). The root and first segment are written in one transaction.
-    pub fn create(heap: &'h Heap<B, P>, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+    pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
         let b = config.buckets_per_segment;
         if !valid_bucket_count(b) {
             return Err(CcehError::InvalidConfig {
@@ -342,11 +339,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
     }
 
     /// The in-DRAM state of the table at `root`, with no key counted and nothing retired.
-    fn with_shape(
-        heap: &'h Heap<B, P>,
-        root: Root,
-        shape: SegmentShape,
-    ) -> Result<Self, CcehError> {
+    fn with_shape(heap: H, root: Root, shape: SegmentShape) -> Result<Self, CcehError> {
         Ok(Cceh {
             heap,
             root,
@@ -355,9 +348,14 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             stripes: Stripes::new(STRIPES),
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
-            words: access::whole_pool(heap.pool())?,
             repaired_at_open: 0,
         })
+    }
+
+    /// The heap the table lives in (through whatever holder it was given: a borrow, an
+    /// `Arc`, ...).
+    pub fn heap(&self) -> &Heap<B, P> {
+        &self.heap
     }
 
     /// How many directory entries [`Cceh::open`] rewrote to finish a split that a crash had

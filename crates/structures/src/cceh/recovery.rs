@@ -16,13 +16,13 @@ use super::layout::{slots_of, Directory, Entry, Root, SegmentShape, ROOT_MAGIC};
 use super::SLOTS_PER_BUCKET as SLOTS;
 use super::{valid_bucket_count, Cceh, CcehError, EMPTY_KEY, MAX_DEPTH};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Open the table whose root is at `root`. The heap has already rolled back a doubling, or
     /// a split whose transaction, a crash interrupted; this finishes a split that had passed
     /// its transaction (FAST'19's recovery), checks the directory, counts the keys (keeping
     /// one copy of a key a crash left twice by a displacement) and frees the directory a
     /// doubling retired (no lookup of an earlier run can still be reading it).
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Self, CcehError> {
+    pub fn open(heap: H, root: u64) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
         let root = Root::at(root);
@@ -42,8 +42,12 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
             return Err(corrupt(format!("global depth {depth}")));
         }
         // The directory and every segment must be blocks the heap gave this table.
-        let owned =
-            |offset: u64, needed: u64| heap.block_size(offset).is_some_and(|size| size >= needed);
+        let owned = |offset: u64, needed: u64| {
+            table
+                .heap
+                .block_size(offset)
+                .is_some_and(|size| size >= needed)
+        };
         if !owned(directory.offset(), Directory::bytes(depth)) {
             return Err(corrupt(format!(
                 "directory {:#x} of depth {depth} is not an allocated block of its size",
@@ -81,7 +85,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
                     "retired directory {retired:#x} is not an allocated block of its own"
                 )));
             }
-            heap.transaction(|tx| {
+            table.heap.transaction(|tx| {
                 tx.write_value(root.retired(), &0u64)?;
                 tx.free(PPtr::<u8>::new(retired))
             })?;

@@ -3,12 +3,13 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::belongs;
 use super::layout::{slots_of, Entry};
 use super::{Cceh, CcehError, EMPTY_KEY};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
     /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not).
     pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {

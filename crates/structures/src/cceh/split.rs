@@ -33,13 +33,14 @@ use std::sync::atomic::{fence, Ordering};
 use crossbeam_epoch as epoch;
 
 use pmem_ordering::{Backend, PPtr, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash, moves_at_split};
 use super::layout::{set_slot_of, slots_of, Directory, Entry};
 use super::reclaim::Retired;
 use super::{write_step, Cceh, CcehError, Place, WriteStep, EMPTY_KEY, MAX_DEPTH};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Split the segment at `place`, doubling the directory first if it has to.
     pub(super) fn split(&self, place: &Place) -> Result<(), CcehError> {
         if place.local_depth == place.global_depth {

@@ -12,6 +12,7 @@ use std::ops::Deref;
 use std::sync::MutexGuard;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash, prefix};
 use super::layout::{bucket_word, line_key, line_value, value_of};
@@ -28,7 +29,7 @@ enum Attempt {
     Full(Place),
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Cceh<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {

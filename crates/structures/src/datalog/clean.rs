@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::TxError;
+use pmem_undo_log::{Heap, TxError};
 
 use super::entry::Entry;
 use super::index::FileState;
@@ -17,7 +17,7 @@ use super::read::embed_payload;
 use super::recovery::replay;
 use super::{CleaningStats, Datalog, DatalogError, FileId, MAX_EXTENT_PAGES};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
     /// payload that fails its checksum) changes nothing and must not report the committed
     /// operation as failed: it is counted, and cleaning runs again after the next operation.
     pub(super) fn clean_after(
@@ -144,7 +144,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
         })?;
         let tail = LogPage::at(new_chain[pages.len() - 1]).offset_of(tail_fill);
         let rebuilt = replay(
-            self.heap,
+            &self.heap,
             f.name.clone(),
             f.generation,
             inode,

@@ -18,7 +18,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, PPtr, Pending, Pool, PoolError};
-use pmem_undo_log::TxError;
+use pmem_undo_log::{Heap, TxError};
 
 use super::entry::Entry;
 use super::index::FileState;
@@ -112,7 +112,7 @@ impl Plan {
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
     /// Append the plan's entries and commit them with one tail store; update the index.
     pub(super) fn commit(
         &self,

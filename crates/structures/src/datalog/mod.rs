@@ -249,8 +249,8 @@ impl Inner {
 }
 
 /// A datalog store in a heap.
-pub struct Datalog<'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Datalog<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    heap: H,
     root: u64,
     table: InodeTable,
     max_files: u64,
@@ -258,7 +258,13 @@ pub struct Datalog<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     inner: Mutex<Inner>,
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+    /// The heap the store lives in (through whatever holder it was given: a borrow, an
+    /// `Arc`, ...).
+    pub fn heap(&self) -> &Heap<B, P> {
+        &self.heap
+    }
+
     /// The store's policy.
     pub fn policy(&self) -> Policy {
         self.policy

@@ -12,11 +12,11 @@ use super::index::FileState;
 use super::layout::{Inode, InodeTable, LogPage, NameImage, Root, MAX_NAME, PAGE, ROOT_BYTES};
 use super::{Datalog, DatalogError, FileId, Inner, Policy, MAX_FILES};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
     /// Make an empty store for up to `max_files` files, with its root at `root` (8-byte
     /// aligned, [`ROOT_BYTES`], e.g. the pool's root object). One transaction.
     pub fn create(
-        heap: &'h Heap<B, P>,
+        heap: H,
         root: u64,
         max_files: u64,
         policy: Policy,

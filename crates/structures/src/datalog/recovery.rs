@@ -21,13 +21,13 @@ use super::layout::{
 };
 use super::{Datalog, DatalogError, Inner, Policy, MAX_FILES};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
     /// Open the store whose root is at `root`: the heap has already rolled back any
     /// transaction a crash interrupted; this reads the inode table and replays every file's
     /// log into the DRAM index. A file whose log holds a corrupted committed entry opens as
     /// *damaged*: it is listed, and every operation on it returns
     /// [`DatalogError::CorruptEntry`].
-    pub fn open(heap: &'h Heap<B, P>, root: u64, policy: Policy) -> Result<Self, DatalogError> {
+    pub fn open(heap: H, root: u64, policy: Policy) -> Result<Self, DatalogError> {
         policy.check()?;
         let pool = heap.pool();
         let corrupt = |reason: String| DatalogError::Corrupt { root, reason };
@@ -73,7 +73,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             if inner.names.insert(name.clone(), slot as u32).is_some() {
                 return Err(corrupt(format!("two files are named {name:?}")));
             }
-            let state = replay(heap, name, generation, inode, head, tail)?;
+            let state = replay(&heap, name, generation, inode, head, tail)?;
             inner.slots[slot as usize] = Some(state);
         }
         Ok(Datalog {

@@ -7,6 +7,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::file::Plan;
 use super::index::FileState;
@@ -15,7 +16,7 @@ use super::namespace::file;
 use super::read::materialize;
 use super::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_FILE_SIZE};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
     /// Write `data` at `offset` with the store's write mode. Atomic and durable when it
     /// returns; writing past the end extends the file (with zeros in any gap).
     pub fn write_at(&self, id: FileId, offset: u64, data: &[u8]) -> Result<(), DatalogError> {
@@ -80,7 +81,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
 
     /// Whether a piece of `len` bytes of page `p` is embedded under `mode`.
     fn embeds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
-        Datalog::<B, P>::embeds_under(&self.policy, f, p, len, mode)
+        Datalog::<B, P, H>::embeds_under(&self.policy, f, p, len, mode)
     }
 
     /// Whether such a piece is embedded under `policy` (its folding thresholds included).
@@ -110,7 +111,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
             fold_after_bytes: u64::MAX,
             ..self.policy
         };
-        let no_fold = Datalog::<B, P>::embeds_under(&unfolded, f, p, len, mode);
+        let no_fold = Datalog::<B, P, H>::embeds_under(&unfolded, f, p, len, mode);
         no_fold && !self.embeds(f, p, len, mode)
     }
 

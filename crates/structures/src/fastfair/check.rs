@@ -4,11 +4,12 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::layout::{level_word, NodeImage, NODE_TAG};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Visit every node level by level along the sibling links, checking it; `visit` gets the
     /// offset, the number of used slots as stored, and the node with duplicates dropped.
     /// Returns every node's offset.

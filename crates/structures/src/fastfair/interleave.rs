@@ -63,7 +63,7 @@ mod tests {
     use super::super::{FastFair, FastFairConfig, ShiftPolicy};
     use super::*;
 
-    type Tree = FastFair<'static, Hardware, Arc<Pool>>;
+    type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap>;
     /// A node's offset and its bytes.
     type NodeBytes = (u64, Vec<u8>);
 

@@ -5,12 +5,13 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::layout::LINE;
 use super::{FastFair, FastFairError, LANES};
 use crate::sync::{Exclusive, StripeGuard};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// The stripe (lock, reader version, key count share and redo lane) of the node at `node`.
     #[inline]
     pub(super) fn stripe_index(node: u64) -> usize {

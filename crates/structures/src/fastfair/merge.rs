@@ -6,7 +6,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::{Tx, TxError};
+use pmem_undo_log::{Heap, Tx, TxError};
 
 use super::layout::NodeImage;
 use super::{FastFair, FastFairError};
@@ -32,7 +32,7 @@ fn child_at(parent: &NodeImage, index: usize) -> u64 {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Remove `key` from the leaf at the end of `path`, merging underfull nodes with a
     /// neighbour (or borrowing from one) upward and collapsing a root left with one child: one
     /// transaction. The caller holds every stripe.

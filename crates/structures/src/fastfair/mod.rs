@@ -250,8 +250,8 @@ impl Default for FastFairConfig {
 ///
 /// Operations take `&self` and are safe to call from several threads: lookups and scans take
 /// no lock, writers of different leaves run in parallel (see the module docs).
-pub struct FastFair<'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct FastFair<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    heap: H,
     meta: RootObject,
     node_size: u64,
     /// Words and entries per node, for node views.
@@ -281,15 +281,11 @@ fn misaligned_root(root: u64) -> FastFairError {
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Make an empty tree with its root object at `root` (64-byte aligned, [`ROOT_BYTES`]
     /// bytes). The root object, the redo area and the first leaf are written in one
     /// transaction.
-    pub fn create(
-        heap: &'h Heap<B, P>,
-        root: u64,
-        config: FastFairConfig,
-    ) -> Result<Self, FastFairError> {
+    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self, FastFairError> {
         if !valid_node_size(config.node_size) {
             return Err(FastFairError::InvalidConfig {
                 reason: format!(
@@ -337,26 +333,27 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
     }
 
     /// The DRAM handle of a tree whose root object is checked: no lock held, versions zero.
-    fn handle(
-        heap: &'h Heap<B, P>,
-        meta: u64,
-        node_size: u64,
-        policy: ShiftPolicy,
-        redo: RedoArea,
-    ) -> Self {
+    fn handle(heap: H, meta: u64, node_size: u64, policy: ShiftPolicy, redo: RedoArea) -> Self {
+        let step_limit = heap.pool().size() / node_size + 64;
         FastFair {
             heap,
             meta: RootObject(meta),
             node_size,
             shape: NodeShape::of(node_size),
             capacity: layout::capacity(node_size),
-            step_limit: heap.pool().size() / node_size + 64,
+            step_limit,
             policy,
             redo,
             structure_version: SeqVersion::new(),
             structure_gate: ExclusiveGate::new(),
             stripes: Stripes::new(LANES),
         }
+    }
+
+    /// The heap the tree lives in (through whatever holder it was given: a borrow, an
+    /// `Arc`, ...).
+    pub fn heap(&self) -> &Heap<B, P> {
+        &self.heap
     }
 
     /// The shift policy recorded in the pool.

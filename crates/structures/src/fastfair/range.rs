@@ -4,15 +4,16 @@
 use std::ops::{Bound, Deref, RangeBounds};
 
 use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_undo_log::Heap;
 
 use super::layout::{decode_entries, entries_offset, ENTRY};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// The pairs with keys in `range`, in key order, read without a lock: leaf by leaf along
     /// the sibling links. Each leaf is read consistently; a scan running beside writers sees
     /// every key that was present for its whole duration.
-    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> Range<'_, 'h, B, P> {
+    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> Range<'_, B, P, H> {
         let start = match range.start_bound() {
             Bound::Included(&k) => Some(k),
             Bound::Excluded(&k) => k.checked_add(1),
@@ -80,8 +81,8 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
 }
 
 /// An iterator over the pairs of a key range, in key order (see [`FastFair::range`]).
-pub struct Range<'t, 'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    tree: &'t FastFair<'h, B, P>,
+pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    tree: &'t FastFair<B, P, H>,
     /// The smallest key not yet returned, `None` when done.
     resume: Option<u64>,
     end: Bound<u64>,
@@ -94,7 +95,7 @@ pub struct Range<'t, 'h, B: Backend, P: Deref<Target = Pool<B>>> {
     failed: bool,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Range<'_, '_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
     fn in_end(&self, key: u64) -> bool {
         match self.end {
             Bound::Included(e) => key <= e,
@@ -157,7 +158,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Range<'_, '_, B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for Range<'_, '_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iterator
+    for Range<'_, B, P, H>
+{
     type Item = Result<(u64, u64), FastFairError>;
 
     fn next(&mut self) -> Option<Self::Item> {

@@ -14,12 +14,12 @@ use super::{
     misaligned_root, valid_node_size, FastFair, FastFairError, ShiftPolicy, LANES, ROOT_BYTES,
 };
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> FastFair<'h, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Open the tree whose root object is at `root`. The heap has already rolled back any
     /// split or merge a crash interrupted; this replays committed redo slots, checks every
     /// node, removes the transient duplicate an interrupted shift may have left, and counts the
     /// keys.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Self, FastFairError> {
+    pub fn open(heap: H, root: u64) -> Result<Self, FastFairError> {
         let pool = heap.pool();
         let corrupt = |reason: String| FastFairError::Corrupt { root, reason };
         if !root.is_multiple_of(super::layout::LINE) {

@@ -5,6 +5,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, Written};
+use pmem_undo_log::Heap;
 
 use super::layout::{
     commit_target, commit_word, encode_entry, entry_offset, line_of, ENTRIES_PER_LINE, ENTRY, LINE,
@@ -12,7 +13,7 @@ use super::layout::{
 use super::shift::{Shift, SlotWrite};
 use super::{FastFair, FastFairError, LANES};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Redo-logged: each touched line goes through the lane before it is written in place.
     pub(super) fn shift_redo(
         &self,

@@ -4,6 +4,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_undo_log::Heap;
 
 use super::layout::NodeView;
 use super::{FastFair, FastFairError, EMPTY_KEY};
@@ -74,7 +75,7 @@ pub(super) enum Step {
     Leaf(Option<u64>),
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {

@@ -5,6 +5,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, PoolError, Written};
+use pmem_undo_log::Heap;
 
 use super::layout::{entry_offset, line_of, value_offset, NodeView};
 use super::{FastFair, FastFairError, ShiftPolicy, EMPTY_KEY};
@@ -91,7 +92,7 @@ impl Shift {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Carry out `shift` on `node` under the tree's policy, with the node's stripe marked as
     /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
     /// `lane` is this writer's alone.

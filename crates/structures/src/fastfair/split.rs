@@ -7,7 +7,7 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Tx;
+use pmem_undo_log::{Heap, Tx};
 
 use super::layout::{entry_offset, entry_range_bytes, high_offset, sibling_offset, NodeImage};
 use super::{FastFair, FastFairError, EMPTY_KEY};
@@ -33,7 +33,7 @@ fn changed_entries(offset: u64, old: &[(u64, u64)], new: &[(u64, u64)]) -> Optio
     ))
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Split the full leaf at the end of `path` to insert `key`, and its ancestors as needed:
     /// one transaction, written in FAIR order (see the module docs). The caller holds every
     /// stripe.

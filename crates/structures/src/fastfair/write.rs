@@ -4,12 +4,13 @@
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
 
 use super::layout::value_offset;
 use super::shift::Shift;
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> FastFair<'_, B, P> {
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {

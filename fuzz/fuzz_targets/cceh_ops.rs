@@ -38,7 +38,7 @@ fn check_image(image: &[u8], what: &str, sim: SimConfig, policy: FencePolicy, mo
     let pool = Pool::from_image(image, Some(LAYOUT), sim)
         .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
     let heap =
-        Heap::open(&pool, policy).unwrap_or_else(|e| panic!("{what}: the heap does not open: {e}"));
+        Heap::open(&pool).unwrap_or_else(|e| panic!("{what}: the heap does not open: {e}"));
     let table = Cceh::open(&heap, pool.root_offset())
         .unwrap_or_else(|e| panic!("{what}: the table does not open: {e}"));
     let contents =

@@ -168,7 +168,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
             Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
         },
         |pool| {
-            let heap = Heap::open(pool, FencePolicy::Batched).unwrap();
+            let heap = Heap::open(pool).unwrap();
             let table = Cceh::open(&heap, pool.root_offset()).unwrap();
             let options = BatchOptions {
                 helper: true,
@@ -178,7 +178,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
             table.insert_batch(&items, options).unwrap();
         },
         |pool, _crash| {
-            let heap = Heap::open(pool, FencePolicy::Batched).map_err(|e| e.to_string())?;
+            let heap = Heap::open(pool).map_err(|e| e.to_string())?;
             let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
             let now = contents(&table)?;
             // The batch is one operation: any prefix of its inserts may have completed.

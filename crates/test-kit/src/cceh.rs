@@ -337,12 +337,12 @@ pub fn crash_ops(
             Cceh::create(&heap, pool.root_offset(), config).expect("create the table");
         },
         |pool| {
-            let heap = Heap::open(pool, policy).expect("open the heap");
+            let heap = Heap::open(pool).expect("open the heap");
             let table = Cceh::open(&heap, pool.root_offset()).expect("open the table");
             run_all(&table, pool, ops, &mut CcehModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
         |pool, crash| {
-            let heap = Heap::open(pool, policy).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let table =
                 Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
             if table.repaired_at_open() > 0 {

@@ -335,7 +335,7 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
             Datalog::create(&heap, pool.root_offset(), 4, policy).expect("create the store");
         },
         |pool| {
-            let heap = Heap::open(pool, FencePolicy::Batched).expect("open the heap");
+            let heap = Heap::open(pool).expect("open the heap");
             let store = Datalog::open(&heap, pool.root_offset(), policy).expect("open the store");
             run_each(pool, ops, &mut DatalogModel::new(), |index, op, model| {
                 op.run_checked(&store, index, model)?;
@@ -344,8 +344,7 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
             .unwrap_or_else(|e| panic!("{e}"));
         },
         |pool, crash| {
-            let heap =
-                Heap::open(pool, FencePolicy::Batched).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let store = Datalog::open(&heap, pool.root_offset(), policy)
                 .map_err(|e| failed("Datalog::open", e))?;
             let now = check_store(&heap, &store)?;

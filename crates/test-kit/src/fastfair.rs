@@ -244,13 +244,12 @@ pub fn crash_ops_outcome(
             FastFair::create(&heap, pool.root_offset(), config).expect("create the tree");
         },
         |pool| {
-            let heap = Heap::open(pool, FencePolicy::Batched).expect("open the heap");
+            let heap = Heap::open(pool).expect("open the heap");
             let tree = FastFair::open(&heap, pool.root_offset()).expect("open the tree");
             run_all(&tree, pool, ops, &mut FastFairModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
         |pool, crash| {
-            let heap =
-                Heap::open(pool, FencePolicy::Batched).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let tree = FastFair::open(&heap, pool.root_offset())
                 .map_err(|e| failed("FastFair::open", e))?;
             let done = crash.operations_completed as usize;

@@ -74,8 +74,7 @@ pub fn anonymous_heap_under(
 
 /// Close `heap` and open its pool again, as a restart would.
 pub fn reopen(heap: Heap) -> Heap {
-    Heap::open(heap.into_pool(), FencePolicy::Batched)
-        .unwrap_or_else(|e| panic!("reopen the heap: {e}"))
+    Heap::open(heap.into_pool()).unwrap_or_else(|e| panic!("reopen the heap: {e}"))
 }
 
 /// A simulated pool of `size` bytes with a `root_size`-byte root object.
@@ -104,11 +103,8 @@ pub fn simulated_heap_with(
 
 /// The heap on `pool` after a crash, recovered as a restart would (`Heap::open`); an `Err` names
 /// the recovery's failure, for a crash check to return.
-pub fn recover_heap<B: Backend>(
-    pool: &Pool<B>,
-    policy: FencePolicy,
-) -> Result<Heap<B, &Pool<B>>, String> {
-    Heap::open(pool, policy).map_err(|e| format!("recovery failed: {e}"))
+pub fn recover_heap<B: Backend>(pool: &Pool<B>) -> Result<Heap<B, &Pool<B>>, String> {
+    Heap::open(pool).map_err(|e| format!("recovery failed: {e}"))
 }
 
 /// A heap recovered on a crash image, with the blocks its walk found.
@@ -116,11 +112,8 @@ pub type RecoveredHeap<'p, B> = (Heap<B, &'p Pool<B>>, Vec<(u64, u64)>);
 
 /// [`recover_heap`], then the heap walk: the recovered heap and its committed blocks as
 /// `(offset, size)`, by offset.
-pub fn recover_and_walk_heap<B: Backend>(
-    pool: &Pool<B>,
-    policy: FencePolicy,
-) -> Result<RecoveredHeap<'_, B>, String> {
-    let heap = recover_heap(pool, policy)?;
+pub fn recover_and_walk_heap<B: Backend>(pool: &Pool<B>) -> Result<RecoveredHeap<'_, B>, String> {
+    let heap = recover_heap(pool)?;
     let blocks = heap
         .check_heap()
         .map_err(|e| format!("heap walk failed: {e}"))?;

@@ -130,14 +130,14 @@ fn crash_test<S: PartialEq + Debug>(
         &test,
         |pool| setup(&simulated_heap_with(pool, WORKLOAD_HEAP, policy)),
         |pool| {
-            let heap = Heap::open(pool, policy).expect("open the heap");
+            let heap = Heap::open(pool).expect("open the heap");
             for i in 0..operations {
                 apply(&heap, i).expect("an operation failed");
                 pool.operation_completed();
             }
         },
         |pool, crash| {
-            let heap = recover_heap(pool, policy)?;
+            let heap = recover_heap(pool)?;
             let (state, mut blocks) = read(&heap).map_err(|e| format!("reading: {e}"))?;
             let done = crash.operations_completed as usize;
             let ok = state == models[done] || models.get(done + 1) == Some(&state);

@@ -20,6 +20,18 @@ pub enum TxError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The heap was made by an older version of this library, whose superblock did not record
+    /// the fence policy: it is not opened under a guessed policy.
+    #[error(
+        "the undo-log heap's superblock is version {found}, from a release that did not record \
+         the fence policy; this library reads version {supported}: create the pool anew"
+    )]
+    OutdatedSuperblock {
+        /// The superblock's version.
+        found: u32,
+        /// The version this library reads.
+        supported: u32,
+    },
     /// The configuration cannot be laid out in this pool.
     #[error("invalid heap configuration: {reason}")]
     InvalidConfig {

@@ -98,8 +98,8 @@ pub struct Heap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
-    /// Format `pool` (from its heap offset on) with `config` and open it. Fails with
-    /// [`TxError::AlreadyFormatted`] rather than format a pool twice.
+    /// Format `pool` (from its heap offset on) with `config`, record `policy` in its superblock,
+    /// and open it. Fails with [`TxError::AlreadyFormatted`] rather than format a pool twice.
     pub fn create(pool: P, config: HeapConfig, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
         let layout = Layout::plan(pool.heap_offset(), pool.size(), &config)?;
         match Layout::read(&pool, layout.superblock) {
@@ -110,14 +110,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         // The allocator's table first, the superblock (magic last) after: a crash in between
         // leaves a pool that reads as not formatted.
         Allocator::format(&pool, &layout)?;
-        layout.format(&pool)?;
-        Heap::open(pool, policy)
+        layout.format(&pool, policy)?;
+        Heap::open(pool)
     }
 
-    /// Open the heap in `pool`: roll back every lane's unfinished transaction, then rebuild the
-    /// allocator's DRAM state from its persistent metadata.
-    pub fn open(pool: P, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
-        let layout = Layout::read(&pool, pool.heap_offset())?;
+    /// Open the heap in `pool` under the fence policy its superblock records: roll back every
+    /// lane's unfinished transaction, then rebuild the allocator's DRAM state from its
+    /// persistent metadata.
+    pub fn open(pool: P) -> Result<Heap<B, P>, TxError> {
+        let (layout, policy) = Layout::read(&pool, pool.heap_offset())?;
         for lane in 0..layout.lanes as usize {
             layout.lane(lane).recover(&pool)?;
         }
@@ -167,7 +168,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         &self.layout
     }
 
-    /// The fence policy of this handle.
+    /// The fence policy the heap's superblock records.
     pub fn policy(&self) -> FencePolicy {
         self.policy
     }

@@ -17,17 +17,26 @@
 //! | 40  | 8 | offset of the allocator's region (chunk aligned) |
 //! | 48  | 8 | size of the allocator's region (whole chunks) |
 //! | 56  | 8 | chunk size |
+//! | 64  | 8 | the fence policy's code ([`FencePolicy`]; version 2 on) |
 //! | 120 | 4 | CRC-32C of bytes 0..120 |
+//!
+//! Version 1 superblocks had no policy word: the policy was passed to every open. They are
+//! refused with [`TxError::OutdatedSuperblock`] rather than opened under a guessed policy.
 
 use pmem_ordering::{Backend, Pool};
 
 use crate::lane::{self, Lane};
+use crate::policy::FencePolicy;
 use crate::TxError;
 
 /// The superblock's magic.
 const MAGIC: [u8; 8] = *b"PMUNDO01";
-/// The superblock format version.
-const VERSION: u32 = 1;
+/// The superblock format version: 2 records the fence policy.
+const VERSION: u32 = 2;
+/// The last version that did not record the fence policy.
+const VERSION_WITHOUT_POLICY: u32 = 1;
+/// Byte offset of the fence policy's code in the superblock.
+const POLICY_AT: usize = 64;
 const SUPERBLOCK_LEN: usize = 128;
 
 /// How to lay out a new heap.
@@ -150,7 +159,7 @@ impl Layout {
         })
     }
 
-    fn encode(&self) -> [u8; SUPERBLOCK_LEN] {
+    fn encode(&self, policy: FencePolicy) -> [u8; SUPERBLOCK_LEN] {
         let mut b = [0u8; SUPERBLOCK_LEN];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -167,17 +176,23 @@ impl Layout {
         {
             b[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
+        b[POLICY_AT..POLICY_AT + 8].copy_from_slice(&policy.code().to_le_bytes());
         let crc = crc32c::crc32c(&b[..120]);
         b[120..124].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// Format every lane, then write the superblock, magic last, each part persisted.
-    pub(crate) fn format<B: Backend>(&self, pool: &Pool<B>) -> Result<(), TxError> {
+    /// Format every lane, then write the superblock recording `policy`, magic last, each part
+    /// persisted.
+    pub(crate) fn format<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        policy: FencePolicy,
+    ) -> Result<(), TxError> {
         for lane in 0..self.lanes as usize {
             self.lane(lane).format(pool)?;
         }
-        let bytes = self.encode();
+        let bytes = self.encode(policy);
         let body = pool.write(self.superblock + 8, &bytes[8..])?;
         let _ = pool.persist(body);
         let magic = pool.write(self.superblock, &bytes[..8])?;
@@ -185,8 +200,12 @@ impl Layout {
         Ok(())
     }
 
-    /// Read and check the superblock at `superblock`.
-    pub(crate) fn read<B: Backend>(pool: &Pool<B>, superblock: u64) -> Result<Layout, TxError> {
+    /// Read and check the superblock at `superblock`: the layout and the fence policy it
+    /// records.
+    pub(crate) fn read<B: Backend>(
+        pool: &Pool<B>,
+        superblock: u64,
+    ) -> Result<(Layout, FencePolicy), TxError> {
         let mut b = [0u8; SUPERBLOCK_LEN];
         pool.read_bytes(superblock, &mut b)?;
         let bad = |reason: String| TxError::BadSuperblock { reason };
@@ -201,6 +220,12 @@ impl Layout {
             )));
         }
         let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        if version == VERSION_WITHOUT_POLICY {
+            return Err(TxError::OutdatedSuperblock {
+                found: version,
+                supported: VERSION,
+            });
+        }
         if version != VERSION {
             return Err(bad(format!(
                 "version {version}, this library reads {VERSION}"
@@ -235,6 +260,9 @@ impl Layout {
         if planned != found {
             return Err(bad(format!("fields disagree with each other: {found:?}")));
         }
-        Ok(found)
+        let code = u64::from_le_bytes(b[POLICY_AT..POLICY_AT + 8].try_into().expect("8 bytes"));
+        let policy = FencePolicy::from_code(code)
+            .ok_or_else(|| bad(format!("fence policy code {code} names no policy")))?;
+        Ok((found, policy))
     }
 }

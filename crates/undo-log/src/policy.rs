@@ -44,6 +44,22 @@ impl FencePolicy {
         }
     }
 
+    /// The policy's code in the heap's superblock (0 is never a code: a zero word is no
+    /// policy).
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            FencePolicy::Strict => 1,
+            FencePolicy::Batched => 2,
+            FencePolicy::Themis => 3,
+            FencePolicy::Ideal => 4,
+        }
+    }
+
+    /// The policy whose code is `code`, if any.
+    pub(crate) fn from_code(code: u64) -> Option<FencePolicy> {
+        FencePolicy::ALL.into_iter().find(|p| p.code() == code)
+    }
+
     /// The persistency model under which the policy orders a log entry before a data write.
     pub(crate) fn persist_model(self) -> PersistModel {
         match self {

@@ -74,7 +74,7 @@ fn run(
             simulated_heap_with(pool, ALLOC_HEAP, policy);
         },
         |pool| {
-            let heap = Heap::open(pool, policy).unwrap();
+            let heap = Heap::open(pool).unwrap();
             for (t, toggles) in transactions.iter().enumerate() {
                 let before = states.borrow().last().unwrap().clone();
                 let result = heap.transaction(|tx| {
@@ -150,7 +150,14 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[Slots],
 ) -> Result<(), String> {
-    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
+    let (heap, blocks) = recover_and_walk_heap(pool)?;
+    if heap.policy() != policy {
+        return Err(format!(
+            "recovered under the {} policy, created under {}",
+            heap.policy().name(),
+            policy.name()
+        ));
+    }
     let slots: Vec<u64> = (0..SLOTS)
         .map(|i| pool.read::<u64>(slot_offset(pool, i)).unwrap())
         .collect();

@@ -51,7 +51,7 @@ fn run(policy: FencePolicy, sim: SimConfig) -> Result<(), String> {
             .unwrap();
         },
         |pool| {
-            let heap = Heap::open(pool, policy).unwrap();
+            let heap = Heap::open(pool).unwrap();
             for (from, to, amount) in transfers() {
                 heap.transaction(|tx| {
                     let a: u64 = tx.read(account(pool, from))?;
@@ -64,7 +64,7 @@ fn run(policy: FencePolicy, sim: SimConfig) -> Result<(), String> {
             }
         },
         |pool, crash| {
-            let heap = recover_heap(pool, policy)?;
+            let heap = recover_heap(pool)?;
             let now: Vec<u64> = (0..ACCOUNTS)
                 .map(|i| pool.read::<u64>(account(pool, i)).unwrap())
                 .collect();

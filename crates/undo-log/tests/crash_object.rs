@@ -68,7 +68,7 @@ fn run(
             pointers.borrow_mut().push(p.offset());
         },
         |pool| {
-            let heap = Heap::open(pool, policy).unwrap();
+            let heap = Heap::open(pool).unwrap();
             for (i, update) in UPDATES.iter().enumerate() {
                 let new = version(i as u64 + 1, size);
                 let at = match update {
@@ -95,7 +95,14 @@ fn check<B: Backend>(
     size: u64,
     pointers: &[u64],
 ) -> Result<(), String> {
-    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
+    let (heap, blocks) = recover_and_walk_heap(pool)?;
+    if heap.policy() != policy {
+        return Err(format!(
+            "recovered under the {} policy, created under {}",
+            heap.policy().name(),
+            policy.name()
+        ));
+    }
     let at: u64 = pool.read(slot(pool)).unwrap();
     let mut bytes = vec![0u8; size as usize];
     pool.read_bytes(at, &mut bytes)

@@ -105,7 +105,7 @@ fn run(policy: FencePolicy, sim: SimConfig, specs: &[TxSpec], points: usize) -> 
             states.borrow_mut().push(read_state(pool));
         },
         |pool| {
-            let heap = Heap::open(pool, policy).unwrap();
+            let heap = Heap::open(pool).unwrap();
             let root = pool.root_offset();
             for spec in specs {
                 let before = states.borrow().last().unwrap().clone();
@@ -158,7 +158,14 @@ fn check<B: Backend>(
     policy: FencePolicy,
     states: &[State],
 ) -> Result<(), String> {
-    let (heap, blocks) = recover_and_walk_heap(pool, policy)?;
+    let (heap, blocks) = recover_and_walk_heap(pool)?;
+    if heap.policy() != policy {
+        return Err(format!(
+            "recovered under the {} policy, created under {}",
+            heap.policy().name(),
+            policy.name()
+        ));
+    }
     let now = read_state(pool);
     let done = crash.operations_completed as usize;
     let ok = states[done] == now || states.get(done + 1) == Some(&now);

@@ -79,7 +79,7 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
         assert_ne!(bytes(pool, root, 1024), original);
     }
     let pool = Pool::open(&path, "semantics-lanes", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool), FencePolicy::Batched).unwrap();
+    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
     assert_eq!(bytes(heap.pool(), root, 1024), original);
     // The lanes are clean: nothing is rolled back a second time.
     let layout = *heap.layout();
@@ -95,7 +95,7 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
     heap.transaction(|tx| tx.write(root, &[1; 8])).unwrap();
     drop(heap);
     let pool = Pool::open(&path, "semantics-lanes", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool), FencePolicy::Batched).unwrap();
+    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
     assert_eq!(bytes(heap.pool(), root, 8), [1; 8]);
     assert_eq!(bytes(heap.pool(), root + 8, 1016), original[8..]);
 }

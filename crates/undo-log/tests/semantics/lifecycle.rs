@@ -56,7 +56,12 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
     };
 
     let pool = Pool::open(&path, "semantics-reopen", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool), FencePolicy::Batched).unwrap();
+    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
+    assert_eq!(
+        heap.policy(),
+        FencePolicy::Strict,
+        "the policy recorded at create"
+    );
     assert_eq!(heap.layout().lanes, 2);
     assert_eq!(heap.layout().lane_log_bytes, 8192);
     assert_eq!(bytes(heap.pool(), root, data.len() as u64), data);
@@ -91,7 +96,7 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
 #[test]
 fn open_and_create_refuse_the_wrong_kind_of_pool() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    match Heap::open(&*pool, FencePolicy::Batched) {
+    match Heap::open(&*pool) {
         Err(e @ TxError::NotFormatted) => assert!(e.to_string().contains("Heap::create")),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened an unformatted pool"),
@@ -108,20 +113,88 @@ fn open_and_create_refuse_the_wrong_kind_of_pool() {
         Heap::create(&*pool, heap_config(4, 1024, 4096), FencePolicy::Batched),
         Err(TxError::AlreadyFormatted)
     ));
-    assert!(Heap::open(&*pool, FencePolicy::Strict).is_ok());
+    assert!(Heap::open(&*pool).is_ok());
+}
+
+#[test]
+fn open_reads_the_fence_policy_create_recorded() {
+    for policy in FencePolicy::ALL {
+        let pool = anonymous_pool(LAYOUT, 1 << 20);
+        let created = Heap::create(&*pool, heap_config(2, 4096, 16 << 10), policy).unwrap();
+        assert_eq!(created.policy(), policy);
+        drop(created);
+        let reopened = Heap::open(&*pool).unwrap();
+        assert_eq!(
+            reopened.policy(),
+            policy,
+            "reopened without naming a policy"
+        );
+    }
+}
+
+/// Rewrite the superblock's version and its checksum, as a heap of that version would have.
+fn set_superblock_version(pool: &Pool, version: u32) {
+    let at = pool.heap_offset();
+    let mut superblock = [0u8; 128];
+    pool.read_bytes(at, &mut superblock).unwrap();
+    superblock[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32c::crc32c(&superblock[..120]);
+    superblock[120..124].copy_from_slice(&crc.to_le_bytes());
+    let w = pool.write(at, &superblock).unwrap();
+    let _ = pool.persist(w);
+}
+
+#[test]
+fn a_version_1_superblock_without_a_policy_is_refused_as_outdated() {
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
+    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Strict).unwrap());
+    set_superblock_version(&pool, 1);
+    match Heap::open(&*pool) {
+        Err(
+            e @ TxError::OutdatedSuperblock {
+                found: 1,
+                supported: 2,
+            },
+        ) => {
+            assert!(
+                e.to_string().contains("did not record the fence policy"),
+                "{e}"
+            )
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a version 1 heap under a guessed policy"),
+    }
+}
+
+#[test]
+fn a_superblock_policy_code_that_names_no_policy_is_refused() {
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
+    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Strict).unwrap());
+    let at = pool.heap_offset();
+    let w = pool.write(at + 64, &9u64.to_le_bytes()).unwrap();
+    let _ = pool.persist(w);
+    // A valid checksum over the bad code, so the code itself is what is refused.
+    set_superblock_version(&pool, 2);
+    match Heap::open(&*pool) {
+        Err(e @ TxError::BadSuperblock { .. }) => {
+            assert!(e.to_string().contains("fence policy code 9"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a heap with no valid policy"),
+    }
 }
 
 #[test]
 fn a_damaged_superblock_is_refused() {
-    // Bytes of the magic, version, lane count, allocator offset, chunk size and checksum.
-    for byte in [0u64, 7, 8, 16, 20, 40, 56, 120, 123] {
+    // Bytes of the magic, version, lane count, allocator offset, chunk size, policy and checksum.
+    for byte in [0u64, 7, 8, 16, 20, 40, 56, 64, 120, 123] {
         let pool = anonymous_pool(LAYOUT, 1 << 20);
         drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
         let at = pool.heap_offset() + byte;
         let old: u8 = pool.read(at).unwrap();
         let w = pool.write(at, &[old ^ 0x5A]).unwrap();
         let _ = pool.persist(w);
-        match Heap::open(&*pool, FencePolicy::Batched) {
+        match Heap::open(&*pool) {
             Err(e @ TxError::BadSuperblock { .. }) => {
                 assert!(e.to_string().contains("superblock"), "{e}")
             }
@@ -178,7 +251,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
             let w = pool.store_u64(layout.alloc_offset + 8 * c, word).unwrap();
             let _ = pool.persist(w);
         }
-        match Heap::open(&*pool, FencePolicy::Batched) {
+        match Heap::open(&*pool) {
             Err(e @ TxError::CorruptHeap { .. }) => {
                 assert!(e.to_string().contains("corrupted"), "{e}")
             }
@@ -202,7 +275,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     let w = pool.store_u64(chunk_start + 24, 1 << 63).unwrap();
     let _ = pool.persist(w);
     assert!(matches!(
-        Heap::open(&*pool, FencePolicy::Batched),
+        Heap::open(&*pool),
         Err(TxError::CorruptHeap { .. })
     ));
 }
@@ -239,10 +312,7 @@ fn invalid_configurations_are_refused() {
         }
         // Nothing was formatted.
         assert!(
-            matches!(
-                Heap::open(&*pool, FencePolicy::Batched),
-                Err(TxError::NotFormatted)
-            ),
+            matches!(Heap::open(&*pool), Err(TxError::NotFormatted)),
             "{cfg:?}"
         );
     }

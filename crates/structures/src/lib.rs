@@ -1,4 +1,30 @@
-//! Crash-consistent persistent data structures built on `pmem-ordering` and `pmem-undo-log`.
+//! Crash-consistent persistent data structures for persistent memory, named in one pool file.
+//!
+//! ```
+//! use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
+//!
+//! # fn main() -> Result<(), pmem_structures::Error> {
+//! // In DRAM for the example; `Store::open_or_create(path, size, &options)` for a pool file.
+//! let options = StoreOptions::new().granularity(Granularity::Emulated);
+//! let store = Store::anonymous(16 << 20, &options)?;
+//! let users = store.hash_map("users")?;
+//! let orders = store.btree_map("orders", FastFairConfig::default())?;
+//! users.insert(7, 700)?; // durable when it returns
+//! for order in [30, 10, 20] {
+//!     orders.insert(order, order * 2)?;
+//! }
+//! assert_eq!(users.get(7)?, Some(700));
+//! assert_eq!(orders.range(10..=20)?.collect::<Vec<_>>(), [(10, 20), (20, 40)]);
+//! assert_eq!(store.names(), ["orders", "users"]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A [`Store`] owns its pool file and the file's lock (a second open is refused, never allowed
+//! to corrupt it), an undo-log heap and a persistent catalog of named structures. Its handles
+//! ([`HashMap`], [`BTreeMap`], [`Datalog`]) are cheap to clone and `Send + Sync + 'static`;
+//! they read everything the store records (policies, sizes) at open. The raw structures below
+//! stay public for those who place structures themselves and for the crash simulator:
 //!
 //! * [`cceh`]: CCEH, a write-optimised extendible hash table (FAST'19 CCEH), with the
 //!   speculative helper thread of Optane buffering (EuroSys'22), Sec. 4.1.
@@ -24,3 +50,13 @@ mod sync;
 
 pub use kind::StructureKind;
 pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};
+
+// What a user of the `Store` needs, so this crate is the one dependency.
+pub use cceh::CcehConfig;
+pub use datalog::{DatalogConfig, WriteMode};
+pub use fastfair::{FastFairConfig, ShiftPolicy};
+pub use pmem_ordering::{Granularity, PoolError};
+pub use pmem_undo_log::{FencePolicy, HeapConfig};
+// The raw layers, for those who build their own structures or crash-test their code.
+pub use pmem_ordering;
+pub use pmem_undo_log;

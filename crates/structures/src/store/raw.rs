@@ -69,7 +69,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for HashTable<B, P>
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for HashTable<B, P> {
-    const RESERVED: u64 = cceh::RESERVED_KEY;
+    const RESERVED: u64 = cceh::EMPTY_KEY;
     fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         Ok(Cceh::get(self, key)?)
     }
@@ -106,7 +106,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for Tree<B, P> {
-    const RESERVED: u64 = fastfair::RESERVED_KEY;
+    const RESERVED: u64 = fastfair::EMPTY_KEY;
     fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         Ok(FastFair::get(self, key)?)
     }

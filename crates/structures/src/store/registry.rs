@@ -141,15 +141,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         for (name, listed) in state.catalog.listed() {
             let mut blocks = match state.open.get(&listed.slot) {
                 Some(Opened::HashMap(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => core.raw().blocks()?,
+                    Some(core) => Structure::blocks(core.raw())?,
                     None => blocks_of(&self.heap, &listed)?,
                 },
                 Some(Opened::BTreeMap(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => core.raw().blocks()?,
+                    Some(core) => Structure::blocks(core.raw())?,
                     None => blocks_of(&self.heap, &listed)?,
                 },
                 Some(Opened::Datalog(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => core.raw().blocks()?,
+                    Some(core) => Structure::blocks(core.raw())?,
                     None => blocks_of(&self.heap, &listed)?,
                 },
                 _ => blocks_of(&self.heap, &listed)?,
@@ -169,9 +169,9 @@ fn blocks_of<B: Backend, P: Deref<Target = Pool<B>>>(
 ) -> Result<Vec<u64>, Error> {
     use super::raw::{Files, HashTable, Tree};
     match listed.kind {
-        StructureKind::HashMap => HashTable::open(heap.clone(), listed.root)?.blocks(),
-        StructureKind::BTreeMap => Tree::open(heap.clone(), listed.root)?.blocks(),
-        StructureKind::Datalog => Files::open(heap.clone(), listed.root)?.blocks(),
+        StructureKind::HashMap => Structure::blocks(&HashTable::open(heap.clone(), listed.root)?),
+        StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap.clone(), listed.root)?),
+        StructureKind::Datalog => Structure::blocks(&Files::open(heap.clone(), listed.root)?),
     }
 }
 

@@ -122,20 +122,22 @@
 //! * `clean.rs`: log cleaning: freeing dead log pages and compacting logs.
 //! * `recovery.rs`: [`Datalog::open`]: reading the root and inodes, replaying logs, finding
 //!   torn and corrupted entries.
-//! * `policy.rs`, `error.rs`: the run-time [`Policy`] and [`DatalogError`].
+//! * `policy.rs`, `error.rs`: [`DatalogConfig`] and its [`Policy`] (and their encoding in the
+//!   root), and [`DatalogError`].
 //!
 //! # Example
 //!
 //! ```
 //! use std::sync::Arc;
 //! use pmem_ordering::{Pool, PoolOptions};
-//! use pmem_structures::datalog::{Datalog, Policy, WriteMode};
+//! use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode};
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 //!
 //! let pool = Pool::anonymous("datalog", 8 << 20, &PoolOptions::new())?;
 //! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
 //! let root = heap.pool().root_offset();
-//! let store = Datalog::create(&heap, root, 16, Policy::default())?;
+//! let config = DatalogConfig { max_files: 16, policy: Policy::default() };
+//! let store = Datalog::create(&heap, root, config)?;
 //! let notes = store.create_file("notes")?;
 //! store.write_at(notes, 0, &[b'.'; 8192])?; // two whole pages: copy-on-write
 //! store.write_at(notes, 100, b"hello")?; // a small piece: embedded in the log
@@ -169,7 +171,7 @@ use pmem_undo_log::Heap;
 
 pub use error::DatalogError;
 pub use layout::{MAX_EMBED, MAX_NAME, PAGE, ROOT_BYTES};
-pub use policy::{Policy, WriteMode};
+pub use policy::{DatalogConfig, Policy, WriteMode};
 
 use index::FileState;
 use layout::InodeTable;
@@ -259,9 +261,17 @@ pub struct Datalog<'h, B: Backend, P: Deref<Target = Pool<B>>> {
 }
 
 impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Datalog<'h, B, P> {
-    /// The store's policy.
+    /// The store's policy, as its root records it.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The store's configuration, as its root records it.
+    pub fn config(&self) -> DatalogConfig {
+        DatalogConfig {
+            max_files: self.max_files,
+            policy: self.policy,
+        }
     }
 
     /// The root offset.

@@ -12,7 +12,8 @@
 //! # Layout
 //!
 //! * A **root** of [`ROOT_BYTES`] at an offset the caller chooses: magic, the inode table's
-//!   offset, its capacity, the next inode generation.
+//!   offset, its capacity, the next inode generation, and four words recording the store's
+//!   [`Policy`] (written once at create, read at open).
 //! * The **inode table**: `max_files` inodes of 128 bytes: the log *tail* (8 bytes, the commit
 //!   word), the log *head*, the inode's *generation* (0: the slot is free), the name's length
 //!   and up to [`MAX_NAME`] bytes of name. The table is the namespace: `create`, `rename` and

@@ -25,7 +25,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
-use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
+use pmem_structures::datalog::{
+    Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
+};
 use pmem_undo_log::{FencePolicy, Heap};
 use serde::Serialize;
 
@@ -106,8 +108,10 @@ impl DatalogHeap {
         Datalog::create(
             self.heap(),
             self.heap().pool().root_offset(),
-            4,
-            Policy::with_mode(mode),
+            DatalogConfig {
+                max_files: 4,
+                policy: Policy::with_mode(mode),
+            },
         )
     }
 }

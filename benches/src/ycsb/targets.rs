@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
-use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode};
+use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_undo_log::Heap;
 use serde::Serialize;
@@ -301,8 +301,15 @@ pub fn with_target<R, E: From<MakeError>>(
             f(&FastFairTarget { tree })
         }
         Variant::Datalog(mode) => {
-            let store = Datalog::create(heap, root, 1, Policy::with_mode(mode))
-                .map_err(|e| made(e.into()))?;
+            let store = Datalog::create(
+                heap,
+                root,
+                DatalogConfig {
+                    max_files: 1,
+                    policy: Policy::with_mode(mode),
+                },
+            )
+            .map_err(|e| made(e.into()))?;
             let file = store.create_file("ycsb").map_err(|e| made(e.into()))?;
             f(&DatalogTarget { store, file })
         }

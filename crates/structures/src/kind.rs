@@ -29,7 +29,7 @@ impl StructureKind {
     ];
 
     /// The magic its roots start with.
-    pub fn magic(self) -> u64 {
+    pub const fn magic(self) -> u64 {
         u64::from_le_bytes(match self {
             StructureKind::HashMap => *b"CCEH\0v01",
             StructureKind::BTreeMap => *b"FASTFAIR",

@@ -102,7 +102,7 @@ fn bad_configurations_and_roots_are_refused() {
     // Nothing was made at the root: opening it finds no table.
     assert!(matches!(
         Cceh::open(&heap, root),
-        Err(CcehError::Corrupt { .. })
+        Err(CcehError::WrongKind { .. })
     ));
 }
 
@@ -244,7 +244,9 @@ fn a_corrupted_directory_is_refused_at_open() {
         let old = pool.load_u64(at).unwrap();
         let _ = pool.persist(pool.store_u64(at, value).unwrap());
         match Cceh::open(&heap, root) {
-            Err(CcehError::Corrupt { .. }) | Err(CcehError::Tx(_)) => {}
+            Err(CcehError::Corrupt { .. })
+            | Err(CcehError::WrongKind { .. })
+            | Err(CcehError::Tx(_)) => {}
             Err(e) => panic!("{at:#x} = {value:#x}: unexpected {e}"),
             Ok(_) => panic!("{at:#x} = {value:#x}: a damaged table opened"),
         }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pmem_ordering::{reset_thread_stats, thread_stats, Pool, Stats};
-use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE};
+use pmem_structures::datalog::{
+    Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE,
+};
 use pmem_test_kit::datalog::{self as kit, file_contents, write_into, DatalogModel, DatalogOp};
 use pmem_test_kit::fixture::{anonymous_heap, heap_holds_exactly, reopen};
 use pmem_test_kit::SplitMix64;
@@ -30,7 +32,15 @@ fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
     let root = heap.pool().root_offset();
     let mut model: Vec<u8> = Vec::new();
     {
-        let store = Datalog::create(&heap, root, 8, Policy::with_mode(mode)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 8,
+                policy: Policy::with_mode(mode),
+            },
+        )
+        .unwrap();
         let id = store.create_file("f").unwrap();
         let mut rng = SplitMix64::new(seed);
         for i in 0..ops {
@@ -59,7 +69,7 @@ fn random_ops(mode: WriteMode, seed: u64, ops: usize) {
         heap_matches(&heap, &store);
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::with_mode(mode)).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     let id = store.open_file("f").unwrap();
     assert_eq!(contents(&store, id), model, "after reopening");
     heap_matches(&heap, &store);
@@ -83,7 +93,15 @@ fn random_writes_and_truncates_match_a_vec_under_auto() {
 #[test]
 fn reads_past_the_end_and_gaps_read_zeros() {
     let heap = heap(8 << 20);
-    let store = Datalog::create(&heap, heap.pool().root_offset(), 4, Policy::default()).unwrap();
+    let store = Datalog::create(
+        &heap,
+        heap.pool().root_offset(),
+        DatalogConfig {
+            max_files: 4,
+            policy: Policy::default(),
+        },
+    )
+    .unwrap();
     let id = store.create_file("gap").unwrap();
     store.write_at(id, 3 * PAGE + 10, b"tail").unwrap();
     assert_eq!(store.len(id).unwrap(), 3 * PAGE + 14);
@@ -112,7 +130,15 @@ fn the_namespace_creates_renames_lists_and_removes() {
     let mut heap = heap(8 << 20);
     let root = heap.pool().root_offset();
     {
-        let store = Datalog::create(&heap, root, 3, Policy::default()).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 3,
+                policy: Policy::default(),
+            },
+        )
+        .unwrap();
         let a = store.create_file("a").unwrap();
         store.write_at(a, 0, &[7u8; 5000]).unwrap();
         let b = store.create_file("b").unwrap();
@@ -162,7 +188,7 @@ fn the_namespace_creates_renames_lists_and_removes() {
         heap_matches(&heap, &store);
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     assert_eq!(store.list(), vec!["a2".to_string(), "bb".into()]);
     let b = store.open_file("bb").unwrap();
     let mut buf = [0u8; 3];
@@ -174,16 +200,26 @@ fn the_namespace_creates_renames_lists_and_removes() {
 #[test]
 fn open_refuses_a_root_without_a_store() {
     let heap = heap(8 << 20);
-    assert!(matches!(
-        Datalog::open(&heap, heap.pool().root_offset(), Policy::default()),
-        Err(DatalogError::Corrupt { .. })
-    ));
+    match Datalog::open(&heap, heap.pool().root_offset()) {
+        Err(DatalogError::WrongKind { found, .. }) => {
+            assert_eq!(found, "nothing (an all-zero root)")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a store at an all-zero root"),
+    }
     let bad = Policy {
         fold_after_entries: 0,
         ..Policy::default()
     };
     assert!(matches!(
-        Datalog::create(&heap, heap.pool().root_offset(), 4, bad),
+        Datalog::create(
+            &heap,
+            heap.pool().root_offset(),
+            DatalogConfig {
+                max_files: 4,
+                policy: bad
+            }
+        ),
         Err(DatalogError::InvalidConfig { .. })
     ));
 }
@@ -192,8 +228,15 @@ fn open_refuses_a_root_without_a_store() {
 /// neither the log nor the heap grows.
 fn overwrite_forever(mode: WriteMode) {
     let heap = heap(16 << 20);
-    let store =
-        Datalog::create(&heap, heap.pool().root_offset(), 4, Policy::with_mode(mode)).unwrap();
+    let store = Datalog::create(
+        &heap,
+        heap.pool().root_offset(),
+        DatalogConfig {
+            max_files: 4,
+            policy: Policy::with_mode(mode),
+        },
+    )
+    .unwrap();
     let id = store.create_file("hot").unwrap();
     let mut model = vec![0u8; 16 * PAGE as usize];
     store.write_at(id, 0, &model).unwrap();
@@ -237,7 +280,15 @@ fn a_page_with_many_embedded_writes_is_folded_into_a_new_page() {
         fold_after_entries: 8,
         ..Policy::default()
     };
-    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, policy).unwrap();
+    let store = Datalog::create(
+        &heap,
+        heap.pool().root_offset(),
+        DatalogConfig {
+            max_files: 2,
+            policy,
+        },
+    )
+    .unwrap();
     let id = store.create_file("f").unwrap();
     for i in 0..8u64 {
         store.write_at(id, i * 8 + 1, &[i as u8 + 1; 5]).unwrap();
@@ -262,7 +313,15 @@ fn a_page_with_many_embedded_writes_is_folded_into_a_new_page() {
 #[test]
 fn auto_embeds_small_pieces_and_copies_large_ones() {
     let heap = heap(8 << 20);
-    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::default()).unwrap();
+    let store = Datalog::create(
+        &heap,
+        heap.pool().root_offset(),
+        DatalogConfig {
+            max_files: 2,
+            policy: Policy::default(),
+        },
+    )
+    .unwrap();
     let id = store.create_file("f").unwrap();
     store.write_at(id, 10, &[1u8; 2048]).unwrap();
     assert_eq!(store.file_stats(id).unwrap().embedded_entries, 1);
@@ -277,7 +336,15 @@ fn auto_embeds_small_pieces_and_copies_large_ones() {
 #[test]
 fn a_multi_page_write_spanning_blocks_reads_back() {
     let heap = heap(32 << 20);
-    let store = Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::default()).unwrap();
+    let store = Datalog::create(
+        &heap,
+        heap.pool().root_offset(),
+        DatalogConfig {
+            max_files: 2,
+            policy: Policy::default(),
+        },
+    )
+    .unwrap();
     let id = store.create_file("big").unwrap();
     let data: Vec<u8> = (0..200 * PAGE + 123).map(|i| (i * 7 % 256) as u8).collect();
     store.write_at(id, 77, &data).unwrap();
@@ -295,8 +362,15 @@ fn a_full_pool_refuses_the_write_and_loses_nothing() {
     let mut model = Vec::new();
     let mut refused = None;
     {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::CopyOnWrite)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 2,
+                policy: Policy::with_mode(WriteMode::CopyOnWrite),
+            },
+        )
+        .unwrap();
         let id = store.create_file("f").unwrap();
         for i in 0..200u64 {
             let data = vec![i as u8 + 1; 64 << 10];
@@ -328,7 +402,7 @@ fn a_full_pool_refuses_the_write_and_loses_nothing() {
         heap_matches(&heap, &store);
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     let id = store.open_file("f").unwrap();
     assert_eq!(contents(&store, id), model);
 }
@@ -345,7 +419,15 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
     };
     let mut model = Vec::new();
     {
-        let store = Datalog::create(&heap, root, 2, policy).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 2,
+                policy,
+            },
+        )
+        .unwrap();
         let b = store.create_file("b").unwrap();
         for i in 0..13u64 {
             store.write_at(b, i * 300, &[i as u8 + 1; 300]).unwrap();
@@ -380,7 +462,7 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
         heap_matches(&heap, &store);
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, policy).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     let b = store.open_file("b").unwrap();
     assert_eq!(contents(&store, b), model);
 }
@@ -395,8 +477,15 @@ fn embedded_64_byte_overwrites_write_at_most_a_tenth_of_the_bytes_of_copy_on_wri
     let mut written = BTreeMap::new();
     for mode in [WriteMode::CopyOnWrite, WriteMode::Embedded] {
         let heap = heap(32 << 20);
-        let store =
-            Datalog::create(&heap, heap.pool().root_offset(), 2, Policy::with_mode(mode)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            heap.pool().root_offset(),
+            DatalogConfig {
+                max_files: 2,
+                policy: Policy::with_mode(mode),
+            },
+        )
+        .unwrap();
         let id = store.create_file("f").unwrap();
         let pages = 16;
         store
@@ -446,7 +535,11 @@ proptest! {
         let root = heap.pool().root_offset();
         let mut model = DatalogModel::new();
         {
-            let store = Datalog::create(&heap, root, 4, Policy::default()).unwrap();
+            let config = DatalogConfig {
+                max_files: 4,
+                ..DatalogConfig::default()
+            };
+            let store = Datalog::create(&heap, root, config).unwrap();
             for (index, op) in ops.iter().enumerate() {
                 let checked = op.run_checked(&store, index, &mut model);
                 prop_assert!(checked.is_ok(), "{}", checked.unwrap_err());
@@ -456,7 +549,7 @@ proptest! {
             heap_matches(&heap, &store);
         }
         heap = reopen(heap);
-        let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+        let store = Datalog::open(&heap, root).unwrap();
         prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
         prop_assert_eq!(&kit::contents(&store).unwrap(), &model);
         heap_matches(&heap, &store);

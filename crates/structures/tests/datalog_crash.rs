@@ -4,7 +4,9 @@
 //! store's blocks (nothing leaked, nothing freed twice).
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
-use pmem_structures::datalog::{CleaningStats, Datalog, FileStats, Policy, WriteMode, PAGE};
+use pmem_structures::datalog::{
+    CleaningStats, Datalog, DatalogConfig, FileStats, Policy, WriteMode, PAGE,
+};
 use pmem_test_kit::datalog::{contents, crash_ops, file_name, run_all, DatalogModel, DatalogOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_undo_log::FencePolicy;
@@ -208,7 +210,15 @@ fn every_crash_while_dead_log_pages_are_reclaimed_recovers() {
 fn without_crashes(policy: Policy, ops: &[DatalogOp]) -> (CleaningStats, FileStats) {
     let pool = simulated_pool("datalog", POOL_BYTES, 1024, SimConfig::x86());
     let heap = simulated_heap(&pool, FencePolicy::Batched);
-    let store = Datalog::create(&heap, pool.root_offset(), 4, policy).unwrap();
+    let store = Datalog::create(
+        &heap,
+        pool.root_offset(),
+        DatalogConfig {
+            max_files: 4,
+            policy,
+        },
+    )
+    .unwrap();
     let mut model = DatalogModel::new();
     run_all(&store, &pool, ops, &mut model).unwrap();
     assert_eq!(contents(&store).unwrap(), model);

@@ -3,7 +3,7 @@
 //! log's committed tail are ignored.
 
 use pmem_ordering::Pool;
-use pmem_structures::datalog::{Datalog, DatalogError, Policy, WriteMode};
+use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
 use pmem_test_kit::datalog::file_contents;
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_undo_log::Heap;
@@ -26,8 +26,15 @@ fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
     let mut heap = heap(8 << 20);
     let root = heap.pool().root_offset();
     {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 2,
+                policy: Policy::with_mode(WriteMode::Embedded),
+            },
+        )
+        .unwrap();
         let id = store.create_file("victim").unwrap();
         store.write_at(id, 0, b"precious bytes").unwrap();
         let other = store.create_file("other").unwrap();
@@ -41,7 +48,7 @@ fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
     let w = heap.pool().write(entry + 35, &[byte[0] ^ 0x10]).unwrap();
     let _ = heap.pool().persist(w);
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     assert_eq!(store.list(), vec!["other".to_string(), "victim".into()]);
     let id = store.open_file("victim").unwrap();
     let mut buf = [0u8; 14];
@@ -78,8 +85,15 @@ fn reopen_damaged(damage: impl FnOnce(&Pool, u64)) -> (Heap, Vec<u8>) {
     let root = heap.pool().root_offset();
     let b_model;
     {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 2,
+                policy: Policy::with_mode(WriteMode::Embedded),
+            },
+        )
+        .unwrap();
         let a = store.create_file("a").unwrap();
         for i in 0..40u64 {
             store.write_at(a, i * 200, &[i as u8; 200]).unwrap();
@@ -127,7 +141,7 @@ fn damaged_logs_make_damaged_files_and_spare_the_others() {
     ];
     for (what, damage) in damages {
         let (heap, b_model) = reopen_damaged(|p, t| damage(p, t));
-        let store = Datalog::open(&heap, heap.pool().root_offset(), Policy::default())
+        let store = Datalog::open(&heap, heap.pool().root_offset())
             .unwrap_or_else(|e| panic!("{what}: the store must open: {e}"));
         assert_eq!(store.list(), vec!["a".to_string(), "b".into()], "{what}");
         let a = store.open_file("a").unwrap();
@@ -157,7 +171,7 @@ fn a_damaged_inode_table_is_a_typed_error() {
         ("a generation from the future", 16, 1 << 40),
     ] {
         let (heap, _) = reopen_damaged(|p, t| store_word(p, t + at, value));
-        match Datalog::open(&heap, heap.pool().root_offset(), Policy::default()) {
+        match Datalog::open(&heap, heap.pool().root_offset()) {
             Err(DatalogError::Corrupt { .. }) => {}
             Err(e) => panic!("{what}: {e}"),
             Ok(_) => panic!("{what}: the store opened"),
@@ -169,7 +183,15 @@ fn a_damaged_inode_table_is_a_typed_error() {
 fn an_embedded_entry_corrupted_after_open_is_caught_by_the_read() {
     let heap = heap(8 << 20);
     let root = heap.pool().root_offset();
-    let store = Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+    let store = Datalog::create(
+        &heap,
+        root,
+        DatalogConfig {
+            max_files: 2,
+            policy: Policy::with_mode(WriteMode::Embedded),
+        },
+    )
+    .unwrap();
     let id = store.create_file("f").unwrap();
     store.write_at(id, 8, b"abcdefgh").unwrap();
     let (head, _) = first_log_page(heap.pool());
@@ -192,8 +214,15 @@ fn bytes_past_the_committed_tail_are_ignored() {
     let root = heap.pool().root_offset();
     let model;
     {
-        let store =
-            Datalog::create(&heap, root, 2, Policy::with_mode(WriteMode::Embedded)).unwrap();
+        let store = Datalog::create(
+            &heap,
+            root,
+            DatalogConfig {
+                max_files: 2,
+                policy: Policy::with_mode(WriteMode::Embedded),
+            },
+        )
+        .unwrap();
         let id = store.create_file("f").unwrap();
         store.write_at(id, 0, b"committed").unwrap();
         model = file_contents(&store, id).unwrap();
@@ -205,7 +234,7 @@ fn bytes_past_the_committed_tail_are_ignored() {
         let _ = heap.pool().persist(w);
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root, Policy::default()).unwrap();
+    let store = Datalog::open(&heap, root).unwrap();
     let id = store.open_file("f").unwrap();
     assert_eq!(file_contents(&store, id).unwrap(), model);
     store.write_at(id, 4, b"after").unwrap();

@@ -183,7 +183,7 @@ fn bad_configurations_and_foreign_roots_get_typed_errors() {
     // Nothing was created at the root yet: open refuses it.
     assert!(matches!(
         FastFair::open(&heap, root),
-        Err(FastFairError::Corrupt { .. })
+        Err(FastFairError::WrongKind { .. })
     ));
     let tree = FastFair::create(&heap, root, FastFairConfig::default()).unwrap();
     tree.insert(1, 2).unwrap();

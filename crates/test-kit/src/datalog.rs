@@ -6,7 +6,9 @@ use std::ops::Deref;
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::datalog::{Datalog, DatalogError, FileId, Policy, WriteMode, PAGE};
+use pmem_structures::datalog::{
+    Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
+};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
@@ -323,20 +325,28 @@ pub fn describe(model: &DatalogModel) -> String {
 /// Crash-tests `ops` on a fresh store with `policy` and four file slots (batched fences). The
 /// workload checks every result against the model and reads every file back after every
 /// operation; every crash image must recover (`Heap::open`, `Datalog::open`) to a store that
-/// reads back in full with exactly its blocks in the heap ([`check_store`]), holds the model
-/// after the operations that returned, or after the interrupted one too, and takes one more
-/// write. Panics with the harness's report on a failure.
+/// has the policy it was created with, reads back in full with exactly its blocks in the heap
+/// ([`check_store`]), holds the model after the operations that returned, or after the
+/// interrupted one too, and takes one more write. Panics with the harness's report on a failure.
 pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report {
     let history = History::of(ops);
     run_crash_test(
         test,
         |pool| {
             let heap = simulated_heap(pool, FencePolicy::Batched);
-            Datalog::create(&heap, pool.root_offset(), 4, policy).expect("create the store");
+            Datalog::create(
+                &heap,
+                pool.root_offset(),
+                DatalogConfig {
+                    max_files: 4,
+                    policy,
+                },
+            )
+            .expect("create the store");
         },
         |pool| {
             let heap = Heap::open(pool).expect("open the heap");
-            let store = Datalog::open(&heap, pool.root_offset(), policy).expect("open the store");
+            let store = Datalog::open(&heap, pool.root_offset()).expect("open the store");
             run_each(pool, ops, &mut DatalogModel::new(), |index, op, model| {
                 op.run_checked(&store, index, model)?;
                 agree("the files read back".to_string(), &contents(&store)?, model)
@@ -345,8 +355,14 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
         },
         |pool, crash| {
             let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
-            let store = Datalog::open(&heap, pool.root_offset(), policy)
-                .map_err(|e| failed("Datalog::open", e))?;
+            let store =
+                Datalog::open(&heap, pool.root_offset()).map_err(|e| failed("Datalog::open", e))?;
+            if store.policy() != policy {
+                return Err(format!(
+                    "the store recovered with policy {:?}, created with {policy:?}",
+                    store.policy()
+                ));
+            }
             let now = check_store(&heap, &store)?;
             let done = crash.operations_completed as usize;
             if !history.admits(&now, done) {

@@ -8,7 +8,7 @@
 use super::{PROBE_BUCKETS, SLOTS_PER_BUCKET};
 
 /// The root's first word, which tells a CCEH root from anything else.
-pub(super) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"CCEH\0v01");
+pub(super) const ROOT_MAGIC: u64 = crate::kind::StructureKind::HashMap.magic();
 /// Bytes of a bucket: one cache line.
 pub(super) const BUCKET_BYTES: u64 = 64;
 /// Words of a bucket: four `(key, value)` slots.

@@ -107,6 +107,7 @@ mod split;
 mod test_heap;
 mod write;
 
+use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -114,6 +115,7 @@ use std::sync::Mutex;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
+use crate::kind::{describe_magic, StructureKind};
 use crate::sync::Stripes;
 
 pub use hashing::hash;
@@ -135,7 +137,7 @@ pub const MAX_DEPTH: u64 = 58;
 const STRIPES: usize = 64;
 
 /// What can go wrong with a CCEH table.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum CcehError {
     /// Key 0 is reserved for empty slots.
     #[error("key 0 is reserved (it marks an empty slot)")]
@@ -143,7 +145,28 @@ pub enum CcehError {
     /// A transaction of a split or doubling failed (allocation, log space, pool access).
     #[error(transparent)]
     Tx(#[from] TxError),
-    /// The root does not hold a CCEH table, or the table is damaged.
+    /// [`Cceh::create`] on a root that is in use (its magic word is not zero):
+    /// nothing was written, the root's contents are intact.
+    #[error(
+        "root {root:#x} already holds {found}: open it, or create the table at an unused \
+         (all-zero) root"
+    )]
+    AlreadyExists {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// [`Cceh::open`] on a root that holds something else (another kind of
+    /// structure, nothing, or an unknown magic, printed as text).
+    #[error("root {root:#x} holds {found}, not {}", StructureKind::HashMap.describe())]
+    WrongKind {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// The table at the root is damaged.
     #[error("not a valid CCEH table at offset {root:#x}: {reason}")]
     Corrupt {
         /// The root offset.
@@ -171,13 +194,22 @@ pub enum CcehError {
     WriterPinned,
 }
 
+/// The message, as `Display` prints it: readable where a `Debug` is shown, e.g. the error a
+/// `main() -> Result<(), Box<dyn Error>>` returns.
+impl fmt::Debug for CcehError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 impl From<PoolError> for CcehError {
     fn from(e: PoolError) -> Self {
         CcehError::Tx(TxError::Pool(e))
     }
 }
 
-/// Shape of a new table.
+/// Shape of a new table, recorded in its root by [`Cceh::create`] and read back by
+/// [`Cceh::open`] ([`Cceh::config`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CcehConfig {
     /// Buckets per segment: a power of two, at least [`PROBE_BUCKETS`]. 256 (16 KiB segments)
@@ -311,7 +343,9 @@ fn valid_bucket_count(buckets: u64) -> bool {
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Make an empty table with its root at `root` (64-byte aligned, 32 bytes, e.g. in the pool's
-    /// root object). The root and first segment are written in one transaction.
+    /// root object), recording `config` there for [`Cceh::open`]. The root and first segment
+    /// are written in one transaction. A root in use (a non-zero magic word) is refused with
+    /// [`CcehError::AlreadyExists`], and left as it is.
     pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
         let b = config.buckets_per_segment;
         if !valid_bucket_count(b) {
@@ -325,6 +359,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             });
         }
         heap.pool().check_range(root, ROOT_BYTES)?;
+        let magic = heap.pool().read::<u64>(root)?;
+        if magic != 0 {
+            return Err(CcehError::AlreadyExists {
+                root,
+                found: describe_magic(magic),
+            });
+        }
         let shape = SegmentShape::new(b);
         heap.transaction(|tx| {
             let segment = tx.alloc(shape.bytes())?;
@@ -378,6 +419,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// Whether the table holds no key.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The configuration the table was created with, as its root records it.
+    pub fn config(&self) -> CcehConfig {
+        CcehConfig {
+            buckets_per_segment: self.shape.buckets(),
+        }
     }
 
     /// The global depth (log2 of the directory's size).

@@ -15,20 +15,26 @@ use super::hashing::{belongs, hash};
 use super::layout::{slots_of, Directory, Entry, Root, SegmentShape, ROOT_MAGIC};
 use super::SLOTS_PER_BUCKET as SLOTS;
 use super::{valid_bucket_count, Cceh, CcehError, EMPTY_KEY, MAX_DEPTH};
+use crate::kind::describe_magic;
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
-    /// Open the table whose root is at `root`. The heap has already rolled back a doubling, or
-    /// a split whose transaction, a crash interrupted; this finishes a split that had passed
-    /// its transaction (FAST'19's recovery), checks the directory, counts the keys (keeping
-    /// one copy of a key a crash left twice by a displacement) and frees the directory a
-    /// doubling retired (no lookup of an earlier run can still be reading it).
+    /// Open the table whose root is at `root`, with the configuration its root records. A root
+    /// that holds anything else is refused with [`CcehError::WrongKind`]. The heap has already
+    /// rolled back a doubling, or a split whose transaction, a crash interrupted; this finishes
+    /// a split that had passed its transaction (FAST'19's recovery), checks the directory,
+    /// counts the keys (keeping one copy of a key a crash left twice by a displacement) and
+    /// frees the directory a doubling retired (no lookup of an earlier run can still be reading
+    /// it).
     pub fn open(heap: H, root: u64) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
         let root = Root::at(root);
         let magic = pool.read::<u64>(root.magic())?;
         if magic != ROOT_MAGIC {
-            return Err(corrupt(format!("magic {magic:#x}")));
+            return Err(CcehError::WrongKind {
+                root: root.offset(),
+                found: describe_magic(magic),
+            });
         }
         let buckets = pool.read::<u64>(root.buckets_per_segment())?;
         if !valid_bucket_count(buckets) {

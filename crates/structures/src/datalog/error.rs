@@ -1,17 +1,41 @@
 //! The store's errors.
 
+use std::fmt;
+
 use pmem_ordering::PoolError;
 use pmem_undo_log::TxError;
 
 use super::MAX_FILE_SIZE;
+use crate::kind::StructureKind;
 
 /// What can go wrong with a datalog store.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum DatalogError {
     /// A transaction failed (allocation, log space, pool access); nothing changed.
     #[error(transparent)]
     Tx(#[from] TxError),
-    /// The root does not hold a datalog store, or its inode table is damaged.
+    /// [`super::Datalog::create`] on a root that is in use (its magic word is not zero):
+    /// nothing was written, the root's contents are intact.
+    #[error(
+        "root {root:#x} already holds {found}: open it, or create the store at an unused \
+         (all-zero) root"
+    )]
+    AlreadyExists {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// [`super::Datalog::open`] on a root that holds something else (another kind of
+    /// structure, nothing, or an unknown magic, printed as text).
+    #[error("root {root:#x} holds {found}, not {}", StructureKind::Datalog.describe())]
+    WrongKind {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// The store at the root, or its inode table, is damaged.
     #[error("not a valid datalog store at offset {root:#x}: {reason}")]
     Corrupt {
         /// The root offset.
@@ -73,6 +97,14 @@ pub enum DatalogError {
         /// Why.
         reason: String,
     },
+}
+
+/// The message, as `Display` prints it: readable where a `Debug` is shown, e.g. the error a
+/// `main() -> Result<(), Box<dyn Error>>` returns.
+impl fmt::Debug for DatalogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl From<PoolError> for DatalogError {

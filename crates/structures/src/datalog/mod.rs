@@ -12,7 +12,8 @@
 //! # Layout
 //!
 //! * A **root** of [`ROOT_BYTES`] at an offset the caller chooses: magic, the inode table's
-//!   offset, its capacity, the next inode generation.
+//!   offset, its capacity, the next inode generation, and four words recording the store's
+//!   [`Policy`] (written once at create, read at open).
 //! * The **inode table**: `max_files` inodes of 128 bytes: the log *tail* (8 bytes, the commit
 //!   word), the log *head*, the inode's *generation* (0: the slot is free), the name's length
 //!   and up to [`MAX_NAME`] bytes of name. The table is the namespace: `create`, `rename` and
@@ -122,20 +123,22 @@
 //! * `clean.rs`: log cleaning: freeing dead log pages and compacting logs.
 //! * `recovery.rs`: [`Datalog::open`]: reading the root and inodes, replaying logs, finding
 //!   torn and corrupted entries.
-//! * `policy.rs`, `error.rs`: the run-time [`Policy`] and [`DatalogError`].
+//! * `policy.rs`, `error.rs`: [`DatalogConfig`] and its [`Policy`] (and their encoding in the
+//!   root), and [`DatalogError`].
 //!
 //! # Example
 //!
 //! ```
 //! use std::sync::Arc;
 //! use pmem_ordering::{Pool, PoolOptions};
-//! use pmem_structures::datalog::{Datalog, Policy, WriteMode};
+//! use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode};
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 //!
 //! let pool = Pool::anonymous("datalog", 8 << 20, &PoolOptions::new())?;
 //! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
 //! let root = heap.pool().root_offset();
-//! let store = Datalog::create(&heap, root, 16, Policy::default())?;
+//! let config = DatalogConfig { max_files: 16, policy: Policy::default() };
+//! let store = Datalog::create(&heap, root, config)?;
 //! let notes = store.create_file("notes")?;
 //! store.write_at(notes, 0, &[b'.'; 8192])?; // two whole pages: copy-on-write
 //! store.write_at(notes, 100, b"hello")?; // a small piece: embedded in the log
@@ -169,7 +172,7 @@ use pmem_undo_log::Heap;
 
 pub use error::DatalogError;
 pub use layout::{MAX_EMBED, MAX_NAME, PAGE, ROOT_BYTES};
-pub use policy::{Policy, WriteMode};
+pub use policy::{DatalogConfig, Policy, WriteMode};
 
 use index::FileState;
 use layout::InodeTable;
@@ -265,9 +268,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         &self.heap
     }
 
-    /// The store's policy.
+    /// The store's policy, as its root records it.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The store's configuration, as its root records it.
+    pub fn config(&self) -> DatalogConfig {
+        DatalogConfig {
+            max_files: self.max_files,
+            policy: self.policy,
+        }
     }
 
     /// The root offset.

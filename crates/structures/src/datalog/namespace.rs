@@ -10,34 +10,39 @@ use pmem_undo_log::{Heap, TxError};
 
 use super::index::FileState;
 use super::layout::{Inode, InodeTable, LogPage, NameImage, Root, MAX_NAME, PAGE, ROOT_BYTES};
-use super::{Datalog, DatalogError, FileId, Inner, Policy, MAX_FILES};
+use super::{Datalog, DatalogConfig, DatalogError, FileId, Inner};
+use crate::kind::describe_magic;
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
-    /// Make an empty store for up to `max_files` files, with its root at `root` (8-byte
-    /// aligned, [`ROOT_BYTES`], e.g. the pool's root object). One transaction.
+    /// Make an empty store with its root at `root` (8-byte aligned, [`ROOT_BYTES`], e.g. the
+    /// pool's root object), recording `config` (inodes and policy) there for
+    /// [`Datalog::open`]. One transaction. A root in use (a non-zero magic word) is refused
+    /// with [`DatalogError::AlreadyExists`], and left as it is.
     pub fn create(
         heap: H,
         root: u64,
-        max_files: u64,
-        policy: Policy,
+        config: DatalogConfig,
     ) -> Result<Self, DatalogError> {
-        policy.check()?;
-        if max_files == 0 || max_files > MAX_FILES {
-            return Err(DatalogError::InvalidConfig {
-                reason: format!("{max_files} files: between 1 and {MAX_FILES} are allowed"),
-            });
-        }
+        config.check()?;
+        let DatalogConfig { max_files, policy } = config;
         if !root.is_multiple_of(8) {
             return Err(DatalogError::InvalidConfig {
                 reason: format!("root offset {root:#x} is not 8-byte aligned"),
             });
         }
         heap.pool().check_range(root, ROOT_BYTES)?;
+        let magic = Root::at(root).read_magic(heap.pool())?;
+        if magic != 0 {
+            return Err(DatalogError::AlreadyExists {
+                root,
+                found: describe_magic(magic),
+            });
+        }
         let table = heap.transaction(|tx| {
             let bytes = InodeTable::bytes(max_files);
             let table = InodeTable::at(tx.alloc(bytes)?.offset());
             tx.write(table.offset(), &vec![0u8; bytes as usize])?;
-            tx.write(root, &Root::image(table, max_files, 1))?;
+            tx.write(root, &Root::image(table, max_files, 1, policy.encode()))?;
             Ok::<InodeTable, TxError>(table)
         })?;
         Ok(Datalog {

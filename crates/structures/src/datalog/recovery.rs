@@ -13,6 +13,8 @@ use std::sync::Mutex;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
+use crate::kind::describe_magic;
+
 use super::entry::{checksum_holds, Entry};
 use super::index::FileState;
 use super::layout::{
@@ -22,21 +24,25 @@ use super::layout::{
 use super::{Datalog, DatalogError, Inner, Policy, MAX_FILES};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
-    /// Open the store whose root is at `root`: the heap has already rolled back any
-    /// transaction a crash interrupted; this reads the inode table and replays every file's
-    /// log into the DRAM index. A file whose log holds a corrupted committed entry opens as
-    /// *damaged*: it is listed, and every operation on it returns
+    /// Open the store whose root is at `root`, with the inodes and policy its root records (a
+    /// root that holds anything else is refused with [`DatalogError::WrongKind`]): the heap
+    /// has already rolled back any transaction a crash interrupted; this reads the inode table
+    /// and replays every file's log into the DRAM index. A file whose log holds a corrupted
+    /// committed entry opens as *damaged*: it is listed, and every operation on it returns
     /// [`DatalogError::CorruptEntry`].
-    pub fn open(heap: H, root: u64, policy: Policy) -> Result<Self, DatalogError> {
-        policy.check()?;
+    pub fn open(heap: H, root: u64) -> Result<Self, DatalogError> {
         let pool = heap.pool();
         let corrupt = |reason: String| DatalogError::Corrupt { root, reason };
         pool.check_range(root, ROOT_BYTES)?;
         let root_words = Root::at(root);
         let magic = root_words.read_magic(pool)?;
         if magic != ROOT_MAGIC {
-            return Err(corrupt(format!("magic {magic:#x}")));
+            return Err(DatalogError::WrongKind {
+                root,
+                found: describe_magic(magic),
+            });
         }
+        let policy = Policy::decode(root_words.read_policy(pool)?).map_err(corrupt)?;
         let table = root_words.read_table(pool)?;
         let max_files = root_words.read_max_files(pool)?;
         let next_generation = root_words.read_next_generation(pool)?;

@@ -21,7 +21,7 @@ pub(super) const ENTRIES_PER_LINE: usize = (LINE / ENTRY) as usize;
 const HEADER_WORDS: usize = (HEADER / 8) as usize;
 
 /// The root object's first word.
-pub(super) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FASTFAIR");
+pub(super) const ROOT_MAGIC: u64 = crate::kind::StructureKind::BTreeMap.magic();
 /// The format this build reads and writes.
 pub(super) const FORMAT_VERSION: u64 = 1;
 /// Every node's tag word.

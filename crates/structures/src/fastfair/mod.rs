@@ -116,11 +116,13 @@
 //!   it. The locks live in DRAM only: a crash cannot leave one held. The locks and versions
 //!   are the crate's shared ones (`sync`).
 
+use std::fmt;
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
+use crate::kind::{describe_magic, StructureKind};
 use crate::sync::{ExclusiveGate, SeqVersion, Stripes};
 
 mod check;
@@ -197,7 +199,7 @@ impl ShiftPolicy {
 }
 
 /// What can go wrong with a FAST&FAIR tree.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum FastFairError {
     /// `u64::MAX` marks a free slot and cannot be a key.
     #[error("key u64::MAX is reserved (it marks a free slot)")]
@@ -205,7 +207,28 @@ pub enum FastFairError {
     /// A transaction of a split or merge, or an access of the pool, failed.
     #[error(transparent)]
     Tx(#[from] TxError),
-    /// The root object does not hold a tree, or the tree is damaged.
+    /// [`FastFair::create`] on a root that is in use (its magic word is not zero):
+    /// nothing was written, the root's contents are intact.
+    #[error(
+        "root {root:#x} already holds {found}: open it, or create the tree at an unused \
+         (all-zero) root"
+    )]
+    AlreadyExists {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// [`FastFair::open`] on a root that holds something else (another kind of
+    /// structure, nothing, or an unknown magic, printed as text).
+    #[error("root {root:#x} holds {found}, not {}", StructureKind::BTreeMap.describe())]
+    WrongKind {
+        /// The root offset.
+        root: u64,
+        /// What the root holds, in words ([`crate::kind::describe_magic`]).
+        found: String,
+    },
+    /// The tree at the root object is damaged.
     #[error("not a valid FAST&FAIR tree at offset {root:#x}: {reason}")]
     Corrupt {
         /// The root object's offset.
@@ -219,6 +242,14 @@ pub enum FastFairError {
         /// Why.
         reason: String,
     },
+}
+
+/// The message, as `Display` prints it: readable where a `Debug` is shown, e.g. the error a
+/// `main() -> Result<(), Box<dyn Error>>` returns.
+impl fmt::Debug for FastFairError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl From<PoolError> for FastFairError {
@@ -283,9 +314,14 @@ fn misaligned_root(root: u64) -> FastFairError {
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Make an empty tree with its root object at `root` (64-byte aligned, [`ROOT_BYTES`]
-    /// bytes). The root object, the redo area and the first leaf are written in one
-    /// transaction.
-    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self, FastFairError> {
+    /// bytes), recording `config` there for [`FastFair::open`]. The root object, the redo area
+    /// and the first leaf are written in one transaction. A root in use (a non-zero magic word)
+    /// is refused with [`FastFairError::AlreadyExists`], and left as it is.
+    pub fn create(
+        heap: H,
+        root: u64,
+        config: FastFairConfig,
+    ) -> Result<Self, FastFairError> {
         if !valid_node_size(config.node_size) {
             return Err(FastFairError::InvalidConfig {
                 reason: format!(
@@ -298,6 +334,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             return Err(misaligned_root(root));
         }
         heap.pool().check_range(root, ROOT_BYTES)?;
+        let magic = heap.pool().read::<u64>(root)?;
+        if magic != 0 {
+            return Err(FastFairError::AlreadyExists {
+                root,
+                found: describe_magic(magic),
+            });
+        }
         let node_size = config.node_size;
         let redo = heap.transaction(|tx| {
             let redo = tx.alloc(RedoArea::BYTES)?.offset();

@@ -7,6 +7,8 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
+use crate::kind::describe_magic;
+
 use super::layout::{
     entries_offset, entry_bytes, RedoArea, RootObject, FORMAT_VERSION, ROOT_MAGIC,
 };
@@ -15,7 +17,9 @@ use super::{
 };
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
-    /// Open the tree whose root object is at `root`. The heap has already rolled back any
+    /// Open the tree whose root object is at `root`, with the node size and shift policy it
+    /// records. A root that holds anything else is refused with [`FastFairError::WrongKind`].
+    /// The heap has already rolled back any
     /// split or merge a crash interrupted; this replays committed redo slots, checks every
     /// node, removes the transient duplicate an interrupted shift may have left, and counts the
     /// keys.
@@ -28,7 +32,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         pool.check_range(root, ROOT_BYTES)?;
         let fields = RootObject(root).read(pool)?;
         if fields.magic != ROOT_MAGIC {
-            return Err(corrupt(format!("magic {:#x}", fields.magic)));
+            return Err(FastFairError::WrongKind {
+                root,
+                found: describe_magic(fields.magic),
+            });
         }
         if fields.version != FORMAT_VERSION {
             return Err(corrupt(format!(

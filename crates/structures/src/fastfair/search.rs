@@ -222,8 +222,9 @@ mod tests {
     /// fuzz target found `find` subtracting 1 from an upper bound of 0 under overflow checks).
     #[test]
     fn a_key_below_every_key_of_its_leaf_is_absent() {
-        let heap = heap();
         for policy in [ShiftPolicy::PerShift, ShiftPolicy::Fast, ShiftPolicy::Redo] {
+            // A fresh heap each: create refuses a root in use.
+            let heap = heap();
             let config = FastFairConfig {
                 node_size: 128,
                 policy,

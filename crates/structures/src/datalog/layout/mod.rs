@@ -28,7 +28,7 @@ pub(super) const END_MARK_BYTES: [u8; 8] = END_MARK.to_le_bytes();
 /// Bytes of the root.
 pub const ROOT_BYTES: u64 = 64;
 /// The first word of a store's root.
-pub(super) const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"DATALOG1");
+pub(super) const ROOT_MAGIC: u64 = crate::kind::StructureKind::Datalog.magic();
 /// Bytes of an inode.
 const INODE_BYTES: u64 = 128;
 /// Offset in an inode of its name's bytes (after the name's length word).
@@ -36,7 +36,11 @@ const INODE_NAME: u64 = 32;
 /// The longest file name, in bytes.
 pub const MAX_NAME: usize = (INODE_BYTES - INODE_NAME) as usize;
 
-/// The root, at an offset the store's creator chose: four words.
+/// Words of the root that record the store's [`super::Policy`] (its encoding is `policy.rs`'s).
+pub(super) const POLICY_WORDS: usize = 4;
+
+/// The root, at an offset the store's creator chose: magic, the inode table, its inodes, the
+/// next generation, then the [`POLICY_WORDS`] words of the policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Root {
     at: u64,
@@ -47,6 +51,7 @@ impl Root {
     const TABLE: u64 = 8;
     const MAX_FILES: u64 = 16;
     const NEXT_GENERATION: u64 = 24;
+    const POLICY: u64 = 32;
 
     #[inline]
     pub(super) const fn at(offset: u64) -> Root {
@@ -54,18 +59,22 @@ impl Root {
     }
 
     /// The root's bytes for a new store: magic, the inode table, its inodes, the next
-    /// generation; zeros after.
+    /// generation, the policy's words.
     #[inline]
     pub(super) fn image(
         table: InodeTable,
         max_files: u64,
         next_generation: u64,
+        policy: [u64; POLICY_WORDS],
     ) -> [u8; ROOT_BYTES as usize] {
         let mut r = [0u8; ROOT_BYTES as usize];
         put_u64(&mut r, Root::MAGIC, ROOT_MAGIC);
         put_u64(&mut r, Root::TABLE, table.at);
         put_u64(&mut r, Root::MAX_FILES, max_files);
         put_u64(&mut r, Root::NEXT_GENERATION, next_generation);
+        for (i, word) in policy.into_iter().enumerate() {
+            put_u64(&mut r, Root::POLICY + 8 * i as u64, word);
+        }
         r
     }
 
@@ -93,6 +102,15 @@ impl Root {
     #[inline]
     pub(super) fn read_next_generation<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
         pool.read::<u64>(self.at + Root::NEXT_GENERATION)
+    }
+
+    /// The words recording the store's policy.
+    #[inline]
+    pub(super) fn read_policy<B: Backend>(
+        self,
+        pool: &Pool<B>,
+    ) -> Result<[u64; POLICY_WORDS], PoolError> {
+        pool.read::<[u64; POLICY_WORDS]>(self.at + Root::POLICY)
     }
 }
 

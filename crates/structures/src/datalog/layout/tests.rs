@@ -6,13 +6,15 @@ use super::*;
 #[test]
 fn root_words_follow_the_documented_order() {
     let table = InodeTable::at(0x4000);
-    let r = Root::image(table, 16, 7);
+    let r = Root::image(table, 16, 7, [11, 12, 13, 14]);
     assert_eq!(get_u64(&r, 0), ROOT_MAGIC);
     assert_eq!(&r[0..8], b"DATALOG1");
     assert_eq!(get_u64(&r, 8), 0x4000);
     assert_eq!(get_u64(&r, 16), 16);
     assert_eq!(get_u64(&r, 24), 7);
-    assert!(r[32..].iter().all(|&b| b == 0));
+    for (i, word) in [11, 12, 13, 14].into_iter().enumerate() {
+        assert_eq!(get_u64(&r, 32 + 8 * i as u64), word);
+    }
     assert_eq!(Root::at(0x100).next_generation_word(), 0x118);
 }
 
@@ -171,7 +173,10 @@ fn the_pool_accessors_read_what_the_images_hold() {
     let pool = Pool::simulated("layout", 1 << 16, 64, SimConfig::x86()).unwrap();
     let root = pool.root_offset();
     let table = InodeTable::at(0x4000);
-    drop(pool.write(root, &Root::image(table, 16, 7)).unwrap());
+    drop(
+        pool.write(root, &Root::image(table, 16, 7, [1, 2, 3, 4]))
+            .unwrap(),
+    );
     let root_view = Root::at(root);
     assert_eq!(root_view.read_magic(&pool).unwrap(), ROOT_MAGIC);
     assert_eq!(root_view.read_table(&pool).unwrap(), table);

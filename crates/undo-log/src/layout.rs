@@ -19,7 +19,7 @@
 //! | 56  | 8 | chunk size |
 //! | 120 | 4 | CRC-32C of bytes 0..120 |
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, MagicText, Pool};
 
 use crate::lane::{self, Lane};
 use crate::TxError;
@@ -195,9 +195,9 @@ impl Layout {
         }
         if b[0..8] != MAGIC {
             return Err(bad(format!(
-                "magic {:02x?} is not {:02x?}",
-                &b[0..8],
-                MAGIC
+                "magic {}, not {}",
+                MagicText(b[0..8].try_into().expect("8 bytes")),
+                MagicText(MAGIC)
             )));
         }
         let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));

@@ -28,7 +28,7 @@ fn assert_oob<T: std::fmt::Debug>(r: Result<T, PoolError>, offset: u64, len: u64
                 &e,
                 &[
                     &format!("{len} bytes"),
-                    &format!("offset {offset}"),
+                    &format!("offset {offset:#x}"),
                     &format!("{SIZE} bytes"),
                 ],
             );
@@ -115,7 +115,7 @@ fn misaligned_atomic_accesses_are_errors() {
                         unreachable!()
                     };
                     assert_eq!(*o, offset, "{what}");
-                    assert_message_names(&e, &[&format!("offset {offset}")]);
+                    assert_message_names(&e, &[&format!("offset {offset:#x}")]);
                 }
                 other => panic!("{what} at {offset}: expected Misaligned, got {other:?}"),
             }

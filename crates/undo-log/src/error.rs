@@ -1,9 +1,14 @@
 //! Typed errors of transactions, the heap layout and the allocator.
 
+use std::fmt;
+
 use pmem_ordering::PoolError;
 
 /// Everything a transaction, the heap or the allocator can refuse.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display`: `fn main() -> Result<(), Box<dyn Error>>`
+/// reports an error with `Debug`, and a user should read a sentence there, not a struct dump.
+#[derive(thiserror::Error)]
 pub enum TxError {
     /// An access of the pool failed (out of bounds, misaligned, ...).
     #[error(transparent)]
@@ -15,7 +20,7 @@ pub enum TxError {
     #[error("the pool already holds an undo-log heap: open it with Heap::open")]
     AlreadyFormatted,
     /// The heap's superblock is damaged or from another version.
-    #[error("the undo-log heap's superblock is invalid: {reason}")]
+    #[error("the undo-log heap's superblock is invalid ({reason}): the pool is damaged or was written by another version of this library")]
     BadSuperblock {
         /// What is wrong with it.
         reason: String,
@@ -39,7 +44,7 @@ pub enum TxError {
         reason: String,
     },
     /// One snapshot larger than a lane's whole log.
-    #[error("a snapshot of {len} bytes cannot fit a lane log of {capacity} bytes")]
+    #[error("a snapshot of {len} bytes cannot fit a lane log of {capacity} bytes: snapshot less at once, or create the heap with a larger HeapConfig::lane_log_bytes")]
     SnapshotTooLarge {
         /// Bytes asked for.
         len: u64,
@@ -47,7 +52,7 @@ pub enum TxError {
         capacity: u64,
     },
     /// The transaction's snapshots have filled its lane's log.
-    #[error("the lane log is full: a {needed}-byte entry does not fit in the {free} bytes left")]
+    #[error("the lane log is full: a {needed}-byte entry does not fit in the {free} bytes left; split the transaction, or create the heap with a larger HeapConfig::lane_log_bytes")]
     LogFull {
         /// Bytes the entry needs.
         needed: u64,
@@ -56,7 +61,7 @@ pub enum TxError {
     },
     /// A committed log entry that cannot be right (its checksum holds but it points outside the
     /// pool): the pool is corrupted.
-    #[error("lane {lane}: log entry at {position} is corrupted: {reason}")]
+    #[error("the undo log of lane {lane} is corrupted: entry at byte {position:#x} of the log: {reason}")]
     CorruptLog {
         /// The lane.
         lane: usize,
@@ -67,7 +72,7 @@ pub enum TxError {
     },
     /// The allocator has no room for the request.
     #[error(
-        "pool full: no room for an allocation of {requested} bytes ({free} bytes free in all)"
+        "pool full: no room for an allocation of {requested} bytes ({free} bytes free in all); free some blocks or use a larger pool"
     )]
     PoolFull {
         /// Bytes asked for.
@@ -100,4 +105,45 @@ pub enum TxError {
     /// A nested transaction failed, so the whole (flattened) transaction was rolled back.
     #[error("a nested transaction failed, so the enclosing transaction was rolled back")]
     NestedAborted,
+}
+
+impl fmt::Debug for TxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PoolError, TxError};
+
+    #[test]
+    fn debug_prints_the_message() {
+        let free = TxError::InvalidFree {
+            offset: 0x2040,
+            reason: "it is not the start of a live block",
+        };
+        assert_eq!(
+            format!("{free:?}"),
+            "invalid free of offset 0x2040: it is not the start of a live block"
+        );
+        let full = TxError::LogFull {
+            needed: 96,
+            free: 32,
+        };
+        assert_eq!(
+            format!("{full:?}"),
+            "the lane log is full: a 96-byte entry does not fit in the 32 bytes left; split the \
+             transaction, or create the heap with a larger HeapConfig::lane_log_bytes"
+        );
+    }
+
+    #[test]
+    fn a_pool_error_prints_as_itself() {
+        let pool = TxError::from(PoolError::Misaligned { offset: 0x1004 });
+        assert_eq!(
+            format!("{pool:?}"),
+            "8-byte atomic access at offset 0x1004, which is not 8-byte aligned"
+        );
+    }
 }

@@ -23,7 +23,7 @@
 //! Version 1 superblocks had no policy word: the policy was passed to every open. They are
 //! refused with [`TxError::OutdatedSuperblock`] rather than opened under a guessed policy.
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, MagicText, Pool};
 
 use crate::lane::{self, Lane};
 use crate::policy::FencePolicy;
@@ -214,9 +214,9 @@ impl Layout {
         }
         if b[0..8] != MAGIC {
             return Err(bad(format!(
-                "magic {:02x?} is not {:02x?}",
-                &b[0..8],
-                MAGIC
+                "magic {}, not {}",
+                MagicText(b[0..8].try_into().expect("8 bytes")),
+                MagicText(MAGIC)
             )));
         }
         let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));

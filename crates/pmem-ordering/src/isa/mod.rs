@@ -102,15 +102,27 @@ impl CopyKind {
     }
 }
 
-/// Asked for an instruction this CPU does not have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+/// Asked for an instruction this CPU does not have. `Debug` prints the `Display` message.
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum IsaError {
     /// The CPU lacks the requested flush instruction.
-    #[error("this CPU does not support the {} flush instruction", .0.name())]
+    #[error(
+        "this CPU does not support the {} flush instruction: use one that Isa::detected() allows",
+        .0.name()
+    )]
     FlushUnsupported(FlushKind),
     /// The CPU lacks the requested streaming-store width.
-    #[error("this CPU does not support {} streaming stores", .0.name())]
+    #[error(
+        "this CPU does not support {} streaming stores: use a width that Isa::detected() allows",
+        .0.name()
+    )]
     CopyUnsupported(CopyKind),
+}
+
+impl std::fmt::Debug for IsaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// The instruction choice of one pool: a flush kind and a streaming-copy kind.

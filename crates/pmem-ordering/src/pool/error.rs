@@ -1,10 +1,16 @@
 //! Typed errors of pool creation, opening and access.
 
+use std::fmt;
 use std::path::PathBuf;
+
+use super::MagicText;
 
 /// Everything that can go wrong with a pool. Each case names what was found, so the message
 /// alone tells the user what to fix.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display`: `fn main() -> Result<(), Box<dyn Error>>`
+/// reports an error with `Debug`, and a user should read a sentence there, not a struct dump.
+#[derive(thiserror::Error)]
 pub enum PoolError {
     /// The pool file does not exist.
     #[error("pool file {path} does not exist")]
@@ -18,6 +24,27 @@ pub enum PoolError {
         /// The path given.
         path: PathBuf,
     },
+    /// The pool file is already open: a pool holds an exclusive lock on its file from `create`
+    /// or `open` until it is dropped, and this was a second open, by this process or another.
+    #[error("pool file {path} is already open (in this or another process); close it first")]
+    AlreadyOpen {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The pool file's file system cannot lock files, so the pool cannot keep a second open
+    /// out; the pool is not opened rather than opened unprotected.
+    #[error(
+        "pool file {path} cannot be locked: its file system does not support file locks \
+         ({source}); a pool needs an exclusive lock, so move the file to a file system that \
+         supports flock (a local one)"
+    )]
+    LockUnsupported {
+        /// The path given.
+        path: PathBuf,
+        /// The OS error the lock attempt returned.
+        #[source]
+        source: std::io::Error,
+    },
     /// A pool was to be created where a file already exists.
     #[error("cannot create pool {path}: the file already exists (open it, or remove it first)")]
     AlreadyExists {
@@ -25,7 +52,7 @@ pub enum PoolError {
         path: PathBuf,
     },
     /// The file is read-only but the pool needs to write it.
-    #[error("pool file {path} is read-only, but a pool is opened for writing")]
+    #[error("pool file {path} is read-only, but a pool is opened for writing: make it writable, or read its header with Pool::inspect")]
     ReadOnly {
         /// The path given.
         path: PathBuf,
@@ -43,14 +70,16 @@ pub enum PoolError {
         needed: u64,
     },
     /// The header's magic is all zeros: pool creation was interrupted before it committed.
-    #[error("{path} holds an incomplete pool: its creation was interrupted before the header was committed")]
+    #[error("{path} holds an incomplete pool: its creation was interrupted before the header was committed; remove the file and create the pool again")]
     Incomplete {
         /// The path given.
         path: PathBuf,
     },
     /// The file does not start with this library's magic.
     #[error(
-        "{path} is not a pool file of this library (magic {found:02x?}, expected {expected:02x?})"
+        "{path} is not a pool file of this library: it starts with magic {}, not {}",
+        MagicText(*.found),
+        MagicText(*.expected)
     )]
     BadMagic {
         /// The path given.
@@ -61,7 +90,7 @@ pub enum PoolError {
         expected: [u8; 8],
     },
     /// The pool was written by another format version.
-    #[error("{path} has pool format version {found}, but this library reads version {supported}")]
+    #[error("{path} has pool format version {found}, but this library reads version {supported}: open it with the library version that wrote it")]
     VersionMismatch {
         /// The path given.
         path: PathBuf,
@@ -81,7 +110,7 @@ pub enum PoolError {
         computed: u32,
     },
     /// The pool holds another kind of data.
-    #[error("{path} holds layout {found:?}, but layout {expected:?} was asked for")]
+    #[error("{path} holds layout {found:?}, but layout {expected:?} was asked for: open it as {found:?}, or use another file")]
     LayoutMismatch {
         /// The path given.
         path: PathBuf,
@@ -135,7 +164,7 @@ pub enum PoolError {
         reason: String,
     },
     /// An access outside the pool.
-    #[error("access of {len} bytes at offset {offset} is outside the pool of {size} bytes")]
+    #[error("access of {len} bytes at offset {offset:#x} is outside the pool of {size} bytes ({size:#x})")]
     OutOfBounds {
         /// Offset of the access.
         offset: u64,
@@ -145,13 +174,13 @@ pub enum PoolError {
         size: u64,
     },
     /// An 8-byte atomic access at an offset that is not 8-byte aligned.
-    #[error("8-byte atomic access at offset {offset}, which is not 8-byte aligned")]
+    #[error("8-byte atomic access at offset {offset:#x}, which is not 8-byte aligned")]
     Misaligned {
         /// Offset of the access.
         offset: u64,
     },
     /// The root object is smaller than the type asked for.
-    #[error("the root object is {root_size} bytes, too small for a {needed}-byte type")]
+    #[error("the root object is {root_size} bytes, too small for a {needed}-byte type: create the pool with a larger PoolOptions::root_size")]
     RootTooSmall {
         /// Size of the root object.
         root_size: u64,
@@ -159,7 +188,7 @@ pub enum PoolError {
         needed: u64,
     },
     /// Any other I/O failure, with the operation that failed.
-    #[error("{op} {path}: {source}")]
+    #[error("cannot {op} {path}: {source}")]
     Io {
         /// What was being done.
         op: &'static str,
@@ -169,4 +198,10 @@ pub enum PoolError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl fmt::Debug for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }

@@ -37,12 +37,14 @@
 
 mod error;
 pub mod header;
+mod lock;
 mod magic;
 pub(crate) mod mapping;
 mod open;
 mod pptr;
 mod words;
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,11 +68,20 @@ use mapping::Mapping;
 /// Keeping concurrent *logical* updates consistent (locks, CAS protocols) is the structure's
 /// business.
 ///
-/// While a pool file is open, no other process may truncate or rewrite it: as with any memory
-/// mapping, an access to a page cut off by truncation faults (SIGBUS), and bytes changed behind
-/// the pool's back void its crash-consistency guarantees.
+/// A pool on a file holds an exclusive lock on it from [`Pool::create`] or [`Pool::open`] until
+/// it is dropped, so opening the file again, from this process or another, fails with
+/// [`PoolError::AlreadyOpen`] and changes nothing. The lock is advisory: it keeps out other
+/// pools, not other programs. It belongs to the open file, so a child process forked while the
+/// pool is open shares it until the child execs (the pool's descriptor is close-on-exec) or
+/// exits. While a pool file is open, no other program may truncate or rewrite it: as with any
+/// memory mapping, an access to a page cut off by truncation faults (SIGBUS), and bytes changed
+/// behind the pool's back void its crash-consistency guarantees.
 pub struct Pool<B: Backend = Hardware> {
     map: Mapping,
+    /// The pool file, kept open because its open file description holds the exclusive lock;
+    /// `None` for anonymous and simulated pools. Declared after `map` so that the mapping is
+    /// gone before the lock is released.
+    file: Option<File>,
     backend: B,
     header: Header,
     path: Option<PathBuf>,
@@ -106,6 +117,7 @@ impl<B: Backend> Pool<B> {
     ) -> Pool<B> {
         Pool {
             map,
+            file: None,
             backend,
             header,
             path,

@@ -5,6 +5,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::{Header, HEADER_LEN};
+use super::lock::lock_exclusive;
 use super::mapping::Mapping;
 use super::{next_pool_id, Pool, PoolError};
 use crate::backend::{Granularity, Hardware};
@@ -85,6 +86,65 @@ fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError 
     }
 }
 
+/// Remove the file at `path` if it is still `file`, the one this process created: not a file
+/// someone put at the path since. (The check and the removal are two steps; a swap of the
+/// path in between is beyond what a pool can guard against.)
+fn remove_if_created(path: &Path, file: &File) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ours), Ok(at_path)) = (file.metadata(), std::fs::metadata(path)) else {
+        return;
+    };
+    if ours.dev() == at_path.dev() && ours.ino() == at_path.ino() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// How a pool file is opened.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// To read its header only ([`Pool::inspect`]).
+    ReadOnly,
+    /// To map and write it ([`Pool::open`]).
+    ReadWrite,
+}
+
+/// Open the existing pool file at `path`, with typed errors for a missing file, a directory
+/// and a read-only file.
+fn open_pool_file(path: &Path, access: Access) -> Result<File, PoolError> {
+    let write = access == Access::ReadWrite;
+    let meta = std::fs::metadata(path).map_err(|e| classify_open_error(path, e))?;
+    if meta.is_dir() {
+        return Err(PoolError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    // Root ignores permission bits, so check them ourselves: a file marked read-only is not to
+    // be written whoever opens it.
+    if write && meta.permissions().readonly() {
+        return Err(PoolError::ReadOnly {
+            path: path.to_path_buf(),
+        });
+    }
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| classify_open_error(path, e))
+}
+
+/// Read and check the header of `file` (opened from `path`).
+fn read_header(file: &File, path: &Path, layout: Option<&str>) -> Result<Header, PoolError> {
+    let file_len = file
+        .metadata()
+        .map_err(|e| io_error("read the metadata of", path, e))?
+        .len();
+    let mut bytes = [0u8; HEADER_LEN];
+    let readable = (file_len as usize).min(HEADER_LEN);
+    file.read_exact_at(&mut bytes[..readable], 0)
+        .map_err(|e| io_error("read the header of", path, e))?;
+    Header::decode(path, &bytes[..readable], file_len, layout)
+}
+
 /// Map an error from opening `path` for writing to its typed form.
 fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
     match e.kind() {
@@ -106,10 +166,14 @@ fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
 impl Pool<Hardware> {
     /// Create a new pool file of `size` bytes at `path` holding `layout`.
     ///
-    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file. The header is
-    /// committed last (its magic is the final 8-byte store), so a crash during creation leaves a
-    /// file that `open` reports as [`PoolError::Incomplete`]. If creation fails, the partial file
-    /// is removed.
+    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file. The file is locked
+    /// as soon as it exists, before it is sized or written, and stays locked until the pool
+    /// drops (see [`Pool`]): a concurrent [`Pool::open`] of the half-made file gets
+    /// [`PoolError::AlreadyOpen`]. The header is committed last (its magic is the final 8-byte
+    /// store), so a crash during creation leaves a file that `open` reports as
+    /// [`PoolError::Incomplete`]. If creation fails, the partial file is removed, but only
+    /// while this call holds its lock and the path still names the file it created: a failed
+    /// create never removes a file another pool holds.
     pub fn create(
         path: impl AsRef<Path>,
         layout: &str,
@@ -137,6 +201,15 @@ impl Pool<Hardware> {
             }
             Err(e) => return Err(classify_open_error(path, e)),
         };
+        // Locked before anything is written. If another open holds the new file already (it
+        // opened the path in the instant since it was made), the file is left to it: that open
+        // finds an empty file and fails, and removing the path is its user's call.
+        if let Err(e) = lock_exclusive(&file, path) {
+            if !matches!(e, PoolError::AlreadyOpen { .. }) {
+                remove_if_created(path, &file);
+            }
+            return Err(e);
+        }
         let result = (|| {
             file.set_len(size)
                 .map_err(|e| io_error("set the length of", path, e))?;
@@ -151,71 +224,55 @@ impl Pool<Hardware> {
             pool.write_header()?;
             Ok(pool)
         })();
-        if result.is_err() {
-            // Creation failed part-way: leave no half-made pool behind.
-            let _ = std::fs::remove_file(path);
+        match result {
+            Ok(mut pool) => {
+                pool.file = Some(file);
+                Ok(pool)
+            }
+            Err(e) => {
+                // Creation failed part-way: leave no half-made pool behind. The lock is still
+                // held here (`file` is alive), so no other pool has the file.
+                remove_if_created(path, &file);
+                Err(e)
+            }
         }
-        result
     }
 
     /// Open the pool at `path`, which must hold `layout`.
+    ///
+    /// The file is locked before its header is read, and stays locked until the pool drops:
+    /// while it is open, another `open` of the file, from this process or another, fails with
+    /// [`PoolError::AlreadyOpen`] and changes nothing. A file system without file locks is
+    /// refused with [`PoolError::LockUnsupported`] rather than opened unprotected.
     pub fn open(
         path: impl AsRef<Path>,
         layout: &str,
         options: &PoolOptions,
     ) -> Result<Pool<Hardware>, PoolError> {
         let path = path.as_ref();
-        let (file, header) = Pool::<Hardware>::read_header_of(path, Some(layout), true)?;
+        let file = open_pool_file(path, Access::ReadWrite)?;
+        lock_exclusive(&file, path)?;
+        let header = read_header(&file, path, Some(layout))?;
         let (map, granularity) = Mapping::file(&file, path, header.size, options.granularity)?;
-        Ok(Pool::from_parts(
+        let mut pool = Pool::from_parts(
             map,
             Hardware::new(options.isa, granularity, options.model),
             header,
             Some(path.to_path_buf()),
             granularity,
-        ))
+        );
+        pool.file = Some(file);
+        Ok(pool)
     }
 
     /// Read and check the header of the pool file at `path` without mapping it; `layout`
-    /// `None` accepts any layout. Used by `open`, and by tools that want to inspect a file;
-    /// it only reads, so it works on a read-only file too.
+    /// `None` accepts any layout. For tools that want to inspect a file: it only reads, so it
+    /// works on a read-only file too, and it takes no lock, so it also reads the header of a
+    /// pool that is open (the header does not change after creation).
     pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<Header, PoolError> {
-        Pool::<Hardware>::read_header_of(path.as_ref(), layout, false).map(|(_, h)| h)
-    }
-
-    fn read_header_of(
-        path: &Path,
-        layout: Option<&str>,
-        write: bool,
-    ) -> Result<(File, Header), PoolError> {
-        let meta = std::fs::metadata(path).map_err(|e| classify_open_error(path, e))?;
-        if meta.is_dir() {
-            return Err(PoolError::IsDirectory {
-                path: path.to_path_buf(),
-            });
-        }
-        // Root ignores permission bits, so check them ourselves: a file marked read-only is
-        // not to be written whoever opens it.
-        if write && meta.permissions().readonly() {
-            return Err(PoolError::ReadOnly {
-                path: path.to_path_buf(),
-            });
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(path)
-            .map_err(|e| classify_open_error(path, e))?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| io_error("read the metadata of", path, e))?
-            .len();
-        let mut bytes = [0u8; HEADER_LEN];
-        let readable = (file_len as usize).min(HEADER_LEN);
-        file.read_exact_at(&mut bytes[..readable], 0)
-            .map_err(|e| io_error("read the header of", path, e))?;
-        let header = Header::decode(path, &bytes[..readable], file_len, layout)?;
-        Ok((file, header))
+        let path = path.as_ref();
+        let file = open_pool_file(path, Access::ReadOnly)?;
+        read_header(&file, path, layout)
     }
 
     /// An anonymous pool of `size` bytes: not backed by any file, gone when dropped. Flushes

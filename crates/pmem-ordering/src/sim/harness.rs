@@ -109,8 +109,9 @@ impl Report {
     }
 }
 
-/// A failing crash: everything needed to understand and replay it.
-#[derive(Clone, Debug)]
+/// A failing crash: everything needed to understand and replay it. `Debug` prints the `Display`
+/// report, so `.unwrap()` on a crash test shows it as written.
+#[derive(Clone)]
 pub struct CrashFailure {
     /// The workload's name.
     pub workload: String,
@@ -165,6 +166,12 @@ impl fmt::Display for CrashFailure {
             )?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for CrashFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

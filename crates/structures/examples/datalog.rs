@@ -24,7 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut contents = vec![0u8; files.len(log)? as usize];
     files.read_at(log, 0, &mut contents)?;
     assert_eq!(contents, b"FIRST line\nxxxxxxxxx");
-    println!("{:?} holds {:?}", files.list(), String::from_utf8_lossy(&contents));
+    println!(
+        "{:?} holds {:?}",
+        files.list(),
+        String::from_utf8_lossy(&contents)
+    );
     std::fs::remove_file(&path)?;
     Ok(())
 }

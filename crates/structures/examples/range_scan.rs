@@ -8,7 +8,10 @@ fn key(customer: u64, order: u64) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = Store::anonymous(32 << 20, &StoreOptions::new().granularity(Granularity::Emulated))?;
+    let store = Store::anonymous(
+        32 << 20,
+        &StoreOptions::new().granularity(Granularity::Emulated),
+    )?;
     let orders = store.btree_map("orders-by-customer", FastFairConfig::default())?;
     for customer in 0..1_000u64 {
         for order in 0..20u64 {
@@ -28,6 +31,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The last 5 orders of the largest customer ids: a bounded scan from a key to the end.
     let tail = orders.range(key(999, 15)..)?.count();
     assert_eq!(tail, 5);
-    println!("{} keys in all; the tree checks out with {} keys", orders.len(), orders.check()?);
+    println!(
+        "{} keys in all; the tree checks out with {} keys",
+        orders.len(),
+        orders.check()?
+    );
     Ok(())
 }

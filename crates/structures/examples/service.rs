@@ -28,10 +28,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let store = Store::open_with(&path, &options)?;
-    let (users, orders) = (store.hash_map("users")?, store.btree_map("orders", FastFairConfig::default())?);
+    let (users, orders) = (
+        store.hash_map("users")?,
+        store.btree_map("orders", FastFairConfig::default())?,
+    );
     for k in 0..100_000 {
         assert_eq!((users.get(k)?, orders.get(k)?), (Some(k * 10), Some(k + 1)));
     }
-    println!("read back {} users and {} orders from {}", users.len(), orders.len(), path.display());
+    println!(
+        "read back {} users and {} orders from {}",
+        users.len(),
+        orders.len(),
+        path.display()
+    );
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::thread;
 
 use pmem_ordering::{Hardware, Pool};
 use pmem_structures::cceh::{Cceh, CcehConfig};
-use pmem_structures::datalog::{Datalog, Policy};
+use pmem_structures::datalog::{Datalog, DatalogConfig, Policy};
 use pmem_structures::fastfair::{FastFair, FastFairConfig};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_undo_log::Heap;
@@ -97,8 +97,17 @@ fn a_fastfair_tree_over_an_arc_heap_takes_inserts_from_spawned_threads() {
 fn a_datalog_store_over_an_arc_heap_takes_writes_from_spawned_threads() {
     let heap = shared_heap("owned-datalog");
     let root = heap.pool().root_offset();
-    let store: Arc<OwnedDatalog> =
-        Arc::new(Datalog::create(Arc::clone(&heap), root, 4, Policy::default()).unwrap());
+    let store: Arc<OwnedDatalog> = Arc::new(
+        Datalog::create(
+            Arc::clone(&heap),
+            root,
+            DatalogConfig {
+                max_files: 4,
+                policy: Policy::default(),
+            },
+        )
+        .unwrap(),
+    );
     let threads: Vec<_> = ["odd", "even"]
         .into_iter()
         .enumerate()

@@ -70,7 +70,9 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
     );
     let users = store.hash_map("users").unwrap();
     // The default configuration passed here is not applied: the tree keeps its own.
-    let orders = store.btree_map("orders", FastFairConfig::default()).unwrap();
+    let orders = store
+        .btree_map("orders", FastFairConfig::default())
+        .unwrap();
     assert_eq!(orders.config(), tree_config);
     assert_eq!(users.len(), 2_000);
     assert_eq!(orders.len(), 2_000);
@@ -106,12 +108,15 @@ fn a_second_open_is_refused_until_the_last_handle_drops() {
     let map = store.hash_map("m").unwrap();
     map.insert(1, 2).unwrap();
     let before = std::fs::read(&path).unwrap();
-    let refused = |r: Result<Store, Error>| {
-        matches!(r, Err(Error::Pool(PoolError::AlreadyOpen { .. })))
-    };
+    let refused =
+        |r: Result<Store, Error>| matches!(r, Err(Error::Pool(PoolError::AlreadyOpen { .. })));
     assert!(refused(Store::open_with(&path, &options())));
     assert!(refused(Store::open_or_create(&path, SIZE, &options())));
-    assert_eq!(std::fs::read(&path).unwrap(), before, "a refused open changed the file");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "a refused open changed the file"
+    );
     drop(store);
     // The handle keeps the store, and the lock, alive.
     assert!(refused(Store::open_with(&path, &options())));
@@ -138,11 +143,17 @@ fn every_u64_is_a_key_in_both_maps() {
     }
     assert_eq!((hash.len(), tree.len()), (4, 4));
     let ordered: Vec<(u64, u64)> = tree.iter().unwrap().collect();
-    assert_eq!(ordered, [(0, 100), (1, 101), (u64::MAX - 1, 102), (u64::MAX, 103)]);
+    assert_eq!(
+        ordered,
+        [(0, 100), (1, 101), (u64::MAX - 1, 102), (u64::MAX, 103)]
+    );
     let mut unordered: Vec<(u64, u64)> = hash.iter().unwrap().collect();
     unordered.sort_unstable();
     assert_eq!(unordered, ordered);
-    assert_eq!(tree.range(u64::MAX..).unwrap().collect::<Vec<_>>(), [(u64::MAX, 103)]);
+    assert_eq!(
+        tree.range(u64::MAX..).unwrap().collect::<Vec<_>>(),
+        [(u64::MAX, 103)]
+    );
     assert_eq!(tree.range(..u64::MAX).unwrap().count(), 3);
     assert_eq!(tree.range(..=0).unwrap().collect::<Vec<_>>(), [(0, 100)]);
     for &k in &keys {
@@ -194,15 +205,27 @@ fn names_are_one_kind_and_checked() {
         .err()
         .unwrap()
         .to_string();
-    assert_eq!(message, "\"users\" is a CCEH hash table, not a datalog file store");
+    assert_eq!(
+        message,
+        "\"users\" is a CCEH hash table, not a datalog file store"
+    );
     for bad in ["", "nul\0", &"n".repeat(65)] {
-        assert!(matches!(store.hash_map(bad), Err(Error::InvalidName { .. })), "{bad:?}");
+        assert!(
+            matches!(store.hash_map(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
     }
     store.hash_map("b").unwrap();
     store.datalog("c", DatalogConfig::default()).unwrap();
-    assert!(matches!(store.hash_map("d"), Err(Error::CatalogFull { capacity: 3 })));
+    assert!(matches!(
+        store.hash_map("d"),
+        Err(Error::CatalogFull { capacity: 3 })
+    ));
     assert_eq!(store.names(), ["b", "c", "users"]);
-    assert!(matches!(store.remove_structure("zzz"), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        store.remove_structure("zzz"),
+        Err(Error::NotFound { .. })
+    ));
     assert!(matches!(
         StoreOptions::new().max_structures(0).granularity(Granularity::Emulated),
         o if matches!(Store::anonymous(SIZE, &o), Err(Error::InvalidConfig { .. }))
@@ -225,7 +248,13 @@ fn removing_a_structure_frees_every_block_it_owned() {
     let keep = store.hash_map("keep").unwrap();
     keep.insert(1, 1).unwrap();
     let heap_blocks = |store: &Store| -> Vec<u64> {
-        store.heap().check_heap().unwrap().into_iter().map(|(o, _)| o).collect()
+        store
+            .heap()
+            .check_heap()
+            .unwrap()
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect()
     };
     let before = heap_blocks(&store);
     for (name, keys) in [("small", 10u64), ("large", 50_000)] {
@@ -249,12 +278,21 @@ fn removing_a_structure_frees_every_block_it_owned() {
                 tree.insert(k, k).unwrap();
             }
             let id = files.create_file("f").unwrap();
-            files.write_at(id, 0, &vec![7u8; (keys * 8) as usize]).unwrap();
-            assert!(matches!(store.remove_structure(name), Err(Error::InUse { .. })));
+            files
+                .write_at(id, 0, &vec![7u8; (keys * 8) as usize])
+                .unwrap();
+            assert!(matches!(
+                store.remove_structure(name),
+                Err(Error::InUse { .. })
+            ));
             store.check_blocks().unwrap();
             assert!(heap_blocks(&store).len() > before.len() + 2);
         }
-        for n in [name.to_string(), format!("{name}-tree"), format!("{name}-files")] {
+        for n in [
+            name.to_string(),
+            format!("{name}-tree"),
+            format!("{name}-files"),
+        ] {
             store.remove_structure(&n).unwrap();
         }
         assert_eq!(heap_blocks(&store), before, "after removing {name}");

@@ -70,7 +70,11 @@ fn states(ops: &[Op]) -> Vec<State> {
                 map.insert(reserved_of(*kind), 11);
             }
             Op::Delete(name, key) => {
-                state.get_mut(*name).expect("delete from a listed map").1.remove(key);
+                state
+                    .get_mut(*name)
+                    .expect("delete from a listed map")
+                    .1
+                    .remove(key);
             }
             Op::Remove(name) => {
                 state.remove(*name);
@@ -96,10 +100,18 @@ fn apply(store: &SimStore<'_>, op: &Op) {
         }
         Op::Fill(name, from, to) => fill(store, name, *from, *to),
         Op::Delete(name, key) => {
-            if store.structures().iter().any(|(n, k)| n == name && *k == StructureKind::HashMap) {
+            if store
+                .structures()
+                .iter()
+                .any(|(n, k)| n == name && *k == StructureKind::HashMap)
+            {
                 store.hash_map(name).unwrap().remove(*key).unwrap();
             } else {
-                store.btree_map(name, tree_config()).unwrap().remove(*key).unwrap();
+                store
+                    .btree_map(name, tree_config())
+                    .unwrap()
+                    .remove(*key)
+                    .unwrap();
             }
         }
         Op::Remove(name) => store.remove_structure(name).expect("remove a structure"),
@@ -143,7 +155,9 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                 c
             }
             StructureKind::BTreeMap => {
-                let map = store.btree_map(&name, tree_config()).map_err(|e| e.to_string())?;
+                let map = store
+                    .btree_map(&name, tree_config())
+                    .map_err(|e| e.to_string())?;
                 let n = map.check().map_err(|e| e.to_string())?;
                 let c: Model<u64, u64> = map.iter().map_err(|e| e.to_string())?.collect();
                 if n != c.len() as u64 || map.len() != n {
@@ -164,13 +178,7 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
 }
 
 /// Crash-test `ops`, run after the untraced `setup` operations.
-fn crash_run(
-    name: &str,
-    setup: Vec<Op>,
-    ops: Vec<Op>,
-    points: CrashPoints,
-    images: Images,
-) -> u64 {
+fn crash_run(name: &str, setup: Vec<Op>, ops: Vec<Op>, points: CrashPoints, images: Images) -> u64 {
     let expected = states(&[setup.clone(), ops.clone()].concat());
     let test = CrashTest::new(name, SimConfig::x86())
         .pool("pmem-store", 1 << 20, 64 + 8 * 128)

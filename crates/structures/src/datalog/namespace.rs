@@ -18,11 +18,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
     /// pool's root object), recording `config` (inodes and policy) there for
     /// [`Datalog::open`]. One transaction. A root in use (a non-zero magic word) is refused
     /// with [`DatalogError::AlreadyExists`], and left as it is.
-    pub fn create(
-        heap: H,
-        root: u64,
-        config: DatalogConfig,
-    ) -> Result<Self, DatalogError> {
+    pub fn create(heap: H, root: u64, config: DatalogConfig) -> Result<Self, DatalogError> {
         config.check()?;
         let DatalogConfig { max_files, policy } = config;
         if !root.is_multiple_of(8) {

@@ -317,11 +317,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// bytes), recording `config` there for [`FastFair::open`]. The root object, the redo area
     /// and the first leaf are written in one transaction. A root in use (a non-zero magic word)
     /// is refused with [`FastFairError::AlreadyExists`], and left as it is.
-    pub fn create(
-        heap: H,
-        root: u64,
-        config: FastFairConfig,
-    ) -> Result<Self, FastFairError> {
+    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self, FastFairError> {
         if !valid_node_size(config.node_size) {
             return Err(FastFairError::InvalidConfig {
                 reason: format!(

@@ -43,7 +43,9 @@ pub enum Error {
         expected: &'static str,
     },
     /// The store's creation was interrupted before its heap was formatted.
-    #[error("{path} holds a store whose creation was interrupted: remove the file and create it again")]
+    #[error(
+        "{path} holds a store whose creation was interrupted: remove the file and create it again"
+    )]
     Incomplete {
         /// The file.
         path: PathBuf,

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::catalog::{self, Listed};
-use crate::fastfair::FastFairConfig;
 use super::error::Error;
 use super::raw::{HashTable, RawMap, Tree};
 use super::registry::{Core, Opened, Shared};
+use crate::fastfair::FastFairConfig;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
 pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {

@@ -97,14 +97,15 @@ impl Store {
     /// store records is read from the file).
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Store, Error> {
         let path = path.as_ref();
-        let pool = Pool::open(path, STORE_LAYOUT, &options.pool_options()?).map_err(|e| match e {
-            PoolError::LayoutMismatch { found, .. } => Error::NotAStore {
-                path: path.to_path_buf(),
-                layout: found,
-                expected: STORE_LAYOUT,
-            },
-            other => Error::Pool(other),
-        })?;
+        let pool =
+            Pool::open(path, STORE_LAYOUT, &options.pool_options()?).map_err(|e| match e {
+                PoolError::LayoutMismatch { found, .. } => Error::NotAStore {
+                    path: path.to_path_buf(),
+                    layout: found,
+                    expected: STORE_LAYOUT,
+                },
+                other => Error::Pool(other),
+            })?;
         let heap = Heap::open(Arc::new(pool)).map_err(|e| match e {
             TxError::NotFormatted => Error::Incomplete {
                 path: path.to_path_buf(),
@@ -189,7 +190,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
 
     /// The names of the structures in the store, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.structures().into_iter().map(|(name, _)| name).collect()
+        self.structures()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
     }
 
     /// The structures in the store with their kinds, sorted by name.
@@ -232,8 +236,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
             .map(|(offset, _)| offset)
             .collect();
         if owned != allocated {
-            let leaked: Vec<u64> = allocated.iter().filter(|b| owned.binary_search(b).is_err()).copied().collect();
-            let missing: Vec<u64> = owned.iter().filter(|b| allocated.binary_search(b).is_err()).copied().collect();
+            let leaked: Vec<u64> = allocated
+                .iter()
+                .filter(|b| owned.binary_search(b).is_err())
+                .copied()
+                .collect();
+            let missing: Vec<u64> = owned
+                .iter()
+                .filter(|b| allocated.binary_search(b).is_err())
+                .copied()
+                .collect();
             return Err(Error::CorruptCatalog {
                 reason: format!(
                     "the heap's blocks differ from the structures' blocks: allocated but owned by none {leaked:x?}, owned but not allocated (or owned twice) {missing:x?}"

@@ -52,8 +52,12 @@ pub(crate) trait Core<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
     /// The structure inside.
     type Raw: Structure<B, P>;
     /// Wrap a structure just opened or created for the entry `listed`.
-    fn wrap(raw: Self::Raw, listed: &Listed, name: &str, shared: Arc<Shared<B, P>>)
-        -> Result<Self, Error>;
+    fn wrap(
+        raw: Self::Raw,
+        listed: &Listed,
+        name: &str,
+        shared: Arc<Shared<B, P>>,
+    ) -> Result<Self, Error>;
     /// The registry's record of it.
     fn record(core: &Arc<Self>) -> Opened<B, P>;
     /// The core a record holds, if it is of this kind and alive.

@@ -113,7 +113,8 @@ impl EntryImage {
 
     /// Decode an entry's bytes: `Ok(None)` for a free entry, `Err` naming what is wrong.
     pub(super) fn decode(b: &[u8; ENTRY_BYTES as usize]) -> Result<Option<EntryImage>, String> {
-        let word = |at: u64| u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap());
+        let word =
+            |at: u64| u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap());
         let code = word(entry::KIND);
         if code == 0 {
             return Ok(None);
@@ -181,6 +182,9 @@ mod tests {
         b[entry::NAME_LEN as usize] = 65;
         assert_eq!(EntryImage::decode(&b), Err("name length 65".to_string()));
         b[0] = 9;
-        assert_eq!(EntryImage::decode(&b), Err("unknown kind code 9".to_string()));
+        assert_eq!(
+            EntryImage::decode(&b),
+            Err("unknown kind code 9".to_string())
+        );
     }
 }

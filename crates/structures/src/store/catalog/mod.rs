@@ -19,8 +19,8 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, Tx, TxError};
 
-pub use layout::{root_bytes, MAX_NAME_BYTES};
 use layout::{capacity_of, entry, header, EntryImage, State, ENTRY_BYTES, HEADER_BYTES};
+pub use layout::{root_bytes, MAX_NAME_BYTES};
 
 use super::error::Error;
 use crate::kind::StructureKind;
@@ -249,7 +249,12 @@ impl Catalog {
 
     /// Two entries with one name mean a damaged catalog: refuse it rather than pick one.
     fn check_names(&self) -> Result<(), Error> {
-        let mut names: Vec<&str> = self.entries.iter().flatten().map(|e| e.name.as_str()).collect();
+        let mut names: Vec<&str> = self
+            .entries
+            .iter()
+            .flatten()
+            .map(|e| e.name.as_str())
+            .collect();
         names.sort_unstable();
         match names.windows(2).find(|w| w[0] == w[1]) {
             Some(w) => Err(corrupt(format!("two entries are named {:?}", w[0]))),
@@ -260,11 +265,16 @@ impl Catalog {
 
 /// The value the map in entry `entry_offset` keeps for the key its structure reserves, as the
 /// pool holds it.
-pub(crate) fn read_side<B: Backend>(pool: &Pool<B>, entry_offset: u64) -> Result<Option<u64>, Error> {
+pub(crate) fn read_side<B: Backend>(
+    pool: &Pool<B>,
+    entry_offset: u64,
+) -> Result<Option<u64>, Error> {
     match pool.load_u64(entry_offset + entry::SIDE_PRESENT)? {
         0 => Ok(None),
         1 => Ok(Some(pool.load_u64(entry_offset + entry::SIDE_VALUE)?)),
-        other => Err(corrupt(format!("reserved-key flag {other} at {entry_offset:#x}"))),
+        other => Err(corrupt(format!(
+            "reserved-key flag {other} at {entry_offset:#x}"
+        ))),
     }
 }
 
@@ -275,7 +285,10 @@ pub(crate) fn write_side<B: Backend>(
     value: Option<u64>,
 ) -> Result<(), TxError> {
     let words = [u64::from(value.is_some()), value.unwrap_or(0)];
-    tx.write(entry_offset + entry::SIDE_PRESENT, bytemuck::cast_slice(&words))
+    tx.write(
+        entry_offset + entry::SIDE_PRESENT,
+        bytemuck::cast_slice(&words),
+    )
 }
 
 fn root_is_zero<B: Backend>(pool: &Pool<B>) -> Result<bool, Error> {

@@ -14,8 +14,8 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_undo_log::Heap;
 
-use super::layout::{entry, EntryImage, State, ENTRY_BYTES};
 use super::corrupt;
+use super::layout::{entry, EntryImage, State, ENTRY_BYTES};
 use crate::store::error::Error;
 
 /// Blocks freed per transaction: each free logs a word of allocator metadata, far below a

@@ -140,6 +140,26 @@ fn a_datalog_config_the_root_cannot_record_is_refused() {
     }
 }
 
+#[test]
+fn a_datalog_root_whose_policy_words_are_damaged_is_refused() {
+    // The policy's first word is the root's fifth (byte 32): a store made before the policy was
+    // recorded has 0 there; a mode code above 3 names no mode.
+    for (word, what) in [(0u64, "write mode code 0"), (9, "write mode code 9")] {
+        let heap = heap();
+        let at = root(&heap, 0);
+        drop(Datalog::create(&heap, at, DatalogConfig::default()).unwrap());
+        let pool = heap.pool();
+        let _ = pool.persist(pool.write(at + 32, &word.to_le_bytes()).unwrap());
+        match Datalog::open(&heap, at) {
+            Err(e @ DatalogError::Corrupt { .. }) => {
+                assert!(e.to_string().contains(what), "{e}")
+            }
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: opened a store with no valid policy"),
+        }
+    }
+}
+
 const KINDS: [StructureKind; 3] = [
     StructureKind::HashMap,
     StructureKind::BTreeMap,

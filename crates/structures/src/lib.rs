@@ -8,6 +8,8 @@
 //!   FAST&FAIR), with per-shift, FAST and redo-logged shift policies (Optane buffering
 //!   (EuroSys'22), Sec. 4.2).
 //!
+//! The two `u64` maps, CCEH and FAST&FAIR, share one contract, [`U64Map`].
+//!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
 //! share one striped lock with reader versions (`sync`, private). `unsafe` appears in two
 //! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and the
@@ -20,5 +22,7 @@ pub mod datalog;
 pub mod fastfair;
 pub mod kind;
 mod sync;
+mod u64map;
 
 pub use kind::StructureKind;
+pub use u64map::{ReservedKey, U64Map};

@@ -10,7 +10,7 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::hashing::hash;
-use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY};
+use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY, RESERVED};
 use crate::sync::affinity::{current_cpu, pin_away_from};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
@@ -35,7 +35,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         H: Sync,
     {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let ahead = options.depth.max(1);
         let insert_all = |progress: Option<&AtomicUsize>| {

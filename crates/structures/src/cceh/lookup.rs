@@ -21,7 +21,7 @@ use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, key_word, line_keys, segment_word_offset, value_word};
 use super::layout::{Directory, Entry};
 use super::Cceh;
-use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
+use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
 
 /// Lookups of [`Cceh::get_batch`] under one epoch guard.
 const BATCH_PIN_CHUNK: usize = 1024;
@@ -46,7 +46,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// reads). Key 0 anywhere in the batch is refused before anything is looked up.
     pub fn get_batch(&self, keys: &[u64], ahead: usize) -> Result<Vec<Option<u64>>, CcehError> {
         if keys.contains(&EMPTY_KEY) {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let ahead = ahead.max(1);
         let mut values = Vec::with_capacity(keys.len());
@@ -104,7 +104,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         mut observe: impl FnMut(LookupStep),
     ) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let h = hash(key);
         let home = self.shape.home(h);

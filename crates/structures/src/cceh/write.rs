@@ -17,7 +17,7 @@ use pmem_undo_log::Heap;
 use super::hashing::{belongs, hash, prefix};
 use super::layout::{bucket_word, line_key, line_value, value_of};
 use super::lookup::scan_bucket;
-use super::{write_step, Cceh, CcehError, Place, WriteStep};
+use super::{write_step, Cceh, CcehError, Place, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
@@ -34,7 +34,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         match self.put(key, value, false)? {
             None => Ok(true),
@@ -46,7 +46,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// returns.
     pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         self.put(key, value, true)
     }
@@ -54,7 +54,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let pool = self.heap.pool();
         let h = hash(key);

@@ -122,6 +122,7 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
 use crate::sync::{ExclusiveGate, SeqVersion, Stripes};
+use crate::u64map::ReservedKey;
 
 mod check;
 #[cfg(test)]
@@ -143,6 +144,11 @@ pub use range::Range;
 
 /// The reserved key that marks a free slot; it sorts after every valid key.
 pub const EMPTY_KEY: u64 = u64::MAX;
+/// The refusal of [`EMPTY_KEY`] ([`FastFairError::ReservedKey`]).
+const RESERVED: ReservedKey = ReservedKey {
+    key: EMPTY_KEY,
+    reason: "a FAST&FAIR B+-tree marks its free slots with key u64::MAX",
+};
 /// Bytes of the tree's root object.
 pub const ROOT_BYTES: u64 = 64;
 /// Redo lanes, node lock stripes and version stripes (one each per writer slot).
@@ -199,9 +205,9 @@ impl ShiftPolicy {
 /// What can go wrong with a FAST&FAIR tree.
 #[derive(Debug, thiserror::Error)]
 pub enum FastFairError {
-    /// `u64::MAX` marks a free slot and cannot be a key.
-    #[error("key u64::MAX is reserved (it marks a free slot)")]
-    ReservedKey,
+    /// `u64::MAX` ([`EMPTY_KEY`]) is reserved: it marks a free slot.
+    #[error(transparent)]
+    ReservedKey(ReservedKey),
     /// A transaction of a split or merge, or an access of the pool, failed.
     #[error(transparent)]
     Tx(#[from] TxError),

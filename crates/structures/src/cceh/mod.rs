@@ -282,6 +282,10 @@ impl Place {
 
 /// A CCEH table in a heap.
 ///
+/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
+/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
+/// another thread.
+///
 /// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
 /// never in the pool, so a crash cannot leave one held:
 ///

@@ -254,6 +254,10 @@ impl Default for FastFairConfig {
 
 /// A FAST&FAIR B+-tree in a heap.
 ///
+/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
+/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
+/// another thread.
+///
 /// Operations take `&self` and are safe to call from several threads: lookups and scans take
 /// no lock, writers of different leaves run in parallel (see the module docs).
 pub struct FastFair<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {

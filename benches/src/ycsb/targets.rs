@@ -10,6 +10,9 @@
 //! * **FAST&FAIR** ([`FastFair`], 512-byte nodes) under each [`ShiftPolicy`]: read =
 //!   [`FastFair::get`], update = [`FastFair::upsert`], insert = [`FastFair::insert`], scan =
 //!   [`FastFair::range`] from the start key, taking `len` pairs.
+//!
+//! CCEH and FAST&FAIR are one target type, `MapTarget`: their point operations are the same
+//! [`U64Map`] calls, so both are measured through exactly the same code.
 //! * **datalog** ([`Datalog`]) under each [`WriteMode`]: one file of fixed
 //!   [`RECORD_BYTES`]-byte records, record `i` at offset `i * 256` ([`record_of`] turns a key
 //!   into its record number). Read = [`Datalog::read_at`] of the whole record, every byte
@@ -25,6 +28,7 @@ use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_structures::U64Map;
 use pmem_undo_log::Heap;
 use serde::Serialize;
 
@@ -283,8 +287,8 @@ pub fn with_target<R, E: From<MakeError>>(
         Variant::CcehHelperOff | Variant::CcehHelperOn => {
             let table =
                 Cceh::create(heap, root, CcehConfig::default()).map_err(|e| made(e.into()))?;
-            f(&CcehTarget {
-                table,
+            f(&MapTarget {
+                map: table,
                 load: BatchOptions {
                     helper: variant == Variant::CcehHelperOn,
                     inline_prefetch: false,
@@ -298,7 +302,10 @@ pub fn with_target<R, E: From<MakeError>>(
                 ..FastFairConfig::default()
             };
             let tree = FastFair::create(heap, root, config).map_err(|e| made(e.into()))?;
-            f(&FastFairTarget { tree })
+            f(&MapTarget {
+                map: tree,
+                load: BatchOptions::default(),
+            })
         }
         Variant::Datalog(mode) => {
             let store = Datalog::create(
@@ -316,24 +323,31 @@ pub fn with_target<R, E: From<MakeError>>(
     }
 }
 
-/// CCEH: batched load, single calls after it.
-struct CcehTarget<'h> {
-    table: Cceh<Hardware, Arc<Pool>, &'h Heap>,
+/// CCEH or FAST&FAIR: read, update and insert are the same [`U64Map`] calls on both (read =
+/// `get`, update = `upsert`, insert = `insert`); what differs is in [`MapExtras`].
+struct MapTarget<M> {
+    map: M,
+    /// How CCEH loads its records (FAST&FAIR inserts them one call each).
     load: BatchOptions,
 }
 
-impl Target for CcehTarget<'_> {
-    fn insert(&self, key: u64, value: u64) -> Result<bool, TargetError> {
-        Ok(self.table.insert(key, value)?)
-    }
+/// What the driver asks of a map beyond [`U64Map`]: its batched load and ordered scans.
+trait MapExtras: U64Map {
+    /// Which structure it is.
+    const STRUCTURE: Structure;
+    /// [`Target::scan`].
+    fn scan(&self, start: u64, len: usize) -> Result<usize, TargetError>;
+    /// [`Target::load_batch`], loading with `options` where the structure loads in batches.
+    fn load_batch(
+        &self,
+        items: &[(u64, u64)],
+        options: BatchOptions,
+    ) -> Option<Result<u64, TargetError>>;
+}
 
-    fn read(&self, key: u64) -> Result<Option<u64>, TargetError> {
-        Ok(self.table.get(key)?)
-    }
-
-    fn update(&self, key: u64, value: u64) -> Result<bool, TargetError> {
-        Ok(self.table.upsert(key, value)?.is_some())
-    }
+/// CCEH: batched load, no ordered scans.
+impl MapExtras for Cceh<Hardware, Arc<Pool>, &Heap> {
+    const STRUCTURE: Structure = Structure::Cceh;
 
     fn scan(&self, _start: u64, _len: usize) -> Result<usize, TargetError> {
         Err(TargetError::ScanUnsupported {
@@ -341,40 +355,22 @@ impl Target for CcehTarget<'_> {
         })
     }
 
-    fn load_batch(&self, items: &[(u64, u64)]) -> Option<Result<u64, TargetError>> {
-        Some(
-            self.table
-                .insert_batch(items, self.load)
-                .map_err(Into::into),
-        )
+    fn load_batch(
+        &self,
+        items: &[(u64, u64)],
+        options: BatchOptions,
+    ) -> Option<Result<u64, TargetError>> {
+        Some(self.insert_batch(items, options).map_err(Into::into))
     }
 }
 
-/// FAST&FAIR: single calls.
-struct FastFairTarget<'h> {
-    tree: FastFair<Hardware, Arc<Pool>, &'h Heap>,
-}
-
-impl Target for FastFairTarget<'_> {
-    fn insert(&self, key: u64, value: u64) -> Result<bool, TargetError> {
-        Ok(self.tree.insert(key, value)?)
-    }
-
-    fn read(&self, key: u64) -> Result<Option<u64>, TargetError> {
-        Ok(self.tree.get(key)?)
-    }
-
-    fn update(&self, key: u64, value: u64) -> Result<bool, TargetError> {
-        Ok(self.tree.upsert(key, value)?.is_some())
-    }
-
-    fn supports_scan(&self) -> bool {
-        true
-    }
+/// FAST&FAIR: single calls, scans from the start key taking `len` pairs.
+impl MapExtras for FastFair<Hardware, Arc<Pool>, &Heap> {
+    const STRUCTURE: Structure = Structure::FastFair;
 
     fn scan(&self, start: u64, len: usize) -> Result<usize, TargetError> {
         let mut visited = 0;
-        for pair in self.tree.range(start..).take(len) {
+        for pair in self.range(start..).take(len) {
             let (key, value) = pair?;
             if !value_matches(key, value) {
                 return Err(TargetError::BadValue { key, value });
@@ -382,6 +378,44 @@ impl Target for FastFairTarget<'_> {
             visited += 1;
         }
         Ok(visited)
+    }
+
+    fn load_batch(
+        &self,
+        _items: &[(u64, u64)],
+        _options: BatchOptions,
+    ) -> Option<Result<u64, TargetError>> {
+        None
+    }
+}
+
+impl<M> Target for MapTarget<M>
+where
+    M: MapExtras + Sync,
+    TargetError: From<M::Error>,
+{
+    fn insert(&self, key: u64, value: u64) -> Result<bool, TargetError> {
+        Ok(self.map.insert(key, value)?)
+    }
+
+    fn read(&self, key: u64) -> Result<Option<u64>, TargetError> {
+        Ok(self.map.get(key)?)
+    }
+
+    fn update(&self, key: u64, value: u64) -> Result<bool, TargetError> {
+        Ok(self.map.upsert(key, value)?.is_some())
+    }
+
+    fn supports_scan(&self) -> bool {
+        M::STRUCTURE.no_scan_reason().is_none()
+    }
+
+    fn scan(&self, start: u64, len: usize) -> Result<usize, TargetError> {
+        self.map.scan(start, len)
+    }
+
+    fn load_batch(&self, items: &[(u64, u64)]) -> Option<Result<u64, TargetError>> {
+        self.map.load_batch(items, self.load)
     }
 }
 

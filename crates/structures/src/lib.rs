@@ -34,6 +34,8 @@
 //!   FAST&FAIR), with per-shift, FAST and redo-logged shift policies (Optane buffering
 //!   (EuroSys'22), Sec. 4.2).
 //!
+//! The two `u64` maps, CCEH and FAST&FAIR, share one contract, [`U64Map`].
+//!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
 //! share one striped lock with reader versions (`sync`, private). `unsafe` appears in two
 //! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and the
@@ -47,6 +49,7 @@ pub mod fastfair;
 pub mod kind;
 pub mod store;
 mod sync;
+mod u64map;
 
 pub use kind::StructureKind;
 pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};
@@ -60,3 +63,4 @@ pub use pmem_undo_log::{FencePolicy, HeapConfig};
 // The raw layers, for those who build their own structures or crash-test their code.
 pub use pmem_ordering;
 pub use pmem_undo_log;
+pub use u64map::{ReservedKey, U64Map};

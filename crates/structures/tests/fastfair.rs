@@ -129,15 +129,15 @@ fn range_bounds_are_honoured() {
     );
     assert!(matches!(
         tree.insert(u64::MAX, 1),
-        Err(FastFairError::ReservedKey)
+        Err(FastFairError::ReservedKey(_))
     ));
     assert!(matches!(
         tree.get(u64::MAX),
-        Err(FastFairError::ReservedKey)
+        Err(FastFairError::ReservedKey(_))
     ));
     assert!(matches!(
         tree.remove(u64::MAX),
-        Err(FastFairError::ReservedKey)
+        Err(FastFairError::ReservedKey(_))
     ));
 }
 

@@ -210,7 +210,11 @@ fn check_batch<
     let what = format!("insert_batch({items:?})");
     let result = table.insert_batch(&items, batch.options());
     if batch.with_reserved_key {
-        return refused(&what, result, |e| matches!(e, CcehError::ReservedKey));
+        return refused(
+            &what,
+            result,
+            |e| matches!(e, CcehError::ReservedKey(r) if r.key == 0),
+        );
     }
     let inserted = result.map_err(|e| failed("insert_batch", e))?;
     let mut fresh = model.clone();
@@ -246,7 +250,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyV
         Cceh::get(self, key)
     }
     fn is_reserved_key_error(error: &CcehError) -> bool {
-        matches!(error, CcehError::ReservedKey)
+        matches!(error, CcehError::ReservedKey(r) if r.key == 0)
     }
 }
 
@@ -271,7 +275,10 @@ pub fn run_all<
 pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     table: &Cceh<B, P, H>,
 ) -> Result<CcehModel, String> {
-    Ok(table.iter().map_err(|e| failed("iter", e))?.collect())
+    table
+        .iter()
+        .collect::<Result<_, _>>()
+        .map_err(|e| failed("iter", e))
 }
 
 /// Checks a (recovered) table is consistent with itself and its heap: iteration lists each key
@@ -283,10 +290,15 @@ pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Hea
     probe: impl IntoIterator<Item = u64>,
 ) -> Result<CcehModel, String> {
     let now = contents(table)?;
-    let listed = table.iter().map_err(|e| failed("iter", e))?.count();
-    if table.len() != now.len() as u64 || listed != now.len() {
+    let listed = table
+        .iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failed("iter", e))?
+        .len();
+    let checked = table.check().map_err(|e| failed("check", e))?;
+    if table.len() != now.len() as u64 || listed != now.len() || checked != table.len() {
         return Err(format!(
-            "len {}, {listed} pairs listed, {} distinct keys",
+            "len {}, {listed} pairs listed, {checked} keys checked, {} distinct keys",
             table.len(),
             now.len()
         ));

@@ -83,7 +83,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyV
         FastFair::get(self, key)
     }
     fn is_reserved_key_error(error: &FastFairError) -> bool {
-        matches!(error, FastFairError::ReservedKey)
+        matches!(error, FastFairError::ReservedKey(r) if r.key == u64::MAX)
     }
 }
 

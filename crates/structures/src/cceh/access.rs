@@ -18,28 +18,39 @@ pub(super) fn whole_pool<B: Backend>(pool: &Pool<B>) -> Result<Words<'_>, PoolEr
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+    /// Every whole word of the pool, range-checked once. The view borrows the heap through
+    /// `self`, so the handle (which owns its heap holder) cannot keep one: a hot path takes it
+    /// once per operation and passes it to the `_in` reads below; colder paths read through
+    /// [`Cceh::word`], which takes it per call.
+    #[inline]
+    pub(super) fn pool_words(&self) -> Result<Words<'_>, CcehError> {
+        Ok(whole_pool(self.heap.pool())?)
+    }
+
     /// The directory the root names now.
     #[inline]
     pub(super) fn current_directory(&self) -> Result<Directory, CcehError> {
-        Ok(Directory::at(self.word(self.root.directory())?))
+        self.current_directory_in(self.pool_words()?)
     }
 
-    /// Every whole word of the pool, range-checked once per call: the view borrows the heap
-    /// through `self`, so it is taken per operation rather than kept in the handle (which owns
-    /// its heap holder and so cannot also hold a borrow of it).
+    /// [`Cceh::current_directory`], read through `words` ([`Cceh::pool_words`]).
     #[inline]
-    fn pool_words(&self) -> Result<Words<'_>, PoolError> {
-        whole_pool(self.heap.pool())
+    pub(super) fn current_directory_in(&self, words: Words<'_>) -> Result<Directory, CcehError> {
+        Ok(Directory::at(self.word_in(words, self.root.directory())?))
     }
 
-    /// The words of a segment, range-checked once.
+    /// The words of a segment, range-checked once, out of `words` ([`Cceh::pool_words`]).
     #[inline]
-    pub(super) fn segment_words(&self, segment: u64) -> Result<Words<'_>, CcehError> {
+    pub(super) fn segment_words<'w>(
+        &self,
+        words: Words<'w>,
+        segment: u64,
+    ) -> Result<Words<'w>, CcehError> {
         let count = self.shape.words();
         // Segment offsets come from directory entries, whose low bits are masked off: always
         // 64-byte aligned, so only the range needs checking.
-        match self.pool_words()?.sub(pool_word(segment), count) {
-            Some(words) => Ok(words),
+        match words.sub(pool_word(segment), count) {
+            Some(segment_words) => Ok(segment_words),
             None => Err(self.bad_offset(segment, self.shape.bytes())),
         }
     }
@@ -47,31 +58,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// The word at `offset` of the pool (an acquire load, as [`Pool::load_u64`]).
     #[inline]
     pub(super) fn word(&self, offset: u64) -> Result<u64, CcehError> {
+        self.word_in(self.pool_words()?, offset)
+    }
+
+    /// [`Cceh::word`], read through `words` ([`Cceh::pool_words`]).
+    #[inline]
+    pub(super) fn word_in(&self, words: Words<'_>, offset: u64) -> Result<u64, CcehError> {
         if offset.is_multiple_of(8) {
-            if let Some(word) = self.pool_words()?.get(pool_word(offset)) {
+            if let Some(word) = words.get(pool_word(offset)) {
                 return Ok(word);
             }
         }
         Err(self.bad_offset(offset, 8))
     }
 
-    /// The word at `offset`, or `None` outside the pool or misaligned: for speculative walks,
-    /// which may follow offsets read from a table changing under them.
+    /// The word at `offset` of `words` ([`Cceh::pool_words`]), or `None` outside the pool or
+    /// misaligned: for speculative walks, which may follow offsets read from a table changing
+    /// under them.
     #[inline]
-    pub(super) fn peek(&self, offset: u64) -> Option<u64> {
-        let words = self.pool_words().ok()?;
+    pub(super) fn peek(words: Words<'_>, offset: u64) -> Option<u64> {
         offset
             .is_multiple_of(8)
             .then(|| words.get(pool_word(offset)))
             .flatten()
     }
 
-    /// Hint the CPU to fetch the line holding the word at `offset` (nothing outside the pool).
+    /// Hint the CPU to fetch the line holding the word at `offset` of `words`
+    /// ([`Cceh::pool_words`]); nothing outside the pool.
     #[inline]
-    pub(super) fn prefetch_word(&self, offset: u64) {
-        if let Ok(words) = self.pool_words() {
-            words.prefetch(pool_word(offset));
-        }
+    pub(super) fn prefetch_word(words: Words<'_>, offset: u64) {
+        words.prefetch(pool_word(offset));
     }
 
     /// The pool's own error for a read of `len` bytes at `offset` that [`Cceh::word`] or

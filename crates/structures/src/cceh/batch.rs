@@ -10,7 +10,7 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::hashing::hash;
-use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY};
+use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY, RESERVED};
 use crate::sync::affinity::{current_cpu, pin_away_from};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
@@ -35,9 +35,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         H: Sync,
     {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let ahead = options.depth.max(1);
+        let words = self.pool_words()?;
         let insert_all = |progress: Option<&AtomicUsize>| {
             let mut inserted = 0;
             for (i, &(key, value)) in items.iter().enumerate() {
@@ -46,7 +47,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 }
                 if options.inline_prefetch {
                     if let Some(&(next, _)) = items.get(i + ahead) {
-                        self.prefetch_path(hash(next));
+                        self.prefetch_path(words, hash(next));
                     }
                 }
                 if self.insert(key, value)? {
@@ -80,6 +81,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         finished: &AtomicBool,
         depth: usize,
     ) {
+        // The helper only prefetches: without a view of the pool it has nothing to do.
+        let Ok(words) = self.pool_words() else {
+            return;
+        };
         let mut next = 1;
         while next < items.len() && !finished.load(Ordering::Acquire) {
             let worker = progress.load(Ordering::Acquire);
@@ -93,7 +98,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             if next >= items.len() {
                 break;
             }
-            self.prefetch_path(hash(items[next].0));
+            self.prefetch_path(words, hash(items[next].0));
             next += 1;
         }
     }

@@ -64,7 +64,7 @@ impl Neighbourhood {
         place: &Place,
         h: u64,
     ) -> Result<Neighbourhood, CcehError> {
-        let segment = table.segment_words(place.segment)?;
+        let segment = table.segment_words(table.pool_words()?, place.segment)?;
         let shape = table.shape;
         let home = shape.home(h);
         let pattern = prefix(h, place.local_depth);

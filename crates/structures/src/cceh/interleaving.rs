@@ -338,7 +338,7 @@ impl Scenario {
             let last = baton.lock().ops_started;
             (found, (first, last))
         });
-        let contents: BTreeMap<u64, u64> = table.iter().unwrap().collect();
+        let contents: BTreeMap<u64, u64> = table.iter().map(Result::unwrap).collect();
         assert_eq!(&contents, final_model, "the script's end state");
         let choices = baton.lock().choices.clone();
         let run = Run {

@@ -14,14 +14,14 @@ use std::ops::Deref;
 
 use crossbeam_epoch as epoch;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
 use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, key_word, line_keys, segment_word_offset, value_word};
 use super::layout::{Directory, Entry};
 use super::Cceh;
-use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
+use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
 
 /// Lookups of [`Cceh::get_batch`] under one epoch guard.
 const BATCH_PIN_CHUNK: usize = 1024;
@@ -46,9 +46,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// reads). Key 0 anywhere in the batch is refused before anything is looked up.
     pub fn get_batch(&self, keys: &[u64], ahead: usize) -> Result<Vec<Option<u64>>, CcehError> {
         if keys.contains(&EMPTY_KEY) {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let ahead = ahead.max(1);
+        let words = self.pool_words()?;
         let mut values = Vec::with_capacity(keys.len());
         // One guard per chunk: the lookups inside pin for free, and a doubling waiting for the
         // epoch waits for one chunk at most.
@@ -56,9 +57,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             let guard = epoch::pin();
             for (i, &key) in chunk.iter().enumerate() {
                 if let Some(&next) = keys.get(c * BATCH_PIN_CHUNK + i + ahead) {
-                    self.prefetch_path(hash(next));
+                    self.prefetch_path(words, hash(next));
                 }
-                values.push(self.lookup(key, &guard, |_| ())?);
+                values.push(self.lookup(words, key, &guard, |_| ())?);
             }
         }
         Ok(values)
@@ -84,14 +85,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         // Pinning is a full barrier, which no later load passes: the window is prefetched
         // first (a hint only, safe on a directory being freed), so its miss overlaps the pin
         // and whatever the pin waits for.
-        self.prefetch_path(hash(key));
+        let words = self.pool_words()?;
+        self.prefetch_path(words, hash(key));
         // Pinned, no directory this lookup loads can be freed under it (a doubling retires
         // the old one and frees it only after every guard pinned before has gone).
         let guard = epoch::pin();
-        self.lookup(key, &guard, observe)
+        self.lookup(words, key, &guard, observe)
     }
 
-    /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning).
+    /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning), read
+    /// through `words` ([`Cceh::pool_words`]).
     ///
     /// Written for the CPU to overlap one lookup's cache miss with the next one's: few
     /// instructions, one range check per segment and per bucket, and no branch on where in a
@@ -99,20 +102,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     #[inline(always)]
     fn lookup(
         &self,
+        words: Words<'_>,
         key: u64,
         _guard: &epoch::Guard,
         mut observe: impl FnMut(LookupStep),
     ) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let h = hash(key);
         let home = self.shape.home(h);
         loop {
-            let directory = self.current_directory()?;
-            let found = self.locate_in(directory, h).and_then(|place| {
+            let directory = self.current_directory_in(words)?;
+            let found = self.locate_in(words, directory, h).and_then(|place| {
                 observe(LookupStep::Located);
-                let segment = self.segment_words(place.segment)?;
+                let segment = self.segment_words(words, place.segment)?;
                 'scan: loop {
                     for step in 0..PROBE_BUCKETS {
                         let first = bucket_word(self.shape.bucket_after(home, step));
@@ -143,8 +147,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 // along, and no slot of it was reused for a key that moved away by a split.
                 Ok((place, value)) => {
                     observe(LookupStep::Scanned);
-                    if self.current_directory()? == directory
-                        && self.word(place.entry_offset())? == place.entry()
+                    if self.current_directory_in(words)? == directory
+                        && self.word_in(words, place.entry_offset())? == place.entry()
                     {
                         return Ok(value);
                     }
@@ -152,7 +156,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 // An error reading a directory that was swapped meanwhile (one a failed doubling
                 // allocated and gave back) is no error of the table: read again.
                 Err(e) => {
-                    if self.current_directory()? == directory {
+                    if self.current_directory_in(words)? == directory {
                         return Err(e);
                     }
                 }
@@ -162,13 +166,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     #[cfg(test)]
     pub(super) fn locate(&self, h: u64) -> Result<Place, CcehError> {
-        self.locate_in(self.current_directory()?, h)
+        let words = self.pool_words()?;
+        self.locate_in(words, self.current_directory_in(words)?, h)
     }
 
-    /// Where `h` leads in `directory`.
+    /// Where `h` leads in `directory`, read through `words` ([`Cceh::pool_words`]).
     #[inline(always)]
-    pub(super) fn locate_in(&self, directory: Directory, h: u64) -> Result<Place, CcehError> {
-        let global_depth = self.word(directory.depth())?;
+    pub(super) fn locate_in(
+        &self,
+        words: Words<'_>,
+        directory: Directory,
+        h: u64,
+    ) -> Result<Place, CcehError> {
+        let global_depth = self.word_in(words, directory.depth())?;
         if global_depth > MAX_DEPTH {
             return Err(CcehError::Corrupt {
                 root: self.root.offset(),
@@ -179,7 +189,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             });
         }
         let index = prefix(h, global_depth);
-        let entry = Entry::from_word(self.word(directory.entry(index))?);
+        let entry = Entry::from_word(self.word_in(words, directory.entry(index))?);
         Ok(Place {
             directory,
             global_depth,
@@ -189,32 +199,33 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         })
     }
 
-    /// Prefetch the lookup path of hash `h`: directory entry, then the window's four buckets.
-    /// Loads only, without a guard or a lock: any of them may see a directory that a split is
+    /// Prefetch the lookup path of hash `h`, out of `words` ([`Cceh::pool_words`]): directory
+    /// entry, then the window's four buckets. Loads only, without a guard or a lock: any of them may see a directory that a split is
     /// changing, and the worst outcome is a prefetch of the wrong line (pool loads are bounds
     /// checked, and out-of-pool prefetches are ignored).
-    pub(super) fn prefetch_path(&self, h: u64) {
-        if let Some(segment) = self.peek_segment(h) {
-            self.prefetch_window(segment, h);
+    pub(super) fn prefetch_path(&self, words: Words<'_>, h: u64) {
+        if let Some(segment) = self.peek_segment(words, h) {
+            self.prefetch_window(words, segment, h);
         }
     }
 
     /// The segment the current directory names for hash `h`, read without a guard or a lock
     /// (see [`Cceh::prefetch_path`]); `None` where an offset falls outside the pool.
     #[inline]
-    fn peek_segment(&self, h: u64) -> Option<u64> {
-        let directory = Directory::at(self.peek(self.root.directory())?);
-        let depth = self.peek(directory.depth())?;
-        let entry = self.peek(directory.entry(prefix(h, depth.min(MAX_DEPTH))))?;
+    fn peek_segment(&self, words: Words<'_>, h: u64) -> Option<u64> {
+        let directory = Directory::at(Self::peek(words, self.root.directory())?);
+        let depth = Self::peek(words, directory.depth())?;
+        let entry = Self::peek(words, directory.entry(prefix(h, depth.min(MAX_DEPTH))))?;
         Some(Entry::from_word(entry).segment)
     }
 
-    /// Prefetch the four buckets of `h`'s window in `segment` (nothing outside the pool).
-    pub(super) fn prefetch_window(&self, segment: u64, h: u64) {
+    /// Prefetch the four buckets of `h`'s window in `segment` (nothing outside the pool), out
+    /// of `words` ([`Cceh::pool_words`]).
+    pub(super) fn prefetch_window(&self, words: Words<'_>, segment: u64, h: u64) {
         let home = self.shape.home(h);
         for step in 0..PROBE_BUCKETS {
             let bucket = self.shape.bucket_after(home, step);
-            self.prefetch_word(self.shape.slot(segment, bucket, 0));
+            Self::prefetch_word(words, self.shape.slot(segment, bucket, 0));
         }
     }
 }

@@ -86,6 +86,7 @@
 //! | `split.rs` | segment split and directory doubling, and why each is crash-safe |
 //! | `reclaim.rs` | directories retired by a doubling, freed once the epoch allows |
 //! | `recovery.rs` | [`Cceh::open`]: finishing an interrupted split, checks, duplicate keys |
+//! | `check.rs` | [`Cceh::check`]: the directory and every segment verified, keys counted |
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
 //! | `interleaving.rs` | (tests) lookups stepped against writers, every schedule |
@@ -93,6 +94,7 @@
 
 mod access;
 mod batch;
+mod check;
 mod displace;
 mod hashing;
 #[cfg(test)]
@@ -117,13 +119,20 @@ use pmem_undo_log::{Heap, TxError};
 
 use crate::kind::{describe_magic, StructureKind};
 use crate::sync::Stripes;
+use crate::u64map::ReservedKey;
 
 pub use hashing::hash;
 use layout::{Directory, Entry, Root, SegmentShape};
 use reclaim::Retired;
+pub use snapshot::Iter;
 
 /// The reserved key that marks an empty slot.
 pub const EMPTY_KEY: u64 = 0;
+/// The refusal of [`EMPTY_KEY`] ([`CcehError::ReservedKey`]).
+const RESERVED: ReservedKey = ReservedKey {
+    key: EMPTY_KEY,
+    reason: "a CCEH hash table marks its empty slots with key 0",
+};
 /// Slots per bucket (a 64-byte bucket of 16-byte slots).
 pub const SLOTS_PER_BUCKET: u64 = 4;
 /// Buckets a key may be probed in.
@@ -139,9 +148,9 @@ const STRIPES: usize = 64;
 /// What can go wrong with a CCEH table.
 #[derive(thiserror::Error)]
 pub enum CcehError {
-    /// Key 0 is reserved for empty slots.
-    #[error("key 0 is reserved (it marks an empty slot)")]
-    ReservedKey,
+    /// Key 0 ([`EMPTY_KEY`]) is reserved: it marks an empty slot.
+    #[error(transparent)]
+    ReservedKey(ReservedKey),
     /// A transaction of a split or doubling failed (allocation, log space, pool access).
     #[error(transparent)]
     Tx(#[from] TxError),
@@ -304,6 +313,10 @@ impl Place {
 }
 
 /// A CCEH table in a heap.
+///
+/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
+/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
+/// another thread.
 ///
 /// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
 /// never in the pool, so a crash cannot leave one held:

@@ -11,8 +11,24 @@ use super::{Cceh, CcehError, EMPTY_KEY};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
-    /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not).
-    pub fn iter(&self) -> Result<impl Iterator<Item = (u64, u64)>, CcehError> {
+    /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not) when
+    /// this is called. The items are `Result`s, the shape of [`crate::fastfair::FastFair::iter`]
+    /// (see [`crate::U64Map`]): a snapshot that could not be taken is one error item.
+    pub fn iter(&self) -> Iter {
+        match self.snapshot() {
+            Ok(pairs) => Iter {
+                pairs: pairs.into_iter(),
+                error: None,
+            },
+            Err(error) => Iter {
+                pairs: Vec::new().into_iter(),
+                error: Some(error),
+            },
+        }
+    }
+
+    /// The pairs of [`Cceh::iter`].
+    fn snapshot(&self) -> Result<Vec<(u64, u64)>, CcehError> {
         let _structure = self.structure();
         let _stripes = self.stripes.lock_all();
         let depth = self.global_depth()?;
@@ -20,7 +36,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         for (start, segment, local) in self.segments()? {
             all.extend(self.live_slots(segment, local, start >> (depth - local))?);
         }
-        Ok(all.into_iter())
+        Ok(all)
     }
 
     /// Every block the table owns (directory, a retired directory not yet freed, segments),
@@ -73,3 +89,29 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             .collect())
     }
 }
+
+/// The pairs of a snapshot of a table ([`Cceh::iter`]), each `Ok`; or, if the snapshot could
+/// not be taken, its one error.
+#[derive(Debug)]
+pub struct Iter {
+    pairs: std::vec::IntoIter<(u64, u64)>,
+    error: Option<CcehError>,
+}
+
+impl Iterator for Iter {
+    type Item = Result<(u64, u64), CcehError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.error.take() {
+            Some(error) => Some(Err(error)),
+            None => self.pairs.next().map(Ok),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.pairs.len() + usize::from(self.error.is_some());
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Iter {}

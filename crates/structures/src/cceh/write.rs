@@ -17,7 +17,7 @@ use pmem_undo_log::Heap;
 use super::hashing::{belongs, hash, prefix};
 use super::layout::{bucket_word, line_key, line_value, value_of};
 use super::lookup::scan_bucket;
-use super::{write_step, Cceh, CcehError, Place, WriteStep};
+use super::{write_step, Cceh, CcehError, Place, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
@@ -34,7 +34,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         match self.put(key, value, false)? {
             None => Ok(true),
@@ -46,7 +46,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// returns.
     pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         self.put(key, value, true)
     }
@@ -54,7 +54,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey);
+            return Err(CcehError::ReservedKey(RESERVED));
         }
         let pool = self.heap.pool();
         let h = hash(key);
@@ -82,21 +82,22 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// (so not freed), and an unchanged entry that it still maps `h` to this segment, which no
     /// split can change while the lock is held.
     fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
+        let words = self.pool_words()?;
         loop {
-            let directory = self.current_directory()?;
-            let place = match self.locate_in(directory, h) {
+            let directory = self.current_directory_in(words)?;
+            let place = match self.locate_in(words, directory, h) {
                 Ok(place) => place,
                 // A directory swapped out (and maybe reused) meanwhile: look again.
-                Err(e) if self.current_directory()? == directory => return Err(e),
+                Err(e) if self.current_directory_in(words)? == directory => return Err(e),
                 Err(_) => continue,
             };
             // The lock's compare-and-swap is a full barrier: it waits for this thread's last
             // persist (the previous write's flush and fence) to finish, and no load after it
             // starts before. Prefetched here, the window's lines arrive during that wait.
-            self.prefetch_window(place.segment, h);
+            self.prefetch_window(words, place.segment, h);
             let guard = self.stripes.lock((hash(place.segment) as usize) % STRIPES);
-            if self.current_directory()? == directory
-                && self.word(place.entry_offset())? == place.entry()
+            if self.current_directory_in(words)? == directory
+                && self.word_in(words, place.entry_offset())? == place.entry()
             {
                 return Ok((place, guard));
             }
@@ -139,7 +140,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         h: u64,
     ) -> Result<Attempt, CcehError> {
         let pool = self.heap.pool();
-        let segment = self.segment_words(place.segment)?;
+        let segment = self.segment_words(self.pool_words()?, place.segment)?;
         let shape = self.shape;
         let home = shape.home(h);
         let mut lines = [[0u64; 8]; PROBE_BUCKETS as usize];
@@ -214,10 +215,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// The slot holding `key` in its window, if any.
     pub(super) fn find(&self, place: &Place, key: u64, h: u64) -> Result<Option<u64>, CcehError> {
+        let words = self.pool_words()?;
         for slot in self.shape.window(place.segment, h) {
             // Reached through the key's own directory entry, a slot holding the key is live: a
             // stale copy left by a split sits only in a segment the key no longer maps to.
-            if self.word(slot)? == key {
+            if self.word_in(words, slot)? == key {
                 return Ok(Some(slot));
             }
         }

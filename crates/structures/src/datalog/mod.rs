@@ -252,6 +252,10 @@ impl Inner {
 }
 
 /// A datalog store in a heap.
+///
+/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
+/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
+/// another thread.
 pub struct Datalog<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     heap: H,
     root: u64,

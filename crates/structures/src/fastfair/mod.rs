@@ -124,6 +124,7 @@ use pmem_undo_log::{Heap, TxError};
 
 use crate::kind::{describe_magic, StructureKind};
 use crate::sync::{ExclusiveGate, SeqVersion, Stripes};
+use crate::u64map::ReservedKey;
 
 mod check;
 #[cfg(test)]
@@ -145,6 +146,11 @@ pub use range::Range;
 
 /// The reserved key that marks a free slot; it sorts after every valid key.
 pub const EMPTY_KEY: u64 = u64::MAX;
+/// The refusal of [`EMPTY_KEY`] ([`FastFairError::ReservedKey`]).
+const RESERVED: ReservedKey = ReservedKey {
+    key: EMPTY_KEY,
+    reason: "a FAST&FAIR B+-tree marks its free slots with key u64::MAX",
+};
 /// Bytes of the tree's root object.
 pub const ROOT_BYTES: u64 = 64;
 /// Redo lanes, node lock stripes and version stripes (one each per writer slot).
@@ -201,9 +207,9 @@ impl ShiftPolicy {
 /// What can go wrong with a FAST&FAIR tree.
 #[derive(thiserror::Error)]
 pub enum FastFairError {
-    /// `u64::MAX` marks a free slot and cannot be a key.
-    #[error("key u64::MAX is reserved (it marks a free slot)")]
-    ReservedKey,
+    /// `u64::MAX` ([`EMPTY_KEY`]) is reserved: it marks a free slot.
+    #[error(transparent)]
+    ReservedKey(ReservedKey),
     /// A transaction of a split or merge, or an access of the pool, failed.
     #[error(transparent)]
     Tx(#[from] TxError),
@@ -278,6 +284,10 @@ impl Default for FastFairConfig {
 }
 
 /// A FAST&FAIR B+-tree in a heap.
+///
+/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
+/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
+/// another thread.
 ///
 /// Operations take `&self` and are safe to call from several threads: lookups and scans take
 /// no lock, writers of different leaves run in parallel (see the module docs).

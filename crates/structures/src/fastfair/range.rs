@@ -10,6 +10,11 @@ use super::layout::{decode_entries, entries_offset, ENTRY};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+    /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::U64Map`]).
+    pub fn iter(&self) -> Range<'_, B, P, H> {
+        self.range(..)
+    }
+
     /// The pairs with keys in `range`, in key order, read without a lock: leaf by leaf along
     /// the sibling links. Each leaf is read consistently; a scan running beside writers sees
     /// every key that was present for its whole duration.

@@ -7,7 +7,7 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::Heap;
 
 use super::layout::NodeView;
-use super::{FastFair, FastFairError, EMPTY_KEY};
+use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
 
 /// The in-node search. Keys are sorted and free slots ([`EMPTY_KEY`]) sort last, so a search
 /// over every slot needs no entry count.
@@ -79,7 +79,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey);
+            return Err(FastFairError::ReservedKey(RESERVED));
         }
         self.lock_free_get(key)
     }

@@ -8,14 +8,14 @@ use pmem_undo_log::Heap;
 
 use super::layout::value_offset;
 use super::shift::Shift;
-use super::{FastFair, FastFairError, EMPTY_KEY};
+use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {
         if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey);
+            return Err(FastFairError::ReservedKey(RESERVED));
         }
         Ok(self.put(key, value, false)?.is_none())
     }
@@ -23,7 +23,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Insert or replace: the old value if the key was present. Durable when it returns.
     pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey);
+            return Err(FastFairError::ReservedKey(RESERVED));
         }
         self.put(key, value, true)
     }
@@ -31,7 +31,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey);
+            return Err(FastFairError::ReservedKey(RESERVED));
         }
         {
             let (leaf, lane, _node) = self.lock_leaf(key)?;

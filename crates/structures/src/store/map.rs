@@ -12,7 +12,8 @@ use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::catalog::{self, Listed};
 use super::error::Error;
-use super::raw::{HashTable, RawMap, Tree};
+use super::raw::{HashTable, Structure, Tree};
+use crate::U64Map;
 use super::registry::{Core, Opened, Shared};
 use crate::fastfair::FastFairConfig;
 
@@ -30,7 +31,13 @@ pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
 pub(crate) type HashCore<B, P> = MapCore<HashTable<B, P>, B, P>;
 pub(crate) type TreeCore<B, P> = MapCore<Tree<B, P>, B, P>;
 
-impl<S: RawMap<B, P>, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
+impl<S, B, P> MapCore<S, B, P>
+where
+    S: Structure<B, P> + U64Map,
+    Error: From<S::Error>,
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+{
     fn new(raw: S, listed: &Listed, name: &str, shared: Arc<Shared<B, P>>) -> Result<Self, Error> {
         let entry = shared.lock().catalog.entry_offset(listed.slot);
         let reserved = catalog::read_side(shared.heap.pool(), entry)?;
@@ -59,15 +66,15 @@ impl<S: RawMap<B, P>, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
     }
 
     fn get(&self, key: u64) -> Result<Option<u64>, Error> {
-        if key == S::RESERVED {
+        if key == S::RESERVED_KEY {
             return Ok(*self.reserved());
         }
-        self.raw.get(key)
+        Ok(self.raw.get(key)?)
     }
 
     fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
-        if key != S::RESERVED {
-            return self.raw.insert(key, value);
+        if key != S::RESERVED_KEY {
+            return Ok(self.raw.insert(key, value)?);
         }
         let mut slot = self.reserved();
         if slot.is_some() {
@@ -78,8 +85,8 @@ impl<S: RawMap<B, P>, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
     }
 
     fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
-        if key != S::RESERVED {
-            return self.raw.upsert(key, value);
+        if key != S::RESERVED_KEY {
+            return Ok(self.raw.upsert(key, value)?);
         }
         let mut slot = self.reserved();
         let old = *slot;
@@ -88,8 +95,8 @@ impl<S: RawMap<B, P>, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
     }
 
     fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
-        if key != S::RESERVED {
-            return self.raw.remove(key);
+        if key != S::RESERVED_KEY {
+            return Ok(self.raw.remove(key)?);
         }
         let mut slot = self.reserved();
         let old = *slot;
@@ -231,9 +238,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> HashMap<B, P> {
     /// Every `(key, value)`, in no particular order: a snapshot of each segment as it is
     /// read, so a write concurrent with the walk may or may not be seen.
     pub fn iter(&self) -> Result<std::vec::IntoIter<(u64, u64)>, Error> {
-        let mut entries: Vec<(u64, u64)> = self.core.raw.iter()?.collect();
+        let mut entries = Vec::with_capacity(self.core.raw.len() as usize + 1);
+        for item in self.core.raw.iter() {
+            entries.push(item?);
+        }
         if let Some(value) = *self.core.reserved() {
-            entries.push((<HashTable<B, P> as RawMap<B, P>>::RESERVED, value));
+            entries.push((<HashTable<B, P> as U64Map>::RESERVED_KEY, value));
         }
         Ok(entries.into_iter())
     }
@@ -268,7 +278,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<B, P> {
             entries.push(item?);
         }
         // The tree's reserved key is the largest: it goes last.
-        let reserved = <Tree<B, P> as RawMap<B, P>>::RESERVED;
+        let reserved = <Tree<B, P> as U64Map>::RESERVED_KEY;
         if let Some(value) = *self.core.reserved() {
             if RangeBounds::contains(&(lo, hi), &reserved) {
                 entries.push((reserved, value));

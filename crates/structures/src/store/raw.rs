@@ -1,6 +1,5 @@
 //! The structures behind the handles, seen through one interface: how each is created,
-//! opened, checked and walked for its blocks, and (for the maps) its operations with the
-//! store's one error type.
+//! opened and walked for its blocks. (The maps' operations are [`crate::U64Map`].)
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -33,19 +32,6 @@ pub(crate) trait Structure<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
     fn blocks(&self) -> Result<Vec<u64>, Error>;
 }
 
-/// A `u64 -> u64` map with one key it keeps for itself.
-pub(crate) trait RawMap<B: Backend, P: Deref<Target = Pool<B>>>: Structure<B, P> {
-    /// The key the structure cannot hold; the store keeps its value in the catalog entry.
-    const RESERVED: u64;
-    fn get(&self, key: u64) -> Result<Option<u64>, Error>;
-    fn insert(&self, key: u64, value: u64) -> Result<bool, Error>;
-    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error>;
-    fn remove(&self, key: u64) -> Result<Option<u64>, Error>;
-    fn len(&self) -> u64;
-    /// Walk and check every invariant it can; the number of keys.
-    fn check(&self) -> Result<u64, Error>;
-}
-
 /// The CCEH table as the store holds it.
 pub(crate) type HashTable<B, P> = Cceh<B, P, SharedHeap<B, P>>;
 /// The FAST&FAIR tree as the store holds it.
@@ -68,28 +54,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for HashTable<B, P>
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for HashTable<B, P> {
-    const RESERVED: u64 = cceh::EMPTY_KEY;
-    fn get(&self, key: u64) -> Result<Option<u64>, Error> {
-        Ok(Cceh::get(self, key)?)
-    }
-    fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
-        Ok(Cceh::insert(self, key, value)?)
-    }
-    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
-        Ok(Cceh::upsert(self, key, value)?)
-    }
-    fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
-        Ok(Cceh::remove(self, key)?)
-    }
-    fn len(&self) -> u64 {
-        Cceh::len(self)
-    }
-    fn check(&self) -> Result<u64, Error> {
-        Ok(Cceh::check(self)?)
-    }
-}
-
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
     const KIND: StructureKind = StructureKind::BTreeMap;
     const ROOT_BYTES: u64 = fastfair::ROOT_BYTES;
@@ -102,28 +66,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
     }
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(FastFair::blocks(self)?)
-    }
-}
-
-impl<B: Backend, P: Deref<Target = Pool<B>>> RawMap<B, P> for Tree<B, P> {
-    const RESERVED: u64 = fastfair::EMPTY_KEY;
-    fn get(&self, key: u64) -> Result<Option<u64>, Error> {
-        Ok(FastFair::get(self, key)?)
-    }
-    fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
-        Ok(FastFair::insert(self, key, value)?)
-    }
-    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
-        Ok(FastFair::upsert(self, key, value)?)
-    }
-    fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
-        Ok(FastFair::remove(self, key)?)
-    }
-    fn len(&self) -> u64 {
-        FastFair::len(self)
-    }
-    fn check(&self) -> Result<u64, Error> {
-        Ok(FastFair::check(self)?)
     }
 }
 

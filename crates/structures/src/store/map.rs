@@ -39,7 +39,7 @@ where
     P: Deref<Target = Pool<B>>,
 {
     fn new(raw: S, listed: &Listed, name: &str, shared: Arc<Shared<B, P>>) -> Result<Self, Error> {
-        let entry = shared.lock().catalog.entry_offset(listed.slot);
+        let entry = listed.entry;
         let reserved = catalog::read_side(shared.heap.pool(), entry)?;
         Ok(MapCore {
             raw,

@@ -34,6 +34,8 @@ pub(crate) struct Listed {
     pub kind: StructureKind,
     /// Its root block.
     pub root: u64,
+    /// Pool offset of its entry.
+    pub entry: u64,
 }
 
 /// The catalog of a store: where it lives and a DRAM copy of its entries.
@@ -139,6 +141,7 @@ impl Catalog {
                     slot: slot as u64,
                     kind: e.kind,
                     root: e.root,
+                    entry: self.entry_offset(slot as u64),
                 }),
                 _ => None,
             })
@@ -169,6 +172,7 @@ impl Catalog {
                             slot: slot as u64,
                             kind: e.kind,
                             root: e.root,
+                            entry: self.entry_offset(slot as u64),
                         },
                     )
                 })
@@ -226,6 +230,7 @@ impl Catalog {
             slot,
             kind,
             root: image.root,
+            entry: entry_offset,
         };
         self.entries[slot as usize] = Some(image);
         Ok((structure, listed))

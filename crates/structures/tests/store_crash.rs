@@ -33,8 +33,8 @@ fn tree_config() -> FastFairConfig {
 enum Op {
     /// Open or create the named structure.
     Open(&'static str, StructureKind),
-    /// Insert keys `from..to` (each `k -> k * 3`) into a map, plus the map's reserved key.
-    Fill(&'static str, u64, u64),
+    /// Upsert one key of a map.
+    Put(&'static str, u64, u64),
     /// Remove a key from a map.
     Delete(&'static str, u64),
     /// Remove the structure.
@@ -62,12 +62,12 @@ fn states(ops: &[Op]) -> Vec<State> {
                     .entry(name.to_string())
                     .or_insert((*kind, Model::new()));
             }
-            Op::Fill(name, from, to) => {
-                let (kind, map) = state.get_mut(*name).expect("fill a listed map");
-                for k in *from..*to {
-                    map.insert(k, k * 3);
-                }
-                map.insert(reserved_of(*kind), 11);
+            Op::Put(name, key, value) => {
+                state
+                    .get_mut(*name)
+                    .expect("put into a listed map")
+                    .1
+                    .insert(*key, *value);
             }
             Op::Delete(name, key) => {
                 state
@@ -98,7 +98,17 @@ fn apply(store: &SimStore<'_>, op: &Op) {
                 .datalog(name, DatalogConfig::default())
                 .expect("open a datalog");
         }
-        Op::Fill(name, from, to) => fill(store, name, *from, *to),
+        Op::Put(name, key, value) => {
+            if is_hash(store, name) {
+                store.hash_map(name).unwrap().upsert(*key, *value).unwrap();
+            } else {
+                store
+                    .btree_map(name, tree_config())
+                    .unwrap()
+                    .upsert(*key, *value)
+                    .unwrap();
+            }
+        }
         Op::Delete(name, key) => {
             if store
                 .structures()
@@ -118,26 +128,19 @@ fn apply(store: &SimStore<'_>, op: &Op) {
     }
 }
 
-fn fill(store: &SimStore<'_>, name: &str, from: u64, to: u64) {
-    let kind = store
+fn is_hash(store: &SimStore<'_>, name: &str) -> bool {
+    store
         .structures()
-        .into_iter()
-        .find(|(n, _)| n == name)
-        .expect("fill a listed map")
-        .1;
-    if kind == StructureKind::HashMap {
-        let map = store.hash_map(name).unwrap();
-        for k in from..to {
-            map.upsert(k, k * 3).unwrap();
-        }
-        map.upsert(0, 11).unwrap();
-    } else {
-        let map = store.btree_map(name, tree_config()).unwrap();
-        for k in from..to {
-            map.upsert(k, k * 3).unwrap();
-        }
-        map.upsert(u64::MAX, 11).unwrap();
-    }
+        .iter()
+        .any(|(n, k)| n == name && *k == StructureKind::HashMap)
+}
+
+/// Upserts of keys `from..to` (`k -> k * 3`) into the map `name` of `kind`, then of its
+/// reserved key.
+fn fill(name: &'static str, kind: StructureKind, from: u64, to: u64) -> Vec<Op> {
+    let mut ops: Vec<Op> = (from..to).map(|k| Op::Put(name, k, k * 3)).collect();
+    ops.push(Op::Put(name, reserved_of(kind), 11));
+    ops
 }
 
 /// What the recovered store holds.
@@ -178,7 +181,14 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
 }
 
 /// Crash-test `ops`, run after the untraced `setup` operations.
-fn crash_run(name: &str, setup: Vec<Op>, ops: Vec<Op>, points: CrashPoints, images: Images) -> u64 {
+fn crash_run(
+    name: &str,
+    setup: Vec<Op>,
+    min_blocks: usize,
+    ops: Vec<Op>,
+    points: CrashPoints,
+    images: Images,
+) -> u64 {
     let expected = states(&[setup.clone(), ops.clone()].concat());
     let test = CrashTest::new(name, SimConfig::x86())
         .pool("pmem-store", 1 << 20, 64 + 8 * 128)
@@ -199,6 +209,13 @@ fn crash_run(name: &str, setup: Vec<Op>, ops: Vec<Op>, points: CrashPoints, imag
             let store = SimStore::format(pool, &options).expect("format the store");
             for op in &setup {
                 apply(&store, op);
+            }
+            for (name, blocks) in store.owned_blocks().expect("the structures' blocks") {
+                assert!(
+                    blocks.len() >= min_blocks,
+                    "{name} owns {} blocks, fewer than the {min_blocks} the test needs",
+                    blocks.len()
+                );
             }
         },
         |pool| {
@@ -231,21 +248,25 @@ fn crash_run(name: &str, setup: Vec<Op>, ops: Vec<Op>, points: CrashPoints, imag
 
 #[test]
 fn every_crash_of_catalog_changes_recovers() {
-    let ops = vec![
-        Op::Open("users", StructureKind::HashMap),
-        Op::Fill("users", 1, 6),
-        Op::Open("orders", StructureKind::BTreeMap),
-        Op::Fill("orders", 10, 14),
-        Op::Open("files", StructureKind::Datalog),
-        Op::Delete("users", 0),
-        Op::Remove("users"),
-        Op::Delete("orders", u64::MAX),
-        Op::Remove("files"),
-        Op::Open("users", StructureKind::BTreeMap),
-    ];
+    let ops = [
+        vec![Op::Open("users", StructureKind::HashMap)],
+        fill("users", StructureKind::HashMap, 1, 6),
+        vec![Op::Open("orders", StructureKind::BTreeMap)],
+        fill("orders", StructureKind::BTreeMap, 10, 14),
+        vec![
+            Op::Open("files", StructureKind::Datalog),
+            Op::Delete("users", 0),
+            Op::Remove("users"),
+            Op::Delete("orders", u64::MAX),
+            Op::Remove("files"),
+            Op::Open("users", StructureKind::BTreeMap),
+        ],
+    ]
+    .concat();
     let points = crash_run(
         "store-catalog",
         Vec::new(),
+        0,
         ops,
         CrashPoints::Every,
         Images::Random(2),
@@ -255,20 +276,24 @@ fn every_crash_of_catalog_changes_recovers() {
 
 #[test]
 fn crashes_in_a_batched_removal_are_finished_by_open() {
-    // 600 keys in 256-byte segments: well over the 64 blocks one removal transaction frees.
-    let setup = vec![
-        Op::Open("big", StructureKind::HashMap),
-        Op::Fill("big", 1, 600),
-        Op::Open("tree", StructureKind::BTreeMap),
-        Op::Fill("tree", 1, 400),
-    ];
+    // Thousands of keys in 256-byte segments and 128-byte nodes: over the 64 blocks one removal
+    // transaction frees.
+    let setup = [
+        vec![Op::Open("big", StructureKind::HashMap)],
+        fill("big", StructureKind::HashMap, 1, 2_500),
+        vec![Op::Open("tree", StructureKind::BTreeMap)],
+        fill("tree", StructureKind::BTreeMap, 1, 1_000),
+    ]
+    .concat();
     let ops = vec![Op::Remove("big"), Op::Remove("tree")];
     let points = crash_run(
         "store-removal",
         setup,
+        // More than one removal transaction frees (64): the batched path with its list.
+        150,
         ops,
-        CrashPoints::Sample(400),
-        Images::Random(2),
+        CrashPoints::Every,
+        Images::Random(1),
     );
-    assert!(points >= 400, "{points} crash points");
+    assert!(points > 1000, "{points} crash points");
 }

@@ -13,9 +13,9 @@ use pmem_ordering::{Backend, Hardware, Pool};
 use super::catalog::{self, Listed};
 use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
-use crate::U64Map;
 use super::registry::{Core, Opened, Shared};
 use crate::fastfair::FastFairConfig;
+use crate::U64Map;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
 pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {

@@ -156,9 +156,10 @@ fn every_u64_is_a_key_in_both_maps() {
     );
     assert_eq!(tree.range(..u64::MAX).unwrap().count(), 3);
     assert_eq!(tree.range(..=0).unwrap().collect::<Vec<_>>(), [(0, 100)]);
-    for &k in &keys {
-        assert_eq!(hash.upsert(k, 7).unwrap().is_some(), true);
-        assert_eq!(tree.upsert(k, 7).unwrap().is_some(), true);
+    for (i, &k) in keys.iter().enumerate() {
+        let old = Some(i as u64 + 100);
+        assert_eq!(hash.upsert(k, 7).unwrap(), old);
+        assert_eq!(tree.upsert(k, 7).unwrap(), old);
         assert_eq!(hash.remove(k).unwrap(), Some(7));
         assert_eq!(tree.remove(k).unwrap(), Some(7));
         assert_eq!(hash.remove(k).unwrap(), None);

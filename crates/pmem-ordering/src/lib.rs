@@ -9,8 +9,9 @@
 //! * [`barrier`]: typed persist barriers (`Written` -> `Pending` -> `Durable`), non-temporal ->
 //!   temporal ordering with a per-thread fence epoch, and the [`PersistModel`] switch
 //!   (x86 / Themis / ideal);
-//! * [`Pool`]: pools on memory-mapped files or anonymous memory, with a checked header, a root
-//!   object, persistent offset pointers and granularity detection;
+//! * [`Pool`]: pools on memory-mapped files (each locked against a second open while a pool
+//!   holds it) or anonymous memory, with a checked header, a root object, persistent offset
+//!   pointers and granularity detection;
 //! * [`backend`]: the one trait every write, flush and fence goes through, with the
 //!   [`Hardware`] backend;
 //! * [`sim`]: a simulated backend that records every event and a harness that replays every

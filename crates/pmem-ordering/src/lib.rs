@@ -9,8 +9,9 @@
 //! * [`barrier`]: typed persist barriers (`Written` -> `Pending` -> `Durable`), non-temporal ->
 //!   temporal ordering with a per-thread fence epoch, and the [`PersistModel`] switch
 //!   (x86 / Themis / ideal);
-//! * [`Pool`]: pools on memory-mapped files or anonymous memory, with a checked header, a root
-//!   object, persistent offset pointers and granularity detection;
+//! * [`Pool`]: pools on memory-mapped files (each locked against a second open while a pool
+//!   holds it) or anonymous memory, with a checked header, a root object, persistent offset
+//!   pointers and granularity detection;
 //! * [`backend`]: the one trait every write, flush and fence goes through, with the
 //!   [`Hardware`] backend;
 //! * [`sim`]: a simulated backend that records every event and a harness that replays every
@@ -61,3 +62,8 @@ pub use barrier::{Durable, NtOrdering, NtPending, Pending, PersistModel, Written
 pub use isa::{CopyKind, FlushKind, Isa};
 pub use pool::{MagicText, PPtr, Pool, PoolError, PoolOptions, Words};
 pub use stats::{reset_thread_stats, thread_stats, Stats, XPBUFFER_XPLINES, XPLINE};
+
+/// The README's example, compiled and run as a doctest so it cannot go stale.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctest;

@@ -1,5 +1,19 @@
 //! Persist-ordering primitives for persistent memory, with a crash simulator.
 //!
+//! ```
+//! use pmem_ordering::{Pool, PoolOptions};
+//!
+//! let pool = Pool::anonymous("example", 1 << 16, &PoolOptions::new())?;
+//! let root = pool.root::<[u64; 2]>()?;
+//! // Data first, persisted; then the flag that makes it valid.
+//! let data = pool.set(root, &[42, 0])?;
+//! let _ = pool.persist(data);
+//! let flag = pool.store_u64(root.offset() + 8, 1)?;
+//! let _ = pool.persist(flag);
+//! assert_eq!(pool.get(root)?, [42, 1]);
+//! # Ok::<(), pmem_ordering::PoolError>(())
+//! ```
+//!
 //! On persistent memory a store is not durable until its cache line is written back and a
 //! fence orders the write-back, and the order in which stores become durable decides whether a
 //! crash leaves a recoverable structure. This crate gives:
@@ -32,20 +46,6 @@
 //! * a non-temporal store is guaranteed durable after a later `sfence` of its thread;
 //! * non-temporal -> temporal ordering needs a fence on x86, and program order alone under
 //!   Themis (same thread only).
-//!
-//! ```
-//! use pmem_ordering::{Pool, PoolOptions};
-//!
-//! let pool = Pool::anonymous("example", 1 << 16, &PoolOptions::new())?;
-//! let root = pool.root::<[u64; 2]>()?;
-//! // Data first, persisted; then the flag that makes it valid.
-//! let data = pool.set(root, &[42, 0])?;
-//! let _ = pool.persist(data);
-//! let flag = pool.store_u64(root.offset() + 8, 1)?;
-//! let _ = pool.persist(flag);
-//! assert_eq!(pool.get(root)?, [42, 1]);
-//! # Ok::<(), pmem_ordering::PoolError>(())
-//! ```
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 

@@ -64,4 +64,9 @@ pub use pmem_undo_log::{FencePolicy, HeapConfig};
 // The raw layers, for those who build their own structures or crash-test their code.
 pub use pmem_ordering;
 pub use pmem_undo_log;
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
 pub use u64map::{ReservedKey, U64Map};

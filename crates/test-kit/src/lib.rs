@@ -23,6 +23,7 @@ pub mod fuzz_input;
 pub mod fuzz_seeds;
 mod key_value;
 mod model;
+pub mod store;
 
 pub use crash::{crash_test_outcome, run_crash_test};
 pub use model::{History, ModelOp, ReservedKeyOp};

@@ -3,10 +3,11 @@
 //! a simulated one and a file, reopened along the way; and random sequences crashed at sampled
 //! events, each recovered image holding the model before or after the interrupted operation.
 
-use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
+use pmem_ordering::sim::{CrashPoints, CrashTest, Images};
 use pmem_ordering::{Granularity, Pool};
 use pmem_structures::store::STORE_LAYOUT;
-use pmem_structures::Store;
+use pmem_structures::{ShiftPolicy, Store};
+use pmem_test_kit::fuzz_input::CCEH_FENCE_POLICIES;
 use pmem_test_kit::store::{crash_ops, load, StoreDriver, StoreModel, StoreOp, StoreSetup};
 use proptest::prelude::*;
 
@@ -35,15 +36,16 @@ proptest! {
     #[test]
     fn sequences_on_a_simulated_store_agree_with_the_model(
         ops in ops(200),
-        shift in proptest::sample::select(pmem_structures::ShiftPolicy::ALL.to_vec()),
+        policy in proptest::sample::select(CCEH_FENCE_POLICIES.to_vec()),
+        shift in proptest::sample::select(ShiftPolicy::ALL.to_vec()),
         wide_segments in any::<bool>(),
     ) {
-        let setup = StoreSetup { shift, wide_segments, ..StoreSetup::default() };
+        let setup = StoreSetup { policy, shift, wide_segments };
         let pool = Pool::simulated(
             STORE_LAYOUT,
             STORE_BYTES,
             setup.root_size().unwrap(),
-            SimConfig::x86(),
+            setup.sim(),
         )
         .unwrap();
         let store = Store::format(&pool, &setup.options()).unwrap();
@@ -88,10 +90,12 @@ proptest! {
     #[test]
     fn crashed_sequences_recover_to_the_model_before_or_after_the_interrupted_operation(
         ops in ops(60),
+        policy in proptest::sample::select(CCEH_FENCE_POLICIES.to_vec()),
+        shift in proptest::sample::select(ShiftPolicy::ALL.to_vec()),
         seed in any::<u64>(),
     ) {
-        let setup = StoreSetup::default();
-        let test = CrashTest::new("store-proptest", SimConfig::x86())
+        let setup = StoreSetup { policy, shift, wide_segments: false };
+        let test = CrashTest::new("store-proptest", setup.sim())
             .pool(STORE_LAYOUT, STORE_BYTES, setup.root_size().unwrap())
             .points(CrashPoints::Sample(32))
             .images(Images::Random(2))

@@ -106,7 +106,7 @@ impl NameId {
         }
     }
 
-    /// Any name, valid ones ten times more often than each invalid one.
+    /// Any name, a valid one ten times in eleven.
     #[cfg(feature = "proptest")]
     pub fn strategy() -> impl proptest::strategy::Strategy<Value = NameId> {
         use proptest::prelude::*;
@@ -161,6 +161,11 @@ fn choose_kind(u: &mut Unstructured) -> arbitrary::Result<StructureKind> {
 }
 
 /// One operation on a store (names from [`NAMES`]).
+///
+/// A map operation on a listed map runs through the map's handle (opened if none is held); on
+/// a datalog or an invalid name, opening the map must be refused (`KindMismatch`,
+/// `InvalidName`); on a valid name the store does not list, nothing runs (a key operation
+/// makes no map) and the store must not list it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
 pub enum StoreOp {
     /// Open (or create) the structure of this kind named so, and hold its handle.

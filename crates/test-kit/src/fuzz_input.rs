@@ -16,6 +16,9 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_FILES, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
+use crate::store::{
+    key_draw, NameId, StoreOp, StoreSetup, KEY_DRAWS, KINDS, NAME_DRAWS, STORE_OP_VARIANTS,
+};
 use crate::ReservedKeyOp;
 
 /// The fence policies the CCEH target runs under (Themis on a simulated Themis pool).
@@ -114,6 +117,32 @@ impl DatalogSetup {
     }
 }
 
+/// The store target's set-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub struct StoreFuzzSetup {
+    /// The heap's fence policy (Themis on a simulated Themis pool).
+    #[arbitrary(with = choose_policy)]
+    pub policy: FencePolicy,
+    /// The B+-trees' shift policy.
+    #[arbitrary(with = choose_shift)]
+    pub shift: ShiftPolicy,
+    /// Hash map segments of 8 buckets rather than 4.
+    pub wide_segments: bool,
+    /// The seed of the sampled crash points and images.
+    pub crash_seed: u8,
+}
+
+impl StoreFuzzSetup {
+    /// The kit's store set-up it stands for.
+    pub fn store(&self) -> StoreSetup {
+        StoreSetup {
+            policy: self.policy,
+            shift: self.shift,
+            wide_segments: self.wide_segments,
+        }
+    }
+}
+
 /// A fuzz input: a set-up, then the operations.
 #[derive(Clone, Debug, PartialEq, Eq, Arbitrary)]
 pub struct FuzzInput<S, O> {
@@ -127,6 +156,8 @@ pub type CcehInput = FuzzInput<CcehSetup, CcehOp>;
 pub type FastFairInput = FuzzInput<FastFairSetup, FastFairOp>;
 /// The datalog target's input.
 pub type DatalogInput = FuzzInput<DatalogSetup, DatalogOp>;
+/// The store target's input.
+pub type StoreInput = FuzzInput<StoreFuzzSetup, StoreOp>;
 
 /// Bytes that `arbitrary` decodes back into given values.
 #[derive(Default)]
@@ -349,6 +380,72 @@ impl FuzzEncode for DatalogSetup {
         out.choice(&self.mode, &STORE_MODES);
         out.bool(self.eager_cleaning);
         out.u8(self.crash_seed);
+    }
+}
+
+impl FuzzEncode for StoreFuzzSetup {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.choice(&self.policy, &CCEH_FENCE_POLICIES);
+        out.choice(&self.shift, &ShiftPolicy::ALL);
+        out.bool(self.wide_segments);
+        out.u8(self.crash_seed);
+    }
+}
+
+impl FuzzEncode for NameId {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.in_range(self.draw(), 0, NAME_DRAWS);
+    }
+}
+
+impl FuzzBytes {
+    /// A store operation's key.
+    fn store_key(&mut self, key: u64) {
+        self.in_range(key_draw(key), 0, KEY_DRAWS);
+    }
+}
+
+impl FuzzEncode for StoreOp {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let variant = |out: &mut FuzzBytes, index: u64, name: Option<NameId>| {
+            out.variant(index, STORE_OP_VARIANTS);
+            if let Some(name) = name {
+                name.encode(out);
+            }
+        };
+        match *self {
+            StoreOp::Open(name, kind) => {
+                variant(out, 0, Some(name));
+                out.choice(&kind, &KINDS);
+            }
+            StoreOp::Get(name, k) => {
+                variant(out, 1, Some(name));
+                out.store_key(k);
+            }
+            StoreOp::Insert(name, k, v) => {
+                variant(out, 2, Some(name));
+                out.store_key(k);
+                out.u64(v);
+            }
+            StoreOp::Upsert(name, k, v) => {
+                variant(out, 3, Some(name));
+                out.store_key(k);
+                out.u64(v);
+            }
+            StoreOp::Remove(name, k) => {
+                variant(out, 4, Some(name));
+                out.store_key(k);
+            }
+            StoreOp::Range(name, a, b) => {
+                variant(out, 5, Some(name));
+                out.store_key(a);
+                out.store_key(b);
+            }
+            StoreOp::DropHandles(name) => variant(out, 6, Some(name)),
+            StoreOp::RemoveStructure(name) => variant(out, 7, Some(name)),
+            StoreOp::Reopen => variant(out, 8, None),
+            StoreOp::Check => variant(out, 9, None),
+        }
     }
 }
 

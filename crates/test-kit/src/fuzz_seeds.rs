@@ -13,8 +13,12 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
-use crate::fuzz_input::{CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput};
+use crate::fuzz_input::{
+    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, StoreFuzzSetup,
+};
+use crate::store::{NameId, StoreOp, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES, VALID_NAMES};
 use crate::{ReservedKeyOp, SplitMix64};
+use pmem_structures::StructureKind;
 
 /// One seed file.
 pub struct Seed {
@@ -53,6 +57,7 @@ pub fn seeds() -> Vec<Seed> {
     let mut out = cceh_seeds();
     out.extend(fastfair_seeds());
     out.extend(datalog_seeds());
+    out.extend(store_seeds());
     out
 }
 
@@ -274,6 +279,116 @@ fn datalog_seeds() -> Vec<Seed> {
             "mixed-eager",
             setup(WriteMode::Auto, true, 4),
             mixed(4),
+        ),
+    ]
+}
+
+/// A store operation drawn by `rng`: every kind, map operations the most, keys 0 and `u64::MAX`
+/// one time in five each.
+fn random_store_op(rng: &mut SplitMix64, i: u64) -> StoreOp {
+    let name = NameId::new(if rng.below(10) == 0 {
+        VALID_NAMES + rng.below((NAMES.len() - VALID_NAMES) as u64) as usize
+    } else {
+        rng.below(VALID_NAMES as u64) as usize
+    });
+    let mut key = || match rng.below(5) {
+        0 => 0,
+        1 => u64::MAX,
+        _ => 1 + rng.below(STORE_KEYS),
+    };
+    match i % 23 {
+        0..=2 => StoreOp::Open(name, KINDS[(i / 23 % 3) as usize]),
+        3 | 4 => StoreOp::Get(name, key()),
+        5..=8 => StoreOp::Insert(name, key(), i),
+        9..=11 => StoreOp::Upsert(name, key(), i + 1000),
+        12..=14 => StoreOp::Remove(name, key()),
+        15 => {
+            let a = key();
+            StoreOp::Range(name, a, key())
+        }
+        16..=18 => StoreOp::DropHandles(name),
+        19..=21 => StoreOp::RemoveStructure(name),
+        _ if i.is_multiple_of(2) => StoreOp::Reopen,
+        _ => StoreOp::Check,
+    }
+}
+
+fn store_seeds() -> Vec<Seed> {
+    let name = NameId::new;
+    let (users, orders, files, wide, longest) = (name(0), name(1), name(2), name(3), name(4));
+    // Fill the catalog with one structure of each kind, meet every refusal, fill both maps
+    // (their reserved keys too), then free a name and reuse it as another kind across reopens.
+    let mut fill = vec![
+        StoreOp::Open(users, StructureKind::HashMap),
+        StoreOp::Open(orders, StructureKind::BTreeMap),
+        StoreOp::Open(files, StructureKind::Datalog),
+        StoreOp::Open(wide, StructureKind::HashMap),
+        StoreOp::Open(users, StructureKind::BTreeMap),
+        StoreOp::Insert(files, 1, 1),
+        StoreOp::Open(name(5), StructureKind::HashMap),
+        StoreOp::Open(name(6), StructureKind::Datalog),
+        StoreOp::Get(name(7), 3),
+        StoreOp::RemoveStructure(longest),
+    ];
+    let mut rng = SplitMix64::new(40);
+    for (i, k) in shuffled(0..=STORE_KEYS + 1, &mut rng)
+        .into_iter()
+        .enumerate()
+    {
+        let k = if k == STORE_KEYS + 1 { u64::MAX } else { k };
+        fill.push(StoreOp::Insert(users, k, i as u64));
+        fill.push(StoreOp::Upsert(orders, k, i as u64 + 100));
+        if i % 6 == 0 {
+            fill.push(StoreOp::Range(orders, k, STORE_KEYS / 2));
+            fill.push(StoreOp::Get(users, k));
+        }
+    }
+    fill.extend([
+        StoreOp::Check,
+        StoreOp::RemoveStructure(users),
+        StoreOp::DropHandles(users),
+        StoreOp::RemoveStructure(users),
+        StoreOp::Open(longest, StructureKind::BTreeMap),
+        StoreOp::Insert(longest, u64::MAX, 7),
+        StoreOp::Reopen,
+        StoreOp::Check,
+        StoreOp::Remove(orders, 0),
+        StoreOp::Remove(orders, u64::MAX),
+        StoreOp::RemoveStructure(files),
+        StoreOp::Open(users, StructureKind::HashMap),
+        StoreOp::Upsert(users, 0, 9),
+        StoreOp::Reopen,
+        StoreOp::RemoveStructure(orders),
+        StoreOp::Check,
+    ]);
+    let random = |seed| -> Vec<StoreOp> {
+        let mut rng = SplitMix64::new(seed);
+        (0..120).map(|i| random_store_op(&mut rng, i)).collect()
+    };
+    let setup = |policy, shift, wide_segments, crash_seed| StoreFuzzSetup {
+        policy,
+        shift,
+        wide_segments,
+        crash_seed,
+    };
+    vec![
+        seed(
+            "store_ops",
+            "fill-refuse-remove",
+            setup(FencePolicy::Batched, ShiftPolicy::Fast, false, 1),
+            fill,
+        ),
+        seed(
+            "store_ops",
+            "random-strict",
+            setup(FencePolicy::Strict, ShiftPolicy::Redo, true, 2),
+            random(41),
+        ),
+        seed(
+            "store_ops",
+            "random-themis",
+            setup(FencePolicy::Themis, ShiftPolicy::PerShift, false, 3),
+            random(42),
         ),
     ]
 }

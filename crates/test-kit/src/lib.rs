@@ -8,6 +8,9 @@
 //!   [`datalog::DatalogOp`], each with its std model (`HashMap`, `BTreeMap`, `Vec<u8>` files),
 //!   its `apply` to the model, a checked run against the structure, an `Arbitrary` derive for
 //!   cargo-fuzz and a proptest strategy (feature `proptest`, on by default);
+//! * [`store::StoreOp`], the same for the `Store`: its catalog (names, kinds, every refusal),
+//!   its map handles (the reserved keys included), dropped handles, removal and reopening,
+//!   against a model of names, kinds, pairs and live handles;
 //! * [`crash`]: the one crash driver around `pmem_ordering::sim::CrashTest`, which fails when
 //!   it checked nothing, and the model [`History`] recovered states are judged against
 //!   (durable linearizability: every operation that returned before the crash is present, the
@@ -23,6 +26,7 @@ pub mod fuzz_input;
 pub mod fuzz_seeds;
 mod key_value;
 mod model;
+pub mod store;
 
 pub use crash::{crash_test_outcome, run_crash_test};
 pub use model::{History, ModelOp, ReservedKeyOp};

@@ -9,9 +9,10 @@ use pmem_test_kit::datalog::DatalogOp;
 use pmem_test_kit::fastfair::FastFairOp;
 use pmem_test_kit::fuzz_input::{
     decode, CcehInput, CcehSetup, DatalogInput, DatalogSetup, FastFairInput, FastFairSetup,
-    FuzzEncode, FuzzInput,
+    FuzzEncode, FuzzInput, StoreFuzzSetup, StoreInput,
 };
 use pmem_test_kit::fuzz_seeds::{seeds, Seed};
+use pmem_test_kit::store::StoreOp;
 use proptest::prelude::*;
 
 /// Decodes `bytes` as a `T`, encodes that, and checks the encoding decodes to the same value.
@@ -34,6 +35,7 @@ proptest! {
         round_trips::<CcehInput>(&bytes)?;
         round_trips::<FastFairInput>(&bytes)?;
         round_trips::<DatalogInput>(&bytes)?;
+        round_trips::<StoreInput>(&bytes)?;
     }
 }
 
@@ -52,12 +54,13 @@ where
 #[test]
 fn every_seed_decodes_to_a_long_sequence_of_several_kinds_of_operation() {
     let all = seeds();
-    assert_eq!(all.len(), 4 + 6 + 4);
+    assert_eq!(all.len(), 4 + 6 + 4 + 3);
     for seed in &all {
         let (ops, kinds) = match seed.target {
             "cceh_ops" => shape::<CcehSetup, CcehOp>(seed),
             "fastfair_ops" => shape::<FastFairSetup, FastFairOp>(seed),
             "datalog_ops" => shape::<DatalogSetup, DatalogOp>(seed),
+            "store_ops" => shape::<StoreFuzzSetup, StoreOp>(seed),
             other => panic!("a seed for an unknown target {other}"),
         };
         assert!(

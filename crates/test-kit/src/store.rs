@@ -275,7 +275,9 @@ impl StoreModel {
     /// What `remove_structure(name)` gives. (The store looks an invalid name up like any
     /// other: it finds none.)
     pub fn remove_outcome(&self, name: NameId) -> Result<(), Refusal> {
-        if !self.catalog.contains_key(name.name()) {
+        if !name.is_valid() {
+            Err(Refusal::InvalidName)
+        } else if !self.catalog.contains_key(name.name()) {
             Err(Refusal::NotFound)
         } else if self.live.contains(name.name()) {
             Err(Refusal::InUse)
@@ -740,8 +742,10 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
 ) -> Result<Vec<(u64, u64)>, String> {
     let pairs: Vec<(u64, u64)> = match handle {
         Handle::Tree(map) => {
-            let pairs: Vec<(u64, u64)> =
-                map.range(bounds).map_err(|e| failed("range", e))?.collect();
+            let pairs: Vec<(u64, u64)> = map
+                .range(bounds)
+                .collect::<Result<_, _>>()
+                .map_err(|e| failed("range", e))?;
             if let Some(w) = pairs.windows(2).find(|w| w[0].0 >= w[1].0) {
                 return Err(format!("range is not strictly increasing: {w:?}"));
             }
@@ -750,9 +754,9 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         Handle::Hash(map) => {
             let mut pairs: Vec<(u64, u64)> = map
                 .iter()
-                .map_err(|e| failed("iter", e))?
-                .filter(|(k, _)| bounds.contains(k))
-                .collect();
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| failed("iter", e))?;
+            pairs.retain(|(k, _)| bounds.contains(k));
             pairs.sort_unstable();
             if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(format!("iter lists key {} twice: {w:?}", w[0].0));

@@ -210,7 +210,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     }
 
     /// Remove the structure named `name` and free every block it owned. Refused with
-    /// [`Error::InUse`] while a handle of it is open, [`Error::NotFound`] if there is none.
+    /// [`Error::InUse`] while a handle of it is open, [`Error::NotFound`] if there is none,
+    /// [`Error::InvalidName`] for a name no structure can have.
     /// Crash-safe: a removal a crash interrupts is finished by the next open.
     pub fn remove_structure(&self, name: &str) -> Result<(), Error> {
         self.shared.remove(name)

@@ -123,6 +123,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
 
     /// Remove `name` and free everything it owns; refused while a handle of it is open.
     pub(crate) fn remove(&self, name: &str) -> Result<(), Error> {
+        check_name(name)?;
         let mut state = self.lock();
         let listed = state.catalog.find(name).ok_or_else(|| Error::NotFound {
             name: name.to_string(),

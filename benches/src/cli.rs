@@ -27,7 +27,9 @@ use pmem_ordering::Granularity;
 ///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
 ///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
 ///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
-///   copy-on-write against embedded writes).
+///   copy-on-write against embedded writes); then CCEH and FAST&FAIR through a Store's
+///   handles against the raw structures, paired in one run (single calls and YCSB; the
+///   store/raw ratio per operation).
 ///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an

@@ -1,0 +1,809 @@
+//! The store path against the raw structures, paired in one run.
+//!
+//! The speed requirement: the `Store` path costs nothing measurable; CCEH and
+//! FAST&FAIR through a [`Store`](pmem_structures::Store)'s handles run within 3% of the raw
+//! structures ([`TARGET_RATIO`]). [`measure`] runs every operation both ways in the same run,
+//! interleaved, and reports store ops/s over raw ops/s per operation.
+//!
+//! Each of [`StorePlan::repetitions`] repetitions makes, per structure measured, a fresh raw
+//! structure exactly as its own section does (its own heap, batched fences, in its own pool
+//! file: [`CcehHeap`], [`FastFairHeap`], default configuration) and a fresh store in its own
+//! pool file of the same size ([`StoreFile`]: `Store::create`, batched fences too), holding one
+//! map of the same configuration (`Store::hash_map_with` with [`CcehConfig::default`],
+//! `Store::btree_map` with [`FastFairConfig::default`]). Both live through the repetition, and
+//! each phase runs on both back to back: the raw structure first on even repetitions, the
+//! store first on odd ones, so machine drift and cache warmth hit both alike. The phases:
+//!
+//! * CCEH: every key inserted (one call each), looked up (hits, random order) and removed
+//!   (another random order): the single-call rows of [`crate::ccehbench`]. Its batched loads
+//!   (`insert_batch`, helper thread off or on) have no store equivalent and stay raw-only.
+//! * FAST&FAIR: every key inserted, looked up, then [`StorePlan::scans`] scans of
+//!   [`SCAN_KEYS`] pairs from random keys (`range(start..)` taking [`SCAN_KEYS`]): the rows of
+//!   [`crate::fastfairbench`] for the default (FAST) policy. The store's `BTreeMap::range`
+//!   collects its whole range before returning, so a store scan copies every pair from its
+//!   start to the end of the tree; the scan rows measure that as it is.
+//! * YCSB, per structure, through the YCSB driver ([`run_plan`]) with the same plans on both
+//!   sides: the load (one insert per record on both sides), then workloads A, B, C, E
+//!   (FAST&FAIR only; at most [`StorePlan::e_ops`] operations, as its store scans copy) and
+//!   insert-only, uniform keys, one thread.
+//!
+//! No latency is sampled: each timed run is a phase's calls back to back. A row's ratio is
+//! the median over the repetitions of that repetition's store/raw ratio; its raw and store
+//! ops/s are the medians of each side's rates.
+
+use std::path::Path;
+use std::time::Instant;
+
+use pmem_ordering::Granularity;
+use pmem_structures::cceh::{CcehConfig, CcehError};
+use pmem_structures::fastfair::{FastFairConfig, FastFairError};
+use pmem_structures::{BTreeMap, HashMap};
+use serde::Serialize;
+
+use crate::ccehbench::{self, CcehHeap, CcehOp};
+use crate::fastfairbench::{self, FastFairHeap, FastFairOp, SCAN_KEYS};
+use crate::keys::{random_keys, random_keys_except_max, shuffled};
+use crate::phase::{check_count, CountError};
+use crate::poolfile::{SetupError, StoreFile};
+use crate::ycsb::store_targets::{with_store_target, StoreMapKind};
+use crate::ycsb::targets::MakeError;
+use crate::ycsb::{
+    plan, run_plan, with_target, KeyDistribution, KeySpace, Plan, Scale, Structure, Target,
+    Variant, Workload, YcsbError,
+};
+
+/// The target: store ops/s at least this fraction of raw ops/s ("within 3%").
+pub const TARGET_RATIO: f64 = 0.97;
+
+/// How much [`measure`] measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StorePlan {
+    /// Keys of the CCEH rows.
+    pub cceh_keys: u64,
+    /// Keys of the FAST&FAIR rows.
+    pub fastfair_keys: u64,
+    /// Scans of the FAST&FAIR scan row, per side and repetition.
+    pub scans: usize,
+    /// Records and operations of the YCSB rows.
+    pub ycsb: Scale,
+    /// The most operations of workload E (its store scans copy the rest of the tree).
+    pub e_ops: u64,
+    /// Repetitions; each runs every phase on both sides, in alternating order.
+    pub repetitions: usize,
+    /// Seed of the YCSB plans.
+    pub seed: u64,
+}
+
+impl StorePlan {
+    /// The default run: 1M keys as the structures' sections, 2 000 scans, YCSB at its default
+    /// scale with E capped at 2 000 operations, 3 repetitions.
+    pub fn full() -> StorePlan {
+        StorePlan {
+            cceh_keys: ccehbench::CCEH_KEYS,
+            fastfair_keys: fastfairbench::FASTFAIR_KEYS,
+            scans: 2_000,
+            ycsb: Scale::default(),
+            e_ops: 2_000,
+            repetitions: 3,
+            seed: 0x5C5B,
+        }
+    }
+
+    /// The `--quick` run: 20 000 keys, 200 scans, 5 000 YCSB records and operations (E 500),
+    /// 2 repetitions (one in each order).
+    pub fn quick() -> StorePlan {
+        StorePlan {
+            cceh_keys: 20_000,
+            fastfair_keys: 20_000,
+            scans: 200,
+            ycsb: Scale {
+                records: 5_000,
+                ops: 5_000,
+            },
+            e_ops: 500,
+            repetitions: 2,
+            seed: 0x5C5B,
+        }
+    }
+}
+
+/// One operation measured both ways.
+#[derive(Clone, Debug, Serialize)]
+pub struct StorePathRow {
+    /// The structure's name.
+    pub structure: String,
+    /// What was measured.
+    pub operation: String,
+    /// Operations of each timed run.
+    pub ops: u64,
+    /// Raw structure, operations per second: the median over the repetitions.
+    pub raw_ops_per_sec: f64,
+    /// Through the store's handle, operations per second: the median over the repetitions.
+    pub store_ops_per_sec: f64,
+    /// Store over raw ops/s: the median of the repetitions' ratios.
+    pub ratio: f64,
+    /// Whether the ratio is at least [`TARGET_RATIO`].
+    pub within_target: bool,
+    /// Raw ops/s of each repetition.
+    pub raw_samples: Vec<f64>,
+    /// Store ops/s of each repetition.
+    pub store_samples: Vec<f64>,
+    /// Store over raw of each repetition.
+    pub ratio_samples: Vec<f64>,
+}
+
+/// The store-path section of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct StorePathResults {
+    /// Repetitions measured.
+    pub repetitions: usize,
+    /// Keys of the CCEH rows (`None`: CCEH not measured).
+    pub cceh_keys: Option<u64>,
+    /// Keys of the FAST&FAIR rows (`None`: FAST&FAIR not measured).
+    pub fastfair_keys: Option<u64>,
+    /// Scans per side and repetition.
+    pub scans: usize,
+    /// YCSB records and operations.
+    pub ycsb: Scale,
+    /// The most operations of workload E.
+    pub e_ops: u64,
+    /// The target ratio ([`TARGET_RATIO`]).
+    pub target_ratio: f64,
+    /// One row per operation, CCEH's then FAST&FAIR's single calls, then the YCSB rows.
+    pub rows: Vec<StorePathRow>,
+}
+
+/// Why the store-path measurements failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreBenchError {
+    /// A pool, heap or store could not be set up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// A raw CCEH operation failed.
+    #[error("a CCEH operation failed: {0}")]
+    Cceh(#[from] CcehError),
+    /// A raw FAST&FAIR operation failed.
+    #[error("a FAST&FAIR operation failed: {0}")]
+    FastFair(#[from] FastFairError),
+    /// An operation through the store failed.
+    #[error("an operation through the store failed: {0}")]
+    Store(#[from] pmem_structures::Error),
+    /// An operation did not do what it should have (a bug, not a measurement).
+    #[error(transparent)]
+    Count(#[from] CountError),
+    /// A YCSB run failed.
+    #[error(transparent)]
+    Ycsb(#[from] YcsbError),
+}
+
+impl From<MakeError> for StoreBenchError {
+    fn from(e: MakeError) -> Self {
+        StoreBenchError::Ycsb(e.into())
+    }
+}
+
+/// A map measured both ways: the raw structure, or the store's handle over it.
+trait PairedMap {
+    /// What its operations fail with.
+    type Error;
+    fn insert(&self, key: u64, value: u64) -> Result<bool, Self::Error>;
+    fn get(&self, key: u64) -> Result<Option<u64>, Self::Error>;
+    fn remove(&self, key: u64) -> Result<Option<u64>, Self::Error>;
+}
+
+/// An ordered map measured both ways: one scan of up to [`SCAN_KEYS`] pairs from `start`,
+/// the number of pairs read holding their key's value.
+trait PairedScan: PairedMap {
+    fn scan(&self, start: u64) -> Result<u64, Self::Error>;
+}
+
+/// [`PairedMap`] by the type's own methods of the same names.
+macro_rules! paired_map {
+    ($ty:ty, $error:ty) => {
+        impl PairedMap for $ty {
+            type Error = $error;
+            fn insert(&self, key: u64, value: u64) -> Result<bool, $error> {
+                <$ty>::insert(self, key, value)
+            }
+            fn get(&self, key: u64) -> Result<Option<u64>, $error> {
+                <$ty>::get(self, key)
+            }
+            fn remove(&self, key: u64) -> Result<Option<u64>, $error> {
+                <$ty>::remove(self, key)
+            }
+        }
+    };
+}
+
+paired_map!(ccehbench::Table<'_>, CcehError);
+paired_map!(fastfairbench::Tree<'_>, FastFairError);
+paired_map!(HashMap, pmem_structures::Error);
+paired_map!(BTreeMap, pmem_structures::Error);
+
+impl PairedScan for fastfairbench::Tree<'_> {
+    fn scan(&self, start: u64) -> Result<u64, FastFairError> {
+        fastfairbench::scan_from(self, start)
+    }
+}
+
+impl PairedScan for BTreeMap {
+    fn scan(&self, start: u64) -> Result<u64, pmem_structures::Error> {
+        let mut n = 0;
+        for (k, v) in self.range(start..)?.take(SCAN_KEYS) {
+            n += u64::from(v == ccehbench::value_of(k));
+        }
+        Ok(n)
+    }
+}
+
+/// Insert every key with its value; how many were new.
+fn insert_each<M: PairedMap>(map: &M, keys: &[u64]) -> Result<u64, M::Error> {
+    let mut inserted = 0;
+    for &k in keys {
+        inserted += u64::from(map.insert(k, ccehbench::value_of(k))?);
+    }
+    Ok(inserted)
+}
+
+/// Look every key up; how many were found with their value.
+fn get_each<M: PairedMap>(map: &M, keys: &[u64]) -> Result<u64, M::Error> {
+    let mut hits = 0;
+    for &k in keys {
+        hits += u64::from(map.get(k)? == Some(ccehbench::value_of(k)));
+    }
+    Ok(hits)
+}
+
+/// Remove every key; how many were there.
+fn remove_each<M: PairedMap>(map: &M, keys: &[u64]) -> Result<u64, M::Error> {
+    let mut removed = 0;
+    for &k in keys {
+        removed += u64::from(map.remove(k)?.is_some());
+    }
+    Ok(removed)
+}
+
+/// Scan from every start; the pairs read in all.
+fn scan_each<M: PairedScan>(map: &M, starts: &[u64]) -> Result<u64, M::Error> {
+    let mut read = 0;
+    for &s in starts {
+        read += map.scan(s)?;
+    }
+    Ok(read)
+}
+
+/// The rate of `f`, which makes `n` operations of which it returns how many did `what`: an
+/// error naming `operation` unless that is `expected`.
+fn rate<E>(
+    n: u64,
+    expected: u64,
+    operation: impl FnOnce() -> String,
+    what: &'static str,
+    f: impl FnOnce() -> Result<u64, E>,
+) -> Result<f64, StoreBenchError>
+where
+    StoreBenchError: From<E>,
+{
+    let start = Instant::now();
+    let got = f()?;
+    let secs = start.elapsed().as_secs_f64();
+    check_count(operation, expected, got, what)?;
+    Ok(n as f64 / secs)
+}
+
+/// Whether repetition `rep` runs the raw side first.
+fn raw_first(rep: usize) -> bool {
+    rep.is_multiple_of(2)
+}
+
+/// One operation's rates on both sides, over the repetitions.
+#[derive(Clone, Debug)]
+struct Pair {
+    structure: &'static str,
+    operation: String,
+    ops: u64,
+    raw: Vec<f64>,
+    store: Vec<f64>,
+}
+
+impl Pair {
+    fn new(structure: Structure, operation: String, ops: u64) -> Pair {
+        Pair {
+            structure: structure.name(),
+            operation,
+            ops,
+            raw: Vec::new(),
+            store: Vec::new(),
+        }
+    }
+
+    /// The name of the operation on one side, for error messages.
+    fn label(&self, side: &str) -> String {
+        format!("{} {} ({side})", self.structure, self.operation)
+    }
+
+    /// Run both sides of repetition `rep` back to back, in its order; keep their rates.
+    fn measure(
+        &mut self,
+        rep: usize,
+        raw: impl FnOnce() -> Result<f64, StoreBenchError>,
+        store: impl FnOnce() -> Result<f64, StoreBenchError>,
+    ) -> Result<(), StoreBenchError> {
+        let (r, s) = if raw_first(rep) {
+            let r = raw()?;
+            (r, store()?)
+        } else {
+            let s = store()?;
+            (raw()?, s)
+        };
+        self.raw.push(r);
+        self.store.push(s);
+        Ok(())
+    }
+
+    /// Both sides of a single-call phase of repetition `rep`: `n` operations each, of which
+    /// `expected` must do `what`.
+    #[allow(clippy::too_many_arguments)]
+    fn measure_calls<ER, ES>(
+        &mut self,
+        rep: usize,
+        n: u64,
+        expected: u64,
+        what: &'static str,
+        raw: impl FnOnce() -> Result<u64, ER>,
+        store: impl FnOnce() -> Result<u64, ES>,
+    ) -> Result<(), StoreBenchError>
+    where
+        StoreBenchError: From<ER> + From<ES>,
+    {
+        let (raw_label, store_label) = (self.label("raw"), self.label("store"));
+        self.measure(
+            rep,
+            || rate(n, expected, || raw_label, what, raw),
+            || rate(n, expected, || store_label, what, store),
+        )
+    }
+
+    fn row(&self) -> StorePathRow {
+        let ratio_samples: Vec<f64> = self
+            .store
+            .iter()
+            .zip(&self.raw)
+            .map(|(s, r)| s / r)
+            .collect();
+        let ratio = crate::measure::median(&ratio_samples);
+        StorePathRow {
+            structure: self.structure.to_string(),
+            operation: self.operation.clone(),
+            ops: self.ops,
+            raw_ops_per_sec: crate::measure::median(&self.raw),
+            store_ops_per_sec: crate::measure::median(&self.store),
+            ratio,
+            within_target: ratio >= TARGET_RATIO,
+            raw_samples: self.raw.clone(),
+            store_samples: self.store.clone(),
+            ratio_samples,
+        }
+    }
+}
+
+/// Where the pool files go.
+struct Files<'a> {
+    dir: &'a Path,
+    prefix: &'a str,
+    granularity: Option<Granularity>,
+}
+
+impl Files<'_> {
+    fn name(&self, what: &str) -> String {
+        format!("{}-{what}.pool", self.prefix)
+    }
+}
+
+/// The CCEH keys and their lookup and removal orders (the CCEH section's seeds).
+struct CcehInputs {
+    keys: Vec<u64>,
+    get_order: Vec<u64>,
+    remove_order: Vec<u64>,
+}
+
+/// One repetition of the CCEH single-call phases into `pairs` (insert, get, remove).
+fn cceh_repetition(
+    files: &Files<'_>,
+    inputs: &CcehInputs,
+    rep: usize,
+    pairs: &mut [Pair; 3],
+) -> Result<(), StoreBenchError> {
+    let n = inputs.keys.len() as u64;
+    let raw_heap = CcehHeap::create(files.dir, &files.name("cceh"), n, files.granularity)?;
+    let raw = raw_heap.table()?;
+    let store_file = StoreFile::create(
+        files.dir,
+        &files.name("cceh-store"),
+        ccehbench::pool_size(n),
+        files.granularity,
+    )?;
+    let store = store_file
+        .store()
+        .hash_map_with("cceh", CcehConfig::default())?;
+    let [insert, get, remove] = pairs;
+    let keys = &inputs.keys;
+    insert.measure_calls(
+        rep,
+        n,
+        n,
+        "inserted",
+        || insert_each(&raw, keys),
+        || insert_each(&store, keys),
+    )?;
+    let order = &inputs.get_order;
+    get.measure_calls(
+        rep,
+        n,
+        n,
+        "found",
+        || get_each(&raw, order),
+        || get_each(&store, order),
+    )?;
+    let order = &inputs.remove_order;
+    remove.measure_calls(
+        rep,
+        n,
+        n,
+        "removed",
+        || remove_each(&raw, order),
+        || remove_each(&store, order),
+    )?;
+    check_count(|| remove.label("raw"), 0, raw.len(), "keys left")?;
+    check_count(|| remove.label("store"), 0, store.len(), "keys left")?;
+    Ok(())
+}
+
+/// The FAST&FAIR keys, lookup order and scan starts (the FAST&FAIR section's seeds), and the
+/// pairs the scans must read.
+struct FastFairInputs {
+    keys: Vec<u64>,
+    get_order: Vec<u64>,
+    scan_starts: Vec<u64>,
+    expected_scanned: u64,
+}
+
+impl FastFairInputs {
+    fn new(n: u64, scans: usize) -> FastFairInputs {
+        let keys = random_keys_except_max(n, 0xFA57);
+        let get_order = shuffled(&keys, 0x6E7);
+        let scan_starts: Vec<u64> = shuffled(&keys, 0x5CA).into_iter().take(scans).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        let expected_scanned = scan_starts
+            .iter()
+            .map(|s| {
+                let at = sorted.partition_point(|k| k < s);
+                (sorted.len() - at).min(SCAN_KEYS) as u64
+            })
+            .sum();
+        FastFairInputs {
+            keys,
+            get_order,
+            scan_starts,
+            expected_scanned,
+        }
+    }
+}
+
+/// One repetition of the FAST&FAIR phases into `pairs` (insert, get, scan).
+fn fastfair_repetition(
+    files: &Files<'_>,
+    inputs: &FastFairInputs,
+    rep: usize,
+    pairs: &mut [Pair; 3],
+) -> Result<(), StoreBenchError> {
+    let n = inputs.keys.len() as u64;
+    let config = FastFairConfig::default();
+    let raw_heap = FastFairHeap::create(files.dir, &files.name("fastfair"), n, files.granularity)?;
+    let raw = raw_heap.tree(config.policy)?;
+    let store_file = StoreFile::create(
+        files.dir,
+        &files.name("fastfair-store"),
+        fastfairbench::pool_size(n),
+        files.granularity,
+    )?;
+    let store = store_file.store().btree_map("fastfair", config)?;
+    let [insert, get, scan] = pairs;
+    let keys = &inputs.keys;
+    insert.measure_calls(
+        rep,
+        n,
+        n,
+        "inserted",
+        || insert_each(&raw, keys),
+        || insert_each(&store, keys),
+    )?;
+    let order = &inputs.get_order;
+    get.measure_calls(
+        rep,
+        n,
+        n,
+        "found",
+        || get_each(&raw, order),
+        || get_each(&store, order),
+    )?;
+    let starts = &inputs.scan_starts;
+    scan.measure_calls(
+        rep,
+        starts.len() as u64,
+        inputs.expected_scanned,
+        "pairs scanned",
+        || scan_each(&raw, starts),
+        || scan_each(&store, starts),
+    )?;
+    Ok(())
+}
+
+/// A structure's YCSB runs: the raw variant and store map they pair, and one plan per
+/// workload, in run order, made once and run on both sides every repetition.
+struct YcsbInputs {
+    variant: Variant,
+    kind: StoreMapKind,
+    runs: Vec<(Workload, Plan)>,
+    capacity: u64,
+}
+
+impl YcsbInputs {
+    fn new(structure: Structure, plan_of: &StorePlan) -> Result<YcsbInputs, StoreBenchError> {
+        let (variant, kind) = match structure {
+            Structure::FastFair => (
+                Variant::FastFair(FastFairConfig::default().policy),
+                StoreMapKind::BTreeMap,
+            ),
+            _ => (Variant::CcehHelperOff, StoreMapKind::HashMap),
+        };
+        let Scale { records, ops } = plan_of.ycsb;
+        let mut keys = KeySpace {
+            loaded: records,
+            next_insert: 0,
+        };
+        let mut runs = Vec::new();
+        let mut capacity = records;
+        let workloads = [Workload::Load]
+            .into_iter()
+            .chain(Workload::RUNS)
+            .filter(|w| !w.scans() || structure.no_scan_reason().is_none());
+        for workload in workloads {
+            let ops = match workload {
+                Workload::E => ops.min(plan_of.e_ops),
+                _ => ops,
+            };
+            let p = plan(
+                workload,
+                KeyDistribution::Uniform,
+                keys,
+                ops,
+                1,
+                plan_of.seed,
+            )
+            .map_err(YcsbError::from)?;
+            keys.next_insert = p.next_insert;
+            capacity = capacity.saturating_add(workload.max_inserts(ops) + 1);
+            runs.push((workload, p));
+        }
+        Ok(YcsbInputs {
+            variant,
+            kind,
+            runs,
+            capacity,
+        })
+    }
+
+    /// The row names and sizes, in run order.
+    fn pairs(&self) -> Vec<Pair> {
+        self.runs
+            .iter()
+            .map(|(w, p)| {
+                let operation = match w {
+                    Workload::Load => "YCSB load (one insert per record)".to_string(),
+                    Workload::InsertOnly => "YCSB insert-only (1 thread)".to_string(),
+                    w => format!("YCSB {} (uniform, 1 thread)", w.name()),
+                };
+                Pair::new(self.variant.structure(), operation, p.ops())
+            })
+            .collect()
+    }
+}
+
+/// One repetition of a structure's YCSB runs into `pairs` (one per run): a fresh raw
+/// structure and a fresh store, each run on both back to back.
+fn ycsb_repetition(
+    files: &Files<'_>,
+    inputs: &YcsbInputs,
+    rep: usize,
+    pairs: &mut [Pair],
+) -> Result<(), StoreBenchError> {
+    let setup = crate::ycsb::Setup {
+        dir: files.dir.to_path_buf(),
+        prefix: files.prefix.to_string(),
+        granularity: files.granularity,
+    };
+    let variant = inputs.variant;
+    with_target(variant, &setup, inputs.capacity, |raw| {
+        with_store_target(inputs.kind, &setup, inputs.capacity, |store| {
+            for ((workload, p), pair) in inputs.runs.iter().zip(pairs.iter_mut()) {
+                let distribution = workload.chooses_keys().then_some(KeyDistribution::Uniform);
+                // Not batched: the store has no batched insert, so both load one call each.
+                let run = |target: &dyn Target| -> Result<f64, StoreBenchError> {
+                    Ok(run_plan(target, variant, *workload, distribution, p, false)?.ops_per_sec)
+                };
+                pair.measure(rep, || run(raw), || run(store))?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Run the paired measurements of the module's documentation for `structures` (CCEH and
+/// FAST&FAIR; others are ignored) on pool files named `{prefix}-*.pool` in `dir`, with
+/// `granularity` forced (`None`: detected). `progress(repetition, repetitions)` is called after
+/// each repetition.
+pub fn measure(
+    dir: &Path,
+    prefix: &str,
+    granularity: Option<Granularity>,
+    plan_of: &StorePlan,
+    structures: &[Structure],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<StorePathResults, StoreBenchError> {
+    let files = Files {
+        dir,
+        prefix,
+        granularity,
+    };
+    let cceh = structures.contains(&Structure::Cceh).then(|| {
+        let keys = random_keys(plan_of.cceh_keys, 0xCCE4);
+        CcehInputs {
+            get_order: shuffled(&keys, 0x6E7),
+            remove_order: shuffled(&keys, 0x4E3),
+            keys,
+        }
+    });
+    let fastfair = structures
+        .contains(&Structure::FastFair)
+        .then(|| FastFairInputs::new(plan_of.fastfair_keys, plan_of.scans));
+    let ycsb: Vec<YcsbInputs> = [Structure::Cceh, Structure::FastFair]
+        .into_iter()
+        .filter(|s| structures.contains(s))
+        .map(|s| YcsbInputs::new(s, plan_of))
+        .collect::<Result<_, _>>()?;
+
+    let mut cceh_pairs = [CcehOp::Insert, CcehOp::Get, CcehOp::Remove]
+        .map(|op| Pair::new(Structure::Cceh, op.name(), plan_of.cceh_keys));
+    let mut fastfair_pairs = FastFairOp::ALL.map(|op| {
+        let ops = match op {
+            FastFairOp::Scan => plan_of.scans as u64,
+            _ => plan_of.fastfair_keys,
+        };
+        Pair::new(Structure::FastFair, op.name(), ops)
+    });
+    let mut ycsb_pairs: Vec<Vec<Pair>> = ycsb.iter().map(YcsbInputs::pairs).collect();
+
+    for rep in 0..plan_of.repetitions {
+        if let Some(inputs) = &cceh {
+            cceh_repetition(&files, inputs, rep, &mut cceh_pairs)?;
+        }
+        if let Some(inputs) = &fastfair {
+            fastfair_repetition(&files, inputs, rep, &mut fastfair_pairs)?;
+        }
+        for (inputs, pairs) in ycsb.iter().zip(&mut ycsb_pairs) {
+            ycsb_repetition(&files, inputs, rep, pairs)?;
+        }
+        progress(rep + 1, plan_of.repetitions);
+    }
+
+    let mut pairs: Vec<&Pair> = Vec::new();
+    if cceh.is_some() {
+        pairs.extend(&cceh_pairs);
+    }
+    if fastfair.is_some() {
+        pairs.extend(&fastfair_pairs);
+    }
+    pairs.extend(ycsb_pairs.iter().flatten());
+    Ok(StorePathResults {
+        repetitions: plan_of.repetitions,
+        cceh_keys: cceh.is_some().then_some(plan_of.cceh_keys),
+        fastfair_keys: fastfair.is_some().then_some(plan_of.fastfair_keys),
+        scans: plan_of.scans,
+        ycsb: plan_of.ycsb,
+        e_ops: plan_of.e_ops,
+        target_ratio: TARGET_RATIO,
+        rows: pairs.into_iter().map(Pair::row).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> StorePlan {
+        StorePlan {
+            cceh_keys: 2_000,
+            fastfair_keys: 2_000,
+            scans: 20,
+            ycsb: Scale {
+                records: 500,
+                ops: 500,
+            },
+            e_ops: 50,
+            repetitions: 2,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn every_operation_is_measured_both_ways_with_a_ratio() {
+        let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
+        let all = [Structure::Cceh, Structure::FastFair, Structure::Datalog];
+        let results = measure(
+            dir.path(),
+            "t",
+            Some(Granularity::Emulated),
+            &tiny(),
+            &all,
+            |_, _| {},
+        )
+        .unwrap();
+        let names: Vec<(&str, &str)> = results
+            .rows
+            .iter()
+            .map(|r| (r.structure.as_str(), r.operation.as_str()))
+            .collect();
+        // CCEH: 3 single calls + load, A, B, C, insert-only; FAST&FAIR: 3 + load, A, B, C, E,
+        // insert-only.
+        assert_eq!(names.len(), 3 + 5 + 3 + 6, "{names:?}");
+        assert!(names.contains(&("CCEH", "remove (random order)")));
+        assert!(names.contains(&("FAST&FAIR", "scan of 100 keys")));
+        assert!(names.contains(&("FAST&FAIR", "YCSB E (uniform, 1 thread)")));
+        assert!(!names.contains(&("CCEH", "YCSB E (uniform, 1 thread)")));
+        for row in &results.rows {
+            assert_eq!(row.ratio_samples.len(), 2, "{row:?}");
+            assert!(row.raw_ops_per_sec > 0.0 && row.store_ops_per_sec > 0.0);
+            assert!(row.ratio.is_finite() && row.ratio > 0.0, "{row:?}");
+            assert_eq!(row.within_target, row.ratio >= TARGET_RATIO);
+        }
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "pool files left behind"
+        );
+    }
+
+    #[test]
+    fn only_the_structures_asked_for_are_measured() {
+        let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
+        let results = measure(
+            dir.path(),
+            "t",
+            Some(Granularity::Emulated),
+            &tiny(),
+            &[Structure::FastFair],
+            |_, _| {},
+        )
+        .unwrap();
+        assert!(results.rows.iter().all(|r| r.structure == "FAST&FAIR"));
+        assert_eq!(results.rows.len(), 3 + 6);
+        assert_eq!(results.cceh_keys, None);
+    }
+
+    #[test]
+    fn the_ratio_is_the_median_of_the_repetitions_ratios() {
+        let mut pair = Pair::new(Structure::Cceh, "x".into(), 1);
+        for (rep, (r, s)) in [(100.0, 90.0), (100.0, 110.0), (200.0, 200.0)]
+            .into_iter()
+            .enumerate()
+        {
+            pair.measure(rep, || Ok(r), || Ok(s)).unwrap();
+        }
+        let row = pair.row();
+        assert_eq!(row.ratio_samples, [0.9, 1.1, 1.0]);
+        assert_eq!(row.ratio, 1.0);
+        assert!(row.within_target);
+        assert_eq!(row.raw_ops_per_sec, 100.0);
+    }
+}

@@ -11,8 +11,11 @@
 //! pool file of the same size ([`StoreFile`]: `Store::create`, batched fences too), holding one
 //! map of the same configuration (`Store::hash_map_with` with [`CcehConfig::default`],
 //! `Store::btree_map` with [`FastFairConfig::default`]). Both live through the repetition, and
-//! each phase runs on both back to back: the raw structure first on even repetitions, the
-//! store first on odd ones, so machine drift and cache warmth hit both alike. The phases:
+//! each phase is cut into [`CHUNKS`] chunks of its operations, each chunk run on both sides
+//! back to back, the order alternating from chunk to chunk (and each repetition starting with
+//! the side the previous one did not), so that a burst of noise on a shared machine, and the
+//! cache warmth one side leaves the other, land on both alike. A side's rate is the phase's
+//! operations over the sum of its chunks' times. The phases:
 //!
 //! * CCEH: every key inserted (one call each), looked up (hits, random order) and removed
 //!   (another random order): the single-call rows of [`crate::ccehbench`]. Its batched loads
@@ -27,7 +30,8 @@
 //!   (FAST&FAIR only; at most [`StorePlan::e_ops`] operations, as its store scans copy) and
 //!   insert-only, uniform keys, one thread.
 //!
-//! No latency is sampled: each timed run is a phase's calls back to back. A row's ratio is
+//! No latency is sampled: each timed chunk is its calls back to back (a YCSB chunk is a plan
+//! of its own for [`run_plan`], which times it). A row's ratio is
 //! the median over the repetitions of that repetition's store/raw ratio; its raw and store
 //! ops/s are the medians of each side's rates.
 
@@ -48,12 +52,15 @@ use crate::poolfile::{SetupError, StoreFile};
 use crate::ycsb::store_targets::{with_store_target, StoreMapKind};
 use crate::ycsb::targets::MakeError;
 use crate::ycsb::{
-    plan, run_plan, with_target, KeyDistribution, KeySpace, Plan, Scale, Structure, Target,
+    plan, run_plan, with_target, KeyDistribution, KeySpace, Op, Plan, Scale, Structure, Target,
     Variant, Workload, YcsbError,
 };
 
 /// The target: store ops/s at least this fraction of raw ops/s ("within 3%").
 pub const TARGET_RATIO: f64 = 0.97;
+
+/// Chunks each phase is cut into, each run on both sides back to back.
+pub const CHUNKS: usize = 16;
 
 /// How much [`measure`] measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,28 +280,31 @@ fn scan_each<M: PairedScan>(map: &M, starts: &[u64]) -> Result<u64, M::Error> {
     Ok(read)
 }
 
-/// The rate of `f`, which makes `n` operations of which it returns how many did `what`: an
-/// error naming `operation` unless that is `expected`.
-fn rate<E>(
-    n: u64,
-    expected: u64,
-    operation: impl FnOnce() -> String,
-    what: &'static str,
-    f: impl FnOnce() -> Result<u64, E>,
-) -> Result<f64, StoreBenchError>
+/// What one side did on one chunk of a phase: its time, and how many of its operations did
+/// what the phase counts.
+#[derive(Clone, Copy, Debug)]
+struct Timed {
+    secs: f64,
+    done: u64,
+}
+
+/// `f`, timed; `f` returns how many of its operations did what the phase counts.
+fn timed<E>(f: impl FnOnce() -> Result<u64, E>) -> Result<Timed, StoreBenchError>
 where
     StoreBenchError: From<E>,
 {
     let start = Instant::now();
-    let got = f()?;
-    let secs = start.elapsed().as_secs_f64();
-    check_count(operation, expected, got, what)?;
-    Ok(n as f64 / secs)
+    let done = f()?;
+    Ok(Timed {
+        secs: start.elapsed().as_secs_f64(),
+        done,
+    })
 }
 
-/// Whether repetition `rep` runs the raw side first.
-fn raw_first(rep: usize) -> bool {
-    rep.is_multiple_of(2)
+/// Whether chunk `chunk` of repetition `rep` runs on the raw side first: the order alternates
+/// from chunk to chunk, and each repetition starts where the last one did not.
+fn raw_first(rep: usize, chunk: usize) -> bool {
+    (rep + chunk).is_multiple_of(2)
 }
 
 /// One operation's rates on both sides, over the repetitions.
@@ -323,46 +333,42 @@ impl Pair {
         format!("{} {} ({side})", self.structure, self.operation)
     }
 
-    /// Run both sides of repetition `rep` back to back, in its order; keep their rates.
-    fn measure(
+    /// Repetition `rep` of the phase: `items` cut into [`CHUNKS`] chunks, each chunk run on
+    /// both sides back to back, in an order alternating from chunk to chunk, so that a burst
+    /// of noise on the machine lands on both sides alike. Each side must do `what` `expected`
+    /// times in all; its rate is the items over its summed time.
+    fn measure<T>(
         &mut self,
         rep: usize,
-        raw: impl FnOnce() -> Result<f64, StoreBenchError>,
-        store: impl FnOnce() -> Result<f64, StoreBenchError>,
-    ) -> Result<(), StoreBenchError> {
-        let (r, s) = if raw_first(rep) {
-            let r = raw()?;
-            (r, store()?)
-        } else {
-            let s = store()?;
-            (raw()?, s)
-        };
-        self.raw.push(r);
-        self.store.push(s);
-        Ok(())
-    }
-
-    /// Both sides of a single-call phase of repetition `rep`: `n` operations each, of which
-    /// `expected` must do `what`.
-    #[allow(clippy::too_many_arguments)]
-    fn measure_calls<ER, ES>(
-        &mut self,
-        rep: usize,
-        n: u64,
+        items: &[T],
         expected: u64,
         what: &'static str,
-        raw: impl FnOnce() -> Result<u64, ER>,
-        store: impl FnOnce() -> Result<u64, ES>,
-    ) -> Result<(), StoreBenchError>
-    where
-        StoreBenchError: From<ER> + From<ES>,
-    {
-        let (raw_label, store_label) = (self.label("raw"), self.label("store"));
-        self.measure(
-            rep,
-            || rate(n, expected, || raw_label, what, raw),
-            || rate(n, expected, || store_label, what, store),
-        )
+        mut raw: impl FnMut(&[T]) -> Result<Timed, StoreBenchError>,
+        mut store: impl FnMut(&[T]) -> Result<Timed, StoreBenchError>,
+    ) -> Result<(), StoreBenchError> {
+        // Time and count of the raw side, then of the store side.
+        let mut sides = [(0f64, 0u64); 2];
+        let per_chunk = items.len().div_ceil(CHUNKS).max(1);
+        for (c, chunk) in items.chunks(per_chunk).enumerate() {
+            let order = if raw_first(rep, c) {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for on_store in order {
+                let t = if on_store { store(chunk)? } else { raw(chunk)? };
+                let side = &mut sides[usize::from(on_store)];
+                side.0 += t.secs;
+                side.1 += t.done;
+            }
+        }
+        for (name, (_, done)) in ["raw", "store"].into_iter().zip(sides) {
+            check_count(|| self.label(name), expected, done, what)?;
+        }
+        let n = items.len() as f64;
+        self.raw.push(n / sides[0].0);
+        self.store.push(n / sides[1].0);
+        Ok(())
     }
 
     fn row(&self) -> StorePathRow {
@@ -428,32 +434,29 @@ fn cceh_repetition(
         .store()
         .hash_map_with("cceh", CcehConfig::default())?;
     let [insert, get, remove] = pairs;
-    let keys = &inputs.keys;
-    insert.measure_calls(
+    insert.measure(
         rep,
-        n,
+        &inputs.keys,
         n,
         "inserted",
-        || insert_each(&raw, keys),
-        || insert_each(&store, keys),
+        |c| timed(|| insert_each(&raw, c)),
+        |c| timed(|| insert_each(&store, c)),
     )?;
-    let order = &inputs.get_order;
-    get.measure_calls(
+    get.measure(
         rep,
-        n,
+        &inputs.get_order,
         n,
         "found",
-        || get_each(&raw, order),
-        || get_each(&store, order),
+        |c| timed(|| get_each(&raw, c)),
+        |c| timed(|| get_each(&store, c)),
     )?;
-    let order = &inputs.remove_order;
-    remove.measure_calls(
+    remove.measure(
         rep,
-        n,
+        &inputs.remove_order,
         n,
         "removed",
-        || remove_each(&raw, order),
-        || remove_each(&store, order),
+        |c| timed(|| remove_each(&raw, c)),
+        |c| timed(|| remove_each(&store, c)),
     )?;
     check_count(|| remove.label("raw"), 0, raw.len(), "keys left")?;
     check_count(|| remove.label("store"), 0, store.len(), "keys left")?;
@@ -511,32 +514,29 @@ fn fastfair_repetition(
     )?;
     let store = store_file.store().btree_map("fastfair", config)?;
     let [insert, get, scan] = pairs;
-    let keys = &inputs.keys;
-    insert.measure_calls(
+    insert.measure(
         rep,
-        n,
+        &inputs.keys,
         n,
         "inserted",
-        || insert_each(&raw, keys),
-        || insert_each(&store, keys),
+        |c| timed(|| insert_each(&raw, c)),
+        |c| timed(|| insert_each(&store, c)),
     )?;
-    let order = &inputs.get_order;
-    get.measure_calls(
+    get.measure(
         rep,
-        n,
+        &inputs.get_order,
         n,
         "found",
-        || get_each(&raw, order),
-        || get_each(&store, order),
+        |c| timed(|| get_each(&raw, c)),
+        |c| timed(|| get_each(&store, c)),
     )?;
-    let starts = &inputs.scan_starts;
-    scan.measure_calls(
+    scan.measure(
         rep,
-        starts.len() as u64,
+        &inputs.scan_starts,
         inputs.expected_scanned,
         "pairs scanned",
-        || scan_each(&raw, starts),
-        || scan_each(&store, starts),
+        |c| timed(|| scan_each(&raw, c)),
+        |c| timed(|| scan_each(&store, c)),
     )?;
     Ok(())
 }
@@ -630,11 +630,29 @@ fn ycsb_repetition(
         with_store_target(inputs.kind, &setup, inputs.capacity, |store| {
             for ((workload, p), pair) in inputs.runs.iter().zip(pairs.iter_mut()) {
                 let distribution = workload.chooses_keys().then_some(KeyDistribution::Uniform);
-                // Not batched: the store has no batched insert, so both load one call each.
-                let run = |target: &dyn Target| -> Result<f64, StoreBenchError> {
-                    Ok(run_plan(target, variant, *workload, distribution, p, false)?.ops_per_sec)
+                let ops: Vec<Op> = p.threads.concat();
+                // A chunk of the plan's operations, as a plan of its own. Not batched: the
+                // store has no batched insert, so both sides load one call per record.
+                let run = |target: &dyn Target, chunk: &[Op]| -> Result<Timed, StoreBenchError> {
+                    let part = Plan {
+                        threads: vec![chunk.to_vec()],
+                        next_insert: p.next_insert,
+                    };
+                    let row = run_plan(target, variant, *workload, distribution, &part, false)?;
+                    Ok(Timed {
+                        secs: row.seconds,
+                        done: row.ops,
+                    })
                 };
-                pair.measure(rep, || run(raw), || run(store))?;
+                let n = ops.len() as u64;
+                pair.measure(
+                    rep,
+                    &ops,
+                    n,
+                    "operations run",
+                    |c| run(raw, c),
+                    |c| run(store, c),
+                )?;
             }
             Ok(())
         })
@@ -795,16 +813,54 @@ mod tests {
     #[test]
     fn the_ratio_is_the_median_of_the_repetitions_ratios() {
         let mut pair = Pair::new(Structure::Cceh, "x".into(), 1);
-        for (rep, (r, s)) in [(100.0, 90.0), (100.0, 110.0), (200.0, 200.0)]
-            .into_iter()
-            .enumerate()
-        {
-            pair.measure(rep, || Ok(r), || Ok(s)).unwrap();
+        let items = [0u8; 32];
+        // Seconds per chunk on each side, by repetition: the raw side 1/16 s per chunk.
+        for (rep, store_secs) in [0.9, 1.1, 1.0].into_iter().enumerate() {
+            let secs = |s: f64| {
+                move |c: &[u8]| -> Result<Timed, StoreBenchError> {
+                    Ok(Timed {
+                        secs: s / CHUNKS as f64,
+                        done: c.len() as u64,
+                    })
+                }
+            };
+            pair.measure(rep, &items, 32, "done", secs(1.0), secs(store_secs))
+                .unwrap();
         }
         let row = pair.row();
-        assert_eq!(row.ratio_samples, [0.9, 1.1, 1.0]);
-        assert_eq!(row.ratio, 1.0);
+        let rounded: Vec<f64> = row
+            .ratio_samples
+            .iter()
+            .map(|r| (r * 1e6).round() / 1e6)
+            .collect();
+        assert_eq!(
+            rounded,
+            [1.0f64 / 0.9, 1.0 / 1.1, 1.0].map(|r| (r * 1e6).round() / 1e6)
+        );
+        assert!((row.ratio - 1.0).abs() < 1e-9, "{row:?}");
         assert!(row.within_target);
-        assert_eq!(row.raw_ops_per_sec, 100.0);
+        assert!((row.raw_ops_per_sec - 32.0).abs() < 1e-9, "{row:?}");
+    }
+
+    #[test]
+    fn a_side_that_miscounts_fails_the_phase() {
+        let mut pair = Pair::new(Structure::FastFair, "get".into(), 4);
+        let ok = |c: &[u64]| -> Result<Timed, StoreBenchError> {
+            Ok(Timed {
+                secs: 1.0,
+                done: c.len() as u64,
+            })
+        };
+        let short = |c: &[u64]| -> Result<Timed, StoreBenchError> {
+            Ok(Timed {
+                secs: 1.0,
+                done: c.len() as u64 - 1,
+            })
+        };
+        let e = pair
+            .measure(0, &[1, 2, 3, 4], 4, "found", ok, short)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "FAST&FAIR get (store): 0 of 4 found");
+        assert!(pair.raw.is_empty() && pair.store.is_empty());
     }
 }

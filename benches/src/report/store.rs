@@ -4,7 +4,7 @@
 use super::block::{format_rate, Block};
 use super::{Report, ReportSection};
 use crate::fastfairbench::SCAN_KEYS;
-use crate::storebench::StorePathResults;
+use crate::storebench::{StorePathResults, CHUNKS};
 
 /// The store path vs raw table.
 pub(super) struct StorePath;
@@ -23,11 +23,12 @@ fn title(s: &StorePathResults) -> String {
         "store path vs raw: each operation through a Store's handle (Store::create on its own \
          pool file, hash_map_with / btree_map, default configurations) and on the raw \
          structure as the sections above make it (its own heap and pool file, same size, \
-         same fences and granularity), paired in one run: {} repetitions, every phase run on \
-         both back to back, raw first on even repetitions and the store first on odd ones; \
+         same fences and granularity), paired in one run: {} repetitions, each phase cut into \
+         {} chunks run on both sides back to back, the order alternating from chunk to chunk; \
          {}; YCSB {} records, {} operations per run; ops/s: median of the repetitions, no \
          latency sampled",
         s.repetitions,
+        CHUNKS,
         sizes.join(", "),
         s.ycsb.records,
         s.ycsb.ops

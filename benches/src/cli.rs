@@ -40,7 +40,8 @@ use pmem_ordering::Granularity;
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
-/// The default run takes about two minutes on a 2-core machine; --quick under 20 seconds.
+/// The default run takes about two minutes on a 2-core machine, and about half a minute more
+/// for the store path comparison; --quick under 20 seconds.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]

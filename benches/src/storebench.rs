@@ -31,9 +31,9 @@
 //!   insert-only, uniform keys, one thread.
 //!
 //! No latency is sampled: each timed chunk is its calls back to back (a YCSB chunk is a plan
-//! of its own for [`run_plan`], which times it). A row's ratio is
-//! the median over the repetitions of that repetition's store/raw ratio; its raw and store
-//! ops/s are the medians of each side's rates.
+//! of its own for [`run_plan`], which times it). A row's ratio is the median over the
+//! repetitions of that repetition's store/raw ratio; its raw and store ops/s are the medians
+//! of each side's rates.
 
 use std::path::Path;
 use std::time::Instant;

@@ -262,22 +262,9 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     for (group, group_variants) in &groups {
         progress.next();
         progress.group(group.name(), group_variants.len(), &plan);
-        // A pool holds its file's lock while open, and the variants of a group are open
-        // together, each on its own pool: one file per variant (removed at the loop's end).
-        let files = (0..group_variants.len())
-            .map(|i| {
-                PoolFile::create(
-                    &dir,
-                    &format!("{TX_POOL_PREFIX}-primitive-{i}.pool"),
-                    POOL_SIZE,
-                    granularity,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let mut prims = group_variants
             .iter()
-            .zip(&files)
-            .map(|(&v, file)| Primitive::new(file, v))
+            .map(|&v| Primitive::new(&file, v))
             .collect::<Result<Vec<_>, _>>()?;
         measurements.extend(measure_group(&mut prims, &plan, |r, n| {
             progress.round(r, n)

@@ -12,7 +12,7 @@
 //!   them) and the ideal model (no fence): the fence Themis removes (Themis, Sec. III-B). The
 //!   temporal write is left unflushed, so the pair measures the ordering cost alone;
 //! * [`Group::PersistVsRaw`]: the pool's `write` + `persist` of one line against a plain store,
-//!   `flush_line` and `sfence` on a memmap2 mapping of a pool file like it: the cost of the
+//!   `flush_line` and `sfence` on a memmap2 mapping of the same pool file: the cost of the
 //!   library's bounds checks, tokens and counters.
 //!
 //! Every operation writes the next slot of a 1 MiB ring in the pool ([`RING_LEN`]), so
@@ -82,7 +82,7 @@ impl Group {
                 .to_string(),
             Group::PersistVsRaw => format!(
                 "the pool's write 64 B + persist vs a plain store + {flush} + sfence on a \
-                 memmap2 mapping of a pool file like it"
+                 memmap2 mapping of the same pool file"
             ),
         }
     }

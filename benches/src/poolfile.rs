@@ -1,10 +1,12 @@
 //! The benchmark pool files: the primitives' shared file ([`PoolFile`]), a fresh heap per raw
 //! structure ([`HeapFile`]) and a fresh store per store-path measurement ([`StoreFile`]).
 //!
-//! Every variant opens its own [`Pool`] on one shared file (so each can have its own
-//! instructions and persistency model), and the raw-instruction variant maps the same file with
-//! memmap2. The file is created fresh (a stale file of the same name, left by an interrupted
-//! run, is removed first) and removed when the [`PoolFile`] is dropped.
+//! Every variant maps its own [`Pool`] on one shared file (so each can have its own
+//! instructions and persistency model): another mapping ([`Pool::map_again`]) of the pool made
+//! at creation, which holds the file's lock (a second `Pool::open` would be refused). The
+//! raw-instruction variant maps the same file with memmap2. The file is created fresh (a stale
+//! file of the same name, left by an interrupted run, is removed first) and removed when the
+//! [`PoolFile`] is dropped.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -133,6 +135,8 @@ pub struct PoolFile {
     requested: Option<Granularity>,
     granularity: Granularity,
     heap_offset: u64,
+    /// The pool made at creation, kept open for its lock: variants map it again.
+    created: Pool,
 }
 
 impl PoolFile {
@@ -149,9 +153,8 @@ impl PoolFile {
             Some(g) => PoolOptions::new().granularity(g),
             None => PoolOptions::new(),
         };
-        // The pool is dropped at once: every variant reopens the file with its own options.
         let pool = Pool::create(&path, LAYOUT, size, &options).map_err(|source| match source {
-            // The directory exists (checked above), so these mean it refuses new files.
+            // The directory exists (fresh_path checked), so these mean it refuses new files.
             PoolError::NotFound { .. } | PoolError::ReadOnly { .. } => SetupError::Unwritable {
                 dir: dir.to_path_buf(),
                 source,
@@ -167,6 +170,7 @@ impl PoolFile {
             requested: granularity,
             granularity: pool.granularity(),
             heap_offset: pool.heap_offset(),
+            created: pool,
         })
     }
 
@@ -202,12 +206,14 @@ impl PoolFile {
         }
     }
 
-    /// Open a pool on the file with `options` (the file's granularity is applied on top).
+    /// A pool on the file with `options` (the file's granularity is applied on top).
     pub fn open(&self, options: PoolOptions) -> Result<Pool, SetupError> {
-        Pool::open(&self.path, LAYOUT, &self.options(options)).map_err(|source| SetupError::Pool {
-            dir: self.path.parent().unwrap_or(Path::new("")).to_path_buf(),
-            source,
-        })
+        self.created
+            .map_again(&self.options(options))
+            .map_err(|source| SetupError::Pool {
+                dir: self.path.parent().unwrap_or(Path::new("")).to_path_buf(),
+                source,
+            })
     }
 
     /// Map the whole file with memmap2, for the raw-instruction baseline.

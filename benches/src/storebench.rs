@@ -22,13 +22,10 @@
 //!   (`insert_batch`, helper thread off or on) have no store equivalent and stay raw-only.
 //! * FAST&FAIR: every key inserted, looked up, then [`StorePlan::scans`] scans of
 //!   [`SCAN_KEYS`] pairs from random keys (`range(start..)` taking [`SCAN_KEYS`]): the rows of
-//!   [`crate::fastfairbench`] for the default (FAST) policy. The store's `BTreeMap::range`
-//!   collects its whole range before returning, so a store scan copies every pair from its
-//!   start to the end of the tree; the scan rows measure that as it is.
+//!   [`crate::fastfairbench`] for the default (FAST) policy.
 //! * YCSB, per structure, through the YCSB driver ([`run_plan`]) with the same plans on both
 //!   sides: the load (one insert per record on both sides), then workloads A, B, C, E
-//!   (FAST&FAIR only; at most [`StorePlan::e_ops`] operations, as its store scans copy) and
-//!   insert-only, uniform keys, one thread.
+//!   (FAST&FAIR only) and insert-only, uniform keys, one thread.
 //!
 //! No latency is sampled: each timed chunk is its calls back to back (a YCSB chunk is a plan
 //! of its own for [`run_plan`], which times it). A row's ratio is the median over the
@@ -73,8 +70,6 @@ pub struct StorePlan {
     pub scans: usize,
     /// Records and operations of the YCSB rows.
     pub ycsb: Scale,
-    /// The most operations of workload E (its store scans copy the rest of the tree).
-    pub e_ops: u64,
     /// Repetitions; each runs every phase on both sides, in alternating order.
     pub repetitions: usize,
     /// Seed of the YCSB plans.
@@ -82,33 +77,30 @@ pub struct StorePlan {
 }
 
 impl StorePlan {
-    /// The default run: 1M keys as the structures' sections, 500 scans (a store scan at 1M
-    /// keys copies about half the tree: some 10 ms), YCSB at its default scale with E capped at
-    /// 1 000 operations, 3 repetitions.
+    /// The default run: 1M keys and 20 000 scans, as the structures' sections; YCSB at its
+    /// default scale; 3 repetitions.
     pub fn full() -> StorePlan {
         StorePlan {
             cceh_keys: ccehbench::CCEH_KEYS,
             fastfair_keys: fastfairbench::FASTFAIR_KEYS,
-            scans: 500,
+            scans: 20_000,
             ycsb: Scale::default(),
-            e_ops: 1_000,
             repetitions: 3,
             seed: 0x5C5B,
         }
     }
 
-    /// The `--quick` run: 20 000 keys, 200 scans, 5 000 YCSB records and operations (E 500),
-    /// 2 repetitions (one in each order).
+    /// The `--quick` run: 20 000 keys, 2 000 scans, 5 000 YCSB records and operations, 2
+    /// repetitions (each chunk run once in each order).
     pub fn quick() -> StorePlan {
         StorePlan {
             cceh_keys: 20_000,
             fastfair_keys: 20_000,
-            scans: 200,
+            scans: 2_000,
             ycsb: Scale {
                 records: 5_000,
                 ops: 5_000,
             },
-            e_ops: 500,
             repetitions: 2,
             seed: 0x5C5B,
         }
@@ -153,8 +145,6 @@ pub struct StorePathResults {
     pub scans: usize,
     /// YCSB records and operations.
     pub ycsb: Scale,
-    /// The most operations of workload E.
-    pub e_ops: u64,
     /// The target ratio ([`TARGET_RATIO`]).
     pub target_ratio: f64,
     /// One row per operation, CCEH's then FAST&FAIR's single calls, then the YCSB rows.
@@ -237,7 +227,8 @@ impl PairedScan for fastfairbench::Tree<'_> {
 impl PairedScan for BTreeMap {
     fn scan(&self, start: u64) -> Result<u64, pmem_structures::Error> {
         let mut n = 0;
-        for (k, v) in self.range(start..)?.take(SCAN_KEYS) {
+        for pair in self.range(start..).take(SCAN_KEYS) {
+            let (k, v) = pair?;
             n += u64::from(v == ccehbench::value_of(k));
         }
         Ok(n)
@@ -571,10 +562,6 @@ impl YcsbInputs {
             .chain(Workload::RUNS)
             .filter(|w| !w.scans() || structure.no_scan_reason().is_none());
         for workload in workloads {
-            let ops = match workload {
-                Workload::E => ops.min(plan_of.e_ops),
-                _ => ops,
-            };
             let p = plan(
                 workload,
                 KeyDistribution::Uniform,
@@ -731,7 +718,6 @@ pub fn measure(
         fastfair_keys: fastfair.is_some().then_some(plan_of.fastfair_keys),
         scans: plan_of.scans,
         ycsb: plan_of.ycsb,
-        e_ops: plan_of.e_ops,
         target_ratio: TARGET_RATIO,
         rows: pairs.into_iter().map(Pair::row).collect(),
     })
@@ -750,7 +736,6 @@ mod tests {
                 records: 500,
                 ops: 500,
             },
-            e_ops: 50,
             repetitions: 2,
             seed: 1,
         }

@@ -75,16 +75,10 @@ fn legend(s: &StorePathResults) -> Vec<String> {
             }
         ),
         format!(
-            "scans: {} of {SCAN_KEYS} pairs from random keys per side; the store's \
-             BTreeMap::range collects its whole range into a Vec before the first pair is \
-             read, so a store scan copies every pair from its start to the end of the tree",
+            "scans: {} of {SCAN_KEYS} pairs from random keys per side (range(start..) taking \
+             {SCAN_KEYS}); YCSB: uniform keys, one thread, the same plans on both sides, the \
+             load one insert per record on both (the handles have no batched insert)",
             s.scans
-        ),
-        format!(
-            "YCSB: uniform keys, one thread, the same plans on both sides; the load is one \
-             insert per record on both (the handles have no batched insert); E is capped at \
-             {} operations",
-            s.e_ops
         ),
         "CCEH's insert_batch rows (helper thread off, on, inline prefetch) have no store \
          equivalent and are measured raw only, above"

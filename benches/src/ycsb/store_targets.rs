@@ -121,7 +121,8 @@ impl Target for StoreMap<BTreeMap> {
 
     fn scan(&self, start: u64, len: usize) -> Result<usize, TargetError> {
         let mut visited = 0;
-        for (key, value) in self.map.range(start..)?.take(len) {
+        for pair in self.map.range(start..).take(len) {
+            let (key, value) = pair?;
             if !value_matches(key, value) {
                 return Err(TargetError::BadValue { key, value });
             }

@@ -1,5 +1,19 @@
 //! Persist-ordering primitives for persistent memory, with a crash simulator.
 //!
+//! ```
+//! use pmem_ordering::{Pool, PoolOptions};
+//!
+//! let pool = Pool::anonymous("example", 1 << 16, &PoolOptions::new())?;
+//! let root = pool.root::<[u64; 2]>()?;
+//! // Data first, persisted; then the flag that makes it valid.
+//! let data = pool.set(root, &[42, 0])?;
+//! let _ = pool.persist(data);
+//! let flag = pool.store_u64(root.offset() + 8, 1)?;
+//! let _ = pool.persist(flag);
+//! assert_eq!(pool.get(root)?, [42, 1]);
+//! # Ok::<(), pmem_ordering::PoolError>(())
+//! ```
+//!
 //! On persistent memory a store is not durable until its cache line is written back and a
 //! fence orders the write-back, and the order in which stores become durable decides whether a
 //! crash leaves a recoverable structure. This crate gives:
@@ -9,8 +23,9 @@
 //! * [`barrier`]: typed persist barriers (`Written` -> `Pending` -> `Durable`), non-temporal ->
 //!   temporal ordering with a per-thread fence epoch, and the [`PersistModel`] switch
 //!   (x86 / Themis / ideal);
-//! * [`Pool`]: pools on memory-mapped files or anonymous memory, with a checked header, a root
-//!   object, persistent offset pointers and granularity detection;
+//! * [`Pool`]: pools on memory-mapped files (each locked against a second open while a pool
+//!   holds it) or anonymous memory, with a checked header, a root object, persistent offset
+//!   pointers and granularity detection;
 //! * [`backend`]: the one trait every write, flush and fence goes through, with the
 //!   [`Hardware`] backend;
 //! * [`sim`]: a simulated backend that records every event and a harness that replays every
@@ -31,20 +46,6 @@
 //! * a non-temporal store is guaranteed durable after a later `sfence` of its thread;
 //! * non-temporal -> temporal ordering needs a fence on x86, and program order alone under
 //!   Themis (same thread only).
-//!
-//! ```
-//! use pmem_ordering::{Pool, PoolOptions};
-//!
-//! let pool = Pool::anonymous("example", 1 << 16, &PoolOptions::new())?;
-//! let root = pool.root::<[u64; 2]>()?;
-//! // Data first, persisted; then the flag that makes it valid.
-//! let data = pool.set(root, &[42, 0])?;
-//! let _ = pool.persist(data);
-//! let flag = pool.store_u64(root.offset() + 8, 1)?;
-//! let _ = pool.persist(flag);
-//! assert_eq!(pool.get(root)?, [42, 1]);
-//! # Ok::<(), pmem_ordering::PoolError>(())
-//! ```
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
@@ -61,3 +62,8 @@ pub use barrier::{Durable, NtOrdering, NtPending, Pending, PersistModel, Written
 pub use isa::{CopyKind, FlushKind, Isa};
 pub use pool::{MagicText, PPtr, Pool, PoolError, PoolOptions, Words};
 pub use stats::{reset_thread_stats, thread_stats, Stats, XPBUFFER_XPLINES, XPLINE};
+
+/// The README's example, compiled and run as a doctest so it cannot go stale.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctest;

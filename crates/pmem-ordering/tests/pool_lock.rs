@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use common::*;
-use pmem_ordering::{Pool, PoolError};
+use pmem_ordering::{PersistModel, Pool, PoolError};
 
 /// Set in the child process to the path of the pool it must try to open.
 const CHILD_ENV: &str = "PMEM_ORDERING_POOL_LOCK_CHILD";
@@ -199,4 +199,32 @@ fn a_pool_held_by_one_process_cannot_be_opened_by_another() {
         stdout.contains(CHILD_OPENED),
         "the child did not open the released pool: {stdout}"
     );
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
+fn a_second_mapping_shares_the_lock_and_the_bytes() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.pool");
+    let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+    let other = pool
+        .map_again(&opts().model(PersistModel::Themis))
+        .expect("map the held file again");
+    assert_eq!(other.model(), PersistModel::Themis);
+    let root = pool.root::<u64>().unwrap();
+    let _ = pool.persist(pool.set(root, &41).unwrap());
+    assert_eq!(other.get(root).unwrap(), 41, "both map the same bytes");
+
+    // The lock is held while either mapping lives.
+    drop(pool);
+    assert_already_open(Pool::open(&path, LAYOUT, &opts()), &path);
+    drop(other);
+    Pool::open(&path, LAYOUT, &opts()).expect("open after both mappings dropped");
+
+    let anonymous = Pool::anonymous(LAYOUT, SIZE, &opts()).unwrap();
+    match anonymous.map_again(&opts()) {
+        Err(e @ PoolError::NoFile { .. }) => assert_message_names(&e, &["anonymous"]),
+        other => panic!("expected NoFile, got {other:?}"),
+    }
 }

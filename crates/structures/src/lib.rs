@@ -14,7 +14,8 @@
 //!     orders.insert(order, order * 2)?;
 //! }
 //! assert_eq!(users.get(7)?, Some(700));
-//! assert_eq!(orders.range(10..=20)?.collect::<Vec<_>>(), [(10, 20), (20, 40)]);
+//! let scan: Vec<(u64, u64)> = orders.range(10..=20).collect::<Result<_, _>>()?;
+//! assert_eq!(scan, [(10, 20), (20, 40)]);
 //! assert_eq!(store.names(), ["orders", "users"]);
 //! # Ok(())
 //! # }
@@ -63,4 +64,9 @@ pub use pmem_undo_log::{FencePolicy, HeapConfig};
 // The raw layers, for those who build their own structures or crash-test their code.
 pub use pmem_ordering;
 pub use pmem_undo_log;
+
+/// The crate README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctest;
 pub use u64map::{ReservedKey, U64Map};

@@ -142,20 +142,25 @@ fn every_u64_is_a_key_in_both_maps() {
         assert_eq!(tree.get(k).unwrap(), Some(v));
     }
     assert_eq!((hash.len(), tree.len()), (4, 4));
-    let ordered: Vec<(u64, u64)> = tree.iter().unwrap().collect();
+    let ordered: Vec<(u64, u64)> = tree.iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(
         ordered,
         [(0, 100), (1, 101), (u64::MAX - 1, 102), (u64::MAX, 103)]
     );
-    let mut unordered: Vec<(u64, u64)> = hash.iter().unwrap().collect();
+    let mut unordered: Vec<(u64, u64)> = hash.iter().collect::<Result<_, _>>().unwrap();
     unordered.sort_unstable();
     assert_eq!(unordered, ordered);
     assert_eq!(
-        tree.range(u64::MAX..).unwrap().collect::<Vec<_>>(),
+        tree.range(u64::MAX..)
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap(),
         [(u64::MAX, 103)]
     );
-    assert_eq!(tree.range(..u64::MAX).unwrap().count(), 3);
-    assert_eq!(tree.range(..=0).unwrap().collect::<Vec<_>>(), [(0, 100)]);
+    assert_eq!(tree.range(..u64::MAX).count(), 3);
+    assert_eq!(
+        tree.range(..=0).collect::<Result<Vec<_>, _>>().unwrap(),
+        [(0, 100)]
+    );
     for (i, &k) in keys.iter().enumerate() {
         let old = Some(i as u64 + 100);
         assert_eq!(hash.upsert(k, 7).unwrap(), old);
@@ -341,6 +346,12 @@ fn handles_work_from_spawned_threads() {
         w.join().unwrap();
     }
     let model: Model<u64, u64> = (0..10_000).map(|k| (k, k * 2)).collect();
-    assert_eq!(tree.iter().unwrap().collect::<Model<_, _>>(), model);
-    assert_eq!(map.iter().unwrap().collect::<Model<_, _>>(), model);
+    assert_eq!(
+        tree.iter().collect::<Result<Model<_, _>, _>>().unwrap(),
+        model
+    );
+    assert_eq!(
+        map.iter().collect::<Result<Model<_, _>, _>>().unwrap(),
+        model
+    );
 }

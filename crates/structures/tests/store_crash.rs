@@ -151,7 +151,10 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
             StructureKind::HashMap => {
                 let map = store.hash_map(&name).map_err(|e| e.to_string())?;
                 let n = map.check().map_err(|e| e.to_string())?;
-                let c: Model<u64, u64> = map.iter().map_err(|e| e.to_string())?.collect();
+                let c: Model<u64, u64> = map
+                    .iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
                 if n != c.len() as u64 || map.len() != n {
                     return Err(format!("{name}: check counts {n}, iter {}", c.len()));
                 }
@@ -162,7 +165,10 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                     .btree_map(&name, tree_config())
                     .map_err(|e| e.to_string())?;
                 let n = map.check().map_err(|e| e.to_string())?;
-                let c: Model<u64, u64> = map.iter().map_err(|e| e.to_string())?.collect();
+                let c: Model<u64, u64> = map
+                    .iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
                 if n != c.len() as u64 || map.len() != n {
                     return Err(format!("{name}: check counts {n}, iter {}", c.len()));
                 }

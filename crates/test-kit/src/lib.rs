@@ -27,3 +27,9 @@ mod model;
 pub use crash::{crash_test_outcome, run_crash_test};
 pub use model::{History, ModelOp, ReservedKeyOp};
 pub use pmem_ordering::sim::SplitMix64;
+
+/// The repository README's examples (the `Store`, then the crash simulator), compiled and run
+/// as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct RootReadmeDoctest;

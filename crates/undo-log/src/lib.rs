@@ -1,5 +1,26 @@
 //! Undo-log transactions, fence policies and a crash-safe persistent allocator.
 //!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use pmem_ordering::{Pool, PoolOptions};
+//! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = Pool::anonymous("accounts", 8 << 20, &PoolOptions::new())?;
+//! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+//! let (a, b) = (heap.pool().root_offset(), heap.pool().root_offset() + 8);
+//! heap.transaction(|tx| tx.write_value(a, &100u64))?;
+//! // Move 30 from one account to the other: both writes persist, or neither does.
+//! heap.transaction(|tx| {
+//!     tx.write_value(a, &70u64)?;
+//!     tx.write_value(b, &30u64)
+//! })?;
+//! assert_eq!((heap.pool().load_u64(a)?, heap.pool().load_u64(b)?), (70, 30));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! A [`Heap`] formats a [`pmem_ordering::Pool`] with per-thread *lanes*, each an array-based
 //! undo log, and an allocator. [`Heap::transaction`] runs a closure as one failure-atomic
 //! transaction: [`Tx::write`] snapshots the bytes it overwrites into the lane's log with

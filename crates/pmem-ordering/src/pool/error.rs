@@ -45,6 +45,12 @@ pub enum PoolError {
         #[source]
         source: std::io::Error,
     },
+    /// An operation that needs the pool's file was asked of a pool that has none.
+    #[error("{operation} needs a pool file, but this pool is anonymous (made by Pool::anonymous)")]
+    NoFile {
+        /// What was asked.
+        operation: &'static str,
+    },
     /// A pool was to be created where a file already exists.
     #[error("cannot create pool {path}: the file already exists (open it, or remove it first)")]
     AlreadyExists {

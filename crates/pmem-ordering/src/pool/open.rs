@@ -171,9 +171,9 @@ impl Pool<Hardware> {
     /// drops (see [`Pool`]): a concurrent [`Pool::open`] of the half-made file gets
     /// [`PoolError::AlreadyOpen`]. The header is committed last (its magic is the final 8-byte
     /// store), so a crash during creation leaves a file that `open` reports as
-    /// [`PoolError::Incomplete`]. If creation fails, the partial file is removed, but only
-    /// while this call holds its lock and the path still names the file it created: a failed
-    /// create never removes a file another pool holds.
+    /// [`PoolError::Incomplete`]. If creation fails, the partial file is removed, unless
+    /// another open holds it, and only if the path still names the file this call created: a
+    /// failed create never removes a file another pool holds.
     pub fn create(
         path: impl AsRef<Path>,
         layout: &str,
@@ -259,6 +259,36 @@ impl Pool<Hardware> {
             Hardware::new(options.isa, granularity, options.model),
             header,
             Some(path.to_path_buf()),
+            granularity,
+        );
+        pool.file = Some(file);
+        Ok(pool)
+    }
+
+    /// Another mapping of this pool's file, with other `options` (granularity, persistency
+    /// model, instructions): for measuring instruction choices side by side on one file, which
+    /// [`Pool::open`] refuses while this pool holds the file's lock.
+    ///
+    /// The new pool shares this pool's lock (it holds a duplicate of the same open file), so
+    /// the file stays locked until both are dropped. Both see the same bytes; persist tokens
+    /// of one are not accepted by the other, and ordering writes made through both is the
+    /// caller's business, as it is between threads. An anonymous pool has no file to map:
+    /// [`PoolError::NoFile`].
+    pub fn map_again(&self, options: &PoolOptions) -> Result<Pool<Hardware>, PoolError> {
+        let (Some(file), Some(path)) = (&self.file, &self.path) else {
+            return Err(PoolError::NoFile {
+                operation: "mapping a pool again",
+            });
+        };
+        let file = file
+            .try_clone()
+            .map_err(|e| io_error("duplicate the descriptor of", path, e))?;
+        let (map, granularity) = Mapping::file(&file, path, self.header.size, options.granularity)?;
+        let mut pool = Pool::from_parts(
+            map,
+            Hardware::new(options.isa, granularity, options.model),
+            self.header.clone(),
+            Some(path.clone()),
             granularity,
         );
         pool.file = Some(file);

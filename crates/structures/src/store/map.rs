@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::catalog::{self, Listed};
+use super::entries::{BTreeEntries, Entries, HashEntries};
 use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
 use super::registry::{Core, Opened, Shared};
@@ -235,17 +236,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<B, P> {
 impl<B: Backend, P: Deref<Target = Pool<B>>> HashMap<B, P> {
     map_methods!();
 
-    /// Every `(key, value)`, in no particular order: a snapshot of each segment as it is
-    /// read, so a write concurrent with the walk may or may not be seen.
-    pub fn iter(&self) -> Result<std::vec::IntoIter<(u64, u64)>, Error> {
-        let mut entries = Vec::with_capacity(self.core.raw.len() as usize + 1);
-        for item in self.core.raw.iter() {
-            entries.push(item?);
-        }
-        if let Some(value) = *self.core.reserved() {
-            entries.push((<HashTable<B, P> as U64Map>::RESERVED_KEY, value));
-        }
-        Ok(entries.into_iter())
+    /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
+    /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk
+    /// may or may not be seen.
+    pub fn iter(&self) -> HashEntries {
+        let reserved = <HashTable<B, P> as U64Map>::RESERVED_KEY;
+        let last = self.core.reserved().map(|value| (reserved, value));
+        Entries::new(self.core.raw.iter(), last)
     }
 }
 
@@ -260,30 +257,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<B, P> {
         }
     }
 
-    /// Every `(key, value)` in key order.
-    pub fn iter(&self) -> Result<std::vec::IntoIter<(u64, u64)>, Error> {
+    /// Every `(key, value)` in key order, each `Ok` (or an error that ends the walk).
+    pub fn iter(&self) -> BTreeEntries<'_, B, P> {
         self.range(..)
     }
 
-    /// The `(key, value)`s with keys in `range`, in key order. Concurrent writes to keys in
-    /// the range may or may not be seen; each key appears once.
-    pub fn range<R: RangeBounds<u64>>(
-        &self,
-        range: R,
-    ) -> Result<std::vec::IntoIter<(u64, u64)>, Error> {
-        let lo = range.start_bound().cloned();
-        let hi = range.end_bound().cloned();
-        let mut entries = Vec::new();
-        for item in self.core.raw.range((lo, hi)) {
-            entries.push(item?);
-        }
-        // The tree's reserved key is the largest: it goes last.
+    /// The `(key, value)`s with keys in `range`, in key order, each `Ok` (or an error that
+    /// ends the walk). Read leaf by leaf without a lock: a scan beside writers sees every key
+    /// present for its whole duration, and each key once.
+    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> BTreeEntries<'_, B, P> {
+        // The tree's reserved key is the largest: it comes last.
         let reserved = <Tree<B, P> as U64Map>::RESERVED_KEY;
-        if let Some(value) = *self.core.reserved() {
-            if RangeBounds::contains(&(lo, hi), &reserved) {
-                entries.push((reserved, value));
-            }
-        }
-        Ok(entries.into_iter())
+        let last = match *self.core.reserved() {
+            Some(value) if range.contains(&reserved) => Some((reserved, value)),
+            _ => None,
+        };
+        Entries::new(self.core.raw.range(range), last)
     }
 }

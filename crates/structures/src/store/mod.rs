@@ -17,7 +17,8 @@
 //! * `catalog/`: the persistent catalog (layout, crash-safe removal).
 //! * `registry`: the heap, the catalog and the structures open now, shared by every handle.
 //! * `raw`: the structures behind the handles, seen through one interface.
-//! * `map`: [`HashMap`] and [`BTreeMap`], one contract over CCEH and FAST&FAIR.
+//! * `map`: [`HashMap`] and [`BTreeMap`], one contract over CCEH and FAST&FAIR; `entries`:
+//!   their iterators.
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `name`, `error`: valid names; the one [`Error`] type.
 //!
@@ -27,6 +28,7 @@
 
 mod catalog;
 mod datalog;
+mod entries;
 mod error;
 mod map;
 mod name;
@@ -43,6 +45,7 @@ use pmem_undo_log::{Heap, TxError};
 
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
+pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use map::{BTreeMap, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};

@@ -26,10 +26,11 @@ pub const MAX_STRUCTURES: u64 = 4096;
 /// * **Byte** (eADR: the CPU caches are inside the persistence domain): flushes are skipped,
 ///   fences kept. Only when forced with [`StoreOptions::granularity`].
 /// * **Page** (an ordinary file on a disk or in the page cache): every persist ends in
-///   `msync` of the pages written, a system call and a write-back to the device: on the ext4
-///   disk of the development machine a CCEH insert took about 116 us this way, against well
-///   under 1 us on `/dev/shm`. Chosen automatically for any file that cannot be mapped with
-///   `MAP_SYNC`. Durable across power failure as far as the disk's write cache is.
+///   `msync` of the pages written, a system call and a write-back to the device: on the
+///   development machine's ext4 disk a hash-map insert took 104 us this way (3,000 inserts),
+///   against 0.26 us emulated on `/dev/shm`. Chosen automatically for any file that cannot be
+///   mapped with `MAP_SYNC`. Durable across power failure as far as the disk's write cache
+///   is.
 /// * **Emulated** (tmpfs such as `/dev/shm`, or DRAM): flushes and fences are issued as on
 ///   persistent memory, nothing more, and nothing survives a power failure or reboot (a
 ///   process crash or `kill -9` loses nothing, since the file outlives the process).

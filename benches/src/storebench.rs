@@ -28,9 +28,10 @@
 //!   (FAST&FAIR only) and insert-only, uniform keys, one thread.
 //!
 //! No latency is sampled: each timed chunk is its calls back to back (a YCSB chunk is a plan
-//! of its own for [`run_plan`], which times it). A row's ratio is the median over the
-//! repetitions of that repetition's store/raw ratio; its raw and store ops/s are the medians
-//! of each side's rates.
+//! of its own for [`run_plan`], which times it). A repetition's store/raw ratio is the median
+//! of its chunks' ratios (a burst of noise hitting one side of one chunk moves a sum, not a
+//! median); a row's ratio is the median over the repetitions; its raw and store ops/s are the
+//! medians of each side's rates (the operations over the sum of the chunks' times).
 
 use std::path::Path;
 use std::time::Instant;
@@ -128,7 +129,7 @@ pub struct StorePathRow {
     pub raw_samples: Vec<f64>,
     /// Store ops/s of each repetition.
     pub store_samples: Vec<f64>,
-    /// Store over raw of each repetition.
+    /// Store over raw of each repetition: the median of its chunks' ratios.
     pub ratio_samples: Vec<f64>,
 }
 
@@ -306,6 +307,8 @@ struct Pair {
     ops: u64,
     raw: Vec<f64>,
     store: Vec<f64>,
+    /// Store/raw of each repetition: the median of its chunks' ratios.
+    ratios: Vec<f64>,
 }
 
 impl Pair {
@@ -316,6 +319,7 @@ impl Pair {
             ops,
             raw: Vec::new(),
             store: Vec::new(),
+            ratios: Vec::new(),
         }
     }
 
@@ -325,9 +329,11 @@ impl Pair {
     }
 
     /// Repetition `rep` of the phase: `items` cut into [`CHUNKS`] chunks, each chunk run on
-    /// both sides back to back, in an order alternating from chunk to chunk, so that a burst
-    /// of noise on the machine lands on both sides alike. Each side must do `what` `expected`
-    /// times in all; its rate is the items over its summed time.
+    /// both sides back to back, in an order alternating from chunk to chunk. Each side must do
+    /// `what` `expected` times in all; its rate is the items over its summed time. The
+    /// repetition's store/raw ratio is the median of its chunks' ratios (raw time over store
+    /// time, the same operations on both): a burst of noise on the machine that hits one
+    /// side of one chunk moves a sum, not a median.
     fn measure<T>(
         &mut self,
         rep: usize,
@@ -339,6 +345,7 @@ impl Pair {
     ) -> Result<(), StoreBenchError> {
         // Time and count of the raw side, then of the store side.
         let mut sides = [(0f64, 0u64); 2];
+        let mut chunk_ratios = Vec::with_capacity(CHUNKS);
         let per_chunk = items.len().div_ceil(CHUNKS).max(1);
         for (c, chunk) in items.chunks(per_chunk).enumerate() {
             let order = if raw_first(rep, c) {
@@ -346,12 +353,15 @@ impl Pair {
             } else {
                 [true, false]
             };
+            let mut secs = [0f64; 2];
             for on_store in order {
                 let t = if on_store { store(chunk)? } else { raw(chunk)? };
                 let side = &mut sides[usize::from(on_store)];
                 side.0 += t.secs;
                 side.1 += t.done;
+                secs[usize::from(on_store)] = t.secs;
             }
+            chunk_ratios.push(secs[0] / secs[1]);
         }
         for (name, (_, done)) in ["raw", "store"].into_iter().zip(sides) {
             check_count(|| self.label(name), expected, done, what)?;
@@ -359,16 +369,12 @@ impl Pair {
         let n = items.len() as f64;
         self.raw.push(n / sides[0].0);
         self.store.push(n / sides[1].0);
+        self.ratios.push(crate::measure::median(&chunk_ratios));
         Ok(())
     }
 
     fn row(&self) -> StorePathRow {
-        let ratio_samples: Vec<f64> = self
-            .store
-            .iter()
-            .zip(&self.raw)
-            .map(|(s, r)| s / r)
-            .collect();
+        let ratio_samples = self.ratios.clone();
         let ratio = crate::measure::median(&ratio_samples);
         StorePathRow {
             structure: self.structure.to_string(),
@@ -825,6 +831,26 @@ mod tests {
         assert!((row.ratio - 1.0).abs() < 1e-9, "{row:?}");
         assert!(row.within_target);
         assert!((row.raw_ops_per_sec - 32.0).abs() < 1e-9, "{row:?}");
+    }
+
+    #[test]
+    fn one_slow_chunk_moves_the_rates_but_not_the_ratio() {
+        let mut pair = Pair::new(Structure::Cceh, "x".into(), 1);
+        let items: Vec<u32> = (0..CHUNKS as u32).collect();
+        let raw =
+            |_: &[u32]| -> Result<Timed, StoreBenchError> { Ok(Timed { secs: 1.0, done: 1 }) };
+        // Chunk 0 of the store side is preempted: ten times slower.
+        let store = |c: &[u32]| -> Result<Timed, StoreBenchError> {
+            Ok(Timed {
+                secs: if c[0] == 0 { 10.0 } else { 1.0 },
+                done: 1,
+            })
+        };
+        pair.measure(0, &items, CHUNKS as u64, "done", raw, store)
+            .unwrap();
+        let row = pair.row();
+        assert_eq!(row.ratio, 1.0, "{row:?}");
+        assert!(row.store_ops_per_sec < 0.7 * row.raw_ops_per_sec, "{row:?}");
     }
 
     #[test]

@@ -27,7 +27,9 @@ use pmem_ordering::Granularity;
 ///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
 ///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
 ///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
-///   copy-on-write against embedded writes).
+///   copy-on-write against embedded writes); then CCEH and FAST&FAIR through a Store's
+///   handles against the raw structures, paired in one run (single calls and YCSB; the
+///   store/raw ratio per operation).
 ///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
@@ -38,7 +40,8 @@ use pmem_ordering::Granularity;
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
-/// The default run takes about two minutes on a 2-core machine; --quick under 20 seconds.
+/// The default run takes about two minutes on a 2-core machine, and about half a minute more
+/// for the store path comparison; --quick under 20 seconds.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]

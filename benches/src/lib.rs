@@ -21,6 +21,8 @@
 //!   policies (per-shift, FAST, redo-logged): inserts, lookups and range scans;
 //! * `pmdk` (feature `pmdk`): PMDK's libpmem and libpmemobj side by side with the pool's copies
 //!   and the undo-log transactions;
+//! * [`storebench`]: CCEH and FAST&FAIR through a `Store`'s handles against the raw
+//!   structures, paired in one run (store/raw ratio per operation);
 //! * [`phase`]: what the structure benchmarks accumulate per operation, and their timing
 //!   helpers;
 //! * [`report`]: the results as text tables, JSON and markdown;
@@ -42,6 +44,7 @@ pub mod pmdk;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
+pub mod storebench;
 pub mod txbench;
 pub mod ycsb;
 

@@ -28,6 +28,7 @@ use pmem_bench::plot::{crossover_chart, crossover_points, throughput_chart, Plot
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
 use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
+use pmem_bench::storebench::{self, StoreBenchError, StorePlan};
 use pmem_bench::txbench::{self, TxRunner};
 use pmem_bench::ycsb::{
     bar_callback, progress_bar, run_matrix, Setup as YcsbSetup, Structure, YcsbError,
@@ -58,6 +59,8 @@ enum RunError {
     Datalog(#[from] DatalogBenchError),
     #[error(transparent)]
     FastFair(#[from] FastFairBenchError),
+    #[error(transparent)]
+    Store(#[from] StoreBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -172,12 +175,13 @@ impl Progress {
 
 fn run(cli: &Cli) -> Result<(), RunError> {
     let selection = Selection::from_cli(cli).map_err(RunError::Usage)?;
-    let (plan, cceh_plan, fastfair_plan, datalog_plan) = if cli.quick {
+    let (plan, cceh_plan, fastfair_plan, datalog_plan, store_plan) = if cli.quick {
         (
             Plan::quick(),
             CcehPlan::quick(),
             FastFairPlan::quick(),
             DatalogPlan::quick(),
+            StorePlan::quick(),
         )
     } else {
         (
@@ -185,6 +189,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             CcehPlan::full(),
             FastFairPlan::full(),
             DatalogPlan::full(),
+            StorePlan::full(),
         )
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
@@ -226,10 +231,16 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     } else {
         Vec::new()
     };
+    // The store path is paired with the raw path of the maps measured (CCEH, FAST&FAIR).
+    let store_structures: Vec<Structure> = [Structure::Cceh, Structure::FastFair]
+        .into_iter()
+        .filter(|&s| selection.measures(s))
+        .collect();
     let structure_steps = Structure::ALL
         .into_iter()
         .filter(|&s| selection.measures(s))
-        .count();
+        .count()
+        + usize::from(!store_structures.is_empty());
     let count = usize::from(selection.runs(SectionArg::Pmdk))
         + groups.len()
         + tx_groups.len()
@@ -323,6 +334,26 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             TX_POOL_PREFIX,
             granularity,
             &datalog_plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
+    if !store_structures.is_empty() {
+        progress.next();
+        progress.line(&format!(
+            "store path vs raw: {} x (single calls + YCSB), each raw and through the store, x {} repetitions",
+            store_structures
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            store_plan.repetitions
+        ));
+        report.store_path = Some(storebench::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &store_plan,
+            &store_structures,
             |r, n| progress.round(r, n),
         )?);
     }

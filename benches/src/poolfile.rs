@@ -1,4 +1,5 @@
-//! The benchmark pool file.
+//! The benchmark pool files: the primitives' shared file ([`PoolFile`]), a fresh heap per raw
+//! structure ([`HeapFile`]) and a fresh store per store-path measurement ([`StoreFile`]).
 //!
 //! Every variant maps its own [`Pool`] on one shared file (so each can have its own
 //! instructions and persistency model): another mapping ([`Pool::map_again`]) of the pool made
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapMut, MmapOptions};
 use pmem_ordering::isa::IsaError;
 use pmem_ordering::{Granularity, Pool, PoolError, PoolOptions};
+use pmem_structures::{Store, StoreOptions};
 
 /// The layout name of benchmark pools.
 pub const LAYOUT: &str = "pmem-bench";
@@ -82,6 +84,22 @@ pub enum SetupError {
         /// What went wrong.
         source: pmem_undo_log::TxError,
     },
+    /// The store could not be created in its pool file.
+    #[error("cannot create the benchmark store in {path}: {source}")]
+    Store {
+        /// The pool file.
+        path: PathBuf,
+        /// What went wrong (boxed: the store's error is large).
+        source: Box<pmem_structures::Error>,
+    },
+    /// The store's pool file could not be given its pages up front.
+    #[error("cannot allocate the pages of the benchmark store {path}: {source}")]
+    Allocate {
+        /// The pool file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
     /// The raw mapping of the pool file failed.
     #[error("cannot map the benchmark pool {path} for raw access: {source}")]
     Map {
@@ -90,6 +108,23 @@ pub enum SetupError {
         /// What went wrong.
         source: std::io::Error,
     },
+}
+
+/// The path of a new file `file_name` in the existing directory `dir`, a stale file of that
+/// name (left by an interrupted run) removed.
+fn fresh_path(dir: &Path, file_name: &str) -> Result<PathBuf, SetupError> {
+    match std::fs::metadata(dir) {
+        Err(_) => return Err(SetupError::NoSuchDir(dir.to_path_buf())),
+        Ok(m) if !m.is_dir() => return Err(SetupError::NotADir(dir.to_path_buf())),
+        Ok(_) => {}
+    }
+    let path = dir.join(file_name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(SetupError::RemoveStale { path, source }),
+    }
+    Ok(path)
 }
 
 /// A benchmark pool file: created by [`PoolFile::create`], removed on drop.
@@ -113,23 +148,13 @@ impl PoolFile {
         size: u64,
         granularity: Option<Granularity>,
     ) -> Result<PoolFile, SetupError> {
-        match std::fs::metadata(dir) {
-            Err(_) => return Err(SetupError::NoSuchDir(dir.to_path_buf())),
-            Ok(m) if !m.is_dir() => return Err(SetupError::NotADir(dir.to_path_buf())),
-            Ok(_) => {}
-        }
-        let path = dir.join(file_name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(SetupError::RemoveStale { path, source }),
-        }
+        let path = fresh_path(dir, file_name)?;
         let options = match granularity {
             Some(g) => PoolOptions::new().granularity(g),
             None => PoolOptions::new(),
         };
         let pool = Pool::create(&path, LAYOUT, size, &options).map_err(|source| match source {
-            // The directory exists (checked above), so these mean it refuses new files.
+            // The directory exists (fresh_path checked), so these mean it refuses new files.
             PoolError::NotFound { .. } | PoolError::ReadOnly { .. } => SetupError::Unwritable {
                 dir: dir.to_path_buf(),
                 source,
@@ -278,6 +303,79 @@ impl HeapFile {
     pub fn bytes_allocated(&self) -> u64 {
         self.heap.alloc_stats().bytes_allocated
     }
+}
+
+/// A fresh [`Store`] in its own pool file, for the measurements of the store path: the file
+/// is removed when this is dropped (a handle still open then keeps its mapping; Linux frees
+/// the pages when the last one closes).
+pub struct StoreFile {
+    store: Store,
+    path: PathBuf,
+}
+
+impl StoreFile {
+    /// Create a store of `size` bytes in the file `file_name` in `dir` (a stale one is
+    /// replaced) with [`Store::create`], `granularity` forced (`None`: detected), and the
+    /// store's defaults otherwise (batched fences, as the raw structures' heaps).
+    ///
+    /// Every page of the file is then allocated (`posix_fallocate`, which leaves the bytes as
+    /// they are), as [`HeapFile::create`] does for the raw structures by zeroing its pages: the
+    /// store path pays no first-touch page allocation the raw path does not pay.
+    pub fn create(
+        dir: &Path,
+        file_name: &str,
+        size: u64,
+        granularity: Option<Granularity>,
+    ) -> Result<StoreFile, SetupError> {
+        let path = fresh_path(dir, file_name)?;
+        let options = match granularity {
+            Some(g) => StoreOptions::new().granularity(g),
+            None => StoreOptions::new(),
+        };
+        let store = Store::create(&path, size, &options).map_err(|source| SetupError::Store {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
+        // The file is removed if anything below fails.
+        let made = StoreFile { store, path };
+        allocate_pages(&made.path, size)?;
+        Ok(made)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl Drop for StoreFile {
+    fn drop(&mut self) {
+        // Best effort: a file that is already gone needs no removal.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Allocate every page of the first `len` bytes of the file at `path`, its contents unchanged.
+fn allocate_pages(path: &Path, len: u64) -> Result<(), SetupError> {
+    let fail = |source| SetupError::Allocate {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new().write(true).open(path).map_err(fail)?;
+    let len = libc::off_t::try_from(len).map_err(|_| {
+        fail(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the pool is larger than a file offset",
+        ))
+    })?;
+    // SAFETY: `file` is an open descriptor this function owns for the whole call;
+    // posix_fallocate only allocates blocks for the range and never changes bytes already in
+    // the file (POSIX), so the store's formatted header, heap and catalog are untouched.
+    let errno = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
+    if errno != 0 {
+        return Err(fail(std::io::Error::from_raw_os_error(errno)));
+    }
+    Ok(())
 }
 
 impl Drop for PoolFile {

@@ -105,6 +105,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     check_cceh_section(&report, &stdout);
     check_fastfair_section(&report, &stdout);
     check_datalog_section(&report, &stdout);
+    let store_rows = check_store_section(&report, &stdout);
     let ycsb_rows = check_ycsb_section(&report, &stdout, Scale::quick());
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
@@ -116,6 +117,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (CcehOp::ALL.len() + 2)
         + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
         + (WRITE_SIZES.len() * 2 + 2 + 2)
+        + (store_rows + 2)
         + (ycsb_rows + 2 * Structure::ALL.len());
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
@@ -383,6 +385,75 @@ fn check_fastfair_section(report: &Value, stdout: &str) {
     assert!(stdout.contains("fastfair: "), "{stdout}");
 }
 
+/// The store path vs raw section of a quick run: for CCEH and FAST&FAIR, every single-call
+/// operation of their sections (CCEH's batched inserts aside) and every YCSB run, each with
+/// positive raw and store rates and a positive store/raw ratio per repetition. Returns the
+/// number of rows.
+fn check_store_section(report: &Value, stdout: &str) -> usize {
+    let store = &report["store_path"];
+    let reps = store["repetitions"].as_u64().expect("repetitions");
+    assert!(
+        reps >= 2,
+        "both orders (raw first, store first) run: {store}"
+    );
+    let rows = store["rows"].as_array().expect("store_path rows");
+    let single: Vec<(&str, String)> = [CcehOp::Insert, CcehOp::Get, CcehOp::Remove]
+        .into_iter()
+        .map(|op| ("CCEH", op.name()))
+        .chain(
+            FastFairOp::ALL
+                .into_iter()
+                .map(|op| ("FAST&FAIR", op.name())),
+        )
+        .collect();
+    let ycsb: Vec<(&str, &str)> = ["CCEH", "FAST&FAIR"]
+        .into_iter()
+        .flat_map(|s| {
+            [
+                "YCSB load",
+                "YCSB A ",
+                "YCSB B ",
+                "YCSB C ",
+                "YCSB E ",
+                "YCSB insert-only",
+            ]
+            .into_iter()
+            .filter(move |w| s == "FAST&FAIR" || !w.starts_with("YCSB E"))
+            .map(move |w| (s, w))
+        })
+        .collect();
+    assert_eq!(rows.len(), single.len() + ycsb.len(), "{store}");
+    let find = |structure: &str, matches: &dyn Fn(&str) -> bool| {
+        rows.iter()
+            .find(|r| r["structure"] == structure && r["operation"].as_str().is_some_and(matches))
+            .unwrap_or_else(|| panic!("no store_path row for {structure}: {store}"))
+    };
+    let rows_checked = single
+        .iter()
+        .map(|(s, op)| find(s, &|o| o == op))
+        .chain(ycsb.iter().map(|(s, w)| find(s, &|o| o.starts_with(w))));
+    for row in rows_checked {
+        positive(row, "raw_ops_per_sec");
+        positive(row, "store_ops_per_sec");
+        let ratio = positive(row, "ratio");
+        let samples = row["ratio_samples"].as_array().expect("ratio samples");
+        assert_eq!(samples.len() as u64, reps, "{row}");
+        assert!(
+            samples.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)),
+            "{row}"
+        );
+        assert_eq!(row["within_target"].as_bool(), Some(ratio >= 0.97), "{row}");
+        let line = format!("{:.3}", ratio);
+        assert!(
+            stdout.contains(&line),
+            "the ratio {line} is printed: {stdout}"
+        );
+    }
+    assert!(stdout.contains("store path vs raw"), "{stdout}");
+    assert!(stdout.contains("store/raw"), "{stdout}");
+    rows.len()
+}
+
 fn check_cceh_section(report: &Value, stdout: &str) {
     let cceh = &report["cceh"];
     assert_eq!(cceh["keys"].as_u64(), Some(CCEH_KEYS_QUICK), "{cceh}");
@@ -636,6 +707,10 @@ fn the_ycsb_options_choose_structures_variants_workloads_and_scale() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
             .expect("the JSON output parses");
     assert!(report["cceh"].is_null() && report["rows"].as_array().unwrap().is_empty());
+    assert!(
+        report["store_path"].is_null(),
+        "the structures section did not run"
+    );
     let rows = report["ycsb"]["rows"].as_array().expect("ycsb rows");
     let got: Vec<(String, String, Option<String>, u64, u64)> = rows
         .iter()

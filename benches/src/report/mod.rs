@@ -5,7 +5,7 @@
 //! (a title, a table and its footnotes) behind an optional preface, in this order: the
 //! primitives ([`Row`], one per variant), the transaction sections of [`crate::txbench`]
 //! ([`TxRow`], [`WorkloadRow`] with an average, [`ObjectRow`]), CCEH, FAST&FAIR, the datalog,
-//! the YCSB tables (one per structure) and, with the `pmdk` feature, the PMDK comparison
+//! the store path against the raw structures, the YCSB tables (one per structure) and, with the `pmdk` feature, the PMDK comparison
 //! ([`PmdkResults`]). Adding a section takes a file with a type implementing [`ReportSection`],
 //! a field of [`Report`] for its results, and an entry in [`SECTIONS`].
 
@@ -15,6 +15,7 @@ mod datalog;
 mod fastfair;
 mod pmdk;
 mod primitives;
+mod store;
 mod transactions;
 mod ycsb;
 
@@ -25,6 +26,7 @@ use crate::datalogbench::DatalogResults;
 use crate::fastfairbench::FastFairResults;
 use crate::machine::Machine;
 use crate::measure::{Measurement, Plan};
+use crate::storebench::StorePathResults;
 use crate::ycsb::YcsbResults;
 
 pub use block::Block;
@@ -80,12 +82,13 @@ pub trait ReportSection {
 }
 
 /// Every section, in print order.
-pub const SECTIONS: [&dyn ReportSection; 7] = [
+pub const SECTIONS: [&dyn ReportSection; 8] = [
     &primitives::Primitives,
     &transactions::Transactions,
     &cceh::Cceh,
     &fastfair::FastFair,
     &datalog::Datalog,
+    &store::StorePath,
     &ycsb::Ycsb,
     &pmdk::Pmdk,
 ];
@@ -161,6 +164,9 @@ pub struct Report {
     pub datalog: Option<DatalogResults>,
     /// The FAST&FAIR section (`None` if it was not measured).
     pub fastfair: Option<FastFairResults>,
+    /// CCEH and FAST&FAIR through the store against the raw structures (`None` if not
+    /// measured).
+    pub store_path: Option<StorePathResults>,
     /// The PMDK comparison (`None` without the `pmdk` feature).
     pub pmdk: Option<PmdkResults>,
     /// The YCSB workloads (`None` if not run).
@@ -183,6 +189,7 @@ impl Report {
             cceh: None,
             datalog: None,
             fastfair: None,
+            store_path: None,
             pmdk: None,
             ycsb: None,
         }

@@ -18,7 +18,9 @@
 //! ([`plan`]). All keys, values and operations of a run are generated, from a seed, before its
 //! timing starts.
 //!
-//! [`targets`] adapts each structure to the one interface the driver runs ([`targets::Target`]);
+//! [`targets`] adapts each structure to the one interface the driver runs ([`targets::Target`]),
+//! and [`store_targets`] the maps of a [`pmem_structures::Store`], for the store path's pairing
+//! with the raw structures ([`crate::storebench`]);
 //! [`run`] loads a structure, runs the workloads of a [`matrix`] on it with 1..T threads and
 //! reports throughput, latency percentiles and persistence counters per operation
 //! ([`results`]), with its [`progress`] on stderr.
@@ -27,6 +29,7 @@ pub mod matrix;
 pub mod progress;
 pub mod results;
 pub mod run;
+pub mod store_targets;
 pub mod targets;
 
 use serde::Serialize;

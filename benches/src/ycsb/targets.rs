@@ -59,6 +59,9 @@ pub enum TargetError {
     /// A datalog operation failed.
     #[error("datalog: {0}")]
     Datalog(#[from] DatalogError),
+    /// An operation through a store's handle failed.
+    #[error("store: {0}")]
+    Store(#[from] pmem_structures::Error),
     /// A scan asked of a structure without ordered scans.
     #[error("{structure} has no ordered scans")]
     ScanUnsupported {

@@ -8,6 +8,8 @@
 use std::ops::{Deref, RangeBounds};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crossbeam_utils::atomic::AtomicCell;
+
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::catalog::{self, Listed};
@@ -21,9 +23,11 @@ use crate::U64Map;
 /// A map's shared state: the structure, the reserved key's value, and the store.
 pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
     raw: S,
-    /// The reserved key's value, as the catalog entry holds it. Its lock orders the operations
-    /// on that key.
-    reserved: Mutex<Option<u64>>,
+    /// The reserved key's value, as the catalog entry holds it: read without a lock (a
+    /// lookup or a scan costs one optimistic read), written only under `reserved_writer`.
+    reserved: AtomicCell<Option<u64>>,
+    /// Orders the writes of the reserved key (each persists before it is published).
+    reserved_writer: Mutex<()>,
     entry: u64,
     name: String,
     shared: Arc<Shared<B, P>>,
@@ -44,31 +48,40 @@ where
         let reserved = catalog::read_side(shared.heap.pool(), entry)?;
         Ok(MapCore {
             raw,
-            reserved: Mutex::new(reserved),
+            reserved: AtomicCell::new(reserved),
+            reserved_writer: Mutex::new(()),
             entry,
             name: name.to_string(),
             shared,
         })
     }
 
-    fn reserved(&self) -> MutexGuard<'_, Option<u64>> {
-        // The value is updated only after its transaction commits: a panic cannot leave it
+    /// The reserved key's value now.
+    fn reserved(&self) -> Option<u64> {
+        self.reserved.load()
+    }
+
+    /// Serialise a write of the reserved key.
+    fn reserved_write(&self) -> MutexGuard<'_, ()> {
+        // The value is published only after its transaction commits: a panic cannot leave it
         // ahead of the pool.
-        self.reserved.lock().unwrap_or_else(|p| p.into_inner())
+        self.reserved_writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Persist the reserved key's new value (one transaction), then publish it in DRAM.
-    fn set_reserved(&self, slot: &mut Option<u64>, value: Option<u64>) -> Result<(), Error> {
+    fn set_reserved(&self, value: Option<u64>) -> Result<(), Error> {
         self.shared
             .heap
             .transaction(|tx| catalog::write_side(tx, self.entry, value))?;
-        *slot = value;
+        self.reserved.store(value);
         Ok(())
     }
 
     fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         if key == S::RESERVED_KEY {
-            return Ok(*self.reserved());
+            return Ok(self.reserved());
         }
         Ok(self.raw.get(key)?)
     }
@@ -77,11 +90,11 @@ where
         if key != S::RESERVED_KEY {
             return Ok(self.raw.insert(key, value)?);
         }
-        let mut slot = self.reserved();
-        if slot.is_some() {
+        let _writer = self.reserved_write();
+        if self.reserved().is_some() {
             return Ok(false);
         }
-        self.set_reserved(&mut slot, Some(value))?;
+        self.set_reserved(Some(value))?;
         Ok(true)
     }
 
@@ -89,9 +102,9 @@ where
         if key != S::RESERVED_KEY {
             return Ok(self.raw.upsert(key, value)?);
         }
-        let mut slot = self.reserved();
-        let old = *slot;
-        self.set_reserved(&mut slot, Some(value))?;
+        let _writer = self.reserved_write();
+        let old = self.reserved();
+        self.set_reserved(Some(value))?;
         Ok(old)
     }
 
@@ -99,10 +112,10 @@ where
         if key != S::RESERVED_KEY {
             return Ok(self.raw.remove(key)?);
         }
-        let mut slot = self.reserved();
-        let old = *slot;
+        let _writer = self.reserved_write();
+        let old = self.reserved();
         if old.is_some() {
-            self.set_reserved(&mut slot, None)?;
+            self.set_reserved(None)?;
         }
         Ok(old)
     }
@@ -268,7 +281,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<B, P> {
     pub fn range<R: RangeBounds<u64>>(&self, range: R) -> BTreeEntries<'_, B, P> {
         // The tree's reserved key is the largest: it comes last.
         let reserved = <Tree<B, P> as U64Map>::RESERVED_KEY;
-        let last = match *self.core.reserved() {
+        let last = match self.core.reserved() {
             Some(value) if range.contains(&reserved) => Some((reserved, value)),
             _ => None,
         };

@@ -318,9 +318,9 @@ impl StoreFile {
     /// replaced) with [`Store::create`], `granularity` forced (`None`: detected), and the
     /// store's defaults otherwise (batched fences, as the raw structures' heaps).
     ///
-    /// Every page of the file is then allocated (`posix_fallocate`, which leaves the bytes as
-    /// they are), as [`HeapFile::create`] does for the raw structures by zeroing its pages: the
-    /// store path pays no first-touch page allocation the raw path does not pay.
+    /// Every page of the file is then written once with its own bytes, as [`HeapFile::create`]
+    /// zeroes the raw structures' pages: the store path pays no first-touch page allocation the
+    /// raw path does not pay.
     pub fn create(
         dir: &Path,
         file_name: &str,
@@ -355,25 +355,28 @@ impl Drop for StoreFile {
     }
 }
 
-/// Allocate every page of the first `len` bytes of the file at `path`, its contents unchanged.
+/// Write every page of the first `len` bytes of the file at `path` once, its contents
+/// unchanged (each chunk read, then written back): the pages the store path later touches are
+/// then allocated and zeroed already, as [`HeapFile::create`]'s zeroing leaves the raw side's.
+/// (`posix_fallocate` is not enough on tmpfs: its pages are still cleared on first touch.)
 fn allocate_pages(path: &Path, len: u64) -> Result<(), SetupError> {
+    use std::os::unix::fs::FileExt;
     let fail = |source| SetupError::Allocate {
         path: path.to_path_buf(),
         source,
     };
-    let file = OpenOptions::new().write(true).open(path).map_err(fail)?;
-    let len = libc::off_t::try_from(len).map_err(|_| {
-        fail(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the pool is larger than a file offset",
-        ))
-    })?;
-    // SAFETY: `file` is an open descriptor this function owns for the whole call;
-    // posix_fallocate only allocates blocks for the range and never changes bytes already in
-    // the file (POSIX), so the store's formatted header, heap and catalog are untouched.
-    let errno = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
-    if errno != 0 {
-        return Err(fail(std::io::Error::from_raw_os_error(errno)));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(fail)?;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    while offset < len {
+        let n = chunk.len().min((len - offset) as usize);
+        file.read_exact_at(&mut chunk[..n], offset).map_err(fail)?;
+        file.write_all_at(&chunk[..n], offset).map_err(fail)?;
+        offset += n as u64;
     }
     Ok(())
 }

@@ -38,6 +38,15 @@ pub(crate) enum Opened<B: Backend, P: Deref<Target = Pool<B>>> {
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
+    /// The blocks of the structure, walked through its handle, if a handle is still alive.
+    fn live_blocks(&self) -> Option<Result<Vec<u64>, Error>> {
+        match self {
+            Opened::HashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+            Opened::BTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+            Opened::Datalog(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+        }
+    }
+
     fn is_live(&self) -> bool {
         match self {
             Opened::HashMap(w) => w.strong_count() > 0,
@@ -144,20 +153,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         let state = self.lock();
         let mut owned = Vec::new();
         for (name, listed) in state.catalog.listed() {
-            let mut blocks = match state.open.get(&listed.slot) {
-                Some(Opened::HashMap(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => Structure::blocks(core.raw())?,
-                    None => blocks_of(&self.heap, &listed)?,
-                },
-                Some(Opened::BTreeMap(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => Structure::blocks(core.raw())?,
-                    None => blocks_of(&self.heap, &listed)?,
-                },
-                Some(Opened::Datalog(w)) if w.strong_count() > 0 => match w.upgrade() {
-                    Some(core) => Structure::blocks(core.raw())?,
-                    None => blocks_of(&self.heap, &listed)?,
-                },
-                _ => blocks_of(&self.heap, &listed)?,
+            let mut blocks = match state.open.get(&listed.slot).and_then(Opened::live_blocks) {
+                Some(blocks) => blocks?,
+                None => blocks_of(&self.heap, &listed)?,
             };
             blocks.push(listed.root);
             blocks.sort_unstable();

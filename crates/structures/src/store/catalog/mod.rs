@@ -133,18 +133,21 @@ impl Catalog {
 
     /// The structure listed under `name`.
     pub(crate) fn find(&self, name: &str) -> Option<Listed> {
-        self.entries
+        let slot = self
+            .entries
             .iter()
-            .enumerate()
-            .find_map(|(slot, e)| match e {
-                Some(e) if e.name == name => Some(Listed {
-                    slot: slot as u64,
-                    kind: e.kind,
-                    root: e.root,
-                    entry: self.entry_offset(slot as u64),
-                }),
-                _ => None,
-            })
+            .position(|e| e.as_ref().is_some_and(|e| e.name == name))?;
+        self.listed_at(slot as u64)
+    }
+
+    /// The structure listed in entry `slot`, if any.
+    fn listed_at(&self, slot: u64) -> Option<Listed> {
+        self.entries[slot as usize].as_ref().map(|e| Listed {
+            slot,
+            kind: e.kind,
+            root: e.root,
+            entry: self.entry_offset(slot),
+        })
     }
 
     /// Every name with its kind, sorted by name.
@@ -164,19 +167,7 @@ impl Catalog {
         self.entries
             .iter()
             .enumerate()
-            .filter_map(|(slot, e)| {
-                e.as_ref().map(|e| {
-                    (
-                        e.name.clone(),
-                        Listed {
-                            slot: slot as u64,
-                            kind: e.kind,
-                            root: e.root,
-                            entry: self.entry_offset(slot as u64),
-                        },
-                    )
-                })
-            })
+            .filter_map(|(slot, e)| Some((e.as_ref()?.name.clone(), self.listed_at(slot as u64)?)))
             .collect()
     }
 

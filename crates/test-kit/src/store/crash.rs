@@ -1,0 +1,61 @@
+//! Store operations under the crash driver: [`crash_ops`] checks every recovered image against
+//! the model's history, and [`load`] opens a simulated store as a restart would.
+
+use pmem_ordering::sim::{CrashTest, Report, SimBackend};
+use pmem_ordering::Pool;
+use pmem_structures::{Error, Store};
+use pmem_undo_log::Heap;
+
+use super::{observe, StoreDriver, StoreModel, StoreOp, StoreSetup};
+use crate::model::failed;
+use crate::{run_crash_test, History};
+
+/// A simulated store: the pool's handle to it.
+pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+
+/// Crash-tests `ops` on a fresh store made with `setup` on `test`'s pool (whose root object
+/// must hold the catalog: [`StoreSetup::root_size`]). The workload checks every result against
+/// the model (a reopen is `Heap::open` and `Store::load` on the pool); every crash image must
+/// recover (`Heap::open`, `Store::load`) to a store whose heap holds exactly the structures'
+/// blocks (`check_blocks`) and whose names, kinds and pairs are the model's after the
+/// operations that returned, or after the interrupted one too. Panics with the harness's
+/// report on a failure.
+pub fn crash_ops(test: &CrashTest, setup: StoreSetup, ops: &[StoreOp]) -> Report {
+    let history = History::of(ops);
+    run_crash_test(
+        test,
+        |pool| {
+            SimStore::format(pool, &setup.options()).expect("format the store");
+        },
+        |pool| {
+            let store = load(pool).expect("load the store");
+            let mut driver =
+                StoreDriver::new(store, setup, || load(pool)).unwrap_or_else(|e| panic!("{e}"));
+            driver
+                .run_all(pool, ops, &mut StoreModel::default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        },
+        |pool, crash| {
+            let store = load(pool).map_err(|e| failed("recovery (Heap::open, Store::load)", e))?;
+            store
+                .check_blocks()
+                .map_err(|e| failed("check_blocks", e))?;
+            let now = observe(&store, &setup)?;
+            let done = crash.operations_completed as usize;
+            let admitted = |n: usize| n <= ops.len() && history.after(n).catalog == now;
+            if !admitted(done) && !admitted(done + 1) {
+                return Err(format!(
+                    "after {done} operations (next {:?}) the store holds {now:?}, the model {:?}",
+                    ops.get(done),
+                    history.after(done).catalog
+                ));
+            }
+            Ok(())
+        },
+    )
+}
+
+/// The store on `pool`, opened as a restart would: `Heap::open`, then `Store::load`.
+pub fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, Error> {
+    Store::load(Heap::open(pool)?)
+}

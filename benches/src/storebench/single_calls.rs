@@ -4,7 +4,7 @@
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 
-use super::paired::{get_each, insert_each, remove_each, scan_each, timed, Pair};
+use super::paired::{get_each, insert_each, remove_each, scan_each, timed, Pair, PairedMap};
 use super::{Files, StoreBenchError};
 use crate::ccehbench::{self, CcehHeap};
 use crate::fastfairbench::{self, FastFairHeap, SCAN_KEYS};
@@ -39,21 +39,13 @@ pub(super) fn cceh_repetition(
         .store()
         .hash_map_with("cceh", CcehConfig::default())?;
     let [insert, get, remove] = pairs;
-    insert.measure(
+    insert_then_get(
         rep,
         &inputs.keys,
-        n,
-        "inserted",
-        |c| timed(|| insert_each(&raw, c)),
-        |c| timed(|| insert_each(&store, c)),
-    )?;
-    get.measure(
-        rep,
         &inputs.get_order,
-        n,
-        "found",
-        |c| timed(|| get_each(&raw, c)),
-        |c| timed(|| get_each(&store, c)),
+        [insert, get],
+        &raw,
+        &store,
     )?;
     remove.measure(
         rep,
@@ -119,21 +111,13 @@ pub(super) fn fastfair_repetition(
     )?;
     let store = store_file.store().btree_map("fastfair", config)?;
     let [insert, get, scan] = pairs;
-    insert.measure(
+    insert_then_get(
         rep,
         &inputs.keys,
-        n,
-        "inserted",
-        |c| timed(|| insert_each(&raw, c)),
-        |c| timed(|| insert_each(&store, c)),
-    )?;
-    get.measure(
-        rep,
         &inputs.get_order,
-        n,
-        "found",
-        |c| timed(|| get_each(&raw, c)),
-        |c| timed(|| get_each(&store, c)),
+        [insert, get],
+        &raw,
+        &store,
     )?;
     scan.measure(
         rep,
@@ -144,4 +128,36 @@ pub(super) fn fastfair_repetition(
         |c| timed(|| scan_each(&store, c)),
     )?;
     Ok(())
+}
+
+/// The phases both maps share, on both sides: every key inserted (each new), then every key
+/// looked up in `get_order` (each found).
+fn insert_then_get<R: PairedMap, S: PairedMap>(
+    rep: usize,
+    keys: &[u64],
+    get_order: &[u64],
+    [insert, get]: [&mut Pair; 2],
+    raw: &R,
+    store: &S,
+) -> Result<(), StoreBenchError>
+where
+    StoreBenchError: From<R::Error> + From<S::Error>,
+{
+    let n = keys.len() as u64;
+    insert.measure(
+        rep,
+        keys,
+        n,
+        "inserted",
+        |c| timed(|| insert_each(raw, c)),
+        |c| timed(|| insert_each(store, c)),
+    )?;
+    get.measure(
+        rep,
+        get_order,
+        n,
+        "found",
+        |c| timed(|| get_each(raw, c)),
+        |c| timed(|| get_each(store, c)),
+    )
 }

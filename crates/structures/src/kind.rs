@@ -18,14 +18,21 @@ pub enum StructureKind {
     BTreeMap,
     /// A NOVA-style datalog store of files ([`crate::datalog`]).
     Datalog,
+    /// A CCEH hash table of byte-string keys and values in records ([`crate::records`]).
+    RecordHashMap,
+    /// An ordered map of byte-string keys and values in records: a trie of FAST&FAIR layers
+    /// ([`crate::records`]).
+    RecordBTreeMap,
 }
 
 impl StructureKind {
     /// Every kind, in catalog-code order.
-    pub const ALL: [StructureKind; 3] = [
+    pub const ALL: [StructureKind; 5] = [
         StructureKind::HashMap,
         StructureKind::BTreeMap,
         StructureKind::Datalog,
+        StructureKind::RecordHashMap,
+        StructureKind::RecordBTreeMap,
     ];
 
     /// The magic its roots start with.
@@ -34,6 +41,8 @@ impl StructureKind {
             StructureKind::HashMap => *b"CCEH\0v01",
             StructureKind::BTreeMap => *b"FASTFAIR",
             StructureKind::Datalog => *b"DATALOG1",
+            StructureKind::RecordHashMap => *b"CCEHREC1",
+            StructureKind::RecordBTreeMap => *b"FFREC001",
         })
     }
 
@@ -48,6 +57,8 @@ impl StructureKind {
             StructureKind::HashMap => 1,
             StructureKind::BTreeMap => 2,
             StructureKind::Datalog => 3,
+            StructureKind::RecordHashMap => 4,
+            StructureKind::RecordBTreeMap => 5,
         }
     }
 
@@ -62,6 +73,8 @@ impl StructureKind {
             StructureKind::HashMap => "a CCEH hash table",
             StructureKind::BTreeMap => "a FAST&FAIR B+-tree",
             StructureKind::Datalog => "a datalog file store",
+            StructureKind::RecordHashMap => "a CCEH hash table of byte strings",
+            StructureKind::RecordBTreeMap => "a FAST&FAIR B+-tree of byte strings",
         }
     }
 }

@@ -48,6 +48,7 @@ pub mod cceh;
 pub mod datalog;
 pub mod fastfair;
 pub mod kind;
+pub mod records;
 pub mod store;
 mod sync;
 mod u64map;

@@ -15,6 +15,9 @@ use crate::cceh::CcehError;
 use crate::datalog::DatalogError;
 use crate::fastfair::FastFairError;
 use crate::kind::StructureKind;
+use crate::records::RecordMapError;
+
+use super::types::TypeCode;
 
 /// What can go wrong with a store, its catalog or a structure in it.
 #[non_exhaustive]
@@ -59,6 +62,48 @@ pub enum Error {
         found: StructureKind,
         /// What was asked for.
         wanted: StructureKind,
+    },
+    /// A map opened with other key or value types than it was created with.
+    #[error("{name:?} maps {found_key} to {found_value}, not {wanted_key} to {wanted_value}")]
+    TypeMismatch {
+        /// The name asked for.
+        name: String,
+        /// The key type the map was created with.
+        found_key: TypeCode,
+        /// The value type the map was created with.
+        found_value: TypeCode,
+        /// The key type asked for.
+        wanted_key: TypeCode,
+        /// The value type asked for.
+        wanted_value: TypeCode,
+    },
+    /// A key longer than the maps take ([`crate::records::MAX_KEY_BYTES`]); nothing changed.
+    #[error("a key of {len} bytes is longer than the {max}-byte limit; nothing changed")]
+    KeyTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value longer than the maps take ([`crate::records::MAX_VALUE_BYTES`]); nothing
+    /// changed.
+    #[error("a value of {len} bytes is longer than the {max}-byte limit; nothing changed")]
+    ValueTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A stored key or value that does not decode as the map's type (text that is not
+    /// UTF-8, a wrong length): the record is damaged.
+    #[error("{name:?} holds a {what} that is not a valid {type_code}: the map is damaged")]
+    Undecodable {
+        /// The map.
+        name: String,
+        /// "key" or "value".
+        what: &'static str,
+        /// The type it should be.
+        type_code: TypeCode,
     },
     /// No structure of that name.
     #[error("the store holds no structure named {name:?}")]
@@ -110,6 +155,9 @@ pub enum Error {
     /// The datalog failed.
     #[error(transparent)]
     Datalog(DatalogError),
+    /// A map of byte-string records failed.
+    #[error(transparent)]
+    RecordMap(RecordMapError),
 }
 
 /// `Debug` prints the message: `main() -> Result<(), Box<dyn Error>>` shows it to the user.
@@ -143,6 +191,19 @@ impl From<FastFairError> for Error {
         match e {
             FastFairError::Tx(e) => Error::from(e),
             other => Error::BTreeMap(other),
+        }
+    }
+}
+
+impl From<RecordMapError> for Error {
+    fn from(e: RecordMapError) -> Error {
+        match e {
+            RecordMapError::Heap(e) => Error::from(e),
+            RecordMapError::Table(e) => Error::from(e),
+            RecordMapError::Tree(e) => Error::from(e),
+            RecordMapError::KeyTooLarge { len, max } => Error::KeyTooLarge { len, max },
+            RecordMapError::ValueTooLarge { len, max } => Error::ValueTooLarge { len, max },
+            other => Error::RecordMap(other),
         }
     }
 }

@@ -1,35 +1,35 @@
-//! The two `u64 -> u64` maps' handles: one contract over CCEH and FAST&FAIR.
+//! The shared state of a map whose keys and values are `u64` words: one contract over CCEH
+//! and FAST&FAIR (the typed handles of `hash_map.rs` and `btree_map.rs` encode into words).
 //!
 //! Each structure keeps one key for itself (CCEH's empty slot is key 0, FAST&FAIR's free slot
 //! `u64::MAX`). The handles make every `u64` a key: the reserved one's value lives in the map's
 //! catalog entry (a presence word and a value word), written by a small transaction, while
 //! every other key keeps the structure's one-fence path.
 
-use std::ops::{Deref, RangeBounds};
+use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Pool};
 
 use super::catalog::{self, Listed};
 use super::entries::{BTreeEntries, Entries, HashEntries};
 use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
 use super::registry::{Core, Opened, Shared};
-use crate::fastfair::FastFairConfig;
 use crate::U64Map;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
 pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
-    raw: S,
+    pub(super) raw: S,
     /// The reserved key's value, as the catalog entry holds it: read without a lock (a
     /// lookup or a scan costs one optimistic read), written only under `reserved_writer`.
     reserved: AtomicCell<Option<u64>>,
     /// Orders the writes of the reserved key (each persists before it is published).
     reserved_writer: Mutex<()>,
     entry: u64,
-    name: String,
+    pub(super) name: String,
     shared: Arc<Shared<B, P>>,
 }
 
@@ -57,7 +57,7 @@ where
     }
 
     /// The reserved key's value now.
-    fn reserved(&self) -> Option<u64> {
+    pub(super) fn reserved(&self) -> Option<u64> {
         self.reserved.load()
     }
 
@@ -79,14 +79,14 @@ where
         Ok(())
     }
 
-    fn get(&self, key: u64) -> Result<Option<u64>, Error> {
+    pub(super) fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         if key == S::RESERVED_KEY {
             return Ok(self.reserved());
         }
         Ok(self.raw.get(key)?)
     }
 
-    fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
+    pub(super) fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
         if key != S::RESERVED_KEY {
             return Ok(self.raw.insert(key, value)?);
         }
@@ -98,7 +98,7 @@ where
         Ok(true)
     }
 
-    fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
+    pub(super) fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
         if key != S::RESERVED_KEY {
             return Ok(self.raw.upsert(key, value)?);
         }
@@ -108,7 +108,7 @@ where
         Ok(old)
     }
 
-    fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
+    pub(super) fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
         if key != S::RESERVED_KEY {
             return Ok(self.raw.remove(key)?);
         }
@@ -120,11 +120,11 @@ where
         Ok(old)
     }
 
-    fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         self.raw.len() + u64::from(self.reserved().is_some())
     }
 
-    fn check(&self) -> Result<u64, Error> {
+    pub(super) fn check(&self) -> Result<u64, Error> {
         Ok(self.raw.check()? + u64::from(self.reserved().is_some()))
     }
 }
@@ -160,131 +160,25 @@ macro_rules! map_core {
 map_core!(HashCore, HashTable, HashMap);
 map_core!(TreeCore, Tree, BTreeMap);
 
-/// The methods both maps share, with the same names, arguments and meaning.
-macro_rules! map_methods {
-    () => {
-        /// The value of `key`.
-        pub fn get(&self, key: u64) -> Result<Option<u64>, Error> {
-            self.core.get(key)
-        }
 
-        /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
-        /// changed) if present. Durable when it returns.
-        pub fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
-            self.core.insert(key, value)
-        }
-
-        /// Set `key -> value` whether or not `key` is present; the old value if it was.
-        /// Durable when it returns.
-        pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
-            self.core.upsert(key, value)
-        }
-
-        /// Remove `key`; its value if it was present. Durable when it returns.
-        pub fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
-            self.core.remove(key)
-        }
-
-        /// How many keys the map holds.
-        pub fn len(&self) -> u64 {
-            self.core.len()
-        }
-
-        /// Whether the map holds no key.
-        pub fn is_empty(&self) -> bool {
-            self.len() == 0
-        }
-
-        /// Walk the whole structure and check every invariant it can; the number of keys.
-        /// Changes nothing.
-        pub fn check(&self) -> Result<u64, Error> {
-            self.core.check()
-        }
-
-        /// The map's name in its store.
-        pub fn name(&self) -> &str {
-            &self.core.name
-        }
-    };
-}
-
-/// A persistent hash map from `u64` to `u64` (CCEH, FAST'19 CCEH), named in a [`Store`].
-///
-/// Cheap to clone; `Send + Sync + 'static` for a store on a file, so clones go to threads,
-/// tasks and a service's state. Every `u64` is a key. Each write is durable when it returns;
-/// lookups take no lock.
-///
-/// [`Store`]: super::Store
-pub struct HashMap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    pub(crate) core: Arc<HashCore<B, P>>,
-}
-
-/// A persistent ordered map from `u64` to `u64` (FAST&FAIR, FAST'18 FAST&FAIR), named in a
-/// [`Store`].
-///
-/// Cheap to clone; `Send + Sync + 'static` for a store on a file. Every `u64` is a key. Each
-/// write is durable when it returns; lookups and scans take no lock.
-///
-/// [`Store`]: super::Store
-pub struct BTreeMap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    pub(crate) core: Arc<TreeCore<B, P>>,
-}
-
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<B, P> {
-    fn clone(&self) -> Self {
-        HashMap {
-            core: self.core.clone(),
-        }
-    }
-}
-
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<B, P> {
-    fn clone(&self) -> Self {
-        BTreeMap {
-            core: self.core.clone(),
-        }
-    }
-}
-
-impl<B: Backend, P: Deref<Target = Pool<B>>> HashMap<B, P> {
-    map_methods!();
-
-    /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
-    /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk
-    /// may or may not be seen.
-    pub fn iter(&self) -> HashEntries {
+impl<B: Backend, P: Deref<Target = Pool<B>>> HashCore<B, P> {
+    /// Every `(key, value)` word pair, the reserved key's last.
+    pub(super) fn entries(&self) -> HashEntries {
         let reserved = <HashTable<B, P> as U64Map>::RESERVED_KEY;
-        let last = self.core.reserved().map(|value| (reserved, value));
-        Entries::new(self.core.raw.iter(), last)
+        let last = self.reserved().map(|value| (reserved, value));
+        Entries::new(self.raw.iter(), last)
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<B, P> {
-    map_methods!();
-
-    /// The node size and shift policy the tree was created with (recorded in the store).
-    pub fn config(&self) -> FastFairConfig {
-        FastFairConfig {
-            node_size: self.core.raw.node_size(),
-            policy: self.core.raw.policy(),
-        }
-    }
-
-    /// Every `(key, value)` in key order, each `Ok` (or an error that ends the walk).
-    pub fn iter(&self) -> BTreeEntries<'_, B, P> {
-        self.range(..)
-    }
-
-    /// The `(key, value)`s with keys in `range`, in key order, each `Ok` (or an error that
-    /// ends the walk). Read leaf by leaf without a lock: a scan beside writers sees every key
-    /// present for its whole duration, and each key once.
-    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> BTreeEntries<'_, B, P> {
-        // The tree's reserved key is the largest: it comes last.
+impl<B: Backend, P: Deref<Target = Pool<B>>> TreeCore<B, P> {
+    /// The `(key, value)` word pairs with keys in `range`, in order; the reserved key (the
+    /// largest) last.
+    pub(super) fn range_entries(&self, range: (Bound<u64>, Bound<u64>)) -> BTreeEntries<'_, B, P> {
         let reserved = <Tree<B, P> as U64Map>::RESERVED_KEY;
-        let last = match self.core.reserved() {
+        let last = match self.reserved() {
             Some(value) if range.contains(&reserved) => Some((reserved, value)),
             _ => None,
         };
-        Entries::new(self.core.raw.range(range), last)
+        Entries::new(self.raw.range(range), last)
     }
 }

@@ -26,16 +26,22 @@
 //! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
 //! store and every handle made from it are dropped.
 
+mod btree_map;
 mod catalog;
 mod datalog;
 mod entries;
 mod error;
+mod hash_map;
 mod map;
 mod name;
 mod options;
 mod raw;
+mod record_map;
 mod registry;
+mod typed;
+pub mod types;
 
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
@@ -47,10 +53,14 @@ pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
-pub use map::{BTreeMap, HashMap};
+pub use btree_map::{BTreeIter, BTreeMap};
+pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 
 use self::catalog::Catalog;
+use self::btree_map::TreeRepr;
+use self::hash_map::HashRepr;
+use self::types::{Key, Value};
 use self::registry::Shared;
 use crate::cceh::CcehConfig;
 use crate::datalog::DatalogConfig;
@@ -156,38 +166,76 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     pub fn load(heap: Heap<B, P>) -> Result<Store<B, P>, Error> {
         let catalog = Catalog::open(&heap)?;
         let path = heap.pool().path().map(Path::to_path_buf);
-        Ok(Store {
-            shared: Arc::new(Shared::new(heap, catalog, path)),
-        })
+        let shared = Arc::new(Shared::new(heap, catalog, path));
+        // Before anything allocates: what a crash left in doubt in the maps of records.
+        shared.resolve_records()?;
+        Ok(Store { shared })
     }
 
-    /// The hash map named `name`: the one in the store, or a new empty one with the default
-    /// configuration (16 KiB segments).
-    pub fn hash_map(&self, name: &str) -> Result<HashMap<B, P>, Error> {
+    /// The hash map named `name` from `K` to `V`: the one in the store (which must have been
+    /// created with these types: [`Error::TypeMismatch`] otherwise), or a new empty one with
+    /// the default configuration (16 KiB segments).
+    ///
+    /// ```no_run
+    /// # use pmem_structures::{Store, StoreOptions};
+    /// # fn main() -> Result<(), pmem_structures::Error> {
+    /// # let store = Store::anonymous(64 << 20, &StoreOptions::new())?;
+    /// let users = store.hash_map::<String, Vec<u8>>("users")?;
+    /// users.insert("alice", b"{\"plan\":\"pro\"}")?;
+    /// let counters = store.hash_map::<u64, u64>("counters")?;
+    /// counters.upsert(7u64, 1u64)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hash_map<K: Key, V: Value>(&self, name: &str) -> Result<HashMap<K, V, B, P>, Error> {
         self.hash_map_with(name, CcehConfig::default())
     }
 
-    /// The hash map named `name`; `config` shapes it if it is new (an existing map keeps the
-    /// configuration it was created with, recorded in the store).
-    pub fn hash_map_with(&self, name: &str, config: CcehConfig) -> Result<HashMap<B, P>, Error> {
+    /// The hash map named `name` from `K` to `V`; `config` shapes it if it is new (an existing
+    /// map keeps the configuration it was created with, recorded in the store).
+    pub fn hash_map_with<K: Key, V: Value>(
+        &self,
+        name: &str,
+        config: CcehConfig,
+    ) -> Result<HashMap<K, V, B, P>, Error> {
+        let types = (K::CODE, V::CODE);
+        let repr = if types::inline::<K, V>() {
+            HashRepr::Words(self.shared.open_or_create(name, config, types)?)
+        } else {
+            HashRepr::Records(self.shared.open_or_create(name, config, types)?)
+        };
         Ok(HashMap {
-            core: self.shared.open_or_create(name, config)?,
+            repr,
+            types: PhantomData,
         })
     }
 
-    /// The ordered map named `name`; `config` (node size, shift policy) shapes it if it is new
-    /// (an existing map keeps the configuration recorded in the store).
-    pub fn btree_map(&self, name: &str, config: FastFairConfig) -> Result<BTreeMap<B, P>, Error> {
+    /// The ordered map named `name` from `K` to `V`; `config` (node size, shift policy) shapes
+    /// it if it is new (an existing map keeps the configuration recorded in the store, and
+    /// must have been created with these types: [`Error::TypeMismatch`] otherwise).
+    pub fn btree_map<K: Key, V: Value>(
+        &self,
+        name: &str,
+        config: FastFairConfig,
+    ) -> Result<BTreeMap<K, V, B, P>, Error> {
+        let types = (K::CODE, V::CODE);
+        let repr = if types::inline::<K, V>() {
+            TreeRepr::Words(self.shared.open_or_create(name, config, types)?)
+        } else {
+            TreeRepr::Records(self.shared.open_or_create(name, config, types)?)
+        };
         Ok(BTreeMap {
-            core: self.shared.open_or_create(name, config)?,
+            repr,
+            types: PhantomData,
         })
     }
 
     /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new
     /// (an existing one keeps the configuration recorded in the store).
     pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B, P>, Error> {
+        let untyped = (u64::CODE, u64::CODE);
         Ok(Datalog {
-            core: self.shared.open_or_create(name, config)?,
+            core: self.shared.open_or_create(name, config, untyped)?,
         })
     }
 

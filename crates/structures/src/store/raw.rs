@@ -12,6 +12,7 @@ use crate::cceh::{self, Cceh, CcehConfig};
 use crate::datalog::{self, Datalog, DatalogConfig};
 use crate::fastfair::{self, FastFair, FastFairConfig};
 use crate::kind::StructureKind;
+use crate::records::{hash as record_hash, tree as record_tree, RecordHashMap, RecordTreeMap};
 
 /// The heap as the handles hold it.
 pub(crate) type SharedHeap<B, P> = Arc<Heap<B, P>>;
@@ -36,6 +37,10 @@ pub(crate) trait Structure<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
 pub(crate) type HashTable<B, P> = Cceh<B, P, SharedHeap<B, P>>;
 /// The FAST&FAIR tree as the store holds it.
 pub(crate) type Tree<B, P> = FastFair<B, P, SharedHeap<B, P>>;
+/// The byte-key hash map as the store holds it.
+pub(crate) type RecordTable<B, P> = RecordHashMap<B, P, SharedHeap<B, P>>;
+/// The byte-key ordered map as the store holds it.
+pub(crate) type RecordTree<B, P> = RecordTreeMap<B, P, SharedHeap<B, P>>;
 /// The datalog as the store holds it.
 pub(crate) type Files<B, P> = Datalog<B, P, SharedHeap<B, P>>;
 
@@ -81,5 +86,35 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Files<B, P> {
     }
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(Datalog::blocks(self))
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, P> {
+    const KIND: StructureKind = StructureKind::RecordHashMap;
+    const ROOT_BYTES: u64 = record_hash::ROOT_BYTES;
+    type Config = CcehConfig;
+    fn create(heap: SharedHeap<B, P>, root: u64, config: CcehConfig) -> Result<Self, Error> {
+        Ok(RecordHashMap::create(heap, root, config)?)
+    }
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error> {
+        Ok(RecordHashMap::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(RecordHashMap::blocks(self)?)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P> {
+    const KIND: StructureKind = StructureKind::RecordBTreeMap;
+    const ROOT_BYTES: u64 = record_tree::ROOT_BYTES;
+    type Config = FastFairConfig;
+    fn create(heap: SharedHeap<B, P>, root: u64, config: FastFairConfig) -> Result<Self, Error> {
+        Ok(RecordTreeMap::create(heap, root, config)?)
+    }
+    fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error> {
+        Ok(RecordTreeMap::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(RecordTreeMap::blocks(self)?)
     }
 }

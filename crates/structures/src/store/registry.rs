@@ -16,6 +16,7 @@ use super::catalog::{Catalog, Listed};
 use super::error::Error;
 use super::name::check_name;
 use super::raw::{SharedHeap, Structure};
+use super::types::TypeCode;
 use crate::kind::StructureKind;
 
 /// What every handle holds: the heap, the catalog and the open structures.
@@ -35,6 +36,8 @@ pub(crate) enum Opened<B: Backend, P: Deref<Target = Pool<B>>> {
     HashMap(Weak<super::map::HashCore<B, P>>),
     BTreeMap(Weak<super::map::TreeCore<B, P>>),
     Datalog(Weak<super::datalog::FilesCore<B, P>>),
+    RecordHashMap(Weak<super::record_map::RecordHashCore<B, P>>),
+    RecordBTreeMap(Weak<super::record_map::RecordTreeCore<B, P>>),
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
@@ -44,6 +47,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
             Opened::HashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
             Opened::BTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
             Opened::Datalog(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+            Opened::RecordHashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+            Opened::RecordBTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
         }
     }
 
@@ -52,6 +57,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
             Opened::HashMap(w) => w.strong_count() > 0,
             Opened::BTreeMap(w) => w.strong_count() > 0,
             Opened::Datalog(w) => w.strong_count() > 0,
+            Opened::RecordHashMap(w) => w.strong_count() > 0,
+            Opened::RecordBTreeMap(w) => w.strong_count() > 0,
         }
     }
 }
@@ -94,11 +101,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
     }
 
     /// The handle core of `name`: the one already open, else the structure opened from the
-    /// catalog, else a new structure made with `config` and listed.
+    /// catalog, else a new structure made with `config` and listed. `types` are a map's key
+    /// and value types (`u64` for other structures), checked against the catalog's.
     pub(crate) fn open_or_create<C>(
         self: &Arc<Self>,
         name: &str,
         config: <C::Raw as Structure<B, P>>::Config,
+        types: (TypeCode, TypeCode),
     ) -> Result<Arc<C>, Error>
     where
         C: Core<B, P>,
@@ -108,7 +117,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         let wanted = <C::Raw as Structure<B, P>>::KIND;
         let (raw, listed) = match state.catalog.find(name) {
             Some(listed) => {
-                check_kind(name, listed.kind, wanted)?;
+                check_types(name, &listed, wanted, types)?;
                 if let Some(core) = state.open.get(&listed.slot).and_then(C::recall) {
                     return Ok(core);
                 }
@@ -120,6 +129,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                     &self.heap,
                     name,
                     wanted,
+                    types,
                     <C::Raw as Structure<B, P>>::ROOT_BYTES,
                     |root| C::Raw::create(heap, root, config),
                 )?
@@ -147,6 +157,25 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         state.catalog.remove(&self.heap, listed.slot, &blocks)
     }
 
+    /// Open every map of records once, so that each resolves what a crash left in doubt
+    /// before anything allocates ([`crate::records`]). Run when the store loads.
+    pub(crate) fn resolve_records(&self) -> Result<(), Error> {
+        use super::raw::{RecordTable, RecordTree};
+        let state = self.lock();
+        for (_, listed) in state.catalog.listed() {
+            match listed.kind {
+                StructureKind::RecordHashMap => {
+                    RecordTable::open(self.heap.clone(), listed.root)?;
+                }
+                StructureKind::RecordBTreeMap => {
+                    RecordTree::open(self.heap.clone(), listed.root)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Every block each listed structure owns, its root block included, by structure name.
     /// Open structures are walked through their handle, the others opened for the walk.
     pub(crate) fn owned_blocks(&self) -> Result<Vec<(String, Vec<u64>)>, Error> {
@@ -170,22 +199,49 @@ fn blocks_of<B: Backend, P: Deref<Target = Pool<B>>>(
     heap: &SharedHeap<B, P>,
     listed: &Listed,
 ) -> Result<Vec<u64>, Error> {
-    use super::raw::{Files, HashTable, Tree};
+    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
     match listed.kind {
+        StructureKind::RecordBTreeMap => {
+            Structure::blocks(&RecordTree::open(heap.clone(), listed.root)?)
+        }
+        StructureKind::RecordHashMap => {
+            Structure::blocks(&RecordTable::open(heap.clone(), listed.root)?)
+        }
         StructureKind::HashMap => Structure::blocks(&HashTable::open(heap.clone(), listed.root)?),
         StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap.clone(), listed.root)?),
         StructureKind::Datalog => Structure::blocks(&Files::open(heap.clone(), listed.root)?),
     }
 }
 
-fn check_kind(name: &str, found: StructureKind, wanted: StructureKind) -> Result<(), Error> {
-    if found == wanted {
-        Ok(())
-    } else {
-        Err(Error::KindMismatch {
+/// Whether the structure `listed` under `name` is the `wanted` kind with the `types` asked for.
+/// A map asked for with other types is a type mismatch, even when the other types would have
+/// made it the other kind of map (inline words or records).
+fn check_types(
+    name: &str,
+    listed: &Listed,
+    wanted: StructureKind,
+    types: (TypeCode, TypeCode),
+) -> Result<(), Error> {
+    let family = |kind| match kind {
+        StructureKind::RecordHashMap => StructureKind::HashMap,
+        StructureKind::RecordBTreeMap => StructureKind::BTreeMap,
+        other => other,
+    };
+    if family(listed.kind) != family(wanted) {
+        return Err(Error::KindMismatch {
             name: name.to_string(),
-            found,
+            found: listed.kind,
             wanted,
-        })
+        });
     }
+    if listed.types != types || listed.kind != wanted {
+        return Err(Error::TypeMismatch {
+            name: name.to_string(),
+            found_key: listed.types.0,
+            found_value: listed.types.1,
+            wanted_key: types.0,
+            wanted_value: types.1,
+        });
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! object. Nothing else in the store knows these offsets.
 
 use crate::kind::StructureKind;
+use crate::store::types::TypeCode;
 
 /// The header's magic: the root object holds a store catalog.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"PMCATLG1");
@@ -33,7 +34,9 @@ pub(super) mod entry {
     pub const REMOVAL_LIST: u64 = 24;
     /// While removing: how many listed blocks are freed already.
     pub const REMOVAL_CURSOR: u64 = 32;
-    /// Bytes of the name.
+    /// Bits 0..8: bytes of the name; bits 8..32 and 32..56: a map's key and value type codes
+    /// ([`crate::store::types::TypeCode`]; 0 is `u64`, so entries written before typed maps
+    /// read as `u64 -> u64`).
     pub const NAME_LEN: u64 = 40;
     /// Maps: 1 if the key the structure reserves for itself holds a value (kept here).
     pub const SIDE_PRESENT: u64 = 48;
@@ -89,6 +92,8 @@ pub(super) struct EntryImage {
     pub removal_cursor: u64,
     pub name: String,
     pub side: Option<u64>,
+    /// A map's key and value types (`u64` for other structures).
+    pub types: (TypeCode, TypeCode),
 }
 
 impl EntryImage {
@@ -103,7 +108,10 @@ impl EntryImage {
         put(entry::ROOT, self.root);
         put(entry::REMOVAL_LIST, self.removal_list);
         put(entry::REMOVAL_CURSOR, self.removal_cursor);
-        put(entry::NAME_LEN, self.name.len() as u64);
+        put(
+            entry::NAME_LEN,
+            self.name.len() as u64 | self.types.0.bits() << 8 | self.types.1.bits() << 32,
+        );
         put(entry::SIDE_PRESENT, u64::from(self.side.is_some()));
         put(entry::SIDE_VALUE, self.side.unwrap_or(0));
         let name = entry::NAME as usize;
@@ -122,7 +130,15 @@ impl EntryImage {
         let kind = StructureKind::from_code(code).ok_or(format!("unknown kind code {code}"))?;
         let state = State::from_code(word(entry::STATE))
             .ok_or(format!("unknown state code {}", word(entry::STATE)))?;
-        let len = word(entry::NAME_LEN);
+        let packed = word(entry::NAME_LEN);
+        if packed >> 56 != 0 {
+            return Err(format!("stray bits in the name-length word {packed:#x}"));
+        }
+        let types = (
+            TypeCode::from_bits(packed >> 8),
+            TypeCode::from_bits(packed >> 32),
+        );
+        let len = packed & 0xff;
         if len == 0 || len > MAX_NAME_BYTES as u64 {
             return Err(format!("name length {len}"));
         }
@@ -143,6 +159,7 @@ impl EntryImage {
             removal_cursor: word(entry::REMOVAL_CURSOR),
             name,
             side,
+            types,
         }))
     }
 }
@@ -161,6 +178,10 @@ mod tests {
             removal_cursor: 17,
             name: "orders".into(),
             side: Some(u64::MAX - 3),
+            types: (
+                <[u8; 16] as crate::store::types::Value>::CODE,
+                <String as crate::store::types::Value>::CODE,
+            ),
         };
         assert_eq!(EntryImage::decode(&image.bytes()), Ok(Some(image)));
         assert_eq!(EntryImage::decode(&[0; ENTRY_BYTES as usize]), Ok(None));
@@ -176,6 +197,7 @@ mod tests {
             removal_cursor: 0,
             name: "x".repeat(MAX_NAME_BYTES),
             side: None,
+            types: (TypeCode::from_bits(0), TypeCode::from_bits(0)),
         }
         .bytes();
         assert!(EntryImage::decode(&b).unwrap().is_some());

@@ -23,6 +23,7 @@ use layout::{capacity_of, entry, header, EntryImage, State, ENTRY_BYTES, HEADER_
 pub use layout::{root_bytes, MAX_NAME_BYTES};
 
 use super::error::Error;
+use super::types::TypeCode;
 use crate::kind::StructureKind;
 
 /// A structure the catalog lists.
@@ -36,6 +37,8 @@ pub(crate) struct Listed {
     pub root: u64,
     /// Pool offset of its entry.
     pub entry: u64,
+    /// A map's key and value types (`u64` for other structures).
+    pub types: (TypeCode, TypeCode),
 }
 
 /// The catalog of a store: where it lives and a DRAM copy of its entries.
@@ -147,6 +150,7 @@ impl Catalog {
             kind: e.kind,
             root: e.root,
             entry: self.entry_offset(slot),
+            types: e.types,
         })
     }
 
@@ -184,6 +188,7 @@ impl Catalog {
         heap: &Heap<B, P>,
         name: &str,
         kind: StructureKind,
+        types: (TypeCode, TypeCode),
         root_bytes: u64,
         create: impl FnOnce(u64) -> Result<S, Error>,
     ) -> Result<(S, Listed), Error> {
@@ -213,6 +218,7 @@ impl Catalog {
                 removal_cursor: 0,
                 name: name.to_string(),
                 side: None,
+                types,
             };
             tx.write(entry_offset, &image.bytes())?;
             Ok::<_, Error>((structure, image))
@@ -222,6 +228,7 @@ impl Catalog {
             kind,
             root: image.root,
             entry: entry_offset,
+            types,
         };
         self.entries[slot as usize] = Some(image);
         Ok((structure, listed))

@@ -1,0 +1,910 @@
+//! The byte-key ordered map: a trie of FAST&FAIR trees, each keyed by 7 bytes of the key
+//! (the layering of Masstree, EuroSys'12 Masstree, Sec. 4.1), whose entries point at records.
+//!
+//! # Layers
+//!
+//! Layer `l` is a `u64 -> u64` FAST&FAIR tree keyed by the *slice word* of key bytes
+//! `7l .. 7l + 7`: those bytes big-endian, padded with zeros, then one byte saying how many of
+//! them the key has (0 to 7) or 8 if the key goes on past them. Words sort as the keys do
+//! (a key that ends sorts before its extensions), and never reach `u64::MAX` (the tree's free
+//! slot). An entry's value is a record (a key ending in this slice is the only key with its
+//! word; a key going on is the only one *so far*), or, tagged with bit 0, the root of the next
+//! layer, which holds every key going on past this slice. A key that meets another going on
+//! with the same 7 bytes moves the other into a new layer, then goes down to it. Layers are
+//! never taken apart: a layer left with one key, or none, stays (one node and its redo area).
+//!
+//! Random 16-byte keys nearly all end their walk in layer 0: a lookup is one FAST&FAIR lookup
+//! and one record read. Keys with a long common prefix (`user:0000001`) go down one layer per
+//! 7 shared bytes.
+//!
+//! # Crash consistency
+//!
+//! Record writes follow [`super`] (two fences, intent lines, resolution at open). A new layer
+//! is made in one transaction that also names it in the writer's intent line (its *layer
+//! word*); the record it takes over is then entered in it, and the layer is published by one
+//! 8-byte store of the parent entry's value. The layer word is cleared after. At open, a layer
+//! the word names and no walk reaches (a crash before the publish) is freed; one it reaches is
+//! kept. A layer word never names a freed layer: the freeing transaction clears it.
+//!
+//! # Root object ([`ROOT_BYTES`], 64-byte aligned)
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | magic ([`StructureKind::RecordBTreeMap`]) |
+//! | 8 | format version |
+//! | 16 | the intent area's offset |
+//! | 64..128 | layer 0's FAST&FAIR root object |
+
+use std::collections::HashMap;
+use std::ops::{Bound, Deref};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crossbeam_epoch as epoch;
+use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_undo_log::{Heap, TxError};
+
+use super::hash::check_sizes;
+use super::intent;
+use super::layout::{self, MAX_KEY_BYTES};
+use super::{Records, Resolved};
+use crate::fastfair::{FastFair, FastFairConfig, FastFairError};
+use crate::kind::{describe_magic, StructureKind};
+
+use super::hash::RecordMapError;
+
+/// Bytes of the root object.
+pub const ROOT_BYTES: u64 = 128;
+/// Where layer 0's root object sits in the root object.
+const TOP_AT: u64 = 64;
+/// The format this code writes.
+const VERSION: u64 = 1;
+/// Key bytes per layer.
+const SLICE: usize = 7;
+/// The tag of an entry value naming a layer (records and layer roots are 64-byte aligned).
+const LAYER_TAG: u64 = 1;
+/// Entries a scan takes from a layer per descent.
+const SCAN_BATCH: usize = 64;
+
+type Result<T, E = RecordMapError> = std::result::Result<T, E>;
+type Layer<B, P, H> = FastFair<B, P, H>;
+
+/// The slice word of `key` in layer `layer` (see the module docs).
+pub(crate) fn slice_word(key: &[u8], layer: usize) -> u64 {
+    let rest = &key[(layer * SLICE).min(key.len())..];
+    let take = rest.len().min(SLICE);
+    let mut bytes = [0u8; 8];
+    bytes[..take].copy_from_slice(&rest[..take]);
+    bytes[7] = if rest.len() > SLICE { 8 } else { take as u8 };
+    u64::from_be_bytes(bytes)
+}
+
+/// Whether keys with this slice word go on past it (so several may share it).
+fn goes_on(word: u64) -> bool {
+    word & 0xff == 8
+}
+
+fn is_layer(value: u64) -> bool {
+    value & LAYER_TAG != 0
+}
+
+/// Why one try at a write must start again from the top.
+enum Attempt {
+    /// A concurrent writer changed the entry between the descent and the lock.
+    Retry,
+    Fail(RecordMapError),
+}
+
+impl From<FastFairError> for Attempt {
+    fn from(e: FastFairError) -> Self {
+        Attempt::Fail(e.into())
+    }
+}
+
+impl From<RecordMapError> for Attempt {
+    fn from(e: RecordMapError) -> Self {
+        Attempt::Fail(e)
+    }
+}
+
+impl From<TxError> for Attempt {
+    fn from(e: TxError) -> Self {
+        Attempt::Fail(e.into())
+    }
+}
+
+impl From<PoolError> for Attempt {
+    fn from(e: PoolError) -> Self {
+        Attempt::Fail(e.into())
+    }
+}
+
+impl From<FastFairError> for RecordMapError {
+    fn from(e: FastFairError) -> Self {
+        match e {
+            FastFairError::Tx(e) => RecordMapError::Heap(e),
+            other => RecordMapError::Tree(other),
+        }
+    }
+}
+
+/// Where a descent for a key ended: the layer, its depth, the key's word there and the
+/// entry's value (a record), or no entry.
+struct Spot<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: Arc<Layer<B, P, H>>,
+    depth: usize,
+    word: u64,
+    record: Option<u64>,
+}
+
+/// A FAST&FAIR ordered map from byte strings to byte strings, in a heap (see the module docs).
+pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    heap: H,
+    root: u64,
+    config: FastFairConfig,
+    records: Records,
+    top: Arc<Layer<B, P, H>>,
+    /// Every layer below the top, by root offset: readers that meet a layer entry find it here
+    /// (a new layer is entered before it is published).
+    layers: RwLock<HashMap<u64, Arc<Layer<B, P, H>>>>,
+    count: AtomicU64,
+    resolved: Resolved,
+}
+
+impl<B, P, H> RecordTreeMap<B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>> + Clone,
+{
+    /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]), in
+    /// one transaction (joining the caller's, if any). Every layer gets `config`.
+    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self> {
+        if !root.is_multiple_of(64) || root >= layout::MAX_OWNER_ROOT {
+            return Err(RecordMapError::InvalidConfig {
+                reason: format!(
+                    "root offset {root:#x} must be 64-byte aligned and below {:#x}",
+                    layout::MAX_OWNER_ROOT
+                ),
+            });
+        }
+        heap.pool().check_range(root, ROOT_BYTES)?;
+        let magic = heap.pool().read::<u64>(root)?;
+        if magic != 0 {
+            return Err(RecordMapError::AlreadyExists {
+                root,
+                found: describe_magic(magic),
+            });
+        }
+        let (top, area) = heap.transaction(|tx| -> Result<_> {
+            let area = tx.alloc(intent::AREA_BYTES)?.offset();
+            tx.write(area, &[0u8; intent::AREA_BYTES as usize])?;
+            let mut head = [0u8; 24];
+            head[0..8].copy_from_slice(&StructureKind::RecordBTreeMap.magic().to_le_bytes());
+            head[8..16].copy_from_slice(&VERSION.to_le_bytes());
+            head[16..24].copy_from_slice(&area.to_le_bytes());
+            tx.write(root, &head)?;
+            let top = FastFair::create(heap.clone(), root + TOP_AT, config)?;
+            Ok((top, area))
+        })?;
+        Ok(RecordTreeMap {
+            heap,
+            root,
+            config,
+            records: Records::new(root, area),
+            top: Arc::new(top),
+            layers: RwLock::new(HashMap::new()),
+            count: AtomicU64::new(0),
+            resolved: Resolved::default(),
+        })
+    }
+
+    /// Open the map at `root`: every layer recovers (FAST&FAIR's open), layers a crash left
+    /// unpublished are freed, and every record an interrupted write left in doubt is
+    /// resolved. Must run before anything else allocates from the heap after a crash.
+    pub fn open(heap: H, root: u64) -> Result<Self> {
+        let pool = heap.pool();
+        let magic = pool.read::<u64>(root)?;
+        if magic != StructureKind::RecordBTreeMap.magic() {
+            return Err(RecordMapError::WrongKind {
+                root,
+                found: describe_magic(magic),
+                wanted: StructureKind::RecordBTreeMap,
+            });
+        }
+        let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
+        let version = pool.read::<u64>(root + 8)?;
+        if version != VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, this code reads {VERSION}"
+            )));
+        }
+        let area = pool.read::<u64>(root + 16)?;
+        if heap.block_size(area).is_none_or(|s| s < intent::AREA_BYTES) {
+            return Err(corrupt(format!(
+                "its intent area {area:#x} is not an allocated block of {} bytes",
+                intent::AREA_BYTES
+            )));
+        }
+        let top = FastFair::open(heap.clone(), root + TOP_AT)?;
+        let config = FastFairConfig {
+            node_size: top.node_size(),
+            policy: top.policy(),
+        };
+        let mut map = RecordTreeMap {
+            heap,
+            root,
+            config,
+            records: Records::new(root, area),
+            top: Arc::new(top),
+            layers: RwLock::new(HashMap::new()),
+            count: AtomicU64::new(0),
+            resolved: Resolved::default(),
+        };
+        // Every layer reached from the top, opened (recovered) once; the records counted.
+        let (layers, count) = map.walk_layers()?;
+        *map.layers.get_mut().unwrap_or_else(|p| p.into_inner()) = layers;
+        map.count = AtomicU64::new(count);
+        map.free_unpublished_layers()?;
+        let resolved = map.records.resolve(&map.heap, |offset, key| {
+            Ok::<_, RecordMapError>(map.record_of(key)? == Some(offset))
+        })?;
+        map.resolved = resolved;
+        Ok(map)
+    }
+
+    /// Open every layer below the top, depth first; the number of records.
+    fn walk_layers(&self) -> Result<(HashMap<u64, Arc<Layer<B, P, H>>>, u64)> {
+        let mut layers = HashMap::new();
+        let mut count = 0;
+        let mut pending = vec![self.top.clone()];
+        while let Some(layer) = pending.pop() {
+            for entry in layer.range(..) {
+                let (_, value) = entry?;
+                if is_layer(value) {
+                    let root = value & !LAYER_TAG;
+                    if layers.contains_key(&root) {
+                        return Err(RecordMapError::Corrupt {
+                            root: self.root,
+                            reason: format!("layer {root:#x} is reached twice"),
+                        });
+                    }
+                    let opened = Arc::new(FastFair::open(self.heap.clone(), root)?);
+                    layers.insert(root, opened.clone());
+                    pending.push(opened);
+                } else {
+                    count += 1;
+                }
+            }
+        }
+        Ok((layers, count))
+    }
+
+    /// Free every layer an intent line's layer word names that no walk reached: made by a
+    /// write a crash stopped before it published the layer.
+    fn free_unpublished_layers(&self) -> Result<()> {
+        let pool = self.heap.pool();
+        for word in self.records.layer_words(pool)? {
+            let reached = self
+                .layers
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&word.layer);
+            if reached {
+                self.records.clear_layer_word(pool, &word)?;
+                continue;
+            }
+            let orphan = FastFair::open(self.heap.clone(), word.layer)?;
+            let blocks = orphan.blocks()?;
+            drop(orphan);
+            self.heap.transaction(|tx| -> Result<()> {
+                for &b in blocks.iter().chain([word.layer].iter()) {
+                    tx.free(pmem_ordering::PPtr::<u8>::new(b))?;
+                }
+                self.records.clear_layer_word_in(tx, &word)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Make a layer holding `record` (whose key goes on past `word` in layer `depth`), and
+    /// publish it in `parent` in place of the record. `Retry` if the entry changed meanwhile
+    /// (the new layer is freed again).
+    fn push_down(
+        &self,
+        parent: &Layer<B, P, H>,
+        depth: usize,
+        word: u64,
+        record: u64,
+    ) -> std::result::Result<(), Attempt> {
+        let pool = self.heap.pool();
+        let key = {
+            let header = layout::read_header(pool, record, u64::MAX)?.ok_or_else(|| {
+                RecordMapError::Corrupt {
+                    root: self.root,
+                    reason: format!("the record at {record:#x} does not parse"),
+                }
+            })?;
+            layout::read_key(pool, record, &header)?
+        };
+        let line = self.records.claim_line();
+        let (layer, root) = self.heap.transaction(|tx| -> Result<_> {
+            let root = tx.alloc(crate::fastfair::ROOT_BYTES)?.offset();
+            tx.write(root, &[0u8; crate::fastfair::ROOT_BYTES as usize])?;
+            let layer = FastFair::create(self.heap.clone(), root, self.config)?;
+            self.records.name_layer_in(tx, &line, root)?;
+            Ok((layer, root))
+        })?;
+        layer.insert(slice_word(&key, depth + 1), record)?;
+        let layer = Arc::new(layer);
+        self.layers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(root, layer.clone());
+        let published = parent.put_with(word, root | LAYER_TAG, true, |old| {
+            if old == Some(record) {
+                Ok(())
+            } else {
+                Err(Attempt::Retry)
+            }
+        });
+        match published {
+            Ok(_) => {
+                self.records.clear_line_layer(pool, &line)?;
+                Ok(())
+            }
+            Err(e) => {
+                self.layers
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&root);
+                let blocks = layer.blocks()?;
+                drop(layer);
+                self.heap.transaction(|tx| -> Result<()> {
+                    for &b in blocks.iter().chain([root].iter()) {
+                        tx.free(pmem_ordering::PPtr::<u8>::new(b))?;
+                    }
+                    self.records.clear_line_layer_in(tx, &line)?;
+                    Ok(())
+                })?;
+                Err(e)
+            }
+        }
+    }
+
+    fn put(&self, key: &[u8], value: &[u8], replace: bool) -> Result<(bool, Option<Vec<u8>>)> {
+        check_sizes(key, value)?;
+        let heap = &*self.heap;
+        let pool = heap.pool();
+        let mut staged = None;
+        loop {
+            // Pinned for the whole try: the records it reads cannot be reused under it.
+            let _guard = epoch::pin();
+            let spot = self.descend(key)?;
+            let attempt = match spot.record {
+                Some(r) if !self.holds(&spot, r, key)? => {
+                    // Another key going on with the same 7 bytes: both go down a layer.
+                    self.push_down(&spot.layer, spot.depth, spot.word, r)
+                        .map(|()| None)
+                }
+                Some(_) if !replace => {
+                    if let Some(s) = staged.take() {
+                        super::Staged::abandon(s, heap);
+                    }
+                    return Ok((false, None));
+                }
+                found => {
+                    let s = match staged.as_mut() {
+                        Some(s) => s,
+                        None => staged.insert(self.records.stage(heap, key, value, found)?),
+                    };
+                    let new = s.new_offset().expect("a staged put has a record");
+                    let mut old_value = None;
+                    let word = spot.word;
+                    let put = spot.layer.put_with(word, new, replace, |old| {
+                        if let Some(o) = old {
+                            if is_layer(o) || (goes_on(word) && !self.record_has_key(o, key)?) {
+                                return Err(Attempt::Retry);
+                            }
+                            old_value = Some(read_value(pool, o)?);
+                        }
+                        s.commit(heap, old).map_err(Attempt::from)
+                    });
+                    match put {
+                        Ok(None) => {
+                            self.count.fetch_add(1, Ordering::Relaxed);
+                            Ok(Some((true, None)))
+                        }
+                        Ok(Some(_)) if !replace => Err(Attempt::Retry),
+                        Ok(Some(_)) => Ok(Some((true, old_value))),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match attempt {
+                Ok(Some(done)) => {
+                    if let Some(s) = staged.take() {
+                        s.finish();
+                    }
+                    return Ok(done);
+                }
+                Ok(None) | Err(Attempt::Retry) => continue,
+                Err(Attempt::Fail(e)) => {
+                    if let Some(s) = staged.take() {
+                        // A split that found the heap full left the tree as it was.
+                        let _ = s.undo(heap);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
+    /// written) if it was there.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(self.put(key, value, false)?.0)
+    }
+
+    /// Insert or overwrite `key -> value`; the old value if there was one.
+    pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.put(key, value, true)?.1)
+    }
+
+    /// Remove `key`; its value if it was there.
+    pub fn remove(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.len() > MAX_KEY_BYTES {
+            return Ok(None);
+        }
+        let heap = &*self.heap;
+        let pool = heap.pool();
+        loop {
+            let _guard = epoch::pin();
+            let spot = self.descend(key)?;
+            let Some(r) = spot.record.filter(|&r| self.holds(&spot, r, key).unwrap_or(false))
+            else {
+                return Ok(None);
+            };
+            let mut staged = self.records.stage_remove(heap, r)?;
+            let mut old_value = None;
+            let word = spot.word;
+            let removed = spot.layer.remove_with(word, |old| {
+                if is_layer(old) || (goes_on(word) && !self.record_has_key(old, key)?) {
+                    return Err(Attempt::Retry);
+                }
+                old_value = Some(read_value(pool, old)?);
+                staged.commit(heap, Some(old)).map_err(Attempt::from)
+            });
+            match removed {
+                Ok(Some(_)) => {
+                    self.count.fetch_sub(1, Ordering::Relaxed);
+                    staged.finish();
+                    return Ok(old_value);
+                }
+                Ok(None) => {
+                    staged.abandon(heap);
+                    return Ok(None);
+                }
+                Err(Attempt::Retry) => {
+                    staged.abandon(heap);
+                    continue;
+                }
+                Err(Attempt::Fail(e)) => {
+                    // A merge whose transaction failed left the tree as it was.
+                    let _ = staged.undo(heap);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl<B, P, H> RecordTreeMap<B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// The heap.
+    pub fn heap(&self) -> &Heap<B, P> {
+        &self.heap
+    }
+
+    /// The root object's offset.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// The node size and shift policy of every layer.
+    pub fn config(&self) -> FastFairConfig {
+        self.config
+    }
+
+    /// What the last open's resolution of interrupted writes did.
+    pub fn resolved_at_open(&self) -> Resolved {
+        self.resolved
+    }
+
+    /// The layer whose root object is at `root`.
+    fn layer(&self, root: u64) -> Result<Arc<Layer<B, P, H>>> {
+        self.layers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&root)
+            .cloned()
+            .ok_or_else(|| RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
+            })
+    }
+
+    /// Walk down the layers for `key` (the caller is pinned) to the entry of its word.
+    fn descend(&self, key: &[u8]) -> Result<Spot<B, P, H>> {
+        let mut layer = self.top.clone();
+        let mut depth = 0;
+        loop {
+            let word = slice_word(key, depth);
+            match layer.get(word)? {
+                Some(v) if is_layer(v) => {
+                    layer = self.layer(v & !LAYER_TAG)?;
+                    depth += 1;
+                }
+                record => {
+                    return Ok(Spot {
+                        layer,
+                        depth,
+                        word,
+                        record,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Whether the record `r` at `spot` is `key`'s: a word of a key that ends here names one
+    /// key; a word of keys going on needs the record's key.
+    fn holds(&self, spot: &Spot<B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
+        if goes_on(spot.word) {
+            self.record_has_key(r, key)
+        } else {
+            Ok(true)
+        }
+    }
+
+    fn record_has_key(&self, record: u64, key: &[u8]) -> Result<bool> {
+        let pool = self.heap.pool();
+        Ok(match layout::read_header(pool, record, u64::MAX)? {
+            Some(h) => layout::key_equals(pool, record, &h, key)?,
+            None => false,
+        })
+    }
+
+    /// The record `key` has now, if any.
+    fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
+        let _guard = epoch::pin();
+        let spot = self.descend(key)?;
+        match spot.record {
+            Some(r) if self.holds(&spot, r, key)? => Ok(Some(r)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The value of `key`, if present. Takes no lock.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.len() > MAX_KEY_BYTES {
+            return Ok(None);
+        }
+        let _guard = epoch::pin();
+        let spot = self.descend(key)?;
+        match spot.record {
+            Some(r) if self.holds(&spot, r, key)? => Ok(Some(read_value(self.heap.pool(), r)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether `key` is present. Takes no lock.
+    pub fn contains_key(&self, key: &[u8]) -> Result<bool> {
+        if key.len() > MAX_KEY_BYTES {
+            return Ok(false);
+        }
+        Ok(self.record_of(key)?.is_some())
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
+    /// of a layer at a time without a lock, so a scan beside writers sees every key present
+    /// for its whole duration, once. The iterator pins the epoch while it lives (see
+    /// [`super::hash::RecordHashMap::iter`]).
+    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
+        let low = match start {
+            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Scan {
+            map: self,
+            start: start.map(<[u8]>::to_vec),
+            end: end.map(<[u8]>::to_vec),
+            stack: vec![Level {
+                layer: self.top.clone(),
+                depth: 0,
+                low,
+                buffer: Vec::new(),
+                next: 0,
+                exhausted: false,
+            }],
+            _guard: epoch::pin(),
+            done: false,
+        }
+    }
+
+    /// Every `(key, value)`, in key order.
+    pub fn iter(&self) -> Scan<'_, B, P, H> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The offsets of every record and every layer below the top.
+    fn walk(&self) -> Result<(Vec<u64>, Vec<u64>)> {
+        let mut records = Vec::new();
+        let mut layers = Vec::new();
+        let mut pending = vec![self.top.clone()];
+        while let Some(layer) = pending.pop() {
+            for entry in layer.range(..) {
+                let (_, value) = entry?;
+                if is_layer(value) {
+                    let root = value & !LAYER_TAG;
+                    layers.push(root);
+                    pending.push(self.layer(root)?);
+                } else {
+                    records.push(value);
+                }
+            }
+        }
+        Ok((records, layers))
+    }
+
+    /// Every heap block the map owns: each layer's (its root object and its tree's), the
+    /// intent area and every record.
+    pub fn blocks(&self) -> Result<Vec<u64>> {
+        let _guard = epoch::pin();
+        let (records, layers) = self.walk()?;
+        let mut blocks = self.top.blocks()?;
+        for root in layers {
+            blocks.push(root);
+            blocks.extend(self.layer(root)?.blocks()?);
+        }
+        blocks.push(self.records.intent_area());
+        blocks.extend(records);
+        Ok(blocks)
+    }
+
+    /// Check every layer ([`FastFair::check`]) and every record: allocated, of this map, big
+    /// enough, its key's slice the entry's word, in key order. The number of keys.
+    pub fn check(&self) -> Result<u64> {
+        let corrupt = |reason: String| RecordMapError::Corrupt {
+            root: self.root,
+            reason,
+        };
+        let _guard = epoch::pin();
+        let pool = self.heap.pool();
+        let mut pending = vec![(self.top.clone(), 0usize, Vec::<u8>::new())];
+        let mut count = 0;
+        while let Some((layer, depth, prefix)) = pending.pop() {
+            layer.check()?;
+            for entry in layer.range(..) {
+                let (word, value) = entry?;
+                if is_layer(value) {
+                    if !goes_on(word) {
+                        return Err(corrupt(format!(
+                            "word {word:#x} of layer {depth} names a layer but ends its keys"
+                        )));
+                    }
+                    let mut deeper = prefix.clone();
+                    deeper.extend_from_slice(&word.to_be_bytes()[..SLICE]);
+                    pending.push((self.layer(value & !LAYER_TAG)?, depth + 1, deeper));
+                    continue;
+                }
+                let block = self.heap.record_block(value).ok_or_else(|| {
+                    corrupt(format!("word {word:#x} points at {value:#x}, not a published record"))
+                })?;
+                let header = layout::read_header(pool, value, block.size)?.ok_or_else(|| {
+                    corrupt(format!("the record at {value:#x} does not fit its block"))
+                })?;
+                if header.owner != self.records.owner() {
+                    return Err(corrupt(format!(
+                        "the record at {value:#x} belongs to another structure"
+                    )));
+                }
+                let key = layout::read_key(pool, value, &header)?;
+                if !key.starts_with(&prefix) || slice_word(&key, depth) != word {
+                    return Err(corrupt(format!(
+                        "the record at {value:#x} holds a key that does not belong at word \
+                         {word:#x} of layer {depth}"
+                    )));
+                }
+                count += 1;
+            }
+        }
+        if count != self.len() {
+            return Err(corrupt(format!(
+                "{count} records reached, the count says {}",
+                self.len()
+            )));
+        }
+        Ok(count)
+    }
+}
+
+fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+    let header = layout::read_header(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
+        offset: record,
+        len: layout::HEADER_BYTES,
+        size: pool.size(),
+    })?;
+    layout::read_value(pool, record, &header)
+}
+
+/// One layer of a scan in progress.
+struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: Arc<Layer<B, P, H>>,
+    depth: usize,
+    /// The lowest word still to read.
+    low: Bound<u64>,
+    buffer: Vec<(u64, u64)>,
+    next: usize,
+    exhausted: bool,
+}
+
+/// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
+pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    map: &'a RecordTreeMap<B, P, H>,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    stack: Vec<Level<B, P, H>>,
+    _guard: epoch::Guard,
+    done: bool,
+}
+
+impl<B, P, H> Scan<'_, B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// The next entry of the innermost layer, refilling its buffer from the tree.
+    fn next_entry(&mut self) -> Result<Option<(usize, u64, u64)>> {
+        let Some(level) = self.stack.last_mut() else {
+            return Ok(None);
+        };
+        if level.next == level.buffer.len() {
+            if level.exhausted {
+                self.stack.pop();
+                return self.next_entry();
+            }
+            level.buffer.clear();
+            level.next = 0;
+            for entry in level.layer.range((level.low, Bound::Unbounded)).take(SCAN_BATCH) {
+                level.buffer.push(entry?);
+            }
+            level.exhausted = level.buffer.len() < SCAN_BATCH;
+            if let Some(&(last, _)) = level.buffer.last() {
+                level.low = Bound::Excluded(last);
+            }
+            if level.buffer.is_empty() {
+                self.stack.pop();
+                return self.next_entry();
+            }
+        }
+        let (word, value) = level.buffer[level.next];
+        level.next += 1;
+        Ok(Some((level.depth, word, value)))
+    }
+
+    fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let pool = self.map.heap.pool();
+        while let Some((depth, word, value)) = self.next_entry()? {
+            if is_layer(value) {
+                // Inside a layer the start bound cuts only where the path is the start key's.
+                let low = match &self.start {
+                    Bound::Included(k) | Bound::Excluded(k)
+                        if slice_word(k, depth) == word && k.len() > (depth + 1) * SLICE =>
+                    {
+                        Bound::Included(slice_word(k, depth + 1))
+                    }
+                    _ => Bound::Unbounded,
+                };
+                self.stack.push(Level {
+                    layer: self.map.layer(value & !LAYER_TAG)?,
+                    depth: depth + 1,
+                    low,
+                    buffer: Vec::new(),
+                    next: 0,
+                    exhausted: false,
+                });
+                continue;
+            }
+            let header = layout::read_header(pool, value, u64::MAX)?.ok_or_else(|| {
+                RecordMapError::Corrupt {
+                    root: self.map.root,
+                    reason: format!("the record at {value:#x} does not parse"),
+                }
+            })?;
+            let key = layout::read_key(pool, value, &header)?;
+            let after_start = match &self.start {
+                Bound::Included(s) => key >= *s,
+                Bound::Excluded(s) => key > *s,
+                Bound::Unbounded => true,
+            };
+            if !after_start {
+                continue;
+            }
+            let before_end = match &self.end {
+                Bound::Included(e) => key <= *e,
+                Bound::Excluded(e) => key < *e,
+                Bound::Unbounded => true,
+            };
+            if !before_end {
+                return Ok(None);
+            }
+            return Ok(Some((key, layout::read_value(pool, value, &header)?)));
+        }
+        Ok(None)
+    }
+}
+
+impl<B, P, H> Iterator for Scan<'_, B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.advance() {
+            Ok(Some(pair)) => Some(Ok(pair)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_words_sort_as_their_keys() {
+        let mut keys: Vec<&[u8]> = vec![
+            b"", b"a", b"a\0", b"ab", b"abcdefg", b"abcdefg\0", b"abcdefgh", b"b", b"\xff\xff\xff\xff\xff\xff\xff\xff",
+        ];
+        keys.sort();
+        let words: Vec<u64> = keys.iter().map(|k| slice_word(k, 0)).collect();
+        for w in words.windows(2) {
+            assert!(w[0] <= w[1], "{:#x} > {:#x}", w[0], w[1]);
+        }
+        assert_eq!(slice_word(b"abcdefg\0", 0), slice_word(b"abcdefgh", 0), "both go on");
+        assert!(words.iter().all(|&w| w != u64::MAX));
+        assert!(goes_on(slice_word(b"abcdefgh", 0)));
+        assert!(!goes_on(slice_word(b"abcdefg", 0)));
+        assert_eq!(slice_word(b"abcdefgh", 1), slice_word(b"h", 0));
+    }
+}

@@ -1,0 +1,243 @@
+//! [`BTreeMap`]: a named ordered map of typed keys and values.
+
+use std::marker::PhantomData;
+use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::Arc;
+
+use pmem_ordering::{Backend, Hardware, Pool};
+
+use super::entries::BTreeEntries;
+use super::error::Error;
+use super::map::TreeCore;
+use super::raw::SharedHeap;
+use super::record_map::RecordTreeCore;
+use super::typed::{decode, decode_word, encode_word};
+use super::types::{Encode, Key, Value};
+use crate::fastfair::FastFairConfig;
+use crate::records::tree::Scan;
+
+/// A persistent ordered map from `K` to `V` (FAST&FAIR, FAST'18 FAST&FAIR), named in a
+/// [`Store`].
+///
+/// Keys are walked in their type's order: numeric for the integers (negative numbers first
+/// for the signed ones), lexicographic for byte strings and `String`s. A map whose key and
+/// value both fit 8 bytes keeps them in the tree's slots; any other map is a trie of trees
+/// keyed by 7 key bytes each whose entries point at records (see [`crate::records`]).
+///
+/// Cheap to clone; `Send + Sync + 'static` for a store on a file. Each write is durable when
+/// it returns; lookups and scans take no lock.
+///
+/// [`Store`]: super::Store
+pub struct BTreeMap<K = u64, V = u64, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>>
+{
+    pub(super) repr: TreeRepr<B, P>,
+    pub(super) types: PhantomData<fn() -> (K, V)>,
+}
+
+/// Where an ordered map keeps its pairs.
+pub(super) enum TreeRepr<B: Backend, P: Deref<Target = Pool<B>>> {
+    /// Inline in `u64` slots.
+    Words(Arc<TreeCore<B, P>>),
+    /// In records.
+    Records(Arc<RecordTreeCore<B, P>>),
+}
+
+impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<K, V, B, P> {
+    fn clone(&self) -> Self {
+        BTreeMap {
+            repr: match &self.repr {
+                TreeRepr::Words(core) => TreeRepr::Words(core.clone()),
+                TreeRepr::Records(core) => TreeRepr::Records(core.clone()),
+            },
+            types: PhantomData,
+        }
+    }
+}
+
+impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B, P> {
+    /// The value of `key`.
+    pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
+        let key = key.encode();
+        match &self.repr {
+            TreeRepr::Words(core) => core
+                .get(encode_word(key.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            TreeRepr::Records(core) => core
+                .raw
+                .get(key.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// Whether `key` is in the map.
+    pub fn contains_key(&self, key: impl Encode<K>) -> Result<bool, Error> {
+        let key = key.encode();
+        match &self.repr {
+            TreeRepr::Words(core) => Ok(core.get(encode_word(key.bytes()))?.is_some()),
+            TreeRepr::Records(core) => Ok(core.raw.contains_key(key.bytes())?),
+        }
+    }
+
+    /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
+    /// changed) if present. Durable when it returns.
+    pub fn insert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
+        let (key, value) = (key.encode(), value.encode());
+        match &self.repr {
+            TreeRepr::Words(core) => {
+                core.insert(encode_word(key.bytes()), encode_word(value.bytes()))
+            }
+            TreeRepr::Records(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),
+        }
+    }
+
+    /// Set `key -> value` whether or not `key` is present; the old value if it was. Durable
+    /// when it returns.
+    pub fn upsert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<Option<V>, Error> {
+        let (key, value) = (key.encode(), value.encode());
+        match &self.repr {
+            TreeRepr::Words(core) => core
+                .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            TreeRepr::Records(core) => core
+                .raw
+                .upsert(key.bytes(), value.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// Remove `key`; its value if it was present. Durable when it returns.
+    pub fn remove(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
+        let key = key.encode();
+        match &self.repr {
+            TreeRepr::Words(core) => core
+                .remove(encode_word(key.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            TreeRepr::Records(core) => core
+                .raw
+                .remove(key.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// How many keys the map holds.
+    pub fn len(&self) -> u64 {
+        match &self.repr {
+            TreeRepr::Words(core) => core.len(),
+            TreeRepr::Records(core) => core.raw.len(),
+        }
+    }
+
+    /// Whether the map holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Walk the whole structure (and every record) and check every invariant it can; the
+    /// number of keys. Changes nothing.
+    pub fn check(&self) -> Result<u64, Error> {
+        match &self.repr {
+            TreeRepr::Words(core) => core.check(),
+            TreeRepr::Records(core) => Ok(core.raw.check()?),
+        }
+    }
+
+    /// The map's name in its store.
+    pub fn name(&self) -> &str {
+        match &self.repr {
+            TreeRepr::Words(core) => &core.name,
+            TreeRepr::Records(core) => &core.name,
+        }
+    }
+
+    /// The node size and shift policy the tree (each layer of a map of records) was created
+    /// with (recorded in the store).
+    pub fn config(&self) -> FastFairConfig {
+        match &self.repr {
+            TreeRepr::Words(core) => FastFairConfig {
+                node_size: core.raw.node_size(),
+                policy: core.raw.policy(),
+            },
+            TreeRepr::Records(core) => core.raw.config(),
+        }
+    }
+
+    /// Every `(key, value)` in key order, each `Ok` (or an error that ends the walk).
+    pub fn iter(&self) -> BTreeIter<'_, K, V, B, P> {
+        self.scan(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The `(key, value)`s with keys in `range`, in key order, each `Ok` (or an error that
+    /// ends the walk): `map.range("user:".."user;")` is every key starting with `user:`. Read
+    /// without a lock: a scan beside writers sees every key present for its whole duration,
+    /// and each key once. A scan of a map of records pins the epoch while it lives (see
+    /// [`super::HashMap::iter`]).
+    pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B, P> {
+        let encoded = |b: Bound<&A>| b.map(|a| a.encode().bytes().to_vec());
+        self.scan(encoded(range.start_bound()), encoded(range.end_bound()))
+    }
+
+    fn scan(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> BTreeIter<'_, K, V, B, P> {
+        let inner = match &self.repr {
+            TreeRepr::Words(core) => {
+                let word = |b: Bound<Vec<u8>>| b.map(|e| encode_word(&e));
+                TreeIterRepr::Words(core.range_entries((word(start), word(end))))
+            }
+            TreeRepr::Records(core) => TreeIterRepr::Records(
+                core.raw
+                    .range(start.as_ref().map(Vec::as_slice), end.as_ref().map(Vec::as_slice)),
+            ),
+        };
+        BTreeIter {
+            inner,
+            name: self.name(),
+            done: false,
+            types: PhantomData,
+        }
+    }
+}
+
+/// The `(key, value)` pairs of a [`BTreeMap`] in a range, in key order.
+pub struct BTreeIter<'a, K, V, B: Backend, P: Deref<Target = Pool<B>>> {
+    inner: TreeIterRepr<'a, B, P>,
+    name: &'a str,
+    done: bool,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+enum TreeIterRepr<'a, B: Backend, P: Deref<Target = Pool<B>>> {
+    Words(BTreeEntries<'a, B, P>),
+    Records(Scan<'a, B, P, SharedHeap<B, P>>),
+}
+
+impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> Iterator
+    for BTreeIter<'_, K, V, B, P>
+{
+    type Item = Result<(K, V), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = match &mut self.inner {
+            TreeIterRepr::Words(entries) => entries.next()?.and_then(|(k, v)| {
+                Ok((
+                    decode_word(k, "key", self.name)?,
+                    decode_word(v, "value", self.name)?,
+                ))
+            }),
+            TreeIterRepr::Records(scan) => match scan.next()? {
+                Ok((k, v)) => decode(&k, "key", self.name)
+                    .and_then(|k| Ok((k, decode(&v, "value", self.name)?))),
+                Err(e) => Err(e.into()),
+            },
+        };
+        self.done = item.is_err();
+        Some(item)
+    }
+}

@@ -1,0 +1,208 @@
+//! [`HashMap`]: a named hash map of typed keys and values.
+
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use pmem_ordering::{Backend, Hardware, Pool};
+
+use super::entries::HashEntries;
+use super::error::Error;
+use super::map::HashCore;
+use super::record_map::RecordHashCore;
+use super::typed::{decode, decode_word, encode_word};
+use super::types::{Encode, Key, Value};
+use crate::records::hash::Iter as RecordIter;
+
+/// A persistent hash map from `K` to `V` (CCEH, FAST'19 CCEH), named in a [`Store`].
+///
+/// Keys and values are the types of [`super::types`]: `u64` (the default), the other integers,
+/// `[u8; N]`, [`super::types::Pod`] types, byte strings (`Vec<u8>`) and `String`. A map whose
+/// key and value both fit 8 bytes keeps them in the table's slots; any other map keeps each
+/// pair in a record of its own, published by the slot (its key's 64-bit hash and the record's
+/// offset): an insert costs two fences (see [`crate::records`]).
+///
+/// Cheap to clone; `Send + Sync + 'static` for a store on a file, so clones go to threads,
+/// tasks and a service's state. Each write is durable when it returns; lookups take no lock.
+///
+/// [`Store`]: super::Store
+pub struct HashMap<K = u64, V = u64, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>>
+{
+    pub(super) repr: HashRepr<B, P>,
+    pub(super) types: PhantomData<fn() -> (K, V)>,
+}
+
+/// Where a hash map keeps its pairs.
+pub(super) enum HashRepr<B: Backend, P: Deref<Target = Pool<B>>> {
+    /// Inline in `u64` slots.
+    Words(Arc<HashCore<B, P>>),
+    /// In records.
+    Records(Arc<RecordHashCore<B, P>>),
+}
+
+impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<K, V, B, P> {
+    fn clone(&self) -> Self {
+        HashMap {
+            repr: match &self.repr {
+                HashRepr::Words(core) => HashRepr::Words(core.clone()),
+                HashRepr::Records(core) => HashRepr::Records(core.clone()),
+            },
+            types: PhantomData,
+        }
+    }
+}
+
+impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, P> {
+    /// The value of `key`.
+    pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
+        let key = key.encode();
+        match &self.repr {
+            HashRepr::Words(core) => core
+                .get(encode_word(key.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            HashRepr::Records(core) => core
+                .raw
+                .get(key.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// Whether `key` is in the map.
+    pub fn contains_key(&self, key: impl Encode<K>) -> Result<bool, Error> {
+        let key = key.encode();
+        match &self.repr {
+            HashRepr::Words(core) => Ok(core.get(encode_word(key.bytes()))?.is_some()),
+            HashRepr::Records(core) => Ok(core.raw.contains_key(key.bytes())?),
+        }
+    }
+
+    /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
+    /// changed) if present. Durable when it returns.
+    pub fn insert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
+        let (key, value) = (key.encode(), value.encode());
+        match &self.repr {
+            HashRepr::Words(core) => {
+                core.insert(encode_word(key.bytes()), encode_word(value.bytes()))
+            }
+            HashRepr::Records(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),
+        }
+    }
+
+    /// Set `key -> value` whether or not `key` is present; the old value if it was. Durable
+    /// when it returns.
+    pub fn upsert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<Option<V>, Error> {
+        let (key, value) = (key.encode(), value.encode());
+        match &self.repr {
+            HashRepr::Words(core) => core
+                .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            HashRepr::Records(core) => core
+                .raw
+                .upsert(key.bytes(), value.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// Remove `key`; its value if it was present. Durable when it returns.
+    pub fn remove(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
+        let key = key.encode();
+        match &self.repr {
+            HashRepr::Words(core) => core
+                .remove(encode_word(key.bytes()))?
+                .map(|w| decode_word(w, "value", &core.name))
+                .transpose(),
+            HashRepr::Records(core) => core
+                .raw
+                .remove(key.bytes())?
+                .map(|v| decode(&v, "value", &core.name))
+                .transpose(),
+        }
+    }
+
+    /// How many keys the map holds.
+    pub fn len(&self) -> u64 {
+        match &self.repr {
+            HashRepr::Words(core) => core.len(),
+            HashRepr::Records(core) => core.raw.len(),
+        }
+    }
+
+    /// Whether the map holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Walk the whole structure (and every record) and check every invariant it can; the
+    /// number of keys. Changes nothing.
+    pub fn check(&self) -> Result<u64, Error> {
+        match &self.repr {
+            HashRepr::Words(core) => core.check(),
+            HashRepr::Records(core) => Ok(core.raw.check()?),
+        }
+    }
+
+    /// The map's name in its store.
+    pub fn name(&self) -> &str {
+        match &self.repr {
+            HashRepr::Words(core) => &core.name,
+            HashRepr::Records(core) => &core.name,
+        }
+    }
+
+    /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
+    /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk
+    /// may or may not be seen. A map of records pins the epoch while the iterator lives, so a
+    /// thread holding one should not also write the map (a directory doubling would wait for
+    /// it and fails with an error instead).
+    pub fn iter(&self) -> Result<HashIter<'_, K, V, B>, Error> {
+        let inner = match &self.repr {
+            HashRepr::Words(core) => HashIterRepr::Words(core.entries()),
+            HashRepr::Records(core) => HashIterRepr::Records(core.raw.iter()?),
+        };
+        Ok(HashIter {
+            inner,
+            name: self.name(),
+            done: false,
+            types: PhantomData,
+        })
+    }
+}
+
+/// The `(key, value)` pairs of a [`HashMap`] ([`HashMap::iter`]).
+pub struct HashIter<'a, K, V, B: Backend> {
+    inner: HashIterRepr<'a, B>,
+    name: &'a str,
+    done: bool,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+enum HashIterRepr<'a, B: Backend> {
+    Words(HashEntries),
+    Records(RecordIter<'a, B>),
+}
+
+impl<K: Key, V: Value, B: Backend> Iterator for HashIter<'_, K, V, B> {
+    type Item = Result<(K, V), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = match &mut self.inner {
+            HashIterRepr::Words(entries) => entries.next()?.and_then(|(k, v)| {
+                Ok((decode_word(k, "key", self.name)?, decode_word(v, "value", self.name)?))
+            }),
+            HashIterRepr::Records(records) => match records.next()? {
+                Ok((k, v)) => decode(&k, "key", self.name)
+                    .and_then(|k| Ok((k, decode(&v, "value", self.name)?))),
+                Err(e) => Err(e.into()),
+            },
+        };
+        self.done = item.is_err();
+        Some(item)
+    }
+}

@@ -41,10 +41,16 @@ pub(super) fn sim_heap(pool: &Pool<SimBackend>) -> SimHeap<'_> {
 
 /// A fresh tree of 128-byte nodes under `policy` at the pool's root.
 pub(super) fn small_tree<'h>(heap: &'h SimHeap<'h>, policy: ShiftPolicy) -> SimTree<'h> {
-    let config = FastFairConfig {
-        node_size: NODE_BYTES,
-        policy,
-    };
+    tree_of(heap, policy, NODE_BYTES)
+}
+
+/// A fresh tree of `node_size`-byte nodes under `policy` at the pool's root.
+pub(super) fn tree_of<'h>(
+    heap: &'h SimHeap<'h>,
+    policy: ShiftPolicy,
+    node_size: u64,
+) -> SimTree<'h> {
+    let config = FastFairConfig { node_size, policy };
     FastFair::create(heap, heap.pool().root_offset(), config).expect("a tree")
 }
 

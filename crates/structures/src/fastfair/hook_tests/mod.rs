@@ -5,5 +5,6 @@
 //! They are unit tests because the hooked operations are crate-private.
 
 mod crash;
+mod fences;
 mod fixture;
 mod ordering;

@@ -96,6 +96,15 @@ pub enum TxError {
         /// Why.
         reason: &'static str,
     },
+    /// A record block handed back in a state it is not in (e.g. published twice, or released
+    /// without having been retired), or resolved while this session uses it.
+    #[error("invalid use of the record block at offset {offset:#x}: {reason}")]
+    InvalidRecord {
+        /// The block's offset.
+        offset: u64,
+        /// Why.
+        reason: &'static str,
+    },
     /// The allocator's persistent metadata contradicts itself.
     #[error("heap metadata is corrupted: {reason}")]
     CorruptHeap {

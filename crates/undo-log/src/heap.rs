@@ -5,6 +5,8 @@
 //! and runs a transaction: it begins the lane's log, flattens nested calls, and chooses commit
 //! or abort (whose steps are `tx.rs`'s), counting [`TxStats`].
 
+mod records;
+
 use std::cell::RefCell;
 use std::ops::Deref;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -179,14 +181,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     }
 
     /// Walk the heap and check its metadata against itself and the DRAM state; returns every
-    /// committed block as `(offset, size)`.
+    /// committed block (published record blocks included) as `(offset, size)`.
     pub fn check_heap(&self) -> Result<Vec<(u64, u64)>, TxError> {
         self.allocator.check(&*self.pool)
     }
 
-    /// The size of the block a committed transaction allocated at `offset`, or `None` if no
-    /// block starts there: lets a structure check, at open, that the offsets it reads from the
-    /// pool name blocks it owns.
+    /// The size of the block a committed transaction allocated (or the published record
+    /// block) at `offset`, or `None` if no block starts there: lets a structure check, at open,
+    /// that the offsets it reads from the pool name blocks it owns.
     pub fn block_size(&self, offset: u64) -> Option<u64> {
         self.allocator.block_size(offset)
     }

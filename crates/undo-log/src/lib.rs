@@ -37,13 +37,16 @@
 //!
 //! The allocator ([`Tx::alloc`], [`Tx::free`]) keeps size classes in chunks with persistent
 //! bitmaps and runs of chunks for large blocks; its metadata changes go through the same
-//! transaction, so a crash can neither leak a block nor hand it out twice.
+//! transaction, so a crash can neither leak a block nor hand it out twice. Record blocks
+//! ([`Heap::reserve_record`] and what follows it) are allocated outside transactions, for
+//! structures that publish one block per operation with a fence of their own.
 //!
 //! # Where things are
 //!
 //! | file | owns |
 //! |---|---|
 //! | `heap.rs` | [`Heap`]: create and open (recovery of every lane at open), the lane pool, running a transaction (nesting, commit or abort), [`TxStats`] |
+//! | `heap/records.rs` | the [`Heap`]'s record-block API and the protocol a structure follows with it |
 //! | `tx.rs` | [`Tx`]: snapshot, write, alloc and free inside a transaction; commit and abort of one transaction |
 //! | `lane/mod.rs` | the lane protocol, its one owner: begin, append, commit, roll back (after an abort, and after a crash at open), the generation |
 //! | `lane/entry.rs` | the on-media format of a log entry, and the scan that finds a generation's entries |
@@ -81,7 +84,7 @@ pub mod object;
 mod policy;
 mod tx;
 
-pub use alloc::{AllocStats, MIN_CLASS};
+pub use alloc::{AllocStats, RecordBlock, MIN_CLASS};
 pub use error::TxError;
 pub use heap::{Heap, TxStats};
 pub use layout::{HeapConfig, Layout};

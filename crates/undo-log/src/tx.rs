@@ -164,6 +164,11 @@ impl<B: Backend> Tx<'_, B> {
     }
 
     /// Free the block at `ptr` when this transaction commits.
+    ///
+    /// A published record block ([`crate::Heap::publish_record`]) may be freed too: a structure
+    /// being removed frees its records in the transaction that removes it, and the bitmap change
+    /// is logged like any other. A record block reserved or retired (not published) is refused
+    /// with [`TxError::InvalidFree`].
     pub fn free<T>(&self, ptr: PPtr<T>) -> Result<(), TxError> {
         let offset = ptr.offset();
         let mut st = self.state.borrow_mut();

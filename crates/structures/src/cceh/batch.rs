@@ -10,12 +10,14 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::hashing::hash;
-use super::{BatchOptions, Cceh, CcehError, EMPTY_KEY, RESERVED};
+use super::{BatchOptions, Cceh, CcehError, KeyWords, EMPTY_KEY, RESERVED};
 use crate::sync::affinity::{current_cpu, pin_away_from};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Insert every pair, as [`Cceh::insert`] would one after the other; returns how many keys
-    /// were new. Key 0 anywhere in the batch is refused before anything is written.
+    /// were new. Key 0 anywhere in the batch is refused before anything is written, and so is
+    /// a batch for a table whose key words are hashes of byte keys
+    /// ([`CcehError::InvalidConfig`]): its entries are written through the byte-key map.
     ///
     /// With `options.helper`, a second thread (pinned to another core where the machine
     /// allows) walks the lookup path of the keys up to `options.depth` ahead of this one, hash
@@ -36,6 +38,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(CcehError::ReservedKey(RESERVED));
+        }
+        if self.key_words == KeyWords::Hashed {
+            return Err(CcehError::InvalidConfig {
+                reason: "insert_batch takes u64 keys, and this table's key words are hashes of \
+                         byte keys: insert its entries through the byte-key map"
+                    .into(),
+            });
         }
         let ahead = options.depth.max(1);
         let words = self.pool_words()?;

@@ -9,7 +9,7 @@ use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash};
 use super::layout::{slots_of, Directory, Entry};
-use super::{Cceh, CcehError, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
+use super::{Cceh, CcehError, KeyWords, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Check the whole table and return the number of keys. Taken under the structure mutex
@@ -20,8 +20,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// aligned run of `2^(global - local)` equal entries (so every entry agrees with its
     /// segment's local depth); every live key (one whose hash prefix is its segment's pattern:
     /// the others are stale copies a split left behind, free slots) sits in its own probing
-    /// window, where lookups search it; no live key is stored twice; and the live keys number
-    /// [`Cceh::len`]. A violation is [`CcehError::Corrupt`], saying what and where.
+    /// window, where lookups search it; no live key is stored twice (in a table of hashed key
+    /// words, no key word with the same value twice: colliding keys share a key word); and the
+    /// live keys number [`Cceh::len`]. A violation is [`CcehError::Corrupt`], saying what and where.
     pub fn check(&self) -> Result<u64, CcehError> {
         let _structure = self.structure();
         let _stripes = self.stripes.lock_all();
@@ -80,7 +81,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     }
 
     /// The live keys of `segment` (local depth `local`, hash prefix `pattern`): each in its
-    /// probing window, none twice. Returns how many there are.
+    /// probing window, no entry twice (see `KeyWords::identity`). Returns how many there are.
     fn check_segment(&self, segment: u64, local: u64, pattern: u64) -> Result<u64, CcehError> {
         let shape = self.shape;
         if !self.allocated(segment, shape.bytes()) {
@@ -92,7 +93,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let mut bytes = vec![0u8; shape.bytes() as usize];
         self.heap.pool().read_bytes(segment, &mut bytes)?;
         let mut seen = HashSet::new();
-        for (i, (key, _)) in slots_of(&bytes).enumerate() {
+        for (i, (key, value)) in slots_of(&bytes).enumerate() {
             if key == EMPTY_KEY || !belongs(key, local, pattern) {
                 continue;
             }
@@ -104,10 +105,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                      probing window from bucket {home}"
                 )));
             }
-            if !seen.insert(key) {
-                return Err(
-                    self.corrupt(format!("key {key} is stored twice in segment {segment:#x}"))
-                );
+            if !seen.insert(self.key_words.identity(key, value)) {
+                return Err(self.corrupt(match self.key_words {
+                    KeyWords::Unique => {
+                        format!("key {key} is stored twice in segment {segment:#x}")
+                    }
+                    KeyWords::Hashed => format!(
+                        "key word {key} with value {value} is stored twice in segment {segment:#x}"
+                    ),
+                }));
             }
         }
         Ok(seen.len() as u64)
@@ -181,7 +187,7 @@ mod tests {
         let key = keys_at_home(5, 1).next().unwrap();
         assert!(table.insert(key, 7).unwrap());
         let place = table.locate(hash(key)).unwrap();
-        let first = table.find(&place, key, hash(key)).unwrap().unwrap();
+        let first = table.find(&place, &key, hash(key)).unwrap().unwrap().0;
         let free = table
             .shape
             .window(place.segment, hash(key))

@@ -456,7 +456,7 @@ fn fillers_before_the_split(key: u64, fillers: &[u64]) -> usize {
     let table = Cceh::create(&heap, heap.pool().root_offset(), config).unwrap();
     table.insert(key, 77).unwrap();
     let place = table.locate(hash(key)).unwrap();
-    let slot = table.find(&place, key, hash(key)).unwrap().unwrap();
+    let slot = table.find(&place, &key, hash(key)).unwrap().unwrap().0;
     for (i, &filler) in fillers.iter().enumerate() {
         table.insert(filler, 1).unwrap();
         if table.global_depth().unwrap() > 0 {

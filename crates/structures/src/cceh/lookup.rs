@@ -18,9 +18,9 @@ use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
 use super::hashing::{hash, prefix};
-use super::layout::{bucket_word, key_word, line_keys, segment_word_offset, value_word};
+use super::layout::{bucket_word, key_word, segment_word_offset, value_word};
 use super::layout::{Directory, Entry};
-use super::Cceh;
+use super::{Cceh, SlotProbe};
 use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
 
 /// Lookups of [`Cceh::get_batch`] under one epoch guard.
@@ -59,7 +59,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 if let Some(&next) = keys.get(c * BATCH_PIN_CHUNK + i + ahead) {
                     self.prefetch_path(words, hash(next));
                 }
-                values.push(self.lookup(words, key, &guard, |_| ())?);
+                values.push(self.lookup(words, &key, |value| value, &guard, |_| ())?);
             }
         }
         Ok(values)
@@ -72,41 +72,71 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// later load passes: the key's window is prefetched before it, so the window's cache miss
     /// overlaps the pin (and whatever the pin waits for) instead of following it.
     pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
-        self.get_observed(key, |_| ())
+        self.get_probe(&key, |value| value)
+    }
+
+    /// Lock-free, as [`Cceh::get`]: the value of the first slot of the window whose key word
+    /// is `probe`'s and whose value `probe` [matches](SlotProbe::matches), passed to `read`
+    /// inside the lookup's epoch pin (the caller may copy what the value points at there) once
+    /// the lookup has validated it. Retries as `get` does; `read` is called at most once.
+    #[inline]
+    pub(crate) fn get_probe<R>(
+        &self,
+        probe: &impl SlotProbe,
+        read: impl FnOnce(u64) -> R,
+    ) -> Result<Option<R>, CcehError> {
+        self.get_probe_observed(probe, read, |_| ())
     }
 
     /// [`Cceh::get`], calling `observe` at each step of the lookup: tests use it to change the
     /// table under a lookup at a chosen point, deterministically.
+    #[cfg(test)]
     pub(super) fn get_observed(
         &self,
         key: u64,
         observe: impl FnMut(LookupStep),
     ) -> Result<Option<u64>, CcehError> {
+        self.get_probe_observed(&key, |value| value, observe)
+    }
+
+    /// [`Cceh::get_probe`], calling `observe` at each step of the lookup (tests use it as
+    /// `get_observed` does).
+    #[inline(always)]
+    pub(super) fn get_probe_observed<R>(
+        &self,
+        probe: &impl SlotProbe,
+        read: impl FnOnce(u64) -> R,
+        observe: impl FnMut(LookupStep),
+    ) -> Result<Option<R>, CcehError> {
         // Pinning is a full barrier, which no later load passes: the window is prefetched
         // first (a hint only, safe on a directory being freed), so its miss overlaps the pin
         // and whatever the pin waits for.
         let words = self.pool_words()?;
-        self.prefetch_path(words, hash(key));
+        self.prefetch_path(words, hash(probe.word()));
         // Pinned, no directory this lookup loads can be freed under it (a doubling retires
         // the old one and frees it only after every guard pinned before has gone).
         let guard = epoch::pin();
-        self.lookup(words, key, &guard, observe)
+        self.lookup(words, probe, read, &guard, observe)
     }
 
     /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning), read
-    /// through `words` ([`Cceh::pool_words`]).
+    /// through `words` ([`Cceh::pool_words`]): `read` of the validated value, if `probe`'s key
+    /// is found.
     ///
     /// Written for the CPU to overlap one lookup's cache miss with the next one's: few
     /// instructions, one range check per segment and per bucket, and no branch on where in a
-    /// bucket the key is (see `scan_keys`).
+    /// bucket the key is (see `hit_mask`). For a `u64` probe, whose `matches` is `true`, the
+    /// loop over a bucket's hits runs once and compiles away.
     #[inline(always)]
-    fn lookup(
+    fn lookup<R>(
         &self,
         words: Words<'_>,
-        key: u64,
+        probe: &impl SlotProbe,
+        read: impl FnOnce(u64) -> R,
         _guard: &epoch::Guard,
         mut observe: impl FnMut(LookupStep),
-    ) -> Result<Option<u64>, CcehError> {
+    ) -> Result<Option<R>, CcehError> {
+        let key = probe.word();
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey(RESERVED));
         }
@@ -126,12 +156,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                             );
                         };
                         observe(LookupStep::BucketRead);
-                        if let Some(slot) = scan_keys(&keys, key) {
+                        let mut hits = hit_mask(&keys, key);
+                        while hits != 0 {
+                            let slot = hits.trailing_zeros() as usize;
+                            hits &= hits - 1;
                             // The value is loaded after the key, and the key again after the
                             // value: a slot reused in between means a rescan.
                             let at = key_word(first, slot);
                             let value = segment.load(value_word(at));
                             observe(LookupStep::ValueRead);
+                            // Possibly a value stored for another key (a slot being reused):
+                            // `matches` must not trust it, and the re-read below and the final
+                            // validation decide whether what was found counts.
+                            if !probe.matches(value) {
+                                continue;
+                            }
                             if segment.load(at) != key {
                                 continue 'scan;
                             }
@@ -150,7 +189,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     if self.current_directory_in(words)? == directory
                         && self.word_in(words, place.entry_offset())? == place.entry()
                     {
-                        return Ok(value);
+                        return Ok(value.map(read));
                     }
                 }
                 // An error reading a directory that was swapped meanwhile (one a failed doubling
@@ -230,38 +269,34 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     }
 }
 
-/// The slot (0..4) of `bucket` holding `key`, if any (see [`scan_keys`]).
+/// Bit `s` set for each slot `s` (0..4) of a bucket's four keys that holds `key`. The four
+/// keys are compared into a bit mask rather than branched on one by one: a branch on which slot
+/// holds the key would be mispredicted, and a mispredicted branch waiting on a cache miss keeps
+/// the CPU from starting the next lookup's miss meanwhile. The one branch left (is the key in
+/// this bucket?) is mostly right, as most keys sit in their home bucket.
 #[inline(always)]
-pub(super) fn scan_bucket(bucket: &[u64; 8], key: u64) -> Option<usize> {
-    scan_keys(&line_keys(bucket), key)
-}
-
-/// The slot (0..4) holding `key` among a bucket's four keys, if any. The four keys are compared
-/// into a bit mask rather than branched on one by one: a branch on which slot holds the key
-/// would be mispredicted, and a mispredicted branch waiting on a cache miss keeps the CPU from
-/// starting the next lookup's miss meanwhile. The one branch left (is the key in this bucket?)
-/// is mostly right, as most keys sit in their home bucket.
-#[inline(always)]
-pub(super) fn scan_keys(keys: &[u64; 4], key: u64) -> Option<usize> {
-    let hits = (0..SLOTS_PER_BUCKET as usize)
-        .fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s));
-    (hits != 0).then(|| hits.trailing_zeros() as usize)
+pub(super) fn hit_mask(keys: &[u64; 4], key: u64) -> u32 {
+    (0..SLOTS_PER_BUCKET as usize).fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::line_keys;
     use super::super::test_heap::{heap, keys_at_home, keys_with_top_bit};
     use super::super::CcehConfig;
     use super::*;
 
     #[test]
-    fn a_bucket_scan_finds_the_first_slot_holding_the_key() {
-        assert_eq!(scan_keys(&[5, 6, 7, 6], 6), Some(1));
-        assert_eq!(scan_keys(&[5, 6, 7, 8], 9), None);
-        assert_eq!(scan_bucket(&[5, 6, 7, 8, 9, 10, 11, 12], 9), Some(2));
+    fn a_hit_mask_has_a_bit_for_each_slot_holding_the_key() {
+        assert_eq!(hit_mask(&[5, 6, 7, 6], 6), 0b1010);
+        assert_eq!(hit_mask(&[5, 6, 7, 8], 9), 0);
         assert_eq!(
-            scan_bucket(&[5, 6, 7, 8, 9, 10, 11, 12], 6),
-            None,
+            hit_mask(&line_keys(&[5, 6, 7, 8, 9, 10, 11, 12]), 9),
+            0b0100
+        );
+        assert_eq!(
+            hit_mask(&line_keys(&[5, 6, 7, 8, 9, 10, 11, 12]), 6),
+            0,
             "6 is a value"
         );
     }
@@ -277,7 +312,7 @@ mod tests {
         let key = keys_with_top_bit(1, 1).next().unwrap();
         table.insert(key, 77).unwrap();
         let old = table.locate(hash(key)).unwrap();
-        let slot = table.find(&old, key, hash(key)).unwrap().unwrap();
+        let slot = table.find(&old, &key, hash(key)).unwrap().unwrap().0;
         let mut interfered = false;
         let found = table
             .get_observed(key, |step| {

@@ -80,6 +80,7 @@
 //! | `layout.rs` | every offset: root, directory, entries, segments, buckets, slots |
 //! | `hashing.rs` | the fixed hash, directory prefixes, which keys a split moves |
 //! | `access.rs` | checked reads of pool words through one range-checked view |
+//! | `probe.rs` | how an operation recognises its slot (`SlotProbe`); unique or hashed key words |
 //! | `lookup.rs` | the lock-free lookup ([`Cceh::get`], [`Cceh::get_batch`]), prefetching |
 //! | `write.rs` | insert, upsert, remove: stripe locks and the failure-atomic slot commit |
 //! | `displace.rs` | making room in a full window by moving keys forward |
@@ -90,6 +91,8 @@
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
 //! | `interleaving.rs` | (tests) lookups stepped against writers, every schedule |
+//! | `probe_tests.rs` | (tests) colliding key words: splits, `before_store`, recovery, races |
+//! | `probe_crash_tests.rs` | (tests) colliding key words under simulated crashes |
 //! | `test_heap.rs` | (tests) a small heap and key generators |
 
 mod access;
@@ -101,6 +104,11 @@ mod hashing;
 mod interleaving;
 mod layout;
 mod lookup;
+mod probe;
+#[cfg(test)]
+mod probe_crash_tests;
+#[cfg(test)]
+mod probe_tests;
 mod reclaim;
 mod recovery;
 mod snapshot;
@@ -123,6 +131,7 @@ use crate::u64map::ReservedKey;
 
 pub use hashing::hash;
 use layout::{Directory, Entry, Root, SegmentShape};
+pub(crate) use probe::{KeyWords, SlotProbe};
 use reclaim::Retired;
 pub use snapshot::Iter;
 
@@ -201,6 +210,18 @@ pub enum CcehError {
          (it holds a crossbeam-epoch guard): nothing was written; drop the guard and retry"
     )]
     WriterPinned,
+    /// A table whose key words are hashes of byte keys: [`PROBE_BUCKETS`] ×
+    /// [`SLOTS_PER_BUCKET`] entries already share this key word, which fills its probing
+    /// window, and no split can separate entries of one key word. Nothing was written.
+    #[error(
+        "{} entries already share key word {word:#x}: its probing window is full, and no split \
+         separates entries of one key word; nothing was written",
+        PROBE_BUCKETS * SLOTS_PER_BUCKET
+    )]
+    KeyWordWindowFull {
+        /// The key word.
+        word: u64,
+    },
 }
 
 /// The message, as `Display` prints it: readable where a `Debug` is shown, e.g. the error a
@@ -346,6 +367,8 @@ pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
     displaced: AtomicU64,
     /// Directory entries [`Cceh::open`] rewrote to finish a split a crash interrupted.
     repaired_at_open: u64,
+    /// Whether key words are keys or hashes of keys, as the caller said at create or open.
+    key_words: KeyWords,
 }
 
 /// Buckets per segment this table supports: a power of two, enough for one probing window, at
@@ -360,6 +383,27 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// are written in one transaction. A root in use (a non-zero magic word) is refused with
     /// [`CcehError::AlreadyExists`], and left as it is.
     pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+        Cceh::create_in_mode(heap, root, config, KeyWords::Unique)
+    }
+
+    /// [`Cceh::create`] for a byte-key table: key words are hashes of keys, shared by the
+    /// entries of colliding keys, which [`SlotProbe::matches`] tells apart by their values. The
+    /// mode is not recorded in the root: open the table with [`Cceh::open_hashed`].
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "called by the byte-key map (issue 14)")
+    )]
+    pub(crate) fn create_hashed(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+        Cceh::create_in_mode(heap, root, config, KeyWords::Hashed)
+    }
+
+    /// [`Cceh::create`] with key words of the given mode.
+    fn create_in_mode(
+        heap: H,
+        root: u64,
+        config: CcehConfig,
+        key_words: KeyWords,
+    ) -> Result<Self, CcehError> {
         let b = config.buckets_per_segment;
         if !valid_bucket_count(b) {
             return Err(CcehError::InvalidConfig {
@@ -389,11 +433,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             tx.write(directory.offset(), &Directory::image(0, entries))?;
             tx.write(root, &Root::image(directory.offset(), b))
         })?;
-        Cceh::with_shape(heap, Root::at(root), shape)
+        Cceh::with_shape(heap, Root::at(root), shape, key_words)
     }
 
     /// The in-DRAM state of the table at `root`, with no key counted and nothing retired.
-    fn with_shape(heap: H, root: Root, shape: SegmentShape) -> Result<Self, CcehError> {
+    fn with_shape(
+        heap: H,
+        root: Root,
+        shape: SegmentShape,
+        key_words: KeyWords,
+    ) -> Result<Self, CcehError> {
         Ok(Cceh {
             heap,
             root,
@@ -403,7 +452,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             retired: Mutex::new(None),
             displaced: AtomicU64::new(0),
             repaired_at_open: 0,
+            key_words,
         })
+    }
+
+    /// Whether the table's key words are its keys or hashes of keys (as given at create or
+    /// open).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "read by the byte-key map (issue 14)")
+    )]
+    pub(crate) fn key_words(&self) -> KeyWords {
+        self.key_words
     }
 
     /// The heap the table lives in (through whatever holder it was given: a borrow, an

@@ -14,7 +14,7 @@ use pmem_undo_log::Heap;
 use super::hashing::{belongs, hash};
 use super::layout::{slots_of, Directory, Entry, Root, SegmentShape, ROOT_MAGIC};
 use super::SLOTS_PER_BUCKET as SLOTS;
-use super::{valid_bucket_count, Cceh, CcehError, EMPTY_KEY, MAX_DEPTH};
+use super::{valid_bucket_count, Cceh, CcehError, KeyWords, EMPTY_KEY, MAX_DEPTH};
 use crate::kind::describe_magic;
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
@@ -26,6 +26,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// frees the directory a doubling retired (no lookup of an earlier run can still be reading
     /// it).
     pub fn open(heap: H, root: u64) -> Result<Self, CcehError> {
+        Cceh::open_in_mode(heap, root, KeyWords::Unique)
+    }
+
+    /// [`Cceh::open`] for a table made by [`Cceh::create_hashed`]: entries that share a key
+    /// word are distinct unless their values are equal too (only those are copies a crash
+    /// left mid-displacement, of which one is kept). Opening such a table with
+    /// [`Cceh::open`] is a bug of the caller (it would keep one entry per key word).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "called by the byte-key map (issue 14)")
+    )]
+    pub(crate) fn open_hashed(heap: H, root: u64) -> Result<Self, CcehError> {
+        Cceh::open_in_mode(heap, root, KeyWords::Hashed)
+    }
+
+    /// [`Cceh::open`] with key words of the given mode.
+    fn open_in_mode(heap: H, root: u64, key_words: KeyWords) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
         let root = Root::at(root);
@@ -41,7 +58,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             return Err(corrupt(format!("{buckets} buckets per segment")));
         }
         let shape = SegmentShape::new(buckets);
-        let mut table = Cceh::with_shape(heap, root, shape)?;
+        let mut table = Cceh::with_shape(heap, root, shape, key_words)?;
         let directory = table.current_directory()?;
         let depth = table.word(directory.depth())?;
         if depth > MAX_DEPTH {
@@ -186,30 +203,38 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(repaired)
     }
 
-    /// Clear the second copy of any key a crash in the middle of a displacement left twice in
-    /// a segment (both copies hold the same value); returns the number of distinct live keys.
+    /// Clear the second copy of any entry a crash in the middle of a displacement left twice
+    /// in a segment (both copies hold the same key word and value); returns the number of
+    /// distinct live entries. Which live slots are copies of one entry is the table's
+    /// [`KeyWords`]: the same key word (`Unique`), or the same key word and value (`Hashed`:
+    /// entries of colliding keys share a key word and differ by value, and are all kept).
     fn remove_duplicates(&self, segment: u64, local: u64, pattern: u64) -> Result<u64, CcehError> {
         let pool = self.heap.pool();
         let mut bytes = vec![0u8; self.shape.bytes() as usize];
         pool.read_bytes(segment, &mut bytes)?;
         let shape = self.shape;
-        // (key, its place in its own probing order, slot offset): sorted, a key's first copy
-        // in probing order is kept.
-        let mut live: Vec<(u64, u64, u64)> = slots_of(&bytes)
+        let key_words = self.key_words;
+        // (entry identity, its place in its key's probing order, slot offset): sorted, an
+        // entry's first copy in probing order is kept.
+        let mut live: Vec<((u64, u64), u64, u64)> = slots_of(&bytes)
             .enumerate()
-            .filter_map(|(i, (k, _))| {
+            .filter_map(|(i, (k, v))| {
                 if k == EMPTY_KEY || !belongs(k, local, pattern) {
                     return None;
                 }
                 let (bucket, slot) = (i as u64 / SLOTS, i as u64 % SLOTS);
                 let order = shape.distance(shape.home(hash(k)), bucket) * SLOTS + slot;
-                Some((k, order, shape.slot(segment, bucket, slot)))
+                Some((
+                    key_words.identity(k, v),
+                    order,
+                    shape.slot(segment, bucket, slot),
+                ))
             })
             .collect();
         live.sort_unstable();
         let mut distinct = 0;
-        for (i, &(key, _, slot)) in live.iter().enumerate() {
-            if i > 0 && live[i - 1].0 == key {
+        for (i, &(identity, _, slot)) in live.iter().enumerate() {
+            if i > 0 && live[i - 1].0 == identity {
                 let w = pool.store_u64(slot, EMPTY_KEY)?;
                 let _ = pool.persist(w);
             } else {

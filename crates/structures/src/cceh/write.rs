@@ -7,6 +7,11 @@
 //! slot as it was, or empty, or whole. A lookup reads the key, then the value, then the key
 //! again: it can only pair a key with the value stored before that key, never with a value
 //! stored for another key.
+//!
+//! Every write is written once, over a [`SlotProbe`] (`probe.rs`): the `u64` operations pass
+//! their key, whose `matches` is `true`, and a `before_store` that does nothing; both inline
+//! away. A byte-key map passes a probe that reads the record a value points at, and a
+//! `before_store` that makes the record's allocation durable with the slot's own fence.
 
 use std::ops::Deref;
 use std::sync::MutexGuard;
@@ -15,28 +20,48 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, line_key, line_value, value_of};
-use super::lookup::scan_bucket;
-use super::{write_step, Cceh, CcehError, Place, WriteStep, RESERVED};
+use super::layout::{bucket_word, line_key, line_keys, line_value, value_of};
+use super::lookup::hit_mask;
+use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
-/// What one attempt to put a key in its window found.
-enum Attempt {
-    /// Done: the old value if the key was there.
-    Done(Option<u64>),
-    /// The window is full: the segment must split.
-    Full(Place),
+/// Where a write goes in its window, chosen under the segment's stripe lock.
+enum Chosen {
+    /// The slot holding the probe's key, and its value.
+    Found { slot: u64, old: u64 },
+    /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
+    /// the key it moved on (a copy of which is now further along), so a write that does not
+    /// happen must empty it.
+    Free { slot: u64, vacated: bool },
+}
+
+/// A `before_store` that does nothing: the `u64` operations' (it inlines away).
+#[inline(always)]
+fn nothing_before<T>(_old: T) -> Result<(), CcehError> {
+    Ok(())
+}
+
+/// The slot (0..4) of a bucket read as one line whose key word is `probe`'s and whose value it
+/// matches, if any: the first such in slot order.
+#[inline(always)]
+fn matching_slot(line: &[u64; 8], probe: &impl SlotProbe) -> Option<usize> {
+    let mut hits = hit_mask(&line_keys(line), probe.word());
+    while hits != 0 {
+        let slot = hits.trailing_zeros() as usize;
+        if probe.matches(line_value(line, slot)) {
+            return Some(slot);
+        }
+        hits &= hits - 1;
+    }
+    None
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
-        if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey(RESERVED));
-        }
-        match self.put(key, value, false)? {
+        match self.put_probe(&key, value, false, nothing_before)? {
             None => Ok(true),
             Some(_) => Ok(false),
         }
@@ -45,24 +70,82 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// Insert or replace: returns the old value if the key was present. Durable when it
     /// returns.
     pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
-        if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey(RESERVED));
-        }
-        self.put(key, value, true)
+        self.put_probe(&key, value, true, nothing_before)
     }
 
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
+        self.remove_probe(&key, nothing_before)
+    }
+
+    /// Insert `probe`'s key with `value` (`replace == false`: if a slot matching the probe
+    /// exists, its value is returned and nothing is called or written), or upsert it
+    /// (`replace == true`). Durable when it returns; the old value if the key was there.
+    ///
+    /// `before_store(old)` is called under the segment's stripe lock once the slot is chosen,
+    /// before the stores that commit the write (the value, then the key word of a new entry;
+    /// the value of an existing one), which are then persisted with one flush and one fence:
+    /// whatever it has stored and flushed is durable by that fence. An `Err` from it aborts
+    /// the write (nothing of the entry is stored) and is returned. Splits and displacements,
+    /// which do not depend on the new entry, run before it is called; a slot a displacement
+    /// vacated for the entry is emptied again on abort (one more persist), so the table holds
+    /// the same entries as before.
+    ///
+    /// A table full of entries of the probe's key word (only possible for hashed key words) is
+    /// refused with [`CcehError::KeyWordWindowFull`].
+    pub(crate) fn put_probe<E: From<CcehError>>(
+        &self,
+        probe: &impl SlotProbe,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let key = probe.word();
         if key == EMPTY_KEY {
-            return Err(CcehError::ReservedKey(RESERVED));
+            return Err(CcehError::ReservedKey(RESERVED).into());
+        }
+        let h = hash(key);
+        loop {
+            {
+                let (place, stripe) = self.lock_place(h)?;
+                if let Some(chosen) = self.choose(&place, probe, h)? {
+                    return self.commit(chosen, &stripe, key, value, replace, before_store);
+                }
+            }
+            // A full window is split under the structure mutex and the stripe lock (taken in
+            // this order, after letting the stripe go); another thread may have split this
+            // segment already, so look again before splitting.
+            let _structure = self.structure();
+            let (place, stripe) = self.lock_place(h)?;
+            match self.choose(&place, probe, h)? {
+                Some(chosen) => {
+                    return self.commit(chosen, &stripe, key, value, replace, before_store)
+                }
+                None => self.split(&place)?,
+            }
+        }
+    }
+
+    /// Remove the slot matching `probe`: its value, if there was one. `before_store(old
+    /// value)` is called under the segment's stripe lock before the store that empties the
+    /// slot (which is then persisted with one flush and one fence); an `Err` from it aborts
+    /// the removal (nothing stored) and is returned.
+    pub(crate) fn remove_probe<E: From<CcehError>>(
+        &self,
+        probe: &impl SlotProbe,
+        before_store: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let key = probe.word();
+        if key == EMPTY_KEY {
+            return Err(CcehError::ReservedKey(RESERVED).into());
         }
         let pool = self.heap.pool();
         let h = hash(key);
         let (place, stripe) = self.lock_place(h)?;
-        match self.find(&place, key, h)? {
-            Some(slot) => {
-                let value = self.word(value_of(slot))?;
-                let w = pool.store_u64(slot, EMPTY_KEY)?;
+        match self.find(&place, probe, h)? {
+            Some((slot, value)) => {
+                before_store(value)?;
+                let w = pool.store_u64(slot, EMPTY_KEY).map_err(CcehError::from)?;
                 let _ = pool.persist(w);
                 stripe.count(1u64.wrapping_neg());
                 Ok(Some(value))
@@ -104,42 +187,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
     }
 
-    /// Insert, or (with `replace`) update; the old value if the key was there. Tries under the
-    /// segment's stripe lock; a full window is split under the structure mutex and that lock
-    /// (taken in this order, after letting the stripe go), then the put is tried again.
-    fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, CcehError> {
-        let h = hash(key);
-        loop {
-            {
-                let (place, stripe) = self.lock_place(h)?;
-                if let Attempt::Done(old) = self.attempt(&place, &stripe, key, value, replace, h)? {
-                    return Ok(old);
-                }
-            }
-            let _structure = self.structure();
-            // Another thread may have split this segment already: look again before splitting.
-            let (place, stripe) = self.lock_place(h)?;
-            match self.attempt(&place, &stripe, key, value, replace, h)? {
-                Attempt::Done(old) => return Ok(old),
-                Attempt::Full(place) => self.split(&place)?,
-            }
-        }
-    }
-
-    /// One try at putting `key` in its window (the caller holds the segment's stripe lock).
-    /// The key goes to the window's first empty slot, else to its first slot holding a key a
-    /// split left behind (lazy deletion: hashing each key to tell is only paid for when there
-    /// is no empty slot), else to a slot made free by displacement.
-    fn attempt(
+    /// Where `probe`'s write goes in its window (the caller holds the segment's stripe lock):
+    /// the slot matching the probe, else the window's first empty slot, else its first slot
+    /// holding a key a split left behind (lazy deletion: hashing each key to tell is only paid
+    /// for when there is no empty slot), else a slot made free by displacement. `None`: the
+    /// window is full, and the segment must split.
+    fn choose(
         &self,
         place: &Place,
-        stripe: &StripeGuard<'_>,
-        key: u64,
-        value: u64,
-        replace: bool,
+        probe: &impl SlotProbe,
         h: u64,
-    ) -> Result<Attempt, CcehError> {
-        let pool = self.heap.pool();
+    ) -> Result<Option<Chosen>, CcehError> {
         let segment = self.segment_words(self.pool_words()?, place.segment)?;
         let shape = self.shape;
         let home = shape.home(h);
@@ -152,17 +210,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 .line(first)
                 .ok_or_else(|| self.bad_offset(shape.slot(place.segment, bucket, 0), 64))?;
             let slot_at = |s: usize| shape.slot(place.segment, bucket, s as u64);
-            if let Some(s) = scan_bucket(line, key) {
+            if let Some(s) = matching_slot(line, probe) {
                 // Under the stripe lock nothing else writes this segment: the value loaded
                 // with the line is the key's.
-                if replace {
-                    let w = pool.store_u64(value_of(slot_at(s)), value)?;
-                    let _ = pool.persist(w);
-                }
-                return Ok(Attempt::Done(Some(line_value(line, s))));
+                return Ok(Some(Chosen::Found {
+                    slot: slot_at(s),
+                    old: line_value(line, s),
+                }));
             }
             if empty.is_none() {
-                empty = scan_bucket(line, EMPTY_KEY).map(slot_at);
+                let free = hit_mask(&line_keys(line), EMPTY_KEY);
+                empty = (free != 0).then(|| slot_at(free.trailing_zeros() as usize));
             }
         }
         let stale = || {
@@ -174,16 +232,69 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     .map(|s| shape.slot(place.segment, bucket, s as u64))
             })
         };
-        let slot = match empty.or_else(stale) {
-            Some(slot) => slot,
-            None => match self.displace(place, h)? {
-                Some(slot) => slot,
-                None => return Ok(Attempt::Full(*place)),
-            },
-        };
-        self.put_slot(slot, key, value)?;
-        stripe.count(1);
-        Ok(Attempt::Done(None))
+        if let Some(slot) = empty.or_else(stale) {
+            return Ok(Some(Chosen::Free {
+                slot,
+                vacated: false,
+            }));
+        }
+        if let Some(slot) = self.displace(place, h)? {
+            return Ok(Some(Chosen::Free {
+                slot,
+                vacated: true,
+            }));
+        }
+        // Every slot holds a live entry of the probe's own key word (hashed key words only: a
+        // unique one would have matched): all share one hash, so no split can part them.
+        let word = probe.word();
+        if lines
+            .iter()
+            .all(|line| line_keys(line) == [word; SLOTS_PER_BUCKET as usize])
+        {
+            return Err(CcehError::KeyWordWindowFull { word });
+        }
+        Ok(None)
+    }
+
+    /// Carry out the write `chosen` for it (the caller still holds the segment's stripe lock):
+    /// `before_store` first, then the stores, persisted. See [`Cceh::put_probe`].
+    #[inline(always)]
+    fn commit<E: From<CcehError>>(
+        &self,
+        chosen: Chosen,
+        stripe: &StripeGuard<'_>,
+        key: u64,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let pool = self.heap.pool();
+        match chosen {
+            Chosen::Found { slot, old } => {
+                if replace {
+                    before_store(Some(old))?;
+                    let w = pool
+                        .store_u64(value_of(slot), value)
+                        .map_err(CcehError::from)?;
+                    let _ = pool.persist(w);
+                }
+                Ok(Some(old))
+            }
+            Chosen::Free { slot, vacated } => {
+                if let Err(e) = before_store(None) {
+                    if vacated {
+                        // The moved key's copy further along is persisted: emptying this one
+                        // leaves the table's entries as they were before the write.
+                        let w = pool.store_u64(slot, EMPTY_KEY).map_err(CcehError::from)?;
+                        let _ = pool.persist(w);
+                    }
+                    return Err(e);
+                }
+                self.put_slot(slot, key, value)?;
+                stripe.count(1);
+                Ok(None)
+            }
+        }
     }
 
     /// Write `key -> value` into `slot` and persist it: value first, then the key that commits
@@ -213,14 +324,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(())
     }
 
-    /// The slot holding `key` in its window, if any.
-    pub(super) fn find(&self, place: &Place, key: u64, h: u64) -> Result<Option<u64>, CcehError> {
+    /// The slot holding `probe`'s key in its window, if any, with its value.
+    pub(super) fn find(
+        &self,
+        place: &Place,
+        probe: &impl SlotProbe,
+        h: u64,
+    ) -> Result<Option<(u64, u64)>, CcehError> {
         let words = self.pool_words()?;
+        let key = probe.word();
         for slot in self.shape.window(place.segment, h) {
             // Reached through the key's own directory entry, a slot holding the key is live: a
             // stale copy left by a split sits only in a segment the key no longer maps to.
             if self.word_in(words, slot)? == key {
-                return Ok(Some(slot));
+                let value = self.word_in(words, value_of(slot))?;
+                if probe.matches(value) {
+                    return Ok(Some((slot, value)));
+                }
             }
         }
         Ok(None)

@@ -128,6 +128,8 @@ use crate::u64map::ReservedKey;
 
 mod check;
 #[cfg(test)]
+mod hook_tests;
+#[cfg(test)]
 mod interleave;
 mod layout;
 mod locks;

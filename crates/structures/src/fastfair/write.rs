@@ -1,5 +1,7 @@
 //! Insert, upsert and remove: in one leaf under its stripe lock when the leaf has room (or
-//! enough entries), else under every stripe through a split or a merge.
+//! enough entries), else under every stripe through a split or a merge. The crate's maps
+//! (`put_with`, `remove_with`) pass a hook that runs once the write is decided, before its
+//! first store; the public operations pass one that does nothing.
 
 use std::ops::Deref;
 
@@ -10,38 +12,142 @@ use super::layout::value_offset;
 use super::shift::Shift;
 use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
 
+/// What a put finds in its leaf, under the leaf's lock.
+enum LeafPut {
+    /// The key is at `slot` with value `old`.
+    Present { slot: usize, old: u64 },
+    /// The key is absent and belongs at `at` of the leaf's `n` entries, and there is room.
+    Room { at: usize, n: usize },
+    /// The key is absent and the leaf is full: the put needs a split.
+    Full,
+}
+
+/// A key a remove found in its leaf, under the leaf's lock.
+struct LeafEntry {
+    /// Its slot.
+    slot: usize,
+    /// Its value.
+    old: u64,
+    /// Entries in the leaf.
+    n: usize,
+}
+
+/// The hook of the plain operations: nothing to do before the stores. It inlines away.
+#[inline(always)]
+fn no_hook<T>(_: T) -> Result<(), FastFairError> {
+    Ok(())
+}
+
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {
-        if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey(RESERVED));
-        }
-        Ok(self.put(key, value, false)?.is_none())
+        Ok(self.put_with(key, value, false, no_hook)?.is_none())
     }
 
     /// Insert or replace: the old value if the key was present. Durable when it returns.
     pub fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, FastFairError> {
-        if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey(RESERVED));
-        }
-        self.put(key, value, true)
+        self.put_with(key, value, true, no_hook)
     }
 
     /// Remove `key`: its value, if it was present. Durable when it returns.
     pub fn remove(&self, key: u64) -> Result<Option<u64>, FastFairError> {
+        self.remove_with(key, no_hook)
+    }
+
+    /// Insert (`replace == false`) or upsert (`replace == true`) `key -> value`, running
+    /// `before_store` at the moment the write is decided: the old value if the key was present
+    /// (`Ok(Some(old))`, the value replaced only if `replace`), `Ok(None)` if it was inserted.
+    /// Durable when it returns.
+    ///
+    /// `before_store(old)` (`old` the value being replaced, `None` for an insert) runs once,
+    /// on the writer's thread, under the leaf's stripe lock (every stripe's, for a split), once
+    /// the write is certain and before the first store that could make the new entry or value
+    /// visible to a reader or durable. An insert of a present key with `replace == false` calls
+    /// nothing. Stores the hook makes and flushes without a fence are durable when this call
+    /// returns `Ok`: every write path ends with a fence of this thread after the hook (the last
+    /// fence of the shift, of the value's persist, or of the split's transaction), so the hook
+    /// needs no fence of its own. The hook must not call into this tree's writers (it holds
+    /// their lock); lookups are fine.
+    ///
+    /// If the hook returns `Err`, that error is returned and the tree is unchanged: nothing was
+    /// stored. Errors after the hook ran, which the caller must then undo the hook's effect
+    /// for:
+    /// * a split's transaction failing ([`FastFairError::Tx`]: [`TxError::PoolFull`] when the
+    ///   heap has no room for the new nodes, [`TxError::LogFull`], or a pool access error):
+    ///   the transaction is rolled back, so the tree is unchanged;
+    /// * a pool access error ([`FastFairError::Tx`] of [`TxError::Pool`]) on a store into the
+    ///   leaf or the redo lane, whose ranges were bounds-checked before the hook ran: it cannot
+    ///   happen on a tree that [`FastFair::open`] accepted, and would leave the leaf as a crash
+    ///   there does (repaired at the next open).
+    ///
+    /// A key of `u64::MAX` is refused with [`FastFairError::ReservedKey`] before the hook.
+    ///
+    /// [`TxError::PoolFull`]: pmem_undo_log::TxError::PoolFull
+    /// [`TxError::LogFull`]: pmem_undo_log::TxError::LogFull
+    /// [`TxError::Pool`]: pmem_undo_log::TxError::Pool
+    #[inline]
+    pub(crate) fn put_with<E: From<FastFairError>>(
+        &self,
+        key: u64,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
         if key == EMPTY_KEY {
-            return Err(FastFairError::ReservedKey(RESERVED));
+            return Err(FastFairError::ReservedKey(RESERVED).into());
+        }
+        let before_store = {
+            let (leaf, lane, _node) = self.lock_leaf(key)?;
+            match self.put_in_leaf(leaf, lane, key, value, replace, before_store)? {
+                Ok(done) => return Ok(done),
+                Err(unused) => unused,
+            }
+        };
+        let _all = self.exclusive();
+        let path = self.writer_path(key)?;
+        let leaf = *path.last().expect("a path ends at a leaf");
+        // Another writer may have split this leaf or inserted the key meanwhile.
+        let stripe = Self::stripe_index(leaf);
+        let before_store =
+            match self.put_in_leaf(leaf, stripe, key, value, replace, before_store)? {
+                Ok(done) => return Ok(done),
+                Err(unused) => unused,
+            };
+        before_store(None)?;
+        self.split_insert(&path, key, value)?;
+        self.stripes.count_held(0, 1);
+        Ok(None)
+    }
+
+    /// Remove `key`, running `before_store(old value)` under the leaf's stripe lock (every
+    /// stripe's, for a merge) before the first store of the shift or the merge: its value if
+    /// it was present (`None` calls nothing). Durable when it returns.
+    ///
+    /// The rules of [`FastFair::put_with`] hold: the hook's flushed stores are durable when
+    /// this returns `Ok` (no fence of its own needed), its `Err` returns with the tree
+    /// unchanged, and the errors that can follow it are a merge's transaction failing (rolled
+    /// back: the tree is unchanged; [`TxError::LogFull`] or a pool access error, as a merge
+    /// allocates nothing) and a pool access error in a bounds-checked leaf or redo lane, which
+    /// a tree that opened cleanly does not produce.
+    ///
+    /// [`TxError::LogFull`]: pmem_undo_log::TxError::LogFull
+    #[inline]
+    pub(crate) fn remove_with<E: From<FastFairError>>(
+        &self,
+        key: u64,
+        before_store: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        if key == EMPTY_KEY {
+            return Err(FastFairError::ReservedKey(RESERVED).into());
         }
         {
             let (leaf, lane, _node) = self.lock_leaf(key)?;
-            let view = self.view(leaf)?;
-            let Some(slot) = view.find(key) else {
+            let Some(LeafEntry { slot, old, n }) = self.leaf_entry(leaf, key)? else {
                 return Ok(None);
             };
-            let n = view.count();
             if n > self.min_fill() || leaf == self.root_node()? {
-                let old = view.value(slot);
+                before_store(old)?;
                 self.remove_in_leaf(leaf, lane, slot, n)?;
                 return Ok(Some(old));
             }
@@ -49,12 +155,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let _all = self.exclusive();
         let path = self.writer_path(key)?;
         let leaf = *path.last().expect("a path ends at a leaf");
-        let view = self.view(leaf)?;
-        let Some(slot) = view.find(key) else {
+        let Some(LeafEntry { slot, old, n }) = self.leaf_entry(leaf, key)? else {
             return Ok(None);
         };
-        let old = view.value(slot);
-        let n = view.count();
+        before_store(old)?;
         if n > self.min_fill() || path.len() == 1 {
             self.remove_in_leaf(leaf, Self::stripe_index(leaf), slot, n)?;
         } else {
@@ -82,61 +186,70 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Err(self.corrupt(format!("a descent to {key} does not end")))
     }
 
-    fn put(&self, key: u64, value: u64, replace: bool) -> Result<Option<u64>, FastFairError> {
-        {
-            let (leaf, lane, _node) = self.lock_leaf(key)?;
-            if let Some(old) = self.put_in_leaf(leaf, lane, key, value, replace)? {
-                return Ok(old);
-            }
-        }
-        let _all = self.exclusive();
-        let path = self.writer_path(key)?;
-        let leaf = *path.last().expect("a path ends at a leaf");
-        // Another writer may have split this leaf or inserted the key meanwhile.
-        if let Some(old) = self.put_in_leaf(leaf, Self::stripe_index(leaf), key, value, replace)? {
-            return Ok(old);
-        }
-        self.split_insert(&path, key, value)?;
-        self.stripes.count_held(0, 1);
-        Ok(None)
+    /// Where `key` is in `leaf`, whose lock the caller holds, if it is there.
+    #[inline]
+    fn leaf_entry(&self, leaf: u64, key: u64) -> Result<Option<LeafEntry>, FastFairError> {
+        let view = self.view(leaf)?;
+        Ok(view.find(key).map(|slot| LeafEntry {
+            slot,
+            old: view.value(slot),
+            n: view.count(),
+        }))
     }
 
-    /// Put into a leaf whose lock the caller holds: `Some(result)` if done, `None` if the key
-    /// is absent and the leaf is full.
-    fn put_in_leaf(
+    /// Where `key` goes in `leaf`, whose lock the caller holds.
+    #[inline]
+    fn leaf_put(&self, leaf: u64, key: u64) -> Result<LeafPut, FastFairError> {
+        let view = self.view(leaf)?;
+        let ub = view.upper_bound(key);
+        if ub > 0 && view.key(ub - 1) == key {
+            return Ok(LeafPut::Present {
+                slot: ub - 1,
+                old: view.value(ub - 1),
+            });
+        }
+        let n = view.count();
+        if n >= self.capacity {
+            return Ok(LeafPut::Full);
+        }
+        Ok(LeafPut::Room { at: ub, n })
+    }
+
+    /// Put into a leaf whose lock the caller holds, calling `before_store` before the first
+    /// store: `Ok(result)` if done, `Err(before_store)` (not called) if the key is absent and
+    /// the leaf is full.
+    #[inline]
+    fn put_in_leaf<E: From<FastFairError>, F: FnOnce(Option<u64>) -> Result<(), E>>(
         &self,
         leaf: u64,
         lane: usize,
         key: u64,
         value: u64,
         replace: bool,
-    ) -> Result<Option<Option<u64>>, FastFairError> {
-        let pool = self.pool();
-        let view = self.view(leaf)?;
-        let ub = view.upper_bound(key);
-        if ub > 0 && view.key(ub - 1) == key {
-            let at = value_offset(leaf, ub - 1);
-            let old = view.value(ub - 1);
-            if replace {
-                // One failure-atomic store: readers see the old or the new value.
-                let w = pool.store_u64(at, value)?;
-                let _ = pool.persist(w);
+        before_store: F,
+    ) -> Result<Result<Option<u64>, F>, E> {
+        match self.leaf_put(leaf, key)? {
+            LeafPut::Present { slot, old } => {
+                if replace {
+                    before_store(Some(old))?;
+                    // One failure-atomic store: readers see the old or the new value.
+                    let pool = self.pool();
+                    let w = pool
+                        .store_u64(value_offset(leaf, slot), value)
+                        .map_err(FastFairError::from)?;
+                    let _ = pool.persist(w);
+                }
+                Ok(Ok(Some(old)))
             }
-            return Ok(Some(Some(old)));
+            LeafPut::Room { at, n } => {
+                before_store(None)?;
+                let shift = Shift::Insert { at, n, key, value };
+                self.shift(leaf, lane, shift)?;
+                self.stripes.count_held(lane, 1);
+                Ok(Ok(None))
+            }
+            LeafPut::Full => Ok(Err(before_store)),
         }
-        let n = view.count();
-        if n >= self.capacity {
-            return Ok(None);
-        }
-        let shift = Shift::Insert {
-            at: ub,
-            n,
-            key,
-            value,
-        };
-        self.shift(leaf, lane, shift)?;
-        self.stripes.count_held(lane, 1);
-        Ok(Some(None))
     }
 
     fn remove_in_leaf(

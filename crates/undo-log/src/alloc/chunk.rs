@@ -6,10 +6,16 @@
 pub(super) const KIND_FREE: u64 = 0;
 /// Kind: small objects of one size class (bits 8..16: the class).
 pub(super) const KIND_SMALL: u64 = 1;
-/// Kind: head of a run of chunks holding one large block (bits 16..64: the run length).
+/// Kind: head of a run of chunks holding one large block (bits 16..64: the run length; bit 8:
+/// [`RUN_RECORD`]).
 pub(super) const KIND_RUN_HEAD: u64 = 2;
+/// Kind: small record blocks of one size class (bits 8..16: the class), allocated outside
+/// transactions (`records.rs`); the bitmap has the format of a [`KIND_SMALL`] chunk's.
+pub(super) const KIND_RECORD: u64 = 3;
 /// Kind: the chunk holds the chunk table itself.
 pub(super) const KIND_TABLE: u64 = 4;
+/// Flag of a run head's word: the run is one record block, allocated outside transactions.
+pub(super) const RUN_RECORD: u64 = 1 << 8;
 
 /// The shape of a small chunk of one class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,12 +57,20 @@ pub(super) enum ChunkState {
         persistent: Vec<u64>,
         /// Persistent bits plus reservations of open transactions.
         taken: Vec<u64>,
-        /// Whether the chunk word saying "small, this class" is persistent yet.
+        /// Whether the chunk word saying "small, this class" is persistent yet (a record
+        /// chunk is formatted when it is taken, so always).
         formatted: bool,
+        /// A record chunk: its blocks are reserved, published and retired outside
+        /// transactions, and never handed to one.
+        record: bool,
     },
     RunHead {
         chunks: u64,
+        /// Whether the head word is persistent: a transaction's run once it committed, a
+        /// record run while published (not while reserved or retired).
         formatted: bool,
+        /// A record run (see `Small::record`).
+        record: bool,
     },
     /// A chunk inside a run, after its head.
     RunCont {

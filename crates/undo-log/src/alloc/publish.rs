@@ -212,14 +212,21 @@ impl Publish<'_> {
             st.freeing.remove(&b.offset);
             match b.place {
                 Place::Small { chunk, slot, class } => {
+                    // A record block freed by a transaction (its structure removed) goes back to
+                    // its record chunk.
+                    let mut record = false;
                     if let ChunkState::Small {
-                        persistent, taken, ..
+                        persistent,
+                        taken,
+                        record: r,
+                        ..
                     } = &mut st.chunks[chunk as usize]
                     {
                         set_bit(persistent, slot, false);
                         set_bit(taken, slot, false);
+                        record = *r;
                     }
-                    st.partial[class].insert(chunk);
+                    st.partial_of(record, class).insert(chunk);
                 }
                 Place::Run { chunk, chunks } => {
                     for c in chunk..chunk + chunks {
@@ -230,8 +237,8 @@ impl Publish<'_> {
             }
         }
         for &chunk in &self.released {
-            if let ChunkState::Small { class, .. } = st.chunks[chunk as usize] {
-                st.partial[class].remove(&chunk);
+            if let ChunkState::Small { class, record, .. } = st.chunks[chunk as usize] {
+                st.partial_of(record, class).remove(&chunk);
             }
             st.chunks[chunk as usize] = ChunkState::Free;
             st.free_chunks.insert(chunk);

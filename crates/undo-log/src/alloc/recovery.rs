@@ -7,7 +7,9 @@ use std::sync::Mutex;
 
 use pmem_ordering::{Backend, Pool};
 
-use super::chunk::{bit, ChunkState, KIND_FREE, KIND_RUN_HEAD, KIND_SMALL, KIND_TABLE};
+use super::chunk::{
+    bit, ChunkState, KIND_FREE, KIND_RECORD, KIND_RUN_HEAD, KIND_SMALL, KIND_TABLE, RUN_RECORD,
+};
 use super::{Allocator, State};
 use crate::layout::Layout;
 use crate::TxError;
@@ -53,7 +55,12 @@ impl Allocator {
             chunks: Vec::with_capacity(chunks as usize),
             free_chunks: BTreeSet::new(),
             partial: vec![BTreeSet::new(); classes.len()],
+            record_partial: vec![BTreeSet::new(); classes.len()],
             freeing: HashSet::new(),
+            record_reserved: HashSet::new(),
+            record_retired: HashSet::new(),
+            record_publishes: 0,
+            record_retires: 0,
         };
         let mut c = 0;
         while c < chunks {
@@ -75,7 +82,8 @@ impl Allocator {
                     state.free_chunks.insert(c);
                     c += 1;
                 }
-                KIND_SMALL => {
+                KIND_SMALL | KIND_RECORD => {
+                    let record = kind == KIND_RECORD;
                     let class = ((w >> 8) & 0xff) as usize;
                     let Some(shape) = classes.get(class) else {
                         return Err(corrupt(format!(
@@ -101,7 +109,7 @@ impl Allocator {
                     }
                     let used = bits.iter().map(|w| w.count_ones() as u64).sum::<u64>();
                     if used < shape.objects {
-                        state.partial[class].insert(c);
+                        state.partial_of(record, class).insert(c);
                     }
                     bits.shrink_to_fit();
                     state.chunks.push(ChunkState::Small {
@@ -109,12 +117,13 @@ impl Allocator {
                         taken: bits.clone(),
                         persistent: bits,
                         formatted: true,
+                        record,
                     });
                     c += 1;
                 }
                 KIND_RUN_HEAD => {
                     let n = w >> 16;
-                    if n == 0 || c + n > chunks || (w >> 8) & 0xff != 0 {
+                    if n == 0 || c + n > chunks || w & 0xff00 & !RUN_RECORD != 0 {
                         return Err(corrupt(format!(
                             "chunk {c} heads a run of {n} chunks, which does not fit"
                         )));
@@ -131,6 +140,7 @@ impl Allocator {
                     state.chunks.push(ChunkState::RunHead {
                         chunks: n,
                         formatted: true,
+                        record: w & RUN_RECORD != 0,
                     });
                     state
                         .chunks
@@ -149,7 +159,8 @@ impl Allocator {
 
     /// Walk the persistent heap and check it against itself and against the DRAM state: every
     /// chunk word valid, every run whole, no bitmap bit past a chunk's last object, and DRAM
-    /// agreeing with the pool. Returns every committed block as `(offset, size)`, ascending.
+    /// agreeing with the pool. Returns every committed block (published record blocks included) as
+    /// `(offset, size)`, ascending.
     pub fn check<B: Backend>(&self, pool: &Pool<B>) -> Result<Vec<(u64, u64)>, TxError> {
         // Rebuilding from the pool checks the persistent structure...
         let fresh = Allocator::open(pool, self.layout)?;
@@ -158,7 +169,8 @@ impl Allocator {
         let mut blocks = Vec::new();
         for (c, (now, disk)) in st.chunks.iter().zip(rebuilt.chunks.iter()).enumerate() {
             // ...and each chunk's committed state must match what DRAM believes. Chunks taken by
-            // reservations not yet published are still free on the pool.
+            // reservations not yet published, and record runs retired but not yet released, are
+            // free on the pool.
             let unpublished = |chunk: u64| {
                 matches!(
                     st.chunks[chunk as usize],
@@ -174,14 +186,16 @@ impl Allocator {
                         class: a,
                         persistent: pa,
                         formatted: true,
+                        record: ra,
                         ..
                     },
                     ChunkState::Small {
                         class: b,
                         persistent: pb,
+                        record: rb,
                         ..
                     },
-                ) => a == b && pa == pb,
+                ) => a == b && pa == pb && ra == rb,
                 (
                     ChunkState::Small {
                         formatted: false, ..

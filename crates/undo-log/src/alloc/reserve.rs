@@ -34,6 +34,7 @@ impl Allocator {
                             persistent: vec![0; words],
                             taken: vec![0; words],
                             formatted: false,
+                            record: false,
                         };
                         st.partial[class].insert(c);
                         c
@@ -64,6 +65,7 @@ impl Allocator {
                 st.chunks[start as usize] = ChunkState::RunHead {
                     chunks: n,
                     formatted: false,
+                    record: false,
                 };
                 Ok(Reservation {
                     offset: self.chunk_offset(start),
@@ -77,7 +79,8 @@ impl Allocator {
         }
     }
 
-    fn find_run(&self, st: &State, n: u64) -> Option<u64> {
+    /// The first of `n` adjacent free chunks.
+    pub(super) fn find_run(&self, st: &State, n: u64) -> Option<u64> {
         let mut run_start = None;
         let mut prev = None;
         for &c in &st.free_chunks {

@@ -215,8 +215,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     // (what, chunk index relative to the first past the table, word)
     let kind_small = 1u64;
     let kind_head = 2u64;
-    // Kind 3 marked run continuations in an early draft; run chunks now stay 0.
-    let kind_retired = 3u64;
+    let kind_record = 3u64;
     let cases: Vec<(&str, Vec<(u64, u64)>)> = vec![
         ("an unknown kind", vec![(0, 0xFF)]),
         ("a free word with stray bits", vec![(0, 0x100)]),
@@ -235,8 +234,12 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
             vec![(0, kind_head | 2 << 16), (1, kind_small)],
         ),
         (
-            "a word of a kind no longer written",
-            vec![(3, kind_retired)],
+            "a record size class that does not exist",
+            vec![(3, kind_record | 60 << 8)],
+        ),
+        (
+            "a run head with a flag other than the record one",
+            vec![(0, kind_head | 2 << 8 | 1 << 16)],
         ),
         ("a table chunk marked free", vec![(u64::MAX, 0)]),
     ];

@@ -19,6 +19,7 @@ mod allocator;
 mod concurrency;
 mod lifecycle;
 mod log_capacity;
+mod records;
 mod rollback;
 
 /// The layout name of every pool of these tests.

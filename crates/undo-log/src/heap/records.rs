@@ -1,0 +1,101 @@
+//! The heap's record-block API: allocation outside transactions, for structures that publish
+//! one out-of-line record per operation and cannot afford a transaction each time (the
+//! protocol and its states are `alloc/records.rs`'s; resolution after a crash is
+//! `alloc/record_recovery.rs`'s).
+//!
+//! The protocol a structure follows, per operation, with an *intent* line of its own:
+//!
+//! 1. [`Heap::reserve_record`], write the record into the block and flush it; write the intent
+//!    (new block, old block) and flush it; one fence.
+//! 2. [`Heap::publish_record`] (new), [`Heap::retire_record`] (old), store and flush the slot
+//!    that points at the new record; one fence, over all three tokens.
+//! 3. After no reader can hold the old block any more: [`Heap::release_record`].
+//!
+//! At open, before anything allocates: [`Heap::resolve_record`] for each block an intent
+//! names, then [`Heap::trim_record_chunks`].
+
+use std::ops::Deref;
+
+use pmem_ordering::{Backend, Pending, Pool};
+
+use super::Heap;
+use crate::{RecordBlock, TxError};
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
+    /// Reserve a block of at least `size` bytes for a record, in DRAM only: nothing is
+    /// written but, once per chunk, the formatting of a record chunk taken from the free pool
+    /// (its empty bitmap, then its chunk word, each persisted: an empty record chunk is
+    /// harmless after a crash).
+    ///
+    /// Record blocks come from record chunks (sizes up to the largest size class) and record
+    /// runs of whole chunks (larger sizes), never shared with blocks of transactions. Fails
+    /// with [`TxError::InvalidAllocSize`] for 0 bytes and [`TxError::PoolFull`] when nothing
+    /// fits, leaving the heap unchanged.
+    pub fn reserve_record(&self, size: u64) -> Result<RecordBlock, TxError> {
+        self.allocator.reserve_record(&self.pool, size)
+    }
+
+    /// Give back a reservation that will not be published (e.g. the key already existed).
+    /// A record chunk left with no block at all returns to the free pool (one persisted store).
+    /// Fails with [`TxError::InvalidRecord`] unless `block` is a reservation of this heap not
+    /// yet published or cancelled.
+    pub fn cancel_record(&self, block: RecordBlock) -> Result<(), TxError> {
+        self.allocator.cancel_record(&self.pool, block)
+    }
+
+    /// Mark reserved `block` allocated on the media: store its bitmap word (a run: its chunk
+    /// word) and flush it, **without a fence**: the returned token is fenced by the caller, in
+    /// the one fence that also makes the slot publishing the record durable. Fails with
+    /// [`TxError::InvalidRecord`] unless `block` is a reservation of this heap.
+    pub fn publish_record(&self, block: RecordBlock) -> Result<Pending, TxError> {
+        self.allocator.publish_record(&self.pool, block)
+    }
+
+    /// Mark the published record block at `offset` free on the media (store and flush, **no
+    /// fence**: the caller fences the returned token with its slot), but keep it unavailable
+    /// until [`Heap::release_record`]: lock-free readers may still be reading it. Fails with
+    /// [`TxError::InvalidFree`] if `offset` is not a published record block (a transaction's
+    /// block, a reserved or retired record, one a transaction is freeing, or no block).
+    pub fn retire_record(&self, offset: u64) -> Result<(RecordBlock, Pending), TxError> {
+        self.allocator.retire_record(&self.pool, offset)
+    }
+
+    /// Let a retired block be handed out again, once its retirement is durable (the caller's
+    /// fence) and no reader can hold it. A record chunk left with no block at all returns to
+    /// the free pool (one persisted store). Fails with [`TxError::InvalidRecord`] unless
+    /// `block` is retired.
+    pub fn release_record(&self, block: RecordBlock) -> Result<(), TxError> {
+        self.allocator.release_record(&self.pool, block)
+    }
+
+    /// Resolve a block an intent line names, after a crash: if `offset` is the start of a
+    /// record block of `size` bytes (its [`RecordBlock::size`], or the size it was reserved
+    /// for), set its allocation to `allocated` (whether the structure reaches it), persisted
+    /// with a flush and a fence if that changes anything, and return `Ok(true)`. Anything else
+    /// (an offset that is not the start of a record block, a record block of another size, a
+    /// transaction's block) is left alone: `Ok(false)`. A record run that must be allocated is
+    /// made again over its chunks if they are all free.
+    ///
+    /// Intents are never cleared, so a stale one may name a block freed and reused long ago:
+    /// the structure must decide reachability from everything that may own record blocks.
+    ///
+    /// **Call it at open, before anything else reserves or allocates**: a block this session
+    /// reserved, retired or is freeing is refused with [`TxError::InvalidRecord`].
+    pub fn resolve_record(&self, offset: u64, size: u64, allocated: bool) -> Result<bool, TxError> {
+        self.allocator
+            .resolve_record(&self.pool, offset, size, allocated)
+    }
+
+    /// Return every record chunk with no block reserved, published or retired (the empty ones a
+    /// crash can leave) to the free pool; returns how many. Call it after every intent is
+    /// resolved (resolution may allocate a block in an empty record chunk), or any time for
+    /// the space: record chunks emptied while the heap is open return at once.
+    pub fn trim_record_chunks(&self) -> Result<u64, TxError> {
+        self.allocator.trim_record_chunks(&self.pool)
+    }
+
+    /// The published record block starting at `offset`, with its size, if there is one.
+    pub fn record_block(&self, offset: u64) -> Option<RecordBlock> {
+        self.allocator.record_block(offset)
+    }
+}

@@ -37,7 +37,7 @@ pub(super) fn cceh_repetition(
     )?;
     let store = store_file
         .store()
-        .hash_map_with("cceh", CcehConfig::default())?;
+        .hash_map_with::<u64, u64>("cceh", CcehConfig::default())?;
     let [insert, get, remove] = pairs;
     insert_then_get(
         rep,
@@ -109,7 +109,7 @@ pub(super) fn fastfair_repetition(
         fastfairbench::pool_size(n),
         files.granularity,
     )?;
-    let store = store_file.store().btree_map("fastfair", config)?;
+    let store = store_file.store().btree_map::<u64, u64>("fastfair", config)?;
     let [insert, get, scan] = pairs;
     insert_then_get(
         rep,

@@ -64,14 +64,14 @@ pub fn with_store_target<R, E: From<MakeError>>(
         StoreMapKind::HashMap => {
             let map = file
                 .store()
-                .hash_map_with(MAP_NAME, CcehConfig::default())
+                .hash_map_with::<u64, u64>(MAP_NAME, CcehConfig::default())
                 .map_err(made)?;
             f(&StoreMap { map })
         }
         StoreMapKind::BTreeMap => {
             let map = file
                 .store()
-                .btree_map(MAP_NAME, FastFairConfig::default())
+                .btree_map::<u64, u64>(MAP_NAME, FastFairConfig::default())
                 .map_err(made)?;
             f(&StoreMap { map })
         }

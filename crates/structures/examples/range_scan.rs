@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         32 << 20,
         &StoreOptions::new().granularity(Granularity::Emulated),
     )?;
-    let orders = store.btree_map("orders-by-customer", FastFairConfig::default())?;
+    let orders = store.btree_map::<u64, u64>("orders-by-customer", FastFairConfig::default())?;
     for customer in 0..1_000u64 {
         for order in 0..20u64 {
             orders.insert(key(customer, order), customer * 1_000 + order)?;

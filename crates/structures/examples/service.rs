@@ -7,8 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = "/dev/shm/pmem-example-service.pool";
     let options = StoreOptions::new().granularity(Granularity::Emulated); // tmpfs: StoreOptions
     let store = Store::open_or_create(path, 64 << 20, &options)?;
-    let users = store.hash_map("users")?;
-    let orders = store.btree_map("orders", FastFairConfig::default())?;
+    let users = store.hash_map::<u64, u64>("users")?;
+    let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
     let workers = [0, 1].map(|t| {
         let (users, orders) = (users.clone(), orders.clone());
         std::thread::spawn(move || {
@@ -23,8 +23,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     drop((store, users, orders)); // the last handle closes the file and releases its lock
     let store = Store::open_with(path, &options)?;
-    let users = store.hash_map("users")?;
-    let orders = store.btree_map("orders", FastFairConfig::default())?;
+    let users = store.hash_map::<u64, u64>("users")?;
+    let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
     for k in 0..100_000 {
         assert_eq!((users.get(k)?, orders.get(k)?), (Some(k * 10), Some(k + 1)));
     }

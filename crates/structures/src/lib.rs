@@ -7,8 +7,8 @@
 //! // In DRAM for the example; `Store::open_or_create(path, size, &options)` for a pool file.
 //! let options = StoreOptions::new().granularity(Granularity::Emulated);
 //! let store = Store::anonymous(16 << 20, &options)?;
-//! let users = store.hash_map("users")?;
-//! let orders = store.btree_map("orders", FastFairConfig::default())?;
+//! let users = store.hash_map::<u64, u64>("users")?;
+//! let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
 //! users.insert(7, 700)?; // durable when it returns
 //! for order in [30, 10, 20] {
 //!     orders.insert(order, order * 2)?;

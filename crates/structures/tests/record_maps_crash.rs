@@ -97,7 +97,7 @@ fn observe(store: &SimStore<'_>, which: Which) -> Result<Model<Bytes, Bytes>, St
             let m = store.hash_map_with::<Bytes, Bytes>("records", TABLE).map_err(e)?;
             let n = m.check().map_err(|e| format!("check: {e}"))?;
             let contents: Model<Bytes, Bytes> =
-                m.iter().map_err(e)?.collect::<Result<_, _>>().map_err(e)?;
+                m.iter().collect::<Result<_, _>>().map_err(e)?;
             let lookups: Vec<Option<Bytes>> =
                 contents.keys().map(|k| m.get(k)).collect::<Result<_, _>>().map_err(e)?;
             (n, m.len(), contents, lookups)

@@ -131,7 +131,7 @@ proptest! {
         prop_assert_eq!(tree.check().unwrap(), ordered.len() as u64);
         let walked: Vec<(Bytes, Bytes)> = tree.iter().collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(&walked, &ordered.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
-        let hashed: Unordered<Bytes, Bytes> = hash.iter().unwrap().collect::<Result<_, _>>().unwrap();
+        let hashed: Unordered<Bytes, Bytes> = hash.iter().collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(&hashed, &unordered);
         store.check_blocks().unwrap();
 
@@ -140,7 +140,7 @@ proptest! {
         store.check_blocks().unwrap();
         let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
         let tree = store.btree_map::<Bytes, Bytes>("tree", tree_config()).unwrap();
-        let hashed: Unordered<Bytes, Bytes> = hash.iter().unwrap().collect::<Result<_, _>>().unwrap();
+        let hashed: Unordered<Bytes, Bytes> = hash.iter().collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(&hashed, &unordered);
         let walked: Ordered<Bytes, Bytes> = tree.iter().collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(&walked, &ordered);

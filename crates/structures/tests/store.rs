@@ -48,8 +48,8 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
     };
     {
         let store = Store::create(&path, SIZE, &options()).unwrap();
-        let users = store.hash_map("users").unwrap();
-        let orders = store.btree_map("orders", tree_config).unwrap();
+        let users = store.hash_map::<u64, u64>("users").unwrap();
+        let orders = store.btree_map::<u64, u64>("orders", tree_config).unwrap();
         let files = store.datalog("files", DatalogConfig::default()).unwrap();
         for k in 0..2_000u64 {
             assert!(users.insert(k, k + 1).unwrap());
@@ -68,10 +68,10 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
             ("users".to_string(), StructureKind::HashMap),
         ]
     );
-    let users = store.hash_map("users").unwrap();
+    let users = store.hash_map::<u64, u64>("users").unwrap();
     // The default configuration passed here is not applied: the tree keeps its own.
     let orders = store
-        .btree_map("orders", FastFairConfig::default())
+        .btree_map::<u64, u64>("orders", FastFairConfig::default())
         .unwrap();
     assert_eq!(orders.config(), tree_config);
     assert_eq!(users.len(), 2_000);
@@ -95,17 +95,17 @@ fn open_or_create_creates_once_then_opens() {
     let (_dir, path) = pool_path("ooc.pool");
     {
         let store = Store::open_or_create(&path, SIZE, &options()).unwrap();
-        store.hash_map("a").unwrap().insert(5, 6).unwrap();
+        store.hash_map::<u64, u64>("a").unwrap().insert(5, 6).unwrap();
     }
     let store = Store::open_or_create(&path, SIZE, &options()).unwrap();
-    assert_eq!(store.hash_map("a").unwrap().get(5).unwrap(), Some(6));
+    assert_eq!(store.hash_map::<u64, u64>("a").unwrap().get(5).unwrap(), Some(6));
 }
 
 #[test]
 fn a_second_open_is_refused_until_the_last_handle_drops() {
     let (_dir, path) = pool_path("lock.pool");
     let store = Store::create(&path, SIZE, &options()).unwrap();
-    let map = store.hash_map("m").unwrap();
+    let map = store.hash_map::<u64, u64>("m").unwrap();
     map.insert(1, 2).unwrap();
     let before = std::fs::read(&path).unwrap();
     let refused =
@@ -123,14 +123,14 @@ fn a_second_open_is_refused_until_the_last_handle_drops() {
     map.insert(3, 4).unwrap();
     drop(map);
     let store = Store::open_with(&path, &options()).unwrap();
-    assert_eq!(store.hash_map("m").unwrap().get(3).unwrap(), Some(4));
+    assert_eq!(store.hash_map::<u64, u64>("m").unwrap().get(3).unwrap(), Some(4));
 }
 
 #[test]
 fn every_u64_is_a_key_in_both_maps() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
-    let hash = store.hash_map("h").unwrap();
-    let tree = store.btree_map("t", FastFairConfig::default()).unwrap();
+    let hash = store.hash_map::<u64, u64>("h").unwrap();
+    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
     let keys = [0, 1, u64::MAX - 1, u64::MAX];
     for (i, &k) in keys.iter().enumerate() {
         let v = i as u64 + 100;
@@ -179,16 +179,16 @@ fn reserved_keys_survive_a_reopen() {
     let (_dir, path) = pool_path("reserved.pool");
     {
         let store = Store::create(&path, SIZE, &options()).unwrap();
-        store.hash_map("h").unwrap().insert(0, 9).unwrap();
+        store.hash_map::<u64, u64>("h").unwrap().insert(0, 9).unwrap();
         store
-            .btree_map("t", FastFairConfig::default())
+            .btree_map::<u64, u64>("t", FastFairConfig::default())
             .unwrap()
             .insert(u64::MAX, 8)
             .unwrap();
     }
     let store = Store::open_with(&path, &options()).unwrap();
-    assert_eq!(store.hash_map("h").unwrap().get(0).unwrap(), Some(9));
-    let tree = store.btree_map("t", FastFairConfig::default()).unwrap();
+    assert_eq!(store.hash_map::<u64, u64>("h").unwrap().get(0).unwrap(), Some(9));
+    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
     assert_eq!(tree.get(u64::MAX).unwrap(), Some(8));
     assert_eq!(tree.len(), 1);
 }
@@ -196,8 +196,8 @@ fn reserved_keys_survive_a_reopen() {
 #[test]
 fn names_are_one_kind_and_checked() {
     let store = Store::anonymous(SIZE, &options().max_structures(3)).unwrap();
-    store.hash_map("users").unwrap();
-    match store.btree_map("users", FastFairConfig::default()) {
+    store.hash_map::<u64, u64>("users").unwrap();
+    match store.btree_map::<u64, u64>("users", FastFairConfig::default()) {
         Err(Error::KindMismatch {
             name,
             found: StructureKind::HashMap,
@@ -217,14 +217,14 @@ fn names_are_one_kind_and_checked() {
     );
     for bad in ["", "nul\0", &"n".repeat(65)] {
         assert!(
-            matches!(store.hash_map(bad), Err(Error::InvalidName { .. })),
+            matches!(store.hash_map::<u64, u64>(bad), Err(Error::InvalidName { .. })),
             "{bad:?}"
         );
     }
-    store.hash_map("b").unwrap();
+    store.hash_map::<u64, u64>("b").unwrap();
     store.datalog("c", DatalogConfig::default()).unwrap();
     assert!(matches!(
-        store.hash_map("d"),
+        store.hash_map::<u64, u64>("d"),
         Err(Error::CatalogFull { capacity: 3 })
     ));
     assert_eq!(store.names(), ["b", "c", "users"]);
@@ -241,8 +241,8 @@ fn names_are_one_kind_and_checked() {
 #[test]
 fn one_name_gives_one_shared_structure() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
-    let a = store.btree_map("t", FastFairConfig::default()).unwrap();
-    let b = store.btree_map("t", FastFairConfig::default()).unwrap();
+    let a = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
+    let b = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
     a.insert(1, 1).unwrap();
     assert_eq!(b.get(1).unwrap(), Some(1));
     assert_eq!(b.len(), 1);
@@ -251,7 +251,7 @@ fn one_name_gives_one_shared_structure() {
 #[test]
 fn removing_a_structure_frees_every_block_it_owned() {
     let store = Store::anonymous(64 << 20, &options()).unwrap();
-    let keep = store.hash_map("keep").unwrap();
+    let keep = store.hash_map::<u64, u64>("keep").unwrap();
     keep.insert(1, 1).unwrap();
     let heap_blocks = |store: &Store| -> Vec<u64> {
         store
@@ -266,7 +266,7 @@ fn removing_a_structure_frees_every_block_it_owned() {
     for (name, keys) in [("small", 10u64), ("large", 50_000)] {
         {
             let hash = store
-                .hash_map_with(
+                .hash_map_with::<u64, u64>(
                     name,
                     CcehConfig {
                         buckets_per_segment: 16,
@@ -274,7 +274,7 @@ fn removing_a_structure_frees_every_block_it_owned() {
                 )
                 .unwrap();
             let tree = store
-                .btree_map(&format!("{name}-tree"), FastFairConfig::default())
+                .btree_map::<u64, u64>(&format!("{name}-tree"), FastFairConfig::default())
                 .unwrap();
             let files = store
                 .datalog(&format!("{name}-files"), DatalogConfig::default())
@@ -328,8 +328,8 @@ fn a_pool_of_another_layout_is_not_a_store() {
 #[test]
 fn handles_work_from_spawned_threads() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
-    let map = store.hash_map("m").unwrap();
-    let tree = store.btree_map("t", FastFairConfig::default()).unwrap();
+    let map = store.hash_map::<u64, u64>("m").unwrap();
+    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
     drop(store);
     let workers: Vec<_> = (0..2u64)
         .map(|t| {

@@ -444,17 +444,19 @@ where
             .collect::<Result<Vec<u64>, CcehError>>()?)
     }
 
-    /// Every `(key, value)`, in no particular order: a snapshot of the table's slots whose
-    /// records are read as the iterator goes, inside one pinned epoch (so records retired
-    /// meanwhile stay readable; a key written after the snapshot may be missed).
-    pub fn iter(&self) -> Result<Iter<'_, B>> {
+    /// Every `(key, value)`, in no particular order: the table's slots, a segment snapshot at
+    /// a time, whose records are read as the iterator goes, inside one pinned epoch (so records
+    /// retired meanwhile stay readable; a key written meanwhile may be missed). A thread holding
+    /// one should not write the map: a directory doubling waits for pinned threads, and fails
+    /// with an error on its own.
+    pub fn iter(&self) -> Iter<'_, B> {
         let guard = epoch::pin();
-        let records = self.record_offsets()?;
-        Ok(Iter {
+        Iter {
             pool: self.heap().pool(),
-            records: records.into_iter(),
+            root: self.root,
+            slots: self.table.iter(),
             _guard: guard,
-        })
+        }
     }
 
     /// Every heap block the map owns: the table's, the intent area and each record.
@@ -502,10 +504,21 @@ where
     }
 }
 
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
+    for RecordHashMap<B, P, H>
+{
+    /// No handle, so no reader, is left: records retired by this map go back to the heap now
+    /// instead of after an epoch no one will wait for.
+    fn drop(&mut self) {
+        self.records.release_all(self.table.heap());
+    }
+}
+
 /// The `(key, value)` pairs of a [`RecordHashMap`] ([`RecordHashMap::iter`]).
 pub struct Iter<'a, B: Backend> {
     pool: &'a Pool<B>,
-    records: std::vec::IntoIter<u64>,
+    root: u64,
+    slots: cceh::Iter,
     _guard: epoch::Guard,
 }
 
@@ -513,11 +526,14 @@ impl<B: Backend> Iterator for Iter<'_, B> {
     type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let record = self.records.next()?;
+        let record = match self.slots.next()? {
+            Ok((_, record)) => record,
+            Err(e) => return Some(Err(e.into())),
+        };
         let read = || -> Result<_> {
             let header = layout::read_header(self.pool, record, u64::MAX)?.ok_or(
                 RecordMapError::Corrupt {
-                    root: 0,
+                    root: self.root,
                     reason: format!("the record at {record:#x} has a header that does not parse"),
                 },
             )?;
@@ -530,7 +546,7 @@ impl<B: Backend> Iterator for Iter<'_, B> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.records.size_hint()
+        self.slots.size_hint()
     }
 }
 

@@ -168,6 +168,13 @@ impl Records {
         }
     }
 
+    /// Hand every retired block back: the structure is being dropped, no reader is left.
+    pub(crate) fn release_all<B: Backend, P: Deref<Target = Pool<B>>>(&self, heap: &Heap<B, P>) {
+        for block in self.limbo.take_all() {
+            let _ = heap.release_record(block);
+        }
+    }
+
     /// Reserve a block for `bytes`, waiting a little for retired blocks if the heap is full.
     fn reserve<B: Backend, P: Deref<Target = Pool<B>>>(
         &self,
@@ -281,8 +288,13 @@ impl Records {
             let allocated = reachable(offset, &key)?;
             resolved.examined += 1;
             let before = heap.record_block(offset).is_some();
-            if heap.resolve_record(offset, size, allocated)? && before != allocated {
-                resolved.changed += 1;
+            match heap.resolve_record(offset, size, allocated) {
+                Ok(true) if before != allocated => resolved.changed += 1,
+                Ok(_) => {}
+                // A block this session reserved or retired (the structure is opened again
+                // while the store is open): its writer owns it, nothing is in doubt.
+                Err(TxError::InvalidRecord { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(resolved)

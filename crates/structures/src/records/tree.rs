@@ -744,6 +744,16 @@ where
     }
 }
 
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
+    for RecordTreeMap<B, P, H>
+{
+    /// No handle, so no reader, is left: records retired by this map go back to the heap now
+    /// instead of after an epoch no one will wait for.
+    fn drop(&mut self) {
+        self.records.release_all(&self.heap);
+    }
+}
+
 fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
     let header = layout::read_header(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
         offset: record,

@@ -158,17 +158,17 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, 
     /// may or may not be seen. A map of records pins the epoch while the iterator lives, so a
     /// thread holding one should not also write the map (a directory doubling would wait for
     /// it and fails with an error instead).
-    pub fn iter(&self) -> Result<HashIter<'_, K, V, B>, Error> {
+    pub fn iter(&self) -> HashIter<'_, K, V, B> {
         let inner = match &self.repr {
             HashRepr::Words(core) => HashIterRepr::Words(core.entries()),
-            HashRepr::Records(core) => HashIterRepr::Records(core.raw.iter()?),
+            HashRepr::Records(core) => HashIterRepr::Records(core.raw.iter()),
         };
-        Ok(HashIter {
+        HashIter {
             inner,
             name: self.name(),
             done: false,
             types: PhantomData,
-        })
+        }
     }
 }
 

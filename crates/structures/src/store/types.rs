@@ -271,11 +271,6 @@ impl<T: PodValue> Encode<Pod<T>> for Pod<T> {
         Encoded::Borrowed(bytemuck::bytes_of(&self.0))
     }
 }
-impl<T: PodValue> Encode<Pod<T>> for T {
-    fn encode(&self) -> Encoded<'_> {
-        Encoded::Borrowed(bytemuck::bytes_of(self))
-    }
-}
 
 /// Whether a map of `K -> V` keeps both inline in `u64` slots.
 pub(crate) fn inline<K: Value, V: Value>() -> bool {

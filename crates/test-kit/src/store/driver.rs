@@ -16,8 +16,8 @@ use crate::ModelOp;
 
 /// A handle the driver holds.
 enum Handle<B: Backend, P: Deref<Target = Pool<B>>> {
-    Hash(HashHandle<B, P>),
-    Tree(TreeHandle<B, P>),
+    Hash(HashHandle<u64, u64, B, P>),
+    Tree(TreeHandle<u64, u64, B, P>),
     Files(Datalog<B, P>),
 }
 
@@ -138,10 +138,10 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
         let store = self.store();
         Ok(match kind {
             StructureKind::HashMap => {
-                Handle::Hash(store.hash_map_with(name.name(), self.setup.table())?)
+                Handle::Hash(store.hash_map_with::<u64, u64>(name.name(), self.setup.table())?)
             }
             StructureKind::BTreeMap => {
-                Handle::Tree(store.btree_map(name.name(), self.setup.tree())?)
+                Handle::Tree(store.btree_map::<u64, u64>(name.name(), self.setup.tree())?)
             }
             StructureKind::Datalog => {
                 Handle::Files(store.datalog(name.name(), self.setup.datalog())?)
@@ -227,9 +227,9 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
         };
         let opened = match wanted {
             StructureKind::HashMap => store
-                .hash_map_with(name.name(), self.setup.table())
+                .hash_map_with::<u64, u64>(name.name(), self.setup.table())
                 .map(drop),
-            _ => store.btree_map(name.name(), self.setup.tree()).map(drop),
+            _ => store.btree_map::<u64, u64>(name.name(), self.setup.tree()).map(drop),
         };
         match opened {
             Err(e) if predicted.is(name.name(), &e) => Ok(()),
@@ -351,9 +351,9 @@ pub fn observe<B: Backend, P: Deref<Target = Pool<B>>>(
             StructureKind::HashMap | StructureKind::BTreeMap => {
                 let opened = match kind {
                     StructureKind::HashMap => {
-                        store.hash_map_with(&name, setup.table()).map(Handle::Hash)
+                        store.hash_map_with::<u64, u64>(&name, setup.table()).map(Handle::Hash)
                     }
-                    _ => store.btree_map(&name, setup.tree()).map(Handle::Tree),
+                    _ => store.btree_map::<u64, u64>(&name, setup.tree()).map(Handle::Tree),
                 };
                 let handle = opened.map_err(|e| failed(&name, e))?;
                 let pairs = scan(&handle, 0..=u64::MAX)?;

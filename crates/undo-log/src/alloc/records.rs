@@ -278,6 +278,20 @@ impl Allocator {
         self.vacate(pool, &mut st, found)
     }
 
+    /// Mark retired `block` allocated again (store and flush, no fence): the retirement is
+    /// undone, as if it never happened.
+    pub fn restore_record<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        block: RecordBlock,
+    ) -> Result<Pending, TxError> {
+        let mut st = self.lock();
+        let found = self.record_in(&st, block, Phase::Retired)?;
+        let pending = self.store_record_state(pool, &mut st, found, true)?;
+        st.record_retired.remove(&block.offset);
+        Ok(pending)
+    }
+
     /// The published record block starting at `offset`, if there is one.
     pub fn record_block(&self, offset: u64) -> Option<RecordBlock> {
         let st = self.lock();

@@ -68,6 +68,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         self.allocator.release_record(&self.pool, block)
     }
 
+    /// Undo [`Heap::retire_record`] of `block` (the structure's change that was to unlink it
+    /// failed, so the block is still reachable): store and flush its allocation again, **no
+    /// fence**. Fails with [`TxError::InvalidRecord`] unless `block` is retired.
+    pub fn restore_record(&self, block: RecordBlock) -> Result<Pending, TxError> {
+        self.allocator.restore_record(&self.pool, block)
+    }
+
     /// Resolve a block an intent line names, after a crash: if `offset` is the start of a
     /// record block of `size` bytes (its [`RecordBlock::size`], or the size it was reserved
     /// for), set its allocation to `allocated` (whether the structure reaches it), persisted

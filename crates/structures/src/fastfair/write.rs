@@ -73,9 +73,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// If the hook returns `Err`, that error is returned and the tree is unchanged: nothing was
     /// stored. Errors after the hook ran, which the caller must then undo the hook's effect
     /// for:
-    /// * a split's transaction failing ([`FastFairError::Tx`]: [`TxError::PoolFull`] when the
-    ///   heap has no room for the new nodes, [`TxError::LogFull`], or a pool access error):
-    ///   the transaction is rolled back, so the tree is unchanged;
+    /// * the split, one transaction run after the hook, failing: [`FastFairError::Tx`]
+    ///   ([`TxError::PoolFull`] when the heap has no room for the new nodes,
+    ///   [`TxError::LogFull`], [`TxError::NestedAborted`] when called inside a transaction of
+    ///   the same heap, a pool access error) or [`FastFairError::Corrupt`] for a damaged node
+    ///   found while planning it. The transaction is rolled back: the tree is unchanged;
     /// * a pool access error ([`FastFairError::Tx`] of [`TxError::Pool`]) on a store into the
     ///   leaf or the redo lane, whose ranges were bounds-checked before the hook ran: it cannot
     ///   happen on a tree that [`FastFair::open`] accepted, and would leave the leaf as a crash
@@ -85,6 +87,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     ///
     /// [`TxError::PoolFull`]: pmem_undo_log::TxError::PoolFull
     /// [`TxError::LogFull`]: pmem_undo_log::TxError::LogFull
+    /// [`TxError::NestedAborted`]: pmem_undo_log::TxError::NestedAborted
     /// [`TxError::Pool`]: pmem_undo_log::TxError::Pool
     #[inline]
     pub(crate) fn put_with<E: From<FastFairError>>(
@@ -126,12 +129,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     ///
     /// The rules of [`FastFair::put_with`] hold: the hook's flushed stores are durable when
     /// this returns `Ok` (no fence of its own needed), its `Err` returns with the tree
-    /// unchanged, and the errors that can follow it are a merge's transaction failing (rolled
-    /// back: the tree is unchanged; [`TxError::LogFull`] or a pool access error, as a merge
-    /// allocates nothing) and a pool access error in a bounds-checked leaf or redo lane, which
-    /// a tree that opened cleanly does not produce.
+    /// unchanged, and the errors that can follow it are the merge's transaction failing (any
+    /// error of it, [`FastFairError::Tx`] or [`FastFairError::Corrupt`], but never
+    /// [`TxError::PoolFull`]: a merge allocates nothing), rolled back so the tree is
+    /// unchanged, and a pool access error in a bounds-checked leaf or redo lane, which a tree
+    /// that opened cleanly does not produce.
     ///
-    /// [`TxError::LogFull`]: pmem_undo_log::TxError::LogFull
+    /// [`TxError::PoolFull`]: pmem_undo_log::TxError::PoolFull
     #[inline]
     pub(crate) fn remove_with<E: From<FastFairError>>(
         &self,

@@ -109,7 +109,9 @@ pub(super) fn fastfair_repetition(
         fastfairbench::pool_size(n),
         files.granularity,
     )?;
-    let store = store_file.store().btree_map::<u64, u64>("fastfair", config)?;
+    let store = store_file
+        .store()
+        .btree_map::<u64, u64>("fastfair", config)?;
     let [insert, get, scan] = pairs;
     insert_then_get(
         rep,

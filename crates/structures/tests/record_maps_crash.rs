@@ -94,29 +94,41 @@ fn observe(store: &SimStore<'_>, which: Which) -> Result<Model<Bytes, Bytes>, St
     let e = |e: Error| e.to_string();
     let (n, len, contents, lookups) = match which {
         Which::Hash => {
-            let m = store.hash_map_with::<Bytes, Bytes>("records", TABLE).map_err(e)?;
+            let m = store
+                .hash_map_with::<Bytes, Bytes>("records", TABLE)
+                .map_err(e)?;
             let n = m.check().map_err(|e| format!("check: {e}"))?;
-            let contents: Model<Bytes, Bytes> =
-                m.iter().collect::<Result<_, _>>().map_err(e)?;
-            let lookups: Vec<Option<Bytes>> =
-                contents.keys().map(|k| m.get(k)).collect::<Result<_, _>>().map_err(e)?;
+            let contents: Model<Bytes, Bytes> = m.iter().collect::<Result<_, _>>().map_err(e)?;
+            let lookups: Vec<Option<Bytes>> = contents
+                .keys()
+                .map(|k| m.get(k))
+                .collect::<Result<_, _>>()
+                .map_err(e)?;
             (n, m.len(), contents, lookups)
         }
         Which::Tree => {
-            let m = store.btree_map::<Bytes, Bytes>("records", tree_config()).map_err(e)?;
+            let m = store
+                .btree_map::<Bytes, Bytes>("records", tree_config())
+                .map_err(e)?;
             let n = m.check().map_err(|e| format!("check: {e}"))?;
             let walk: Vec<(Bytes, Bytes)> = m.iter().collect::<Result<_, _>>().map_err(e)?;
             if walk.windows(2).any(|w| w[0].0 >= w[1].0) {
                 return Err(format!("the walk is not in key order: {walk:?}"));
             }
             let contents: Model<Bytes, Bytes> = walk.into_iter().collect();
-            let lookups: Vec<Option<Bytes>> =
-                contents.keys().map(|k| m.get(k)).collect::<Result<_, _>>().map_err(e)?;
+            let lookups: Vec<Option<Bytes>> = contents
+                .keys()
+                .map(|k| m.get(k))
+                .collect::<Result<_, _>>()
+                .map_err(e)?;
             (n, m.len(), contents, lookups)
         }
     };
     if n != contents.len() as u64 || len != n {
-        return Err(format!("check counts {n}, len {len}, the walk {}", contents.len()));
+        return Err(format!(
+            "check counts {n}, len {len}, the walk {}",
+            contents.len()
+        ));
     }
     for ((k, v), got) in contents.iter().zip(lookups) {
         if got.as_ref() != Some(v) {
@@ -251,9 +263,19 @@ fn every_crash_of_ordered_map_writes_through_splits_and_layers_recovers() {
 
 #[test]
 fn every_crash_of_large_values_recovers() {
-    for (which, name) in [(Which::Hash, "record-hash-large"), (Which::Tree, "record-tree-large")] {
+    for (which, name) in [
+        (Which::Hash, "record-hash-large"),
+        (Which::Tree, "record-tree-large"),
+    ] {
         let (setup, ops) = large_ops();
-        let points = crash_run(name, which, setup, ops, CrashPoints::Every, Images::Random(3));
+        let points = crash_run(
+            name,
+            which,
+            setup,
+            ops,
+            CrashPoints::Every,
+            Images::Random(3),
+        );
         assert!(points > 20, "{name}: {points} crash points");
     }
 }

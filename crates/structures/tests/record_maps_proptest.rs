@@ -29,7 +29,10 @@ fn key() -> impl Strategy<Value = Bytes> {
     // Prefixes of 0, 7 and 14 shared bytes, then a short tail: layers in the ordered map.
     (
         prop_oneof![Just(""), Just("tenant1"), Just("tenant1:user:00")],
-        proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(0u8), Just(0xff)], 0..4),
+        proptest::collection::vec(
+            prop_oneof![Just(b'a'), Just(b'b'), Just(0u8), Just(0xff)],
+            0..4,
+        ),
     )
         .prop_map(|(prefix, tail)| [prefix.as_bytes(), &tail].concat())
 }

@@ -95,10 +95,17 @@ fn open_or_create_creates_once_then_opens() {
     let (_dir, path) = pool_path("ooc.pool");
     {
         let store = Store::open_or_create(&path, SIZE, &options()).unwrap();
-        store.hash_map::<u64, u64>("a").unwrap().insert(5, 6).unwrap();
+        store
+            .hash_map::<u64, u64>("a")
+            .unwrap()
+            .insert(5, 6)
+            .unwrap();
     }
     let store = Store::open_or_create(&path, SIZE, &options()).unwrap();
-    assert_eq!(store.hash_map::<u64, u64>("a").unwrap().get(5).unwrap(), Some(6));
+    assert_eq!(
+        store.hash_map::<u64, u64>("a").unwrap().get(5).unwrap(),
+        Some(6)
+    );
 }
 
 #[test]
@@ -123,14 +130,19 @@ fn a_second_open_is_refused_until_the_last_handle_drops() {
     map.insert(3, 4).unwrap();
     drop(map);
     let store = Store::open_with(&path, &options()).unwrap();
-    assert_eq!(store.hash_map::<u64, u64>("m").unwrap().get(3).unwrap(), Some(4));
+    assert_eq!(
+        store.hash_map::<u64, u64>("m").unwrap().get(3).unwrap(),
+        Some(4)
+    );
 }
 
 #[test]
 fn every_u64_is_a_key_in_both_maps() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
     let hash = store.hash_map::<u64, u64>("h").unwrap();
-    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
+    let tree = store
+        .btree_map::<u64, u64>("t", FastFairConfig::default())
+        .unwrap();
     let keys = [0, 1, u64::MAX - 1, u64::MAX];
     for (i, &k) in keys.iter().enumerate() {
         let v = i as u64 + 100;
@@ -179,7 +191,11 @@ fn reserved_keys_survive_a_reopen() {
     let (_dir, path) = pool_path("reserved.pool");
     {
         let store = Store::create(&path, SIZE, &options()).unwrap();
-        store.hash_map::<u64, u64>("h").unwrap().insert(0, 9).unwrap();
+        store
+            .hash_map::<u64, u64>("h")
+            .unwrap()
+            .insert(0, 9)
+            .unwrap();
         store
             .btree_map::<u64, u64>("t", FastFairConfig::default())
             .unwrap()
@@ -187,8 +203,13 @@ fn reserved_keys_survive_a_reopen() {
             .unwrap();
     }
     let store = Store::open_with(&path, &options()).unwrap();
-    assert_eq!(store.hash_map::<u64, u64>("h").unwrap().get(0).unwrap(), Some(9));
-    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
+    assert_eq!(
+        store.hash_map::<u64, u64>("h").unwrap().get(0).unwrap(),
+        Some(9)
+    );
+    let tree = store
+        .btree_map::<u64, u64>("t", FastFairConfig::default())
+        .unwrap();
     assert_eq!(tree.get(u64::MAX).unwrap(), Some(8));
     assert_eq!(tree.len(), 1);
 }
@@ -217,7 +238,10 @@ fn names_are_one_kind_and_checked() {
     );
     for bad in ["", "nul\0", &"n".repeat(65)] {
         assert!(
-            matches!(store.hash_map::<u64, u64>(bad), Err(Error::InvalidName { .. })),
+            matches!(
+                store.hash_map::<u64, u64>(bad),
+                Err(Error::InvalidName { .. })
+            ),
             "{bad:?}"
         );
     }
@@ -241,8 +265,12 @@ fn names_are_one_kind_and_checked() {
 #[test]
 fn one_name_gives_one_shared_structure() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
-    let a = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
-    let b = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
+    let a = store
+        .btree_map::<u64, u64>("t", FastFairConfig::default())
+        .unwrap();
+    let b = store
+        .btree_map::<u64, u64>("t", FastFairConfig::default())
+        .unwrap();
     a.insert(1, 1).unwrap();
     assert_eq!(b.get(1).unwrap(), Some(1));
     assert_eq!(b.len(), 1);
@@ -329,7 +357,9 @@ fn a_pool_of_another_layout_is_not_a_store() {
 fn handles_work_from_spawned_threads() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
     let map = store.hash_map::<u64, u64>("m").unwrap();
-    let tree = store.btree_map::<u64, u64>("t", FastFairConfig::default()).unwrap();
+    let tree = store
+        .btree_map::<u64, u64>("t", FastFairConfig::default())
+        .unwrap();
     drop(store);
     let workers: Vec<_> = (0..2u64)
         .map(|t| {

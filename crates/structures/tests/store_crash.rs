@@ -88,10 +88,14 @@ fn states(ops: &[Op]) -> Vec<State> {
 fn apply(store: &SimStore<'_>, op: &Op) {
     match op {
         Op::Open(name, StructureKind::HashMap) => {
-            store.hash_map_with::<u64, u64>(name, TABLE).expect("open a hash map");
+            store
+                .hash_map_with::<u64, u64>(name, TABLE)
+                .expect("open a hash map");
         }
         Op::Open(name, StructureKind::BTreeMap) => {
-            store.btree_map::<u64, u64>(name, tree_config()).expect("open a tree");
+            store
+                .btree_map::<u64, u64>(name, tree_config())
+                .expect("open a tree");
         }
         Op::Open(name, _) => {
             store
@@ -100,7 +104,11 @@ fn apply(store: &SimStore<'_>, op: &Op) {
         }
         Op::Put(name, key, value) => {
             if is_hash(store, name) {
-                store.hash_map::<u64, u64>(name).unwrap().upsert(*key, *value).unwrap();
+                store
+                    .hash_map::<u64, u64>(name)
+                    .unwrap()
+                    .upsert(*key, *value)
+                    .unwrap();
             } else {
                 store
                     .btree_map::<u64, u64>(name, tree_config())
@@ -115,7 +123,11 @@ fn apply(store: &SimStore<'_>, op: &Op) {
                 .iter()
                 .any(|(n, k)| n == name && *k == StructureKind::HashMap)
             {
-                store.hash_map::<u64, u64>(name).unwrap().remove(*key).unwrap();
+                store
+                    .hash_map::<u64, u64>(name)
+                    .unwrap()
+                    .remove(*key)
+                    .unwrap();
             } else {
                 store
                     .btree_map::<u64, u64>(name, tree_config())
@@ -149,7 +161,9 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
     for (name, kind) in store.structures() {
         let contents: Model<u64, u64> = match kind {
             StructureKind::HashMap => {
-                let map = store.hash_map::<u64, u64>(&name).map_err(|e| e.to_string())?;
+                let map = store
+                    .hash_map::<u64, u64>(&name)
+                    .map_err(|e| e.to_string())?;
                 let n = map.check().map_err(|e| e.to_string())?;
                 let c: Model<u64, u64> = map
                     .iter()

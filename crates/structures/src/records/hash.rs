@@ -289,13 +289,12 @@ where
 
     /// The value of the record at `record`, read inside a pinned epoch.
     fn value_at(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
-        let header = layout::read_header(pool, record, u64::MAX)?.ok_or(
-            PoolError::OutOfBounds {
+        let header =
+            layout::read_header(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
                 offset: record,
                 len: layout::HEADER_BYTES,
                 size: pool.size(),
-            },
-        )?;
+            })?;
         layout::read_value(pool, record, &header)
     }
 
@@ -334,9 +333,7 @@ where
         let mut staged = self.records.stage(heap, key, value, None)?;
         let new = staged.new_offset().expect("a staged insert has a record");
         let put = self.table.put_probe(&self.probe(key), new, false, |old| {
-            staged
-                .commit(heap, old)
-                .map_err(RecordMapError::from)
+            staged.commit(heap, old).map_err(RecordMapError::from)
         });
         match put {
             Ok(None) => {
@@ -371,9 +368,7 @@ where
                 // Under the writer lock the old record is intact: read it before retiring it.
                 old_value = Some(Self::value_at(pool, o)?);
             }
-            staged
-                .commit(heap, old)
-                .map_err(RecordMapError::from)
+            staged.commit(heap, old).map_err(RecordMapError::from)
         });
         match put {
             Ok(_) => {
@@ -405,9 +400,7 @@ where
         let mut old_value = None;
         let removed = self.table.remove_probe(&self.probe(key), |old| {
             old_value = Some(Self::value_at(pool, old)?);
-            staged
-                .commit(heap, Some(old))
-                .map_err(RecordMapError::from)
+            staged.commit(heap, Some(old)).map_err(RecordMapError::from)
         });
         match removed {
             Ok(Some(_)) => {
@@ -482,10 +475,14 @@ where
         for slot in self.table.iter() {
             let (word, record) = slot?;
             let block = heap.record_block(record).ok_or_else(|| {
-                corrupt(format!("key word {word:#x} points at {record:#x}, not a published record"))
+                corrupt(format!(
+                    "key word {word:#x} points at {record:#x}, not a published record"
+                ))
             })?;
             let header = layout::read_header(pool, record, block.size)?.ok_or_else(|| {
-                corrupt(format!("the record at {record:#x} has a header that does not fit its block"))
+                corrupt(format!(
+                    "the record at {record:#x} has a header that does not fit its block"
+                ))
             })?;
             if header.owner != self.records.owner() {
                 return Err(corrupt(format!(

@@ -74,7 +74,9 @@ impl IntentArea {
     pub(crate) fn at(offset: u64) -> IntentArea {
         IntentArea {
             offset,
-            held: (0..LINES).map(|_| CachePadded::new(AtomicBool::new(false))).collect(),
+            held: (0..LINES)
+                .map(|_| CachePadded::new(AtomicBool::new(false)))
+                .collect(),
         }
     }
 
@@ -122,7 +124,10 @@ impl IntentArea {
 
 impl IntentArea {
     /// Every nonzero layer word.
-    pub(crate) fn layer_words<B: Backend>(&self, pool: &Pool<B>) -> Result<Vec<LayerWord>, PoolError> {
+    pub(crate) fn layer_words<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+    ) -> Result<Vec<LayerWord>, PoolError> {
         let mut words = Vec::new();
         for line in 0..LINES {
             let at = self.offset + line * LINE_BYTES + LAYER_WORD;

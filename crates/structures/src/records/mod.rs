@@ -49,8 +49,8 @@ use self::layout::Header;
 use self::limbo::Limbo;
 
 pub use hash::{RecordHashMap, RecordMapError};
-pub use tree::RecordTreeMap;
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use tree::RecordTreeMap;
 
 /// How many times a reservation that finds the heap full waits for retired records to come
 /// back before it reports the heap full.
@@ -137,7 +137,10 @@ impl Records {
     }
 
     /// Every layer a layer word names (at open).
-    pub(crate) fn layer_words<B: Backend>(&self, pool: &Pool<B>) -> Result<Vec<LayerWord>, PoolError> {
+    pub(crate) fn layer_words<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+    ) -> Result<Vec<LayerWord>, PoolError> {
         self.intents.layer_words(pool)
     }
 
@@ -222,7 +225,9 @@ impl Records {
                 return Err(e.into());
             }
         };
-        let old_named = old.and_then(|o| heap.record_block(o)).map(|b| (b.offset, b.size));
+        let old_named = old
+            .and_then(|o| heap.record_block(o))
+            .map(|b| (b.offset, b.size));
         let line = self.intents.claim();
         let named = line.name(pool, Some((block.offset, block.size)), old_named);
         let named = match named {

@@ -68,6 +68,8 @@ const SCAN_BATCH: usize = 64;
 
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
 type Layer<B, P, H> = FastFair<B, P, H>;
+/// Layers below the top, by the offset of their root object.
+type Layers<B, P, H> = HashMap<u64, Arc<Layer<B, P, H>>>;
 
 /// The slice word of `key` in layer `layer` (see the module docs).
 pub(crate) fn slice_word(key: &[u8], layer: usize) -> u64 {
@@ -146,7 +148,7 @@ pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     top: Arc<Layer<B, P, H>>,
     /// Every layer below the top, by root offset: readers that meet a layer entry find it here
     /// (a new layer is entered before it is published).
-    layers: RwLock<HashMap<u64, Arc<Layer<B, P, H>>>>,
+    layers: RwLock<Layers<B, P, H>>,
     count: AtomicU64,
     resolved: Resolved,
 }
@@ -254,7 +256,7 @@ where
     }
 
     /// Open every layer below the top, depth first; the number of records.
-    fn walk_layers(&self) -> Result<(HashMap<u64, Arc<Layer<B, P, H>>>, u64)> {
+    fn walk_layers(&self) -> Result<(Layers<B, P, H>, u64)> {
         let mut layers = HashMap::new();
         let mut count = 0;
         let mut pending = vec![self.top.clone()];
@@ -462,7 +464,9 @@ where
         loop {
             let _guard = epoch::pin();
             let spot = self.descend(key)?;
-            let Some(r) = spot.record.filter(|&r| self.holds(&spot, r, key).unwrap_or(false))
+            let Some(r) = spot
+                .record
+                .filter(|&r| self.holds(&spot, r, key).unwrap_or(false))
             else {
                 return Ok(None);
             };
@@ -714,7 +718,9 @@ where
                     continue;
                 }
                 let block = self.heap.record_block(value).ok_or_else(|| {
-                    corrupt(format!("word {word:#x} points at {value:#x}, not a published record"))
+                    corrupt(format!(
+                        "word {word:#x} points at {value:#x}, not a published record"
+                    ))
                 })?;
                 let header = layout::read_header(pool, value, block.size)?.ok_or_else(|| {
                     corrupt(format!("the record at {value:#x} does not fit its block"))
@@ -802,7 +808,11 @@ where
             }
             level.buffer.clear();
             level.next = 0;
-            for entry in level.layer.range((level.low, Bound::Unbounded)).take(SCAN_BATCH) {
+            for entry in level
+                .layer
+                .range((level.low, Bound::Unbounded))
+                .take(SCAN_BATCH)
+            {
                 level.buffer.push(entry?);
             }
             level.exhausted = level.buffer.len() < SCAN_BATCH;
@@ -904,14 +914,26 @@ mod tests {
     #[test]
     fn slice_words_sort_as_their_keys() {
         let mut keys: Vec<&[u8]> = vec![
-            b"", b"a", b"a\0", b"ab", b"abcdefg", b"abcdefg\0", b"abcdefgh", b"b", b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"",
+            b"a",
+            b"a\0",
+            b"ab",
+            b"abcdefg",
+            b"abcdefg\0",
+            b"abcdefgh",
+            b"b",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
         ];
         keys.sort();
         let words: Vec<u64> = keys.iter().map(|k| slice_word(k, 0)).collect();
         for w in words.windows(2) {
             assert!(w[0] <= w[1], "{:#x} > {:#x}", w[0], w[1]);
         }
-        assert_eq!(slice_word(b"abcdefg\0", 0), slice_word(b"abcdefgh", 0), "both go on");
+        assert_eq!(
+            slice_word(b"abcdefg\0", 0),
+            slice_word(b"abcdefgh", 0),
+            "both go on"
+        );
         assert!(words.iter().all(|&w| w != u64::MAX));
         assert!(goes_on(slice_word(b"abcdefgh", 0)));
         assert!(!goes_on(slice_word(b"abcdefg", 0)));

@@ -28,8 +28,12 @@ use crate::records::tree::Scan;
 /// it returns; lookups and scans take no lock.
 ///
 /// [`Store`]: super::Store
-pub struct BTreeMap<K = u64, V = u64, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>>
-{
+pub struct BTreeMap<
+    K = u64,
+    V = u64,
+    B: Backend = Hardware,
+    P: Deref<Target = Pool<B>> = Arc<Pool<B>>,
+> {
     pub(super) repr: TreeRepr<B, P>,
     pub(super) types: PhantomData<fn() -> (K, V)>,
 }
@@ -188,10 +192,10 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
                 let word = |b: Bound<Vec<u8>>| b.map(|e| encode_word(&e));
                 TreeIterRepr::Words(core.range_entries((word(start), word(end))))
             }
-            TreeRepr::Records(core) => TreeIterRepr::Records(
-                core.raw
-                    .range(start.as_ref().map(Vec::as_slice), end.as_ref().map(Vec::as_slice)),
-            ),
+            TreeRepr::Records(core) => TreeIterRepr::Records(core.raw.range(
+                start.as_ref().map(Vec::as_slice),
+                end.as_ref().map(Vec::as_slice),
+            )),
         };
         BTreeIter {
             inner,

@@ -26,8 +26,12 @@ use crate::records::hash::Iter as RecordIter;
 /// tasks and a service's state. Each write is durable when it returns; lookups take no lock.
 ///
 /// [`Store`]: super::Store
-pub struct HashMap<K = u64, V = u64, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>>
-{
+pub struct HashMap<
+    K = u64,
+    V = u64,
+    B: Backend = Hardware,
+    P: Deref<Target = Pool<B>> = Arc<Pool<B>>,
+> {
     pub(super) repr: HashRepr<B, P>,
     pub(super) types: PhantomData<fn() -> (K, V)>,
 }
@@ -194,7 +198,10 @@ impl<K: Key, V: Value, B: Backend> Iterator for HashIter<'_, K, V, B> {
         }
         let item = match &mut self.inner {
             HashIterRepr::Words(entries) => entries.next()?.and_then(|(k, v)| {
-                Ok((decode_word(k, "key", self.name)?, decode_word(v, "value", self.name)?))
+                Ok((
+                    decode_word(k, "key", self.name)?,
+                    decode_word(v, "value", self.name)?,
+                ))
             }),
             HashIterRepr::Records(records) => match records.next()? {
                 Ok((k, v)) => decode(&k, "key", self.name)

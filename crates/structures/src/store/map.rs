@@ -160,7 +160,6 @@ macro_rules! map_core {
 map_core!(HashCore, HashTable, HashMap);
 map_core!(TreeCore, Tree, BTreeMap);
 
-
 impl<B: Backend, P: Deref<Target = Pool<B>>> HashCore<B, P> {
     /// Every `(key, value)` word pair, the reserved key's last.
     pub(super) fn entries(&self) -> HashEntries {

@@ -49,19 +49,19 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
+pub use btree_map::{BTreeIter, BTreeMap};
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
-pub use btree_map::{BTreeIter, BTreeMap};
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 
-use self::catalog::Catalog;
 use self::btree_map::TreeRepr;
+use self::catalog::Catalog;
 use self::hash_map::HashRepr;
-use self::types::{Key, Value};
 use self::registry::Shared;
+use self::types::{Key, Value};
 use crate::cceh::CcehConfig;
 use crate::datalog::DatalogConfig;
 use crate::fastfair::FastFairConfig;

@@ -139,7 +139,6 @@ pub(crate) fn word_of(encoded: &[u8]) -> u64 {
     u64::from_be_bytes(buf)
 }
 
-
 macro_rules! unsigned {
     ($($t:ty => $kind:expr),*) => {$(
         impl Value for $t {
@@ -294,7 +293,7 @@ mod tests {
     #[test]
     fn signed_keys_encode_in_numeric_order_and_decode_back() {
         let values = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
-        let encoded: Vec<Vec<u8>> = values.iter().map(|v| enc::<i64>(v)).collect();
+        let encoded: Vec<Vec<u8>> = values.iter().map(enc::<i64>).collect();
         assert!(encoded.windows(2).all(|w| w[0] < w[1]));
         for (v, e) in values.iter().zip(&encoded) {
             assert_eq!(i64::decode(e), Some(*v));
@@ -330,10 +329,17 @@ mod tests {
 
     #[test]
     fn codes_name_their_types() {
-        assert_eq!(u64::CODE.bits(), 0, "catalogs before typed maps hold u64 maps");
+        assert_eq!(
+            u64::CODE.bits(),
+            0,
+            "catalogs before typed maps hold u64 maps"
+        );
         assert_eq!(<[u8; 16]>::CODE.to_string(), "[u8; 16]");
         assert_eq!(String::CODE.to_string(), "String");
-        assert_eq!(TypeCode::from_bits(<[u8; 16]>::CODE.bits()), <[u8; 16]>::CODE);
+        assert_eq!(
+            TypeCode::from_bits(<[u8; 16]>::CODE.bits()),
+            <[u8; 16]>::CODE
+        );
         assert!(inline::<u64, i32>());
         assert!(!inline::<u128, u64>());
         assert!(!inline::<u64, String>());

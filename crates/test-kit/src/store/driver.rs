@@ -229,7 +229,9 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
             StructureKind::HashMap => store
                 .hash_map_with::<u64, u64>(name.name(), self.setup.table())
                 .map(drop),
-            _ => store.btree_map::<u64, u64>(name.name(), self.setup.tree()).map(drop),
+            _ => store
+                .btree_map::<u64, u64>(name.name(), self.setup.tree())
+                .map(drop),
         };
         match opened {
             Err(e) if predicted.is(name.name(), &e) => Ok(()),
@@ -350,10 +352,12 @@ pub fn observe<B: Backend, P: Deref<Target = Pool<B>>>(
         let pairs = match kind {
             StructureKind::HashMap | StructureKind::BTreeMap => {
                 let opened = match kind {
-                    StructureKind::HashMap => {
-                        store.hash_map_with::<u64, u64>(&name, setup.table()).map(Handle::Hash)
-                    }
-                    _ => store.btree_map::<u64, u64>(&name, setup.tree()).map(Handle::Tree),
+                    StructureKind::HashMap => store
+                        .hash_map_with::<u64, u64>(&name, setup.table())
+                        .map(Handle::Hash),
+                    _ => store
+                        .btree_map::<u64, u64>(&name, setup.tree())
+                        .map(Handle::Tree),
                 };
                 let handle = opened.map_err(|e| failed(&name, e))?;
                 let pairs = scan(&handle, 0..=u64::MAX)?;

@@ -5,7 +5,7 @@
 //!
 //! # fn main() -> Result<(), pmem_structures::Error> {
 //! let store = Store::open_or_create("/dev/shm/example.pool", 64 << 20, &StoreOptions::new())?;
-//! let users = store.hash_map("users")?;
+//! let users = store.hash_map::<u64, u64>("users")?;
 //! users.insert(42, 7)?;
 //! assert_eq!(users.get(42)?, Some(7));
 //! # Ok(())

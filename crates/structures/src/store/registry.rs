@@ -173,6 +173,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                 _ => {}
             }
         }
+        // Record chunks a crash left empty go back to the free pool, now that no resolution
+        // needs them.
+        self.heap.trim_record_chunks()?;
         Ok(())
     }
 

@@ -31,6 +31,27 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// runs of whole chunks (larger sizes), never shared with blocks of transactions. Fails
     /// with [`TxError::InvalidAllocSize`] for 0 bytes and [`TxError::PoolFull`] when nothing
     /// fits, leaving the heap unchanged.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use pmem_ordering::{Pool, PoolOptions};
+    /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+    ///
+    /// let pool = Pool::anonymous("records", 4 << 20, &PoolOptions::new())?;
+    /// let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    /// let (pool, slot) = (heap.pool(), heap.pool().root_offset());
+    /// // Epoch 1: the record written and flushed (a map writes its intent line here too); a fence.
+    /// let record = heap.reserve_record(11)?;
+    /// let data = pool.flush(pool.write(record.offset, b"hello world")?);
+    /// let _ = pool.fence(data);
+    /// // Epoch 2: the allocation bit and the slot that publishes the record; one fence for both.
+    /// let bit = heap.publish_record(record)?;
+    /// let link = pool.flush(pool.store_u64(slot, record.offset)?);
+    /// let _ = pool.fence(bit.and(link));
+    /// assert_eq!(heap.record_block(record.offset), Some(record));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reserve_record(&self, size: u64) -> Result<RecordBlock, TxError> {
         self.allocator.reserve_record(&self.pool, size)
     }
@@ -83,8 +104,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// transaction's block) is left alone: `Ok(false)`. A record run that must be allocated is
     /// made again over its chunks if they are all free.
     ///
-    /// Intents are never cleared, so a stale one may name a block freed and reused long ago:
-    /// the structure must decide reachability from everything that may own record blocks.
+    /// Intents are never cleared, so a stale one may name a block freed and reused long ago.
+    /// The allocator leaves a block alone unless it is a record block of the intent's shape,
+    /// but it cannot tell whose record that is: when several structures allocate records, a
+    /// block another structure's record now holds must not be resolved as unreachable (tag each
+    /// record with its owner, and skip a block whose tag names another).
     ///
     /// **Call it at open, before anything else reserves or allocates**: a block this session
     /// reserved, retired or is freeing is refused with [`TxError::InvalidRecord`].

@@ -19,6 +19,7 @@ mod allocator;
 mod concurrency;
 mod lifecycle;
 mod log_capacity;
+mod record_concurrency;
 mod records;
 mod rollback;
 

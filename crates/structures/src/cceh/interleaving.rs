@@ -23,8 +23,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use pmem_undo_log::Heap;
 
 use super::hashing::hash;
-use super::test_heap::{heap, keys_at_home, keys_with_top_bit};
-use super::{Cceh, CcehConfig, WriteStep};
+use super::test_heap::{heap, id_of, keys_at_home, keys_with_top_bit, payload, Colliding};
+use super::{Cceh, CcehConfig, CcehError, WriteStep};
 
 /// What a harness's writer does at a step: wait for its turn as the schedule says.
 type StopAtStep = Box<dyn FnMut(WriteStep)>;
@@ -198,7 +198,14 @@ struct Scenario {
     script: Vec<Op>,
     key: u64,
     max_hand_overs: usize,
+    /// `None`: a table of `u64` keys. `Some(word)`: a table of hashed key words where every key
+    /// of the scenario is an id whose entries all share this key word, told apart through
+    /// their values by a probe ([`Colliding`]).
+    shared_word: Option<u64>,
 }
+
+/// The table of a run.
+type RunTable<'h> = Cceh<pmem_ordering::Hardware, Arc<pmem_ordering::Pool>, &'h Heap>;
 
 /// A scenario played on the model (a map), one operation at a time.
 struct Model {
@@ -291,6 +298,45 @@ impl Scenario {
         }
     }
 
+    /// The probe of key `k` (an id) in a table of hashed key words.
+    fn colliding(&self, k: u64, word: u64) -> Colliding {
+        assert!(k < 1 << 32, "ids fit a value word's high half");
+        Colliding { id: k, word }
+    }
+
+    /// Insert `k -> v` (a payload of 32 bits in a table of hashed key words): whether it was new.
+    fn insert(&self, table: &RunTable<'_>, k: u64, v: u64) -> bool {
+        let Some(word) = self.shared_word else {
+            return table.insert(k, v).unwrap();
+        };
+        let probe = self.colliding(k, word);
+        let value = probe.value(u32::try_from(v).expect("a 32-bit payload"));
+        let old = table.put_probe(&probe, value, false, |_| Ok::<(), CcehError>(()));
+        old.unwrap().is_none()
+    }
+
+    /// Remove `k`: its value, if it was there.
+    fn remove(&self, table: &RunTable<'_>, k: u64) -> Option<u64> {
+        let Some(word) = self.shared_word else {
+            return table.remove(k).unwrap();
+        };
+        let old = table.remove_probe(&self.colliding(k, word), |_| Ok::<(), CcehError>(()));
+        old.unwrap().map(|v| u64::from(payload(v)))
+    }
+
+    /// The lookup of `self.key`, calling `stop` at each of its steps.
+    fn get_observed(&self, table: &RunTable<'_>, mut stop: impl FnMut()) -> Option<u64> {
+        let found = match self.shared_word {
+            None => table.get_observed(self.key, |_| stop()),
+            Some(word) => table.get_probe_observed(
+                &self.colliding(self.key, word),
+                |v| u64::from(payload(v)),
+                |_| stop(),
+            ),
+        };
+        found.unwrap()
+    }
+
     /// One schedule: the lookup's result, the choices made, and the span of script prefixes
     /// the lookup overlapped.
     fn run_once(
@@ -303,9 +349,13 @@ impl Scenario {
         let config = CcehConfig {
             buckets_per_segment: self.buckets,
         };
-        let table = Cceh::create(heap, heap.pool().root_offset(), config).unwrap();
+        let root = heap.pool().root_offset();
+        let table = match self.shared_word {
+            None => Cceh::create(heap, root, config).unwrap(),
+            Some(_) => Cceh::create_hashed(heap, root, config).unwrap(),
+        };
         for &(k, v) in &self.setup {
-            assert!(table.insert(k, v).unwrap());
+            assert!(self.insert(&table, k, v));
         }
         let baton = Arc::new(Baton::new(replay, self.max_hand_overs));
         let (found, window) = std::thread::scope(|s| {
@@ -320,8 +370,8 @@ impl Scenario {
                     baton.stop(Who::Writer);
                     baton.lock().ops_started += 1;
                     let got = match *op {
-                        Op::Insert(k, v) => Some(u64::from(table.insert(k, v).unwrap())),
-                        Op::Remove(k) => table.remove(k).unwrap(),
+                        Op::Insert(k, v) => Some(u64::from(self.insert(&table, k, v))),
+                        Op::Remove(k) => self.remove(&table, k),
                     };
                     baton.lock().ops_finished += 1;
                     assert_eq!(got, expected, "{op:?}");
@@ -332,13 +382,18 @@ impl Scenario {
             baton.start(Who::Reader);
             baton.stop(Who::Reader);
             let first = baton.lock().ops_finished;
-            let found = table
-                .get_observed(self.key, |_| baton.stop(Who::Reader))
-                .unwrap();
+            let found = self.get_observed(&table, || baton.stop(Who::Reader));
             let last = baton.lock().ops_started;
             (found, (first, last))
         });
-        let contents: BTreeMap<u64, u64> = table.iter().map(Result::unwrap).collect();
+        let contents: BTreeMap<u64, u64> = table
+            .iter()
+            .map(Result::unwrap)
+            .map(|(k, v)| match self.shared_word {
+                None => (k, v),
+                Some(_) => (id_of(v), u64::from(payload(v))),
+            })
+            .collect();
         assert_eq!(&contents, final_model, "the script's end state");
         let choices = baton.lock().choices.clone();
         let run = Run {
@@ -361,6 +416,7 @@ fn a_lookup_sees_an_insert_whole_or_not_at_all() {
         script: vec![Op::Insert(key, 7)],
         key,
         max_hand_overs: usize::MAX,
+        shared_word: None,
     }
     .explore();
     assert!(explored.schedules >= 4, "{explored:?}");
@@ -382,6 +438,28 @@ fn a_lookup_never_pairs_its_key_with_the_value_of_a_key_that_reused_its_slot() {
         script: vec![Op::Remove(key), Op::Insert(other, 9), Op::Insert(key, 8)],
         key,
         max_hand_overs: 3,
+        shared_word: None,
+    }
+    .explore();
+    assert!(explored.schedules >= 20, "{explored:?}");
+    assert_eq!(
+        explored.results.keys().copied().collect::<Vec<_>>(),
+        [None, Some(7), Some(8)],
+        "{explored:?}"
+    );
+}
+
+#[test]
+fn a_lookup_never_takes_the_entry_of_a_colliding_key_that_reused_its_slot() {
+    // Hashed key words: keys 1 and 2 share one key word, so once 1 is removed, 2 takes its
+    // slot, and the lookup of 1 may load 2's value under 1's (equal) key word.
+    let explored = Scenario {
+        buckets: 16,
+        setup: vec![(1, 7)],
+        script: vec![Op::Remove(1), Op::Insert(2, 9), Op::Insert(1, 8)],
+        key: 1,
+        max_hand_overs: 3,
+        shared_word: keys_at_home(5, 1).next(),
     }
     .explore();
     assert!(explored.schedules >= 20, "{explored:?}");
@@ -407,6 +485,7 @@ fn a_lookup_finds_a_key_that_a_displacement_moves_at_any_point() {
         script: vec![Op::Insert(zeros.next().unwrap(), 99)],
         key,
         max_hand_overs: usize::MAX,
+        shared_word: None,
     }
     .explore();
     assert!(explored.displacements >= 1, "{explored:?}");
@@ -435,6 +514,7 @@ fn a_lookup_survives_a_doubling_and_a_split_that_reuse_its_slot_at_any_point() {
         script: vec![Op::Insert(fillers[setup_fillers], 2)],
         key,
         max_hand_overs: 3,
+        shared_word: None,
     }
     .explore();
     assert_eq!(explored.global_depth, 1, "{explored:?}");
@@ -483,6 +563,7 @@ fn a_lookup_survives_a_split_without_doubling_at_any_point() {
         script: vec![Op::Insert(split.splitting_filler, 2)],
         key: split.key,
         max_hand_overs: 3,
+        shared_word: None,
     }
     .explore();
     assert_eq!(

@@ -72,6 +72,13 @@
 //! [`CcehError::ReservedKey`]. The hash is fixed (MurmurHash3's 64-bit finalizer, a bijection, so
 //! distinct keys never share a full hash): a table written today opens tomorrow.
 //!
+//! Inside the crate a table may hold *hashed key words* instead (the byte-key map's): each key
+//! word is a 64-bit hash of a byte key, which entries of colliding keys share, and the value
+//! points at a record holding the key. Operations recognise their slot through a probe that
+//! also checks the value (`SlotProbe`, `probe.rs`; the `u64` operations' probe checks nothing
+//! and compiles away), and recovery and [`Cceh::check`] tell entries apart by key word and
+//! value. The mode is the caller's to give at create and open: the root does not record it.
+//!
 //! # Where things are
 //!
 //! | file | what it owns |

@@ -43,7 +43,10 @@ impl SlotProbe for u64 {
 /// The mode is not recorded in the table's root: the caller says it at create and open (a
 /// byte-key map records it in its own root). Opening a `Hashed` table as `Unique` is a bug of
 /// the caller: recovery would take entries that share a key word for copies of one key and
-/// keep only the first.
+/// keep only the first. On a `Hashed` table the `u64` operations (`get`, `insert`, ...) see key
+/// words, whose every value matches: the first entry of a key word; its entries are written
+/// and read through probes (`get_probe`, `put_probe`, `remove_probe`), and `insert_batch` is
+/// refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyWords {
     /// Each key word is a key: at most one live slot holds it (the `u64` tables).

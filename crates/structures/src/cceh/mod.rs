@@ -396,10 +396,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// [`Cceh::create`] for a byte-key table: key words are hashes of keys, shared by the
     /// entries of colliding keys, which [`SlotProbe::matches`] tells apart by their values. The
     /// mode is not recorded in the root: open the table with [`Cceh::open_hashed`].
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "called by the byte-key map (issue 14)")
-    )]
     pub(crate) fn create_hashed(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
         Cceh::create_in_mode(heap, root, config, KeyWords::Hashed)
     }
@@ -465,10 +461,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// Whether the table's key words are its keys or hashes of keys (as given at create or
     /// open).
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "read by the byte-key map (issue 14)")
-    )]
+    #[cfg(test)]
     pub(crate) fn key_words(&self) -> KeyWords {
         self.key_words
     }

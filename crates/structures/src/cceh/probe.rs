@@ -53,10 +53,6 @@ pub(crate) enum KeyWords {
     Unique,
     /// Key words are hashes: several live slots may share one, with different values (the
     /// byte-key tables, whose values point at records holding the keys).
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "made by the byte-key map's tables (issue 14)")
-    )]
     Hashed,
 }
 

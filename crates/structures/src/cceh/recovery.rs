@@ -33,10 +33,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// word are distinct unless their values are equal too (only those are copies a crash
     /// left mid-displacement, of which one is kept). Opening such a table with
     /// [`Cceh::open`] is a bug of the caller (it would keep one entry per key word).
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "called by the byte-key map (issue 14)")
-    )]
     pub(crate) fn open_hashed(heap: H, root: u64) -> Result<Self, CcehError> {
         Cceh::open_in_mode(heap, root, KeyWords::Hashed)
     }

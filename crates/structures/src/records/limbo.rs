@@ -49,6 +49,11 @@ impl Limbo {
         });
     }
 
+    /// How many blocks still wait for readers to leave.
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.waiting).pinned.len()
+    }
+
     /// The blocks that may be handed out again now.
     pub(crate) fn drain(&self) -> Vec<RecordBlock> {
         std::mem::take(&mut lock(&self.waiting).ready)

@@ -52,9 +52,10 @@ pub use hash::{RecordHashMap, RecordMapError};
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use tree::RecordTreeMap;
 
-/// How many times a reservation that finds the heap full waits for retired records to come
-/// back before it reports the heap full.
-const FULL_RETRIES: usize = 4;
+/// How many times a reservation that finds the heap full pushes the epoch along (a few hundred
+/// nanoseconds each) for its retired records to come back, before it reports the heap full.
+/// `crossbeam-epoch` frees a few batches of garbage per push, so this is generous.
+const EPOCH_PUSHES: usize = 10_000;
 
 /// A structure's record machinery: its owner field, intent lines and retired blocks.
 pub(crate) struct Records {
@@ -185,17 +186,20 @@ impl Records {
         bytes: u64,
     ) -> Result<RecordBlock, TxError> {
         self.release_ready(heap);
-        let mut tries = 0;
-        loop {
-            match heap.reserve_record(bytes) {
-                Err(TxError::PoolFull { .. }) if tries < FULL_RETRIES => {
-                    // Retired blocks come back once the epoch moves: push it along.
-                    tries += 1;
+        match heap.reserve_record(bytes) {
+            Err(TxError::PoolFull { .. }) if self.limbo.waiting() > 0 => {
+                // Retired blocks come back once the epoch moves: push it along until every
+                // one of this structure's has (or it will not move), then try again once.
+                for _ in 0..EPOCH_PUSHES {
                     epoch::pin().flush();
-                    self.release_ready(heap);
+                    if self.limbo.waiting() == 0 {
+                        break;
+                    }
                 }
-                other => return other,
+                self.release_ready(heap);
+                heap.reserve_record(bytes)
             }
+            other => other,
         }
     }
 

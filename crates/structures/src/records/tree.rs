@@ -322,6 +322,9 @@ where
     ) -> std::result::Result<(), Attempt> {
         let pool = self.heap.pool();
         let key = {
+            // Pinned: the record may be retired meanwhile, but not reused while this reads it
+            // (the publish below then finds another value and retries).
+            let _guard = epoch::pin();
             let header = layout::read_header(pool, record, u64::MAX)?.ok_or_else(|| {
                 RecordMapError::Corrupt {
                     root: self.root,
@@ -381,11 +384,13 @@ where
         let pool = heap.pool();
         let mut staged = None;
         loop {
-            // Pinned for the whole try: the records it reads cannot be reused under it.
-            let _guard = epoch::pin();
-            let spot = self.descend(key)?;
+            // The descent and the record reads it decides on are pinned, so those records
+            // cannot be reused under it. The rest is not: a reservation on a full heap waits
+            // for retired records, which a pinned thread would hold back; under the leaf lock
+            // of the write, the entry's record cannot be retired by anyone else.
+            let (spot, ours) = self.find(key)?;
             let attempt = match spot.record {
-                Some(r) if !self.holds(&spot, r, key)? => {
+                Some(r) if !ours => {
                     // Another key going on with the same 7 bytes: both go down a layer.
                     self.push_down(&spot.layer, spot.depth, spot.word, r)
                         .map(|()| None)
@@ -564,6 +569,17 @@ where
                 }
             }
         }
+    }
+
+    /// The descent for `key`, pinned, and whether the record it ends at (if any) is `key`'s.
+    fn find(&self, key: &[u8]) -> Result<(Spot<B, P, H>, bool)> {
+        let _guard = epoch::pin();
+        let spot = self.descend(key)?;
+        let ours = match spot.record {
+            Some(r) => self.holds(&spot, r, key)?,
+            None => false,
+        };
+        Ok((spot, ours))
     }
 
     /// Whether the record `r` at `spot` is `key`'s: a word of a key that ends here names one

@@ -346,3 +346,64 @@ fn writers_and_readers_on_threads_agree_with_a_model() {
     assert_eq!(hash.check().unwrap(), model.len() as u64);
     store.check_blocks().unwrap();
 }
+
+#[test]
+fn a_record_write_without_a_split_costs_two_fences() {
+    use pmem_ordering::{reset_thread_stats, thread_stats};
+    let store = store(32 << 20);
+    let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
+    let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
+    // The first records format their chunks (two fences, once per chunk): warm both up.
+    hash.insert(b"warm", &[0u8; 100]).unwrap();
+    tree.insert(b"warm", &[0u8; 100]).unwrap();
+    for i in 0..100u32 {
+        let key = format!("{i:016}");
+        reset_thread_stats();
+        assert!(hash.insert(key.as_bytes(), &[1u8; 100]).unwrap());
+        let s = thread_stats();
+        // Record and intent line under one fence; allocation bit and slot under another.
+        assert_eq!(s.fences, 2, "hash insert {i}");
+        reset_thread_stats();
+        assert!(hash.upsert(key.as_bytes(), &[2u8; 100]).unwrap().is_some());
+        assert_eq!(thread_stats().fences, 2, "hash overwrite {i}");
+    }
+    reset_thread_stats();
+    assert!(hash.remove(b"warm").unwrap().is_some());
+    assert_eq!(thread_stats().fences, 2, "hash remove");
+    // The tree: one fence for the record, then FAST's own (one per cache line its shift
+    // touches): an append at the end of a leaf touches one.
+    let mut appends = 0;
+    for i in 0..20u32 {
+        let key = format!("z{i:015}");
+        reset_thread_stats();
+        assert!(tree.insert(key.as_bytes(), &[1u8; 100]).unwrap());
+        let fences = thread_stats().fences;
+        assert!(fences >= 2, "tree insert {i}: {fences} fences");
+        appends += u32::from(fences == 2);
+    }
+    assert!(appends > 0, "some appends cost exactly two fences");
+}
+
+#[test]
+fn removing_a_map_of_records_frees_every_record() {
+    let store = store(32 << 20);
+    let before = store.heap().alloc_stats();
+    {
+        let hash = store.hash_map::<String, Bytes>("hash").unwrap();
+        let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
+        // Hundreds of records: more blocks than one removal transaction frees.
+        for i in 0..600u32 {
+            let key = format!("user:{i:08}");
+            hash.insert(key.as_str(), &[3u8; 200]).unwrap();
+            tree.insert(key.as_str(), &[3u8; 200]).unwrap();
+        }
+        assert!(store.remove_structure("hash").is_err(), "in use while a handle lives");
+    }
+    store.remove_structure("hash").unwrap();
+    store.remove_structure("tree").unwrap();
+    store.check_blocks().unwrap();
+    let after = store.heap().alloc_stats();
+    assert_eq!(after.record_objects, 0);
+    assert_eq!(after.objects, before.objects, "nothing left of either map");
+    assert!(store.names().is_empty());
+}

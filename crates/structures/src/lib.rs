@@ -17,6 +17,17 @@
 //! let scan: Vec<(u64, u64)> = orders.range(10..=20).collect::<Result<_, _>>()?;
 //! assert_eq!(scan, [(10, 20), (20, 40)]);
 //! assert_eq!(store.names(), ["orders", "users"]);
+//!
+//! // Byte strings and other wide types live in out-of-line records.
+//! let sessions = store.btree_map::<String, Vec<u8>>("sessions", FastFairConfig::default())?;
+//! sessions.insert("user:ada", b"token-1")?;
+//! sessions.insert("user:alan", b"token-2")?;
+//! sessions.insert("admin:root", b"token-0")?;
+//! let users: Vec<String> = sessions
+//!     .range("user:".."user;")
+//!     .map(|pair| pair.map(|(user, _)| user))
+//!     .collect::<Result<_, _>>()?;
+//! assert_eq!(users, ["user:ada", "user:alan"]);
 //! # Ok(())
 //! # }
 //! ```
@@ -24,7 +35,9 @@
 //! A [`Store`] owns its pool file and the file's lock (a second open is refused, never allowed
 //! to corrupt it), an undo-log heap and a persistent catalog of named structures. Its handles
 //! ([`HashMap`], [`BTreeMap`], [`Datalog`]) are cheap to clone and `Send + Sync + 'static`;
-//! they read everything the store records (policies, sizes) at open. The raw structures below
+//! they read everything the store records (policies, sizes, key and value types) at open. The
+//! maps are typed ([`store::types`]): fixed-size keys and values of up to 8 bytes stay in the
+//! structures' `u64` slots, anything else goes to out-of-line records ([`records`]). The raw structures below
 //! stay public for those who place structures themselves and for the crash simulator:
 //!
 //! * [`cceh`]: CCEH, a write-optimised extendible hash table (FAST'19 CCEH), with the
@@ -34,6 +47,11 @@
 //! * [`fastfair`]: FAST&FAIR, a B+-tree with in-place shifts and lock-free readers (FAST'18
 //!   FAST&FAIR), with per-shift, FAST and redo-logged shift policies (Optane buffering
 //!   (EuroSys'22), Sec. 4.2).
+//!
+//! * [`records`]: out-of-line records of byte-string keys and values, published by one 8-byte
+//!   store and freed crash-safely without a transaction per write, under a CCEH table
+//!   ([`records::RecordHashMap`]) or a trie of FAST&FAIR layers ([`records::RecordTreeMap`],
+//!   after EuroSys'12 Masstree, Sec. 4).
 //!
 //! The two `u64` maps, CCEH and FAST&FAIR, share one contract, [`U64Map`].
 //!

@@ -4,11 +4,11 @@
 //!
 //! # One write, two fences
 //!
-//! 1. **Stage** ([`Records::stage`]): reserve a block in DRAM (the heap's reserve-then-publish
+//! 1. **Stage** (`Records::stage`): reserve a block in DRAM (the heap's reserve-then-publish
 //!    path, [`Heap::reserve_record`]), write the record and flush it; name the new block and
 //!    the old one (the record the key holds now, read by a lock-free lookup first) in one of
 //!    the structure's intent lines and flush it; **one fence**.
-//! 2. **Commit** ([`Staged::commit`], run by the structure under its writer lock once the slot
+//! 2. **Commit** (`Staged::commit`, run by the structure under its writer lock once the slot
 //!    is chosen): store and flush the new block's allocation bit and the old block's cleared
 //!    bit ([`Heap::publish_record`], [`Heap::retire_record`]); the structure then stores the
 //!    slot and persists it: **one fence** for all three.
@@ -16,13 +16,13 @@
 //! A crash before the first fence leaves nothing in doubt: the new block was never marked
 //! allocated and the old one is untouched. After it, any subset of the second epoch's stores
 //! may be durable, and the intent line names both blocks, so the structure's open resolves
-//! them ([`Records::resolve`]): each is allocated exactly if the structure reaches it. If the
+//! them (`Records::resolve`): each is allocated exactly if the structure reaches it. If the
 //! slot turns out to hold another record than the one the lookup saw (a concurrent writer),
 //! the commit names the real one and persists the line again before storing anything.
 //!
 //! The old record is freed on the media in the same epoch as the slot change, but readers
 //! that loaded the slot before may still be copying it: the heap keeps the block out of use
-//! until an epoch has passed ([`limbo`]).
+//! until an epoch has passed (`limbo.rs`).
 //!
 //! | file | owns |
 //! |---|---|
@@ -32,11 +32,11 @@
 //! | `hash.rs` | the byte-key CCEH map, and the maps' error |
 //! | `tree.rs` | the byte-key ordered map: a trie of FAST&FAIR layers |
 
-pub(crate) mod hash;
+pub mod hash;
 pub(crate) mod intent;
 pub(crate) mod layout;
 mod limbo;
-pub(crate) mod tree;
+pub mod tree;
 
 use std::ops::Deref;
 

@@ -1,5 +1,5 @@
 //! The byte-key ordered map: a trie of FAST&FAIR trees, each keyed by 7 bytes of the key
-//! (the layering of Masstree, EuroSys'12 Masstree, Sec. 4.1), whose entries point at records.
+//! (the layering of EuroSys'12 Masstree, Sec. 4), whose entries point at records.
 //!
 //! # Layers
 //!

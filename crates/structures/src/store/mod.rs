@@ -17,8 +17,10 @@
 //! * `catalog/`: the persistent catalog (layout, crash-safe removal).
 //! * `registry`: the heap, the catalog and the structures open now, shared by every handle.
 //! * `raw`: the structures behind the handles, seen through one interface.
-//! * `map`: [`HashMap`] and [`BTreeMap`], one contract over CCEH and FAST&FAIR; `entries`:
-//!   their iterators.
+//! * `hash_map`, `btree_map`: [`HashMap`] and [`BTreeMap`], typed handles with one contract;
+//!   `types`: the key and value types and their encodings; `typed`: between them and the
+//!   structures; `map`: the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their
+//!   iterators; `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `name`, `error`: valid names; the one [`Error`] type.
 //!
@@ -161,8 +163,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         })
     }
 
-    /// Open the store on `heap` (recovered by [`Heap::open`]): read the catalog and finish
-    /// any removal a crash interrupted.
+    /// Open the store on `heap` (recovered by [`Heap::open`]): read the catalog, finish any
+    /// removal a crash interrupted, and open every map of records once so that it resolves
+    /// the writes a crash left in doubt before anything allocates ([`crate::records`]). An
+    /// ordered map of records walks its layers to open, so a store with large ones takes time
+    /// in proportion to their records to load.
     pub fn load(heap: Heap<B, P>) -> Result<Store<B, P>, Error> {
         let catalog = Catalog::open(&heap)?;
         let path = heap.pool().path().map(Path::to_path_buf);

@@ -354,17 +354,17 @@ fn a_record_write_without_a_split_costs_two_fences() {
     let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
     let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
     // The first records format their chunks (two fences, once per chunk): warm both up.
-    hash.insert(b"warm", &[0u8; 100]).unwrap();
-    tree.insert(b"warm", &[0u8; 100]).unwrap();
+    hash.insert(b"warm", [0u8; 100]).unwrap();
+    tree.insert(b"warm", [0u8; 100]).unwrap();
     for i in 0..100u32 {
         let key = format!("{i:016}");
         reset_thread_stats();
-        assert!(hash.insert(key.as_bytes(), &[1u8; 100]).unwrap());
+        assert!(hash.insert(key.as_bytes(), [1u8; 100]).unwrap());
         let s = thread_stats();
         // Record and intent line under one fence; allocation bit and slot under another.
         assert_eq!(s.fences, 2, "hash insert {i}");
         reset_thread_stats();
-        assert!(hash.upsert(key.as_bytes(), &[2u8; 100]).unwrap().is_some());
+        assert!(hash.upsert(key.as_bytes(), [2u8; 100]).unwrap().is_some());
         assert_eq!(thread_stats().fences, 2, "hash overwrite {i}");
     }
     reset_thread_stats();
@@ -376,7 +376,7 @@ fn a_record_write_without_a_split_costs_two_fences() {
     for i in 0..20u32 {
         let key = format!("z{i:015}");
         reset_thread_stats();
-        assert!(tree.insert(key.as_bytes(), &[1u8; 100]).unwrap());
+        assert!(tree.insert(key.as_bytes(), [1u8; 100]).unwrap());
         let fences = thread_stats().fences;
         assert!(fences >= 2, "tree insert {i}: {fences} fences");
         appends += u32::from(fences == 2);
@@ -394,10 +394,13 @@ fn removing_a_map_of_records_frees_every_record() {
         // Hundreds of records: more blocks than one removal transaction frees.
         for i in 0..600u32 {
             let key = format!("user:{i:08}");
-            hash.insert(key.as_str(), &[3u8; 200]).unwrap();
-            tree.insert(key.as_str(), &[3u8; 200]).unwrap();
+            hash.insert(key.as_str(), [3u8; 200]).unwrap();
+            tree.insert(key.as_str(), [3u8; 200]).unwrap();
         }
-        assert!(store.remove_structure("hash").is_err(), "in use while a handle lives");
+        assert!(
+            store.remove_structure("hash").is_err(),
+            "in use while a handle lives"
+        );
     }
     store.remove_structure("hash").unwrap();
     store.remove_structure("tree").unwrap();

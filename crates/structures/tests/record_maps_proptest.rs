@@ -78,7 +78,7 @@ fn bound(b: &[u8], included: bool) -> Bound<&[u8]> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
 
     #[test]
     fn both_maps_agree_with_std_maps(ops in proptest::collection::vec(op(), 1..120)) {
@@ -121,7 +121,7 @@ proptest! {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
                     let got: Vec<(Bytes, Bytes)> = tree
-                        .range::<&[u8], _>((lo_b.map(|b| b), hi_b.map(|b| b)))
+                        .range::<&[u8], _>((lo_b, hi_b))
                         .collect::<Result<_, _>>()
                         .unwrap();
                     prop_assert_eq!(got, want);

@@ -29,9 +29,11 @@
 //! | `layout.rs` | a record's bytes: owner, lengths, key, value; limits |
 //! | `intent.rs` | intent lines: what a cut-short write leaves in doubt |
 //! | `limbo.rs` | retired blocks waiting for readers to leave |
-//! | `hash.rs` | the byte-key CCEH map, and the maps' error |
-//! | `tree.rs` | the byte-key ordered map: a trie of FAST&FAIR layers |
+//! | `error.rs` | the maps' error |
+//! | `hash.rs` | the byte-key CCEH map |
+//! | `tree/` | the byte-key ordered map: a trie of FAST&FAIR layers (`layers.rs`: making, opening and freeing layers; `scan.rs`: ordered scans; `check.rs`: walks and checks) |
 
+mod error;
 pub mod hash;
 pub(crate) mod intent;
 pub(crate) mod layout;
@@ -48,7 +50,8 @@ use self::intent::{IntentArea, IntentLine, LayerWord, Named};
 use self::layout::Header;
 use self::limbo::Limbo;
 
-pub use hash::{RecordHashMap, RecordMapError};
+pub use error::RecordMapError;
+pub use hash::RecordHashMap;
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use tree::RecordTreeMap;
 

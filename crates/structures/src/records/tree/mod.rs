@@ -35,8 +35,12 @@
 //! | 16 | the intent area's offset |
 //! | 64..128 | layer 0's FAST&FAIR root object |
 
+mod check;
+mod layers;
+mod scan;
+
 use std::collections::HashMap;
-use std::ops::{Bound, Deref};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -48,10 +52,12 @@ use super::hash::check_sizes;
 use super::intent;
 use super::layout::{self, MAX_KEY_BYTES};
 use super::{Records, Resolved};
+
 use crate::fastfair::{FastFair, FastFairConfig, FastFairError};
 use crate::kind::{describe_magic, StructureKind};
+pub use scan::Scan;
 
-use super::hash::RecordMapError;
+use super::error::RecordMapError;
 
 /// Bytes of the root object.
 pub const ROOT_BYTES: u64 = 128;
@@ -118,15 +124,6 @@ impl From<TxError> for Attempt {
 impl From<PoolError> for Attempt {
     fn from(e: PoolError) -> Self {
         Attempt::Fail(e.into())
-    }
-}
-
-impl From<FastFairError> for RecordMapError {
-    fn from(e: FastFairError) -> Self {
-        match e {
-            FastFairError::Tx(e) => RecordMapError::Heap(e),
-            other => RecordMapError::Tree(other),
-        }
     }
 }
 
@@ -253,129 +250,6 @@ where
         })?;
         map.resolved = resolved;
         Ok(map)
-    }
-
-    /// Open every layer below the top, depth first; the number of records.
-    fn walk_layers(&self) -> Result<(Layers<B, P, H>, u64)> {
-        let mut layers = HashMap::new();
-        let mut count = 0;
-        let mut pending = vec![self.top.clone()];
-        while let Some(layer) = pending.pop() {
-            for entry in layer.range(..) {
-                let (_, value) = entry?;
-                if is_layer(value) {
-                    let root = value & !LAYER_TAG;
-                    if layers.contains_key(&root) {
-                        return Err(RecordMapError::Corrupt {
-                            root: self.root,
-                            reason: format!("layer {root:#x} is reached twice"),
-                        });
-                    }
-                    let opened = Arc::new(FastFair::open(self.heap.clone(), root)?);
-                    layers.insert(root, opened.clone());
-                    pending.push(opened);
-                } else {
-                    count += 1;
-                }
-            }
-        }
-        Ok((layers, count))
-    }
-
-    /// Free every layer an intent line's layer word names that no walk reached: made by a
-    /// write a crash stopped before it published the layer.
-    fn free_unpublished_layers(&self) -> Result<()> {
-        let pool = self.heap.pool();
-        for word in self.records.layer_words(pool)? {
-            let reached = self
-                .layers
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&word.layer);
-            if reached {
-                self.records.clear_layer_word(pool, &word)?;
-                continue;
-            }
-            let orphan = FastFair::open(self.heap.clone(), word.layer)?;
-            let blocks = orphan.blocks()?;
-            drop(orphan);
-            self.heap.transaction(|tx| -> Result<()> {
-                for &b in blocks.iter().chain([word.layer].iter()) {
-                    tx.free(pmem_ordering::PPtr::<u8>::new(b))?;
-                }
-                self.records.clear_layer_word_in(tx, &word)?;
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Make a layer holding `record` (whose key goes on past `word` in layer `depth`), and
-    /// publish it in `parent` in place of the record. `Retry` if the entry changed meanwhile
-    /// (the new layer is freed again).
-    fn push_down(
-        &self,
-        parent: &Layer<B, P, H>,
-        depth: usize,
-        word: u64,
-        record: u64,
-    ) -> std::result::Result<(), Attempt> {
-        let pool = self.heap.pool();
-        let key = {
-            // Pinned: the record may be retired meanwhile, but not reused while this reads it
-            // (the publish below then finds another value and retries).
-            let _guard = epoch::pin();
-            let header = layout::read_header(pool, record, u64::MAX)?.ok_or_else(|| {
-                RecordMapError::Corrupt {
-                    root: self.root,
-                    reason: format!("the record at {record:#x} does not parse"),
-                }
-            })?;
-            layout::read_key(pool, record, &header)?
-        };
-        let line = self.records.claim_line();
-        let (layer, root) = self.heap.transaction(|tx| -> Result<_> {
-            let root = tx.alloc(crate::fastfair::ROOT_BYTES)?.offset();
-            tx.write(root, &[0u8; crate::fastfair::ROOT_BYTES as usize])?;
-            let layer = FastFair::create(self.heap.clone(), root, self.config)?;
-            self.records.name_layer_in(tx, &line, root)?;
-            Ok((layer, root))
-        })?;
-        layer.insert(slice_word(&key, depth + 1), record)?;
-        let layer = Arc::new(layer);
-        self.layers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(root, layer.clone());
-        let published = parent.put_with(word, root | LAYER_TAG, true, |old| {
-            if old == Some(record) {
-                Ok(())
-            } else {
-                Err(Attempt::Retry)
-            }
-        });
-        match published {
-            Ok(_) => {
-                self.records.clear_line_layer(pool, &line)?;
-                Ok(())
-            }
-            Err(e) => {
-                self.layers
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&root);
-                let blocks = layer.blocks()?;
-                drop(layer);
-                self.heap.transaction(|tx| -> Result<()> {
-                    for &b in blocks.iter().chain([root].iter()) {
-                        tx.free(pmem_ordering::PPtr::<u8>::new(b))?;
-                    }
-                    self.records.clear_line_layer_in(tx, &line)?;
-                    Ok(())
-                })?;
-                Err(e)
-            }
-        }
     }
 
     fn put(&self, key: &[u8], value: &[u8], replace: bool) -> Result<(bool, Option<Vec<u8>>)> {
@@ -640,130 +514,6 @@ where
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
-    /// of a layer at a time without a lock, so a scan beside writers sees every key present
-    /// for its whole duration, once. The iterator pins the epoch while it lives (see
-    /// [`super::hash::RecordHashMap::iter`]).
-    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
-        let low = match start {
-            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        Scan {
-            map: self,
-            start: start.map(<[u8]>::to_vec),
-            end: end.map(<[u8]>::to_vec),
-            stack: vec![Level {
-                layer: self.top.clone(),
-                depth: 0,
-                low,
-                buffer: Vec::new(),
-                next: 0,
-                exhausted: false,
-            }],
-            _guard: epoch::pin(),
-            done: false,
-        }
-    }
-
-    /// Every `(key, value)`, in key order.
-    pub fn iter(&self) -> Scan<'_, B, P, H> {
-        self.range(Bound::Unbounded, Bound::Unbounded)
-    }
-
-    /// The offsets of every record and every layer below the top.
-    fn walk(&self) -> Result<(Vec<u64>, Vec<u64>)> {
-        let mut records = Vec::new();
-        let mut layers = Vec::new();
-        let mut pending = vec![self.top.clone()];
-        while let Some(layer) = pending.pop() {
-            for entry in layer.range(..) {
-                let (_, value) = entry?;
-                if is_layer(value) {
-                    let root = value & !LAYER_TAG;
-                    layers.push(root);
-                    pending.push(self.layer(root)?);
-                } else {
-                    records.push(value);
-                }
-            }
-        }
-        Ok((records, layers))
-    }
-
-    /// Every heap block the map owns: each layer's (its root object and its tree's), the
-    /// intent area and every record.
-    pub fn blocks(&self) -> Result<Vec<u64>> {
-        let _guard = epoch::pin();
-        let (records, layers) = self.walk()?;
-        let mut blocks = self.top.blocks()?;
-        for root in layers {
-            blocks.push(root);
-            blocks.extend(self.layer(root)?.blocks()?);
-        }
-        blocks.push(self.records.intent_area());
-        blocks.extend(records);
-        Ok(blocks)
-    }
-
-    /// Check every layer ([`FastFair::check`]) and every record: allocated, of this map, big
-    /// enough, its key's slice the entry's word, in key order. The number of keys.
-    pub fn check(&self) -> Result<u64> {
-        let corrupt = |reason: String| RecordMapError::Corrupt {
-            root: self.root,
-            reason,
-        };
-        let _guard = epoch::pin();
-        let pool = self.heap.pool();
-        let mut pending = vec![(self.top.clone(), 0usize, Vec::<u8>::new())];
-        let mut count = 0;
-        while let Some((layer, depth, prefix)) = pending.pop() {
-            layer.check()?;
-            for entry in layer.range(..) {
-                let (word, value) = entry?;
-                if is_layer(value) {
-                    if !goes_on(word) {
-                        return Err(corrupt(format!(
-                            "word {word:#x} of layer {depth} names a layer but ends its keys"
-                        )));
-                    }
-                    let mut deeper = prefix.clone();
-                    deeper.extend_from_slice(&word.to_be_bytes()[..SLICE]);
-                    pending.push((self.layer(value & !LAYER_TAG)?, depth + 1, deeper));
-                    continue;
-                }
-                let block = self.heap.record_block(value).ok_or_else(|| {
-                    corrupt(format!(
-                        "word {word:#x} points at {value:#x}, not a published record"
-                    ))
-                })?;
-                let header = layout::read_header(pool, value, block.size)?.ok_or_else(|| {
-                    corrupt(format!("the record at {value:#x} does not fit its block"))
-                })?;
-                if header.owner != self.records.owner() {
-                    return Err(corrupt(format!(
-                        "the record at {value:#x} belongs to another structure"
-                    )));
-                }
-                let key = layout::read_key(pool, value, &header)?;
-                if !key.starts_with(&prefix) || slice_word(&key, depth) != word {
-                    return Err(corrupt(format!(
-                        "the record at {value:#x} holds a key that does not belong at word \
-                         {word:#x} of layer {depth}"
-                    )));
-                }
-                count += 1;
-            }
-        }
-        if count != self.len() {
-            return Err(corrupt(format!(
-                "{count} records reached, the count says {}",
-                self.len()
-            )));
-        }
-        Ok(count)
-    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
@@ -783,144 +533,6 @@ fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolEr
         size: pool.size(),
     })?;
     layout::read_value(pool, record, &header)
-}
-
-/// One layer of a scan in progress.
-struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: Arc<Layer<B, P, H>>,
-    depth: usize,
-    /// The lowest word still to read.
-    low: Bound<u64>,
-    buffer: Vec<(u64, u64)>,
-    next: usize,
-    exhausted: bool,
-}
-
-/// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
-pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    map: &'a RecordTreeMap<B, P, H>,
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
-    stack: Vec<Level<B, P, H>>,
-    _guard: epoch::Guard,
-    done: bool,
-}
-
-impl<B, P, H> Scan<'_, B, P, H>
-where
-    B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
-{
-    /// The next entry of the innermost layer, refilling its buffer from the tree.
-    fn next_entry(&mut self) -> Result<Option<(usize, u64, u64)>> {
-        let Some(level) = self.stack.last_mut() else {
-            return Ok(None);
-        };
-        if level.next == level.buffer.len() {
-            if level.exhausted {
-                self.stack.pop();
-                return self.next_entry();
-            }
-            level.buffer.clear();
-            level.next = 0;
-            for entry in level
-                .layer
-                .range((level.low, Bound::Unbounded))
-                .take(SCAN_BATCH)
-            {
-                level.buffer.push(entry?);
-            }
-            level.exhausted = level.buffer.len() < SCAN_BATCH;
-            if let Some(&(last, _)) = level.buffer.last() {
-                level.low = Bound::Excluded(last);
-            }
-            if level.buffer.is_empty() {
-                self.stack.pop();
-                return self.next_entry();
-            }
-        }
-        let (word, value) = level.buffer[level.next];
-        level.next += 1;
-        Ok(Some((level.depth, word, value)))
-    }
-
-    fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let pool = self.map.heap.pool();
-        while let Some((depth, word, value)) = self.next_entry()? {
-            if is_layer(value) {
-                // Inside a layer the start bound cuts only where the path is the start key's.
-                let low = match &self.start {
-                    Bound::Included(k) | Bound::Excluded(k)
-                        if slice_word(k, depth) == word && k.len() > (depth + 1) * SLICE =>
-                    {
-                        Bound::Included(slice_word(k, depth + 1))
-                    }
-                    _ => Bound::Unbounded,
-                };
-                self.stack.push(Level {
-                    layer: self.map.layer(value & !LAYER_TAG)?,
-                    depth: depth + 1,
-                    low,
-                    buffer: Vec::new(),
-                    next: 0,
-                    exhausted: false,
-                });
-                continue;
-            }
-            let header = layout::read_header(pool, value, u64::MAX)?.ok_or_else(|| {
-                RecordMapError::Corrupt {
-                    root: self.map.root,
-                    reason: format!("the record at {value:#x} does not parse"),
-                }
-            })?;
-            let key = layout::read_key(pool, value, &header)?;
-            let after_start = match &self.start {
-                Bound::Included(s) => key >= *s,
-                Bound::Excluded(s) => key > *s,
-                Bound::Unbounded => true,
-            };
-            if !after_start {
-                continue;
-            }
-            let before_end = match &self.end {
-                Bound::Included(e) => key <= *e,
-                Bound::Excluded(e) => key < *e,
-                Bound::Unbounded => true,
-            };
-            if !before_end {
-                return Ok(None);
-            }
-            return Ok(Some((key, layout::read_value(pool, value, &header)?)));
-        }
-        Ok(None)
-    }
-}
-
-impl<B, P, H> Iterator for Scan<'_, B, P, H>
-where
-    B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
-{
-    type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.advance() {
-            Ok(Some(pair)) => Some(Ok(pair)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,112 @@
+//! Walks of the whole map: its blocks, and the check of every layer and record.
+
+use std::ops::Deref;
+
+use crossbeam_epoch as epoch;
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
+
+use super::{
+    goes_on, is_layer, slice_word, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SLICE,
+};
+use crate::records::layout;
+
+impl<B, P, H> RecordTreeMap<B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// The offsets of every record and every layer below the top.
+    fn walk(&self) -> Result<(Vec<u64>, Vec<u64>)> {
+        let mut records = Vec::new();
+        let mut layers = Vec::new();
+        let mut pending = vec![self.top.clone()];
+        while let Some(layer) = pending.pop() {
+            for entry in layer.range(..) {
+                let (_, value) = entry?;
+                if is_layer(value) {
+                    let root = value & !LAYER_TAG;
+                    layers.push(root);
+                    pending.push(self.layer(root)?);
+                } else {
+                    records.push(value);
+                }
+            }
+        }
+        Ok((records, layers))
+    }
+
+    /// Every heap block the map owns: each layer's (its root object and its tree's), the
+    /// intent area and every record.
+    pub fn blocks(&self) -> Result<Vec<u64>> {
+        let _guard = epoch::pin();
+        let (records, layers) = self.walk()?;
+        let mut blocks = self.top.blocks()?;
+        for root in layers {
+            blocks.push(root);
+            blocks.extend(self.layer(root)?.blocks()?);
+        }
+        blocks.push(self.records.intent_area());
+        blocks.extend(records);
+        Ok(blocks)
+    }
+
+    /// Check every layer ([`FastFair::check`]) and every record: allocated, of this map, big
+    /// enough, its key's slice the entry's word, in key order. The number of keys.
+    pub fn check(&self) -> Result<u64> {
+        let corrupt = |reason: String| RecordMapError::Corrupt {
+            root: self.root,
+            reason,
+        };
+        let _guard = epoch::pin();
+        let pool = self.heap.pool();
+        let mut pending = vec![(self.top.clone(), 0usize, Vec::<u8>::new())];
+        let mut count = 0;
+        while let Some((layer, depth, prefix)) = pending.pop() {
+            layer.check()?;
+            for entry in layer.range(..) {
+                let (word, value) = entry?;
+                if is_layer(value) {
+                    if !goes_on(word) {
+                        return Err(corrupt(format!(
+                            "word {word:#x} of layer {depth} names a layer but ends its keys"
+                        )));
+                    }
+                    let mut deeper = prefix.clone();
+                    deeper.extend_from_slice(&word.to_be_bytes()[..SLICE]);
+                    pending.push((self.layer(value & !LAYER_TAG)?, depth + 1, deeper));
+                    continue;
+                }
+                let block = self.heap.record_block(value).ok_or_else(|| {
+                    corrupt(format!(
+                        "word {word:#x} points at {value:#x}, not a published record"
+                    ))
+                })?;
+                let header = layout::read_header(pool, value, block.size)?.ok_or_else(|| {
+                    corrupt(format!("the record at {value:#x} does not fit its block"))
+                })?;
+                if header.owner != self.records.owner() {
+                    return Err(corrupt(format!(
+                        "the record at {value:#x} belongs to another structure"
+                    )));
+                }
+                let key = layout::read_key(pool, value, &header)?;
+                if !key.starts_with(&prefix) || slice_word(&key, depth) != word {
+                    return Err(corrupt(format!(
+                        "the record at {value:#x} holds a key that does not belong at word \
+                         {word:#x} of layer {depth}"
+                    )));
+                }
+                count += 1;
+            }
+        }
+        if count != self.len() {
+            return Err(corrupt(format!(
+                "{count} records reached, the count says {}",
+                self.len()
+            )));
+        }
+        Ok(count)
+    }
+}

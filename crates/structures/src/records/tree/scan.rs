@@ -1,0 +1,190 @@
+//! Ordered scans across layers: a stack of layers, each read a batch of entries at a time.
+
+use std::ops::{Bound, Deref};
+use std::sync::Arc;
+
+use crossbeam_epoch as epoch;
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
+
+use super::{
+    is_layer, slice_word, Layer, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SCAN_BATCH,
+    SLICE,
+};
+use crate::records::layout;
+
+impl<B, P, H> RecordTreeMap<B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
+    /// of a layer at a time without a lock, so a scan beside writers sees every key present
+    /// for its whole duration, once. The iterator pins the epoch while it lives (see
+    /// [`super::hash::RecordHashMap::iter`]).
+    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
+        let low = match start {
+            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Scan {
+            map: self,
+            start: start.map(<[u8]>::to_vec),
+            end: end.map(<[u8]>::to_vec),
+            stack: vec![Level {
+                layer: self.top.clone(),
+                depth: 0,
+                low,
+                buffer: Vec::new(),
+                next: 0,
+                exhausted: false,
+            }],
+            _guard: epoch::pin(),
+            done: false,
+        }
+    }
+
+    /// Every `(key, value)`, in key order.
+    pub fn iter(&self) -> Scan<'_, B, P, H> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+}
+
+/// One layer of a scan in progress.
+struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: Arc<Layer<B, P, H>>,
+    depth: usize,
+    /// The lowest word still to read.
+    low: Bound<u64>,
+    buffer: Vec<(u64, u64)>,
+    next: usize,
+    exhausted: bool,
+}
+
+/// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
+pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    map: &'a RecordTreeMap<B, P, H>,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    stack: Vec<Level<B, P, H>>,
+    _guard: epoch::Guard,
+    done: bool,
+}
+
+impl<B, P, H> Scan<'_, B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// The next entry of the innermost layer, refilling its buffer from the tree.
+    fn next_entry(&mut self) -> Result<Option<(usize, u64, u64)>> {
+        let Some(level) = self.stack.last_mut() else {
+            return Ok(None);
+        };
+        if level.next == level.buffer.len() {
+            if level.exhausted {
+                self.stack.pop();
+                return self.next_entry();
+            }
+            level.buffer.clear();
+            level.next = 0;
+            for entry in level
+                .layer
+                .range((level.low, Bound::Unbounded))
+                .take(SCAN_BATCH)
+            {
+                level.buffer.push(entry?);
+            }
+            level.exhausted = level.buffer.len() < SCAN_BATCH;
+            if let Some(&(last, _)) = level.buffer.last() {
+                level.low = Bound::Excluded(last);
+            }
+            if level.buffer.is_empty() {
+                self.stack.pop();
+                return self.next_entry();
+            }
+        }
+        let (word, value) = level.buffer[level.next];
+        level.next += 1;
+        Ok(Some((level.depth, word, value)))
+    }
+
+    fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let pool = self.map.heap.pool();
+        while let Some((depth, word, value)) = self.next_entry()? {
+            if is_layer(value) {
+                // Inside a layer the start bound cuts only where the path is the start key's.
+                let low = match &self.start {
+                    Bound::Included(k) | Bound::Excluded(k)
+                        if slice_word(k, depth) == word && k.len() > (depth + 1) * SLICE =>
+                    {
+                        Bound::Included(slice_word(k, depth + 1))
+                    }
+                    _ => Bound::Unbounded,
+                };
+                self.stack.push(Level {
+                    layer: self.map.layer(value & !LAYER_TAG)?,
+                    depth: depth + 1,
+                    low,
+                    buffer: Vec::new(),
+                    next: 0,
+                    exhausted: false,
+                });
+                continue;
+            }
+            let header = layout::read_header(pool, value, u64::MAX)?.ok_or_else(|| {
+                RecordMapError::Corrupt {
+                    root: self.map.root,
+                    reason: format!("the record at {value:#x} does not parse"),
+                }
+            })?;
+            let key = layout::read_key(pool, value, &header)?;
+            let after_start = match &self.start {
+                Bound::Included(s) => key >= *s,
+                Bound::Excluded(s) => key > *s,
+                Bound::Unbounded => true,
+            };
+            if !after_start {
+                continue;
+            }
+            let before_end = match &self.end {
+                Bound::Included(e) => key <= *e,
+                Bound::Excluded(e) => key < *e,
+                Bound::Unbounded => true,
+            };
+            if !before_end {
+                return Ok(None);
+            }
+            return Ok(Some((key, layout::read_value(pool, value, &header)?)));
+        }
+        Ok(None)
+    }
+}
+
+impl<B, P, H> Iterator for Scan<'_, B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.advance() {
+            Ok(Some(pair)) => Some(Ok(pair)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -100,7 +100,7 @@ impl Keys {
 }
 
 /// The 8-byte tag of record `record`'s value at `version`: the record number in the low
-/// [`RECORD_BITS`] bits, the version above. A `u64` map stores the tag as its value.
+/// 40 bits, the version above. A `u64` map stores the tag as its value.
 pub fn value_tag(record: usize, version: u32) -> u64 {
     (record as u64 & ((1 << RECORD_BITS) - 1)) | (u64::from(version) << RECORD_BITS)
 }

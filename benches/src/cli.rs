@@ -31,6 +31,13 @@ use pmem_ordering::Granularity;
 ///   handles against the raw structures, paired in one run (single calls and YCSB; the
 ///   store/raw ratio per operation).
 ///
+/// * byte-keys: byte keys through the Store's typed maps beside the u64 path, one thread,
+///   1M records: hash_map::<Vec<u8>, Vec<u8>> and btree_map::<Vec<u8>, Vec<u8>> (FAST shifts)
+///   with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of user:%011d keys (a
+///   layered map), each beside the u64 -> u64 map of its kind: YCSB load, A, B, C (and E:
+///   100-record range scans, ordered maps): ops/s, latency percentiles, fences, flushes and
+///   bytes per operation, the ratio to the u64 path, and issue 14's speed targets checked.
+///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
 ///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
@@ -40,8 +47,9 @@ use pmem_ordering::Granularity;
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
-/// The default run takes about two minutes on a 2-core machine, and about half a minute more
-/// for the store path comparison; --quick under 20 seconds.
+/// The default run takes about two minutes on a 2-core machine, about half a minute more for
+/// the store path comparison and about a minute and a half more for the byte keys (1M records
+/// in each of 7 maps); --quick under 30 seconds.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]
@@ -118,8 +126,9 @@ pub(crate) struct Cli {
     pub(crate) markdown: Option<PathBuf>,
 
     /// Write PNG charts into DIR (created if missing): YCSB throughput per variant for each
-    /// structure (ycsb-<structure>.png), and the non-temporal vs flush crossover from the
-    /// primitives section (crossover.png).
+    /// structure (ycsb-<structure>.png), byte keys against the u64 path per map kind
+    /// (bytekeys-hash.png, bytekeys-ordered.png), and the non-temporal vs flush crossover from
+    /// the primitives section (crossover.png).
     #[arg(long, value_name = "DIR")]
     pub(crate) plot: Option<PathBuf>,
 }
@@ -142,6 +151,8 @@ pub(crate) enum SectionArg {
     Transactions,
     /// Each structure's own benchmark (CCEH, FAST&FAIR, datalog).
     Structures,
+    /// Byte keys through the store's typed maps beside the u64 path.
+    ByteKeys,
     /// YCSB workloads over every structure and variant.
     Ycsb,
     /// PMDK side by side (needs the pmdk feature).
@@ -209,6 +220,7 @@ impl Selection {
                 SectionArg::Primitives,
                 SectionArg::Transactions,
                 SectionArg::Structures,
+                SectionArg::ByteKeys,
                 SectionArg::Ycsb,
             ];
             if cfg!(feature = "pmdk") {

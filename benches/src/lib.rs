@@ -23,6 +23,9 @@
 //!   and the undo-log transactions;
 //! * [`storebench`]: CCEH and FAST&FAIR through a `Store`'s handles against the raw
 //!   structures, paired in one run (store/raw ratio per operation);
+//! * [`bytekeys`]: byte keys through the `Store` (16-byte keys, 100 B and 1 KiB values, a
+//!   layered `user:%011d` map) beside the `u64` path: YCSB load, A, B, C (and E on ordered
+//!   maps), with the speed targets checked;
 //! * [`phase`]: what the structure benchmarks accumulate per operation, and their timing
 //!   helpers;
 //! * [`report`]: the results as text tables, JSON and markdown;
@@ -31,6 +34,7 @@
 //! * [`plot`]: PNG charts of the results.
 #![deny(missing_docs)]
 
+pub mod bytekeys;
 pub mod ccehbench;
 pub mod datalogbench;
 pub mod fastfairbench;

@@ -5,7 +5,8 @@
 //! transaction, the Themis workloads (Themis, Table II) and object updates, each under the
 //! fence policies; then each structure of `pmem-structures` on its own benchmark (CCEH,
 //! FAST&FAIR, datalog: [`pmem_bench::ccehbench`], [`pmem_bench::fastfairbench`],
-//! [`pmem_bench::datalogbench`]); then YCSB-style workloads over every structure and variant
+//! [`pmem_bench::datalogbench`]); then byte keys through the store's typed maps beside the
+//! `u64` path ([`pmem_bench::bytekeys`]); then YCSB-style workloads over every structure and variant
 //! ([`pmem_bench::ycsb`]); and prints the tables, with charts on request
 //! ([`pmem_bench::plot`]). Pools live in `/dev/shm` (else the temporary directory) with
 //! emulated granularity. Built with the `pmdk` feature, it first measures PMDK's libpmem and
@@ -19,12 +20,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use pmem_bench::bytekeys::{self, ByteKeyError, ByteKeyPlan, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
-use pmem_bench::plot::{crossover_chart, crossover_points, throughput_chart, PlotError};
+use pmem_bench::plot::{
+    byte_key_chart, crossover_chart, crossover_points, throughput_chart, PlotError,
+};
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
 use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
@@ -61,6 +65,8 @@ enum RunError {
     FastFair(#[from] FastFairBenchError),
     #[error(transparent)]
     Store(#[from] StoreBenchError),
+    #[error(transparent)]
+    ByteKeys(#[from] ByteKeyError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -175,13 +181,14 @@ impl Progress {
 
 fn run(cli: &Cli) -> Result<(), RunError> {
     let selection = Selection::from_cli(cli).map_err(RunError::Usage)?;
-    let (plan, cceh_plan, fastfair_plan, datalog_plan, store_plan) = if cli.quick {
+    let (plan, cceh_plan, fastfair_plan, datalog_plan, store_plan, byte_key_plan) = if cli.quick {
         (
             Plan::quick(),
             CcehPlan::quick(),
             FastFairPlan::quick(),
             DatalogPlan::quick(),
             StorePlan::quick(),
+            ByteKeyPlan::quick(),
         )
     } else {
         (
@@ -190,6 +197,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             FastFairPlan::full(),
             DatalogPlan::full(),
             StorePlan::full(),
+            ByteKeyPlan::full(),
         )
     };
     // Open the outputs first, so a bad path fails before the measurements rather than after.
@@ -245,6 +253,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         + groups.len()
         + tx_groups.len()
         + structure_steps
+        + usize::from(selection.runs(SectionArg::ByteKeys))
         + usize::from(selection.runs(SectionArg::Ycsb));
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
@@ -357,6 +366,23 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             |r, n| progress.round(r, n),
         )?);
     }
+    if selection.runs(SectionArg::ByteKeys) {
+        progress.next();
+        progress.line(&format!(
+            "byte keys: {} maps x {} records (A, B, C {} ops, E {} scans), one thread",
+            bytekeys::CONFIGS.len(),
+            byte_key_plan.records,
+            byte_key_plan.ops,
+            byte_key_plan.scans
+        ));
+        report.byte_keys = Some(bytekeys::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &byte_key_plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
     if selection.runs(SectionArg::Ycsb) {
         progress.next();
         let m = &selection.matrix;
@@ -401,7 +427,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
 }
 
 /// Write the charts of `--plot` into `dir`: one YCSB throughput chart per structure measured,
-/// and the crossover chart when the primitives ran. Returns the files written.
+/// one byte-key chart per map kind, and the crossover chart when the primitives ran. Returns
+/// the files written.
 fn plot(
     dir: &Path,
     report: &Report,
@@ -421,6 +448,19 @@ fn plot(
                 .to_lowercase();
             let path = dir.join(format!("ycsb-{slug}.png"));
             throughput_chart(&path, structure.name(), &ycsb.rows)?;
+            written.push(path);
+        }
+    }
+    if let Some(byte_keys) = &report.byte_keys {
+        for (map, slug) in [
+            (MapKind::Hash, "bytekeys-hash"),
+            (MapKind::Ordered, "bytekeys-ordered"),
+        ] {
+            if !byte_keys.rows.iter().any(|r| r.map == map.name()) {
+                continue;
+            }
+            let path = dir.join(format!("{slug}.png"));
+            byte_key_chart(&path, map.name(), &byte_keys.rows)?;
             written.push(path);
         }
     }

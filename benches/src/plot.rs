@@ -7,6 +7,8 @@
 //!
 //! * [`throughput_chart`]: ops/s of one structure's variants, bars grouped by run (workload,
 //!   key distribution, threads);
+//! * [`byte_key_chart`]: ops/s of one map kind's byte-key maps and its `u64` path, bars
+//!   grouped by workload (both drawn by [`grouped_bar_chart`]);
 //! * [`crossover_chart`]: ns per operation against write size, non-temporal store + fence vs
 //!   store + flush (clwb where the CPU has it) + fence ([`crossover_points`] takes them from the primitives' `nt_vs_clwb`
 //!   group).
@@ -19,6 +21,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 use pmem_ordering::isa::Isa;
 
+use crate::bytekeys::ByteKeyRow;
 use crate::measure::Measurement;
 use crate::primitives::{size_label, Variant};
 use crate::ycsb::YcsbRow;
@@ -121,42 +124,86 @@ fn group_label(r: &YcsbRow) -> String {
     format!("{}{} {}T", r.workload, d, r.threads)
 }
 
+/// One bar of a grouped bar chart: its group (a run), its series (a variant) and its ops/s.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    /// The group it stands in, named below the bars.
+    pub group: String,
+    /// Its series, in the legend.
+    pub series: String,
+    /// Its height.
+    pub ops_per_sec: f64,
+}
+
 /// Grouped bars of ops/s of `structure`'s rows of `rows`: one group per run (workload, key
 /// distribution, threads), one bar per variant; written to `path` as a PNG
 /// [`GROUP_WIDTH`] pixels per group wide (at least 800) and [`HEIGHT`] high.
 pub fn throughput_chart(path: &Path, structure: &str, rows: &[YcsbRow]) -> Result<(), PlotError> {
-    let chart_name = format!("{structure} throughput");
-    let rows: Vec<&YcsbRow> = rows.iter().filter(|r| r.structure == structure).collect();
-    let mut groups: Vec<String> = Vec::new();
-    let mut variants: Vec<&str> = Vec::new();
-    for r in &rows {
-        let g = group_label(r);
-        if !groups.contains(&g) {
-            groups.push(g);
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter(|r| r.structure == structure)
+        .map(|r| Bar {
+            group: group_label(r),
+            series: r.variant.clone(),
+            ops_per_sec: r.ops_per_sec,
+        })
+        .collect();
+    grouped_bar_chart(path, &format!("{structure} throughput"), &bars)
+}
+
+/// Grouped bars of ops/s of the byte-key rows of one map kind (`hash map`, `ordered map`):
+/// one group per workload, one bar per keys and value size (the `u64` path among them);
+/// written to `path` as [`throughput_chart`] writes its charts.
+pub fn byte_key_chart(path: &Path, map: &str, rows: &[ByteKeyRow]) -> Result<(), PlotError> {
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter(|r| r.map == map)
+        .map(|r| Bar {
+            group: r.workload.clone(),
+            series: if r.keys == "u64" {
+                "u64 -> u64".to_string()
+            } else {
+                format!("{} -> {} B", r.keys, r.value_bytes)
+            },
+            ops_per_sec: r.ops_per_sec,
+        })
+        .collect();
+    grouped_bar_chart(path, &format!("{map} throughput, byte keys"), &bars)
+}
+
+/// Grouped bars of `bars`, titled `chart_name`: groups in order of first appearance, one
+/// colour per series; written to `path` as a PNG [`GROUP_WIDTH`] pixels per group wide (at
+/// least 800) and [`HEIGHT`] high.
+pub fn grouped_bar_chart(path: &Path, chart_name: &str, bars: &[Bar]) -> Result<(), PlotError> {
+    let mut groups: Vec<&str> = Vec::new();
+    let mut series: Vec<&str> = Vec::new();
+    for b in bars {
+        if !groups.contains(&b.group.as_str()) {
+            groups.push(&b.group);
         }
-        if !variants.contains(&r.variant.as_str()) {
-            variants.push(&r.variant);
+        if !series.contains(&b.series.as_str()) {
+            series.push(&b.series);
         }
-        if !(r.ops_per_sec.is_finite() && r.ops_per_sec >= 0.0) {
+        if !(b.ops_per_sec.is_finite() && b.ops_per_sec >= 0.0) {
             return Err(PlotError::BadValue {
-                chart: chart_name,
-                what: format!("{} {}", r.variant, group_label(r)),
-                value: r.ops_per_sec,
+                chart: chart_name.to_string(),
+                what: format!("{} {}", b.series, b.group),
+                value: b.ops_per_sec,
             });
         }
     }
-    if rows.is_empty() {
-        return Err(PlotError::NoData(chart_name));
+    if bars.is_empty() {
+        return Err(PlotError::NoData(chart_name.to_string()));
     }
     font()?;
     let err = draw_error(path);
-    let top = rows.iter().map(|r| r.ops_per_sec / 1e6).fold(0.0, f64::max) * 1.15;
+    let top = bars.iter().map(|b| b.ops_per_sec / 1e6).fold(0.0, f64::max) * 1.15;
     let width = (GROUP_WIDTH * groups.len() as u32).max(800);
     let root = BitMapBackend::new(path, (width, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let n = groups.len();
     let mut chart = ChartBuilder::on(&root)
-        .caption(&chart_name, (FAMILY, 24))
+        .caption(chart_name, (FAMILY, 24))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -173,22 +220,22 @@ pub fn throughput_chart(path: &Path, structure: &str, rows: &[YcsbRow]) -> Resul
         .axis_desc_style((FAMILY, 16))
         .draw()
         .map_err(|e| err(&e))?;
-    let k = variants.len() as f64;
-    let bar = 0.8 / k;
-    for (j, &v) in variants.iter().enumerate() {
+    let k = series.len() as f64;
+    let width_of_bar = 0.8 / k;
+    for (j, &name) in series.iter().enumerate() {
         let color = COLORS[j % COLORS.len()];
-        let bars = rows.iter().filter(|r| r.variant == v).filter_map(|r| {
-            let i = groups.iter().position(|g| *g == group_label(r))? as f64;
-            let x0 = i + 0.1 + j as f64 * bar;
+        let rects = bars.iter().filter(|b| b.series == name).filter_map(|b| {
+            let i = groups.iter().position(|g| *g == b.group)? as f64;
+            let x0 = i + 0.1 + j as f64 * width_of_bar;
             Some(Rectangle::new(
-                [(x0, 0.0), (x0 + bar * 0.9, r.ops_per_sec / 1e6)],
+                [(x0, 0.0), (x0 + width_of_bar * 0.9, b.ops_per_sec / 1e6)],
                 color.filled(),
             ))
         });
         chart
-            .draw_series(bars)
+            .draw_series(rects)
             .map_err(|e| err(&e))?
-            .label(v)
+            .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
     }
     let label_style = TextStyle::from((FAMILY, 13).into_font())
@@ -196,7 +243,7 @@ pub fn throughput_chart(path: &Path, structure: &str, rows: &[YcsbRow]) -> Resul
         .color(&BLACK);
     for (i, g) in groups.iter().enumerate() {
         let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
-        root.draw(&Text::new(g.as_str(), (x, y + 8), &label_style))
+        root.draw(&Text::new(*g, (x, y + 8), &label_style))
             .map_err(|e| err(&e))?;
     }
     legend_and_save(&mut chart, &root, SeriesLabelPosition::UpperRight, &err)
@@ -410,6 +457,42 @@ mod tests {
                 clwb_ns: 160.0 + b as f64 / 20.0,
             })
             .collect();
+        let byte_rows: Vec<ByteKeyRow> = ["u64", "16 random bytes", "user:%011d"]
+            .into_iter()
+            .flat_map(|keys| {
+                ["load", "A", "E"].into_iter().map(move |w| ByteKeyRow {
+                    map: "ordered map".into(),
+                    keys: keys.into(),
+                    key_bytes: 16,
+                    value_bytes: 100,
+                    workload: w.into(),
+                    operation: "x".into(),
+                    ops: 1000,
+                    seconds: 0.001,
+                    ops_per_sec: 1e6,
+                    p50_ns: Some(100.0),
+                    p99_ns: Some(200.0),
+                    p999_ns: Some(300.0),
+                    fences_per_op: 2.0,
+                    flushes_per_op: 4.0,
+                    media_bytes_per_op: 256.0,
+                    median_call_fences: Some(2.0),
+                    ratio_to_u64: None,
+                })
+            })
+            .collect();
+        let ordered = dir.path().join("bytekeys-ordered.png");
+        byte_key_chart(&ordered, "ordered map", &byte_rows).unwrap();
+        assert_eq!(
+            png_size(&ordered),
+            (800, HEIGHT),
+            "3 groups: the 800-pixel floor"
+        );
+        assert!(matches!(
+            byte_key_chart(&ordered, "hash map", &byte_rows),
+            Err(PlotError::NoData(_))
+        ));
+
         let cross = dir.path().join("crossover.png");
         crossover_chart(&cross, &points).unwrap();
         assert_eq!(png_size(&cross), (CROSSOVER_WIDTH, HEIGHT));

@@ -107,6 +107,17 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     check_datalog_section(&report, &stdout);
     let store_rows = check_store_section(&report, &stdout);
     let ycsb_rows = check_ycsb_section(&report, &stdout, Scale::quick());
+    // The byte-key section runs by default; its rows are checked in tests/byte_keys.rs.
+    let byte_key_lines = ["rows", "targets"]
+        .map(|table| {
+            report["byte_keys"][table]
+                .as_array()
+                .unwrap_or_else(|| panic!("byte_keys {table} in a default run"))
+                .len()
+                + 2
+        })
+        .iter()
+        .sum::<usize>();
 
     let md = std::fs::read_to_string(&markdown).expect("read the markdown output");
     // Each table has a header and a rule; the workloads' has an average row too.
@@ -118,6 +129,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
         + (WRITE_SIZES.len() * 2 + 2 + 2)
         + (store_rows + 2)
+        + byte_key_lines
         + (ycsb_rows + 2 * Structure::ALL.len());
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
@@ -570,6 +582,10 @@ fn help_explains_every_option() {
     ] {
         assert!(help.contains(option), "--help does not mention {option}");
     }
+    assert!(
+        help.contains("byte-keys"),
+        "--help does not list the byte-keys section"
+    );
 }
 
 #[test]

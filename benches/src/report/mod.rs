@@ -5,11 +5,13 @@
 //! (a title, a table and its footnotes) behind an optional preface, in this order: the
 //! primitives ([`Row`], one per variant), the transaction sections of [`crate::txbench`]
 //! ([`TxRow`], [`WorkloadRow`] with an average, [`ObjectRow`]), CCEH, FAST&FAIR, the datalog,
-//! the store path against the raw structures, the YCSB tables (one per structure) and, with the `pmdk` feature, the PMDK comparison
+//! the store path against the raw structures, byte keys through the store beside the `u64`
+//! path ([`ByteKeyResults`]), the YCSB tables (one per structure) and, with the `pmdk` feature, the PMDK comparison
 //! ([`PmdkResults`]). Adding a section takes a file with a type implementing [`ReportSection`],
 //! a field of [`Report`] for its results, and an entry in [`SECTIONS`].
 
 mod block;
+mod bytekeys;
 mod cceh;
 mod datalog;
 mod fastfair;
@@ -21,6 +23,7 @@ mod ycsb;
 
 use serde::Serialize;
 
+use crate::bytekeys::ByteKeyResults;
 use crate::ccehbench::CcehResults;
 use crate::datalogbench::DatalogResults;
 use crate::fastfairbench::FastFairResults;
@@ -82,13 +85,14 @@ pub trait ReportSection {
 }
 
 /// Every section, in print order.
-pub const SECTIONS: [&dyn ReportSection; 8] = [
+pub const SECTIONS: [&dyn ReportSection; 9] = [
     &primitives::Primitives,
     &transactions::Transactions,
     &cceh::Cceh,
     &fastfair::FastFair,
     &datalog::Datalog,
     &store::StorePath,
+    &bytekeys::ByteKeys,
     &ycsb::Ycsb,
     &pmdk::Pmdk,
 ];
@@ -167,6 +171,8 @@ pub struct Report {
     /// CCEH and FAST&FAIR through the store against the raw structures (`None` if not
     /// measured).
     pub store_path: Option<StorePathResults>,
+    /// Byte keys through the store beside the `u64` path (`None` if not measured).
+    pub byte_keys: Option<ByteKeyResults>,
     /// The PMDK comparison (`None` without the `pmdk` feature).
     pub pmdk: Option<PmdkResults>,
     /// The YCSB workloads (`None` if not run).
@@ -190,6 +196,7 @@ impl Report {
             datalog: None,
             fastfair: None,
             store_path: None,
+            byte_keys: None,
             pmdk: None,
             ycsb: None,
         }

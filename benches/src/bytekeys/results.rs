@@ -1,0 +1,205 @@
+//! What the byte-key section reports ([`ByteKeyResults`]: one [`ByteKeyRow`] per map and
+//! workload, and the issue's speed targets checked, [`TargetCheck`]) and why it fails
+//! ([`ByteKeyError`]).
+
+use serde::Serialize;
+
+use super::keyset::KeyKind;
+use super::maps::{MapConfig, MapKind};
+use super::workload::ByteWorkload;
+use crate::phase::CountError;
+use crate::poolfile::SetupError;
+
+/// One workload on one map.
+#[derive(Clone, Debug, Serialize)]
+pub struct ByteKeyRow {
+    /// `hash map` or `ordered map`.
+    pub map: String,
+    /// The keys (`u64`, `16 random bytes`, `user:%011d`).
+    pub keys: String,
+    /// Bytes of a key.
+    pub key_bytes: usize,
+    /// Bytes of a value.
+    pub value_bytes: usize,
+    /// The workload's name (`load`, `A`, `B`, `C`, `E`).
+    pub workload: String,
+    /// What one operation is.
+    pub operation: String,
+    /// Operations run.
+    pub ops: u64,
+    /// Seconds of the run.
+    pub seconds: f64,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Median latency of the sampled calls, in nanoseconds.
+    pub p50_ns: Option<f64>,
+    /// 99th percentile latency.
+    pub p99_ns: Option<f64>,
+    /// 99.9th percentile latency.
+    pub p999_ns: Option<f64>,
+    /// Fences per operation, over the whole run.
+    pub fences_per_op: f64,
+    /// Cache lines flushed per operation.
+    pub flushes_per_op: f64,
+    /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes.
+    pub media_bytes_per_op: f64,
+    /// Median fences of the sampled calls: an insert without a split, for the load.
+    pub median_call_fences: Option<f64>,
+    /// This map's ops/s over the `u64` path's for the same map kind and workload, measured in
+    /// the same run (`None` for the `u64` rows themselves).
+    pub ratio_to_u64: Option<f64>,
+}
+
+impl ByteKeyRow {
+    /// Whether this row is `workload` on a map of `config`.
+    pub fn is(&self, config: &MapConfig, workload: ByteWorkload) -> bool {
+        self.map == config.map.name()
+            && self.keys == config.keys.name()
+            && self.value_bytes == config.value_bytes
+            && self.workload == workload.name()
+    }
+}
+
+/// One of the issue's speed targets, checked against a row of this run.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetCheck {
+    /// What is measured, as the issue states it.
+    pub target: String,
+    /// The row it reads: map, keys and workload.
+    pub row: String,
+    /// The measured figure.
+    pub measured: f64,
+    /// The bound.
+    pub bound: f64,
+    /// Whether the bound is an upper one (fences) rather than a lower one (ops/s).
+    pub at_most: bool,
+    /// Whether the measured figure meets the bound.
+    pub met: bool,
+}
+
+/// The issue's targets (16-byte keys, 100-byte values, stated at 1M keys): what, on which map
+/// and workload, the figure read (`true`: median fences per call, else ops/s), the bound.
+pub const TARGETS: [(&str, MapKind, ByteWorkload, bool, f64); 6] = [
+    (
+        "hash map inserts >= 1 M/s",
+        MapKind::Hash,
+        ByteWorkload::Load,
+        false,
+        1e6,
+    ),
+    (
+        "hash map lookups >= 3 M/s",
+        MapKind::Hash,
+        ByteWorkload::C,
+        false,
+        3e6,
+    ),
+    (
+        "hash map <= 2 fences per insert without a split",
+        MapKind::Hash,
+        ByteWorkload::Load,
+        true,
+        2.0,
+    ),
+    (
+        "B+-tree (FAST) inserts >= 500 k/s",
+        MapKind::Ordered,
+        ByteWorkload::Load,
+        false,
+        5e5,
+    ),
+    (
+        "B+-tree (FAST) lookups >= 1.5 M/s",
+        MapKind::Ordered,
+        ByteWorkload::C,
+        false,
+        1.5e6,
+    ),
+    (
+        "B+-tree (FAST) 100-record range scans >= 200 k/s",
+        MapKind::Ordered,
+        ByteWorkload::E,
+        false,
+        2e5,
+    ),
+];
+
+/// The targets checked against `rows` (16 random bytes -> 100 B rows; a target whose row was
+/// not measured is left out).
+pub fn check_targets(rows: &[ByteKeyRow]) -> Vec<TargetCheck> {
+    TARGETS
+        .iter()
+        .filter_map(|&(target, map, workload, fences, bound)| {
+            let config = MapConfig {
+                map,
+                keys: KeyKind::Random16,
+                value_bytes: 100,
+            };
+            let row = rows.iter().find(|r| r.is(&config, workload))?;
+            let measured = if fences {
+                row.median_call_fences?
+            } else {
+                row.ops_per_sec
+            };
+            Some(TargetCheck {
+                target: target.to_string(),
+                row: format!("{} {}, {}", map.name(), config.label(), workload.name()),
+                measured,
+                bound,
+                at_most: fences,
+                met: if fences {
+                    measured <= bound
+                } else {
+                    measured >= bound
+                },
+            })
+        })
+        .collect()
+}
+
+/// The byte-key section of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ByteKeyResults {
+    /// Records loaded into each map.
+    pub records: u64,
+    /// Operations of workloads A, B and C.
+    pub ops: u64,
+    /// Scans of workload E.
+    pub scans: u64,
+    /// Every this many calls one was timed on its own.
+    pub latency_every: usize,
+    /// The median cost of one latency sample's two `Instant` reads, in nanoseconds (included
+    /// in every latency).
+    pub timer_ns: f64,
+    /// One row per map and workload, in run order.
+    pub rows: Vec<ByteKeyRow>,
+    /// The issue's targets against this run.
+    pub targets: Vec<TargetCheck>,
+    /// Wall time of the section, set-up included.
+    pub total_seconds: f64,
+}
+
+/// Why the byte-key section failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ByteKeyError {
+    /// A store's pool could not be set up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// An operation through the store failed.
+    #[error("a byte-key map operation failed: {0}")]
+    Store(#[from] pmem_structures::Error),
+    /// Operations did not do what they should have (a bug, not a measurement).
+    #[error(transparent)]
+    Count(#[from] CountError),
+    /// A value read back was not the one written for its record (a bug, not a measurement).
+    #[error("record {record}: read back a value of {len} bytes that is not one written for it")]
+    BadValue {
+        /// The record read, or the scan's start.
+        record: usize,
+        /// Bytes of the value read.
+        len: usize,
+    },
+    /// A scan on a hash map (a bug of the section's plan).
+    #[error("a hash map has no ordered scan")]
+    NoScan,
+}

@@ -1,0 +1,99 @@
+//! Runs the byte-key section of `pmem-bench` as CI does (`--quick`). Times are printed, never
+//! asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use pmem_bench::bytekeys::{ByteWorkload, MapKind, CONFIGS};
+use pmem_bench::poolfile::default_pool_dir;
+use serde_json::Value;
+
+fn arg(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+#[test]
+fn the_byte_key_section_runs_quick_lists_its_rows_and_counts_fences_for_inserts() {
+    let pools = tempfile::Builder::new()
+        .prefix("pmem-bench-test")
+        .tempdir_in(default_pool_dir())
+        .expect("make a pool directory");
+    let out_dir = tempfile::tempdir().expect("make an output directory");
+    let json = out_dir.path().join("byte-keys.json");
+    let plot_dir = out_dir.path().join("charts");
+    let out = Command::new(env!("CARGO_BIN_EXE_pmem-bench"))
+        .args([
+            "--quick",
+            "--section",
+            "byte-keys",
+            "--pool-dir",
+            arg(pools.path()),
+            "--json",
+            arg(&json),
+            "--plot",
+            arg(&plot_dir),
+        ])
+        .output()
+        .expect("run the pmem-bench binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "pmem-bench failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("emulated granularity"), "{stdout}");
+    assert!(stdout.contains("byte keys through the store"), "{stdout}");
+    assert!(stdout.contains("byte-key targets of issue 14"), "{stdout}");
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))
+            .expect("the JSON output parses");
+    let section = &report["byte_keys"];
+    let rows = section["rows"].as_array().expect("byte_keys rows");
+    let mut expected = 0;
+    for config in CONFIGS {
+        let workloads: &[ByteWorkload] = match config.map {
+            MapKind::Hash => &ByteWorkload::HASH,
+            MapKind::Ordered => &ByteWorkload::ORDERED,
+        };
+        for workload in workloads {
+            expected += 1;
+            let row = rows
+                .iter()
+                .find(|r| {
+                    r["map"] == config.map.name()
+                        && r["keys"] == config.keys.name()
+                        && r["value_bytes"] == config.value_bytes as u64
+                        && r["workload"] == workload.name()
+                })
+                .unwrap_or_else(|| panic!("no row for {config:?} {workload:?}: {section}"));
+            let ops_per_sec = row["ops_per_sec"].as_f64().expect("ops_per_sec");
+            assert!(ops_per_sec.is_finite() && ops_per_sec > 0.0, "{row}");
+            assert!(row["p99_ns"].as_f64().is_some_and(|x| x > 0.0), "{row}");
+            assert_eq!(row["ratio_to_u64"].is_null(), config.is_u64(), "{row}");
+            if *workload == ByteWorkload::Load {
+                assert!(
+                    row["fences_per_op"].as_f64().is_some_and(|f| f > 0.0),
+                    "an insert fences: {row}"
+                );
+                assert!(row["media_bytes_per_op"].as_f64().is_some_and(|b| b > 0.0));
+            }
+        }
+    }
+    assert_eq!(
+        rows.len(),
+        expected,
+        "one row per map and workload: {section}"
+    );
+    let targets = section["targets"].as_array().expect("byte_keys targets");
+    assert_eq!(targets.len(), 6, "{section}");
+    assert!(targets.iter().all(|t| t["met"].is_boolean()));
+    for name in ["bytekeys-hash.png", "bytekeys-ordered.png"] {
+        let bytes = std::fs::read(plot_dir.join(name)).expect("the chart exists");
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is no PNG");
+    }
+    let left: Vec<_> = std::fs::read_dir(pools.path())
+        .expect("list the pool directory")
+        .collect();
+    assert!(left.is_empty(), "pool files left behind: {left:?}");
+}

@@ -15,6 +15,7 @@
 //! | 16 | the intent area's offset |
 //! | 64..96 | the CCEH table's root |
 
+use std::cell::RefCell;
 use std::ops::Deref;
 
 use crossbeam_epoch as epoch;
@@ -22,7 +23,7 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::Heap;
 
 use super::error::RecordMapError;
-use super::layout::{self, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use super::layout::{self, FirstLine, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use super::{intent, Records, Resolved};
 use crate::cceh::{self, Cceh, CcehConfig, CcehError, SlotProbe};
 use crate::kind::{describe_magic, StructureKind};
@@ -61,11 +62,13 @@ pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A lookup's probe: the key's hash word, and its bytes to compare with a record's.
+/// A lookup's probe: the key's hash word, and its bytes to compare with a record's. The first
+/// line of the record that matched is kept, so the value is read without reading it again.
 struct KeyProbe<'a, B: Backend> {
     word: u64,
     key: &'a [u8],
     pool: &'a Pool<B>,
+    matched: RefCell<Option<(u64, FirstLine)>>,
 }
 
 impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
@@ -77,11 +80,39 @@ impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
     /// `value` is a record offset; in a lock-free lookup it may be stale, so every read is
     /// range-checked and a header that does not parse is no match.
     fn matches(&self, value: u64) -> bool {
-        match layout::read_header(self.pool, value, u64::MAX) {
-            Ok(Some(h)) => layout::key_equals(self.pool, value, &h, self.key).unwrap_or(false),
-            _ => false,
+        let Ok(Some(line)) = layout::read_first_line(self.pool, value, u64::MAX) else {
+            return false;
+        };
+        let equal = line.key_equals(self.pool, value, self.key).unwrap_or(false);
+        if equal {
+            *self.matched.borrow_mut() = Some((value, line));
         }
+        equal
     }
+}
+
+impl<B: Backend> KeyProbe<'_, B> {
+    /// The value of the record at `record`, from the line `matches` kept when it is that
+    /// record's.
+    fn value_of(&self, record: u64) -> Result<Vec<u8>, PoolError> {
+        if let Some((at, line)) = self.matched.borrow().as_ref() {
+            if *at == record {
+                return line.value(self.pool, record);
+            }
+        }
+        value_at(self.pool, record)
+    }
+}
+
+/// The value of the record at `record`, read inside a pinned epoch or under the lock that keeps
+/// it.
+fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+    let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
+        offset: record,
+        len: layout::HEADER_BYTES,
+        size: pool.size(),
+    })?;
+    line.value(pool, record)
 }
 
 /// A CCEH hash map from byte strings to byte strings, in a heap (see the module docs).
@@ -206,6 +237,7 @@ where
             word: key_word(key),
             key,
             pool: self.heap().pool(),
+            matched: RefCell::new(None),
         }
     }
 
@@ -214,29 +246,18 @@ where
         Ok(self.table.get_probe(&self.probe(key), |record| record)?)
     }
 
-    /// The value of the record at `record`, read inside a pinned epoch.
-    fn value_at(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
-        let header =
-            layout::read_header(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
-                offset: record,
-                len: layout::HEADER_BYTES,
-                size: pool.size(),
-            })?;
-        layout::read_value(pool, record, &header)
-    }
-
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if key.len() > MAX_KEY_BYTES {
             return Ok(None);
         }
-        let pool = self.heap().pool();
-        // The guard keeps a record the lookup reaches from being handed out again while it is
-        // copied (a writer that retires it defers the block's reuse past this epoch).
-        let _guard = epoch::pin();
+        // The table's lookup is pinned while it matches and reads: a record it reaches is not
+        // handed out again while it is copied (a writer that retires it defers the block's
+        // reuse past the epoch).
+        let probe = self.probe(key);
         match self
             .table
-            .get_probe(&self.probe(key), |record| Self::value_at(pool, record))?
+            .get_probe(&probe, |record| probe.value_of(record))?
         {
             Some(value) => Ok(Some(value?)),
             None => Ok(None),
@@ -248,7 +269,6 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(false);
         }
-        let _guard = epoch::pin();
         Ok(self.record_of(key)?.is_some())
     }
 
@@ -293,7 +313,7 @@ where
         let put = self.table.put_probe(&self.probe(key), new, true, |old| {
             if let Some(o) = old {
                 // Under the writer lock the old record is intact: read it before retiring it.
-                old_value = Some(Self::value_at(pool, o)?);
+                old_value = Some(value_at(pool, o)?);
             }
             staged.commit(heap, old).map_err(RecordMapError::from)
         });
@@ -326,7 +346,7 @@ where
         let mut staged = self.records.stage_remove(heap, guess)?;
         let mut old_value = None;
         let removed = self.table.remove_probe(&self.probe(key), |old| {
-            old_value = Some(Self::value_at(pool, old)?);
+            old_value = Some(value_at(pool, old)?);
             staged.commit(heap, Some(old)).map_err(RecordMapError::from)
         });
         match removed {

@@ -145,6 +145,102 @@ pub(crate) fn read_value<B: Backend>(
     Ok(value)
 }
 
+/// Bytes of a record read at once: one cache line (records are line-aligned), which holds the
+/// header and a key of up to 52 bytes, and often the start of the value.
+const LINE: usize = 64;
+
+/// A record's first line, read with one load of the pool: lookups decide on it without
+/// reading the record again, and take the value from it and one more read.
+pub(crate) struct FirstLine {
+    bytes: [u8; LINE],
+    len: usize,
+    /// The record's header.
+    pub header: Header,
+}
+
+/// Read the first line of the record at `record` (less at the pool's end). `None` if its
+/// header is not one of a record that fits in `limit` bytes.
+pub(crate) fn read_first_line<B: Backend>(
+    pool: &Pool<B>,
+    record: u64,
+    limit: u64,
+) -> Result<Option<FirstLine>, PoolError> {
+    let len = (LINE as u64).min(pool.size().saturating_sub(record)) as usize;
+    if len < HEADER_BYTES as usize {
+        return Ok(None);
+    }
+    let mut bytes = [0u8; LINE];
+    pool.read_bytes(record, &mut bytes[..len])?;
+    Ok(
+        parse_header(&bytes[..HEADER_BYTES as usize], limit).map(|header| FirstLine {
+            bytes,
+            len,
+            header,
+        }),
+    )
+}
+
+impl FirstLine {
+    /// The bytes of the record from `from` on that the line holds.
+    fn held(&self, from: usize, count: usize) -> &[u8] {
+        let end = (from + count).min(self.len);
+        &self.bytes[from.min(end)..end]
+    }
+
+    /// Copy `count` bytes of the record from `from` on: what the line holds, the rest read.
+    fn copy<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        from: usize,
+        count: usize,
+    ) -> Result<Vec<u8>, PoolError> {
+        let held = self.held(from, count);
+        let mut out = vec![0u8; count];
+        out[..held.len()].copy_from_slice(held);
+        if held.len() < count {
+            pool.read_bytes(record + (from + held.len()) as u64, &mut out[held.len()..])?;
+        }
+        Ok(out)
+    }
+
+    /// Whether the record at `record` holds `key`.
+    pub fn key_equals<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        key: &[u8],
+    ) -> Result<bool, PoolError> {
+        if self.header.key_len != key.len() {
+            return Ok(false);
+        }
+        let held = self.held(HEADER_BYTES as usize, key.len());
+        if held != &key[..held.len()] {
+            return Ok(false);
+        }
+        if held.len() == key.len() {
+            return Ok(true);
+        }
+        let rest = Header {
+            key_len: key.len() - held.len(),
+            ..self.header
+        };
+        // The rest of a long key, compared a piece at a time from where the line ends.
+        key_equals(pool, record + held.len() as u64, &rest, &key[held.len()..])
+    }
+
+    /// The record's key.
+    pub fn key<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+        self.copy(pool, record, HEADER_BYTES as usize, self.header.key_len)
+    }
+
+    /// The record's value.
+    pub fn value<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+        let from = HEADER_BYTES as usize + self.header.key_len;
+        self.copy(pool, record, from, self.header.value_len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,7 +70,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
             TreeRepr::Records(core) => core
                 .raw
                 .get(key.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -108,7 +108,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
             TreeRepr::Records(core) => core
                 .raw
                 .upsert(key.bytes(), value.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -124,7 +124,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
             TreeRepr::Records(core) => core
                 .raw
                 .remove(key.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -236,8 +236,8 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> Iterator
                 ))
             }),
             TreeIterRepr::Records(scan) => match scan.next()? {
-                Ok((k, v)) => decode(&k, "key", self.name)
-                    .and_then(|k| Ok((k, decode(&v, "value", self.name)?))),
+                Ok((k, v)) => decode(k, "key", self.name)
+                    .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
                 Err(e) => Err(e.into()),
             },
         };

@@ -68,7 +68,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, 
             HashRepr::Records(core) => core
                 .raw
                 .get(key.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -106,7 +106,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, 
             HashRepr::Records(core) => core
                 .raw
                 .upsert(key.bytes(), value.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -122,7 +122,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, 
             HashRepr::Records(core) => core
                 .raw
                 .remove(key.bytes())?
-                .map(|v| decode(&v, "value", &core.name))
+                .map(|v| decode(v, "value", &core.name))
                 .transpose(),
         }
     }
@@ -204,8 +204,8 @@ impl<K: Key, V: Value, B: Backend> Iterator for HashIter<'_, K, V, B> {
                 ))
             }),
             HashIterRepr::Records(records) => match records.next()? {
-                Ok((k, v)) => decode(&k, "key", self.name)
-                    .and_then(|k| Ok((k, decode(&v, "value", self.name)?))),
+                Ok((k, v)) => decode(k, "key", self.name)
+                    .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
                 Err(e) => Err(e.into()),
             },
         };

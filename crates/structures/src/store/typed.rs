@@ -17,9 +17,9 @@ pub(super) fn decode_word<T: Value>(word: u64, what: &'static str, name: &str) -
     types::from_word(word).ok_or_else(|| undecodable::<T>(what, name))
 }
 
-/// The `T` the bytes of a record's key or value hold.
-pub(super) fn decode<T: Value>(bytes: &[u8], what: &'static str, name: &str) -> Result<T, Error> {
-    T::decode(bytes).ok_or_else(|| undecodable::<T>(what, name))
+/// The `T` the bytes of a record's key or value hold (taken without a copy where `T` is bytes).
+pub(super) fn decode<T: Value>(bytes: Vec<u8>, what: &'static str, name: &str) -> Result<T, Error> {
+    T::decode_owned(bytes).ok_or_else(|| undecodable::<T>(what, name))
 }
 
 fn undecodable<T: Value>(what: &'static str, name: &str) -> Error {

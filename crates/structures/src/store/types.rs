@@ -88,6 +88,12 @@ pub trait Value: Sized + 'static {
     /// The value the bytes `encoded` stand for, or `None` if they cannot be one (a wrong
     /// length, text that is not UTF-8): the map reports such a record as corrupt.
     fn decode(encoded: &[u8]) -> Option<Self>;
+
+    /// [`Value::decode`] of bytes the caller owns: byte strings and `String`s take them as
+    /// they are, without a copy.
+    fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
+        Self::decode(&encoded)
+    }
 }
 
 /// A type a map can use as a key: its encoding sorts as the keys do, so an ordered map walks
@@ -188,6 +194,9 @@ impl Value for Vec<u8> {
     fn decode(encoded: &[u8]) -> Option<Self> {
         Some(encoded.to_vec())
     }
+    fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
+        Some(encoded)
+    }
 }
 impl Key for Vec<u8> {}
 
@@ -217,6 +226,9 @@ impl Value for String {
     const WIDTH: Option<usize> = None;
     fn decode(encoded: &[u8]) -> Option<Self> {
         String::from_utf8(encoded.to_vec()).ok()
+    }
+    fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
+        String::from_utf8(encoded).ok()
     }
 }
 impl Key for String {}

@@ -83,7 +83,9 @@ mod reserve;
 
 pub use self::records::RecordBlock;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::layout::Layout;
@@ -120,11 +122,11 @@ struct State {
     /// Per class: record chunks with a free slot.
     record_partial: Vec<BTreeSet<u64>>,
     /// Offsets of blocks some open transaction is freeing.
-    freeing: HashSet<u64>,
+    freeing: FxHashSet<u64>,
     /// Record blocks reserved and neither published nor cancelled yet.
-    record_reserved: HashSet<u64>,
+    record_reserved: FxHashSet<u64>,
     /// Record blocks retired (free on the media) and not released yet.
-    record_retired: HashSet<u64>,
+    record_retired: FxHashSet<u64>,
     /// Record blocks published since the heap was opened.
     record_publishes: u64,
     /// Record blocks retired since the heap was opened.

@@ -2,7 +2,9 @@
 //! chunk table and bitmaps at open (checking them as it goes), and walk the heap to check the
 //! pool against DRAM.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashSet;
 use std::sync::Mutex;
 
 use pmem_ordering::{Backend, Pool};
@@ -56,9 +58,9 @@ impl Allocator {
             free_chunks: BTreeSet::new(),
             partial: vec![BTreeSet::new(); classes.len()],
             record_partial: vec![BTreeSet::new(); classes.len()],
-            freeing: HashSet::new(),
-            record_reserved: HashSet::new(),
-            record_retired: HashSet::new(),
+            freeing: FxHashSet::default(),
+            record_reserved: FxHashSet::default(),
+            record_retired: FxHashSet::default(),
             record_publishes: 0,
             record_retires: 0,
         };

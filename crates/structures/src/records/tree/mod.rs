@@ -468,8 +468,8 @@ where
 
     fn record_has_key(&self, record: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
-        Ok(match layout::read_header(pool, record, u64::MAX)? {
-            Some(h) => layout::key_equals(pool, record, &h, key)?,
+        Ok(match layout::read_first_line(pool, record, u64::MAX)? {
+            Some(line) => line.key_equals(pool, record, key)?,
             None => false,
         })
     }
@@ -491,10 +491,22 @@ where
         }
         let _guard = epoch::pin();
         let spot = self.descend(key)?;
-        match spot.record {
-            Some(r) if self.holds(&spot, r, key)? => Ok(Some(read_value(self.heap.pool(), r)?)),
-            _ => Ok(None),
+        let Some(r) = spot.record else {
+            return Ok(None);
+        };
+        // One line read decides and starts the copy (a key that ends in its slice is the
+        // only one of its word: no compare needed).
+        let pool = self.heap.pool();
+        let Some(line) = layout::read_first_line(pool, r, u64::MAX)? else {
+            return Err(RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!("the record at {r:#x} does not parse"),
+            });
+        };
+        if goes_on(spot.word) && !line.key_equals(pool, r, key)? {
+            return Ok(None);
         }
+        Ok(Some(line.value(pool, r)?))
     }
 
     /// Whether `key` is present. Takes no lock.
@@ -527,12 +539,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
 }
 
 fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
-    let header = layout::read_header(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
+    let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
         offset: record,
         len: layout::HEADER_BYTES,
         size: pool.size(),
     })?;
-    layout::read_value(pool, record, &header)
+    line.value(pool, record)
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ where
                 buffer: Vec::new(),
                 next: 0,
                 exhausted: false,
+                batch: FIRST_BATCH,
             }],
             _guard: epoch::pin(),
             done: false,
@@ -60,7 +61,15 @@ struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P
     buffer: Vec<(u64, u64)>,
     next: usize,
     exhausted: bool,
+    /// Entries the next refill takes: small first (a short scan returns early), doubling up
+    /// to [`SCAN_BATCH`].
+    batch: usize,
 }
+
+/// Records prefetched ahead of the one a scan reads: their cache misses overlap.
+const PREFETCH_AHEAD: usize = 8;
+/// The first refill of a layer.
+const FIRST_BATCH: usize = 8;
 
 /// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
 pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
@@ -93,11 +102,12 @@ where
             for entry in level
                 .layer
                 .range((level.low, Bound::Unbounded))
-                .take(SCAN_BATCH)
+                .take(level.batch)
             {
                 level.buffer.push(entry?);
             }
-            level.exhausted = level.buffer.len() < SCAN_BATCH;
+            level.exhausted = level.buffer.len() < level.batch;
+            level.batch = (level.batch * 2).min(SCAN_BATCH);
             if let Some(&(last, _)) = level.buffer.last() {
                 level.low = Bound::Excluded(last);
             }
@@ -105,8 +115,14 @@ where
                 self.stack.pop();
                 return self.next_entry();
             }
+            for &(_, value) in level.buffer.iter().take(PREFETCH_AHEAD) {
+                prefetch_record(self.map, value);
+            }
         }
         let (word, value) = level.buffer[level.next];
+        if let Some(&(_, ahead)) = level.buffer.get(level.next + PREFETCH_AHEAD) {
+            prefetch_record(self.map, ahead);
+        }
         level.next += 1;
         Ok(Some((level.depth, word, value)))
     }
@@ -131,16 +147,17 @@ where
                     buffer: Vec::new(),
                     next: 0,
                     exhausted: false,
+                    batch: FIRST_BATCH,
                 });
                 continue;
             }
-            let header = layout::read_header(pool, value, u64::MAX)?.ok_or_else(|| {
+            let line = layout::read_first_line(pool, value, u64::MAX)?.ok_or_else(|| {
                 RecordMapError::Corrupt {
                     root: self.map.root,
                     reason: format!("the record at {value:#x} does not parse"),
                 }
             })?;
-            let key = layout::read_key(pool, value, &header)?;
+            let key = line.key(pool, value)?;
             let after_start = match &self.start {
                 Bound::Included(s) => key >= *s,
                 Bound::Excluded(s) => key > *s,
@@ -157,9 +174,22 @@ where
             if !before_end {
                 return Ok(None);
             }
-            return Ok(Some((key, layout::read_value(pool, value, &header)?)));
+            return Ok(Some((key, line.value(pool, value)?)));
         }
         Ok(None)
+    }
+}
+
+/// Bring the first two lines of the record at `value` (if it is one) into the cache: a hint,
+/// harmless on anything else.
+fn prefetch_record<B, P, H>(map: &RecordTreeMap<B, P, H>, value: u64)
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    if !is_layer(value) {
+        map.heap.pool().prefetch(value, 128);
     }
 }
 

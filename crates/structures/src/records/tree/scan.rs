@@ -69,7 +69,7 @@ struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P
 /// Records prefetched ahead of the one a scan reads: their cache misses overlap.
 const PREFETCH_AHEAD: usize = 8;
 /// The first refill of a layer.
-const FIRST_BATCH: usize = 8;
+const FIRST_BATCH: usize = 16;
 
 /// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
 pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {

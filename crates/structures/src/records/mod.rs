@@ -55,10 +55,10 @@ pub use hash::RecordHashMap;
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use tree::RecordTreeMap;
 
-/// How many times a reservation that finds the heap full pushes the epoch along (a few hundred
-/// nanoseconds each) for its retired records to come back, before it reports the heap full.
-/// `crossbeam-epoch` frees a few batches of garbage per push, so this is generous.
-const EPOCH_PUSHES: usize = 10_000;
+/// How long a reservation that finds the heap full waits, at most, for this structure's retired
+/// records to come back (they do once every reader pinned before their retirement has left: a
+/// long scan on another thread holds them back) before it reports the heap full.
+const FULL_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A structure's record machinery: its owner field, intent lines and retired blocks.
 pub(crate) struct Records {
@@ -192,12 +192,11 @@ impl Records {
         match heap.reserve_record(bytes) {
             Err(TxError::PoolFull { .. }) if self.limbo.waiting() > 0 => {
                 // Retired blocks come back once the epoch moves: push it along until every
-                // one of this structure's has (or it will not move), then try again once.
-                for _ in 0..EPOCH_PUSHES {
+                // one of this structure's has (or the wait is over), then try again once.
+                let deadline = std::time::Instant::now() + FULL_WAIT;
+                while self.limbo.waiting() > 0 && std::time::Instant::now() < deadline {
                     epoch::pin().flush();
-                    if self.limbo.waiting() == 0 {
-                        break;
-                    }
+                    std::thread::yield_now();
                 }
                 self.release_ready(heap);
                 heap.reserve_record(bytes)

@@ -35,6 +35,7 @@ where
             stack: vec![Level {
                 layer: self.top.clone(),
                 depth: 0,
+                on_start_path: true,
                 low,
                 buffer: Vec::new(),
                 next: 0,
@@ -56,6 +57,10 @@ where
 struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     layer: Arc<Layer<B, P, H>>,
     depth: usize,
+    /// Whether the layer was reached by the start key's own path: only then does the start
+    /// key's slice bound the layer's entries (another layer may hold the same slice word for
+    /// other keys, all of which sort after the start key).
+    on_start_path: bool,
     /// The lowest word still to read.
     low: Bound<u64>,
     buffer: Vec<(u64, u64)>,
@@ -88,7 +93,7 @@ where
     H: Deref<Target = Heap<B, P>>,
 {
     /// The next entry of the innermost layer, refilling its buffer from the tree.
-    fn next_entry(&mut self) -> Result<Option<(usize, u64, u64)>> {
+    fn next_entry(&mut self) -> Result<Option<(usize, bool, u64, u64)>> {
         let Some(level) = self.stack.last_mut() else {
             return Ok(None);
         };
@@ -124,17 +129,19 @@ where
             prefetch_record(self.map, ahead);
         }
         level.next += 1;
-        Ok(Some((level.depth, word, value)))
+        Ok(Some((level.depth, level.on_start_path, word, value)))
     }
 
     fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let pool = self.map.heap.pool();
-        while let Some((depth, word, value)) = self.next_entry()? {
+        while let Some((depth, on_start_path, word, value)) = self.next_entry()? {
             if is_layer(value) {
                 // Inside a layer the start bound cuts only where the path is the start key's.
                 let low = match &self.start {
                     Bound::Included(k) | Bound::Excluded(k)
-                        if slice_word(k, depth) == word && k.len() > (depth + 1) * SLICE =>
+                        if on_start_path
+                            && slice_word(k, depth) == word
+                            && k.len() > (depth + 1) * SLICE =>
                     {
                         Bound::Included(slice_word(k, depth + 1))
                     }
@@ -143,6 +150,7 @@ where
                 self.stack.push(Level {
                     layer: self.map.layer(value & !LAYER_TAG)?,
                     depth: depth + 1,
+                    on_start_path: low != Bound::Unbounded,
                     low,
                     buffer: Vec::new(),
                     next: 0,

@@ -2,7 +2,7 @@
 //! target decodes them: every result agrees with the model, across the midway reopen, and
 //! both maps and the heap check at the end. (A seed that failed would stop the fuzz smoke run
 //! before it mutated anything.) Also: keys past the limit, and the driver catching a store that
-//! differs from its model.
+//! differs from its model, and random sequences from the kit's strategy.
 
 use pmem_test_kit::fuzz_input::{decode, RecordInput};
 use pmem_test_kit::fuzz_seeds::seeds;
@@ -10,6 +10,7 @@ use pmem_test_kit::records::{
     run_record_ops, KeyShape, RecordDriver, RecordKey, RecordModel, RecordOp, RecordSetup,
     RecordValue,
 };
+use proptest::prelude::*;
 
 #[test]
 fn every_record_maps_seed_runs_clean() {
@@ -57,4 +58,20 @@ fn the_driver_reports_a_store_that_differs_from_the_model() {
         .run_checked(&RecordOp::Get(key), &mut model)
         .unwrap_err();
     assert!(get.contains("hash get gave None"), "{get}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn random_record_sequences_agree_with_the_model(
+        ops in proptest::collection::vec(RecordOp::strategy(), 1..80),
+        wide_segments in any::<bool>(),
+        large_nodes in any::<bool>(),
+    ) {
+        let setup = RecordSetup { wide_segments, large_nodes, ..RecordSetup::default() };
+        if let Err(e) = run_record_ops(setup, &ops) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
 }

@@ -282,6 +282,65 @@ pub enum RecordOp {
 /// The number of [`RecordOp`] variants (for the fuzz encoder).
 pub const RECORD_OP_VARIANTS: u64 = 7;
 
+#[cfg(feature = "proptest")]
+impl RecordKey {
+    /// Any key, shapes weighted as the fuzz decoding weighs them.
+    pub fn strategy() -> impl proptest::strategy::Strategy<Value = RecordKey> {
+        use proptest::prelude::*;
+        (
+            0..=SHAPE_DRAWS,
+            proptest::collection::vec(
+                proptest::sample::select(TAIL_ALPHABET.to_vec()),
+                0..=MAX_TAIL,
+            ),
+        )
+            .prop_map(|(draw, tail)| RecordKey::new(KeyShape::from_draw(draw), &tail))
+    }
+}
+
+#[cfg(feature = "proptest")]
+impl RecordValue {
+    /// Any value, length classes weighted as the fuzz decoding weighs them.
+    pub fn strategy() -> impl proptest::strategy::Strategy<Value = RecordValue> {
+        use proptest::prelude::*;
+        (0..=VALUE_DRAWS, any::<u32>(), any::<u8>()).prop_map(|(draw, at, fill)| {
+            let &(_, lo, hi) = VALUE_CLASSES
+                .iter()
+                .rev()
+                .find(|&&(first, ..)| first <= draw)
+                .expect("draw 0 starts the first class");
+            RecordValue::new(lo + at % (hi - lo + 1), fill)
+        })
+    }
+}
+
+#[cfg(feature = "proptest")]
+impl RecordOp {
+    /// Any operation: writes the most, a reopen and a check now and then.
+    pub fn strategy() -> impl proptest::strategy::Strategy<Value = RecordOp> {
+        use proptest::prelude::*;
+        let key = RecordKey::strategy;
+        let value = RecordValue::strategy;
+        let bound = || proptest::sample::select(BoundKind::ALL.to_vec());
+        prop_oneof![
+            5 => (key(), value()).prop_map(|(k, v)| RecordOp::Insert(k, v)),
+            4 => (key(), value()).prop_map(|(k, v)| RecordOp::Upsert(k, v)),
+            3 => key().prop_map(RecordOp::Remove),
+            2 => key().prop_map(RecordOp::Get),
+            2 => (key(), bound(), key(), bound()).prop_map(|(start, start_bound, end, end_bound)| {
+                RecordOp::Range {
+                    start,
+                    start_bound,
+                    end,
+                    end_bound,
+                }
+            }),
+            1 => Just(RecordOp::Reopen),
+            1 => Just(RecordOp::Check),
+        ]
+    }
+}
+
 impl crate::ModelOp for RecordOp {
     type Model = RecordModel;
 

@@ -75,7 +75,7 @@ fn tree_config() -> FastFairConfig {
 /// bytes, and 300-byte keys sharing 299.
 fn keys() -> Vec<Bytes> {
     let mut keys = vec![Vec::new(), vec![0x00], vec![0xff]];
-    for prefix in ["tenant1", "tenant1:user:0", "tenant1:user:0000042"] {
+    for prefix in ["tenant1", "tenant1:user:0", "tenant1:user:00000042"] {
         for tail in ["", "a", "b", "\u{0}", "zz"] {
             keys.push(format!("{prefix}{tail}").into_bytes());
         }

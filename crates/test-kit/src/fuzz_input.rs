@@ -157,6 +157,8 @@ pub struct RecordFuzzSetup {
     pub wide_segments: bool,
     /// Tree nodes of 256 bytes rather than 128.
     pub large_nodes: bool,
+    /// The seed of the sampled crash points and images.
+    pub crash_seed: u8,
 }
 
 impl RecordFuzzSetup {
@@ -483,6 +485,7 @@ impl FuzzEncode for RecordFuzzSetup {
         out.choice(&self.shift, &ShiftPolicy::ALL);
         out.bool(self.wide_segments);
         out.bool(self.large_nodes);
+        out.u8(self.crash_seed);
     }
 }
 

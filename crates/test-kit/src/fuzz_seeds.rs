@@ -542,34 +542,35 @@ fn record_seeds() -> Vec<Seed> {
         let mut rng = SplitMix64::new(seed);
         (0..120).map(|_| random_record_op(&mut rng)).collect()
     };
-    let setup = |shift, wide_segments, large_nodes| RecordFuzzSetup {
+    let setup = |shift, wide_segments, large_nodes, crash_seed| RecordFuzzSetup {
         shift,
         wide_segments,
         large_nodes,
+        crash_seed,
     };
     vec![
         seed(
             "record_maps",
             "layers-fill-empty",
-            setup(ShiftPolicy::Fast, false, false),
+            setup(ShiftPolicy::Fast, false, false, 1),
             layers,
         ),
         seed(
             "record_maps",
             "big-keys-values",
-            setup(ShiftPolicy::Redo, true, false),
+            setup(ShiftPolicy::Redo, true, false, 2),
             big,
         ),
         seed(
             "record_maps",
             "random-per-shift",
-            setup(ShiftPolicy::PerShift, false, true),
+            setup(ShiftPolicy::PerShift, false, true, 3),
             random(51),
         ),
         seed(
             "record_maps",
             "random-wide",
-            setup(ShiftPolicy::Fast, true, false),
+            setup(ShiftPolicy::Fast, true, false, 4),
             random(52),
         ),
     ]

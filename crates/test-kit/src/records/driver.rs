@@ -76,12 +76,17 @@ impl RecordSetup {
         }
     }
 
+    /// The root object size that holds exactly the options' catalog: read from a small
+    /// anonymous store made with them (the store computes it; the kit does not copy the
+    /// catalog's layout).
+    pub fn root_size(&self) -> Result<u64, Error> {
+        let probe = Store::anonymous(1 << 20, &self.options())?;
+        Ok(probe.heap().pool().root_size())
+    }
+
     /// A fresh store on an anonymous pool of `size` bytes the caller keeps (to reopen it).
     pub fn anonymous_store(&self, size: u64) -> Result<(Arc<Pool>, Store), Error> {
-        // The store sizes the catalog's root object: read it from a small probe store.
-        let probe = Store::anonymous(1 << 20, &self.options())?;
-        let root = probe.heap().pool().root_size();
-        let options = PoolOptions::new().root_size(root);
+        let options = PoolOptions::new().root_size(self.root_size()?);
         let pool = Arc::new(Pool::anonymous(STORE_LAYOUT, size, &options)?);
         let store = Store::format(pool.clone(), &self.options())?;
         Ok((pool, store))
@@ -206,9 +211,9 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
                     return Err(format!(
                         "the range scan gave {} pairs (keys {:?}), the model {} (keys {:?})",
                         got.len(),
-                        short_keys(&got),
+                        short_keys(got.iter().map(|(k, v)| (k, v))),
                         want.len(),
-                        short_keys(&want)
+                        short_keys(want.iter().map(|(k, v)| (k, v)))
                     ));
                 }
             }
@@ -231,44 +236,19 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
     /// walk holds them, the ordered map's walks them in key order, and the store's heap holds
     /// exactly the structures' blocks (`check_blocks`).
     pub fn check(&self, model: &RecordModel) -> Result<(), String> {
-        let Maps { hash, tree } = self.maps();
-        let len = model.len() as u64;
-        agree(
-            "the hash map's check".into(),
-            hash.check()
-                .map_err(|e| failed("the hash map's check", e))?,
-            len,
-        )?;
-        agree(
-            "the ordered map's check".into(),
-            tree.check()
-                .map_err(|e| failed("the ordered map's check", e))?,
-            len,
-        )?;
-        let hashed: Unordered<Bytes, Bytes> = hash
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(|e| failed("the hash map's walk", e))?;
-        let expected: Unordered<Bytes, Bytes> =
-            model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if hashed != expected {
+        let (hashed, walked) = contents(self.store(), &self.setup)?;
+        if hashed != *model {
             return Err(format!(
-                "the hash map's walk holds {} pairs, the model {}",
-                hashed.len(),
-                expected.len()
+                "the hash map holds keys {:?}, the model {:?}",
+                short_keys(hashed.iter()),
+                short_keys(model.iter())
             ));
         }
-        let walked: Vec<(Bytes, Bytes)> = tree
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(|e| failed("the ordered map's walk", e))?;
-        let ordered: Vec<(Bytes, Bytes)> =
-            model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if walked != ordered {
+        if walked != *model {
             return Err(format!(
-                "the ordered map's walk gave keys {:?}, the model {:?}",
-                short_keys(&walked),
-                short_keys(&ordered)
+                "the ordered map holds keys {:?}, the model {:?}",
+                short_keys(walked.iter()),
+                short_keys(model.iter())
             ));
         }
         self.store()
@@ -276,6 +256,59 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
             .map_err(|e| failed("check_blocks", e))?;
         Ok(())
     }
+}
+
+/// What both maps of `store` hold (the hash map's pairs, then the ordered map's), each
+/// checked: its `check()` and `len()` count the pairs its walk gives, and the ordered map walks
+/// in strictly increasing key order.
+pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
+    store: &Store<B, P>,
+    setup: &RecordSetup,
+) -> Result<(RecordModel, RecordModel), String> {
+    let hash = store
+        .hash_map_with::<Bytes, Bytes>(HASH_NAME, setup.table())
+        .map_err(|e| failed("opening the hash map", e))?;
+    let tree = store
+        .btree_map::<Bytes, Bytes>(TREE_NAME, setup.tree())
+        .map_err(|e| failed("opening the ordered map", e))?;
+    let hashed: Unordered<Bytes, Bytes> = hash
+        .iter()
+        .collect::<Result<_, _>>()
+        .map_err(|e| failed("the hash map's walk", e))?;
+    let walk: Vec<(Bytes, Bytes)> = tree
+        .iter()
+        .collect::<Result<_, _>>()
+        .map_err(|e| failed("the ordered map's walk", e))?;
+    if let Some(pair) = walk.windows(2).find(|w| w[0].0 >= w[1].0) {
+        return Err(format!(
+            "the ordered map walks {:?} before {:?}",
+            short_keys(std::iter::once((&pair[0].0, &pair[0].1))),
+            short_keys(std::iter::once((&pair[1].0, &pair[1].1)))
+        ));
+    }
+    for (what, counted, len, walked) in [
+        (
+            "the hash map",
+            hash.check()
+                .map_err(|e| failed("the hash map's check", e))?,
+            hash.len(),
+            hashed.len(),
+        ),
+        (
+            "the ordered map",
+            tree.check()
+                .map_err(|e| failed("the ordered map's check", e))?,
+            tree.len(),
+            walk.len(),
+        ),
+    ] {
+        if counted != walked as u64 || len != walked as u64 {
+            return Err(format!(
+                "{what}'s check counts {counted} pairs, its len is {len}, its walk gives {walked}"
+            ));
+        }
+    }
+    Ok((hashed.into_iter().collect(), walk.into_iter().collect()))
 }
 
 /// The error a write of `key` (longer than the maps take) must give.
@@ -320,9 +353,8 @@ fn short(text: &str) -> String {
 }
 
 /// Pairs' keys, each cut to 40 bytes (keys run to 64 KiB).
-fn short_keys(pairs: &[(Bytes, Bytes)]) -> Vec<String> {
+fn short_keys<'k>(pairs: impl Iterator<Item = (&'k Bytes, &'k Bytes)>) -> Vec<String> {
     pairs
-        .iter()
         .map(|(k, _)| {
             let head = &k[..k.len().min(40)];
             if head.len() < k.len() {

@@ -1,6 +1,7 @@
 //! The byte-key maps (`hash_map::<Vec<u8>, Vec<u8>>` and `btree_map::<Vec<u8>, Vec<u8>>`,
 //! kept in out-of-line records): [`RecordOp`], run on both maps of one store at once against
-//! one `BTreeMap<Vec<u8>, Vec<u8>>` model by the [`driver`].
+//! one `BTreeMap<Vec<u8>, Vec<u8>>` model by the [`driver`], and under simulated crashes by
+//! [`crash::crash_record_ops`].
 //!
 //! Keys and values are described, not spelled out ([`RecordKey`], [`RecordValue`]), so an
 //! operation on a 64 KiB key prints in a line. Keys come in shapes that reach the ordered
@@ -11,11 +12,13 @@
 //! and 0xff, so keys collide, order at the edges, and prefix one another. Values run from
 //! empty to 48 KiB (several heap chunks).
 
+pub mod crash;
 pub mod driver;
 
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_structures::records::MAX_KEY_BYTES;
 
+pub use crash::{crash_record_ops, crash_small_ops};
 pub use driver::{run_record_ops, RecordDriver, RecordSetup};
 
 /// The map's model: every map of a run must hold exactly these pairs.
@@ -31,7 +34,7 @@ const PREFIX_7: &[u8] = b"tenant1";
 /// 14 bytes, extending [`PREFIX_7`]: two layers.
 const PREFIX_14: &[u8] = b"tenant1:user:0";
 /// 21 bytes, extending [`PREFIX_14`]: three layers.
-const PREFIX_21: &[u8] = b"tenant1:user:0000042";
+const PREFIX_21: &[u8] = b"tenant1:user:00000042";
 /// The shared run after [`PREFIX_21`] in a long key.
 const LONG_RUN: usize = 200;
 /// The byte padding long and maximal keys.
@@ -338,6 +341,38 @@ impl RecordOp {
             1 => Just(RecordOp::Reopen),
             1 => Just(RecordOp::Check),
         ]
+    }
+}
+
+impl RecordOp {
+    /// Whether it is a range scan from a key padded with a run of `x` (a long, 64 KiB or
+    /// longer key). Such a scan meets a known bug of the ordered map's scan
+    /// (`records::tree::Scan::advance`): inside a layer it cuts at the start key's next slice
+    /// whenever the start key's slice at that depth equals the entry's, without asking whether
+    /// the path above was the start key's too, so a start key sharing a padding slice with
+    /// other keys off its own path skips keys above it (the kit's `record_regressions` test
+    /// shows it on 15-byte keys). The fuzz target and the kit's proptest leave these scans out
+    /// until it is fixed.
+    pub fn is_scan_from_a_padded_key(&self) -> bool {
+        matches!(
+            self,
+            RecordOp::Range { start, start_bound, .. }
+                if matches!(start.shape, KeyShape::Long | KeyShape::Max | KeyShape::TooLong)
+                    && *start_bound != BoundKind::Unbounded
+        )
+    }
+
+    /// Whether it writes at most a few KiB: no 64 KiB key (a key one byte longer is refused
+    /// before anything is written) and no value past 4 KiB. The crash-injecting runs take
+    /// these, on small simulated pools.
+    pub fn is_small(&self) -> bool {
+        let small_key = |k: &RecordKey| k.shape != KeyShape::Max;
+        match self {
+            RecordOp::Insert(k, v) | RecordOp::Upsert(k, v) => small_key(k) && v.len <= 4096,
+            RecordOp::Remove(k) | RecordOp::Get(k) => small_key(k),
+            RecordOp::Range { start, end, .. } => small_key(start) && small_key(end),
+            RecordOp::Reopen | RecordOp::Check => true,
+        }
     }
 }
 

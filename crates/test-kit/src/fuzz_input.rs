@@ -16,6 +16,10 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_FILES, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
+use crate::records::{
+    BoundKind, RecordKey, RecordOp, RecordSetup, RecordValue, MAX_TAIL, RECORD_OP_VARIANTS,
+    SHAPE_DRAWS, TAIL_ALPHABET, VALUE_DRAWS,
+};
 use crate::store::{
     key_draw, NameId, StoreOp, StoreSetup, KEY_DRAWS, KINDS, NAME_DRAWS, STORE_OP_VARIANTS,
 };
@@ -143,6 +147,31 @@ impl StoreFuzzSetup {
     }
 }
 
+/// The byte-key maps target's set-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub struct RecordFuzzSetup {
+    /// The ordered map's shift policy.
+    #[arbitrary(with = choose_shift)]
+    pub shift: ShiftPolicy,
+    /// Hash segments of 8 buckets rather than 4.
+    pub wide_segments: bool,
+    /// Tree nodes of 256 bytes rather than 128.
+    pub large_nodes: bool,
+    /// The seed of the sampled crash points and images.
+    pub crash_seed: u8,
+}
+
+impl RecordFuzzSetup {
+    /// The kit's set-up it stands for.
+    pub fn records(&self) -> RecordSetup {
+        RecordSetup {
+            shift: self.shift,
+            wide_segments: self.wide_segments,
+            large_nodes: self.large_nodes,
+        }
+    }
+}
+
 /// A fuzz input: a set-up, then the operations.
 #[derive(Clone, Debug, PartialEq, Eq, Arbitrary)]
 pub struct FuzzInput<S, O> {
@@ -158,6 +187,8 @@ pub type FastFairInput = FuzzInput<FastFairSetup, FastFairOp>;
 pub type DatalogInput = FuzzInput<DatalogSetup, DatalogOp>;
 /// The store target's input.
 pub type StoreInput = FuzzInput<StoreFuzzSetup, StoreOp>;
+/// The byte-key maps target's input.
+pub type RecordInput = FuzzInput<RecordFuzzSetup, RecordOp>;
 
 /// Bytes that `arbitrary` decodes back into given values.
 #[derive(Default)]
@@ -445,6 +476,86 @@ impl FuzzEncode for StoreOp {
             StoreOp::RemoveStructure(name) => variant(out, 7, Some(name)),
             StoreOp::Reopen => variant(out, 8, None),
             StoreOp::Check => variant(out, 9, None),
+        }
+    }
+}
+
+impl FuzzEncode for RecordFuzzSetup {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.choice(&self.shift, &ShiftPolicy::ALL);
+        out.bool(self.wide_segments);
+        out.bool(self.large_nodes);
+        out.u8(self.crash_seed);
+    }
+}
+
+impl FuzzEncode for RecordKey {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.in_range(self.shape.draw(), 0, SHAPE_DRAWS);
+        out.in_range(self.tail.len() as u64, 0, MAX_TAIL as u64);
+        for byte in &self.tail {
+            out.choice(byte, &TAIL_ALPHABET);
+        }
+    }
+}
+
+impl FuzzEncode for RecordValue {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let (first, lo, hi) = self.class();
+        out.in_range(first, 0, VALUE_DRAWS);
+        if hi > 0 {
+            out.in_range(u64::from(self.len), u64::from(lo), u64::from(hi));
+            out.u8(self.fill);
+        }
+    }
+}
+
+impl FuzzEncode for BoundKind {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let index = BoundKind::ALL
+            .iter()
+            .position(|b| b == self)
+            .expect("listed");
+        out.variant(index as u64, BoundKind::ALL.len() as u64);
+    }
+}
+
+impl FuzzEncode for RecordOp {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let variant = |out: &mut FuzzBytes, index: u64| out.variant(index, RECORD_OP_VARIANTS);
+        match self {
+            RecordOp::Insert(k, v) => {
+                variant(out, 0);
+                k.encode(out);
+                v.encode(out);
+            }
+            RecordOp::Upsert(k, v) => {
+                variant(out, 1);
+                k.encode(out);
+                v.encode(out);
+            }
+            RecordOp::Remove(k) => {
+                variant(out, 2);
+                k.encode(out);
+            }
+            RecordOp::Get(k) => {
+                variant(out, 3);
+                k.encode(out);
+            }
+            RecordOp::Range {
+                start,
+                start_bound,
+                end,
+                end_bound,
+            } => {
+                variant(out, 4);
+                start.encode(out);
+                start_bound.encode(out);
+                end.encode(out);
+                end_bound.encode(out);
+            }
+            RecordOp::Reopen => variant(out, 5),
+            RecordOp::Check => variant(out, 6),
         }
     }
 }

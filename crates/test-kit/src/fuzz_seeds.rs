@@ -14,7 +14,10 @@ use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
 use crate::fuzz_input::{
-    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, StoreFuzzSetup,
+    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, RecordFuzzSetup, StoreFuzzSetup,
+};
+use crate::records::{
+    BoundKind, KeyShape, RecordKey, RecordOp, RecordValue, MAX_TAIL, TAIL_ALPHABET, VALUE_CLASSES,
 };
 use crate::store::{NameId, StoreOp, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES, VALID_NAMES};
 use crate::{ReservedKeyOp, SplitMix64};
@@ -58,6 +61,7 @@ pub fn seeds() -> Vec<Seed> {
     out.extend(fastfair_seeds());
     out.extend(datalog_seeds());
     out.extend(store_seeds());
+    out.extend(record_seeds());
     out
 }
 
@@ -389,6 +393,185 @@ fn store_seeds() -> Vec<Seed> {
             "random-themis",
             setup(FencePolicy::Themis, ShiftPolicy::PerShift, false, 3),
             random(42),
+        ),
+    ]
+}
+
+/// The key shapes that fit, short ones first.
+const FITTING_SHAPES: [KeyShape; 6] = [
+    KeyShape::Bare,
+    KeyShape::Shares7,
+    KeyShape::Shares14,
+    KeyShape::Shares21,
+    KeyShape::Long,
+    KeyShape::Max,
+];
+
+/// A tail of up to [`MAX_TAIL`] alphabet bytes drawn by `rng`.
+fn random_tail(rng: &mut SplitMix64) -> Vec<u8> {
+    (0..rng.below(MAX_TAIL as u64 + 1))
+        .map(|_| TAIL_ALPHABET[rng.below(TAIL_ALPHABET.len() as u64) as usize])
+        .collect()
+}
+
+/// A key drawn by `rng`: the short shapes the most, a 64 KiB key one time in twenty and one
+/// too long one time in forty.
+fn random_record_key(rng: &mut SplitMix64) -> RecordKey {
+    let shape = match rng.below(40) {
+        0 => KeyShape::TooLong,
+        1 | 2 => KeyShape::Max,
+        3..=6 => KeyShape::Long,
+        n => FITTING_SHAPES[(n % 4) as usize],
+    };
+    RecordKey::new(shape, &random_tail(rng))
+}
+
+/// A value drawn by `rng`, from every length class.
+fn random_record_value(rng: &mut SplitMix64) -> RecordValue {
+    let (_, lo, hi) = VALUE_CLASSES[rng.below(VALUE_CLASSES.len() as u64) as usize];
+    RecordValue::new(
+        lo + rng.below(u64::from(hi - lo) + 1) as u32,
+        rng.below(256) as u8,
+    )
+}
+
+/// A byte-key map operation drawn by `rng`: writes the most, a reopen and a check rarely.
+fn random_record_op(rng: &mut SplitMix64) -> RecordOp {
+    match rng.below(20) {
+        0..=5 => RecordOp::Insert(random_record_key(rng), random_record_value(rng)),
+        6..=9 => RecordOp::Upsert(random_record_key(rng), random_record_value(rng)),
+        10..=13 => RecordOp::Remove(random_record_key(rng)),
+        14 | 15 => RecordOp::Get(random_record_key(rng)),
+        16 | 17 => RecordOp::Range {
+            start: random_record_key(rng),
+            start_bound: BoundKind::ALL[rng.below(3) as usize],
+            end: random_record_key(rng),
+            end_bound: BoundKind::ALL[rng.below(3) as usize],
+        },
+        18 => RecordOp::Reopen,
+        _ => RecordOp::Check,
+    }
+}
+
+fn record_seeds() -> Vec<Seed> {
+    // Every tail of up to two bytes under each short shape: the ordered map grows layers at 7,
+    // 14, 21 and 221 shared bytes, the hash map splits; then scans across the layers, values
+    // grown across chunk sizes, and every key removed.
+    let tails: Vec<Vec<u8>> = std::iter::once(Vec::new())
+        .chain(TAIL_ALPHABET.iter().map(|&b| vec![b]))
+        .chain(
+            TAIL_ALPHABET
+                .iter()
+                .flat_map(|&a| TAIL_ALPHABET.iter().map(move |&b| vec![a, b])),
+        )
+        .collect();
+    let mut rng = SplitMix64::new(50);
+    let mut keys: Vec<RecordKey> = FITTING_SHAPES[..5]
+        .iter()
+        .flat_map(|&shape| tails.iter().map(move |t| RecordKey::new(shape, t)))
+        .collect();
+    let order = shuffled(0..keys.len() as u64, &mut rng);
+    keys = order
+        .into_iter()
+        .map(|i| keys[i as usize].clone())
+        .collect();
+    let mut layers = Vec::new();
+    for (i, k) in keys.iter().enumerate().take(60) {
+        layers.push(RecordOp::Insert(
+            k.clone(),
+            RecordValue::new((i % 40) as u32, i as u8),
+        ));
+    }
+    layers.push(RecordOp::Check);
+    for (shape, bound) in [
+        (KeyShape::Shares7, BoundKind::Included),
+        (KeyShape::Shares14, BoundKind::Excluded),
+        (KeyShape::Long, BoundKind::Unbounded),
+    ] {
+        layers.push(RecordOp::Range {
+            start: RecordKey::new(shape, &[]),
+            start_bound: bound,
+            end: RecordKey::new(shape, &[0xff, 0xff, 0xff]),
+            end_bound: BoundKind::Included,
+        });
+    }
+    for (i, k) in keys.iter().enumerate().take(60).step_by(5) {
+        let len = [100, 3000, 20 << 10][i % 3];
+        layers.push(RecordOp::Upsert(k.clone(), RecordValue::new(len, 7)));
+        layers.push(RecordOp::Get(k.clone()));
+    }
+    layers.push(RecordOp::Reopen);
+    layers.extend(keys.iter().take(60).map(|k| RecordOp::Remove(k.clone())));
+    layers.push(RecordOp::Check);
+
+    // 64 KiB keys, keys one byte too long (refused), values of several chunks, reopens.
+    let mut big = Vec::new();
+    for (i, tail) in tails.iter().enumerate().take(12) {
+        let value = RecordValue::new([0, 64, 4096, 40 << 10][i % 4], i as u8);
+        big.push(RecordOp::Insert(RecordKey::new(KeyShape::Max, tail), value));
+        big.push(RecordOp::Upsert(
+            RecordKey::new(KeyShape::TooLong, tail),
+            value,
+        ));
+        big.push(RecordOp::Insert(
+            RecordKey::new(KeyShape::Long, tail),
+            RecordValue::new(48 << 10, i as u8),
+        ));
+        big.push(RecordOp::Get(RecordKey::new(KeyShape::TooLong, tail)));
+        if i % 4 == 3 {
+            big.push(RecordOp::Reopen);
+            big.push(RecordOp::Range {
+                start: RecordKey::new(KeyShape::Bare, &[]),
+                start_bound: BoundKind::Included,
+                end: RecordKey::new(KeyShape::Max, &[0xff]),
+                end_bound: BoundKind::Excluded,
+            });
+        }
+    }
+    for tail in tails.iter().take(12).step_by(2) {
+        big.push(RecordOp::Remove(RecordKey::new(KeyShape::Max, tail)));
+        big.push(RecordOp::Remove(RecordKey::new(KeyShape::TooLong, tail)));
+        big.push(RecordOp::Upsert(
+            RecordKey::new(KeyShape::Long, tail),
+            RecordValue::new(0, 0),
+        ));
+    }
+    big.push(RecordOp::Check);
+
+    let random = |seed| -> Vec<RecordOp> {
+        let mut rng = SplitMix64::new(seed);
+        (0..120).map(|_| random_record_op(&mut rng)).collect()
+    };
+    let setup = |shift, wide_segments, large_nodes, crash_seed| RecordFuzzSetup {
+        shift,
+        wide_segments,
+        large_nodes,
+        crash_seed,
+    };
+    vec![
+        seed(
+            "record_maps",
+            "layers-fill-empty",
+            setup(ShiftPolicy::Fast, false, false, 1),
+            layers,
+        ),
+        seed(
+            "record_maps",
+            "big-keys-values",
+            setup(ShiftPolicy::Redo, true, false, 2),
+            big,
+        ),
+        seed(
+            "record_maps",
+            "random-per-shift",
+            setup(ShiftPolicy::PerShift, false, true, 3),
+            random(51),
+        ),
+        seed(
+            "record_maps",
+            "random-wide",
+            setup(ShiftPolicy::Fast, true, false, 4),
+            random(52),
         ),
     ]
 }

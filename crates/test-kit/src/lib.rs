@@ -11,6 +11,9 @@
 //! * [`store::StoreOp`], the same for the `Store`: its catalog (names, kinds, every refusal),
 //!   its map handles (the reserved keys included), dropped handles, removal and reopening,
 //!   against a model of names, kinds, pairs and live handles;
+//! * [`records::RecordOp`], the same for the byte-key maps (`Vec<u8>` keys and values, in
+//!   records): both map kinds of one store against one `BTreeMap` model, keys of shared
+//!   7/14/21-byte prefixes and up to 64 KiB, values up to 48 KiB, reopens and full checks;
 //! * [`crash`]: the one crash driver around `pmem_ordering::sim::CrashTest`, which fails when
 //!   it checked nothing, and the model [`History`] recovered states are judged against
 //!   (durable linearizability: every operation that returned before the crash is present, the
@@ -26,6 +29,7 @@ pub mod fuzz_input;
 pub mod fuzz_seeds;
 mod key_value;
 mod model;
+pub mod records;
 pub mod store;
 
 pub use crash::{crash_test_outcome, run_crash_test};

@@ -1,24 +1,21 @@
-//! Bugs the byte-key maps' fuzzing found, each reduced to its smallest case.
-//!
-//! Ignored while the bug stands (the fuzz target and the kit's proptest leave its trigger out:
-//! `RecordOp::is_scan_from_a_padded_key`); run with `--ignored`, and un-ignore with the fix.
+//! Bugs the byte-key maps' fuzzing found, each reduced to its smallest case, kept as tests
+//! once fixed.
 
 use std::ops::Bound;
 
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
 
-/// The ordered map's scan (`records::tree::Scan::advance`) cuts a layer at the start key's next
-/// slice when the start key's slice at that depth equals the entry's word, without asking
+/// The ordered map's scan (`records::tree::Scan::advance`) cut a layer at the start key's next
+/// slice when the start key's slice at that depth equalled the entry's word, without asking
 /// whether the path above was the start key's. Here the keys `c x{13} a` and `c x{13} b`
 /// share 14 bytes (a layer below `cxxxxxx`, a layer below `xxxxxxx`); the start key
 /// `b x{27}` differs at the first byte, yet its slice at depth 1, `xxxxxxx` and more, equals
-/// the keys', so layer 2 is entered from `xxxxxxx` (the start key's third slice) and both keys
-/// (`a`, `b` < `x`) are skipped, though both are above the start key. The fix: a scan level
+/// the keys', so layer 2 was entered from `xxxxxxx` (the start key's third slice) and both keys
+/// (`a`, `b` < `x`) were skipped, though both are above the start key. The fix: a scan level
 /// remembers whether it lies on the start key's path (the top one does; a layer does when its
 /// parent does and the parent's word is the start key's slice), and only such a level cuts.
 #[test]
-#[ignore = "known bug of records::tree::Scan: a start bound cuts layers off its own path"]
 fn a_scan_from_a_key_that_shares_a_slice_off_its_path_skips_no_key() {
     let store = Store::anonymous(4 << 20, &StoreOptions::new()).unwrap();
     let tree = store

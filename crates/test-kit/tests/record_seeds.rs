@@ -80,9 +80,6 @@ proptest! {
         large_nodes in any::<bool>(),
     ) {
         let setup = RecordSetup { wide_segments, large_nodes, ..RecordSetup::default() };
-        // Until the ordered map's scan is fixed (see `RecordOp::is_scan_from_a_padded_key`).
-        let ops: Vec<RecordOp> =
-            ops.into_iter().filter(|op| !op.is_scan_from_a_padded_key()).collect();
         if let Err(e) = run_record_ops(setup, &ops) {
             return Err(TestCaseError::fail(e));
         }

@@ -345,23 +345,6 @@ impl RecordOp {
 }
 
 impl RecordOp {
-    /// Whether it is a range scan from a key padded with a run of `x` (a long, 64 KiB or
-    /// longer key). Such a scan meets a known bug of the ordered map's scan
-    /// (`records::tree::Scan::advance`): inside a layer it cuts at the start key's next slice
-    /// whenever the start key's slice at that depth equals the entry's, without asking whether
-    /// the path above was the start key's too, so a start key sharing a padding slice with
-    /// other keys off its own path skips keys above it (the kit's `record_regressions` test
-    /// shows it on 15-byte keys). The fuzz target and the kit's proptest leave these scans out
-    /// until it is fixed.
-    pub fn is_scan_from_a_padded_key(&self) -> bool {
-        matches!(
-            self,
-            RecordOp::Range { start, start_bound, .. }
-                if matches!(start.shape, KeyShape::Long | KeyShape::Max | KeyShape::TooLong)
-                    && *start_bound != BoundKind::Unbounded
-        )
-    }
-
     /// Whether it writes at most a few KiB: no 64 KiB key (a key one byte longer is refused
     /// before anything is written) and no value past 4 KiB. The crash-injecting runs take
     /// these, on small simulated pools.

@@ -10,7 +10,7 @@ use crate::kind::StructureKind;
 /// What can go wrong with a map of records (hash or ordered).
 #[derive(thiserror::Error)]
 pub enum RecordMapError {
-    /// The key is longer than [`MAX_KEY_BYTES`].
+    /// The key is longer than [`MAX_KEY_BYTES`](super::MAX_KEY_BYTES).
     #[error("a key of {len} bytes is longer than the {max}-byte limit")]
     KeyTooLarge {
         /// Its length.
@@ -18,7 +18,7 @@ pub enum RecordMapError {
         /// The limit.
         max: usize,
     },
-    /// The value is longer than [`MAX_VALUE_BYTES`].
+    /// The value is longer than [`MAX_VALUE_BYTES`](super::MAX_VALUE_BYTES).
     #[error("a value of {len} bytes is longer than the {max}-byte limit")]
     ValueTooLarge {
         /// Its length.

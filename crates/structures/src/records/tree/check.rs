@@ -52,7 +52,7 @@ where
         Ok(blocks)
     }
 
-    /// Check every layer ([`FastFair::check`]) and every record: allocated, of this map, big
+    /// Check every layer ([`FastFair::check`](crate::fastfair::FastFair::check)) and every record: allocated, of this map, big
     /// enough, its key's slice the entry's word, in key order. The number of keys.
     pub fn check(&self) -> Result<u64> {
         let corrupt = |reason: String| RecordMapError::Corrupt {

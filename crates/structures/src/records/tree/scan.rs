@@ -22,7 +22,7 @@ where
     /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
     /// of a layer at a time without a lock, so a scan beside writers sees every key present
     /// for its whole duration, once. The iterator pins the epoch while it lives (see
-    /// [`super::hash::RecordHashMap::iter`]).
+    /// [`crate::records::RecordHashMap::iter`]).
     pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
         let low = match start {
             Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),

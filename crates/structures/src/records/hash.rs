@@ -23,17 +23,16 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::Heap;
 
 use super::error::RecordMapError;
+use super::head;
 use super::layout::{self, FirstLine, MAX_KEY_BYTES, MAX_VALUE_BYTES};
-use super::{intent, Records, Resolved};
+use super::{Records, Resolved};
 use crate::cceh::{self, Cceh, CcehConfig, CcehError, SlotProbe};
-use crate::kind::{describe_magic, StructureKind};
+use crate::kind::StructureKind;
 
 /// Bytes of the root object.
 pub const ROOT_BYTES: u64 = 128;
 /// Where the CCEH table's root sits in the root object.
 const TABLE_AT: u64 = 64;
-/// The format this code writes.
-const VERSION: u64 = 1;
 
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
 
@@ -132,31 +131,10 @@ where
     /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]), in
     /// one transaction (joining the caller's, if any).
     pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self> {
-        if !root.is_multiple_of(64) || root >= layout::MAX_OWNER_ROOT {
-            return Err(RecordMapError::InvalidConfig {
-                reason: format!(
-                    "root offset {root:#x} must be 64-byte aligned and below {:#x}",
-                    layout::MAX_OWNER_ROOT
-                ),
-            });
-        }
-        heap.pool().check_range(root, ROOT_BYTES)?;
-        let magic = heap.pool().read::<u64>(root)?;
-        if magic != 0 {
-            return Err(RecordMapError::AlreadyExists {
-                root,
-                found: describe_magic(magic),
-            });
-        }
+        head::check_new(heap.pool(), root, ROOT_BYTES)?;
         let holder = heap.clone();
         let (table, area) = holder.transaction(|tx| -> Result<_> {
-            let area = tx.alloc(intent::AREA_BYTES)?.offset();
-            tx.write(area, &[0u8; intent::AREA_BYTES as usize])?;
-            let mut head = [0u8; 24];
-            head[0..8].copy_from_slice(&StructureKind::RecordHashMap.magic().to_le_bytes());
-            head[8..16].copy_from_slice(&VERSION.to_le_bytes());
-            head[16..24].copy_from_slice(&area.to_le_bytes());
-            tx.write(root, &head)?;
+            let area = head::write_head(tx, root, StructureKind::RecordHashMap)?;
             let table = Cceh::create_hashed(heap, root + TABLE_AT, config)?;
             Ok((table, area))
         })?;
@@ -172,29 +150,7 @@ where
     /// in doubt is resolved. Must run before anything else allocates from the heap after a
     /// crash (the [`crate::Store`] opens its record maps when it loads).
     pub fn open(heap: H, root: u64) -> Result<Self> {
-        let pool = heap.pool();
-        let magic = pool.read::<u64>(root)?;
-        if magic != StructureKind::RecordHashMap.magic() {
-            return Err(RecordMapError::WrongKind {
-                root,
-                found: describe_magic(magic),
-                wanted: StructureKind::RecordHashMap,
-            });
-        }
-        let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
-        let version = pool.read::<u64>(root + 8)?;
-        if version != VERSION {
-            return Err(corrupt(format!(
-                "format version {version}, this code reads {VERSION}"
-            )));
-        }
-        let area = pool.read::<u64>(root + 16)?;
-        if heap.block_size(area).is_none_or(|s| s < intent::AREA_BYTES) {
-            return Err(corrupt(format!(
-                "its intent area {area:#x} is not an allocated block of {} bytes",
-                intent::AREA_BYTES
-            )));
-        }
+        let area = head::read_head(&heap, root, StructureKind::RecordHashMap)?;
         let table = Cceh::open_hashed(heap, root + TABLE_AT)?;
         let mut map = RecordHashMap {
             table,

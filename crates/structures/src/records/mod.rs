@@ -30,11 +30,13 @@
 //! | `intent.rs` | intent lines: what a cut-short write leaves in doubt |
 //! | `limbo.rs` | retired blocks waiting for readers to leave |
 //! | `error.rs` | the maps' error |
+//! | `head.rs` | the head of both maps' root objects: magic, version, intent area |
 //! | `hash.rs` | the byte-key CCEH map |
 //! | `tree/` | the byte-key ordered map: a trie of FAST&FAIR layers (`layers.rs`: making, opening and freeing layers; `scan.rs`: ordered scans; `check.rs`: walks and checks) |
 
 mod error;
 pub mod hash;
+mod head;
 pub(crate) mod intent;
 pub(crate) mod layout;
 mod limbo;

@@ -11,6 +11,7 @@ use super::error::Error;
 use super::map::HashCore;
 use super::record_map::RecordHashCore;
 use super::typed::{decode, decode_word, encode_word};
+use super::typed_methods::typed_map_methods;
 use super::types::{Encode, Key, Value};
 use crate::records::hash::Iter as RecordIter;
 
@@ -57,105 +58,7 @@ impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<K, V, B, P>
 }
 
 impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, P> {
-    /// The value of `key`.
-    pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
-        let key = key.encode();
-        match &self.repr {
-            HashRepr::Words(core) => core
-                .get(encode_word(key.bytes()))?
-                .map(|w| decode_word(w, "value", &core.name))
-                .transpose(),
-            HashRepr::Records(core) => core
-                .raw
-                .get(key.bytes())?
-                .map(|v| decode(v, "value", &core.name))
-                .transpose(),
-        }
-    }
-
-    /// Whether `key` is in the map.
-    pub fn contains_key(&self, key: impl Encode<K>) -> Result<bool, Error> {
-        let key = key.encode();
-        match &self.repr {
-            HashRepr::Words(core) => Ok(core.get(encode_word(key.bytes()))?.is_some()),
-            HashRepr::Records(core) => Ok(core.raw.contains_key(key.bytes())?),
-        }
-    }
-
-    /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
-    /// changed) if present. Durable when it returns.
-    pub fn insert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
-        let (key, value) = (key.encode(), value.encode());
-        match &self.repr {
-            HashRepr::Words(core) => {
-                core.insert(encode_word(key.bytes()), encode_word(value.bytes()))
-            }
-            HashRepr::Records(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),
-        }
-    }
-
-    /// Set `key -> value` whether or not `key` is present; the old value if it was. Durable
-    /// when it returns.
-    pub fn upsert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<Option<V>, Error> {
-        let (key, value) = (key.encode(), value.encode());
-        match &self.repr {
-            HashRepr::Words(core) => core
-                .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
-                .map(|w| decode_word(w, "value", &core.name))
-                .transpose(),
-            HashRepr::Records(core) => core
-                .raw
-                .upsert(key.bytes(), value.bytes())?
-                .map(|v| decode(v, "value", &core.name))
-                .transpose(),
-        }
-    }
-
-    /// Remove `key`; its value if it was present. Durable when it returns.
-    pub fn remove(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
-        let key = key.encode();
-        match &self.repr {
-            HashRepr::Words(core) => core
-                .remove(encode_word(key.bytes()))?
-                .map(|w| decode_word(w, "value", &core.name))
-                .transpose(),
-            HashRepr::Records(core) => core
-                .raw
-                .remove(key.bytes())?
-                .map(|v| decode(v, "value", &core.name))
-                .transpose(),
-        }
-    }
-
-    /// How many keys the map holds.
-    pub fn len(&self) -> u64 {
-        match &self.repr {
-            HashRepr::Words(core) => core.len(),
-            HashRepr::Records(core) => core.raw.len(),
-        }
-    }
-
-    /// Whether the map holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Walk the whole structure (and every record) and check every invariant it can; the
-    /// number of keys. Changes nothing.
-    pub fn check(&self) -> Result<u64, Error> {
-        match &self.repr {
-            HashRepr::Words(core) => core.check(),
-            HashRepr::Records(core) => Ok(core.raw.check()?),
-        }
-    }
-
-    /// The map's name in its store.
-    pub fn name(&self) -> &str {
-        match &self.repr {
-            HashRepr::Words(core) => &core.name,
-            HashRepr::Records(core) => &core.name,
-        }
-    }
+    typed_map_methods!(HashRepr);
 
     /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
     /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk

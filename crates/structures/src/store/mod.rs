@@ -19,7 +19,7 @@
 //! * `raw`: the structures behind the handles, seen through one interface.
 //! * `hash_map`, `btree_map`: [`HashMap`] and [`BTreeMap`], typed handles with one contract;
 //!   `types`: the key and value types and their encodings; `typed`: between them and the
-//!   structures; `map`: the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their
+//!   structures; `typed_methods`: the methods both handles share; `map`: the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their
 //!   iterators; `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `name`, `error`: valid names; the one [`Error`] type.
@@ -41,6 +41,7 @@ mod raw;
 mod record_map;
 mod registry;
 mod typed;
+mod typed_methods;
 pub mod types;
 
 use std::marker::PhantomData;

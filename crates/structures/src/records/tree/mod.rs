@@ -49,22 +49,20 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
 use super::hash::check_sizes;
-use super::intent;
 use super::layout::{self, MAX_KEY_BYTES};
 use super::{Records, Resolved};
 
 use crate::fastfair::{FastFair, FastFairConfig, FastFairError};
-use crate::kind::{describe_magic, StructureKind};
+use crate::kind::StructureKind;
 pub use scan::Scan;
 
 use super::error::RecordMapError;
+use super::head;
 
 /// Bytes of the root object.
 pub const ROOT_BYTES: u64 = 128;
 /// Where layer 0's root object sits in the root object.
 const TOP_AT: u64 = 64;
-/// The format this code writes.
-const VERSION: u64 = 1;
 /// Key bytes per layer.
 const SLICE: usize = 7;
 /// The tag of an entry value naming a layer (records and layer roots are 64-byte aligned).
@@ -159,30 +157,9 @@ where
     /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]), in
     /// one transaction (joining the caller's, if any). Every layer gets `config`.
     pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self> {
-        if !root.is_multiple_of(64) || root >= layout::MAX_OWNER_ROOT {
-            return Err(RecordMapError::InvalidConfig {
-                reason: format!(
-                    "root offset {root:#x} must be 64-byte aligned and below {:#x}",
-                    layout::MAX_OWNER_ROOT
-                ),
-            });
-        }
-        heap.pool().check_range(root, ROOT_BYTES)?;
-        let magic = heap.pool().read::<u64>(root)?;
-        if magic != 0 {
-            return Err(RecordMapError::AlreadyExists {
-                root,
-                found: describe_magic(magic),
-            });
-        }
+        head::check_new(heap.pool(), root, ROOT_BYTES)?;
         let (top, area) = heap.transaction(|tx| -> Result<_> {
-            let area = tx.alloc(intent::AREA_BYTES)?.offset();
-            tx.write(area, &[0u8; intent::AREA_BYTES as usize])?;
-            let mut head = [0u8; 24];
-            head[0..8].copy_from_slice(&StructureKind::RecordBTreeMap.magic().to_le_bytes());
-            head[8..16].copy_from_slice(&VERSION.to_le_bytes());
-            head[16..24].copy_from_slice(&area.to_le_bytes());
-            tx.write(root, &head)?;
+            let area = head::write_head(tx, root, StructureKind::RecordBTreeMap)?;
             let top = FastFair::create(heap.clone(), root + TOP_AT, config)?;
             Ok((top, area))
         })?;
@@ -202,29 +179,7 @@ where
     /// unpublished are freed, and every record an interrupted write left in doubt is
     /// resolved. Must run before anything else allocates from the heap after a crash.
     pub fn open(heap: H, root: u64) -> Result<Self> {
-        let pool = heap.pool();
-        let magic = pool.read::<u64>(root)?;
-        if magic != StructureKind::RecordBTreeMap.magic() {
-            return Err(RecordMapError::WrongKind {
-                root,
-                found: describe_magic(magic),
-                wanted: StructureKind::RecordBTreeMap,
-            });
-        }
-        let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
-        let version = pool.read::<u64>(root + 8)?;
-        if version != VERSION {
-            return Err(corrupt(format!(
-                "format version {version}, this code reads {VERSION}"
-            )));
-        }
-        let area = pool.read::<u64>(root + 16)?;
-        if heap.block_size(area).is_none_or(|s| s < intent::AREA_BYTES) {
-            return Err(corrupt(format!(
-                "its intent area {area:#x} is not an allocated block of {} bytes",
-                intent::AREA_BYTES
-            )));
-        }
+        let area = head::read_head(&heap, root, StructureKind::RecordBTreeMap)?;
         let top = FastFair::open(heap.clone(), root + TOP_AT)?;
         let config = FastFairConfig {
             node_size: top.node_size(),

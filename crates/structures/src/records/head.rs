@@ -1,0 +1,90 @@
+//! The head both maps of records start their root object with: magic, format version and the
+//! intent area's offset (then each map's own structure root, at 64). The checks of a root a
+//! map is made at, the head's write inside the making transaction, and its read at open.
+
+use std::ops::Deref;
+
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::{Heap, Tx};
+
+use super::error::RecordMapError;
+use super::{intent, layout};
+use crate::kind::{describe_magic, StructureKind};
+
+/// The format the maps of records write.
+const VERSION: u64 = 1;
+
+/// Refuse a root a new map of `bytes` cannot be made at: misaligned, past the owner field's
+/// reach, outside the pool, or in use (its first word not zero).
+pub(crate) fn check_new<B: Backend>(
+    pool: &Pool<B>,
+    root: u64,
+    bytes: u64,
+) -> Result<(), RecordMapError> {
+    if !root.is_multiple_of(64) || root >= layout::MAX_OWNER_ROOT {
+        return Err(RecordMapError::InvalidConfig {
+            reason: format!(
+                "root offset {root:#x} must be 64-byte aligned and below {:#x}",
+                layout::MAX_OWNER_ROOT
+            ),
+        });
+    }
+    pool.check_range(root, bytes)?;
+    let magic = pool.read::<u64>(root)?;
+    if magic != 0 {
+        return Err(RecordMapError::AlreadyExists {
+            root,
+            found: describe_magic(magic),
+        });
+    }
+    Ok(())
+}
+
+/// Inside the transaction that makes a map of `kind` at `root`: allocate and zero its intent
+/// area and write the head. Returns the area's offset.
+pub(crate) fn write_head<B: Backend>(
+    tx: &Tx<'_, B>,
+    root: u64,
+    kind: StructureKind,
+) -> Result<u64, RecordMapError> {
+    let area = tx.alloc(intent::AREA_BYTES)?.offset();
+    tx.write(area, &[0u8; intent::AREA_BYTES as usize])?;
+    let mut head = [0u8; 24];
+    head[0..8].copy_from_slice(&kind.magic().to_le_bytes());
+    head[8..16].copy_from_slice(&VERSION.to_le_bytes());
+    head[16..24].copy_from_slice(&area.to_le_bytes());
+    tx.write(root, &head)?;
+    Ok(area)
+}
+
+/// Check the head of the map of `kind` at `root`; the intent area's offset.
+pub(crate) fn read_head<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &Heap<B, P>,
+    root: u64,
+    kind: StructureKind,
+) -> Result<u64, RecordMapError> {
+    let pool = heap.pool();
+    let magic = pool.read::<u64>(root)?;
+    if magic != kind.magic() {
+        return Err(RecordMapError::WrongKind {
+            root,
+            found: describe_magic(magic),
+            wanted: kind,
+        });
+    }
+    let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
+    let version = pool.read::<u64>(root + 8)?;
+    if version != VERSION {
+        return Err(corrupt(format!(
+            "format version {version}, this code reads {VERSION}"
+        )));
+    }
+    let area = pool.read::<u64>(root + 16)?;
+    if heap.block_size(area).is_none_or(|s| s < intent::AREA_BYTES) {
+        return Err(corrupt(format!(
+            "its intent area {area:#x} is not an allocated block of {} bytes",
+            intent::AREA_BYTES
+        )));
+    }
+    Ok(area)
+}

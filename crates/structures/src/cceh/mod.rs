@@ -97,7 +97,7 @@
 //! | `check.rs` | [`Cceh::check`]: the directory and every segment verified, keys counted |
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
-//! | `interleaving.rs` | (tests) lookups stepped against writers, every schedule |
+//! | `interleaving/` | (tests) lookups stepped against writers, every schedule: the harness (`mod.rs`) and the scenarios (`scenarios.rs`) |
 //! | `probe_tests.rs` | (tests) colliding key words: splits, `before_store`, recovery, races |
 //! | `probe_crash_tests.rs` | (tests) colliding key words under simulated crashes |
 //! | `test_heap.rs` | (tests) a small heap and key generators |
@@ -287,7 +287,7 @@ impl Default for BatchOptions {
     }
 }
 
-/// Points of a write where the interleaving tests (`interleaving.rs`) let a lookup run in
+/// Points of a write where the interleaving tests (`interleaving/`) let a lookup run in
 /// between two of the writer's stores; outside tests, [`write_step`] is nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WriteStep {

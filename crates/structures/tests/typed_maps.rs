@@ -410,3 +410,28 @@ fn removing_a_map_of_records_frees_every_record() {
     assert_eq!(after.objects, before.objects, "nothing left of either map");
     assert!(store.names().is_empty());
 }
+
+#[test]
+fn more_writers_than_intent_lines_on_one_ordered_map_all_finish() {
+    // 24 threads, more than the 16 intent lines, racing to push keys of one 7-byte slice down
+    // into new layers: none may wait for a line another waiting writer holds.
+    let store = store(64 << 20);
+    let tree = store.btree_map::<String, u64>("tree", tree()).unwrap();
+    let threads: Vec<_> = (0..24u64)
+        .map(|t| {
+            let tree = tree.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u64 {
+                    let key = format!("shared:{}:{t}", i % 17);
+                    tree.upsert(key.as_str(), t * 1000 + i).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a writer panicked");
+    }
+    assert_eq!(tree.len(), 24 * 17);
+    assert_eq!(tree.check().unwrap(), 24 * 17);
+    store.check_blocks().unwrap();
+}

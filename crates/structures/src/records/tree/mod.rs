@@ -211,7 +211,7 @@ where
         check_sizes(key, value)?;
         let heap = &*self.heap;
         let pool = heap.pool();
-        let mut staged = None;
+        let mut staged: Option<super::Staged<'_>> = None;
         loop {
             // The descent and the record reads it decides on are pinned, so those records
             // cannot be reused under it. The rest is not: a reservation on a full heap waits
@@ -220,7 +220,13 @@ where
             let (spot, ours) = self.find(key)?;
             let attempt = match spot.record {
                 Some(r) if !ours => {
-                    // Another key going on with the same 7 bytes: both go down a layer.
+                    // Another key going on with the same 7 bytes: both go down a layer. A record
+                    // staged by an earlier try is given back first, so that no writer holds an
+                    // intent line while it waits for another (`push_down` claims one): with
+                    // every line held that way, writers would wait for each other forever.
+                    if let Some(s) = staged.take() {
+                        s.abandon(heap);
+                    }
                     self.push_down(&spot.layer, spot.depth, spot.word, r)
                         .map(|()| None)
                 }

@@ -42,9 +42,10 @@ mod scan;
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
+use crossbeam_utils::sync::ShardedLock;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
@@ -127,8 +128,8 @@ impl From<PoolError> for Attempt {
 
 /// Where a descent for a key ended: the layer, its depth, the key's word there and the
 /// entry's value (a record), or no entry.
-struct Spot<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: Arc<Layer<B, P, H>>,
+struct Spot<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: &'a Layer<B, P, H>,
     depth: usize,
     word: u64,
     record: Option<u64>,
@@ -142,8 +143,11 @@ pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     records: Records,
     top: Arc<Layer<B, P, H>>,
     /// Every layer below the top, by root offset: readers that meet a layer entry find it here
-    /// (a new layer is entered before it is published).
-    layers: RwLock<Layers<B, P, H>>,
+    /// (a new layer is entered before it is published). Sharded: every descent past the top
+    /// reads it, on every core, and only a new layer writes it. A layer leaves it only when
+    /// its publication failed (no entry ever named it), so a layer reached through an entry
+    /// lives as long as the map.
+    layers: ShardedLock<Layers<B, P, H>>,
     count: AtomicU64,
     resolved: Resolved,
 }
@@ -169,7 +173,7 @@ where
             config,
             records: Records::new(root, area),
             top: Arc::new(top),
-            layers: RwLock::new(HashMap::new()),
+            layers: ShardedLock::new(HashMap::new()),
             count: AtomicU64::new(0),
             resolved: Resolved::default(),
         })
@@ -191,7 +195,7 @@ where
             config,
             records: Records::new(root, area),
             top: Arc::new(top),
-            layers: RwLock::new(HashMap::new()),
+            layers: ShardedLock::new(HashMap::new()),
             count: AtomicU64::new(0),
             resolved: Resolved::default(),
         };
@@ -227,7 +231,7 @@ where
                     if let Some(s) = staged.take() {
                         s.abandon(heap);
                     }
-                    self.push_down(&spot.layer, spot.depth, spot.word, r)
+                    self.push_down(spot.layer, spot.depth, spot.word, r)
                         .map(|()| None)
                 }
                 Some(_) if !replace => {
@@ -371,21 +375,24 @@ where
     }
 
     /// The layer whose root object is at `root`.
-    fn layer(&self, root: u64) -> Result<Arc<Layer<B, P, H>>> {
-        self.layers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&root)
-            .cloned()
-            .ok_or_else(|| RecordMapError::Corrupt {
+    fn layer(&self, root: u64) -> Result<&Layer<B, P, H>> {
+        let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
+        let layer: *const Layer<B, P, H> =
+            Arc::as_ptr(layers.get(&root).ok_or_else(|| RecordMapError::Corrupt {
                 root: self.root,
                 reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
-            })
+            })?);
+        drop(layers);
+        // SAFETY: the layer is in `layers`, which holds an `Arc` of it, and an entry named it
+        // (only entries lead here). A layer leaves `layers` only in `push_down`, when its
+        // publication failed: then no entry ever named it. So the `Arc` stays in `layers`, and
+        // the layer alive, as long as the map, which the returned reference borrows.
+        Ok(unsafe { &*layer })
     }
 
     /// Walk down the layers for `key` (the caller is pinned) to the entry of its word.
-    fn descend(&self, key: &[u8]) -> Result<Spot<B, P, H>> {
-        let mut layer = self.top.clone();
+    fn descend(&self, key: &[u8]) -> Result<Spot<'_, B, P, H>> {
+        let mut layer: &Layer<B, P, H> = &self.top;
         let mut depth = 0;
         loop {
             let word = slice_word(key, depth);
@@ -407,7 +414,7 @@ where
     }
 
     /// The descent for `key`, pinned, and whether the record it ends at (if any) is `key`'s.
-    fn find(&self, key: &[u8]) -> Result<(Spot<B, P, H>, bool)> {
+    fn find(&self, key: &[u8]) -> Result<(Spot<'_, B, P, H>, bool)> {
         let _guard = epoch::pin();
         let spot = self.descend(key)?;
         let ours = match spot.record {
@@ -419,7 +426,7 @@ where
 
     /// Whether the record `r` at `spot` is `key`'s: a word of a key that ends here names one
     /// key; a word of keys going on needs the record's key.
-    fn holds(&self, spot: &Spot<B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
+    fn holds(&self, spot: &Spot<'_, B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
         if goes_on(spot.word) {
             self.record_has_key(r, key)
         } else {

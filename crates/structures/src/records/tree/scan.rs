@@ -1,7 +1,6 @@
 //! Ordered scans across layers: a stack of layers, each read a batch of entries at a time.
 
 use std::ops::{Bound, Deref};
-use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool};
@@ -33,7 +32,7 @@ where
             start: start.map(<[u8]>::to_vec),
             end: end.map(<[u8]>::to_vec),
             stack: vec![Level {
-                layer: self.top.clone(),
+                layer: &self.top,
                 depth: 0,
                 on_start_path: true,
                 low,
@@ -54,8 +53,8 @@ where
 }
 
 /// One layer of a scan in progress.
-struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: Arc<Layer<B, P, H>>,
+struct Level<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: &'a Layer<B, P, H>,
     depth: usize,
     /// Whether the layer was reached by the start key's own path: only then does the start
     /// key's slice bound the layer's entries (another layer may hold the same slice word for
@@ -81,7 +80,7 @@ pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = He
     map: &'a RecordTreeMap<B, P, H>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
-    stack: Vec<Level<B, P, H>>,
+    stack: Vec<Level<'a, B, P, H>>,
     _guard: epoch::Guard,
     done: bool,
 }

@@ -1,0 +1,324 @@
+//! Requests out of a connection's read buffer.
+//!
+//! A request is a RESP2 array of bulk strings (what every client sends) or an inline command
+//! (a line of text, as `telnet` sends). Decoding is the `redis-protocol` codec's; before it
+//! runs, a guard walks the headers of the request under way (counts and lengths only,
+//! resuming where the last read stopped) and holds them to the [`Limits`]: so the codec
+//! never waits on a bulk string larger than the server accepts, nor recurses into nested
+//! arrays (no client sends them, and a deep enough nest would overflow the stack).
+
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::decode::decode_bytes_mut;
+use redis_protocol::resp2::types::{BytesFrame, Resp2Frame};
+
+use crate::config::Limits;
+
+/// What the buffer holds next.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// A whole request: its arguments, the command name first (never empty).
+    Request(Vec<Bytes>),
+    /// Not a whole request yet: read more.
+    Incomplete,
+    /// A request the connection cannot be read past: reply with this message and close.
+    Fatal(String),
+}
+
+/// How far the guard has checked the request at the head of the buffer.
+#[derive(Debug, Default)]
+pub(crate) struct Framer {
+    /// Bytes of the request already checked (its array header and whole bulk strings).
+    checked: usize,
+    /// Bulk strings of the request still to check (`None` before the array header).
+    remaining: Option<usize>,
+}
+
+impl Framer {
+    /// Take the next request out of `buf` (or say why not).
+    pub(crate) fn next(&mut self, buf: &mut BytesMut, limits: &Limits) -> Next {
+        loop {
+            let Some(&first) = buf.first() else {
+                return Next::Incomplete;
+            };
+            if first != b'*' {
+                return match inline(buf, limits) {
+                    Inline::Request(args) => Next::Request(args),
+                    Inline::Blank => continue,
+                    Inline::Incomplete => Next::Incomplete,
+                    Inline::Fatal(message) => Next::Fatal(message),
+                };
+            }
+            match self.guard(buf, limits) {
+                Guard::Complete => {}
+                Guard::Empty(len) => {
+                    // `*0` and `*-1` carry no command: Redis skips them.
+                    let _ = buf.split_to(len);
+                    *self = Framer::default();
+                    continue;
+                }
+                Guard::Incomplete => return Next::Incomplete,
+                Guard::Fatal(message) => return Next::Fatal(message),
+            }
+            *self = Framer::default();
+            return match decode_bytes_mut(buf) {
+                Ok(Some((BytesFrame::Array(items), _, _))) => {
+                    let mut args = Vec::with_capacity(items.len());
+                    for item in items {
+                        match item {
+                            BytesFrame::BulkString(bytes) => args.push(bytes),
+                            other => {
+                                return Next::Fatal(format!(
+                                    "Protocol error: expected a bulk string, got {:?}",
+                                    other.kind()
+                                ))
+                            }
+                        }
+                    }
+                    Next::Request(args)
+                }
+                Ok(Some((other, _, _))) => Next::Fatal(format!(
+                    "Protocol error: expected an array, got {:?}",
+                    other.kind()
+                )),
+                // The guard saw a whole array of bulk strings: the codec must agree.
+                Ok(None) => Next::Fatal("Protocol error: a request the codec cannot frame".into()),
+                Err(error) => Next::Fatal(format!("Protocol error: {}", error.details())),
+            };
+        }
+    }
+
+    /// Check the array at the head of `buf`, from where the last call stopped.
+    fn guard(&mut self, buf: &[u8], limits: &Limits) -> Guard {
+        if self.remaining.is_none() {
+            let Some((count, len)) = header(buf, b'*') else {
+                return incomplete_or_overlong(buf, "multibulk");
+            };
+            let Ok(count) = count else {
+                return Guard::Fatal("Protocol error: invalid multibulk length".into());
+            };
+            if count <= 0 {
+                return Guard::Empty(len);
+            }
+            if count as u64 > limits.max_args as u64 {
+                return Guard::Fatal(format!(
+                    "Protocol error: a request of {count} arguments is over the limit of {} (--max-args)",
+                    limits.max_args
+                ));
+            }
+            self.checked = len;
+            self.remaining = Some(count as usize);
+        }
+        while let Some(remaining @ 1..) = self.remaining {
+            let rest = &buf[self.checked..];
+            match rest.first() {
+                None => return Guard::Incomplete,
+                Some(b'$') => {}
+                Some(&other) => {
+                    return Guard::Fatal(format!(
+                        "Protocol error: expected '$', got '{}'",
+                        char::from(other).escape_default()
+                    ))
+                }
+            }
+            let Some((bulk, len)) = header(rest, b'$') else {
+                return incomplete_or_overlong(rest, "bulk");
+            };
+            let bulk = match bulk {
+                Ok(bulk) if bulk >= 0 => bulk as u64,
+                _ => return Guard::Fatal("Protocol error: invalid bulk length".into()),
+            };
+            if bulk > limits.max_value_bytes as u64 {
+                return Guard::Fatal(format!(
+                    "Protocol error: a bulk string of {bulk} bytes is over the limit of {} bytes (--max-value-bytes)",
+                    limits.max_value_bytes
+                ));
+            }
+            let end = len + bulk as usize;
+            if rest.len() < end + 2 {
+                return Guard::Incomplete;
+            }
+            if &rest[end..end + 2] != b"\r\n" {
+                return Guard::Fatal("Protocol error: a bulk string not ended by CRLF".into());
+            }
+            self.checked += end + 2;
+            self.remaining = Some(remaining - 1);
+        }
+        Guard::Complete
+    }
+}
+
+/// What the guard found.
+enum Guard {
+    Complete,
+    /// An array of no elements, this many bytes long.
+    Empty(usize),
+    Incomplete,
+    Fatal(String),
+}
+
+/// The longest header line (`*` or `$`, a 64-bit count, CRLF) worth waiting for.
+const MAX_HEADER: usize = 32;
+
+/// A header line `<tag><integer>\r\n` at the head of `buf`: its integer (or `Err` if it is
+/// none) and its length; `None` until the CRLF has arrived.
+fn header(buf: &[u8], tag: u8) -> Option<(Result<i64, ()>, usize)> {
+    debug_assert_eq!(buf.first(), Some(&tag));
+    let end = buf.iter().take(MAX_HEADER).position(|&b| b == b'\n')?;
+    let line = buf[1..end].strip_suffix(b"\r");
+    let value = line
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+        .and_then(|digits| digits.parse::<i64>().ok())
+        .ok_or(());
+    Some((value, end + 1))
+}
+
+fn incomplete_or_overlong(buf: &[u8], what: &str) -> Guard {
+    if buf.len() >= MAX_HEADER {
+        Guard::Fatal(format!("Protocol error: invalid {what} length"))
+    } else {
+        Guard::Incomplete
+    }
+}
+
+/// What an inline command line gave.
+enum Inline {
+    Request(Vec<Bytes>),
+    /// A line of nothing but spaces: skipped.
+    Blank,
+    Incomplete,
+    Fatal(String),
+}
+
+/// An inline command: one line, arguments split on spaces and tabs (no quoting).
+fn inline(buf: &mut BytesMut, limits: &Limits) -> Inline {
+    let Some(end) = buf
+        .iter()
+        .take(limits.max_inline_bytes + 1)
+        .position(|&b| b == b'\n')
+    else {
+        return if buf.len() > limits.max_inline_bytes {
+            Inline::Fatal(format!(
+                "Protocol error: an inline request longer than {} bytes",
+                limits.max_inline_bytes
+            ))
+        } else {
+            Inline::Incomplete
+        };
+    };
+    let line = buf.split_to(end + 1).freeze();
+    let text = line[..end].strip_suffix(b"\r").unwrap_or(&line[..end]);
+    let args: Vec<Bytes> = text
+        .split(|b| *b == b' ' || *b == b'\t')
+        .filter(|word| !word.is_empty())
+        .map(|word| line.slice_ref(word))
+        .collect();
+    if args.is_empty() {
+        return Inline::Blank;
+    }
+    if args.len() > limits.max_args {
+        return Inline::Fatal(format!(
+            "Protocol error: a request of {} arguments is over the limit of {} (--max-args)",
+            args.len(),
+            limits.max_args
+        ));
+    }
+    Inline::Request(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(input: &[u8], limits: &Limits) -> (Vec<Vec<Vec<u8>>>, Option<String>, usize) {
+        let mut buf = BytesMut::from(input);
+        let mut framer = Framer::default();
+        let mut requests = Vec::new();
+        loop {
+            match framer.next(&mut buf, limits) {
+                Next::Request(args) => {
+                    requests.push(args.iter().map(|a| a.to_vec()).collect());
+                }
+                Next::Incomplete => return (requests, None, buf.len()),
+                Next::Fatal(message) => return (requests, Some(message), buf.len()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_pipeline_of_arrays_and_inline_commands_frames_in_order() {
+        let input = b"*1\r\n$4\r\nPING\r\nSET a  b\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n\r\n*0\r\n";
+        let (requests, fatal, left) = frames(input, &Limits::default());
+        assert_eq!(fatal, None);
+        assert_eq!(left, 0);
+        let expected: Vec<Vec<&[u8]>> =
+            vec![vec![b"PING"], vec![b"SET", b"a", b"b"], vec![b"GET", b"a"]];
+        assert_eq!(requests, expected);
+    }
+
+    #[test]
+    fn a_request_split_anywhere_waits_then_frames_once_whole() {
+        let whole = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n";
+        for cut in 0..whole.len() {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            let mut framer = Framer::default();
+            assert!(
+                matches!(framer.next(&mut buf, &Limits::default()), Next::Incomplete),
+                "cut at {cut}"
+            );
+            buf.extend_from_slice(&whole[cut..]);
+            match framer.next(&mut buf, &Limits::default()) {
+                Next::Request(args) => assert_eq!(args.len(), 3, "cut at {cut}"),
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn oversize_bulk_strings_and_arrays_are_refused_before_they_arrive() {
+        let limits = Limits {
+            max_value_bytes: 10,
+            max_args: 4,
+            ..Limits::default()
+        };
+        let (_, fatal, _) = frames(b"*2\r\n$3\r\nGET\r\n$11\r\n", &limits);
+        assert!(fatal.unwrap().contains("11 bytes is over the limit of 10"));
+        let (_, fatal, _) = frames(b"*5\r\n", &limits);
+        assert!(fatal
+            .unwrap()
+            .contains("5 arguments is over the limit of 4"));
+    }
+
+    #[test]
+    fn malformed_headers_are_fatal_and_name_the_problem() {
+        let limits = Limits::default();
+        for (input, expected) in [
+            (&b"*x\r\n"[..], "invalid multibulk length"),
+            (b"*1\r\n:5\r\n", "expected '$', got ':'"),
+            (b"*1\r\n$-2\r\n", "invalid bulk length"),
+            (b"*1\r\n$2\r\nabcd\r\n", "not ended by CRLF"),
+            (b"*1\r\n*1\r\n$1\r\na\r\n", "expected '$', got '*'"),
+            (
+                b"*11111111111111111111111111111111111",
+                "invalid multibulk length",
+            ),
+        ] {
+            let (requests, fatal, _) = frames(input, &limits);
+            assert!(requests.is_empty());
+            let fatal = fatal.unwrap_or_else(|| panic!("{input:?} was accepted"));
+            assert!(fatal.contains(expected), "{input:?}: {fatal}");
+        }
+    }
+
+    #[test]
+    fn an_inline_line_past_the_limit_is_fatal() {
+        let limits = Limits {
+            max_inline_bytes: 16,
+            ..Limits::default()
+        };
+        let (_, fatal, _) = frames(&[b'a'; 17], &limits);
+        assert!(fatal.unwrap().contains("longer than 16 bytes"));
+        let (requests, fatal, _) = frames(b"GET 0123456789\n", &limits);
+        assert_eq!((requests.len(), fatal), (1, None));
+    }
+}

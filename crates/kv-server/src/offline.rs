@@ -1,0 +1,60 @@
+//! The server's request path without a network, for the fuzz target and the model tests:
+//! bytes in, reply bytes out, through the same framing and commands a connection runs.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use bytes::BytesMut;
+use pmem_structures::{Store, StoreOptions};
+
+use crate::commands::After;
+use crate::config::Limits;
+use crate::connection::run_buffered;
+use crate::db::Db;
+use crate::error::ServerError;
+use crate::framing::Framer;
+use crate::server::Shared;
+
+/// One connection's worth of state over an anonymous store.
+pub struct Offline {
+    shared: Shared,
+    framer: Framer,
+    input: BytesMut,
+}
+
+impl Offline {
+    /// A session on a fresh anonymous store of `size` bytes (emulated granularity).
+    pub fn anonymous(size: u64, limits: Limits) -> Result<Offline, ServerError> {
+        let store = Store::anonymous(size, &StoreOptions::new()).and_then(Db::open);
+        let db = store.map_err(|source| ServerError::Store {
+            path: "(anonymous)".into(),
+            source,
+        })?;
+        let granularity = db.store().heap().pool().granularity();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        Ok(Offline {
+            shared: Shared::new(db, limits, addr, granularity, 1),
+            framer: Framer::default(),
+            input: BytesMut::new(),
+        })
+    }
+
+    /// Bytes a client sent: the replies to every whole request among them, and whether the
+    /// server closed the connection (the next bytes then start a new connection).
+    pub fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, bool) {
+        self.input.extend_from_slice(bytes);
+        let mut output = BytesMut::new();
+        let after = run_buffered(&self.shared, &mut self.framer, &mut self.input, &mut output);
+        let closed = after == After::Close;
+        if closed {
+            self.input.clear();
+            self.framer = Framer::default();
+        }
+        (output.to_vec(), closed)
+    }
+
+    /// The keyspace's own consistency check: how many keys it holds, or what is wrong.
+    pub fn check(&self) -> Result<u64, pmem_structures::Error> {
+        // No keyspace (a FLUSHDB that could not make a new one) holds no keys.
+        self.shared.db.with_map(|map| map.check()).unwrap_or(Ok(0))
+    }
+}

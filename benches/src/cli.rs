@@ -7,6 +7,7 @@ use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 use pmem_bench::report::PMDK_HINT;
 use pmem_bench::ycsb::{KeyDistribution, Matrix, Scale, Structure, Variant, Workload};
+use pmem_ordering::pool::PageSize;
 use pmem_ordering::Granularity;
 
 /// Measure persist primitives, undo-log transactions and the persistent structures of this
@@ -20,8 +21,9 @@ use pmem_ordering::Granularity;
 ///   the pool's persist against the raw instructions.
 ///
 /// * transactions: undo-log transactions of K = 1..128 words, the Themis workloads (SPS, LL,
-///   Hashmap, CQ, TATP, TPCC) and in-place vs out-of-place object updates, under the strict,
-///   batched and ideal fence policies.
+///   Hashmap, CQ, TATP, TPCC, CTree, PC, RB) and in-place vs out-of-place object updates, under
+///   the strict, batched and ideal fence policies; then every Themis workload with 1 and 2
+///   threads (strict and batched).
 ///
 /// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
 ///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
@@ -43,6 +45,15 @@ use pmem_ordering::Granularity;
 ///   insert-only run, with uniform and Zipfian (0.99) key choice, on 1 and 2 threads: ops/s,
 ///   p50/p99/p99.9 latency, fences, flushes, nt bytes and bytes to persistent memory per
 ///   operation, and the effective write ratio at 256-byte XPLine granularity.
+///
+/// * page-size: CCEH and FAST&FAIR single-call lookups and YCSB C (uniform, one thread) on
+///   anonymous pools with 4 KiB pages against 2 MiB pages (MADV_HUGEPAGE), paired in one run,
+///   with the pages obtained read back from /proc/self/smaps and dTLB load misses per lookup
+///   where perf counters exist (2M records, about 30 s; --quick 200 000, about 2 s).
+///
+/// * alloc: alloc/free throughput for 64 B, 256 B, 1 KiB and 4 KiB blocks, one and two threads:
+///   ours (undo-log transactions and record blocks), the system allocator, jemalloc and, built
+///   with --features pmdk, libpmemobj, in one run (about 15 s; --quick about 2 s).
 ///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
@@ -117,6 +128,14 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, value_name = "KIND", default_value_t = GranularityArg::Emulated)]
     pub(crate) granularity: GranularityArg,
 
+    /// Page size of the pools the page-size and alloc sections make: `4k` or `2m` (2 MiB:
+    /// transparent huge pages for anonymous pools). The page-size section measures only this
+    /// size when given (default: both, paired); the alloc section maps our heap with it
+    /// (default 4k). The other sections' pool files get 4 KiB pages (2 MiB pages for a file
+    /// need hugetlbfs).
+    #[arg(long, value_enum, value_name = "SIZE")]
+    pub(crate) page_size: Option<PageSizeArg>,
+
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) json: Option<PathBuf>,
@@ -157,6 +176,31 @@ pub(crate) enum SectionArg {
     Ycsb,
     /// PMDK side by side (needs the pmdk feature).
     Pmdk,
+    /// CCEH and FAST&FAIR on 4 KiB against 2 MiB pages.
+    PageSize,
+    /// Allocator throughput: ours, libpmemobj, system, jemalloc.
+    Alloc,
+}
+
+/// A page size, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PageSizeArg {
+    /// 4 KiB base pages.
+    #[value(name = "4k")]
+    Base4K,
+    /// 2 MiB huge pages.
+    #[value(name = "2m")]
+    Huge2M,
+}
+
+impl PageSizeArg {
+    /// The page size.
+    pub(crate) fn page_size(self) -> PageSize {
+        match self {
+            PageSizeArg::Base4K => PageSize::Base4K,
+            PageSizeArg::Huge2M => PageSize::Huge2M,
+        }
+    }
 }
 
 /// A structure, on the command line.
@@ -222,6 +266,8 @@ impl Selection {
                 SectionArg::Structures,
                 SectionArg::ByteKeys,
                 SectionArg::Ycsb,
+                SectionArg::PageSize,
+                SectionArg::Alloc,
             ];
             if cfg!(feature = "pmdk") {
                 all.push(SectionArg::Pmdk);

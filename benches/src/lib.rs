@@ -31,9 +31,14 @@
 //! * [`report`]: the results as text tables, JSON and markdown;
 //! * [`ycsb`]: YCSB-style workloads (load, A, B, C, E, insert-only; uniform and Zipfian keys;
 //!   1..T threads) over every structure and variant, with latency histograms;
-//! * [`plot`]: PNG charts of the results.
+//! * [`plot`]: PNG charts of the results;
+//! * [`pagesize`]: CCEH and FAST&FAIR lookups and YCSB C on 4 KiB against 2 MiB pages, with the
+//!   pages obtained read back and dTLB misses where counters exist;
+//! * [`allocbench`]: alloc/free throughput of ours, libpmemobj, the system allocator and
+//!   jemalloc, 64 B to 4 KiB, one and two threads.
 #![deny(missing_docs)]
 
+pub mod allocbench;
 pub mod bytekeys;
 pub mod ccehbench;
 pub mod datalogbench;
@@ -41,6 +46,7 @@ pub mod fastfairbench;
 pub mod keys;
 pub mod machine;
 pub mod measure;
+pub mod pagesize;
 pub mod phase;
 pub mod plot;
 #[cfg(feature = "pmdk")]

@@ -20,12 +20,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use pmem_bench::allocbench::{self, AllocBenchError, AllocPlan};
 use pmem_bench::bytekeys::{self, ByteKeyError, ByteKeyPlan, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
+use pmem_bench::pagesize::{self, PageBenchError, PagePlan};
 use pmem_bench::plot::{
     byte_key_chart, crossover_chart, crossover_points, throughput_chart, PlotError,
 };
@@ -58,6 +60,8 @@ enum RunError {
     #[error("a benchmark transaction failed: {0}")]
     Tx(#[from] TxError),
     #[error(transparent)]
+    ThemisThreads(#[from] txbench::threads::ThreadBenchError),
+    #[error(transparent)]
     Cceh(#[from] CcehBenchError),
     #[error(transparent)]
     Datalog(#[from] DatalogBenchError),
@@ -67,6 +71,10 @@ enum RunError {
     Store(#[from] StoreBenchError),
     #[error(transparent)]
     ByteKeys(#[from] ByteKeyError),
+    #[error(transparent)]
+    PageSize(#[from] PageBenchError),
+    #[error(transparent)]
+    Alloc(#[from] AllocBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -252,9 +260,12 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     let count = usize::from(selection.runs(SectionArg::Pmdk))
         + groups.len()
         + tx_groups.len()
+        + usize::from(selection.runs(SectionArg::Transactions))
         + structure_steps
         + usize::from(selection.runs(SectionArg::ByteKeys))
-        + usize::from(selection.runs(SectionArg::Ycsb));
+        + usize::from(selection.runs(SectionArg::Ycsb))
+        + usize::from(selection.runs(SectionArg::PageSize))
+        + usize::from(selection.runs(SectionArg::Alloc));
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
@@ -301,6 +312,17 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     }
     let mut report = Report::new(setup, &measurements, &tx_measurements);
     report.pmdk = pmdk;
+    if selection.runs(SectionArg::Transactions) {
+        progress.next();
+        progress.line("themis workloads with 1 and 2 threads: 9 workloads x 2 policies");
+        report.themis_threads = Some(txbench::threads::measure(
+            &dir,
+            TX_POOL_PREFIX,
+            granularity,
+            &plan,
+            |r, n| progress.round(r, n),
+        )?);
+    }
     if selection.measures(Structure::Cceh) {
         progress.next();
         progress.line(&format!(
@@ -404,9 +426,62 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         bar.finish_and_clear();
         report.ycsb = Some(results);
     }
+    let page_results = if selection.runs(SectionArg::PageSize) {
+        progress.next();
+        let mut page_plan = if cli.quick {
+            PagePlan::quick()
+        } else {
+            PagePlan::full()
+        };
+        if let Some(size) = cli.page_size {
+            page_plan = page_plan.only(size.page_size());
+        }
+        progress.line(&format!(
+            "page size: CCEH and FAST&FAIR, {} records, {} page sizes x {} rounds",
+            page_plan.records,
+            page_plan.sizes.len(),
+            page_plan.rounds
+        ));
+        Some(pagesize::measure(&page_plan, |r, n| progress.round(r, n))?)
+    } else {
+        None
+    };
+    let alloc_results = if selection.runs(SectionArg::Alloc) {
+        progress.next();
+        let alloc_plan = if cli.quick {
+            AllocPlan::quick()
+        } else {
+            AllocPlan::full()
+        };
+        progress.line(&format!(
+            "alloc: {} sizes x {} thread counts x {} rounds",
+            allocbench::ALLOC_SIZES.len(),
+            allocbench::THREADS.len(),
+            alloc_plan.rounds
+        ));
+        let page_size = cli.page_size.map_or(Default::default(), |p| p.page_size());
+        Some(allocbench::measure(
+            &alloc_plan,
+            page_size,
+            &dir,
+            TX_POOL_PREFIX,
+            |r, n| progress.round(r, n),
+        )?)
+    } else {
+        None
+    };
     progress.done();
 
     print!("{}", report.text());
+    let mut markdown_extra = String::new();
+    if let Some(r) = &page_results {
+        print!("{}", pagesize::report::text(r));
+        markdown_extra.push_str(&pagesize::report::markdown(r));
+    }
+    if let Some(r) = &alloc_results {
+        print!("{}", allocbench::report::text(r));
+        markdown_extra.push_str(&allocbench::report::markdown(r));
+    }
     if report.pmdk.is_none() && cli.section.is_empty() {
         // A default run built without the feature says where the PMDK comparison would be.
         println!("{PMDK_HINT}");
@@ -417,10 +492,14 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         }
     }
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
-        write_output(out, path, &report.to_json()?)?;
+        let mut json: serde_json::Value = serde_json::from_str(&report.to_json()?)?;
+        // The page-size and alloc sections print themselves; their results join the JSON here.
+        json["page_size"] = serde_json::to_value(&page_results)?;
+        json["alloc"] = serde_json::to_value(&alloc_results)?;
+        write_output(out, path, &serde_json::to_string_pretty(&json)?)?;
     }
     if let (Some(out), Some(path)) = (markdown_out, cli.markdown.as_deref()) {
-        write_output(out, path, &report.markdown())?;
+        write_output(out, path, &(report.markdown() + &markdown_extra))?;
     }
     // `file` is dropped here, removing the pool.
     Ok(())

@@ -8,7 +8,7 @@
 //!   libpmemobj's figures for the same transaction are quoted in the README;
 //! * [`Section::ThemisWorkloads`]: the workloads of Themis, Table II
 //!   ([`pmem_themis_workloads`]), one transaction per operation, under the same three
-//!   policies;
+//!   policies, and again with one and two threads under strict and batched ([`threads`]);
 //! * [`Section::ObjectUpdate`]: an object replaced in place (snapshot + overwrite) or out of
 //!   place (allocate, write, swing the pointer, free the old one), 64 B to 4 KiB, under the
 //!   batched policy, round robin over [`OBJECTS`] objects.
@@ -26,8 +26,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pmem_ordering::{Granularity, PoolOptions};
+use pmem_themis_workloads::cache::CacheShape;
 use pmem_themis_workloads::tpcc::{LineInput, NewOrder, TpccConfig, MAX_LINES, MAX_QUANTITY};
-use pmem_themis_workloads::{ChainedHashMap, List, Queue, Sps, Tatp, Tpcc};
+use pmem_themis_workloads::{
+    ChainedHashMap, CritBitTree, List, PersistentCache, Queue, RedBlackTree, Sps, Tatp, Tpcc,
+};
 use pmem_undo_log::{object, FencePolicy, Heap, HeapConfig, TxError, TxStats};
 
 use crate::keys::{below, SplitMix64};
@@ -35,6 +38,7 @@ use crate::measure::Runner;
 use crate::poolfile::{PoolFile, SetupError};
 use crate::primitives::size_label;
 
+pub mod threads;
 mod variants;
 
 pub use variants::{groups, variants, Section, TxVariant, Workload};
@@ -73,6 +77,18 @@ pub const MAP_BUCKETS: u64 = 1024;
 pub const QUEUE_LEN: u64 = 1024;
 /// Subscribers of the TATP table.
 pub const TATP_SUBSCRIBERS: u64 = 8_000;
+/// Key range of the crit-bit tree; half of it is in the tree at any time.
+pub const CTREE_KEYS: u64 = 4096;
+/// Key range of the red-black tree; half of it is in the tree at any time.
+pub const RB_KEYS: u64 = 4096;
+/// The persistent cache: 1024 sets of 4 ways of 64-byte values (8 words, each logged).
+pub const PC_SHAPE: CacheShape = CacheShape {
+    sets: 1024,
+    ways: 4,
+    value_words: 8,
+};
+/// Key range of the persistent cache: twice its entries, so updates overwrite and evict.
+pub const PC_KEYS: u64 = 2 * 1024 * 4;
 
 /// What a runner keeps between operations.
 enum Driver {
@@ -98,6 +114,15 @@ enum Driver {
     Tatp,
     Tpcc {
         order: NewOrder,
+    },
+    CTree {
+        present: Vec<bool>,
+    },
+    Rb {
+        present: Vec<bool>,
+    },
+    Pc {
+        value: Vec<u64>,
     },
     Object {
         out_of_place: bool,
@@ -176,105 +201,123 @@ impl TxRunner {
 
     /// One operation: one transaction.
     pub fn step(&mut self) -> Result<(), TxError> {
-        let heap = &self.heap;
-        let root = self.root;
-        let rng = &mut self.rng;
-        match &mut self.driver {
-            Driver::Words {
-                array,
-                k,
-                picks,
-                value,
-            } => {
-                // One word from each of K equal slices: K distinct random words.
-                let slice = WORDS / *k;
-                picks.clear();
-                picks.extend((0..*k).map(|i| *array + 8 * (i * slice + below(rng, slice))));
-                *value += 1;
-                let v = *value;
-                heap.transaction(|tx| {
-                    for &p in picks.iter() {
-                        tx.snapshot(p, 8)?;
-                    }
-                    for &p in picks.iter() {
-                        tx.write_value(p, &v)?;
-                    }
-                    Ok::<_, TxError>(())
-                })
-            }
-            Driver::Sps { pairs } => {
-                pairs.clear();
-                pairs.extend((0..SPS_SWAPS).map(|_| (below(rng, SPS_LEN), below(rng, SPS_LEN))));
-                Sps::open(heap, root)?.swap_all(pairs)
-            }
-            Driver::List { present } => {
-                let key = below(rng, LIST_KEYS);
-                let list = List::open(heap, root)?;
-                let k = key as usize;
-                present[k] = if present[k] {
-                    !list.remove(key)?
-                } else {
-                    list.insert(key)?
-                };
-                Ok(())
-            }
-            Driver::Hashmap { present } => {
-                let key = below(rng, MAP_KEYS);
-                let map = ChainedHashMap::open(heap, root)?;
-                let k = key as usize;
-                present[k] = if present[k] {
-                    map.remove(key)?.is_none()
-                } else {
-                    map.insert(key, rng.next_u64())?;
-                    true
-                };
-                Ok(())
-            }
-            Driver::Queue { next, enqueue } => {
-                let queue = Queue::open(heap, root)?;
-                if *enqueue {
-                    queue.enqueue(*next)?;
-                    *next += 1;
-                } else {
-                    queue.dequeue()?;
+        step(&self.heap, self.root, &mut self.rng, &mut self.driver)
+    }
+}
+
+/// One operation of `driver`'s structure at `root`: one transaction.
+fn step(heap: &Heap, root: u64, rng: &mut SplitMix64, driver: &mut Driver) -> Result<(), TxError> {
+    match driver {
+        Driver::Words {
+            array,
+            k,
+            picks,
+            value,
+        } => {
+            // One word from each of K equal slices: K distinct random words.
+            let slice = WORDS / *k;
+            picks.clear();
+            picks.extend((0..*k).map(|i| *array + 8 * (i * slice + below(rng, slice))));
+            *value += 1;
+            let v = *value;
+            heap.transaction(|tx| {
+                for &p in picks.iter() {
+                    tx.snapshot(p, 8)?;
                 }
-                *enqueue = !*enqueue;
-                Ok(())
-            }
-            Driver::Tatp => {
-                let tatp = Tatp::open(heap, root)?;
-                tatp.update_location(below(rng, TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
-                Ok(())
-            }
-            Driver::Tpcc { order } => {
-                let db = Tpcc::open(heap, root)?;
-                let config = db.config();
-                order.district = below(rng, config.districts) + 1;
-                order.customer = below(rng, 3000) + 1;
-                let lines = 5 + below(rng, MAX_LINES as u64 - 4);
-                order.lines.clear();
-                order.lines.extend((0..lines).map(|_| LineInput {
-                    item: below(rng, config.items) + 1,
-                    quantity: below(rng, MAX_QUANTITY) + 1,
-                }));
-                db.new_order(order)?;
-                Ok(())
-            }
-            Driver::Object {
-                out_of_place,
-                data,
-                next,
-            } => {
-                let slot = root + 8 * *next;
-                *next = (*next + 1) % OBJECTS;
-                data[0] = data[0].wrapping_add(1);
-                if *out_of_place {
-                    object::update_out_of_place(heap, slot, data)?;
-                } else {
-                    object::update_in_place(heap, slot, data)?;
+                for &p in picks.iter() {
+                    tx.write_value(p, &v)?;
                 }
-                Ok(())
+                Ok::<_, TxError>(())
+            })
+        }
+        Driver::Sps { pairs } => {
+            pairs.clear();
+            pairs.extend((0..SPS_SWAPS).map(|_| (below(rng, SPS_LEN), below(rng, SPS_LEN))));
+            Sps::open(heap, root)?.swap_all(pairs)
+        }
+        Driver::List { present } => {
+            let key = below(rng, LIST_KEYS);
+            let list = List::open(heap, root)?;
+            let k = key as usize;
+            present[k] = if present[k] {
+                !list.remove(key)?
+            } else {
+                list.insert(key)?
+            };
+            Ok(())
+        }
+        Driver::Hashmap { present } => {
+            let key = below(rng, MAP_KEYS);
+            let map = ChainedHashMap::open(heap, root)?;
+            let k = key as usize;
+            present[k] = if present[k] {
+                map.remove(key)?.is_none()
+            } else {
+                map.insert(key, rng.next_u64())?;
+                true
+            };
+            Ok(())
+        }
+        Driver::Queue { next, enqueue } => {
+            let queue = Queue::open(heap, root)?;
+            if *enqueue {
+                queue.enqueue(*next)?;
+                *next += 1;
+            } else {
+                queue.dequeue()?;
             }
+            *enqueue = !*enqueue;
+            Ok(())
+        }
+        Driver::Tatp => {
+            let tatp = Tatp::open(heap, root)?;
+            tatp.update_location(below(rng, TATP_SUBSCRIBERS) + 1, rng.next_u64())?;
+            Ok(())
+        }
+        Driver::Tpcc { order } => {
+            let db = Tpcc::open(heap, root)?;
+            let config = db.config();
+            order.district = below(rng, config.districts) + 1;
+            order.customer = below(rng, 3000) + 1;
+            let lines = 5 + below(rng, MAX_LINES as u64 - 4);
+            order.lines.clear();
+            order.lines.extend((0..lines).map(|_| LineInput {
+                item: below(rng, config.items) + 1,
+                quantity: below(rng, MAX_QUANTITY) + 1,
+            }));
+            db.new_order(order)?;
+            Ok(())
+        }
+        Driver::CTree { present } => {
+            let key = below(rng, CTREE_KEYS);
+            let tree = CritBitTree::open(heap, root)?;
+            toggle(present, key, |k| tree.insert(k, k), |k| tree.remove(k))
+        }
+        Driver::Rb { present } => {
+            let key = below(rng, RB_KEYS);
+            let tree = RedBlackTree::open(heap, root)?;
+            toggle(present, key, |k| tree.insert(k, k), |k| tree.remove(k))
+        }
+        Driver::Pc { value } => {
+            let key = below(rng, PC_KEYS);
+            value[0] = value[0].wrapping_add(1);
+            PersistentCache::open(heap, root)?.update(key, value)?;
+            Ok(())
+        }
+        Driver::Object {
+            out_of_place,
+            data,
+            next,
+        } => {
+            let slot = root + 8 * *next;
+            *next = (*next + 1) % OBJECTS;
+            data[0] = data[0].wrapping_add(1);
+            if *out_of_place {
+                object::update_out_of_place(heap, slot, data)?;
+            } else {
+                object::update_in_place(heap, slot, data)?;
+            }
+            Ok(())
         }
     }
 }
@@ -346,6 +389,25 @@ fn setup(
                 Tatp::create(heap, root, TATP_SUBSCRIBERS)?;
                 Driver::Tatp
             }
+            Workload::CTree => {
+                let tree = CritBitTree::create(heap, root)?;
+                let present = half_full(rng, CTREE_KEYS, |k| tree.insert(k, k).map(|_| true))?;
+                Driver::CTree { present }
+            }
+            Workload::Rb => {
+                let tree = RedBlackTree::create(heap, root)?;
+                let present = half_full(rng, RB_KEYS, |k| tree.insert(k, k).map(|_| true))?;
+                Driver::Rb { present }
+            }
+            Workload::Pc => {
+                let cache = PersistentCache::create(heap, root, PC_SHAPE)?;
+                let value: Vec<u64> = (0..PC_SHAPE.value_words).collect();
+                // Fill about half the entries' worth of updates before the run.
+                for _ in 0..PC_KEYS / 2 {
+                    cache.update(below(rng, PC_KEYS), &value)?;
+                }
+                Driver::Pc { value }
+            }
             Workload::Tpcc => {
                 Tpcc::create(heap, root, TpccConfig::default())?;
                 Driver::Tpcc {
@@ -372,6 +434,23 @@ fn setup(
             }
         }
     })
+}
+
+/// Remove `key` if it is present, else insert it, keeping `present` up to date.
+fn toggle(
+    present: &mut [bool],
+    key: u64,
+    insert: impl FnOnce(u64) -> Result<Option<u64>, TxError>,
+    remove: impl FnOnce(u64) -> Result<Option<u64>, TxError>,
+) -> Result<(), TxError> {
+    let k = key as usize;
+    present[k] = if present[k] {
+        remove(key)?.is_none()
+    } else {
+        insert(key)?;
+        true
+    };
+    Ok(())
 }
 
 /// Insert a random half of `0..keys` with `insert`; returns which keys are present.

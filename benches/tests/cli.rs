@@ -124,13 +124,15 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     let table_lines = (rows.len() + 2)
         + (TX_WORDS.len() + 2)
         + (Workload::ALL.len() + 3)
+        + (Workload::ALL.len() + 2)
         + (OBJECT_SIZES.len() + 2)
         + (CcehOp::ALL.len() + 2)
         + (ShiftPolicy::ALL.len() * FastFairOp::ALL.len() + 2)
         + (WRITE_SIZES.len() * 2 + 2 + 2)
         + (store_rows + 2)
         + byte_key_lines
-        + (ycsb_rows + 2 * Structure::ALL.len());
+        + (ycsb_rows + 2 * Structure::ALL.len())
+        + page_size_and_alloc_lines(&report);
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
     let table_lines = table_lines
@@ -151,6 +153,19 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         .expect("list the pool directory")
         .collect();
     assert!(left.is_empty(), "the pool file was not removed: {left:?}");
+}
+
+/// The markdown table lines of the page-size section (pools, then speeds) and the alloc
+/// section, which run by default: a header and a rule per table, and one line per row.
+fn page_size_and_alloc_lines(report: &Value) -> usize {
+    let rows = |section: &str, table: &str| {
+        report[section][table]
+            .as_array()
+            .unwrap_or_else(|| panic!("{section} {table} in a default run"))
+            .len()
+    };
+    assert!(rows("page_size", "rows") > 0 && rows("alloc", "rows") > 0);
+    (rows("page_size", "pools") + 2) + (rows("page_size", "rows") + 2) + (rows("alloc", "rows") + 2)
 }
 
 /// The YCSB section of a default-shaped run at `scale`: for every structure and variant, a
@@ -322,6 +337,39 @@ fn check_transaction_sections(report: &Value, stdout: &str) {
     positive(average, "speedup_ideal");
     assert!(stdout.contains("nt->t share"), "{stdout}");
     assert!(stdout.contains("\naverage "), "{stdout}");
+
+    // Every workload with 1 and 2 threads, under strict and batched.
+    let runs = report["themis_threads"]["runs"]
+        .as_array()
+        .expect("themis_threads runs");
+    assert_eq!(runs.len(), Workload::ALL.len() * 2 * 2, "{runs:?}");
+    for w in Workload::ALL {
+        let run = |policy: &str, threads: u64| {
+            runs.iter()
+                .find(|r| {
+                    r["workload"] == w.name()
+                        && r["policy"] == policy
+                        && r["threads"].as_u64() == Some(threads)
+                })
+                .unwrap_or_else(|| panic!("{} {policy} {threads} threads", w.name()))
+        };
+        for threads in [1, 2] {
+            let (strict, batched) = (run("strict", threads), run("batched", threads));
+            for r in [strict, batched] {
+                positive(r, "ops_per_sec");
+                positive(r, "fences_per_op");
+                let share = positive(r, "nt_t_share");
+                assert!(share <= 1.0, "{r}");
+            }
+            let fences = |r: &Value| r["fences_per_op"].as_f64().unwrap();
+            assert!(fences(batched) <= fences(strict), "{strict} {batched}");
+        }
+    }
+    assert!(stdout.contains("strict 2T/1T"), "{stdout}");
+    for control in ["control_before", "control_after"] {
+        positive(&report["themis_threads"][control], "one_thread_per_sec");
+        positive(&report["themis_threads"][control], "two_threads_per_sec");
+    }
 
     let objects = report["objects"].as_array().expect("objects");
     assert_eq!(objects.len(), OBJECT_SIZES.len(), "one row per size");

@@ -73,6 +73,15 @@ mod ffi {
         pub fn pmemobj_tx_process();
         pub fn pmemobj_tx_end() -> c_int;
         pub fn pmemobj_tx_add_range_direct(ptr: *const c_void, size: usize) -> c_int;
+        pub fn pmemobj_alloc(
+            pop: *mut PmemObjPool,
+            oidp: *mut PmemOid,
+            size: usize,
+            type_num: u64,
+            constructor: *const c_void,
+            arg: *mut c_void,
+        ) -> c_int;
+        pub fn pmemobj_free(oidp: *mut PmemOid);
     }
 }
 
@@ -137,6 +146,14 @@ pub enum PmdkError {
         size: u64,
         /// `mapping` or `root object`.
         target: &'static str,
+    },
+    /// `pmemobj_alloc` failed.
+    #[error("pmemobj_alloc of {size} bytes failed: {message}")]
+    Alloc {
+        /// The size asked for.
+        size: usize,
+        /// `pmemobj_errormsg()`.
+        message: String,
     },
     /// A libpmemobj transaction aborted.
     #[error("a libpmemobj transaction aborted (error {code}): {message}")]
@@ -462,6 +479,98 @@ impl Drop for ObjPool {
     }
 }
 
+/// A fresh libpmemobj pool used only to allocate and free objects (`pmemobj_alloc`,
+/// `pmemobj_free`), from any number of threads: closed and its file removed on drop.
+#[derive(Debug)]
+pub struct ObjAllocPool {
+    pop: NonNull<ffi::PmemObjPool>,
+    path: PathBuf,
+}
+
+// SAFETY: the handle is only passed to pmemobj_alloc and pmemobj_free, which libpmemobj makes
+// safe to call from many threads at once on one pool (its allocator locks internally,
+// libpmemobj(7)); this type touches no object memory itself, and closes the pool once, on drop.
+unsafe impl Send for ObjAllocPool {}
+// SAFETY: as for `Send`: shared use is concurrent pmemobj_alloc / pmemobj_free calls only.
+unsafe impl Sync for ObjAllocPool {}
+
+/// An object `pmemobj_alloc` made, to be given back with [`ObjAllocPool::free`].
+pub struct ObjBlock {
+    oid: ffi::PmemOid,
+}
+
+impl std::fmt::Debug for ObjBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjBlock")
+            .field("offset", &self.oid.off)
+            .finish()
+    }
+}
+
+impl ObjAllocPool {
+    /// Create the pool file `path` (a stale one is replaced) of `size` bytes.
+    pub fn create(path: &Path, size: usize) -> Result<ObjAllocPool, PmdkError> {
+        remove_stale(path)?;
+        let c = c_path(path)?;
+        let layout = CString::new(LAYOUT).map_err(|_| PmdkError::Path(path.to_path_buf()))?;
+        // SAFETY: both strings are NUL-terminated and outlive the call.
+        let pop = unsafe { ffi::pmemobj_create(c.as_ptr(), layout.as_ptr(), size, 0o600) };
+        let Some(pop) = NonNull::new(pop) else {
+            return Err(PmdkError::Create {
+                path: path.to_path_buf(),
+                message: pmemobj_message(),
+            });
+        };
+        Ok(ObjAllocPool {
+            pop,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Allocate `size` bytes durably (`pmemobj_alloc`, no constructor: libpmemobj persists
+    /// its own metadata before returning).
+    pub fn alloc(&self, size: usize) -> Result<ObjBlock, PmdkError> {
+        let mut oid = ffi::PmemOid {
+            pool_uuid_lo: 0,
+            off: 0,
+        };
+        // SAFETY: an open pool; `oid` is a valid PMEMoid to fill; no constructor or argument.
+        let rc = unsafe {
+            ffi::pmemobj_alloc(
+                self.pop.as_ptr(),
+                &mut oid,
+                size,
+                0,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            return Err(PmdkError::Alloc {
+                size,
+                message: pmemobj_message(),
+            });
+        }
+        Ok(ObjBlock { oid })
+    }
+
+    /// Free `block` durably (`pmemobj_free`).
+    pub fn free(&self, mut block: ObjBlock) {
+        // SAFETY: `block` holds an object this pool allocated and nothing freed since (it is
+        // consumed here, so it cannot be freed twice).
+        unsafe { ffi::pmemobj_free(&mut block.oid) };
+    }
+}
+
+impl Drop for ObjAllocPool {
+    fn drop(&mut self) {
+        // SAFETY: the pool pmemobj_create returned, closed once, here.
+        unsafe { ffi::pmemobj_close(self.pop.as_ptr()) };
+        // Best effort: a file that is already gone needs no removal.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,6 +615,28 @@ mod tests {
         assert!(pool.word(64).is_err());
         drop(pool);
         assert!(!path.exists(), "the pool file is removed on drop");
+    }
+
+    #[test]
+    fn objects_are_allocated_apart_and_an_impossible_size_is_an_error() {
+        let path = scratch("alloc");
+        let pool = ObjAllocPool::create(&path, 16 << 20).expect("create a scratch pool");
+        let a = pool.alloc(64).expect("allocate 64 bytes");
+        let b = pool.alloc(64).expect("allocate 64 bytes");
+        assert_ne!(a.oid.off, 0);
+        assert!(
+            a.oid.off.abs_diff(b.oid.off) >= 64,
+            "{a:?} and {b:?} overlap"
+        );
+        pool.free(a);
+        pool.free(b);
+        let err = pool.alloc(1 << 30).expect_err("larger than the pool");
+        assert!(
+            matches!(err, PmdkError::Alloc { size, .. } if size == 1 << 30),
+            "{err}"
+        );
+        drop(pool);
+        assert!(!path.exists(), "the pool file was not removed");
     }
 
     #[test]

@@ -32,7 +32,9 @@ use crate::primitives::{Primitive, Variant, NT_SIZES, POOL_SIZE, RING_LEN};
 use crate::report::{PmdkCopyRow, PmdkResults, PmdkTxRow, SideTiming, TxMeasurement};
 use crate::txbench::{TxRunner, TxVariant, TX_POOL_SIZE, WORDS};
 
-pub use bindings::{check_versions, has_auto_flush, ObjPool, PmdkError, PmemMap};
+pub use bindings::{
+    check_versions, has_auto_flush, ObjAllocPool, ObjBlock, ObjPool, PmdkError, PmemMap,
+};
 
 /// The K (words per transaction) compared with libpmemobj.
 pub const PMDK_TX_WORDS: [u64; 3] = [1, 8, 32];

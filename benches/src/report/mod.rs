@@ -30,13 +30,15 @@ use crate::fastfairbench::FastFairResults;
 use crate::machine::Machine;
 use crate::measure::{Measurement, Plan};
 use crate::storebench::StorePathResults;
+use crate::txbench::threads::ThreadResults;
 use crate::ycsb::YcsbResults;
 
 pub use block::Block;
 pub use pmdk::{PmdkCopyRow, PmdkResults, PmdkTxRow, SideTiming, PMDK_HINT};
 pub use primitives::Row;
 pub use transactions::{
-    Cell, ObjectRow, TxMeasurement, TxRow, WorkloadAverage, WorkloadRow, PAPER_NT_T_SHARE,
+    paper_figure, Cell, ObjectRow, TxMeasurement, TxRow, WorkloadAverage, WorkloadRow,
+    PAPER_NT_T_SHARE, PAPER_THEMIS_SPEEDUP,
 };
 
 /// One section of the report: its tables, printed as text or markdown. A section that was not
@@ -162,6 +164,8 @@ pub struct Report {
     pub workload_average: Option<WorkloadAverage>,
     /// One row per object size.
     pub objects: Vec<ObjectRow>,
+    /// Every Themis workload with one and two threads (`None` if not measured).
+    pub themis_threads: Option<ThreadResults>,
     /// The CCEH section (`None` if it was not measured).
     pub cceh: Option<CcehResults>,
     /// The datalog section (`None` if it was not measured).
@@ -192,6 +196,7 @@ impl Report {
             workloads: tables.workloads,
             workload_average: tables.workload_average,
             objects: tables.objects,
+            themis_threads: None,
             cceh: None,
             datalog: None,
             fastfair: None,

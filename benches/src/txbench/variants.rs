@@ -3,8 +3,9 @@
 
 // Through the parent, so the workloads' crate is named in one place (txbench.rs).
 use super::{
-    size_label, FencePolicy, TpccConfig, LIST_KEYS, MAP_BUCKETS, MAP_KEYS, OBJECT_POLICY,
-    OBJECT_SIZES, POLICIES, QUEUE_LEN, SPS_LEN, SPS_SWAPS, TATP_SUBSCRIBERS, TX_WORDS,
+    size_label, FencePolicy, TpccConfig, CTREE_KEYS, LIST_KEYS, MAP_BUCKETS, MAP_KEYS,
+    OBJECT_POLICY, OBJECT_SIZES, PC_KEYS, PC_SHAPE, POLICIES, QUEUE_LEN, RB_KEYS, SPS_LEN,
+    SPS_SWAPS, TATP_SUBSCRIBERS, TX_WORDS,
 };
 
 /// A section of the report.
@@ -51,17 +52,26 @@ pub enum Workload {
     Tatp,
     /// TPCC `new_order`.
     Tpcc,
+    /// Insert/delete keys of a crit-bit tree.
+    CTree,
+    /// Update values in place in a persistent cache (a hash table).
+    Pc,
+    /// Insert/delete keys of a red-black tree.
+    Rb,
 }
 
 impl Workload {
     /// Every workload, in report order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 9] = [
         Workload::Sps,
         Workload::List,
         Workload::Hashmap,
         Workload::Queue,
         Workload::Tatp,
         Workload::Tpcc,
+        Workload::CTree,
+        Workload::Pc,
+        Workload::Rb,
     ];
 
     /// The paper's name for it.
@@ -73,6 +83,9 @@ impl Workload {
             Workload::Queue => "CQ",
             Workload::Tatp => "TATP",
             Workload::Tpcc => "TPCC",
+            Workload::CTree => "CTree",
+            Workload::Pc => "PC",
+            Workload::Rb => "RB",
         }
     }
 
@@ -105,6 +118,19 @@ impl Workload {
                     c.items, c.districts, c.orders_kept
                 )
             }
+            Workload::CTree => format!(
+                "insert or delete a random key of 0..{CTREE_KEYS} in a crit-bit tree (about half \
+                 present)"
+            ),
+            Workload::Pc => format!(
+                "update the {}-word value of a random key of 0..{PC_KEYS} in place in a cache of \
+                 {} sets x {} ways (each word logged; a full set evicts)",
+                PC_SHAPE.value_words, PC_SHAPE.sets, PC_SHAPE.ways
+            ),
+            Workload::Rb => format!(
+                "insert or delete a random key of 0..{RB_KEYS} in a red-black tree (about half \
+                 present)"
+            ),
         }
     }
 }

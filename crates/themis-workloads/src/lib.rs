@@ -15,10 +15,13 @@
 //! | [`queue`] (`queue.rs`) | CQ | enqueue or dequeue a node of a linked FIFO queue |
 //! | [`tatp`] (`tatp.rs`) | TATP | `update_location`: one store to a subscriber record |
 //! | [`tpcc`] (`tpcc.rs`) | TPCC | `new_order`: a district counter, an order and its lines, stock levels |
+//! | [`ctree`] (`ctree.rs`) | CTree | insert or delete a key of a crit-bit tree |
+//! | [`cache`] (`cache.rs`) | PC | update a key's value array in place in a set-associative hash table |
+//! | [`rbtree`] (`rbtree.rs`) | RB | insert or delete a key of a red-black tree (with its rotations) |
 //!
 //! The helpers every structure shares (walk bounds, the corruption error, word reads) are in
-//! this file. Their model checks are in `tests/workloads.rs`, their crash tests in
-//! `tests/crash_workloads.rs`.
+//! this file. Their model checks are in `tests/workloads.rs` (CTree, PC and RB, with proptest
+//! sequences, in `tests/trees_and_cache.rs`), their crash tests in `tests/crash_workloads.rs`.
 //!
 //! # Shape shared by every structure
 //!
@@ -48,16 +51,22 @@
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{TxError, MIN_CLASS};
 
+pub mod cache;
+pub mod ctree;
 pub mod hashmap;
 pub mod list;
 pub mod queue;
+pub mod rbtree;
 pub mod sps;
 pub mod tatp;
 pub mod tpcc;
 
+pub use cache::PersistentCache;
+pub use ctree::CritBitTree;
 pub use hashmap::ChainedHashMap;
 pub use list::List;
 pub use queue::Queue;
+pub use rbtree::RedBlackTree;
 pub use sps::Sps;
 pub use tatp::Tatp;
 pub use tpcc::Tpcc;

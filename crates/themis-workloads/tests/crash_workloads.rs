@@ -1,4 +1,5 @@
-//! Linked-list and hash-map operations under simulated crashes: after recovery
+//! Linked-list, hash-map, crit-bit-tree, red-black-tree and persistent-cache operations under
+//! simulated crashes: after recovery
 //! (`Heap::open`), the structure equals its std model after the operations that completed, or
 //! after those plus the interrupted one, and its nodes are exactly the heap's live blocks (no
 //! leak, no dangling node).
@@ -6,7 +7,7 @@
 //! Strict and batched survive under the x86 model; the themis policy (no nt -> t fence) is
 //! caught under x86 and survives under the Themis model it is written for.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
@@ -14,7 +15,8 @@ use pmem_ordering::Pool;
 use pmem_test_kit::crash_test_outcome;
 use pmem_test_kit::fixture::{heap_config, heap_holds_exactly, recover_heap, simulated_heap_with};
 use pmem_test_kit::SplitMix64;
-use pmem_themis_workloads::{ChainedHashMap, List};
+use pmem_themis_workloads::cache::{CacheEntry, CacheShape};
+use pmem_themis_workloads::{ChainedHashMap, CritBitTree, List, PersistentCache, RedBlackTree};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
 type SimHeap<'p> = Heap<SimBackend, &'p Pool<SimBackend>>;
@@ -75,6 +77,55 @@ fn map_models(ops: &[Op]) -> Vec<HashMap<u64, u64>> {
             Op::Remove(k) => map.remove(&k),
         };
         out.push(map.clone());
+    }
+    out
+}
+
+fn ordered_models(ops: &[Op]) -> Vec<Vec<(u64, u64)>> {
+    let mut map = BTreeMap::new();
+    let mut out = vec![Vec::new()];
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Insert(k) => map.insert(k, value(i, k)),
+            Op::Remove(k) => map.remove(&k),
+        };
+        out.push(map.clone().into_iter().collect());
+    }
+    out
+}
+
+/// The crash-tested cache: few sets and ways, so the short sequence fills sets and evicts.
+const CACHE_SHAPE: CacheShape = CacheShape {
+    sets: 2,
+    ways: 2,
+    value_words: 3,
+};
+
+/// The value the `i`-th operation caches under `key`: every word differs from the last
+/// update's, so a torn update shows.
+fn cache_value(i: usize, key: u64) -> Vec<u64> {
+    (0..CACHE_SHAPE.value_words)
+        .map(|w| value(i, key) * 10 + w)
+        .collect()
+}
+
+/// Every operation is an update of its key (PC has no delete); the model fills and evicts
+/// ways by the cache's rules, set by set.
+fn cache_models(ops: &[Op]) -> Vec<Vec<CacheEntry>> {
+    let ways = CACHE_SHAPE.ways as usize;
+    let mut entries: Vec<CacheEntry> = vec![None; CACHE_SHAPE.sets as usize * ways];
+    let mut out = vec![entries.clone()];
+    for (i, op) in ops.iter().enumerate() {
+        let (Op::Insert(key) | Op::Remove(key)) = *op;
+        let base = CACHE_SHAPE.set_of(key) as usize * ways;
+        let set = &mut entries[base..base + ways];
+        let way = set
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|(k, _)| *k == key))
+            .or_else(|| set.iter().position(Option::is_none))
+            .unwrap_or(CACHE_SHAPE.victim_of(key) as usize);
+        set[way] = Some((key, cache_value(i, key)));
+        out.push(entries.clone());
     }
     out
 }
@@ -212,6 +263,103 @@ fn map_test(policy: FencePolicy, sim: SimConfig, ops: &[Op], plan: Plan) -> Resu
     )
 }
 
+fn ctree_test(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: &[Op],
+    plan: Plan,
+) -> Result<Report, String> {
+    crash_test(
+        "ctree",
+        policy,
+        sim,
+        plan,
+        |heap| {
+            CritBitTree::create(heap, heap.pool().root_offset()).expect("create the tree");
+        },
+        |heap, i| {
+            let tree = CritBitTree::open(heap, heap.pool().root_offset())?;
+            match ops[i] {
+                Op::Insert(k) => tree.insert(k, value(i, k))?,
+                Op::Remove(k) => tree.remove(k)?,
+            };
+            Ok(())
+        },
+        |heap| {
+            let tree = CritBitTree::open(heap, heap.pool().root_offset())?;
+            Ok((tree.to_vec()?, tree.blocks()?))
+        },
+        &ordered_models(ops),
+    )
+}
+
+fn rbtree_test(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: &[Op],
+    plan: Plan,
+) -> Result<Report, String> {
+    crash_test(
+        "rbtree",
+        policy,
+        sim,
+        plan,
+        |heap| {
+            RedBlackTree::create(heap, heap.pool().root_offset()).expect("create the tree");
+        },
+        |heap, i| {
+            let tree = RedBlackTree::open(heap, heap.pool().root_offset())?;
+            match ops[i] {
+                Op::Insert(k) => tree.insert(k, value(i, k))?,
+                Op::Remove(k) => tree.remove(k)?,
+            };
+            Ok(())
+        },
+        |heap| {
+            // `to_vec` checks the red-black invariants too.
+            let tree = RedBlackTree::open(heap, heap.pool().root_offset())?;
+            Ok((tree.to_vec()?, tree.blocks()?))
+        },
+        &ordered_models(ops),
+    )
+}
+
+fn cache_test(
+    policy: FencePolicy,
+    sim: SimConfig,
+    ops: &[Op],
+    plan: Plan,
+) -> Result<Report, String> {
+    crash_test(
+        "cache",
+        policy,
+        sim,
+        plan,
+        |heap| {
+            PersistentCache::create(heap, heap.pool().root_offset(), CACHE_SHAPE)
+                .expect("create the cache");
+        },
+        |heap, i| {
+            let cache = PersistentCache::open(heap, heap.pool().root_offset())?;
+            let (Op::Insert(k) | Op::Remove(k)) = ops[i];
+            cache.update(k, &cache_value(i, k))?;
+            Ok(())
+        },
+        |heap| {
+            let cache = PersistentCache::open(heap, heap.pool().root_offset())?;
+            Ok((cache.entries()?, cache.blocks()))
+        },
+        &cache_models(ops),
+    )
+}
+
+/// The structures whose crash tests follow the same plans.
+const NEW_STRUCTURES: [(&str, StructureTest); 3] = [
+    ("ctree", ctree_test),
+    ("rbtree", rbtree_test),
+    ("cache", cache_test),
+];
+
 /// A short sequence, crashed after every event.
 fn short() -> Vec<Op> {
     ops(40, 10, 1)
@@ -227,7 +375,8 @@ fn assert_reported(report: &Report, ops: usize) {
     assert!(report.points > 0 && report.images >= report.points);
 }
 
-/// A crash test of one structure: [`list_test`] or [`map_test`].
+/// A crash test of one structure: [`list_test`], [`map_test`], [`ctree_test`], [`rbtree_test`]
+/// or [`cache_test`].
 type StructureTest = fn(FencePolicy, SimConfig, &[Op], Plan) -> Result<Report, String>;
 
 /// `test` passes under strict and batched on x86 with the short sequence crashed after every
@@ -299,4 +448,52 @@ fn themis_policy_survives_every_crash_under_themis() {
     )
     .unwrap();
     assert_reported(&report, short().len());
+}
+
+#[test]
+fn ctree_survives_every_crash_under_x86() {
+    assert_survives_every_crash_under_x86(ctree_test);
+}
+
+#[test]
+fn rbtree_survives_every_crash_under_x86() {
+    assert_survives_every_crash_under_x86(rbtree_test);
+}
+
+#[test]
+fn cache_survives_every_crash_under_x86() {
+    assert_survives_every_crash_under_x86(cache_test);
+}
+
+#[test]
+fn trees_and_cache_survive_sampled_crashes_of_long_sequences_under_x86() {
+    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
+        for (i, (_, test)) in NEW_STRUCTURES.iter().enumerate() {
+            let plan = Plan::sample(1500, 0x33 + i as u64);
+            let report = test(policy, SimConfig::x86(), &long(), plan).unwrap();
+            assert_reported(&report, long().len());
+        }
+    }
+}
+
+#[test]
+fn themis_policy_on_trees_and_cache_is_caught_under_x86_and_survives_under_themis() {
+    for (name, test) in NEW_STRUCTURES {
+        let failure = test(
+            FencePolicy::Themis,
+            SimConfig::x86(),
+            &short(),
+            Plan::every(),
+        )
+        .unwrap_err();
+        assert!(failure.contains(&format!("{name}-themis")), "{failure}");
+        let report = test(
+            FencePolicy::Themis,
+            SimConfig::themis(),
+            &short(),
+            Plan::every(),
+        )
+        .unwrap();
+        assert_reported(&report, short().len());
+    }
 }

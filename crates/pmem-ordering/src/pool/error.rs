@@ -169,6 +169,14 @@ pub enum PoolError {
         /// Why not.
         reason: String,
     },
+    /// The page size asked for cannot back this pool here.
+    #[error("the pool cannot be mapped with {requested} pages: {reason}")]
+    PageSizeUnavailable {
+        /// The page size asked for (`2m`, `4k`).
+        requested: &'static str,
+        /// Why not.
+        reason: String,
+    },
     /// An access outside the pool.
     #[error("access of {len} bytes at offset {offset:#x} is outside the pool of {size} bytes ({size:#x})")]
     OutOfBounds {

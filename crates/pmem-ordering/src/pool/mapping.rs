@@ -6,6 +6,7 @@ use std::path::Path;
 
 use memmap2::{MmapMut, MmapOptions};
 
+use super::pages::{check_size, map_anonymous_huge, PageSize};
 use super::PoolError;
 use crate::backend::Granularity;
 
@@ -16,6 +17,8 @@ pub(crate) enum Mapping {
     Mapped { _map: MmapMut, base: *mut u8 },
     /// A DAX mapping made with `MAP_SYNC`, which memmap2 cannot request.
     Sync { base: *mut u8, len: usize },
+    /// Anonymous memory at a 2 MiB-aligned address advised `MADV_HUGEPAGE` (`pages.rs`).
+    Huge { base: *mut u8, len: usize },
 }
 
 // SAFETY: the mapping is plain memory owned by this value (unmapped once, on drop), with no
@@ -30,7 +33,9 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     pub(crate) fn base(&self) -> *mut u8 {
         match self {
-            Mapping::Mapped { base, .. } | Mapping::Sync { base, .. } => *base,
+            Mapping::Mapped { base, .. }
+            | Mapping::Sync { base, .. }
+            | Mapping::Huge { base, .. } => *base,
         }
     }
 
@@ -38,8 +43,22 @@ impl Mapping {
     pub(crate) fn len(&self) -> usize {
         match self {
             Mapping::Mapped { _map, .. } => _map.len(),
-            Mapping::Sync { len, .. } => *len,
+            Mapping::Sync { len, .. } | Mapping::Huge { len, .. } => *len,
         }
+    }
+
+    /// Anonymous memory of `size` bytes on `page_size` pages (2 MiB: see `pages.rs`).
+    pub(crate) fn anonymous_paged(size: u64, page_size: PageSize) -> Result<Mapping, PoolError> {
+        if page_size == PageSize::Base4K {
+            return Mapping::anonymous(size);
+        }
+        check_size(size, page_size)?;
+        let len = usize::try_from(size).map_err(|_| PoolError::InvalidSize {
+            size,
+            reason: "it does not fit this machine's address space".into(),
+        })?;
+        let base = map_anonymous_huge(len)?;
+        Ok(Mapping::Huge { base, len })
     }
 
     /// Anonymous memory of `size` bytes.
@@ -133,7 +152,7 @@ fn map_sync(_file: &File, _len: usize) -> std::io::Result<Mapping> {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Mapping::Sync { base, len } = *self {
+        if let Mapping::Sync { base, len } | Mapping::Huge { base, len } = *self {
             // SAFETY: base/len are exactly what mmap returned, unmapped once.
             unsafe { libc::munmap(base as *mut libc::c_void, len) };
         }

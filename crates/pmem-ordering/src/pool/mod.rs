@@ -41,6 +41,7 @@ mod lock;
 mod magic;
 pub(crate) mod mapping;
 mod open;
+pub mod pages;
 mod pptr;
 mod words;
 
@@ -52,6 +53,7 @@ pub use error::PoolError;
 pub use header::Header;
 pub use magic::MagicText;
 pub use open::PoolOptions;
+pub use pages::{ObtainedPages, PageSize};
 pub use pptr::PPtr;
 pub use words::Words;
 

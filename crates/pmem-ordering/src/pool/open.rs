@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::header::{Header, HEADER_LEN};
 use super::lock::lock_exclusive;
 use super::mapping::Mapping;
+use super::pages::{self, PageSize};
 use super::{next_pool_id, Pool, PoolError};
 use crate::backend::{Granularity, Hardware};
 use crate::barrier::PersistModel;
@@ -19,6 +20,7 @@ pub struct PoolOptions {
     model: PersistModel,
     isa: Isa,
     root_size: u64,
+    page_size: PageSize,
 }
 
 impl Default for PoolOptions {
@@ -28,6 +30,7 @@ impl Default for PoolOptions {
             model: PersistModel::X86,
             isa: Isa::detected(),
             root_size: 4096 - 64,
+            page_size: PageSize::Base4K,
         }
     }
 }
@@ -61,6 +64,14 @@ impl PoolOptions {
     /// Size of the root object made at creation (ignored by `open`, which reads the header).
     pub fn root_size(mut self, bytes: u64) -> PoolOptions {
         self.root_size = bytes;
+        self
+    }
+
+    /// The pages to map the pool with (see [`super::pages`]): 2 MiB pages need a size that is
+    /// a multiple of 2 MiB and, for a file, hugetlbfs; otherwise creating or opening fails with
+    /// [`PoolError::PageSizeUnavailable`].
+    pub fn page_size(mut self, page_size: PageSize) -> PoolOptions {
+        self.page_size = page_size;
         self
     }
 }
@@ -211,6 +222,7 @@ impl Pool<Hardware> {
             return Err(e);
         }
         let result = (|| {
+            pages::check_file(&file, path, size, options.page_size)?;
             file.set_len(size)
                 .map_err(|e| io_error("set the length of", path, e))?;
             let (map, granularity) = Mapping::file(&file, path, size, options.granularity)?;
@@ -253,6 +265,7 @@ impl Pool<Hardware> {
         let file = open_pool_file(path, Access::ReadWrite)?;
         lock_exclusive(&file, path)?;
         let header = read_header(&file, path, Some(layout))?;
+        pages::check_file(&file, path, header.size, options.page_size)?;
         let (map, granularity) = Mapping::file(&file, path, header.size, options.granularity)?;
         let mut pool = Pool::from_parts(
             map,
@@ -283,6 +296,7 @@ impl Pool<Hardware> {
         let file = file
             .try_clone()
             .map_err(|e| io_error("duplicate the descriptor of", path, e))?;
+        pages::check_file(&file, path, self.header.size, options.page_size)?;
         let (map, granularity) = Mapping::file(&file, path, self.header.size, options.granularity)?;
         let mut pool = Pool::from_parts(
             map,
@@ -328,7 +342,7 @@ impl Pool<Hardware> {
                 })
             }
         };
-        let map = Mapping::anonymous(size)?;
+        let map = Mapping::anonymous_paged(size, options.page_size)?;
         let pool = Pool::from_parts(
             map,
             Hardware::new(options.isa, granularity, options.model),

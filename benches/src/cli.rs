@@ -47,7 +47,8 @@ use pmem_ordering::Granularity;
 ///   operation, and the effective write ratio at 256-byte XPLine granularity.
 ///
 /// * page-size: CCEH and FAST&FAIR single-call lookups and YCSB C (uniform, one thread) on
-///   anonymous pools with 4 KiB pages against 2 MiB pages (MADV_HUGEPAGE), paired in one run,
+///   anonymous pools with 4 KiB pages against 2 MiB pages (MADV_HUGEPAGE) and, where the host
+///   has a hugetlbfs mount with free 2 MiB pages, pool files on it, paired in one run,
 ///   with the pages obtained read back from /proc/self/smaps and dTLB load misses per lookup
 ///   where perf counters exist (2M records, about 30 s; --quick 200 000, about 2 s).
 ///
@@ -129,8 +130,9 @@ pub(crate) struct Cli {
     pub(crate) granularity: GranularityArg,
 
     /// Page size of the pools the page-size and alloc sections make: `4k` or `2m` (2 MiB:
-    /// transparent huge pages for anonymous pools). The page-size section measures only this
-    /// size when given (default: both, paired); the alloc section maps our heap with it
+    /// transparent huge pages for anonymous pools, and pool files on hugetlbfs where the host
+    /// has it). The page-size section measures only this size when given (default: both,
+    /// paired); the alloc section maps our heap with it
     /// (default 4k). The other sections' pool files get 4 KiB pages (2 MiB pages for a file
     /// need hugetlbfs).
     #[arg(long, value_enum, value_name = "SIZE")]

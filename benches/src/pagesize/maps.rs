@@ -1,6 +1,8 @@
-//! The page-size section's structures: each on its own anonymous pool of the page size asked
-//! for, loaded with the YCSB records and driven through the YCSB [`Target`] interface.
+//! The page-size section's structures: each on its own pool of the side measured (anonymous
+//! memory on 4 KiB or transparent 2 MiB pages, or a file on hugetlbfs), loaded with the YCSB
+//! records and driven through the YCSB [`Target`] interface.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pmem_ordering::pool::pages::HUGE_PAGE_BYTES;
@@ -83,16 +85,96 @@ impl PagedMap {
     }
 }
 
-/// An anonymous pool of `bytes` on `page_size` pages, every page written once, with a heap.
-pub(super) fn paged_heap(bytes: u64, page_size: PageSize) -> Result<Heap, PageBenchError> {
+/// How one side of the comparison maps its pools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Anonymous memory on 4 KiB pages.
+    Base4K,
+    /// Anonymous memory, 2 MiB-aligned and advised `MADV_HUGEPAGE` (transparent huge pages).
+    Transparent2M,
+    /// A pool file on a hugetlbfs mount (2 MiB pages or none).
+    Hugetlbfs2M,
+}
+
+impl Side {
+    /// Every side, in column order.
+    pub const ALL: [Side; 3] = [Side::Base4K, Side::Transparent2M, Side::Hugetlbfs2M];
+
+    /// The sides that map pools with `size` pages.
+    pub fn of(size: PageSize) -> &'static [Side] {
+        match size {
+            PageSize::Base4K => &[Side::Base4K],
+            PageSize::Huge2M => &[Side::Transparent2M, Side::Hugetlbfs2M],
+        }
+    }
+
+    /// The page size it asks for.
+    pub fn page_size(self) -> PageSize {
+        match self {
+            Side::Base4K => PageSize::Base4K,
+            Side::Transparent2M | Side::Hugetlbfs2M => PageSize::Huge2M,
+        }
+    }
+
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Base4K => "4k",
+            Side::Transparent2M => "2m",
+            Side::Hugetlbfs2M => "2m hugetlbfs file",
+        }
+    }
+
+    /// Its index in [`Side::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A heap on one side's pool, and its pool file (hugetlbfs), removed after the heap drops.
+pub(super) struct SideHeap {
+    pub(super) heap: Heap,
+    _file: RemovedOnDrop,
+}
+
+/// A pool file this section made, removed when it drops, whatever failed in between.
+struct RemovedOnDrop(Option<PathBuf>);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            // Unlinking a mapped file is fine: its pages go when the last mapping does.
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A pool of `bytes` for `side` (a file in `hugetlbfs` for [`Side::Hugetlbfs2M`]), every
+/// page written once, with a heap.
+pub(super) fn side_heap(
+    bytes: u64,
+    side: Side,
+    hugetlbfs: Option<&Path>,
+) -> Result<SideHeap, PageBenchError> {
     let options = PoolOptions::new()
         .granularity(Granularity::Emulated)
-        .page_size(page_size);
+        .page_size(side.page_size());
     let pool_error = |source| PageBenchError::Pool {
-        page_size: page_size.name(),
+        page_size: side.name(),
         source,
     };
-    let pool = Pool::anonymous(LAYOUT, bytes, &options).map_err(pool_error)?;
+    let (pool, file) = match (side, hugetlbfs) {
+        (Side::Hugetlbfs2M, Some(mount)) => {
+            let path = mount.join(format!("pmem-bench-pages-{}.pool", std::process::id()));
+            let pool = Pool::create(&path, LAYOUT, bytes, &options).map_err(pool_error)?;
+            (pool, RemovedOnDrop(Some(path)))
+        }
+        (Side::Hugetlbfs2M, None) => return Err(PageBenchError::NoHugetlbfs),
+        _ => (
+            Pool::anonymous(LAYOUT, bytes, &options).map_err(pool_error)?,
+            RemovedOnDrop(None),
+        ),
+    };
     let zeros = vec![0u8; 1 << 20];
     let mut offset = pool.heap_offset();
     while offset < bytes {
@@ -100,11 +182,8 @@ pub(super) fn paged_heap(bytes: u64, page_size: PageSize) -> Result<Heap, PageBe
         let _ = pool.write(offset, &zeros[..n]).map_err(pool_error)?;
         offset += n as u64;
     }
-    Ok(Heap::create(
-        Arc::new(pool),
-        HeapConfig::default(),
-        FencePolicy::Batched,
-    )?)
+    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    Ok(SideHeap { heap, _file: file })
 }
 
 /// Pool size for `records` records: a power of two of at least 16 MiB (so a whole number of
@@ -119,16 +198,16 @@ pub fn pool_bytes(records: u64) -> u64 {
 /// A loaded structure on one page size, borrowing its heap.
 pub(super) struct Loaded<'h> {
     pub(super) structure: PagedMap,
-    pub(super) size: PageSize,
+    pub(super) side: Side,
     pub(super) target: Box<dyn Target + 'h>,
 }
 
-/// Make `structure` in `heap` (on `size` pages) and load it with `records` YCSB records; what
+/// Make `structure` in `heap` (on `side`'s pool) and load it with `records` YCSB records; what
 /// the kernel gave the pool.
 pub(super) fn load<'h>(
     heap: &'h Heap,
     structure: PagedMap,
-    size: PageSize,
+    side: Side,
     records: u64,
 ) -> Result<(Loaded<'h>, PoolPages), PageBenchError> {
     let root = heap.pool().root_offset();
@@ -173,12 +252,12 @@ pub(super) fn load<'h>(
     Ok((
         Loaded {
             structure,
-            size,
+            side,
             target,
         },
         PoolPages {
             structure: structure.name().to_string(),
-            requested: size.name().to_string(),
+            requested: side.name().to_string(),
             pool_bytes: pool.size(),
             huge_bytes: pages.huge_bytes,
             resident_bytes: pages.resident_bytes,

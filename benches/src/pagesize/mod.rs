@@ -1,24 +1,29 @@
 //! The page-size section: CCEH and FAST&FAIR lookups on pools mapped with 4 KiB pages against
 //! the same on 2 MiB pages, paired in one run (Optane page size, Sec. 3: page size dominates).
 //!
-//! For each page size and structure, a fresh anonymous pool ([`PoolOptions::page_size`]) at
-//! emulated granularity holds a heap and the structure (CCEH: default shape; FAST&FAIR: FAST
+//! Three sides ([`Side`]): anonymous memory on 4 KiB pages; anonymous memory mapped
+//! 2 MiB-aligned and advised `MADV_HUGEPAGE` (transparent huge pages); and a pool file on a
+//! hugetlbfs mount, where the host has mounted one and reserved enough 2 MiB pages (otherwise
+//! that side is skipped with the reason: the section never changes the host's settings). For
+//! each side and structure, a fresh pool ([`PoolOptions::page_size`]) at emulated granularity
+//! holds a heap and the structure (CCEH: default shape; FAST&FAIR: FAST
 //! shifts), loaded with the YCSB records `0..records` ([`crate::ycsb`]'s keys and values). Every
 //! page of the pool is written once before the heap is made, so the kernel has backed it (with
 //! huge pages where it could) before anything is timed; the pages obtained are then read back
 //! from `/proc/self/smaps` ([`pmem_ordering::pool::Pool::pages`]) and printed.
 //!
-//! Then, for [`PagePlan::rounds`] rounds, each structure is measured at 4 KiB and at 2 MiB back
-//! to back (the order alternating by round): single-call `get`s of every loaded key in one
+//! Then, for [`PagePlan::rounds`] rounds, each structure is measured on every side back to
+//! back (the order alternating by round): single-call `get`s of every loaded key in one
 //! random order, and a YCSB C run (reads only, uniform keys, one thread) through the YCSB
-//! driver. The ratio of a row is the median over the rounds of the round's 2 MiB / 4 KiB
-//! throughput. Where `perf_event_open` gives a dTLB load-miss counter ([`dtlb`]), each run's
+//! driver. A row's ratios are the medians over the rounds of the round's 2 MiB / 4 KiB
+//! throughputs. Where `perf_event_open` gives a dTLB load-miss counter ([`dtlb`]), each run's
 //! misses per lookup are counted too; otherwise the section says why not.
 
 pub mod dtlb;
 pub mod maps;
 pub mod report;
 
+use pmem_ordering::pool::hugetlbfs;
 use pmem_ordering::pool::PageSize;
 use pmem_ordering::PoolError;
 use pmem_undo_log::TxError;
@@ -30,7 +35,8 @@ use crate::ycsb::{
     plan, run_plan, KeyDistribution, KeySpace, PlanError, Target, TargetError, Workload, YcsbError,
 };
 use dtlb::DtlbCounter;
-use maps::{load, paged_heap, pool_bytes, Loaded, PagedMap};
+pub use maps::Side;
+use maps::{load, pool_bytes, side_heap, Loaded, PagedMap};
 
 /// Seed of the lookup order and the YCSB operations.
 pub(crate) const SEED: u64 = 0x9A6E;
@@ -114,6 +120,9 @@ pub enum PageBenchError {
         /// Keys looked up.
         expected: u64,
     },
+    /// A hugetlbfs side was asked for with no mount to put its pool file on (a bug).
+    #[error("page-size section: a hugetlbfs pool was asked for without a mount")]
+    NoHugetlbfs,
     /// The dTLB counter opened but could not be read.
     #[error("page-size section: the dTLB counter failed: {0}")]
     Counter(std::io::Error),
@@ -124,7 +133,7 @@ pub enum PageBenchError {
 pub struct PoolPages {
     /// The structure.
     pub structure: String,
-    /// The page size asked for (`4k`, `2m`).
+    /// The side (`4k`, `2m`, `2m hugetlbfs file`).
     pub requested: String,
     /// The pool's size in bytes.
     pub pool_bytes: u64,
@@ -153,10 +162,16 @@ pub struct PageRow {
     pub huge_ops_per_sec: Option<f64>,
     /// Median over the rounds of 2 MiB / 4 KiB ops/s (both measured).
     pub huge_over_base: Option<f64>,
+    /// Median ops/s on a hugetlbfs pool file (`None`: not measured).
+    pub hugetlbfs_ops_per_sec: Option<f64>,
+    /// Median over the rounds of hugetlbfs / 4 KiB ops/s (both measured).
+    pub hugetlbfs_over_base: Option<f64>,
     /// dTLB load misses per operation at 4 KiB (`None`: no counter, or not measured).
     pub base_dtlb_per_op: Option<f64>,
     /// The same at 2 MiB.
     pub huge_dtlb_per_op: Option<f64>,
+    /// The same on the hugetlbfs pool file.
+    pub hugetlbfs_dtlb_per_op: Option<f64>,
 }
 
 /// The section's results.
@@ -174,7 +189,7 @@ pub struct PageResults {
     pub rows: Vec<PageRow>,
     /// Why dTLB misses were not counted (`None`: they were).
     pub dtlb_unavailable: Option<String>,
-    /// The page sizes the host could not give, each with its reason.
+    /// The sides the host could not give, each with its reason.
     pub skipped: Vec<String>,
 }
 
@@ -209,17 +224,10 @@ fn sample<R>(
     ))
 }
 
-/// The samples of one (structure, operation) over the rounds, one list per page size.
+/// The samples of one (structure, operation) over the rounds, one list per side.
 #[derive(Default)]
 struct Samples {
-    by_size: [Vec<RunSample>; 2],
-}
-
-fn size_index(size: PageSize) -> usize {
-    match size {
-        PageSize::Base4K => 0,
-        PageSize::Huge2M => 1,
-    }
+    by_side: [Vec<RunSample>; 3],
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -232,29 +240,42 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 impl Samples {
     fn row(&self, structure: PagedMap, operation: &str, ops: u64) -> PageRow {
-        let rates =
-            |i: usize| -> Vec<f64> { self.by_size[i].iter().map(|s| s.ops_per_sec).collect() };
-        let dtlb = |i: usize| -> Option<f64> {
-            let runs = &self.by_size[i];
+        let rate = |side: Side| {
+            median(
+                self.by_side[side.index()]
+                    .iter()
+                    .map(|s| s.ops_per_sec)
+                    .collect(),
+            )
+        };
+        let dtlb = |side: Side| -> Option<f64> {
+            let runs = &self.by_side[side.index()];
             let counted: Option<Vec<u64>> = runs.iter().map(|s| s.dtlb_misses).collect();
             counted
                 .filter(|c| !c.is_empty())
                 .map(|c| c.iter().sum::<u64>() as f64 / (c.len() as u64 * ops) as f64)
         };
-        let ratios: Vec<f64> = self.by_size[0]
-            .iter()
-            .zip(&self.by_size[1])
-            .map(|(base, huge)| huge.ops_per_sec / base.ops_per_sec)
-            .collect();
+        let over_base = |side: Side| {
+            median(
+                self.by_side[Side::Base4K.index()]
+                    .iter()
+                    .zip(&self.by_side[side.index()])
+                    .map(|(base, other)| other.ops_per_sec / base.ops_per_sec)
+                    .collect(),
+            )
+        };
         PageRow {
             structure: structure.name().to_string(),
             operation: operation.to_string(),
             ops,
-            base_ops_per_sec: median(rates(0)),
-            huge_ops_per_sec: median(rates(1)),
-            huge_over_base: median(ratios),
-            base_dtlb_per_op: dtlb(0),
-            huge_dtlb_per_op: dtlb(1),
+            base_ops_per_sec: rate(Side::Base4K),
+            huge_ops_per_sec: rate(Side::Transparent2M),
+            huge_over_base: over_base(Side::Transparent2M),
+            hugetlbfs_ops_per_sec: rate(Side::Hugetlbfs2M),
+            hugetlbfs_over_base: over_base(Side::Hugetlbfs2M),
+            base_dtlb_per_op: dtlb(Side::Base4K),
+            huge_dtlb_per_op: dtlb(Side::Transparent2M),
+            hugetlbfs_dtlb_per_op: dtlb(Side::Hugetlbfs2M),
         }
     }
 }
@@ -288,31 +309,43 @@ pub fn measure(
         1,
         SEED,
     )?;
-    // Every heap first, then the structures borrowing them. A page size the host cannot give
-    // is skipped, with the reason in the results.
-    let mut heaps = Vec::new();
+    // Every heap first, then the structures borrowing them. A side the host cannot give is
+    // skipped, with the reason in the results.
+    let bytes = pool_bytes(plan_.records);
     let mut skipped = Vec::new();
+    let mut skip = |side: Side, reason: &dyn std::fmt::Display| {
+        let line = format!("{} pools not measured: {reason}", side.name());
+        if !skipped.contains(&line) {
+            skipped.push(line);
+        }
+    };
+    // Both structures' files at once: they need twice the pool's pages.
+    let hugetlbfs = hugetlbfs::mount_for(bytes * PagedMap::ALL.len() as u64);
+    let mut heaps = Vec::new();
     for structure in PagedMap::ALL {
-        for &size in plan_.sizes {
-            match paged_heap(pool_bytes(plan_.records), size) {
-                Ok(heap) => heaps.push((structure, size, heap)),
+        for side in plan_.sizes.iter().flat_map(|&size| Side::of(size)) {
+            let mount = match (side, &hugetlbfs) {
+                (Side::Hugetlbfs2M, Err(reason)) => {
+                    skip(*side, reason);
+                    continue;
+                }
+                (Side::Hugetlbfs2M, Ok(mount)) => Some(mount.as_path()),
+                _ => None,
+            };
+            match side_heap(bytes, *side, mount) {
+                Ok(heap) => heaps.push((structure, *side, heap)),
                 Err(PageBenchError::Pool {
                     source: PoolError::PageSizeUnavailable { reason, .. },
                     ..
-                }) => {
-                    let line = format!("{} pages not measured: {reason}", size.name());
-                    if !skipped.contains(&line) {
-                        skipped.push(line);
-                    }
-                }
+                }) => skip(*side, &reason),
                 Err(e) => return Err(e),
             }
         }
     }
     let mut loaded = Vec::new();
     let mut pools = Vec::new();
-    for (structure, size, heap) in &heaps {
-        let (l, p) = load(heap, *structure, *size, plan_.records)?;
+    for (structure, side, heap) in &heaps {
+        let (l, p) = load(&heap.heap, *structure, *side, plan_.records)?;
         loaded.push(l);
         pools.push(p);
     }
@@ -326,7 +359,7 @@ pub fn measure(
                 sides.reverse();
             }
             for side in sides {
-                let slot = size_index(side.size);
+                let slot = side.side.index();
                 let target = &*side.target;
                 let n = order.len() as u64;
                 let (s, hits) = sample(counter.as_ref(), n, || lookups(target, &order))?;
@@ -337,7 +370,7 @@ pub fn measure(
                         expected: n,
                     });
                 }
-                lookup_samples[si].by_size[slot].push(s);
+                lookup_samples[si].by_side[slot].push(s);
                 let (s, _) = sample(counter.as_ref(), ycsb_c.ops(), || {
                     run_plan(
                         target,
@@ -349,7 +382,7 @@ pub fn measure(
                     )
                     .map_err(PageBenchError::from)
                 })?;
-                ycsb_samples[si].by_size[slot].push(s);
+                ycsb_samples[si].by_side[slot].push(s);
             }
         }
         progress(round + 1, plan_.rounds);
@@ -383,23 +416,35 @@ mod tests {
             sizes: &PageSize::ALL,
         };
         let r = measure(&plan, |_, _| {}).unwrap();
-        if !r.skipped.is_empty() {
-            // No huge pages on this host: only the 4 KiB side ran, and the reason is kept.
-            assert_eq!(r.pools.len(), 2);
+        println!("skipped: {:?}", r.skipped);
+        // Every side is measured for both structures, or skipped with its reason.
+        let measured = |side: Side| {
+            let pools = r
+                .pools
+                .iter()
+                .filter(|p| p.requested == side.name())
+                .count();
+            let skipped = r
+                .skipped
+                .iter()
+                .any(|l| l.starts_with(&format!("{} pools not measured: ", side.name())));
             assert!(
-                r.skipped[0].starts_with("2m pages not measured"),
-                "{:?}",
+                (pools == 2 && !skipped) || (pools == 0 && skipped),
+                "{side:?}: {pools} pools, skipped {:?}",
                 r.skipped
             );
-            println!("skipped: {:?}", r.skipped);
-            return;
-        }
-        assert_eq!(r.pools.len(), 4);
+            pools == 2
+        };
+        assert!(measured(Side::Base4K), "4 KiB pages are always there");
+        let (transparent, hugetlbfs) = (measured(Side::Transparent2M), measured(Side::Hugetlbfs2M));
         assert!(r.pools.iter().all(|p| p.aligned_2m || p.requested == "4k"));
         assert_eq!(r.rows.len(), 4);
         for row in &r.rows {
-            assert!(row.base_ops_per_sec.is_some() && row.huge_ops_per_sec.is_some());
-            assert!(row.huge_over_base.is_some_and(|x| x > 0.0));
+            assert!(row.base_ops_per_sec.is_some_and(|x| x > 0.0));
+            assert_eq!(row.huge_ops_per_sec.is_some(), transparent);
+            assert_eq!(row.huge_over_base.is_some_and(|x| x > 0.0), transparent);
+            assert_eq!(row.hugetlbfs_ops_per_sec.is_some(), hugetlbfs);
+            assert_eq!(row.hugetlbfs_over_base.is_some_and(|x| x > 0.0), hugetlbfs);
             assert_eq!(row.base_dtlb_per_op.is_none(), r.dtlb_unavailable.is_some());
         }
     }
@@ -415,9 +460,8 @@ mod tests {
         .only(PageSize::Base4K);
         let r = measure(&plan, |_, _| {}).unwrap();
         assert_eq!(r.pools.len(), 2);
-        assert!(r
-            .rows
-            .iter()
-            .all(|row| row.huge_ops_per_sec.is_none() && row.huge_over_base.is_none()));
+        assert!(r.rows.iter().all(|row| row.huge_ops_per_sec.is_none()
+            && row.huge_over_base.is_none()
+            && row.hugetlbfs_ops_per_sec.is_none()));
     }
 }

@@ -23,8 +23,8 @@ fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
 pub fn blocks(r: &PageResults) -> Vec<Block> {
     let pools = Block {
         title: Some(format!(
-            "page size: pages obtained per pool (anonymous, emulated granularity, DRAM; \
-             /proc/self/smaps after the load of {} YCSB records)",
+            "page size: pages obtained per pool (anonymous, or a file on hugetlbfs; emulated \
+             granularity, DRAM; /proc/self/smaps after the load of {} YCSB records)",
             r.records
         )),
         header: vec![
@@ -59,7 +59,7 @@ pub fn blocks(r: &PageResults) -> Vec<Block> {
     };
     let mut speed = Block {
         title: Some(format!(
-            "page size: 4 KiB against 2 MiB pages, paired in one run ({} rounds, sides \
+            "page size: 4 KiB against 2 MiB pages (transparent, and hugetlbfs where the host has it), paired in one run ({} rounds, sides \
              alternating; {} lookups of every loaded key in one random order, YCSB C {} \
              operations)",
             r.rounds, r.records, r.ycsb_ops
@@ -70,8 +70,11 @@ pub fn blocks(r: &PageResults) -> Vec<Block> {
             "4k ops/s",
             "2m ops/s",
             "2m / 4k",
+            "hugetlbfs ops/s",
+            "hugetlbfs / 4k",
             "4k dTLB/op",
             "2m dTLB/op",
+            "hugetlbfs dTLB/op",
         ],
         rows: r
             .rows
@@ -83,16 +86,20 @@ pub fn blocks(r: &PageResults) -> Vec<Block> {
                     opt(row.base_ops_per_sec, rate),
                     opt(row.huge_ops_per_sec, rate),
                     opt(row.huge_over_base, |x| format!("{x:.3}")),
+                    opt(row.hugetlbfs_ops_per_sec, rate),
+                    opt(row.hugetlbfs_over_base, |x| format!("{x:.3}")),
                     opt(row.base_dtlb_per_op, |x| format!("{x:.3}")),
                     opt(row.huge_dtlb_per_op, |x| format!("{x:.3}")),
+                    opt(row.hugetlbfs_dtlb_per_op, |x| format!("{x:.3}")),
                 ]
             })
             .collect(),
         text_columns: &[0, 1],
         group_gaps: true,
         legend: vec![
-            "ops/s: median over the rounds; 2m / 4k: median of the rounds' ratios (above 1: \
-             huge pages faster)"
+            "ops/s: median over the rounds; 2m / 4k, hugetlbfs / 4k: medians of the rounds' \
+             ratios (above 1: huge pages faster); 2m: anonymous memory on transparent huge \
+             pages; hugetlbfs: a pool file on a hugetlbfs mount"
                 .to_string(),
             dtlb_note,
             "Optane page size, Sec. 3 (Fig. 1): page size dominates, up to 5x; with 4 KiB pages a random \

@@ -37,6 +37,7 @@
 
 mod error;
 pub mod header;
+pub mod hugetlbfs;
 mod lock;
 mod magic;
 pub(crate) mod mapping;

@@ -125,7 +125,8 @@ pub(crate) struct Cli {
     /// How persistence works for the pools: `emulated` issues flush instructions and fences as
     /// on persistent memory without msync (the default; on tmpfs this is DRAM, not persistent
     /// memory); `page` ends every persist in msync; `detect` tries MAP_SYNC (persistent memory
-    /// behind a DAX file system) and falls back to page.
+    /// behind a DAX file system: byte granularity if sysfs says its region is eADR, else cache
+    /// line) and falls back to page.
     #[arg(long, value_enum, value_name = "KIND", default_value_t = GranularityArg::Emulated)]
     pub(crate) granularity: GranularityArg,
 
@@ -233,7 +234,8 @@ pub(crate) enum GranularityArg {
     Emulated,
     /// Every persist ends in msync.
     Page,
-    /// MAP_SYNC if the file system allows it (cache-line granularity), else page.
+    /// MAP_SYNC if the file system allows it (byte granularity on an eADR region, else cache
+    /// line), else page.
     Detect,
 }
 

@@ -190,6 +190,10 @@ fn a_pool_file_in_the_temp_dir_has_page_granularity() {
     let path = make_pool(dir.path(), "p.pool");
     let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
     assert_eq!(pool.granularity(), Granularity::Page);
+    let basis = pool
+        .granularity_basis()
+        .expect("a file pool says how it was chosen");
+    assert!(basis.contains("MAP_SYNC was refused"), "{basis}");
     drop(pool);
 
     // Forcing cache-line granularity on a file that is not on DAX fails, on open and create.
@@ -218,6 +222,7 @@ fn a_pool_file_in_the_temp_dir_has_page_granularity() {
     for g in [Granularity::Emulated, Granularity::Byte, Granularity::Page] {
         let pool = Pool::open(&path, LAYOUT, &opts().granularity(g)).unwrap();
         assert_eq!(pool.granularity(), g);
+        assert_eq!(pool.granularity_basis(), Some("forced by the caller"));
         let root = pool.root::<u64>().unwrap();
         let _ = pool.persist(pool.set(root, &(g as u64 + 10)).unwrap());
     }
@@ -241,6 +246,7 @@ fn anonymous_pools_refuse_granularities_that_need_a_file() {
     for g in [Granularity::Emulated, Granularity::Byte] {
         let pool = Pool::anonymous(LAYOUT, SIZE, &opts().granularity(g)).unwrap();
         assert_eq!(pool.granularity(), g);
+        assert_eq!(pool.granularity_basis(), None);
     }
 }
 

@@ -19,10 +19,12 @@ use crate::barrier::PersistModel;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Granularity {
     /// eADR: the CPU caches are in the persistence domain. Flushes are skipped, fences stay.
-    /// Only when every `/sys/bus/nd/devices/region*/persistence_domain` reads `cpu_cache`, or
-    /// when forced.
+    /// Chosen for a file mapped with `MAP_SYNC` whose NVDIMM region's `persistence_domain`
+    /// reads `cpu_cache` (for a device without a region of its own, such as device-mapper:
+    /// when every region's does, as libpmem2 decides), or when forced.
     Byte,
     /// A DAX mapping made with `MAP_SYNC`: flush instructions plus a fence make a store durable.
+    /// Chosen for such a mapping unless its region is known to be eADR.
     CacheLine,
     /// An ordinary file in the page cache: durability needs `msync`.
     Page,

@@ -80,23 +80,33 @@ impl Mapping {
     }
 
     /// Map `size` bytes of `file`, choosing (or checking a forced) granularity.
+    ///
+    /// Unforced, a file that accepts `MAP_SYNC` is on persistent memory, and its region's
+    /// persistence domain (`domain.rs`) picks byte or cache line; any other file is in the
+    /// page cache.
     pub(crate) fn file(
         file: &File,
         path: &Path,
         size: u64,
         forced: Option<Granularity>,
-    ) -> Result<(Mapping, Granularity), PoolError> {
+    ) -> Result<(Mapping, GranularityChoice), PoolError> {
         let len = usize::try_from(size).map_err(|_| PoolError::InvalidSize {
             size,
             reason: "it does not fit this machine's address space".into(),
         })?;
         match forced {
             None => match map_sync(file, len) {
-                Ok(m) => Ok((m, Granularity::CacheLine)),
-                Err(_) => Ok((map_shared(file, path, len)?, Granularity::Page)),
+                Ok(m) => Ok((m, dax_granularity(file))),
+                Err(e) => Ok((
+                    map_shared(file, path, len)?,
+                    GranularityChoice {
+                        granularity: Granularity::Page,
+                        basis: format!("MAP_SYNC was refused ({e}): the file is not on DAX"),
+                    },
+                )),
             },
             Some(Granularity::CacheLine) => match map_sync(file, len) {
-                Ok(m) => Ok((m, Granularity::CacheLine)),
+                Ok(m) => Ok((m, GranularityChoice::forced(Granularity::CacheLine))),
                 Err(e) => Err(PoolError::GranularityUnavailable {
                     path: path.to_path_buf(),
                     requested: "cache-line",
@@ -105,8 +115,38 @@ impl Mapping {
                     ),
                 }),
             },
-            Some(g) => Ok((map_shared(file, path, len)?, g)),
+            Some(g) => Ok((map_shared(file, path, len)?, GranularityChoice::forced(g))),
         }
+    }
+}
+
+/// A pool's granularity and, for reports, how it was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GranularityChoice {
+    pub(crate) granularity: Granularity,
+    pub(crate) basis: String,
+}
+
+impl GranularityChoice {
+    /// A granularity the caller asked for.
+    pub(crate) fn forced(granularity: Granularity) -> GranularityChoice {
+        GranularityChoice {
+            granularity,
+            basis: "forced by the caller".into(),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn dax_granularity(file: &File) -> GranularityChoice {
+    super::domain::granularity_of_dax_file(file)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn dax_granularity(_file: &File) -> GranularityChoice {
+    GranularityChoice {
+        granularity: Granularity::CacheLine,
+        basis: "MAP_SYNC was accepted; persistence domains are read from Linux's sysfs only".into(),
     }
 }
 

@@ -6,10 +6,15 @@
 //! undefined behaviour.
 //!
 //! At open, a pool learns how persistence works for its file ([`Granularity`]): it first tries
-//! `MAP_SHARED_VALIDATE | MAP_SYNC`, which only a DAX file on persistent memory accepts
-//! (cache-line granularity); otherwise the file is in the page cache and every persist ends in
-//! `msync` (page granularity). *Emulated* and *byte* (eADR) granularity are used only when the
-//! caller forces them with [`PoolOptions::granularity`].
+//! `MAP_SHARED_VALIDATE | MAP_SYNC`, which only a DAX file on persistent memory accepts. If the
+//! mapping succeeds, the `persistence_domain` in sysfs of the NVDIMM region behind the file's
+//! device decides, as in libpmem2: `cpu_cache` (eADR) gives *byte* granularity, anything else,
+//! or a file that cannot be read, *cache-line* granularity; a device with no region of its own
+//! (device-mapper) gets byte only if every region reads `cpu_cache`
+//! ([`Pool::granularity_basis`] says which region and what it read). Otherwise the file is in
+//! the page cache and every persist ends in `msync` (page granularity). *Emulated* granularity
+//! is used only when the caller forces it with [`PoolOptions::granularity`]; a forced
+//! granularity is never overridden by detection.
 //!
 //! # Streaming stores and other threads
 //!
@@ -35,6 +40,8 @@
 //! model, not persistence: ordering a streaming store for *durability* is still the business of
 //! a fence of the same thread ([`crate::barrier`]).
 
+#[cfg(target_os = "linux")]
+mod domain;
 mod error;
 pub mod header;
 pub mod hugetlbfs;
@@ -89,6 +96,8 @@ pub struct Pool<B: Backend = Hardware> {
     header: Header,
     path: Option<PathBuf>,
     granularity: Granularity,
+    /// How `granularity` was chosen, for file pools; `None` for anonymous and simulated pools.
+    granularity_basis: Option<String>,
     /// Process-unique id, so tokens of one pool cannot be consumed by another.
     id: u64,
 }
@@ -100,6 +109,7 @@ impl<B: Backend> std::fmt::Debug for Pool<B> {
             .field("layout", &self.header.layout)
             .field("size", &self.header.size)
             .field("granularity", &self.granularity)
+            .field("granularity_basis", &self.granularity_basis)
             .field("model", &self.backend.model())
             .finish()
     }
@@ -125,6 +135,7 @@ impl<B: Backend> Pool<B> {
             header,
             path,
             granularity,
+            granularity_basis: None,
             id: next_pool_id(),
         }
     }
@@ -163,6 +174,13 @@ impl<B: Backend> Pool<B> {
     /// How persistence works for this pool.
     pub fn granularity(&self) -> Granularity {
         self.granularity
+    }
+
+    /// How a pool file's granularity was chosen, for reports: forced by the caller, `MAP_SYNC`
+    /// refused, or the persistence domain of the file's NVDIMM region as read from sysfs.
+    /// `None` for anonymous and simulated pools.
+    pub fn granularity_basis(&self) -> Option<&str> {
+        self.granularity_basis.as_deref()
     }
 
     /// The persistency model the pool's code is written for.

@@ -43,7 +43,8 @@ impl PoolOptions {
     }
 
     /// Force a granularity instead of detecting it. `CacheLine` fails to open a file that
-    /// cannot be mapped with `MAP_SYNC`; `Emulated` and `Byte` are taken on trust.
+    /// cannot be mapped with `MAP_SYNC` (and stays `CacheLine` on an eADR region); `Emulated`
+    /// and `Byte` are taken on trust.
     pub fn granularity(mut self, granularity: Granularity) -> PoolOptions {
         self.granularity = Some(granularity);
         self
@@ -225,14 +226,15 @@ impl Pool<Hardware> {
             pages::check_file(&file, path, size, options.page_size)?;
             file.set_len(size)
                 .map_err(|e| io_error("set the length of", path, e))?;
-            let (map, granularity) = Mapping::file(&file, path, size, options.granularity)?;
-            let pool = Pool::from_parts(
+            let (map, choice) = Mapping::file(&file, path, size, options.granularity)?;
+            let mut pool = Pool::from_parts(
                 map,
-                Hardware::new(options.isa, granularity, options.model),
+                Hardware::new(options.isa, choice.granularity, options.model),
                 header,
                 Some(path.to_path_buf()),
-                granularity,
+                choice.granularity,
             );
+            pool.granularity_basis = Some(choice.basis);
             pool.write_header()?;
             Ok(pool)
         })();
@@ -266,14 +268,15 @@ impl Pool<Hardware> {
         lock_exclusive(&file, path)?;
         let header = read_header(&file, path, Some(layout))?;
         pages::check_file(&file, path, header.size, options.page_size)?;
-        let (map, granularity) = Mapping::file(&file, path, header.size, options.granularity)?;
+        let (map, choice) = Mapping::file(&file, path, header.size, options.granularity)?;
         let mut pool = Pool::from_parts(
             map,
-            Hardware::new(options.isa, granularity, options.model),
+            Hardware::new(options.isa, choice.granularity, options.model),
             header,
             Some(path.to_path_buf()),
-            granularity,
+            choice.granularity,
         );
+        pool.granularity_basis = Some(choice.basis);
         pool.file = Some(file);
         Ok(pool)
     }
@@ -297,14 +300,15 @@ impl Pool<Hardware> {
             .try_clone()
             .map_err(|e| io_error("duplicate the descriptor of", path, e))?;
         pages::check_file(&file, path, self.header.size, options.page_size)?;
-        let (map, granularity) = Mapping::file(&file, path, self.header.size, options.granularity)?;
+        let (map, choice) = Mapping::file(&file, path, self.header.size, options.granularity)?;
         let mut pool = Pool::from_parts(
             map,
-            Hardware::new(options.isa, granularity, options.model),
+            Hardware::new(options.isa, choice.granularity, options.model),
             self.header.clone(),
             Some(path.clone()),
-            granularity,
+            choice.granularity,
         );
+        pool.granularity_basis = Some(choice.basis);
         pool.file = Some(file);
         Ok(pool)
     }

@@ -22,9 +22,11 @@ pub const MAX_STRUCTURES: u64 = 4096;
 /// * **Cache line** (a file on a DAX filesystem over persistent memory, mapped with
 ///   `MAP_SYNC`): a persist is `clwb` (or `clflushopt`, `clflush`) of the lines written and one
 ///   `sfence`, a few hundred nanoseconds on Optane. Chosen automatically when the mapping
-///   accepts `MAP_SYNC`.
+///   accepts `MAP_SYNC` and the region is not eADR, or its domain cannot be read.
 /// * **Byte** (eADR: the CPU caches are inside the persistence domain): flushes are skipped,
-///   fences kept. Only when forced with [`StoreOptions::granularity`].
+///   fences kept. Chosen automatically when the mapping accepts `MAP_SYNC` and sysfs says the
+///   file's NVDIMM region has `persistence_domain` `cpu_cache` (libpmem2's test); or forced
+///   with [`StoreOptions::granularity`].
 /// * **Page** (an ordinary file on a disk or in the page cache): every persist ends in
 ///   `msync` of the pages written, a system call and a write-back to the device: on the
 ///   development machine's ext4 disk a hash-map insert took 104 us this way (3,000 inserts),

@@ -3,6 +3,7 @@
 //! records and driven through the YCSB [`Target`] interface.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pmem_ordering::pool::pages::HUGE_PAGE_BYTES;
@@ -165,7 +166,13 @@ pub(super) fn side_heap(
     };
     let (pool, file) = match (side, hugetlbfs) {
         (Side::Hugetlbfs2M, Some(mount)) => {
-            let path = mount.join(format!("pmem-bench-pages-{}.pool", std::process::id()));
+            // One file per pool of this process.
+            static FILES: AtomicUsize = AtomicUsize::new(0);
+            let path = mount.join(format!(
+                "pmem-bench-pages-{}-{}.pool",
+                std::process::id(),
+                FILES.fetch_add(1, Ordering::Relaxed)
+            ));
             let pool = Pool::create(&path, LAYOUT, bytes, &options).map_err(pool_error)?;
             (pool, RemovedOnDrop(Some(path)))
         }

@@ -258,6 +258,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|&s| selection.measures(s))
         .count()
         + usize::from(!store_structures.is_empty());
+    let flush_plan = FlushPlan::new(
+        cli.quick,
+        selection.runs(SectionArg::ReadAfterPersist),
+        selection.runs(SectionArg::Perc),
+    );
     let count = usize::from(selection.runs(SectionArg::Pmdk))
         + groups.len()
         + tx_groups.len()
@@ -266,7 +271,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         + usize::from(selection.runs(SectionArg::ByteKeys))
         + usize::from(selection.runs(SectionArg::Ycsb))
         + usize::from(selection.runs(SectionArg::PageSize))
-        + usize::from(selection.runs(SectionArg::Alloc));
+        + usize::from(selection.runs(SectionArg::Alloc))
+        + usize::from(flush_plan.runs());
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
@@ -471,12 +477,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     } else {
         None
     };
-    let flush_plan = FlushPlan::new(
-        cli.quick,
-        selection.runs(SectionArg::ReadAfterPersist),
-        selection.runs(SectionArg::Perc),
-    );
     let flush_results = flush_plan.runs().then(|| {
+        progress.next();
         flushlat::measure(
             &flush_plan,
             |l| progress.line(l),
@@ -513,9 +515,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         // The page-size and alloc sections print themselves; their results join the JSON here.
         json["page_size"] = serde_json::to_value(&page_results)?;
         json["alloc"] = serde_json::to_value(&alloc_results)?;
-        if let Some(r) = &flush_results {
-            r.add_to_json(&mut json)?;
-        }
+        flushlat::add_to_json(flush_results.as_ref(), &mut json)?;
         write_output(out, path, &serde_json::to_string_pretty(&json)?)?;
     }
     if let (Some(out), Some(path)) = (markdown_out, cli.markdown.as_deref()) {

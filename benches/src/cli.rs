@@ -56,6 +56,15 @@ use pmem_ordering::Granularity;
 ///   ours (undo-log transactions and record blocks), the system allocator, jemalloc and, built
 ///   with --features pmdk, libpmemobj, in one run (about 15 s; --quick about 2 s).
 ///
+/// * read-after-persist: the cycles of one load of a line right after clwb + sfence,
+///   clflushopt + sfence, clflush or an nt store + sfence, at once and after 1 and 10 us,
+///   against a cache hit, a store without flush and a cold line: does the flush evict the line
+///   on this CPU (about 5 s; --quick well under 2 s)?
+///
+/// * perc: PERC's micro-benchmarks: a fence every 1..64 flushes (clwb, clflushopt; clflush
+///   unfenced), lines of one L1/L2 cache set against different sets, pointer chasing with and
+///   without flushes, and the empty loop (about 5 s; --quick well under 2 s).
+///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
@@ -183,6 +192,10 @@ pub(crate) enum SectionArg {
     PageSize,
     /// Allocator throughput: ours, libpmemobj, system, jemalloc.
     Alloc,
+    /// One load of a line right after clwb, clflushopt, clflush or an nt store, and later.
+    ReadAfterPersist,
+    /// PERC's flush and fence micro-benchmarks.
+    Perc,
 }
 
 /// A page size, on the command line.
@@ -272,6 +285,8 @@ impl Selection {
                 SectionArg::Ycsb,
                 SectionArg::PageSize,
                 SectionArg::Alloc,
+                SectionArg::ReadAfterPersist,
+                SectionArg::Perc,
             ];
             if cfg!(feature = "pmdk") {
                 all.push(SectionArg::Pmdk);

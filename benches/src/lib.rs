@@ -35,7 +35,9 @@
 //! * [`pagesize`]: CCEH and FAST&FAIR lookups and YCSB C on 4 KiB against 2 MiB pages, with the
 //!   pages obtained read back and dTLB misses where counters exist;
 //! * [`allocbench`]: alloc/free throughput of ours, libpmemobj, the system allocator and
-//!   jemalloc, 64 B to 4 KiB, one and two threads.
+//!   jemalloc, 64 B to 4 KiB, one and two threads;
+//! * [`flushlat`]: single loads after a persist (read-after-persist) and PERC's flush and fence
+//!   micro-benchmarks, on the CPU's real instructions over DRAM.
 #![deny(missing_docs)]
 
 pub mod allocbench;
@@ -43,6 +45,7 @@ pub mod bytekeys;
 pub mod ccehbench;
 pub mod datalogbench;
 pub mod fastfairbench;
+pub mod flushlat;
 pub mod keys;
 pub mod machine;
 pub mod measure;

@@ -25,6 +25,7 @@ use pmem_bench::bytekeys::{self, ByteKeyError, ByteKeyPlan, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
+use pmem_bench::flushlat::{self, FlushPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
 use pmem_bench::pagesize::{self, PageBenchError, PagePlan};
@@ -257,6 +258,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|&s| selection.measures(s))
         .count()
         + usize::from(!store_structures.is_empty());
+    let flush_plan = FlushPlan::new(
+        cli.quick,
+        selection.runs(SectionArg::ReadAfterPersist),
+        selection.runs(SectionArg::Perc),
+    );
     let count = usize::from(selection.runs(SectionArg::Pmdk))
         + groups.len()
         + tx_groups.len()
@@ -265,7 +271,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         + usize::from(selection.runs(SectionArg::ByteKeys))
         + usize::from(selection.runs(SectionArg::Ycsb))
         + usize::from(selection.runs(SectionArg::PageSize))
-        + usize::from(selection.runs(SectionArg::Alloc));
+        + usize::from(selection.runs(SectionArg::Alloc))
+        + usize::from(flush_plan.runs());
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
@@ -470,6 +477,14 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     } else {
         None
     };
+    let flush_results = flush_plan.runs().then(|| {
+        progress.next();
+        flushlat::measure(
+            &flush_plan,
+            |l| progress.line(l),
+            |r, n| progress.round(r, n),
+        )
+    });
     progress.done();
 
     print!("{}", report.text());
@@ -481,6 +496,10 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     if let Some(r) = &alloc_results {
         print!("{}", allocbench::report::text(r));
         markdown_extra.push_str(&allocbench::report::markdown(r));
+    }
+    if let Some(r) = &flush_results {
+        print!("{}", flushlat::report::text(r));
+        markdown_extra.push_str(&flushlat::report::markdown(r));
     }
     if report.pmdk.is_none() && cli.section.is_empty() {
         // A default run built without the feature says where the PMDK comparison would be.
@@ -496,6 +515,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         // The page-size and alloc sections print themselves; their results join the JSON here.
         json["page_size"] = serde_json::to_value(&page_results)?;
         json["alloc"] = serde_json::to_value(&alloc_results)?;
+        flushlat::add_to_json(flush_results.as_ref(), &mut json)?;
         write_output(out, path, &serde_json::to_string_pretty(&json)?)?;
     }
     if let (Some(out), Some(path)) = (markdown_out, cli.markdown.as_deref()) {

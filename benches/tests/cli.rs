@@ -132,7 +132,8 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (store_rows + 2)
         + byte_key_lines
         + (ycsb_rows + 2 * Structure::ALL.len())
-        + page_size_and_alloc_lines(&report);
+        + page_size_and_alloc_lines(&report)
+        + flush_section_lines(&report);
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
     let table_lines = table_lines
@@ -166,6 +167,24 @@ fn page_size_and_alloc_lines(report: &Value) -> usize {
     };
     assert!(rows("page_size", "rows") > 0 && rows("alloc", "rows") > 0);
     (rows("page_size", "pools") + 2) + (rows("page_size", "rows") + 2) + (rows("alloc", "rows") + 2)
+}
+
+/// The markdown table lines of the read-after-persist and PERC sections, which run by default:
+/// the machine table, then one table of loads and three of PERC's loops.
+fn flush_section_lines(report: &Value) -> usize {
+    let rows = |section: &str, table: &str| {
+        report[section][table]
+            .as_array()
+            .unwrap_or_else(|| panic!("{section} {table} in a default run"))
+            .len()
+            + 2
+    };
+    let machine = 6 + 2;
+    machine
+        + rows("read_after_persist", "rows")
+        + rows("perc", "fence_rows")
+        + rows("perc", "set_rows")
+        + rows("perc", "chase_rows")
 }
 
 /// The YCSB section of a default-shaped run at `scale`: for every structure and variant, a
@@ -864,4 +883,123 @@ fn plot_writes_png_charts() {
         assert!(stderr.contains(name), "{stderr}");
     }
     assert!(!plot_dir.join("ycsb-fastfair.png").exists());
+}
+
+/// A number in `row[key]` that is finite and not negative.
+fn non_negative(row: &Value, key: &str) -> f64 {
+    let x = row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {row}"));
+    assert!(x.is_finite() && x >= 0.0, "{key} = {x} in {row}");
+    x
+}
+
+/// Whether `skipped` names `variant` (or every variant) with a reason.
+fn skipped_with_reason(skipped: &Value, variant: &str) -> bool {
+    skipped.as_array().is_some_and(|s| {
+        s.iter().any(|k| {
+            (k["variant"] == variant
+                || k["variant"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("every")))
+                && k["reason"].as_str().is_some_and(|r| !r.is_empty())
+        })
+    })
+}
+
+#[test]
+fn quick_flush_sections_report_every_variant_or_why_not() {
+    use pmem_bench::flushlat::lines::Persist;
+    use pmem_bench::flushlat::perc::{FENCE_EVERY, SET_LIST_LINES};
+    use pmem_bench::flushlat::rap::{DELAYS_NS, PERSISTS};
+
+    let pool_dir = pool_dir();
+    let (stdout, report) = quick_run(&pool_dir, &["--section", "read-after-persist,perc"]);
+    assert!(stdout.contains("read-after-persist: one load"), "{stdout}");
+    assert!(stdout.contains("NOT persistent memory"), "{stdout}");
+    assert!(
+        stdout.contains("Optane buffering (EuroSys'22), Sec. 3.5"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("PERC, Sec. 4.3.3"), "{stdout}");
+
+    let rap = &report["read_after_persist"];
+    assert!(rap["machine"]["cpu_model"].is_string(), "{rap}");
+    let rows = rap["rows"].as_array().expect("read_after_persist rows");
+    for row in rows {
+        let median = non_negative(row, "median_cycles");
+        assert!(non_negative(row, "p90_cycles") >= median, "{row}");
+        non_negative(row, "median_ns");
+        assert!(row["samples"].as_u64().is_some_and(|n| n > 0), "{row}");
+    }
+    for baseline in ["cache hit", "cold"] {
+        assert!(
+            rows.iter().any(|r| r["variant"]
+                .as_str()
+                .is_some_and(|v| v.starts_with(baseline)))
+                || skipped_with_reason(&rap["skipped"], baseline),
+            "{baseline} missing: {rap}"
+        );
+    }
+    for persist in PERSISTS {
+        let name = match persist {
+            Persist::None => "store, no flush".to_string(),
+            other => other.name(),
+        };
+        for delay in DELAYS_NS {
+            assert!(
+                rows.iter()
+                    .any(|r| r["variant"] == name.as_str() && r["delay_ns"] == delay)
+                    || skipped_with_reason(&rap["skipped"], &persist.name()),
+                "{name} after {delay} ns neither measured nor skipped: {rap}"
+            );
+        }
+    }
+
+    let perc = &report["perc"];
+    let skipped = &perc["skipped"];
+    assert!(non_negative(perc, "empty_loop_ns") > 0.0 || skipped_with_reason(skipped, "every"));
+    let fence = perc["fence_rows"].as_array().expect("fence rows");
+    for flush in ["clwb", "clflushopt", "none (store only)"] {
+        for every in FENCE_EVERY {
+            assert!(
+                fence
+                    .iter()
+                    .any(|r| r["flush"] == flush && r["fence_every"] == every)
+                    || skipped_with_reason(skipped, flush),
+                "{flush} every {every} missing: {perc}"
+            );
+        }
+    }
+    assert!(
+        fence
+            .iter()
+            .any(|r| r["flush"] == "clflush" && r["fence_every"].is_null())
+            || skipped_with_reason(skipped, "clflush")
+    );
+    let sets = perc["set_rows"].as_array().expect("set rows");
+    for lines in SET_LIST_LINES {
+        for layout in ["same set", "different sets"] {
+            assert!(
+                sets.iter()
+                    .any(|r| r["lines"] == lines && r["layout"] == layout)
+                    || !perc["machine"]["caches_unavailable"].is_null(),
+                "{layout} x {lines} missing: {perc}"
+            );
+        }
+    }
+    let chase = perc["chase_rows"].as_array().expect("chase rows");
+    assert!(chase.iter().any(|r| r["variant"] == "load next"), "{perc}");
+    assert!(
+        chase
+            .iter()
+            .any(|r| r["variant"] == "load next, write node"),
+        "{perc}"
+    );
+    for row in fence.iter().chain(sets) {
+        assert!(non_negative(row, "ns_per_line") > 0.0, "{row}");
+    }
+    for row in chase {
+        assert!(non_negative(row, "ns_per_node") > 0.0, "{row}");
+    }
 }

@@ -55,6 +55,13 @@ use pmem_ordering::Granularity;
 ///   ours (undo-log transactions and record blocks), the system allocator, jemalloc and, built
 ///   with --features pmdk, libpmemobj, in one run (about 15 s; --quick about 2 s).
 ///
+/// * service: redis-benchmark SET and GET (50 clients, pipelines 1 and 16, 1,000,000 requests,
+///   random keys, 100 B values) against our RESP2 server (pmem-kv-server, in process),
+///   redis-server with appendfsync always and redis-server without persistence, in one run;
+///   then the store's byte-key maps against redb in process (200 000 keys: inserts with a
+///   durable commit each and per 1,000, and gets). Skipped, with the reason, when
+///   redis-benchmark or redis-server is not installed (a few minutes; --quick a few seconds).
+///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
@@ -180,6 +187,8 @@ pub(crate) enum SectionArg {
     PageSize,
     /// Allocator throughput: ours, libpmemobj, system, jemalloc.
     Alloc,
+    /// Our server against redis-server under redis-benchmark; our maps against redb.
+    Service,
 }
 
 /// A page size, on the command line.
@@ -268,6 +277,7 @@ impl Selection {
                 SectionArg::Ycsb,
                 SectionArg::PageSize,
                 SectionArg::Alloc,
+                SectionArg::Service,
             ];
             if cfg!(feature = "pmdk") {
                 all.push(SectionArg::Pmdk);

@@ -35,7 +35,9 @@
 //! * [`pagesize`]: CCEH and FAST&FAIR lookups and YCSB C on 4 KiB against 2 MiB pages, with the
 //!   pages obtained read back and dTLB misses where counters exist;
 //! * [`allocbench`]: alloc/free throughput of ours, libpmemobj, the system allocator and
-//!   jemalloc, 64 B to 4 KiB, one and two threads.
+//!   jemalloc, 64 B to 4 KiB, one and two threads;
+//! * [`service`]: our RESP2 server against redis-server (AOF fsync always, and no persistence)
+//!   under redis-benchmark, and the store's byte-key maps against redb in process.
 #![deny(missing_docs)]
 
 pub mod allocbench;
@@ -54,6 +56,7 @@ pub mod pmdk;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
+pub mod service;
 pub mod storebench;
 pub mod txbench;
 pub mod ycsb;

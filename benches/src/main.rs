@@ -34,6 +34,7 @@ use pmem_bench::plot::{
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
 use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
+use pmem_bench::service::{self, ServiceError};
 use pmem_bench::storebench::{self, StoreBenchError, StorePlan};
 use pmem_bench::txbench::{self, TxRunner};
 use pmem_bench::ycsb::{
@@ -75,6 +76,8 @@ enum RunError {
     PageSize(#[from] PageBenchError),
     #[error(transparent)]
     Alloc(#[from] AllocBenchError),
+    #[error(transparent)]
+    Service(#[from] ServiceError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -265,7 +268,8 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         + usize::from(selection.runs(SectionArg::ByteKeys))
         + usize::from(selection.runs(SectionArg::Ycsb))
         + usize::from(selection.runs(SectionArg::PageSize))
-        + usize::from(selection.runs(SectionArg::Alloc));
+        + usize::from(selection.runs(SectionArg::Alloc))
+        + usize::from(selection.runs(SectionArg::Service));
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
@@ -470,6 +474,14 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     } else {
         None
     };
+    let service_results = if selection.runs(SectionArg::Service) {
+        progress.next();
+        Some(service::run(cli.quick, &dir, TX_POOL_PREFIX, |l| {
+            progress.line(l)
+        })?)
+    } else {
+        None
+    };
     progress.done();
 
     print!("{}", report.text());
@@ -482,6 +494,10 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         print!("{}", allocbench::report::text(r));
         markdown_extra.push_str(&allocbench::report::markdown(r));
     }
+    if let Some(r) = &service_results {
+        print!("{}", service::report::text(r));
+        markdown_extra.push_str(&service::report::markdown(r));
+    }
     if report.pmdk.is_none() && cli.section.is_empty() {
         // A default run built without the feature says where the PMDK comparison would be.
         println!("{PMDK_HINT}");
@@ -493,9 +509,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     }
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         let mut json: serde_json::Value = serde_json::from_str(&report.to_json()?)?;
-        // The page-size and alloc sections print themselves; their results join the JSON here.
+        // The page-size, alloc and service sections print themselves; their results join the
+        // JSON here.
         json["page_size"] = serde_json::to_value(&page_results)?;
         json["alloc"] = serde_json::to_value(&alloc_results)?;
+        json["service"] = serde_json::to_value(&service_results)?;
         write_output(out, path, &serde_json::to_string_pretty(&json)?)?;
     }
     if let (Some(out), Some(path)) = (markdown_out, cli.markdown.as_deref()) {

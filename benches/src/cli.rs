@@ -67,7 +67,7 @@ use pmem_ordering::Granularity;
 ///
 /// The default run takes about two minutes on a 2-core machine, about half a minute more for
 /// the store path comparison and about a minute and a half more for the byte keys (1M records
-/// in each of 7 maps); --quick under 30 seconds.
+/// in each of 7 maps), plus the service section (a few minutes); --quick under 40 seconds.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]

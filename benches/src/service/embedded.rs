@@ -18,7 +18,6 @@ use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use serde::Serialize;
 
 use super::ServiceError;
-use crate::bytekeys::keyset::{KeyKind, Keys, BYTE_KEY_LEN};
 use crate::keys::SplitMix64;
 use crate::poolfile::StoreFile;
 
@@ -49,7 +48,24 @@ pub struct EmbeddedRow {
     pub ours_over_redb: Option<f64>,
 }
 
-type Key = [u8; BYTE_KEY_LEN];
+/// Bytes of every key.
+pub const KEY_BYTES: usize = 16;
+
+type Key = [u8; KEY_BYTES];
+
+/// `n` keys of 16 random bytes (two draws of the generator each; a repeat, about `n^2 / 2^129`
+/// likely, would show as a duplicate insert).
+fn random_keys(n: u64) -> Vec<Key> {
+    let mut rng = SplitMix64::new(SEED);
+    (0..n)
+        .map(|_| {
+            let mut key = [0u8; KEY_BYTES];
+            key[..8].copy_from_slice(&rng.next_u64().to_be_bytes());
+            key[8..].copy_from_slice(&rng.next_u64().to_be_bytes());
+            key
+        })
+        .collect()
+}
 
 /// The value of record `i`: its number, then a fill byte.
 fn value_of(i: usize) -> [u8; VALUE_BYTES] {
@@ -127,7 +143,7 @@ fn time_ours(
 /// Pool bytes for `records` records: each record's block (header, key and value, rounded up
 /// to a power of two), the index, and a margin.
 fn pool_bytes(records: u64) -> u64 {
-    let block = (12 + BYTE_KEY_LEN as u64 + VALUE_BYTES as u64).next_power_of_two();
+    let block = (12 + KEY_BYTES as u64 + VALUE_BYTES as u64).next_power_of_two();
     (records * (block + 256) + (64 << 20)).next_multiple_of(1 << 20)
 }
 
@@ -200,9 +216,7 @@ fn time_redb(
 /// `{prefix}-service-*`. Rows: inserts committed per insert, inserts committed per
 /// [`BATCH`], gets; in each, our hash map, our ordered map, redb.
 pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow>, ServiceError> {
-    let Keys::Bytes(keys) = Keys::new(KeyKind::Random16, records, SEED) else {
-        unreachable!("16-byte keys are bytes")
-    };
+    let keys = random_keys(records);
     let order = lookup_order(keys.len());
     let size = pool_bytes(records);
     let granularity = Some(Granularity::Emulated);

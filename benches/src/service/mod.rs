@@ -19,6 +19,7 @@ pub mod embedded;
 pub mod redis;
 pub mod report;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
@@ -272,7 +273,8 @@ fn server_pool_bytes(plan: &ServicePlan) -> u64 {
 /// The network half: the three servers started, every cell measured, the servers stopped.
 fn measure_network(plan: &ServicePlan, dir: &Path) -> Result<Vec<NetworkRow>, ServiceError> {
     let mut config = ServerConfig::new(dir.join("ours.pool"));
-    config.bind = "127.0.0.1:0".parse().expect("a literal socket address");
+    // Port 0: the system picks a free port, which `local_addr` reports.
+    config.bind = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     config.granularity = Some(Granularity::Emulated);
     config.pool_size = server_pool_bytes(plan);
     let ours = Server::start(config)?;

@@ -65,12 +65,19 @@ use pmem_ordering::Granularity;
 ///   unfenced), lines of one L1/L2 cache set against different sets, pointer chasing with and
 ///   without flushes, and the empty loop (about 5 s; --quick well under 2 s).
 ///
+/// * service: redis-benchmark SET and GET (50 clients, pipelines 1 and 16, 1,000,000 requests,
+///   random keys, 100 B values) against our RESP2 server (pmem-kv-server, in process),
+///   redis-server with appendfsync always and redis-server without persistence, in one run;
+///   then the store's byte-key maps against redb in process (200 000 keys: inserts with a
+///   durable commit each and per 1,000, and gets). Skipped, with the reason, when
+///   redis-benchmark or redis-server is not installed (a few minutes; --quick a few seconds).
+///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
 /// The default run takes about two minutes on a 2-core machine, about half a minute more for
 /// the store path comparison and about a minute and a half more for the byte keys (1M records
-/// in each of 7 maps); --quick under 30 seconds.
+/// in each of 7 maps), plus the service section (a few minutes); --quick under 40 seconds.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]
@@ -196,6 +203,9 @@ pub(crate) enum SectionArg {
     ReadAfterPersist,
     /// PERC's flush and fence micro-benchmarks.
     Perc,
+    ///
+    /// Our server against redis-server under redis-benchmark; our maps against redb.
+    Service,
 }
 
 /// A page size, on the command line.
@@ -287,6 +297,7 @@ impl Selection {
                 SectionArg::Alloc,
                 SectionArg::ReadAfterPersist,
                 SectionArg::Perc,
+                SectionArg::Service,
             ];
             if cfg!(feature = "pmdk") {
                 all.push(SectionArg::Pmdk);

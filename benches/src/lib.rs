@@ -37,7 +37,9 @@
 //! * [`allocbench`]: alloc/free throughput of ours, libpmemobj, the system allocator and
 //!   jemalloc, 64 B to 4 KiB, one and two threads;
 //! * [`flushlat`]: single loads after a persist (read-after-persist) and PERC's flush and fence
-//!   micro-benchmarks, on the CPU's real instructions over DRAM.
+//!   micro-benchmarks, on the CPU's real instructions over DRAM;
+//! * [`service`]: our RESP2 server against redis-server (AOF fsync always, and no persistence)
+//!   under redis-benchmark, and the store's byte-key maps against redb in process.
 #![deny(missing_docs)]
 
 pub mod allocbench;
@@ -57,6 +59,7 @@ pub mod pmdk;
 pub mod poolfile;
 pub mod primitives;
 pub mod report;
+pub mod service;
 pub mod storebench;
 pub mod txbench;
 pub mod ycsb;

@@ -20,21 +20,21 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use pmem_bench::allocbench::{self, AllocBenchError, AllocPlan};
+use pmem_bench::allocbench::AllocBenchError;
 use pmem_bench::bytekeys::{self, ByteKeyError, ByteKeyPlan, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
-use pmem_bench::flushlat::{self, FlushPlan};
 use pmem_bench::machine::{granularity_note, Machine};
 use pmem_bench::measure::{measure_group, time_side_by_side, Measurement, Plan};
-use pmem_bench::pagesize::{self, PageBenchError, PagePlan};
+use pmem_bench::pagesize::PageBenchError;
 use pmem_bench::plot::{
     byte_key_chart, crossover_chart, crossover_points, throughput_chart, PlotError,
 };
 use pmem_bench::poolfile::{default_pool_dir, is_tmpfs, PoolFile, SetupError};
 use pmem_bench::primitives::{variants, Group, Primitive, POOL_SIZE};
 use pmem_bench::report::{PmdkResults, Report, Setup, TxMeasurement, PMDK_HINT};
+use pmem_bench::service::ServiceError;
 use pmem_bench::storebench::{self, StoreBenchError, StorePlan};
 use pmem_bench::txbench::{self, TxRunner};
 use pmem_bench::ycsb::{
@@ -44,8 +44,10 @@ use pmem_ordering::{Granularity, Isa, PoolError};
 use pmem_undo_log::TxError;
 
 mod cli;
+mod standalone;
 
 use cli::{Cli, SectionArg, Selection};
+use standalone::StandalonePlan;
 
 /// The benchmark pool's file name inside the pool directory.
 const POOL_FILE: &str = "pmem-bench.pool";
@@ -76,6 +78,8 @@ enum RunError {
     PageSize(#[from] PageBenchError),
     #[error(transparent)]
     Alloc(#[from] AllocBenchError),
+    #[error(transparent)]
+    Service(#[from] ServiceError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -258,11 +262,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         .filter(|&s| selection.measures(s))
         .count()
         + usize::from(!store_structures.is_empty());
-    let flush_plan = FlushPlan::new(
-        cli.quick,
-        selection.runs(SectionArg::ReadAfterPersist),
-        selection.runs(SectionArg::Perc),
-    );
+    let standalone_plan = StandalonePlan::new(cli, &selection);
     let count = usize::from(selection.runs(SectionArg::Pmdk))
         + groups.len()
         + tx_groups.len()
@@ -270,9 +270,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         + structure_steps
         + usize::from(selection.runs(SectionArg::ByteKeys))
         + usize::from(selection.runs(SectionArg::Ycsb))
-        + usize::from(selection.runs(SectionArg::PageSize))
-        + usize::from(selection.runs(SectionArg::Alloc))
-        + usize::from(flush_plan.runs());
+        + standalone_plan.steps();
     let mut progress = Progress {
         tty: std::io::stderr().is_terminal(),
         start: Instant::now(),
@@ -433,74 +431,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         bar.finish_and_clear();
         report.ycsb = Some(results);
     }
-    let page_results = if selection.runs(SectionArg::PageSize) {
-        progress.next();
-        let mut page_plan = if cli.quick {
-            PagePlan::quick()
-        } else {
-            PagePlan::full()
-        };
-        if let Some(size) = cli.page_size {
-            page_plan = page_plan.only(size.page_size());
-        }
-        progress.line(&format!(
-            "page size: CCEH and FAST&FAIR, {} records, {} page sizes x {} rounds",
-            page_plan.records,
-            page_plan.sizes.len(),
-            page_plan.rounds
-        ));
-        Some(pagesize::measure(&page_plan, |r, n| progress.round(r, n))?)
-    } else {
-        None
-    };
-    let alloc_results = if selection.runs(SectionArg::Alloc) {
-        progress.next();
-        let alloc_plan = if cli.quick {
-            AllocPlan::quick()
-        } else {
-            AllocPlan::full()
-        };
-        progress.line(&format!(
-            "alloc: {} sizes x {} thread counts x {} rounds",
-            allocbench::ALLOC_SIZES.len(),
-            allocbench::THREADS.len(),
-            alloc_plan.rounds
-        ));
-        let page_size = cli.page_size.map_or(Default::default(), |p| p.page_size());
-        Some(allocbench::measure(
-            &alloc_plan,
-            page_size,
-            &dir,
-            TX_POOL_PREFIX,
-            |r, n| progress.round(r, n),
-        )?)
-    } else {
-        None
-    };
-    let flush_results = flush_plan.runs().then(|| {
-        progress.next();
-        flushlat::measure(
-            &flush_plan,
-            |l| progress.line(l),
-            |r, n| progress.round(r, n),
-        )
-    });
+    let standalone = standalone_plan.measure(cli, &dir, &mut progress)?;
     progress.done();
 
     print!("{}", report.text());
-    let mut markdown_extra = String::new();
-    if let Some(r) = &page_results {
-        print!("{}", pagesize::report::text(r));
-        markdown_extra.push_str(&pagesize::report::markdown(r));
-    }
-    if let Some(r) = &alloc_results {
-        print!("{}", allocbench::report::text(r));
-        markdown_extra.push_str(&allocbench::report::markdown(r));
-    }
-    if let Some(r) = &flush_results {
-        print!("{}", flushlat::report::text(r));
-        markdown_extra.push_str(&flushlat::report::markdown(r));
-    }
+    print!("{}", standalone.text());
     if report.pmdk.is_none() && cli.section.is_empty() {
         // A default run built without the feature says where the PMDK comparison would be.
         println!("{PMDK_HINT}");
@@ -512,14 +447,11 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     }
     if let (Some(out), Some(path)) = (json_out, cli.json.as_deref()) {
         let mut json: serde_json::Value = serde_json::from_str(&report.to_json()?)?;
-        // The page-size and alloc sections print themselves; their results join the JSON here.
-        json["page_size"] = serde_json::to_value(&page_results)?;
-        json["alloc"] = serde_json::to_value(&alloc_results)?;
-        flushlat::add_to_json(flush_results.as_ref(), &mut json)?;
+        standalone.add_to_json(&mut json)?;
         write_output(out, path, &serde_json::to_string_pretty(&json)?)?;
     }
     if let (Some(out), Some(path)) = (markdown_out, cli.markdown.as_deref()) {
-        write_output(out, path, &(report.markdown() + &markdown_extra))?;
+        write_output(out, path, &(report.markdown() + &standalone.markdown()))?;
     }
     // `file` is dropped here, removing the pool.
     Ok(())

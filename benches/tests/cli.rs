@@ -132,7 +132,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + (store_rows + 2)
         + byte_key_lines
         + (ycsb_rows + 2 * Structure::ALL.len())
-        + page_size_and_alloc_lines(&report)
+        + page_size_alloc_and_service_lines(&report)
         + flush_section_lines(&report);
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
@@ -156,9 +156,11 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     assert!(left.is_empty(), "the pool file was not removed: {left:?}");
 }
 
-/// The markdown table lines of the page-size section (pools, then speeds) and the alloc
-/// section, which run by default: a header and a rule per table, and one line per row.
-fn page_size_and_alloc_lines(report: &Value) -> usize {
+/// The markdown table lines of the page-size section (pools, then speeds), the alloc section
+/// and the service section (its Redis table unless skipped, then redb's), which run by
+/// default: a header and a rule per table, and one line per row. The service section's rows
+/// are checked in tests/service.rs.
+fn page_size_alloc_and_service_lines(report: &Value) -> usize {
     let rows = |section: &str, table: &str| {
         report[section][table]
             .as_array()
@@ -166,7 +168,13 @@ fn page_size_and_alloc_lines(report: &Value) -> usize {
             .len()
     };
     assert!(rows("page_size", "rows") > 0 && rows("alloc", "rows") > 0);
-    (rows("page_size", "pools") + 2) + (rows("page_size", "rows") + 2) + (rows("alloc", "rows") + 2)
+    let network = rows("service", "network");
+    let redis_table = if network == 0 { 0 } else { network + 2 };
+    let service = redis_table + rows("service", "embedded") + 2;
+    (rows("page_size", "pools") + 2)
+        + (rows("page_size", "rows") + 2)
+        + (rows("alloc", "rows") + 2)
+        + service
 }
 
 /// The markdown table lines of the read-after-persist and PERC sections, which run by default:
@@ -649,10 +657,12 @@ fn help_explains_every_option() {
     ] {
         assert!(help.contains(option), "--help does not mention {option}");
     }
-    assert!(
-        help.contains("byte-keys"),
-        "--help does not list the byte-keys section"
-    );
+    for section in ["byte-keys", "service"] {
+        assert!(
+            help.contains(section),
+            "--help does not list the {section} section"
+        );
+    }
 }
 
 #[test]

@@ -20,7 +20,7 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, PPtr, Pending, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
-use super::entry::Entry;
+use super::entry::{page_checksum, Entry};
 use super::index::FileState;
 use super::layout::{data_block_bytes, data_page, LogPage, END_MARK_BYTES, PAGE};
 use super::{Datalog, DatalogError, MAX_EXTENT_PAGES};
@@ -123,34 +123,38 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         let pool = self.heap.pool();
         let (mut entries, extent_group) = plan.entries();
         let groups: Vec<&[(u64, Vec<u8>)]> = plan.cow_groups().collect();
+        // Over the very bytes the non-temporal stores below persist.
+        let cow_crcs: Vec<u32> = plan.cow.iter().map(|(_, p)| page_checksum(p)).collect();
+        let page_crcs = per_entry_crcs(&entries, &cow_crcs);
         let sizes: Vec<u64> = entries.iter().map(Entry::bytes).collect();
         self.grow_chain(f, &sizes)?;
         let place = place(f, &sizes);
         debug_assert_eq!(place.missing, 0);
 
-        let write_entries =
-            |entries: &[Entry], scratch: &mut Vec<u8>| -> Result<Pending, PoolError> {
-                let mut pending: Option<Pending> = None;
-                let mut add = |p: Pending| {
-                    pending = Some(match pending.take() {
-                        None => p,
-                        Some(q) => q.and(p),
-                    })
-                };
-                for &at in &place.end_marks {
-                    add(pool.flush(pool.write(at, &END_MARK_BYTES)?));
-                }
-                let mut embeds = plan.embeds.iter();
-                for (entry, &(at, _)) in entries.iter().zip(&place.offsets) {
-                    let payload: &[u8] = match entry {
-                        Entry::Embed { .. } => &embeds.next().expect("one payload per embed").2,
-                        _ => &[],
-                    };
-                    entry.encode(f.generation, payload, scratch);
-                    add(pool.flush(pool.write(at, scratch)?));
-                }
-                Ok(pending.expect("an operation writes at least one entry"))
+        let write_entries = |entries: &[Entry],
+                             scratch: &mut Vec<u8>|
+         -> Result<Pending, PoolError> {
+            let mut pending: Option<Pending> = None;
+            let mut add = |p: Pending| {
+                pending = Some(match pending.take() {
+                    None => p,
+                    Some(q) => q.and(p),
+                })
             };
+            for &at in &place.end_marks {
+                add(pool.flush(pool.write(at, &END_MARK_BYTES)?));
+            }
+            let mut embeds = plan.embeds.iter();
+            for ((entry, &(at, _)), crcs) in entries.iter().zip(&place.offsets).zip(&page_crcs) {
+                let payload: &[u8] = match entry {
+                    Entry::Embed { .. } => &embeds.next().expect("one payload per embed").2,
+                    _ => &[],
+                };
+                entry.encode(f.generation, payload, crcs, scratch);
+                add(pool.flush(pool.write(at, scratch)?));
+            }
+            Ok(pending.expect("an operation writes at least one entry"))
+        };
 
         if plan.cow.is_empty() && plan.dying.is_empty() {
             // Entries durable, then the one tail store that commits them.
@@ -199,8 +203,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         f.tail = place.tail;
         f.tail_seq = place.tail_seq;
         let mut dead = Vec::new();
-        for (entry, &(at, page)) in entries.iter().zip(&place.offsets) {
-            dead.extend(f.apply(at, page, entry));
+        for ((entry, &(at, page)), crcs) in entries.iter().zip(&place.offsets).zip(&page_crcs) {
+            dead.extend(f.apply(at, page, entry, crcs));
         }
         dead.sort_unstable();
         let mut dying = plan.dying;
@@ -237,6 +241,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         }
         Ok(())
     }
+}
+
+/// Per entry, the CRC-32Cs of the pages it points to: an extent's share of `cow_crcs` (the
+/// plan's copy-on-write pages' CRCs, which its extents cover in order), nothing for the others.
+fn per_entry_crcs<'c>(entries: &[Entry], cow_crcs: &'c [u32]) -> Vec<&'c [u32]> {
+    let mut next = 0usize;
+    entries
+        .iter()
+        .map(|e| match *e {
+            Entry::Extent { pages, .. } => {
+                let crcs = &cow_crcs[next..next + pages as usize];
+                next += pages as usize;
+                crcs
+            }
+            _ => &[],
+        })
+        .collect()
 }
 
 /// Where entries of `sizes` go after the tail.

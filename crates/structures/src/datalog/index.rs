@@ -48,6 +48,8 @@ pub(super) struct BaseRef {
     pub(super) block_page: u64,
     /// The extent entry that put it there.
     pub(super) entry: u64,
+    /// The page's CRC-32C, as that entry records it.
+    pub(super) crc: u32,
 }
 
 /// An embedded entry over a page.
@@ -193,9 +195,16 @@ impl FileState {
         }
     }
 
-    /// Apply a committed entry at pool offset `at` in log page `page`; returns the data blocks
-    /// it left with no live page.
-    pub(super) fn apply(&mut self, at: u64, page: u64, entry: &Entry) -> Vec<u64> {
+    /// Apply a committed entry at pool offset `at` in log page `page` (an extent with its
+    /// pages' CRC-32Cs in `page_crcs`, other kinds with none); returns the data blocks it left
+    /// with no live page.
+    pub(super) fn apply(
+        &mut self,
+        at: u64,
+        page: u64,
+        entry: &Entry,
+        page_crcs: &[u32],
+    ) -> Vec<u64> {
         let mut dead = Vec::new();
         match *entry {
             Entry::Extent {
@@ -205,6 +214,7 @@ impl FileState {
                 block_page,
                 size_after,
             } => {
+                debug_assert_eq!(page_crcs.len() as u64, pages, "one CRC per page");
                 self.add_entry(at, page, entry.bytes(), pages);
                 *self.blocks.entry(block).or_default() += pages;
                 for i in 0..pages {
@@ -216,6 +226,7 @@ impl FileState {
                                 block,
                                 block_page: block_page + i,
                                 entry: at,
+                                crc: page_crcs[i as usize],
                             }),
                             embeds: Vec::new(),
                             embed_bytes: 0,
@@ -294,6 +305,16 @@ impl FileState {
         }
     }
 
+    /// The error for file page `file_page`, whose base page at pool offset `page` fails its
+    /// CRC-32C.
+    pub(super) fn corrupt_data(&self, file_page: u64, page: u64) -> DatalogError {
+        DatalogError::CorruptData {
+            file: self.name.clone(),
+            offset: file_page * PAGE,
+            page,
+        }
+    }
+
     pub(super) fn stats(&self) -> FileStats {
         FileStats {
             size: self.size,
@@ -340,12 +361,16 @@ mod tests {
     #[test]
     fn a_block_dies_with_its_last_live_page_and_is_predicted() {
         let mut f = file();
-        assert!(f.apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000)).is_empty());
+        assert!(f
+            .apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000), &[0; 2])
+            .is_empty());
         assert_eq!(f.dying_blocks(&[0]), Vec::<u64>::new());
-        assert!(f.apply(0x1068, LOG_PAGE, &extent(0, 1, 0xb000)).is_empty());
+        assert!(f
+            .apply(0x1068, LOG_PAGE, &extent(0, 1, 0xb000), &[0; 1])
+            .is_empty());
         assert_eq!(f.dying_blocks(&[1]), vec![0xa000]);
         assert_eq!(
-            f.apply(0x1090, LOG_PAGE, &extent(1, 1, 0xc000)),
+            f.apply(0x1090, LOG_PAGE, &extent(1, 1, 0xc000), &[0; 1]),
             vec![0xa000]
         );
         assert!(!f.blocks.contains_key(&0xa000));
@@ -361,10 +386,10 @@ mod tests {
     #[test]
     fn an_embed_kills_the_older_embeds_it_covers_entirely_only() {
         let mut f = file();
-        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
-        f.apply(0x1068, LOG_PAGE, &embed(0, 16));
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8), &[]);
+        f.apply(0x1068, LOG_PAGE, &embed(0, 16), &[]);
         assert_eq!(f.stats().live_entries, 1, "the 8 bytes were covered");
-        f.apply(0x1098, LOG_PAGE, &embed(4, 16));
+        f.apply(0x1098, LOG_PAGE, &embed(4, 16), &[]);
         let page = &f.pages[&0];
         assert_eq!(page.embeds.len(), 2, "a partial overlap keeps both");
         assert_eq!(page.embed_bytes, 32);
@@ -375,9 +400,9 @@ mod tests {
     #[test]
     fn a_smaller_size_drops_the_pages_past_it_and_stays_live_itself() {
         let mut f = file();
-        f.apply(0x1040, LOG_PAGE, &extent(0, 1, 0xa000));
-        f.apply(0x1068, LOG_PAGE, &extent(2, 1, 0xb000));
-        let dead = f.apply(0x1090, LOG_PAGE, &Entry::SetSize { size_after: PAGE });
+        f.apply(0x1040, LOG_PAGE, &extent(0, 1, 0xa000), &[0; 1]);
+        f.apply(0x1068, LOG_PAGE, &extent(2, 1, 0xb000), &[0; 1]);
+        let dead = f.apply(0x1090, LOG_PAGE, &Entry::SetSize { size_after: PAGE }, &[]);
         assert_eq!(dead, vec![0xb000]);
         assert_eq!(f.size, PAGE);
         assert!(f.pages.contains_key(&0) && !f.pages.contains_key(&2));
@@ -392,9 +417,9 @@ mod tests {
     fn a_log_page_whose_entries_all_die_is_reported_maybe_dead() {
         let mut f = file();
         f.push_page(0x2000);
-        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8), &[]);
         assert!(f.maybe_dead.is_empty());
-        f.apply(0x2040, 0x2000, &embed(0, 8));
+        f.apply(0x2040, 0x2000, &embed(0, 8), &[]);
         assert_eq!(f.maybe_dead, vec![LOG_PAGE]);
         assert_eq!(f.log[&LOG_PAGE].live_entries, 0);
         assert_eq!(

@@ -11,7 +11,7 @@ use pmem_undo_log::{Heap, TxError};
 
 use super::entry::Entry;
 use super::index::FileState;
-use super::layout::{LogPage, LogPageImage, LOG_PAGE_CAPACITY, PAGE};
+use super::layout::{LogPage, LogPageImage, ENTRY_HEADER, LOG_PAGE_CAPACITY, PAGE};
 use super::namespace::file;
 use super::read::embed_payload;
 use super::recovery::replay;
@@ -123,7 +123,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
     fn compact(&self, f: &mut FileState, scratch: &mut Vec<u8>) -> Result<(), DatalogError> {
         let entries = live_state(self.heap.pool(), f, scratch)?;
         let mut pages = lay_out(&entries, f.generation, scratch);
-        let tail_fill = pages.last().expect("a log has a page").fill();
+        let tail_index = pages.len() - 1;
+        let tail_fill = pages[tail_index].fill();
+        // The room for one set-size entry that every log keeps past its tail (see
+        // `Datalog::grow_chain_keeping_room`): a spare page if the tail's has none.
+        if !pages[tail_index].fits(ENTRY_HEADER) {
+            pages.push(LogPageImage::new());
+        }
         let old_chain: Vec<u64> = f.chain.values().copied().collect();
         let inode = f.inode;
         let new_chain = self.heap.transaction(|tx| {
@@ -134,7 +140,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
                 page.set_next(chain.get(k + 1).copied().unwrap_or(0));
                 tx.write(chain[k], page.as_bytes())?;
             }
-            let tail = LogPage::at(chain[pages.len() - 1]).offset_of(tail_fill);
+            let tail = LogPage::at(chain[tail_index]).offset_of(tail_fill);
             tx.write_value(inode.head_word(), &chain[0])?;
             tx.write_value(inode.tail_word(), &tail)?;
             for &p in &old_chain {
@@ -142,7 +148,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             }
             Ok::<Vec<u64>, TxError>(chain)
         })?;
-        let tail = LogPage::at(new_chain[pages.len() - 1]).offset_of(tail_fill);
+        let tail = LogPage::at(new_chain[tail_index]).offset_of(tail_fill);
         let rebuilt = replay(
             &self.heap,
             f.name.clone(),
@@ -238,7 +244,10 @@ fn live_state<B: Backend>(
                         file_page: p,
                         page_off: e.page_off,
                         len: e.len,
-                        size_after: size,
+                        // An embed a truncate left past the size (in a stale last page) is
+                        // kept with the size it was written under; the final set-size entry
+                        // cuts the size back, as the truncate did.
+                        size_after: size.max(p * PAGE + e.page_off + e.len),
                     },
                     payload: payload.to_vec(),
                     page_crcs: Vec::new(),

@@ -110,6 +110,8 @@ pub(super) struct FileState {
     pub(super) live_log_bytes: u64,
     /// Live pages per data block.
     pub(super) blocks: IndexMap<u64, u64>,
+    /// The last page, cut by a truncate that kept it (see [`FileState::stale_page`]).
+    stale: Option<u64>,
     /// Why the file cannot be used: (entry offset, reason).
     pub(super) damage: Option<(u64, String)>,
     /// Log pages that may have no live entry left (checked by cleaning).
@@ -133,9 +135,21 @@ impl FileState {
             log: IndexMap::default(),
             live_log_bytes: 0,
             blocks: IndexMap::default(),
+            stale: None,
             damage: None,
             maybe_dead: Vec::new(),
         }
+    }
+
+    /// The file's last page, if it may hold bytes past the file's size: a truncate into the
+    /// middle of a page keeps the page as it is (allocating nothing, so that it succeeds on a
+    /// full pool) and only records the size. Reads stop at the size; an operation that grows
+    /// the file, or rewrites the page, must zero those bytes by writing the page anew
+    /// (copy-on-write), whose extent ends the staleness. Set by every set-size entry whose
+    /// size cuts a page the file holds (at replay too), so it may be set where nothing stale
+    /// is left (one copy more on the next growth), never the other way round.
+    pub(super) fn stale_page(&self) -> Option<u64> {
+        self.stale
     }
 
     /// Append `page` to the chain.
@@ -217,6 +231,12 @@ impl FileState {
                 debug_assert_eq!(page_crcs.len() as u64, pages, "one CRC per page");
                 self.add_entry(at, page, entry.bytes(), pages);
                 *self.blocks.entry(block).or_default() += pages;
+                if self
+                    .stale
+                    .is_some_and(|p| (file_page..file_page + pages).contains(&p))
+                {
+                    self.stale = None;
+                }
                 for i in 0..pages {
                     self.drop_page(file_page + i, &mut dead);
                     self.pages.insert(
@@ -277,6 +297,9 @@ impl FileState {
                 for p in gone {
                     self.drop_page(p, &mut dead);
                 }
+                let cut = size_after / PAGE;
+                self.stale =
+                    (size_after % PAGE != 0 && self.pages.contains_key(&cut)).then_some(cut);
             }
         }
         dead
@@ -411,6 +434,40 @@ mod tests {
             2,
             "the first extent and the set-size"
         );
+    }
+
+    #[test]
+    fn a_size_inside_a_kept_page_marks_it_stale_until_an_extent_replaces_it() {
+        let mut f = file();
+        f.apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000), &[0; 2]);
+        f.apply(
+            0x1068,
+            LOG_PAGE,
+            &Entry::SetSize {
+                size_after: PAGE + 9,
+            },
+            &[],
+        );
+        assert_eq!(f.stale_page(), Some(1));
+        f.apply(0x1090, LOG_PAGE, &embed(0, 8), &[]);
+        assert_eq!(
+            f.stale_page(),
+            Some(1),
+            "an embed does not rewrite the page"
+        );
+        f.apply(0x10b8, LOG_PAGE, &extent(1, 1, 0xb000), &[0]);
+        assert_eq!(f.stale_page(), None);
+        f.apply(
+            0x10e0,
+            LOG_PAGE,
+            &Entry::SetSize {
+                size_after: 3 * PAGE + 1,
+            },
+            &[],
+        );
+        assert_eq!(f.stale_page(), None, "no page holds the size's page");
+        f.apply(0x1108, LOG_PAGE, &Entry::SetSize { size_after: PAGE }, &[]);
+        assert_eq!(f.stale_page(), None, "a page boundary cuts no page");
     }
 
     #[test]

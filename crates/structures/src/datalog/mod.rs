@@ -54,6 +54,16 @@
 //!   entries that need them are written: a crash leaves them linked past the tail, owned by the
 //!   log and reused, never leaked.
 //! * **Truncate, remove, rename, create** and **log cleaning** are transactions too.
+//! * **A full pool can still shrink a file.** A truncate to a smaller size allocates nothing:
+//!   one set-size entry drops the pages past the end (their blocks freed in its transaction)
+//!   and keeps a partial last page as it is, its bytes past the size left *stale*; the next
+//!   operation that grows the file past them writes that page anew (copy-on-write, zeros past
+//!   the old end), and replay marks the same page stale from the same entry. The one thing a
+//!   truncate needs is log room for its entry, so every operation links the pages for its own
+//!   entries *and* room for one set-size entry after them, or fails changing nothing; a
+//!   truncate that finds no page to link takes that room. (Two truncates in a row that free
+//!   nothing, on a pool still full, can find the room gone: the second gets `PoolFull`.)
+//!   Removing a file frees everything in one transaction and allocates nothing.
 //!
 //! Each entry's checksum covers its header and inline bytes, seeded with the inode's generation.
 //! Recovery ([`Datalog::open`]) scans each log from head to tail: what lies past the tail (a torn

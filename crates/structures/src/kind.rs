@@ -40,7 +40,7 @@ impl StructureKind {
         u64::from_le_bytes(match self {
             StructureKind::HashMap => *b"CCEH\0v01",
             StructureKind::BTreeMap => *b"FASTFAIR",
-            StructureKind::Datalog => *b"DATALOG1",
+            StructureKind::Datalog => *b"DATALOG2",
             StructureKind::RecordHashMap => *b"CCEHREC1",
             StructureKind::RecordBTreeMap => *b"FFREC001",
         })

@@ -127,6 +127,41 @@ fn every_crash_of_truncates_renames_and_removes_recovers() {
     );
 }
 
+/// A truncate into the middle of a page keeps the page (it allocates nothing, so a full store
+/// can shrink) and the next growth writes it anew with zeros past the old end: crashes around
+/// both, with embeds left past the cut, growth by writes that reach the kept page or pass it,
+/// growth by truncate, and log compaction in between, recover to the model (which reads
+/// zeros past every old end).
+#[test]
+fn every_crash_around_truncates_that_keep_a_partial_page_recovers() {
+    let e = WriteMode::Embedded;
+    let c = WriteMode::CopyOnWrite;
+    let ops = vec![
+        DatalogOp::Create(A),
+        DatalogOp::write(A, 0, 2 * PAGE + 300, c),
+        DatalogOp::write(A, PAGE + 10, 50, e),
+        DatalogOp::write(A, 2 * PAGE + 100, 100, e),
+        DatalogOp::Truncate(A, PAGE + 30),
+        DatalogOp::write(A, 3 * PAGE, 10, e),
+        DatalogOp::write(A, 3 * PAGE + 2, 40, e),
+        DatalogOp::Truncate(A, 3 * PAGE + 5),
+        DatalogOp::Truncate(A, 4 * PAGE),
+        DatalogOp::Truncate(A, 100),
+        DatalogOp::write(A, 50, 100, e),
+        DatalogOp::write(A, 20, 20, e),
+        DatalogOp::Truncate(A, 30),
+        DatalogOp::write(A, 10, 5, e),
+        DatalogOp::write(A, 200, 8, e),
+    ];
+    run(
+        "partial-page-truncates",
+        eager_cleaning(WriteMode::Auto),
+        ops,
+        CrashPoints::Every,
+        11,
+    );
+}
+
 #[test]
 fn a_sample_of_crashes_of_multi_page_writes_recovers() {
     let e = WriteMode::Embedded;

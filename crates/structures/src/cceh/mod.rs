@@ -54,6 +54,19 @@
 //!   directory and records the old one as retired (so a crash neither leaks nor frees a live
 //!   directory).
 //!
+//! # Integrity
+//!
+//! Slots hold their key and value inline, 8 bytes each, with no checksum: a bit flipped in a
+//! slot by the medium is **not detected**. A lookup returns the flipped value, or misses the key
+//! (or finds one never inserted) if the key word flipped. What [`Cceh::open`] checks is the
+//! shape: the root, the directory's depth and entries, and that every segment is a block the
+//! heap allocated ([`CcehError::Corrupt`]). A checksum per bucket line would not fit for free:
+//! the line is four full slots, so it would take a slot's room (a fourth fewer keys per
+//! bucket), or a checksum line beside each bucket with one more line written and flushed per
+//! insert, remove or update; and since it cannot change in the same 8-byte store as the slot,
+//! recovery would have to tell a crash between the two from damage. The datalog, whose pages
+//! are 4 KiB, checks its data ([`crate::datalog`]).
+//!
 //! # Concurrency
 //!
 //! Writers of different segments run in parallel: a writer takes its segment stripe's DRAM

@@ -11,7 +11,7 @@ use pmem_undo_log::{Heap, TxError};
 
 use super::entry::Entry;
 use super::index::FileState;
-use super::layout::{LogPage, LogPageImage, LOG_PAGE_CAPACITY, PAGE};
+use super::layout::{LogPage, LogPageImage, ENTRY_HEADER, LOG_PAGE_CAPACITY, PAGE};
 use super::namespace::file;
 use super::read::embed_payload;
 use super::recovery::replay;
@@ -123,7 +123,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
     fn compact(&self, f: &mut FileState, scratch: &mut Vec<u8>) -> Result<(), DatalogError> {
         let entries = live_state(self.heap.pool(), f, scratch)?;
         let mut pages = lay_out(&entries, f.generation, scratch);
-        let tail_fill = pages.last().expect("a log has a page").fill();
+        let tail_index = pages.len() - 1;
+        let tail_fill = pages[tail_index].fill();
+        // The room for one set-size entry that every log keeps past its tail (see
+        // `Datalog::grow_chain_keeping_room`): a spare page if the tail's has none.
+        if !pages[tail_index].fits(ENTRY_HEADER) {
+            pages.push(LogPageImage::new());
+        }
         let old_chain: Vec<u64> = f.chain.values().copied().collect();
         let inode = f.inode;
         let new_chain = self.heap.transaction(|tx| {
@@ -134,7 +140,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
                 page.set_next(chain.get(k + 1).copied().unwrap_or(0));
                 tx.write(chain[k], page.as_bytes())?;
             }
-            let tail = LogPage::at(chain[pages.len() - 1]).offset_of(tail_fill);
+            let tail = LogPage::at(chain[tail_index]).offset_of(tail_fill);
             tx.write_value(inode.head_word(), &chain[0])?;
             tx.write_value(inode.tail_word(), &tail)?;
             for &p in &old_chain {
@@ -142,7 +148,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             }
             Ok::<Vec<u64>, TxError>(chain)
         })?;
-        let tail = LogPage::at(new_chain[pages.len() - 1]).offset_of(tail_fill);
+        let tail = LogPage::at(new_chain[tail_index]).offset_of(tail_fill);
         let rebuilt = replay(
             &self.heap,
             f.name.clone(),
@@ -172,6 +178,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
     }
 }
 
+/// An entry of a compacted log, with what its body carries.
+struct LiveEntry {
+    entry: Entry,
+    /// An embed's inline bytes.
+    payload: Vec<u8>,
+    /// An extent's pages' CRC-32Cs.
+    page_crcs: Vec<u32>,
+}
+
 /// The file's live state as entries for a new log, with the embeds' payloads (checksums
 /// checked): per run of file pages whose bases are consecutive pages of one block an extent,
 /// then the embeds over those pages in log order; last, the size.
@@ -179,11 +194,11 @@ fn live_state<B: Backend>(
     pool: &Pool<B>,
     f: &FileState,
     scratch: &mut Vec<u8>,
-) -> Result<Vec<(Entry, Vec<u8>)>, DatalogError> {
+) -> Result<Vec<LiveEntry>, DatalogError> {
     let size = f.size;
     let mut page_numbers: Vec<u64> = f.pages.keys().copied().collect();
     page_numbers.sort_unstable();
-    let mut entries: Vec<(Entry, Vec<u8>)> = Vec::new();
+    let mut entries: Vec<LiveEntry> = Vec::new();
     let mut i = 0;
     while i < page_numbers.len() {
         // A run of pages whose bases are consecutive pages of one block.
@@ -203,51 +218,67 @@ fn live_state<B: Backend>(
                     break;
                 }
             }
-            entries.push((
-                Entry::Extent {
+            // The CRCs recorded when the pages were written, carried over: recomputing them
+            // from the pages would bless bytes damaged since.
+            let page_crcs = page_numbers[i..j]
+                .iter()
+                .map(|p| f.pages[p].base.expect("a run of base pages").crc)
+                .collect();
+            entries.push(LiveEntry {
+                entry: Entry::Extent {
                     file_page: first,
                     pages: (j - i) as u64,
                     block: b.block,
                     block_page: b.block_page,
                     size_after: size,
                 },
-                Vec::new(),
-            ));
+                payload: Vec::new(),
+                page_crcs,
+            });
         }
         for &p in &page_numbers[i..j] {
             for e in &f.pages[&p].embeds {
                 let payload = embed_payload(pool, f, e, scratch)?;
-                entries.push((
-                    Entry::Embed {
+                entries.push(LiveEntry {
+                    entry: Entry::Embed {
                         file_page: p,
                         page_off: e.page_off,
                         len: e.len,
-                        size_after: size,
+                        // An embed a truncate left past the size (in a stale last page) is
+                        // kept with the size it was written under; the final set-size entry
+                        // cuts the size back, as the truncate did.
+                        size_after: size.max(p * PAGE + e.page_off + e.len),
                     },
-                    payload.to_vec(),
-                ));
+                    payload: payload.to_vec(),
+                    page_crcs: Vec::new(),
+                });
             }
         }
         i = j;
     }
-    entries.push((Entry::SetSize { size_after: size }, Vec::new()));
+    entries.push(LiveEntry {
+        entry: Entry::SetSize { size_after: size },
+        payload: Vec::new(),
+        page_crcs: Vec::new(),
+    });
     Ok(entries)
 }
 
 /// The entries encoded for a file of `generation` on fresh log pages, in order: an entry that
 /// does not fit the rest of a page starts the next. The pages' links are left to the caller.
-fn lay_out(
-    entries: &[(Entry, Vec<u8>)],
-    generation: u64,
-    scratch: &mut Vec<u8>,
-) -> Vec<LogPageImage> {
+fn lay_out(entries: &[LiveEntry], generation: u64, scratch: &mut Vec<u8>) -> Vec<LogPageImage> {
     let mut pages = vec![LogPageImage::new()];
-    for (entry, payload) in entries {
+    for LiveEntry {
+        entry,
+        payload,
+        page_crcs,
+    } in entries
+    {
         if !pages.last().expect("a page").fits(entry.bytes()) {
             pages.last_mut().expect("a page").close();
             pages.push(LogPageImage::new());
         }
-        entry.encode(generation, payload, scratch);
+        entry.encode(generation, payload, page_crcs, scratch);
         pages.last_mut().expect("a page").push(scratch);
     }
     pages

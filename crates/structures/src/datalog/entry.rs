@@ -3,9 +3,11 @@
 //!
 //! An entry's CRC-32C covers its header and body and is seeded with the file's generation, so
 //! an entry left in a reused log page by an earlier file never checks out for a later one.
+//! An extent's body carries, besides its data block, the CRC-32C of each copy-on-write page it
+//! points to ([`page_checksum`]), computed from the bytes written to the page; reads check it.
 
 use super::layout::{
-    embed_entry_bytes, EntryImage, EntryImageMut, HeaderFields, ENTRY_HEADER, EXTENT_ENTRY,
+    embed_entry_bytes, extent_entry_bytes, EntryImage, EntryImageMut, HeaderFields, ENTRY_HEADER,
     MAX_EMBED, PAGE,
 };
 use super::{MAX_EXTENT_PAGES, MAX_FILE_SIZE};
@@ -41,14 +43,21 @@ impl Entry {
     /// Bytes the entry takes in the log.
     pub(super) fn bytes(&self) -> u64 {
         match self {
-            Entry::Extent { .. } => EXTENT_ENTRY,
+            Entry::Extent { pages, .. } => extent_entry_bytes(*pages),
             Entry::Embed { len, .. } => embed_entry_bytes(*len),
             Entry::SetSize { .. } => ENTRY_HEADER,
         }
     }
 
-    /// Encode into `out` (cleared first), with the checksum seeded by `generation`.
-    pub(super) fn encode(&self, generation: u64, payload: &[u8], out: &mut Vec<u8>) {
+    /// Encode into `out` (cleared first), with the checksum seeded by `generation`: an embed
+    /// carries `payload`, an extent `page_crcs` (one per page); other kinds take both empty.
+    pub(super) fn encode(
+        &self,
+        generation: u64,
+        payload: &[u8],
+        page_crcs: &[u32],
+        out: &mut Vec<u8>,
+    ) {
         out.clear();
         out.resize(self.bytes() as usize, 0);
         let mut image = EntryImageMut::new(out);
@@ -60,7 +69,9 @@ impl Entry {
                 block_page,
                 size_after,
             } => {
+                debug_assert_eq!(page_crcs.len() as u64, pages, "one CRC per page");
                 image.set_extent_block(block);
+                image.set_extent_page_crcs(page_crcs);
                 (KIND_EXTENT, pages, size_after, file_page, block_page)
             }
             Entry::Embed {
@@ -143,6 +154,12 @@ impl Entry {
     }
 }
 
+/// The CRC-32C of a copy-on-write data page's bytes, as its extent records it.
+#[inline]
+pub(super) fn page_checksum(page: &[u8]) -> u32 {
+    crc32c::crc32c(page)
+}
+
 /// The CRC-32C of `bytes` seeded with the file's generation.
 fn checksum(generation: u64, bytes: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&generation.to_le_bytes()), bytes)
@@ -161,8 +178,13 @@ mod tests {
     use super::*;
 
     fn encoded(entry: Entry, payload: &[u8]) -> Vec<u8> {
+        let pages = match entry {
+            Entry::Extent { pages, .. } => pages,
+            _ => 0,
+        };
+        let crcs: Vec<u32> = (0..pages as u32).map(|i| 0xc0de_0000 + i).collect();
         let mut out = Vec::new();
-        entry.encode(5, payload, &mut out);
+        entry.encode(5, payload, &crcs, &mut out);
         out
     }
 
@@ -176,7 +198,7 @@ mod tests {
             size_after: 5 * PAGE,
         };
         let bytes = encoded(extent, &[]);
-        assert_eq!(bytes.len() as u64, EXTENT_ENTRY);
+        assert_eq!(bytes.len() as u64, extent_entry_bytes(2));
         assert!(checksum_holds(5, &bytes));
         // The header alone decodes with the block left to be read from the body.
         let header = Entry::decode_header(&bytes[..ENTRY_HEADER as usize]).unwrap();
@@ -191,6 +213,18 @@ mod tests {
             }
         );
         assert_eq!(EntryImage::new(&bytes).extent_block(), 0x40_0000);
+        assert_eq!(
+            EntryImage::new(&bytes)
+                .extent_page_crcs(2)
+                .collect::<Vec<_>>(),
+            [0xc0de_0000, 0xc0de_0001]
+        );
+        let mut flipped = bytes.clone();
+        flipped[41] ^= 1;
+        assert!(
+            !checksum_holds(5, &flipped),
+            "the page CRCs are covered by the entry's checksum"
+        );
 
         let embed = Entry::Embed {
             file_page: 1,

@@ -54,6 +54,22 @@ pub enum DatalogError {
         /// What is wrong.
         reason: String,
     },
+    /// A copy-on-write data page of a file fails the CRC-32C its extent entry recorded when
+    /// the page was written: its bytes are damaged and are not returned (nor merged into a
+    /// write). The rest of the file, and every other file, stay usable; overwriting the whole
+    /// page or truncating it away replaces it.
+    #[error(
+        "file {file:?}: the data page at file offset {offset} (pool offset {page:#x}) fails its \
+         CRC-32C: its bytes are damaged and not returned"
+    )]
+    CorruptData {
+        /// The file's name.
+        file: String,
+        /// Offset in the file of the page's first byte.
+        offset: u64,
+        /// Pool offset of the damaged data page.
+        page: u64,
+    },
     /// No file of that name.
     #[error("no file named {name:?}")]
     NotFound {

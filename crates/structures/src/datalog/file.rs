@@ -20,9 +20,9 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, PPtr, Pending, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
-use super::entry::Entry;
+use super::entry::{page_checksum, Entry};
 use super::index::FileState;
-use super::layout::{data_block_bytes, data_page, LogPage, END_MARK_BYTES, PAGE};
+use super::layout::{data_block_bytes, data_page, LogPage, END_MARK_BYTES, ENTRY_HEADER, PAGE};
 use super::{Datalog, DatalogError, MAX_EXTENT_PAGES};
 
 /// Where one operation's entries go in the log.
@@ -52,6 +52,9 @@ pub(super) struct Plan {
     pub(super) embeds: Vec<(u64, u64, Vec<u8>)>,
     /// Data blocks the operation leaves with no live page, freed when it commits.
     pub(super) dying: Vec<u64>,
+    /// Whether the operation only shrinks the file (a truncate to a smaller size): it may use
+    /// the log room kept for it when no log page can be allocated.
+    pub(super) shrinks: bool,
 }
 
 impl Plan {
@@ -63,6 +66,7 @@ impl Plan {
             cow: Vec::new(),
             embeds: Vec::new(),
             dying: Vec::new(),
+            shrinks: false,
         }
     }
 
@@ -123,34 +127,38 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         let pool = self.heap.pool();
         let (mut entries, extent_group) = plan.entries();
         let groups: Vec<&[(u64, Vec<u8>)]> = plan.cow_groups().collect();
+        // Over the very bytes the non-temporal stores below persist.
+        let cow_crcs: Vec<u32> = plan.cow.iter().map(|(_, p)| page_checksum(p)).collect();
+        let page_crcs = per_entry_crcs(&entries, &cow_crcs);
         let sizes: Vec<u64> = entries.iter().map(Entry::bytes).collect();
-        self.grow_chain(f, &sizes)?;
+        self.grow_chain_keeping_room(f, &sizes, plan.shrinks)?;
         let place = place(f, &sizes);
         debug_assert_eq!(place.missing, 0);
 
-        let write_entries =
-            |entries: &[Entry], scratch: &mut Vec<u8>| -> Result<Pending, PoolError> {
-                let mut pending: Option<Pending> = None;
-                let mut add = |p: Pending| {
-                    pending = Some(match pending.take() {
-                        None => p,
-                        Some(q) => q.and(p),
-                    })
-                };
-                for &at in &place.end_marks {
-                    add(pool.flush(pool.write(at, &END_MARK_BYTES)?));
-                }
-                let mut embeds = plan.embeds.iter();
-                for (entry, &(at, _)) in entries.iter().zip(&place.offsets) {
-                    let payload: &[u8] = match entry {
-                        Entry::Embed { .. } => &embeds.next().expect("one payload per embed").2,
-                        _ => &[],
-                    };
-                    entry.encode(f.generation, payload, scratch);
-                    add(pool.flush(pool.write(at, scratch)?));
-                }
-                Ok(pending.expect("an operation writes at least one entry"))
+        let write_entries = |entries: &[Entry],
+                             scratch: &mut Vec<u8>|
+         -> Result<Pending, PoolError> {
+            let mut pending: Option<Pending> = None;
+            let mut add = |p: Pending| {
+                pending = Some(match pending.take() {
+                    None => p,
+                    Some(q) => q.and(p),
+                })
             };
+            for &at in &place.end_marks {
+                add(pool.flush(pool.write(at, &END_MARK_BYTES)?));
+            }
+            let mut embeds = plan.embeds.iter();
+            for ((entry, &(at, _)), crcs) in entries.iter().zip(&place.offsets).zip(&page_crcs) {
+                let payload: &[u8] = match entry {
+                    Entry::Embed { .. } => &embeds.next().expect("one payload per embed").2,
+                    _ => &[],
+                };
+                entry.encode(f.generation, payload, crcs, scratch);
+                add(pool.flush(pool.write(at, scratch)?));
+            }
+            Ok(pending.expect("an operation writes at least one entry"))
+        };
 
         if plan.cow.is_empty() && plan.dying.is_empty() {
             // Entries durable, then the one tail store that commits them.
@@ -199,8 +207,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         f.tail = place.tail;
         f.tail_seq = place.tail_seq;
         let mut dead = Vec::new();
-        for (entry, &(at, page)) in entries.iter().zip(&place.offsets) {
-            dead.extend(f.apply(at, page, entry));
+        for ((entry, &(at, page)), crcs) in entries.iter().zip(&place.offsets).zip(&page_crcs) {
+            dead.extend(f.apply(at, page, entry, crcs));
         }
         dead.sort_unstable();
         let mut dying = plan.dying;
@@ -210,6 +218,26 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             "the blocks freed are the blocks the entries killed"
         );
         Ok(())
+    }
+
+    /// Make sure the chain has the pages the entries of `sizes` need past the tail, and room
+    /// after them for one more set-size entry: the room a later truncate takes when the pool
+    /// is full, so that a file can always shrink. An operation that `shrinks` may take that
+    /// room itself when no page can be had (the pages it frees let the next operation link
+    /// one again); any other operation fails, changing nothing.
+    fn grow_chain_keeping_room(
+        &self,
+        f: &mut FileState,
+        sizes: &[u64],
+        shrinks: bool,
+    ) -> Result<(), DatalogError> {
+        let mut with_room = Vec::with_capacity(sizes.len() + 1);
+        with_room.extend_from_slice(sizes);
+        with_room.push(ENTRY_HEADER);
+        match self.grow_chain(f, &with_room) {
+            Err(DatalogError::Tx(TxError::PoolFull { .. })) if shrinks => self.grow_chain(f, sizes),
+            other => other,
+        }
     }
 
     /// Make sure the chain has the pages the entries of `sizes` need past the tail, linking
@@ -237,6 +265,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         }
         Ok(())
     }
+}
+
+/// Per entry, the CRC-32Cs of the pages it points to: an extent's share of `cow_crcs` (the
+/// plan's copy-on-write pages' CRCs, which its extents cover in order), nothing for the others.
+fn per_entry_crcs<'c>(entries: &[Entry], cow_crcs: &'c [u32]) -> Vec<&'c [u32]> {
+    let mut next = 0usize;
+    entries
+        .iter()
+        .map(|e| match *e {
+            Entry::Extent { pages, .. } => {
+                let crcs = &cow_crcs[next..next + pages as usize];
+                next += pages as usize;
+                crcs
+            }
+            _ => &[],
+        })
+        .collect()
 }
 
 /// Where entries of `sizes` go after the tail.
@@ -282,7 +327,7 @@ fn place(f: &FileState, sizes: &[u64]) -> Placement {
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::{InodeTable, ENTRY_HEADER, LOG_HEADER};
+    use super::super::layout::{InodeTable, LOG_HEADER};
     use super::*;
 
     fn pages(numbers: impl IntoIterator<Item = u64>) -> Vec<(u64, Vec<u8>)> {

@@ -48,6 +48,8 @@ pub(super) struct BaseRef {
     pub(super) block_page: u64,
     /// The extent entry that put it there.
     pub(super) entry: u64,
+    /// The page's CRC-32C, as that entry records it.
+    pub(super) crc: u32,
 }
 
 /// An embedded entry over a page.
@@ -108,6 +110,8 @@ pub(super) struct FileState {
     pub(super) live_log_bytes: u64,
     /// Live pages per data block.
     pub(super) blocks: IndexMap<u64, u64>,
+    /// The last page, cut by a truncate that kept it (see [`FileState::stale_page`]).
+    stale: Option<u64>,
     /// Why the file cannot be used: (entry offset, reason).
     pub(super) damage: Option<(u64, String)>,
     /// Log pages that may have no live entry left (checked by cleaning).
@@ -131,9 +135,21 @@ impl FileState {
             log: IndexMap::default(),
             live_log_bytes: 0,
             blocks: IndexMap::default(),
+            stale: None,
             damage: None,
             maybe_dead: Vec::new(),
         }
+    }
+
+    /// The file's last page, if it may hold bytes past the file's size: a truncate into the
+    /// middle of a page keeps the page as it is (allocating nothing, so that it succeeds on a
+    /// full pool) and only records the size. Reads stop at the size; an operation that grows
+    /// the file, or rewrites the page, must zero those bytes by writing the page anew
+    /// (copy-on-write), whose extent ends the staleness. Set by every set-size entry whose
+    /// size cuts a page the file holds (at replay too), so it may be set where nothing stale
+    /// is left (one copy more on the next growth), never the other way round.
+    pub(super) fn stale_page(&self) -> Option<u64> {
+        self.stale
     }
 
     /// Append `page` to the chain.
@@ -193,9 +209,16 @@ impl FileState {
         }
     }
 
-    /// Apply a committed entry at pool offset `at` in log page `page`; returns the data blocks
-    /// it left with no live page.
-    pub(super) fn apply(&mut self, at: u64, page: u64, entry: &Entry) -> Vec<u64> {
+    /// Apply a committed entry at pool offset `at` in log page `page` (an extent with its
+    /// pages' CRC-32Cs in `page_crcs`, other kinds with none); returns the data blocks it left
+    /// with no live page.
+    pub(super) fn apply(
+        &mut self,
+        at: u64,
+        page: u64,
+        entry: &Entry,
+        page_crcs: &[u32],
+    ) -> Vec<u64> {
         let mut dead = Vec::new();
         match *entry {
             Entry::Extent {
@@ -205,8 +228,15 @@ impl FileState {
                 block_page,
                 size_after,
             } => {
+                debug_assert_eq!(page_crcs.len() as u64, pages, "one CRC per page");
                 self.add_entry(at, page, entry.bytes(), pages);
                 *self.blocks.entry(block).or_default() += pages;
+                if self
+                    .stale
+                    .is_some_and(|p| (file_page..file_page + pages).contains(&p))
+                {
+                    self.stale = None;
+                }
                 for i in 0..pages {
                     self.drop_page(file_page + i, &mut dead);
                     self.pages.insert(
@@ -216,6 +246,7 @@ impl FileState {
                                 block,
                                 block_page: block_page + i,
                                 entry: at,
+                                crc: page_crcs[i as usize],
                             }),
                             embeds: Vec::new(),
                             embed_bytes: 0,
@@ -266,6 +297,9 @@ impl FileState {
                 for p in gone {
                     self.drop_page(p, &mut dead);
                 }
+                let cut = size_after / PAGE;
+                self.stale =
+                    (size_after % PAGE != 0 && self.pages.contains_key(&cut)).then_some(cut);
             }
         }
         dead
@@ -291,6 +325,16 @@ impl FileState {
             file: self.name.clone(),
             entry,
             reason,
+        }
+    }
+
+    /// The error for file page `file_page`, whose base page at pool offset `page` fails its
+    /// CRC-32C.
+    pub(super) fn corrupt_data(&self, file_page: u64, page: u64) -> DatalogError {
+        DatalogError::CorruptData {
+            file: self.name.clone(),
+            offset: file_page * PAGE,
+            page,
         }
     }
 
@@ -340,12 +384,16 @@ mod tests {
     #[test]
     fn a_block_dies_with_its_last_live_page_and_is_predicted() {
         let mut f = file();
-        assert!(f.apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000)).is_empty());
+        assert!(f
+            .apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000), &[0; 2])
+            .is_empty());
         assert_eq!(f.dying_blocks(&[0]), Vec::<u64>::new());
-        assert!(f.apply(0x1068, LOG_PAGE, &extent(0, 1, 0xb000)).is_empty());
+        assert!(f
+            .apply(0x1068, LOG_PAGE, &extent(0, 1, 0xb000), &[0; 1])
+            .is_empty());
         assert_eq!(f.dying_blocks(&[1]), vec![0xa000]);
         assert_eq!(
-            f.apply(0x1090, LOG_PAGE, &extent(1, 1, 0xc000)),
+            f.apply(0x1090, LOG_PAGE, &extent(1, 1, 0xc000), &[0; 1]),
             vec![0xa000]
         );
         assert!(!f.blocks.contains_key(&0xa000));
@@ -361,10 +409,10 @@ mod tests {
     #[test]
     fn an_embed_kills_the_older_embeds_it_covers_entirely_only() {
         let mut f = file();
-        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
-        f.apply(0x1068, LOG_PAGE, &embed(0, 16));
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8), &[]);
+        f.apply(0x1068, LOG_PAGE, &embed(0, 16), &[]);
         assert_eq!(f.stats().live_entries, 1, "the 8 bytes were covered");
-        f.apply(0x1098, LOG_PAGE, &embed(4, 16));
+        f.apply(0x1098, LOG_PAGE, &embed(4, 16), &[]);
         let page = &f.pages[&0];
         assert_eq!(page.embeds.len(), 2, "a partial overlap keeps both");
         assert_eq!(page.embed_bytes, 32);
@@ -375,9 +423,9 @@ mod tests {
     #[test]
     fn a_smaller_size_drops_the_pages_past_it_and_stays_live_itself() {
         let mut f = file();
-        f.apply(0x1040, LOG_PAGE, &extent(0, 1, 0xa000));
-        f.apply(0x1068, LOG_PAGE, &extent(2, 1, 0xb000));
-        let dead = f.apply(0x1090, LOG_PAGE, &Entry::SetSize { size_after: PAGE });
+        f.apply(0x1040, LOG_PAGE, &extent(0, 1, 0xa000), &[0; 1]);
+        f.apply(0x1068, LOG_PAGE, &extent(2, 1, 0xb000), &[0; 1]);
+        let dead = f.apply(0x1090, LOG_PAGE, &Entry::SetSize { size_after: PAGE }, &[]);
         assert_eq!(dead, vec![0xb000]);
         assert_eq!(f.size, PAGE);
         assert!(f.pages.contains_key(&0) && !f.pages.contains_key(&2));
@@ -389,12 +437,46 @@ mod tests {
     }
 
     #[test]
+    fn a_size_inside_a_kept_page_marks_it_stale_until_an_extent_replaces_it() {
+        let mut f = file();
+        f.apply(0x1040, LOG_PAGE, &extent(0, 2, 0xa000), &[0; 2]);
+        f.apply(
+            0x1068,
+            LOG_PAGE,
+            &Entry::SetSize {
+                size_after: PAGE + 9,
+            },
+            &[],
+        );
+        assert_eq!(f.stale_page(), Some(1));
+        f.apply(0x1090, LOG_PAGE, &embed(0, 8), &[]);
+        assert_eq!(
+            f.stale_page(),
+            Some(1),
+            "an embed does not rewrite the page"
+        );
+        f.apply(0x10b8, LOG_PAGE, &extent(1, 1, 0xb000), &[0]);
+        assert_eq!(f.stale_page(), None);
+        f.apply(
+            0x10e0,
+            LOG_PAGE,
+            &Entry::SetSize {
+                size_after: 3 * PAGE + 1,
+            },
+            &[],
+        );
+        assert_eq!(f.stale_page(), None, "no page holds the size's page");
+        f.apply(0x1108, LOG_PAGE, &Entry::SetSize { size_after: PAGE }, &[]);
+        assert_eq!(f.stale_page(), None, "a page boundary cuts no page");
+    }
+
+    #[test]
     fn a_log_page_whose_entries_all_die_is_reported_maybe_dead() {
         let mut f = file();
         f.push_page(0x2000);
-        f.apply(0x1040, LOG_PAGE, &embed(0, 8));
+        f.apply(0x1040, LOG_PAGE, &embed(0, 8), &[]);
         assert!(f.maybe_dead.is_empty());
-        f.apply(0x2040, 0x2000, &embed(0, 8));
+        f.apply(0x2040, 0x2000, &embed(0, 8), &[]);
         assert_eq!(f.maybe_dead, vec![LOG_PAGE]);
         assert_eq!(f.log[&LOG_PAGE].live_entries, 0);
         assert_eq!(

@@ -11,7 +11,9 @@
 //!
 //! # Layout
 //!
-//! * A **root** of [`ROOT_BYTES`] at an offset the caller chooses: magic, the inode table's
+//! * A **root** of [`ROOT_BYTES`] at an offset the caller chooses: magic (`DATALOG2`: on-pool
+//!   format 2; a format 1 root, `DATALOG1`, whose extents carry no page checksums, is refused at
+//!   open with [`DatalogError::Corrupt`] naming both versions), the inode table's
 //!   offset, its capacity, the next inode generation, and four words recording the store's
 //!   [`Policy`] (written once at create, read at open).
 //! * The **inode table**: `max_files` inodes of 128 bytes: the log *tail* (8 bytes, the commit
@@ -23,7 +25,8 @@
 //!   offset, then 8-byte aligned entries. Entries of three kinds, each with a 32-byte header
 //!   (CRC-32C, kind, length, the file size after the entry, the file page):
 //!   * *extent*: file pages `[p, p + n)` now live in pages `[i, i + n)` of the data block `b`
-//!     (the copy-on-write path: NOVA's write entry);
+//!     (the copy-on-write path: NOVA's write entry), followed by the CRC-32C of each of those
+//!     `n` pages (4 bytes each, padded to 8);
 //!   * *embed*: `len` bytes at offset `o` of file page `p`, carried inline after the header
 //!     (NOVA-datalog's embed write entry, Optane guide (FAST'20), Fig. 10);
 //!   * *set size*: the file's size changes (truncate); pages past it are dropped.
@@ -51,12 +54,31 @@
 //!   entries that need them are written: a crash leaves them linked past the tail, owned by the
 //!   log and reused, never leaked.
 //! * **Truncate, remove, rename, create** and **log cleaning** are transactions too.
+//! * **A full pool can still shrink a file.** A truncate to a smaller size allocates nothing:
+//!   one set-size entry drops the pages past the end (their blocks freed in its transaction)
+//!   and keeps a partial last page as it is, its bytes past the size left *stale*; the next
+//!   operation that grows the file past them writes that page anew (copy-on-write, zeros past
+//!   the old end), and replay marks the same page stale from the same entry. The one thing a
+//!   truncate needs is log room for its entry, so every operation links the pages for its own
+//!   entries *and* room for one set-size entry after them, or fails changing nothing; a
+//!   truncate that finds no page to link takes that room. (Two truncates in a row that free
+//!   nothing, on a pool still full, can find the room gone: the second gets `PoolFull`.)
+//!   Removing a file frees everything in one transaction and allocates nothing.
 //!
 //! Each entry's checksum covers its header and inline bytes, seeded with the inode's generation.
 //! Recovery ([`Datalog::open`]) scans each log from head to tail: what lies past the tail (a torn
 //! entry) is never read; a committed entry whose checksum fails marks the file damaged, and every
 //! operation on it returns [`DatalogError::CorruptEntry`] naming the file and the entry's offset.
 //! Reads check embedded entries' checksums again, so bytes corrupted later are reported too.
+//!
+//! Copy-on-write data pages are checked too (NOVA-Fortis (SOSP'17) checksums file data the same
+//! way): the CRC-32C of each page's bytes is computed from the DRAM copy that the non-temporal
+//! stores write, recorded in the extent entry (under the entry's own checksum), kept in the DRAM
+//! index, and checked against the page, read whole, whenever a read or a partial write uses it.
+//! A mismatch is [`DatalogError::CorruptData`] naming the file and the page's offset in it; the
+//! damaged bytes are not returned, and the rest of the file stays readable. Compaction carries
+//! the recorded CRCs into the new log rather than recomputing them from the pages, so damage
+//! is never blessed. A torn page needs no check of its own: its extent is committed after it.
 //!
 //! # Write paths
 //!
@@ -235,6 +257,8 @@ struct Inner {
     next_generation: u64,
     /// A buffer for encoding and reading entries, kept between operations.
     scratch: Vec<u8>,
+    /// A buffer for a data page read whole to check its CRC when only part of it is asked for.
+    page: Vec<u8>,
     cleaning: CleaningStats,
 }
 
@@ -246,6 +270,7 @@ impl Inner {
             names: HashMap::new(),
             next_generation,
             scratch: Vec::new(),
+            page: Vec::new(),
             cleaning: CleaningStats::default(),
         }
     }

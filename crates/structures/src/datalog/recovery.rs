@@ -19,7 +19,7 @@ use super::entry::{checksum_holds, Entry};
 use super::index::FileState;
 use super::layout::{
     data_block_bytes, EntryImage, Inode, InodeTable, LogPage, Root, END_MARK_BYTES, ENTRY_HEADER,
-    PAGE, ROOT_BYTES, ROOT_MAGIC,
+    FORMAT_1_MAGIC, FORMAT_VERSION, PAGE, ROOT_BYTES, ROOT_MAGIC,
 };
 use super::{Datalog, DatalogError, Inner, Policy, MAX_FILES};
 
@@ -36,6 +36,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         pool.check_range(root, ROOT_BYTES)?;
         let root_words = Root::at(root);
         let magic = root_words.read_magic(pool)?;
+        if magic == FORMAT_1_MAGIC {
+            return Err(corrupt(format!(
+                "format version 1 (data pages without checksums), this build reads \
+                 {FORMAT_VERSION}: copy the files out with a build that reads version 1"
+            )));
+        }
         if magic != ROOT_MAGIC {
             return Err(DatalogError::WrongKind {
                 root,
@@ -128,6 +134,7 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
     let mut page = head;
     let mut pos = LogPage::at(head).first_entry();
     let mut buf = vec![0u8; PAGE as usize];
+    let mut page_crcs: Vec<u32> = Vec::new();
     let read = |at: u64, buf: &mut [u8]| {
         pool.read_bytes(at, buf)
             .map_err(|e| (at, format!("unreadable: {e}")))
@@ -173,11 +180,14 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         if !checksum_holds(f.generation, whole) {
             return Err((pos, "the entry fails its checksum".into()));
         }
-        if let Entry::Extent { block, .. } = &mut entry {
-            *block = EntryImage::new(whole).extent_block();
+        page_crcs.clear();
+        if let Entry::Extent { block, pages, .. } = &mut entry {
+            let image = EntryImage::new(whole);
+            *block = image.extent_block();
+            page_crcs.extend(image.extent_page_crcs(*pages));
         }
         // Blocks the entry killed were freed when it committed: nothing to do with them.
-        let _ = f.apply(pos, page, &entry);
+        let _ = f.apply(pos, page, &entry, &page_crcs);
         pos += bytes;
     }
     f.tail_seq = f.next_seq - 1;

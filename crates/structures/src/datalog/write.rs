@@ -45,6 +45,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         let pool = self.heap.pool();
         let mut plan = Plan::new(f.size.max(end), false);
         let mut replaced: Vec<u64> = Vec::new();
+        // Growing over a stale last page: it is written anew with zeros past the old size
+        // (here if the write does not reach it, else as the write's piece of it).
+        let stale = f.stale_page().filter(|_| end > f.size);
+        if let Some(sp) = stale.filter(|&sp| offset / PAGE > sp) {
+            plan.cow
+                .push((sp, fresh_page(pool, f, sp, &mut inner.scratch)?));
+            replaced.push(sp);
+        }
         let mut done = 0u64;
         while done < len {
             let at = offset + done;
@@ -52,7 +60,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             let start = at % PAGE;
             let piece = (PAGE - start).min(len - done);
             let bytes = &data[done as usize..(done + piece) as usize];
-            if self.embeds(f, p, piece, mode) {
+            if stale != Some(p) && self.embeds(f, p, piece, mode) {
                 plan.embeds.push((p, start, bytes.to_vec()));
             } else {
                 if self.folds(f, p, piece, mode) {
@@ -61,7 +69,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
                 let mut page = if piece == PAGE {
                     Vec::new()
                 } else {
-                    materialize(pool, f, p, &mut inner.scratch)?
+                    fresh_page(pool, f, p, &mut inner.scratch)?
                 };
                 if piece == PAGE {
                     page.extend_from_slice(bytes);
@@ -115,9 +123,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         no_fold && !self.embeds(f, p, len, mode)
     }
 
-    /// Set the file's size. Shrinking drops the pages past the end and rewrites a partial
-    /// last page with zeros past the end (so growing again reads zeros), in one transaction
-    /// that also frees the blocks left unused.
+    /// Set the file's size, atomically. Shrinking drops the pages past the end, frees the
+    /// blocks left unused, and keeps a partial last page as it is: it allocates nothing, so a
+    /// store whose pool is full can always shrink a file (given the log room every operation
+    /// keeps ahead for it, see `Datalog::grow_chain_keeping_room`). Growing again reads zeros
+    /// past the old end: the growth writes the kept page anew.
     pub fn truncate(&self, id: FileId, size: u64) -> Result<(), DatalogError> {
         if size > MAX_FILE_SIZE {
             return Err(DatalogError::OutOfRange {
@@ -130,24 +140,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
         let f = file(&mut inner.slots, id)?;
         let mut plan = Plan::new(size, true);
         if size < f.size {
-            let mut replaced: Vec<u64> = f
+            let replaced: Vec<u64> = f
                 .pages
                 .keys()
                 .copied()
                 .filter(|&p| p * PAGE >= size)
                 .collect();
-            let last = size / PAGE;
-            let cut = size % PAGE;
-            if cut > 0 && f.pages.contains_key(&last) {
-                let mut page = materialize(self.heap.pool(), f, last, &mut inner.scratch)?;
-                page[cut as usize..].fill(0);
-                plan.cow.push((last, page));
-                replaced.push(last);
-            }
             plan.dying = f.dying_blocks(&replaced);
+            plan.shrinks = true;
+        } else if let Some(sp) = f.stale_page().filter(|_| size > f.size) {
+            plan.cow
+                .push((sp, fresh_page(self.heap.pool(), f, sp, &mut inner.scratch)?));
+            plan.dying = f.dying_blocks(&[sp]);
         }
         self.commit(f, plan, &mut inner.scratch)?;
         self.clean_after(f, &mut inner.scratch, &mut inner.cleaning);
         Ok(())
     }
+}
+
+/// Page `p` as a copy-on-write of it starts from: its contents, with zeros past the file's
+/// size if it is the stale last page (bytes a truncate left there).
+fn fresh_page<B: Backend>(
+    pool: &Pool<B>,
+    f: &FileState,
+    p: u64,
+    scratch: &mut Vec<u8>,
+) -> Result<Vec<u8>, DatalogError> {
+    let mut page = materialize(pool, f, p, scratch)?;
+    if f.stale_page() == Some(p) {
+        page[(f.size % PAGE) as usize..].fill(0);
+    }
+    Ok(page)
 }

@@ -96,6 +96,18 @@
 //! still holds a transient duplicate from an interrupted shift, keeping the right copy. So a
 //! crash mid-shift leaves the operation either done or not done.
 //!
+//! # Integrity
+//!
+//! Entries hold their key and value inline, 8 bytes each, with no checksum: a bit flipped in a
+//! **value** by the medium is **not detected**, and neither is a flipped key that keeps its
+//! node sorted and inside its bounds. [`FastFair::open`] checks the shape (allocated, tagged
+//! nodes of the right level, sorted keys inside their bounds, no gaps, no sibling cycle) and
+//! reports what breaks it as [`FastFairError::Corrupt`]; lookups and scans trust what they read. A
+//! checksum per node line would cost a slot of each 64-byte line (a fourth fewer entries per
+//! node) or one more line written and flushed per line a shift touches, and FAST's in-place
+//! shifts, which persist a line only when they leave it, would leave the checksum stale in
+//! every crash image taken mid-line, so recovery would have to tell a crash from damage.
+//!
 //! # Concurrency
 //!
 //! * **Readers take no lock.** Each node has a version counter in DRAM (a stripe of

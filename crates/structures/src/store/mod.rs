@@ -266,7 +266,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// Remove the structure named `name` and free every block it owned. Refused with
     /// [`Error::InUse`] while a handle of it is open, [`Error::NotFound`] if there is none,
     /// [`Error::InvalidName`] for a name no structure can have.
-    /// Crash-safe: a removal a crash interrupts is finished by the next open.
+    /// Crash-safe: a removal a crash interrupts is finished by the next open. It allocates
+    /// nothing when the list of the structure's other blocks fits in its largest block (always
+    /// for a `u64` hash map, whose directory has a word per segment), so a full pool can drop
+    /// it; otherwise the list takes a fresh block, which a full pool refuses with
+    /// [`Error::PoolFull`], changing nothing.
     pub fn remove_structure(&self, name: &str) -> Result<(), Error> {
         self.shared.remove(name)
     }

@@ -17,8 +17,8 @@ pub(super) const LOG_HEADER: u64 = 64;
 pub(super) const LOG_PAGE_CAPACITY: u64 = PAGE - LOG_HEADER;
 /// Bytes of an entry header.
 pub(super) const ENTRY_HEADER: u64 = 32;
-/// Bytes of an extent entry (header + block offset).
-pub(super) const EXTENT_ENTRY: u64 = ENTRY_HEADER + 8;
+/// Bytes of an extent entry's fixed part (header + block offset); its pages' CRC-32Cs follow.
+pub(super) const EXTENT_ENTRY_FIXED: u64 = ENTRY_HEADER + 8;
 /// The largest inline payload of an embed entry: one entry per empty log page.
 pub const MAX_EMBED: u64 = PAGE - LOG_HEADER - ENTRY_HEADER;
 /// The end-of-page mark: the rest of its log page holds no entry.
@@ -27,8 +27,12 @@ pub(super) const END_MARK: u64 = u64::from_le_bytes(*b"DLOG-END");
 pub(super) const END_MARK_BYTES: [u8; 8] = END_MARK.to_le_bytes();
 /// Bytes of the root.
 pub const ROOT_BYTES: u64 = 64;
-/// The first word of a store's root.
+/// The first word of a store's root (format 2: extents carry their pages' CRC-32Cs).
 pub(super) const ROOT_MAGIC: u64 = crate::kind::StructureKind::Datalog.magic();
+/// The first word of a format 1 root: extents without page checksums, refused at open.
+pub(super) const FORMAT_1_MAGIC: u64 = u64::from_le_bytes(*b"DATALOG1");
+/// The on-pool format this build writes and reads; its roots start with [`ROOT_MAGIC`].
+pub(super) const FORMAT_VERSION: u64 = 2;
 /// Bytes of an inode.
 const INODE_BYTES: u64 = 128;
 /// Offset in an inode of its name's bytes (after the name's length word).
@@ -398,6 +402,13 @@ pub(super) const fn data_block_bytes(pages: u64) -> u64 {
     pages * PAGE
 }
 
+/// Bytes of an extent entry of `pages` pages: the fixed part, then one CRC-32C per page
+/// (padded to 8).
+#[inline]
+pub(super) const fn extent_entry_bytes(pages: u64) -> u64 {
+    EXTENT_ENTRY_FIXED + (4 * pages).next_multiple_of(8)
+}
+
 /// Bytes of an embed entry carrying `len` inline bytes (padded to 8).
 #[inline]
 pub(super) const fn embed_entry_bytes(len: u64) -> u64 {
@@ -430,6 +441,7 @@ mod field {
     pub(super) const FILE_PAGE: usize = 16;
     pub(super) const WORD: usize = 24;
     pub(super) const BODY: usize = super::ENTRY_HEADER as usize;
+    pub(super) const PAGE_CRCS: usize = super::EXTENT_ENTRY_FIXED as usize;
 }
 
 /// An encoded entry (header, then body) in a buffer: a header alone, or the whole entry.
@@ -479,6 +491,14 @@ impl<'a> EntryImage<'a> {
         get_u64(self.bytes, field::BODY as u64)
     }
 
+    /// An extent's `pages` page CRC-32Cs, in page order (the buffer holds the whole entry).
+    #[inline]
+    pub(super) fn extent_page_crcs(self, pages: u64) -> impl Iterator<Item = u32> + 'a {
+        self.bytes[field::PAGE_CRCS..field::PAGE_CRCS + 4 * pages as usize]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+    }
+
     /// An embed's `len` inline bytes (the buffer holds the whole entry).
     #[inline]
     pub(super) fn embed_payload(self, len: u64) -> &'a [u8] {
@@ -511,6 +531,15 @@ impl<'a> EntryImageMut<'a> {
     #[inline]
     pub(super) fn set_extent_block(&mut self, block: u64) {
         put_u64(self.bytes, field::BODY as u64, block);
+    }
+
+    /// Store an extent's page CRC-32Cs, one per page in page order.
+    #[inline]
+    pub(super) fn set_extent_page_crcs(&mut self, crcs: &[u32]) {
+        for (i, crc) in crcs.iter().enumerate() {
+            let at = field::PAGE_CRCS + 4 * i;
+            self.bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        }
     }
 
     #[inline]

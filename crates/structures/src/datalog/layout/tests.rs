@@ -8,7 +8,8 @@ fn root_words_follow_the_documented_order() {
     let table = InodeTable::at(0x4000);
     let r = Root::image(table, 16, 7, [11, 12, 13, 14]);
     assert_eq!(get_u64(&r, 0), ROOT_MAGIC);
-    assert_eq!(&r[0..8], b"DATALOG1");
+    assert_eq!(&r[0..8], b"DATALOG2");
+    assert_ne!(ROOT_MAGIC, FORMAT_1_MAGIC);
     assert_eq!(get_u64(&r, 8), 0x4000);
     assert_eq!(get_u64(&r, 16), 16);
     assert_eq!(get_u64(&r, 24), 7);
@@ -146,8 +147,11 @@ fn entry_fields_round_trip_at_their_offsets() {
 }
 
 #[test]
-fn an_extent_block_sits_after_the_header_and_wide_fields_truncate() {
-    let mut buf = vec![0u8; EXTENT_ENTRY as usize];
+fn an_extent_block_and_page_crcs_follow_the_header_and_wide_fields_truncate() {
+    assert_eq!(extent_entry_bytes(1), 48);
+    assert_eq!(extent_entry_bytes(2), 48);
+    assert_eq!(extent_entry_bytes(3), 56);
+    let mut buf = vec![0u8; extent_entry_bytes(3) as usize];
     let mut image = EntryImageMut::new(&mut buf);
     image.set_header(HeaderFields {
         kind: 1,
@@ -157,9 +161,16 @@ fn an_extent_block_sits_after_the_header_and_wide_fields_truncate() {
         word: 0x1_0000_0005,
     });
     image.set_extent_block(0xabc000);
+    image.set_extent_page_crcs(&[0x1111_1111, 0x2222_2222, 0x3333_3333]);
     let view = EntryImage::new(&buf);
     assert_eq!(view.extent_block(), 0xabc000);
     assert_eq!(get_u64(&buf, 32), 0xabc000);
+    assert_eq!(
+        view.extent_page_crcs(3).collect::<Vec<_>>(),
+        [0x1111_1111, 0x2222_2222, 0x3333_3333]
+    );
+    assert_eq!(&buf[44..48], &0x2222_2222u32.to_le_bytes());
+    assert!(buf[52..56].iter().all(|&b| b == 0), "padding stays zero");
     assert_eq!(view.header().count, 3);
     assert_eq!(view.header().word, 5);
 }

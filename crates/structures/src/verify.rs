@@ -205,7 +205,7 @@ pub enum Problem {
         index: u64,
     },
     /// A live key (its hash prefix is its segment's) outside its probing window, where no
-    /// lookup searches it (FAST'19 CCEH, Sec. 4).
+    /// lookup searches it.
     KeyOutsideWindow {
         /// The key.
         key: u64,

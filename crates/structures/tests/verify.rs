@@ -152,6 +152,13 @@ fn a_live_key_outside_its_window_and_a_live_key_twice_are_reported() {
         *p == Problem::DuplicateKey { key: 7, first }
     });
     assert_eq!(report.findings.len(), 1, "{report}");
+    assert_eq!(
+        report.findings[0].to_string(),
+        format!(
+            "a CCEH hash table at {:#x}: at {copy:#x}: key 7 is stored twice (first at {first:#x})",
+            heap.pool().root_offset()
+        )
+    );
     scribble(&heap, copy, 0);
     // Another key of the segment eight buckets past its home: outside its four-bucket window.
     let key = (8..).find(|&k| segment_of(&heap, k).0 == segment).unwrap();

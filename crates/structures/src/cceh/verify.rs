@@ -28,12 +28,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// Checked: the root's magic; the directory pointer (aligned, inside the pool, an allocated
     /// block of its size) and its global depth (at most [`MAX_DEPTH`]); each segment's run of
     /// directory entries (local depth at most the global depth, `2^(global - local)` equal
-    /// entries starting at a multiple of that span, no segment heading two runs: FAST'19 CCEH,
-    /// Sec. 3); each segment (inside the pool, an allocated block of its size); each live slot
+    /// entries starting at a multiple of that span, no segment heading two runs: what
+    /// extendible hashing keeps, FAST'19 CCEH); each segment (inside the pool, an allocated block of its size); each live slot
     /// (a key whose hash prefix is its segment's pattern; the other keys are stale copies a
     /// split left behind, which lazy deletion counts as free) inside its probing window; no
     /// live key twice in the table; the retired directory, if any, an allocated block; and the
     /// live keys against [`Cceh::len`].
+    ///
+    /// Not a check of its own: a stale key's hash prefix is not its segment's, by design, so
+    /// "every key's prefix belongs to its segment" holds of live keys by definition; what
+    /// makes a key reachable is its segment's run of entries and its probing window, both
+    /// checked.
     pub fn verify(&self) -> Verification {
         let root = self.root.offset();
         let mut report = Verification::new(StructureKind::HashMap, root);

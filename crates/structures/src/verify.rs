@@ -22,7 +22,9 @@ pub struct Verification {
     pub root: u64,
     /// Every violation found, in walk order; empty for a healthy structure.
     pub findings: Vec<Finding>,
-    /// Blocks read whole: CCEH directories and segments, FAST&FAIR nodes and the redo area.
+    /// Blocks reached: the CCEH directory and segments (read whole) and a retired directory
+    /// (checked to be allocated); the FAST&FAIR nodes (read whole) and the redo area (checked
+    /// to be allocated). For a healthy structure, the length of its `blocks()`.
     pub blocks_walked: u64,
     /// Live keys seen.
     pub keys: u64,

@@ -70,9 +70,11 @@ pub mod records;
 pub mod store;
 mod sync;
 mod u64map;
+pub mod verify;
 
 pub use kind::StructureKind;
 pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};
+pub use verify::{Finding, Problem, Verification};
 
 // What a user of the `Store` needs, so this crate is the one dependency.
 pub use cceh::CcehConfig;

@@ -108,6 +108,7 @@
 //! | `reclaim.rs` | directories retired by a doubling, freed once the epoch allows |
 //! | `recovery.rs` | [`Cceh::open`]: finishing an interrupted split, checks, duplicate keys |
 //! | `check.rs` | [`Cceh::check`]: the directory and every segment verified, keys counted |
+//! | `verify.rs` | [`Cceh::verify`]: the same walk, read-only, every violation listed as a typed finding |
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
 //! | `interleaving/` | (tests) lookups stepped against writers, every schedule: the harness (`mod.rs`) and the scenarios (`scenarios.rs`) |
@@ -135,6 +136,7 @@ mod snapshot;
 mod split;
 #[cfg(test)]
 mod test_heap;
+mod verify;
 mod write;
 
 use std::fmt;

@@ -18,6 +18,7 @@
 //! | `merge.rs` | merges, borrows and root collapse: how a merge is made crash-safe |
 //! | `recovery.rs` | open: root object checks, redo replay, duplicate repair, key count |
 //! | `check.rs` | the level-by-level walk and the whole-tree checks built on it |
+//! | `verify.rs` | [`FastFair::verify`]: every node walked read-only, every violation listed as a typed finding |
 //!
 //! # Layout
 //!
@@ -152,6 +153,7 @@ mod redo;
 mod search;
 mod shift;
 mod split;
+mod verify;
 mod write;
 
 use layout::{NodeImage, NodeShape, NodeView, RedoArea, RootFields, RootObject};

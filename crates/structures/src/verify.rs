@@ -1,0 +1,441 @@
+//! What a structure's `verify()` reports: typed findings (which structure, where in the pool,
+//! what is wrong, with the values involved), and the totals of the walk.
+//!
+//! A verification reads and never writes: it walks every reachable block of one structure,
+//! checks every invariant it can, and lists each violation instead of stopping at the first.
+//! [`crate::cceh::Cceh::verify`] and [`crate::fastfair::FastFair::verify`] produce them.
+
+use std::fmt;
+use std::ops::Deref;
+
+use pmem_ordering::{Backend, Pool};
+use pmem_undo_log::Heap;
+
+use crate::kind::StructureKind;
+
+/// The outcome of one structure's `verify()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// The structure verified.
+    pub structure: StructureKind,
+    /// The offset of its root (the CCEH root, the FAST&FAIR root object).
+    pub root: u64,
+    /// Every violation found, in walk order; empty for a healthy structure.
+    pub findings: Vec<Finding>,
+    /// Blocks reached: the CCEH directory and segments (read whole) and a retired directory
+    /// (checked to be allocated); the FAST&FAIR nodes (read whole) and the redo area (checked
+    /// to be allocated). For a healthy structure, the length of its `blocks()`.
+    pub blocks_walked: u64,
+    /// Live keys seen.
+    pub keys: u64,
+}
+
+impl Verification {
+    /// An empty report for the structure at `root`.
+    pub(crate) fn new(structure: StructureKind, root: u64) -> Verification {
+        Verification {
+            structure,
+            root,
+            findings: Vec::new(),
+            blocks_walked: 0,
+            keys: 0,
+        }
+    }
+
+    /// Whether nothing was found.
+    pub fn is_healthy(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// Record that `problem` was found at pool offset `offset`.
+    pub(crate) fn report(&mut self, offset: u64, problem: Problem) {
+        self.findings.push(Finding {
+            structure: self.structure,
+            root: self.root,
+            offset,
+            problem,
+        });
+    }
+}
+
+impl fmt::Display for Verification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at {:#x}: {} blocks, {} keys, ",
+            self.structure.describe(),
+            self.root,
+            self.blocks_walked,
+            self.keys
+        )?;
+        if self.findings.is_empty() {
+            return write!(f, "no damage found");
+        }
+        write!(f, "{} findings", self.findings.len())?;
+        for finding in &self.findings {
+            write!(f, "\n  at {:#x}: {}", finding.offset, finding.problem)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `offset` names a block a walk can read: aligned to `alignment` and `bytes` long
+/// inside the pool (each reported if not, and then `false`). A block the heap did not allocate
+/// is reported but still read: its bytes may tell more.
+pub(crate) fn readable_block<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &Heap<B, P>,
+    report: &mut Verification,
+    offset: u64,
+    bytes: u64,
+    alignment: u64,
+) -> bool {
+    if !offset.is_multiple_of(alignment) {
+        report.report(offset, Problem::Misaligned { alignment });
+        return false;
+    }
+    if heap.pool().check_range(offset, bytes).is_err() {
+        report.report(offset, Problem::OutOfPool { len: bytes });
+        return false;
+    }
+    if heap.block_size(offset).is_none_or(|size| size < bytes) {
+        report.report(offset, Problem::NotAllocated { bytes });
+    }
+    true
+}
+
+/// One violation: where it is and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The kind of structure it was found in.
+    pub structure: StructureKind,
+    /// The offset of that structure's root.
+    pub root: u64,
+    /// The pool offset of the damaged word, slot, entry or block.
+    pub offset: u64,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at {:#x}: at {:#x}: {}",
+            self.structure.describe(),
+            self.root,
+            self.offset,
+            self.problem
+        )
+    }
+}
+
+/// What is wrong at a finding's offset. Offsets inside a variant are pool offsets; indices are
+/// directory indices (CCEH) or slot indices (FAST&FAIR).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// `len` bytes at the offset do not lie inside the pool: a pointer to nowhere.
+    OutOfPool {
+        /// Bytes that were to be read there.
+        len: u64,
+    },
+    /// The offset is not a multiple of `alignment`, as every pointer of its kind is.
+    Misaligned {
+        /// The alignment required.
+        alignment: u64,
+    },
+    /// No allocated block of at least `bytes` bytes starts at the offset.
+    NotAllocated {
+        /// The block size required.
+        bytes: u64,
+    },
+    /// The root's magic word is not the structure's.
+    WrongMagic {
+        /// The word found.
+        found: u64,
+    },
+    /// The structure's DRAM key count disagrees with the keys the walk found.
+    CountMismatch {
+        /// Live keys found by the walk.
+        counted: u64,
+        /// What the structure's length says.
+        recorded: u64,
+    },
+
+    // --------------------------------------------------------------------- CCEH
+    /// The directory's global depth is above the largest one.
+    DepthTooLarge {
+        /// The depth found.
+        depth: u64,
+        /// The largest valid depth.
+        max: u64,
+    },
+    /// A directory entry names a segment deeper than the directory.
+    LocalDepthAboveGlobal {
+        /// The directory index.
+        index: u64,
+        /// The entry's local depth.
+        local: u64,
+        /// The directory's global depth.
+        global: u64,
+    },
+    /// A segment's run of `span` entries starts at an index that is not a multiple of it.
+    MisalignedRun {
+        /// The run's first index.
+        index: u64,
+        /// `2^(global - local)`.
+        span: u64,
+    },
+    /// An entry inside a segment's run names another segment or local depth.
+    EntryDisagrees {
+        /// The directory index.
+        index: u64,
+        /// The segment and local depth the entry names.
+        found: (u64, u64),
+        /// The segment and local depth its run's first entry names.
+        expected: (u64, u64),
+        /// The run's first index.
+        run_start: u64,
+    },
+    /// A segment that already heads an earlier run of the directory (two runs share it).
+    SegmentInTwoRuns {
+        /// The segment.
+        segment: u64,
+        /// The earlier run's first index.
+        first_index: u64,
+        /// This run's first index.
+        index: u64,
+    },
+    /// A live key (its hash prefix is its segment's) outside its probing window, where no
+    /// lookup searches it.
+    KeyOutsideWindow {
+        /// The key.
+        key: u64,
+        /// The bucket it sits in.
+        bucket: u64,
+        /// Its home bucket.
+        home: u64,
+    },
+    /// A live key (or, in a table of hashed key words, key word and value) stored a second
+    /// time.
+    DuplicateKey {
+        /// The key (word).
+        key: u64,
+        /// The slot of its first copy.
+        first: u64,
+    },
+
+    // --------------------------------------------------------------------- FAST&FAIR
+    /// The block has no node tag: not a node.
+    NotANode {
+        /// The tag word found.
+        tag: u64,
+    },
+    /// The root node's level is past any possible tree height.
+    LevelTooHigh {
+        /// The level found.
+        level: u64,
+    },
+    /// A node on one level records another.
+    WrongLevel {
+        /// The node's level word.
+        found: u64,
+        /// The level it was reached on.
+        expected: u64,
+    },
+    /// A used slot after a free one: binary searches would miss it.
+    GapInNode {
+        /// The slot.
+        slot: usize,
+        /// The key it holds.
+        key: u64,
+    },
+    /// A key not above the key before it in the node.
+    UnsortedKeys {
+        /// The slot.
+        slot: usize,
+        /// The previous slot's key.
+        previous: u64,
+        /// This slot's key.
+        key: u64,
+    },
+    /// Two neighbouring slots with one key: a shift that never finished (open repairs these).
+    TransientDuplicate {
+        /// The right slot.
+        slot: usize,
+        /// The key.
+        key: u64,
+    },
+    /// A node's high key not above the previous node's on its level: the level's key ranges
+    /// do not increase along the sibling links.
+    HighKeyNotIncreasing {
+        /// The node's high key.
+        high: u64,
+        /// The previous node's high key (its low bound).
+        low: u64,
+    },
+    /// A key outside `[low, high)`: the previous sibling's high key and the node's own (FAIR's
+    /// B-link bounds, FAST'18 FAST&FAIR, Sec. 4).
+    KeyOutOfBounds {
+        /// The key.
+        key: u64,
+        /// The low bound.
+        low: u64,
+        /// The high bound.
+        high: u64,
+    },
+    /// A key outside the range its parent's separators give its node.
+    KeyOutsideParent {
+        /// The key.
+        key: u64,
+        /// The parent's separator before the child (or the parent's low bound).
+        low: u64,
+        /// The separator after it (or the parent's high key).
+        high: u64,
+    },
+    /// The sibling link leads back to a node already walked: a cycle, or a node linked twice.
+    SiblingCycle {
+        /// The sibling it names.
+        next: u64,
+    },
+    /// A level's last node does not have the top high key ([`crate::fastfair::EMPTY_KEY`]): the
+    /// sibling chain ends early.
+    LevelEndsEarly {
+        /// The level.
+        level: u64,
+        /// The last node's high key.
+        high: u64,
+    },
+    /// An internal node with no leftmost child.
+    MissingLeftmost {
+        /// Its level.
+        level: u64,
+    },
+    /// The children the parents name on a level are not that level's sibling chain: the first
+    /// position where they differ.
+    ChildNotInChain {
+        /// The level of the children.
+        level: u64,
+        /// The position along the level.
+        position: usize,
+        /// The child the parents name there (none: the chain is longer).
+        child: Option<u64>,
+        /// The node the sibling chain has there (none: the chain is shorter).
+        chain: Option<u64>,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::OutOfPool { len } => write!(f, "{len} bytes here are not inside the pool"),
+            Problem::Misaligned { alignment } => {
+                write!(f, "not aligned to {alignment} bytes")
+            }
+            Problem::NotAllocated { bytes } => {
+                write!(f, "no allocated block of {bytes} bytes starts here")
+            }
+            Problem::WrongMagic { found } => write!(f, "magic word {found:#x} is not the root's"),
+            Problem::CountMismatch { counted, recorded } => {
+                write!(f, "{counted} live keys found, the length says {recorded}")
+            }
+            Problem::DepthTooLarge { depth, max } => {
+                write!(f, "global depth {depth} above the largest, {max}")
+            }
+            Problem::LocalDepthAboveGlobal {
+                index,
+                local,
+                global,
+            } => write!(
+                f,
+                "entry {index}: local depth {local} above the global depth {global}"
+            ),
+            Problem::MisalignedRun { index, span } => write!(
+                f,
+                "entry {index} starts a segment's run of {span} entries, not on a multiple of {span}"
+            ),
+            Problem::EntryDisagrees {
+                index,
+                found,
+                expected,
+                run_start,
+            } => write!(
+                f,
+                "entry {index} names segment {:#x} of local depth {}, but entry {run_start} gives \
+                 that span to segment {:#x} of local depth {}",
+                found.0, found.1, expected.0, expected.1
+            ),
+            Problem::SegmentInTwoRuns {
+                segment,
+                first_index,
+                index,
+            } => write!(
+                f,
+                "segment {segment:#x} heads the run at entry {index} and the one at entry \
+                 {first_index}"
+            ),
+            Problem::KeyOutsideWindow { key, bucket, home } => write!(
+                f,
+                "key {key} sits in bucket {bucket}, outside its probing window from bucket {home}"
+            ),
+            Problem::DuplicateKey { key, first } => {
+                write!(f, "key {key} is stored twice (first at {first:#x})")
+            }
+            Problem::NotANode { tag } => write!(f, "not a node (tag word {tag:#x})"),
+            Problem::LevelTooHigh { level } => write!(f, "root level {level} is impossible"),
+            Problem::WrongLevel { found, expected } => {
+                write!(f, "node of level {found} on level {expected}")
+            }
+            Problem::GapInNode { slot, key } => {
+                write!(f, "slot {slot} holds key {key} after a free slot")
+            }
+            Problem::UnsortedKeys {
+                slot,
+                previous,
+                key,
+            } => write!(f, "slot {slot} holds key {key}, not above {previous} before it"),
+            Problem::TransientDuplicate { slot, key } => {
+                write!(f, "slot {slot} repeats key {key} of the slot before it")
+            }
+            Problem::HighKeyNotIncreasing { high, low } => write!(
+                f,
+                "high key {high} is not above the previous node's high key {low}"
+            ),
+            Problem::KeyOutOfBounds { key, low, high } => {
+                write!(f, "key {key} outside the node's bounds [{low}, {high})")
+            }
+            Problem::KeyOutsideParent { key, low, high } => write!(
+                f,
+                "key {key} outside the range [{low}, {high}) its parent gives the node"
+            ),
+            Problem::SiblingCycle { next } => {
+                write!(f, "sibling link to {next:#x}, a node already walked")
+            }
+            Problem::LevelEndsEarly { level, high } => write!(
+                f,
+                "level {level} ends at a node whose high key is {high}, not the top key"
+            ),
+            Problem::MissingLeftmost { level } => {
+                write!(f, "internal node of level {level} has no leftmost child")
+            }
+            Problem::ChildNotInChain {
+                level,
+                position,
+                child,
+                chain,
+            } => {
+                let name = |node: &Option<u64>| match node {
+                    Some(n) => format!("{n:#x}"),
+                    None => "nothing".to_string(),
+                };
+                write!(
+                    f,
+                    "level {level}, position {position}: the parents name {}, the sibling chain \
+                     has {}",
+                    name(child),
+                    name(chain)
+                )
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! 2 MiB-aligned and advised `MADV_HUGEPAGE` (transparent huge pages); and a pool file on a
 //! hugetlbfs mount, where the host has mounted one and reserved enough 2 MiB pages (otherwise
 //! that side is skipped with the reason: the section never changes the host's settings). For
-//! each side and structure, a fresh pool ([`PoolOptions::page_size`]) at emulated granularity
+//! each side and structure, a fresh pool ([`PoolOptions::page_size`](pmem_ordering::PoolOptions::page_size)) at emulated granularity
 //! holds a heap and the structure (CCEH: default shape; FAST&FAIR: FAST
 //! shifts), loaded with the YCSB records `0..records` ([`crate::ycsb`]'s keys and values). Every
 //! page of the pool is written once before the heap is made, so the kernel has backed it (with

@@ -1,6 +1,10 @@
 //! The few libpmem and libpmemobj calls the PMDK comparison makes (PMDK 1.x), declared by
 //! hand, behind safe types: [`PmemMap`] (a `pmem_map_file` mapping) and [`ObjPool`] (a
 //! libpmemobj pool with one root array of words), with PMDK's own error messages.
+//!
+//! One file on purpose: every `extern` declaration here must match PMDK's headers, and keeping
+//! them beside the safe wrappers that uphold their contracts (and in one place to check against
+//! a new PMDK release) is worth more than splitting the 650 lines.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::unix::ffi::OsStrExt;

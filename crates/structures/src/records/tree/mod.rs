@@ -383,10 +383,11 @@ where
                 reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
             })?);
         drop(layers);
-        // SAFETY: the layer is in `layers`, which holds an `Arc` of it, and an entry named it
-        // (only entries lead here). A layer leaves `layers` only in `push_down`, when its
-        // publication failed: then no entry ever named it. So the `Arc` stays in `layers`, and
-        // the layer alive, as long as the map, which the returned reference borrows.
+        // The layer is in `layers`, which holds an `Arc` of it, and an entry named it (only
+        // entries lead here). A layer leaves `layers` only in `push_down`, when its publication
+        // failed: then no entry ever named it.
+        // SAFETY: so the `Arc` stays in `layers`, and the layer alive, as long as the map,
+        // which the returned reference borrows.
         Ok(unsafe { &*layer })
     }
 

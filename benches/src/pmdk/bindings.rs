@@ -235,6 +235,20 @@ fn remove_stale(path: &Path) -> Result<(), PmdkError> {
     }
 }
 
+/// `pmemobj_create` of a fresh pool file `path` (a stale one is replaced) of `size` bytes with
+/// this module's layout.
+fn create_obj_pool(path: &Path, size: usize) -> Result<NonNull<ffi::PmemObjPool>, PmdkError> {
+    remove_stale(path)?;
+    let c = c_path(path)?;
+    let layout = CString::new(LAYOUT).map_err(|_| PmdkError::Path(path.to_path_buf()))?;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    let pop = unsafe { ffi::pmemobj_create(c.as_ptr(), layout.as_ptr(), size, 0o600) };
+    NonNull::new(pop).ok_or_else(|| PmdkError::Create {
+        path: path.to_path_buf(),
+        message: pmemobj_message(),
+    })
+}
+
 /// A fresh file mapped with `pmem_map_file`: unmapped and removed on drop.
 #[derive(Debug)]
 pub struct PmemMap {
@@ -345,17 +359,7 @@ impl ObjPool {
     /// Create the pool file `path` (a stale one is replaced) of `size` bytes and allocate its
     /// root object of `words` words (zeroed by libpmemobj).
     pub fn create(path: &Path, size: usize, words: usize) -> Result<ObjPool, PmdkError> {
-        remove_stale(path)?;
-        let c = c_path(path)?;
-        let layout = CString::new(LAYOUT).map_err(|_| PmdkError::Path(path.to_path_buf()))?;
-        // SAFETY: both strings are NUL-terminated and outlive the call.
-        let pop = unsafe { ffi::pmemobj_create(c.as_ptr(), layout.as_ptr(), size, 0o600) };
-        let Some(pop) = NonNull::new(pop) else {
-            return Err(PmdkError::Create {
-                path: path.to_path_buf(),
-                message: pmemobj_message(),
-            });
-        };
+        let pop = create_obj_pool(path, size)?;
         let bytes = words * 8;
         // Closes the pool (and removes the file) if the root cannot be had.
         let mut pool = ObjPool {
@@ -514,17 +518,7 @@ impl std::fmt::Debug for ObjBlock {
 impl ObjAllocPool {
     /// Create the pool file `path` (a stale one is replaced) of `size` bytes.
     pub fn create(path: &Path, size: usize) -> Result<ObjAllocPool, PmdkError> {
-        remove_stale(path)?;
-        let c = c_path(path)?;
-        let layout = CString::new(LAYOUT).map_err(|_| PmdkError::Path(path.to_path_buf()))?;
-        // SAFETY: both strings are NUL-terminated and outlive the call.
-        let pop = unsafe { ffi::pmemobj_create(c.as_ptr(), layout.as_ptr(), size, 0o600) };
-        let Some(pop) = NonNull::new(pop) else {
-            return Err(PmdkError::Create {
-                path: path.to_path_buf(),
-                message: pmemobj_message(),
-            });
-        };
+        let pop = create_obj_pool(path, size)?;
         Ok(ObjAllocPool {
             pop,
             path: path.to_path_buf(),

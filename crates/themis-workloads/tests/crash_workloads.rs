@@ -263,66 +263,45 @@ fn map_test(policy: FencePolicy, sim: SimConfig, ops: &[Op], plan: Plan) -> Resu
     )
 }
 
-fn ctree_test(
-    policy: FencePolicy,
-    sim: SimConfig,
-    ops: &[Op],
-    plan: Plan,
-) -> Result<Report, String> {
-    crash_test(
-        "ctree",
-        policy,
-        sim,
-        plan,
-        |heap| {
-            CritBitTree::create(heap, heap.pool().root_offset()).expect("create the tree");
-        },
-        |heap, i| {
-            let tree = CritBitTree::open(heap, heap.pool().root_offset())?;
-            match ops[i] {
-                Op::Insert(k) => tree.insert(k, value(i, k))?,
-                Op::Remove(k) => tree.remove(k)?,
-            };
-            Ok(())
-        },
-        |heap| {
-            let tree = CritBitTree::open(heap, heap.pool().root_offset())?;
-            Ok((tree.to_vec()?, tree.blocks()?))
-        },
-        &ordered_models(ops),
-    )
+/// A crash test of an ordered tree, `$tree` (the crit-bit and red-black trees share their
+/// create, open, insert, remove, `to_vec` and `blocks`), named `$label` in reports.
+macro_rules! ordered_tree_test {
+    ($test:ident, $tree:ident, $label:literal) => {
+        fn $test(
+            policy: FencePolicy,
+            sim: SimConfig,
+            ops: &[Op],
+            plan: Plan,
+        ) -> Result<Report, String> {
+            crash_test(
+                $label,
+                policy,
+                sim,
+                plan,
+                |heap| {
+                    $tree::create(heap, heap.pool().root_offset()).expect("create the tree");
+                },
+                |heap, i| {
+                    let tree = $tree::open(heap, heap.pool().root_offset())?;
+                    match ops[i] {
+                        Op::Insert(k) => tree.insert(k, value(i, k))?,
+                        Op::Remove(k) => tree.remove(k)?,
+                    };
+                    Ok(())
+                },
+                |heap| {
+                    // The red-black tree's `to_vec` checks its invariants too.
+                    let tree = $tree::open(heap, heap.pool().root_offset())?;
+                    Ok((tree.to_vec()?, tree.blocks()?))
+                },
+                &ordered_models(ops),
+            )
+        }
+    };
 }
 
-fn rbtree_test(
-    policy: FencePolicy,
-    sim: SimConfig,
-    ops: &[Op],
-    plan: Plan,
-) -> Result<Report, String> {
-    crash_test(
-        "rbtree",
-        policy,
-        sim,
-        plan,
-        |heap| {
-            RedBlackTree::create(heap, heap.pool().root_offset()).expect("create the tree");
-        },
-        |heap, i| {
-            let tree = RedBlackTree::open(heap, heap.pool().root_offset())?;
-            match ops[i] {
-                Op::Insert(k) => tree.insert(k, value(i, k))?,
-                Op::Remove(k) => tree.remove(k)?,
-            };
-            Ok(())
-        },
-        |heap| {
-            // `to_vec` checks the red-black invariants too.
-            let tree = RedBlackTree::open(heap, heap.pool().root_offset())?;
-            Ok((tree.to_vec()?, tree.blocks()?))
-        },
-        &ordered_models(ops),
-    )
-}
+ordered_tree_test!(ctree_test, CritBitTree, "ctree");
+ordered_tree_test!(rbtree_test, RedBlackTree, "rbtree");
 
 fn cache_test(
     policy: FencePolicy,

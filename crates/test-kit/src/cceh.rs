@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arbitrary::{Arbitrary, Unstructured};
-use pmem_ordering::sim::{CrashTest, Report};
+use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, Heap};
@@ -14,7 +14,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, refused, KeyValueIndex, PointOp};
 use crate::model::{agree, failed, run_each};
-use crate::{run_crash_test, History, ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{crash_test_outcome_with_recovery, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a CCEH table must hold.
 pub type CcehModel = HashMap<u64, u64>;
@@ -340,9 +340,19 @@ pub fn crash_ops(
     policy: FencePolicy,
     ops: &[CcehOp],
 ) -> CcehCrashOutcome {
+    crash_ops_outcome(test, config, policy, ops).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`crash_ops`] for a test that expects a failure: returns it instead of panicking.
+pub fn crash_ops_outcome(
+    test: &CrashTest,
+    config: CcehConfig,
+    policy: FencePolicy,
+    ops: &[CcehOp],
+) -> Result<CcehCrashOutcome, Box<CrashFailure>> {
     let history = History::of(ops);
     let splits_finished = AtomicU64::new(0);
-    let report = run_crash_test(
+    let report = crash_test_outcome_with_recovery(
         test,
         |pool| {
             let heap = simulated_heap(pool, policy);
@@ -353,6 +363,7 @@ pub fn crash_ops(
             let table = Cceh::open(&heap, pool.root_offset()).expect("open the table");
             run_all(&table, pool, ops, &mut CcehModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
+        recover,
         |pool, crash| {
             let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let table =
@@ -377,9 +388,17 @@ pub fn crash_ops(
             }
             Ok(())
         },
-    );
-    CcehCrashOutcome {
+    )?;
+    Ok(CcehCrashOutcome {
         report,
         splits_finished: splits_finished.into_inner(),
-    }
+    })
+}
+
+/// CCEH's recovery, as a restart runs it: open the heap (rolling back an interrupted
+/// transaction), then the table (finishing an interrupted split).
+pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
+    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+    Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
+    Ok(())
 }

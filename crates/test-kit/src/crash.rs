@@ -1,5 +1,13 @@
 //! The one crash driver: every crash test of the structures and every crash-injecting fuzz
 //! target runs through it, so none can pass having checked nothing.
+//!
+//! The modes, all chosen on the [`CrashTest`]: sampled or every crash point
+//! ([`CrashPoints`](pmem_ordering::sim::CrashPoints)); random, extreme or enumerated images
+//! ([`Images`](pmem_ordering::sim::Images)); torn lines ([`SimConfig::torn`]); and crashes of
+//! recovery itself ([`CrashTest::recovery_crashes`]), for which the `*_with_recovery` forms
+//! take the structure's recovery (what a restart runs before serving) to run traced.
+//!
+//! [`SimConfig::torn`]: pmem_ordering::sim::SimConfig::torn
 
 use pmem_ordering::sim::{Crash, CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::Pool;
@@ -25,6 +33,40 @@ pub fn crash_test_outcome(
     check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
 ) -> Result<Report, Box<CrashFailure>> {
     let report = test.run_with_setup(setup, workload, check)?;
+    checked_something(test, &report);
+    Ok(report)
+}
+
+/// [`run_crash_test`] with the structure's `recover`, which a test with
+/// [`CrashTest::recovery_crashes`] runs traced on each crash image and crashes in turn; every
+/// image of those crashes must pass `check` as well.
+pub fn run_crash_test_with_recovery(
+    test: &CrashTest,
+    setup: impl FnOnce(&Pool<SimBackend>),
+    workload: impl FnOnce(&Pool<SimBackend>),
+    recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
+    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+) -> Report {
+    crash_test_outcome_with_recovery(test, setup, workload, recover, check)
+        .unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`run_crash_test_with_recovery`] for a test that expects a failure: returns it instead of
+/// panicking.
+pub fn crash_test_outcome_with_recovery(
+    test: &CrashTest,
+    setup: impl FnOnce(&Pool<SimBackend>),
+    workload: impl FnOnce(&Pool<SimBackend>),
+    recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
+    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+) -> Result<Report, Box<CrashFailure>> {
+    let report = test.run_with_recovery(setup, workload, recover, check)?;
+    checked_something(test, &report);
+    Ok(report)
+}
+
+/// A passing run that checked nothing (or crashed no recovery it was asked to) proves nothing.
+fn checked_something(test: &CrashTest, report: &Report) {
     assert!(
         report.points > 0 && report.images > 0,
         "the crash test checked {} crash points and {} images: it would pass having checked \
@@ -34,5 +76,10 @@ pub fn crash_test_outcome(
         report.events,
         report.operations,
     );
-    Ok(report)
+    assert!(
+        !test.crashes_recovery() || report.recovery_images > 0,
+        "the crash test was to crash recovery but checked no image of a recovery run \
+         ({} recovery runs; {test:?})",
+        report.recovery_runs,
+    );
 }

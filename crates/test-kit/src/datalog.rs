@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 
 use arbitrary::{Arbitrary, Unstructured};
-use pmem_ordering::sim::{CrashTest, Report};
+use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
 use pmem_structures::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
@@ -13,7 +13,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::model::{agree, failed, run_each};
-use crate::{run_crash_test, History, ModelOp, SplitMix64};
+use crate::{crash_test_outcome_with_recovery, History, ModelOp, SplitMix64};
 
 /// What a datalog store must hold: each file's name and bytes.
 pub type DatalogModel = BTreeMap<String, Vec<u8>>;
@@ -329,8 +329,17 @@ pub fn describe(model: &DatalogModel) -> String {
 /// ([`check_store`]), holds the model after the operations that returned, or after the
 /// interrupted one too, and takes one more write. Panics with the harness's report on a failure.
 pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report {
+    crash_ops_outcome(test, policy, ops).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`crash_ops`] for a test that expects a failure: returns it instead of panicking.
+pub fn crash_ops_outcome(
+    test: &CrashTest,
+    policy: Policy,
+    ops: &[DatalogOp],
+) -> Result<Report, Box<CrashFailure>> {
     let history = History::of(ops);
-    run_crash_test(
+    crash_test_outcome_with_recovery(
         test,
         |pool| {
             let heap = simulated_heap(pool, FencePolicy::Batched);
@@ -353,6 +362,7 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
             })
             .unwrap_or_else(|e| panic!("{e}"));
         },
+        recover,
         |pool, crash| {
             let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let store =
@@ -383,4 +393,12 @@ pub fn crash_ops(test: &CrashTest, policy: Policy, ops: &[DatalogOp]) -> Report 
             Ok(())
         },
     )
+}
+
+/// The datalog's recovery, as a restart runs it: open the heap (rolling back an interrupted
+/// transaction), then the store (scanning the logs, dropping uncommitted entries).
+pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
+    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+    Datalog::open(&heap, pool.root_offset()).map_err(|e| failed("Datalog::open", e))?;
+    Ok(())
 }

@@ -12,7 +12,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, KeyValueIndex, PointOp};
 use crate::model::{agree, failed, run_each};
-use crate::{crash_test_outcome, History, ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{crash_test_outcome_with_recovery, History, ModelOp, ReservedKeyOp, SplitMix64};
 
 /// What a FAST&FAIR tree must hold, in key order.
 pub type FastFairModel = BTreeMap<u64, u64>;
@@ -237,7 +237,7 @@ pub fn crash_ops_outcome(
     ops: &[FastFairOp],
 ) -> Result<Report, Box<CrashFailure>> {
     let history = History::of(ops);
-    crash_test_outcome(
+    crash_test_outcome_with_recovery(
         test,
         |pool| {
             let heap = simulated_heap(pool, FencePolicy::Batched);
@@ -248,6 +248,7 @@ pub fn crash_ops_outcome(
             let tree = FastFair::open(&heap, pool.root_offset()).expect("open the tree");
             run_all(&tree, pool, ops, &mut FastFairModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
+        recover,
         |pool, crash| {
             let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
             let tree = FastFair::open(&heap, pool.root_offset())
@@ -265,4 +266,12 @@ pub fn crash_ops_outcome(
             Ok(())
         },
     )
+}
+
+/// FAST&FAIR's recovery, as a restart runs it: open the heap (rolling back an interrupted
+/// transaction), then the tree (replaying a committed redo log of shifts).
+pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
+    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+    FastFair::open(&heap, pool.root_offset()).map_err(|e| failed("FastFair::open", e))?;
+    Ok(())
 }

@@ -14,12 +14,15 @@
 //! * [`records::RecordOp`], the same for the byte-key maps (`Vec<u8>` keys and values, in
 //!   records): both map kinds of one store against one `BTreeMap` model, keys of shared
 //!   7/14/21-byte prefixes and up to 64 KiB, values up to 48 KiB, reopens and full checks;
+//! * [`cases`]: every structure under every policy as one crash case of a chosen length, for
+//!   the crash modes that must cover them all; [`undo`] holds the undo log's two workloads;
 //! * [`crash`]: the one crash driver around `pmem_ordering::sim::CrashTest`, which fails when
 //!   it checked nothing, and the model [`History`] recovered states are judged against
 //!   (durable linearizability: every operation that returned before the crash is present, the
 //!   interrupted one is all or nothing, nothing else changed).
 #![forbid(unsafe_code)]
 
+pub mod cases;
 pub mod cceh;
 pub mod crash;
 pub mod datalog;
@@ -31,8 +34,12 @@ mod key_value;
 mod model;
 pub mod records;
 pub mod store;
+pub mod undo;
 
-pub use crash::{crash_test_outcome, run_crash_test};
+pub use crash::{
+    crash_test_outcome, crash_test_outcome_with_recovery, run_crash_test,
+    run_crash_test_with_recovery,
+};
 pub use model::{History, ModelOp, ReservedKeyOp};
 pub use pmem_ordering::sim::SplitMix64;
 

@@ -2,12 +2,12 @@
 //! run recovery on each crash image, and check an invariant.
 
 use std::collections::{BTreeSet, HashSet};
-use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use super::event::Event;
+use super::report::{Crash, CrashFailure, ImageKind, RecoveryCrash, Report};
 use super::rng::SplitMix64;
-use super::state::{Choice, LineChoice, PersistState};
+use super::state::{Choice, PersistState};
 use super::{Finding, SimBackend, SimConfig};
 use crate::isa::CACHE_LINE;
 use crate::pool::{Pool, PoolError};
@@ -40,142 +40,6 @@ pub enum Images {
         fallback: usize,
     },
 }
-
-/// How one crash image was chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ImageKind {
-    /// No pending store persisted.
-    Nothing,
-    /// Every pending store persisted.
-    Everything,
-    /// Drawn at random (the index of the draw at this point).
-    Random(usize),
-    /// Taken from the full enumeration (its index in it).
-    Enumerated(usize),
-}
-
-impl fmt::Display for ImageKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageKind::Nothing => write!(f, "nothing pending persisted"),
-            ImageKind::Everything => write!(f, "everything pending persisted"),
-            ImageKind::Random(i) => write!(f, "random draw {i}"),
-            ImageKind::Enumerated(i) => write!(f, "enumerated choice {i}"),
-        }
-    }
-}
-
-/// What the invariant check is told about the crash it is looking at.
-#[derive(Clone, Debug)]
-pub struct Crash {
-    /// Events executed before the crash.
-    pub event: u64,
-    /// Events the whole workload made.
-    pub total_events: u64,
-    /// Index of this image among those checked at this point (for replay).
-    pub image: u64,
-    /// How the image was chosen.
-    pub kind: ImageKind,
-    /// Operations of the workload that had returned ([`Pool::operation_completed`]) before the
-    /// crash. For durable linearizability, operations `0..operations_completed` must be visible
-    /// and operation `operations_completed` (if any) must be all-or-nothing.
-    pub operations_completed: u64,
-    /// The lines that had pending stores, and how many of them the image includes.
-    pub lines: Vec<LineChoice>,
-}
-
-/// The outcome of a passing crash test: at least one crash point and one image were checked
-/// (a run that checks none fails instead).
-#[derive(Clone, Debug)]
-pub struct Report {
-    /// Events the workload made.
-    pub events: u64,
-    /// Operations the workload completed.
-    pub operations: u64,
-    /// Crash points checked.
-    pub points: u64,
-    /// Crash images checked (after removing duplicates at each point).
-    pub images: u64,
-    /// What the simulator found while the workload ran.
-    pub findings: Vec<Finding>,
-}
-
-impl Report {
-    /// Findings of stores still unpersisted when their operation returned.
-    pub fn unpersisted(&self) -> impl Iterator<Item = &Finding> {
-        self.findings
-            .iter()
-            .filter(|f| matches!(f, Finding::Unpersisted { .. }))
-    }
-}
-
-/// A failing crash: everything needed to understand and replay it. `Debug` prints the `Display`
-/// report, so `.unwrap()` on a crash test shows it as written.
-#[derive(Clone)]
-pub struct CrashFailure {
-    /// The workload's name.
-    pub workload: String,
-    /// The harness seed.
-    pub seed: u64,
-    /// The simulator configuration.
-    pub config: SimConfig,
-    /// The crash, as the check saw it (`None` if the failure is not about one image).
-    pub crash: Option<Crash>,
-    /// The last events before the crash.
-    pub recent_events: Vec<Event>,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl fmt::Display for CrashFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "crash test `{}` failed: {}", self.workload, self.message)?;
-        writeln!(
-            f,
-            "  seed {:#x}, model {}, torn lines {}, flush {}",
-            self.seed,
-            self.config.model.name(),
-            if self.config.torn_lines { "on" } else { "off" },
-            self.config.flush.name()
-        )?;
-        if let Some(c) = &self.crash {
-            writeln!(
-                f,
-                "  crash after event {} of {}, image {} ({}), {} operations completed",
-                c.event, c.total_events, c.image, c.kind, c.operations_completed
-            )?;
-            if c.lines.is_empty() {
-                writeln!(f, "  no store was pending")?;
-            } else {
-                writeln!(f, "  lines involved:")?;
-                for l in &c.lines {
-                    writeln!(f, "    {l}")?;
-                }
-            }
-            if !self.recent_events.is_empty() {
-                writeln!(f, "  last events before the crash:")?;
-                let first = c.event - self.recent_events.len() as u64;
-                for (i, e) in self.recent_events.iter().enumerate() {
-                    writeln!(f, "    #{}: {e:?}", first + i as u64)?;
-                }
-            }
-            writeln!(
-                f,
-                "  replay: the same CrashTest with .seed({:#x}).replay({}, {})",
-                self.seed, c.event, c.image
-            )?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for CrashFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for CrashFailure {}
 
 /// A crash test: a workload on a simulated pool, crashed at chosen events, with recovery and
 /// an invariant checked on every crash image.
@@ -221,12 +85,30 @@ pub struct CrashTest {
     seed: u64,
     only_image: Option<u64>,
     fail_on_unpersisted: bool,
+    recovery: Option<RecoveryCrashes>,
 }
+
+/// Where and how to crash recovery runs ([`CrashTest::recovery_crashes`]).
+#[derive(Clone, Debug)]
+struct RecoveryCrashes {
+    points: CrashPoints,
+    images: Images,
+    only_image: Option<u64>,
+}
+
+/// The invariant check: runs recovery on a crash image and judges the state it reaches.
+type Check<'a> = dyn Fn(&Pool<SimBackend>, &Crash) -> Result<(), String> + 'a;
+/// Recovery alone (what a restart does before serving), run traced to be crashed in turn.
+type Recover<'a> = dyn Fn(&Pool<SimBackend>) -> Result<(), String> + 'a;
+/// What [`explore`] hands each distinct image: the state, the point, the image's index and
+/// kind, its choice and its bytes.
+type Visit<'a> = dyn FnMut(&PersistState, u64, u64, ImageKind, &Choice, &[u8]) -> Result<(), Box<CrashFailure>>
+    + 'a;
 
 impl CrashTest {
     /// A crash test named `name` (printed in failures) under `config`. Defaults: a 64 KiB pool
     /// with layout `"crash-test"` and a 4032-byte root, every point, the extremes plus 8 random
-    /// images, seed 0.
+    /// images, seed 0, recovery not crashed.
     pub fn new(name: &str, config: SimConfig) -> CrashTest {
         CrashTest {
             name: name.to_string(),
@@ -239,6 +121,7 @@ impl CrashTest {
             seed: 0,
             only_image: None,
             fail_on_unpersisted: false,
+            recovery: None,
         }
     }
 
@@ -274,6 +157,25 @@ impl CrashTest {
         self
     }
 
+    /// Crash recovery too: after checking a crash image, run recovery on it as a traced
+    /// workload (on a pool made with [`Pool::from_image`]), crash that run at `points` with
+    /// `images` (sampled from the seed and the first crash), and check every image of it with
+    /// the same check as the first crash (the operations completed are the first crash's:
+    /// recovery completes none). Needs [`CrashTest::run_with_recovery`].
+    pub fn recovery_crashes(mut self, points: CrashPoints, images: Images) -> CrashTest {
+        self.recovery = Some(RecoveryCrashes {
+            points,
+            images,
+            only_image: None,
+        });
+        self
+    }
+
+    /// Whether recovery runs are crashed too ([`CrashTest::recovery_crashes`]).
+    pub fn crashes_recovery(&self) -> bool {
+        self.recovery.is_some()
+    }
+
     /// Check only one crash: the image with index `image` after `event` events, as a failure
     /// report names it. The workload must be deterministic (single-threaded) to replay.
     pub fn replay(mut self, event: u64, image: u64) -> CrashTest {
@@ -282,12 +184,25 @@ impl CrashTest {
         self
     }
 
+    /// With [`CrashTest::replay`], check only one crash of the recovery run: its image with
+    /// index `image` after `event` of its events, as a failure report names it.
+    pub fn replay_recovery(mut self, event: u64, image: u64) -> CrashTest {
+        let images = self.recovery.take().map_or(Images::Extremes, |r| r.images);
+        self.recovery = Some(RecoveryCrashes {
+            points: CrashPoints::At(vec![event]),
+            images,
+            only_image: Some(image),
+        });
+        self
+    }
+
     /// Run `workload` from a fresh pool, then check every crash.
     ///
     /// `check` gets a pool holding the crash image: it runs the structure's real recovery on it
     /// and returns `Err` with a message if the recovered state breaks the invariant (a panic
     /// counts as a failure too). That pool writes memory like any other but records no trace,
-    /// since one is made per image; to crash-test recovery itself, run it as a workload.
+    /// since one is made per image; to crash-test recovery itself, see
+    /// [`CrashTest::recovery_crashes`].
     ///
     /// A run that checks no crash point or no image (points past the workload's end) fails.
     pub fn run(
@@ -306,6 +221,39 @@ impl CrashTest {
         workload: impl FnOnce(&Pool<SimBackend>),
         check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
     ) -> Result<Report, Box<CrashFailure>> {
+        self.run_inner(setup, workload, None, &check)
+    }
+
+    /// Like [`CrashTest::run_with_setup`], with the structure's `recover` (what a restart runs
+    /// before serving: opening the heap and the structure), which
+    /// [`CrashTest::recovery_crashes`] runs traced on each crash image and crashes. `check`
+    /// must recover on its own as before; `recover` is run only for crashes of recovery.
+    pub fn run_with_recovery(
+        &self,
+        setup: impl FnOnce(&Pool<SimBackend>),
+        workload: impl FnOnce(&Pool<SimBackend>),
+        recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
+        check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+    ) -> Result<Report, Box<CrashFailure>> {
+        self.run_inner(setup, workload, Some(&recover), &check)
+    }
+
+    fn run_inner(
+        &self,
+        setup: impl FnOnce(&Pool<SimBackend>),
+        workload: impl FnOnce(&Pool<SimBackend>),
+        recover: Option<&Recover<'_>>,
+        check: &Check<'_>,
+    ) -> Result<Report, Box<CrashFailure>> {
+        if self.recovery.is_some() && recover.is_none() {
+            return Err(self.failure(
+                None,
+                Vec::new(),
+                "recovery crashes are asked for but no recovery was given \
+                 (use run_with_recovery)"
+                    .into(),
+            ));
+        }
         let pool = Pool::simulated(&self.layout, self.pool_size, self.root_size, self.config)
             .map_err(|e| {
                 self.failure(
@@ -334,24 +282,59 @@ impl CrashTest {
             }
         }
 
-        let points = self.crash_points(total);
-        let mut state = PersistState::new(initial, self.config.model, self.config.torn_lines);
         let mut report = Report {
             events: total,
             operations,
             points: 0,
             images: 0,
+            enumerated: 0,
+            recovery_runs: 0,
+            recovery_runs_writing: 0,
+            recovery_points: 0,
+            recovery_images: 0,
             findings,
         };
-        for k in 0..=total {
-            if points.contains(&k) {
-                report.points += 1;
-                report.images += self.check_point(&state, k, total, &trace, &check)?;
+        let points = crash_points(&self.points, self.seed, total);
+        let mut images = 0;
+        let mut enumerated = 0;
+        let mut visit = |state: &PersistState,
+                         k: u64,
+                         index: u64,
+                         kind: ImageKind,
+                         choice: &Choice,
+                         image: &[u8]| {
+            images += 1;
+            enumerated += u64::from(matches!(kind, ImageKind::Enumerated(_)));
+            let crash = Crash {
+                event: k,
+                total_events: total,
+                image: index,
+                kind,
+                operations_completed: state.operations,
+                lines: state.describe(choice),
+                recovery: None,
+            };
+            let recent = trace[k.saturating_sub(6) as usize..k as usize].to_vec();
+            self.check_image(image, &crash, recent, check)?;
+            match (&self.recovery, recover) {
+                (Some(crashes), Some(recover)) => {
+                    self.crash_recovery(crashes, image, &crash, recover, check, &mut report)
+                }
+                _ => Ok(()),
             }
-            if let Some(e) = trace.get(k as usize) {
-                state.apply(e);
-            }
-        }
+        };
+        let visited = explore(
+            initial,
+            &trace,
+            self.config,
+            &points,
+            (&self.images, self.seed),
+            self.only_image,
+            &mut visit,
+        )?;
+        report.points = visited;
+        report.images = images;
+        report.enumerated += enumerated;
         // A run that checked nothing proves nothing: say so rather than pass.
         if report.points == 0 || report.images == 0 {
             return Err(self.failure(
@@ -367,116 +350,116 @@ impl CrashTest {
         Ok(report)
     }
 
-    fn crash_points(&self, total: u64) -> BTreeSet<u64> {
-        match &self.points {
-            CrashPoints::Every => (0..=total).collect(),
-            CrashPoints::Sample(n) => {
-                let mut rng = SplitMix64::new(self.seed ^ 0xC0FF_EE00);
-                let mut set: BTreeSet<u64> = (0..*n).map(|_| rng.below(total + 1)).collect();
-                set.insert(total);
-                set
-            }
-            CrashPoints::At(at) => at.iter().copied().filter(|&k| k <= total).collect(),
-        }
-    }
-
-    /// The choices to check after `k` events.
-    fn choices(&self, state: &PersistState, k: u64) -> Vec<(ImageKind, Choice)> {
-        let mut out = vec![(ImageKind::Nothing, state.nothing())];
-        if state.pending_count() == 0 {
-            return out;
-        }
-        out.push((ImageKind::Everything, state.everything()));
-        let random = |n: usize, out: &mut Vec<(ImageKind, Choice)>| {
-            for i in 0..n {
-                let mut rng = SplitMix64::for_image(self.seed, k, i as u64);
-                out.push((ImageKind::Random(i), state.random(&mut rng)));
-            }
-        };
-        match self.images {
-            Images::Extremes => {}
-            Images::Random(n) => random(n, &mut out),
-            Images::Enumerate { limit, fallback } => match state.choice_count(limit) {
-                Some(_) => out.extend(
-                    state
-                        .all_choices()
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, c)| (ImageKind::Enumerated(i), c)),
-                ),
-                None => random(fallback, &mut out),
-            },
-        }
-        out
-    }
-
-    /// Check every image at one point; returns how many distinct images were checked.
-    fn check_point(
+    /// Run `recover` traced on `image` (the first crash, `first`), then check every crash of
+    /// that run the test asks for.
+    fn crash_recovery(
         &self,
-        state: &PersistState,
-        k: u64,
-        total: u64,
-        trace: &[Event],
-        check: &impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
-    ) -> Result<u64, Box<CrashFailure>> {
-        let mut seen: HashSet<u64> = HashSet::new();
-        let touched = state.pending_line_offsets();
-        let mut checked = 0;
-        for (index, (kind, choice)) in self.choices(state, k).into_iter().enumerate() {
-            let index = index as u64;
-            if self.only_image.is_some_and(|only| only != index) {
-                continue;
-            }
-            // A choice the model forbids (Themis closure) is not a crash that can happen.
-            let Some(image) = state.image(&choice) else {
-                continue;
-            };
-            // Images at one point differ only in lines with pending stores: hash just those.
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            for &line in &touched {
-                image[line as usize..line as usize + CACHE_LINE].hash(&mut h);
-            }
-            if !seen.insert(h.finish()) {
-                continue;
-            }
-            checked += 1;
+        crashes: &RecoveryCrashes,
+        image: &[u8],
+        first: &Crash,
+        recover: &Recover<'_>,
+        check: &Check<'_>,
+        report: &mut Report,
+    ) -> Result<(), Box<CrashFailure>> {
+        let pool = Pool::from_image(image, Some(&self.layout), self.config).map_err(|e| {
+            self.failure(
+                Some(first.clone()),
+                Vec::new(),
+                format!("cannot load the crash image to run recovery on: {e}"),
+            )
+        })?;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| recover(&pool)));
+        let message = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(message)) => Some(message),
+            Err(panic) => Some(format!("panicked: {}", panic_message(&*panic))),
+        };
+        if let Some(message) = message {
+            return Err(self.failure(
+                Some(first.clone()),
+                Vec::new(),
+                format!("recovery, run traced on this image to be crashed, failed: {message}"),
+            ));
+        }
+        let (initial, trace, _) = pool.sim().recording();
+        drop(pool);
+        report.recovery_runs += 1;
+        if trace
+            .iter()
+            .any(|e| matches!(e, Event::Store { .. } | Event::NtStore { .. }))
+        {
+            report.recovery_runs_writing += 1;
+        }
+        let total = trace.len() as u64;
+        // Each recovery run gets its own sample, drawn from the seed and the first crash.
+        let seed =
+            SplitMix64::for_image(self.seed ^ 0x2EC0_7E27, first.event, first.image).next_u64();
+        let points = crash_points(&crashes.points, seed, total);
+        let mut images = 0;
+        let mut enumerated = 0;
+        let mut visit = |state: &PersistState,
+                         k: u64,
+                         index: u64,
+                         kind: ImageKind,
+                         choice: &Choice,
+                         image: &[u8]| {
+            images += 1;
+            enumerated += u64::from(matches!(kind, ImageKind::Enumerated(_)));
             let crash = Crash {
-                event: k,
-                total_events: total,
-                image: index,
-                kind,
-                operations_completed: state.operations,
-                lines: state.describe(&choice),
+                recovery: Some(RecoveryCrash {
+                    event: k,
+                    total_events: total,
+                    image: index,
+                    kind,
+                    lines: state.describe(choice),
+                }),
+                ..first.clone()
             };
             let recent = trace[k.saturating_sub(6) as usize..k as usize].to_vec();
-            let pool =
-                Pool::for_recovery(&image, &self.layout, self.config).map_err(|e: PoolError| {
-                    self.failure(
-                        Some(crash.clone()),
-                        recent.clone(),
-                        format!("the crash image's header is broken: {e}"),
-                    )
-                })?;
-            let outcome =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&pool, &crash)));
-            match outcome {
-                Ok(Ok(())) => {}
-                Ok(Err(message)) => return Err(self.failure(Some(crash), recent, message)),
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "a non-string panic".into());
-                    return Err(self.failure(
-                        Some(crash),
-                        recent,
-                        format!("recovery or check panicked: {message}"),
-                    ));
-                }
-            }
+            self.check_image(image, &crash, recent, check)
+        };
+        let visited = explore(
+            initial,
+            &trace,
+            self.config,
+            &points,
+            (&crashes.images, seed),
+            crashes.only_image,
+            &mut visit,
+        )?;
+        report.recovery_points += visited;
+        report.recovery_images += images;
+        report.enumerated += enumerated;
+        Ok(())
+    }
+
+    /// Run `check` on a pool holding `image`, turning an error or a panic into a failure.
+    fn check_image(
+        &self,
+        image: &[u8],
+        crash: &Crash,
+        recent: Vec<Event>,
+        check: &Check<'_>,
+    ) -> Result<(), Box<CrashFailure>> {
+        let pool =
+            Pool::for_recovery(image, &self.layout, self.config).map_err(|e: PoolError| {
+                self.failure(
+                    Some(crash.clone()),
+                    recent.clone(),
+                    format!("the crash image's header is broken: {e}"),
+                )
+            })?;
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&pool, crash)));
+        match outcome {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(self.failure(Some(crash.clone()), recent, message)),
+            Err(panic) => Err(self.failure(
+                Some(crash.clone()),
+                recent,
+                format!("recovery or check panicked: {}", panic_message(&*panic)),
+            )),
         }
-        Ok(checked)
     }
 
     fn failure(
@@ -494,4 +477,103 @@ impl CrashTest {
             message,
         })
     }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a non-string panic".into())
+}
+
+/// The crash points of a `total`-event trace.
+fn crash_points(points: &CrashPoints, seed: u64, total: u64) -> BTreeSet<u64> {
+    match points {
+        CrashPoints::Every => (0..=total).collect(),
+        CrashPoints::Sample(n) => {
+            let mut rng = SplitMix64::new(seed ^ 0xC0FF_EE00);
+            let mut set: BTreeSet<u64> = (0..*n).map(|_| rng.below(total + 1)).collect();
+            set.insert(total);
+            set
+        }
+        CrashPoints::At(at) => at.iter().copied().filter(|&k| k <= total).collect(),
+    }
+}
+
+/// The choices to check after `k` events, with `images` drawn from `seed`.
+fn choices(state: &PersistState, k: u64, images: &Images, seed: u64) -> Vec<(ImageKind, Choice)> {
+    let mut out = vec![(ImageKind::Nothing, state.nothing())];
+    if state.pending_count() == 0 {
+        return out;
+    }
+    out.push((ImageKind::Everything, state.everything()));
+    let random = |n: usize, out: &mut Vec<(ImageKind, Choice)>| {
+        for i in 0..n {
+            let mut rng = SplitMix64::for_image(seed, k, i as u64);
+            out.push((ImageKind::Random(i), state.random(&mut rng)));
+        }
+    };
+    match *images {
+        Images::Extremes => {}
+        Images::Random(n) => random(n, &mut out),
+        Images::Enumerate { limit, fallback } => match state.choice_count(limit) {
+            Some(_) => out.extend(
+                state
+                    .all_choices()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| (ImageKind::Enumerated(i), c)),
+            ),
+            None => random(fallback, &mut out),
+        },
+    }
+    out
+}
+
+/// Replay `trace` from `initial` and, at each of `points`, hand every distinct image the
+/// `(images, seed)` selection allows (only the one with index `only_image`, if given) to
+/// `visit`. Returns the points visited.
+fn explore(
+    initial: Vec<u8>,
+    trace: &[Event],
+    config: SimConfig,
+    points: &BTreeSet<u64>,
+    (images, seed): (&Images, u64),
+    only_image: Option<u64>,
+    visit: &mut Visit<'_>,
+) -> Result<u64, Box<CrashFailure>> {
+    let mut state = PersistState::new(initial, config.model, config.torn_lines);
+    let mut visited = 0;
+    for k in 0..=trace.len() as u64 {
+        if points.contains(&k) {
+            visited += 1;
+            let mut seen: HashSet<u64> = HashSet::new();
+            let touched = state.pending_line_offsets();
+            for (index, (kind, choice)) in choices(&state, k, images, seed).into_iter().enumerate()
+            {
+                let index = index as u64;
+                if only_image.is_some_and(|only| only != index) {
+                    continue;
+                }
+                // A choice the model forbids (Themis closure) is not a crash that can happen.
+                let Some(image) = state.image(&choice) else {
+                    continue;
+                };
+                // Images at one point differ only in lines with pending stores: hash just those.
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                for &line in &touched {
+                    image[line as usize..line as usize + CACHE_LINE].hash(&mut h);
+                }
+                if !seen.insert(h.finish()) {
+                    continue;
+                }
+                visit(&state, k, index, kind, &choice, &image)?;
+            }
+        }
+        if let Some(e) = trace.get(k as usize) {
+            state.apply(e);
+        }
+    }
+    Ok(visited)
 }

@@ -38,11 +38,13 @@
 
 mod event;
 mod harness;
+mod report;
 mod rng;
 mod state;
 
 pub use event::{Chunk, Event};
-pub use harness::{Crash, CrashFailure, CrashPoints, CrashTest, ImageKind, Images, Report};
+pub use harness::{CrashPoints, CrashTest, Images};
+pub use report::{Crash, CrashFailure, ImageKind, RecoveryCrash, Report};
 pub use rng::SplitMix64;
 pub use state::LineChoice;
 

@@ -2,7 +2,9 @@
 //! image against the model's history; [`crash_small_ops`] runs it on the small operations of
 //! a fuzz input, at a seeded sample of crash points.
 
-use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
+use pmem_ordering::sim::{
+    CrashFailure, CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig,
+};
 use pmem_ordering::Pool;
 use pmem_structures::store::STORE_LAYOUT;
 use pmem_structures::{Error, Store};
@@ -11,7 +13,7 @@ use pmem_undo_log::Heap;
 use super::driver::{contents, HASH_NAME, TREE_NAME};
 use super::{RecordDriver, RecordModel, RecordOp, RecordSetup};
 use crate::model::{failed, run_each};
-use crate::{run_crash_test, History};
+use crate::{crash_test_outcome_with_recovery, History};
 
 type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 
@@ -25,8 +27,17 @@ type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 /// the hash map, never holds an operation the hash map lacks. Panics with the harness's report
 /// on a failure.
 pub fn crash_record_ops(test: &CrashTest, setup: RecordSetup, ops: &[RecordOp]) -> Report {
+    crash_record_ops_outcome(test, setup, ops).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`crash_record_ops`] for a test that expects a failure: returns it instead of panicking.
+pub fn crash_record_ops_outcome(
+    test: &CrashTest,
+    setup: RecordSetup,
+    ops: &[RecordOp],
+) -> Result<Report, Box<CrashFailure>> {
     let history = History::of(ops);
-    run_crash_test(
+    crash_test_outcome_with_recovery(
         test,
         |pool| {
             let store = SimStore::format(pool, &setup.options()).expect("format the store");
@@ -45,6 +56,11 @@ pub fn crash_record_ops(test: &CrashTest, setup: RecordSetup, ops: &[RecordOp]) 
                 driver.run_checked(op, model)
             })
             .unwrap_or_else(|e| panic!("{e}"));
+        },
+        |pool| {
+            load(pool)
+                .map(drop)
+                .map_err(|e| failed("recovery (Heap::open, Store::load)", e))
         },
         |pool, crash| {
             let store = load(pool).map_err(|e| failed("recovery (Heap::open, Store::load)", e))?;

@@ -18,7 +18,7 @@ pub mod driver;
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_structures::records::MAX_KEY_BYTES;
 
-pub use crash::{crash_record_ops, crash_small_ops};
+pub use crash::{crash_record_ops, crash_record_ops_outcome, crash_small_ops};
 pub use driver::{run_record_ops, RecordDriver, RecordSetup};
 
 /// The map's model: every map of a run must hold exactly these pairs.

@@ -1,14 +1,14 @@
 //! Store operations under the crash driver: [`crash_ops`] checks every recovered image against
 //! the model's history, and [`load`] opens a simulated store as a restart would.
 
-use pmem_ordering::sim::{CrashTest, Report, SimBackend};
+use pmem_ordering::sim::{CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::Pool;
 use pmem_structures::{Error, Store};
 use pmem_undo_log::Heap;
 
 use super::{observe, StoreDriver, StoreModel, StoreOp, StoreSetup};
 use crate::model::failed;
-use crate::{run_crash_test, History};
+use crate::{crash_test_outcome_with_recovery, History};
 
 /// A simulated store: the pool's handle to it.
 pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
@@ -21,8 +21,17 @@ pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 /// operations that returned, or after the interrupted one too. Panics with the harness's
 /// report on a failure.
 pub fn crash_ops(test: &CrashTest, setup: StoreSetup, ops: &[StoreOp]) -> Report {
+    crash_ops_outcome(test, setup, ops).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`crash_ops`] for a test that expects a failure: returns it instead of panicking.
+pub fn crash_ops_outcome(
+    test: &CrashTest,
+    setup: StoreSetup,
+    ops: &[StoreOp],
+) -> Result<Report, Box<CrashFailure>> {
     let history = History::of(ops);
-    run_crash_test(
+    crash_test_outcome_with_recovery(
         test,
         |pool| {
             SimStore::format(pool, &setup.options()).expect("format the store");
@@ -34,6 +43,11 @@ pub fn crash_ops(test: &CrashTest, setup: StoreSetup, ops: &[StoreOp]) -> Report
             driver
                 .run_all(pool, ops, &mut StoreModel::default())
                 .unwrap_or_else(|e| panic!("{e}"));
+        },
+        |pool| {
+            load(pool)
+                .map(drop)
+                .map_err(|e| failed("recovery (Heap::open, Store::load)", e))
         },
         |pool, crash| {
             let store = load(pool).map_err(|e| failed("recovery (Heap::open, Store::load)", e))?;

@@ -19,7 +19,7 @@ mod driver;
 mod model;
 mod setup;
 
-pub use crash::{crash_ops, load, SimStore};
+pub use crash::{crash_ops, crash_ops_outcome, load, SimStore};
 pub use driver::{observe, StoreDriver};
 pub use model::{Catalog, Listing, Refusal, StoreModel};
 pub use setup::StoreSetup;

@@ -353,9 +353,11 @@ fn a_record_write_without_a_split_costs_two_fences() {
     let store = store(32 << 20);
     let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
     let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
-    // The first records format their chunks (two fences, once per chunk): warm both up.
-    hash.insert(b"warm", [0u8; 100]).unwrap();
-    tree.insert(b"warm", [0u8; 100]).unwrap();
+    // The first records of a size class format their chunk (two fences, once per chunk):
+    // warm both up with a record of the size measured (a 16-byte key, a 100-byte value).
+    const WARM: &[u8; 16] = b"warm-up-key-0000";
+    hash.insert(WARM, [0u8; 100]).unwrap();
+    tree.insert(WARM, [0u8; 100]).unwrap();
     for i in 0..100u32 {
         let key = format!("{i:016}");
         reset_thread_stats();
@@ -368,7 +370,7 @@ fn a_record_write_without_a_split_costs_two_fences() {
         assert_eq!(thread_stats().fences, 2, "hash overwrite {i}");
     }
     reset_thread_stats();
-    assert!(hash.remove(b"warm").unwrap().is_some());
+    assert!(hash.remove(WARM).unwrap().is_some());
     assert_eq!(thread_stats().fences, 2, "hash remove");
     // The tree: one fence for the record, then FAST's own (one per cache line its shift
     // touches): an append at the end of a leaf touches one.

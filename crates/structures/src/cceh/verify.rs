@@ -40,6 +40,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// makes a key reachable is its segment's run of entries and its probing window, both
     /// checked.
     pub fn verify(&self) -> Verification {
+        self.verify_visiting(&mut |_, _, _| {})
+    }
+
+    /// [`Cceh::verify`], handing each live entry found (once) to `live` as `(slot offset, key,
+    /// value)`: the maps built on the table check what the values point at.
+    pub(crate) fn verify_visiting(&self, live: &mut dyn FnMut(u64, u64, u64)) -> Verification {
         let root = self.root.offset();
         let mut report = Verification::new(StructureKind::HashMap, root);
         let pool = self.heap.pool();
@@ -62,7 +68,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         };
         if let Some(entries) = self.directory_entries(&mut report, Directory::at(directory)) {
             report.blocks_walked += 1;
-            self.verify_runs(&mut report, Directory::at(directory), &entries);
+            self.verify_runs(&mut report, Directory::at(directory), &entries, live);
         }
         if report.keys != self.len() {
             report.report(
@@ -115,7 +121,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     }
 
     /// Each segment's run of entries, and each segment once.
-    fn verify_runs(&self, report: &mut Verification, directory: Directory, entries: &[Entry]) {
+    fn verify_runs(
+        &self,
+        report: &mut Verification,
+        directory: Directory,
+        entries: &[Entry],
+        visit: &mut dyn FnMut(u64, u64, u64),
+    ) {
         // The global depth, as the entry count gives it (a power of two: see `Directory`).
         let depth = u64::from(entries.len().trailing_zeros());
         let mut first_run: HashMap<u64, u64> = HashMap::new();
@@ -169,22 +181,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 None => {
                     first_run.insert(head.segment, start);
                     let pattern = start >> (depth - local);
-                    self.verify_segment(report, &mut live, head.segment, local, pattern);
+                    let segment = (head.segment, local, pattern);
+                    self.verify_segment(report, &mut live, segment, visit);
                 }
             }
             start = end;
         }
     }
 
-    /// The live slots of one segment (local depth `local`, hash prefix `pattern`); `live`
-    /// maps each live entry's identity (see `KeyWords::identity`) to its slot, table-wide.
+    /// The live slots of one segment (its offset, local depth and hash prefix), each handed
+    /// to `visit` once; `live` maps each live entry's identity (see `KeyWords::identity`) to
+    /// its slot, table-wide.
     fn verify_segment(
         &self,
         report: &mut Verification,
         live: &mut HashMap<(u64, u64), u64>,
-        segment: u64,
-        local: u64,
-        pattern: u64,
+        (segment, local, pattern): (u64, u64, u64),
+        visit: &mut dyn FnMut(u64, u64, u64),
     ) {
         let shape = self.shape;
         if !readable_block(&self.heap, report, segment, shape.bytes(), 64) {
@@ -210,6 +223,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 None => {
                     live.insert(self.key_words.identity(key, value), slot);
                     report.keys += 1;
+                    visit(slot, key, value);
                 }
             }
         }

@@ -53,6 +53,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// next level's sibling chain, in order; so the leaf level reaches every key once. The
     /// keys found are compared with [`FastFair::len`].
     pub fn verify(&self) -> Verification {
+        self.verify_visiting(&mut |_, _, _| {})
+    }
+
+    /// [`FastFair::verify`], handing each leaf entry found to `leaf` as `(node offset, key,
+    /// value)`, in key order along the leaf level: the maps built on the tree check what the
+    /// values point at.
+    pub(crate) fn verify_visiting(&self, leaf: &mut dyn FnMut(u64, u64, u64)) -> Verification {
         let meta = self.meta.0;
         let mut report = Verification::new(StructureKind::BTreeMap, meta);
         let pool = self.pool();
@@ -69,7 +76,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             report.blocks_walked += 1;
         }
         match self.meta.root_node(pool) {
-            Ok(root) => self.verify_levels(&mut report, root),
+            Ok(root) => self.verify_levels(&mut report, root, leaf),
             Err(_) => report.report(self.meta.root_node_field(), Problem::OutOfPool { len: 8 }),
         }
         if report.keys != self.len() {
@@ -85,7 +92,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// Every level, from the root's down to the leaves.
-    fn verify_levels(&self, report: &mut Verification, root: u64) {
+    fn verify_levels(
+        &self,
+        report: &mut Verification,
+        root: u64,
+        leaf: &mut dyn FnMut(u64, u64, u64),
+    ) {
         let Some(view) = self.readable_node(report, root) else {
             return;
         };
@@ -99,7 +111,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let mut parents: Option<LevelWalk> = None;
         loop {
             let bounds = parents.as_ref().map(|p| &p.child_bounds);
-            let walk = self.verify_level(report, &mut visited, first, level, bounds);
+            let walk = self.verify_level(report, &mut visited, (first, level), bounds, leaf);
             if let Some(parents) = &parents {
                 Self::verify_children(report, level, &parents.children, &walk.chain);
             }
@@ -117,14 +129,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// One level along the sibling links from `first`; `bounds` holds the ranges the parents
-    /// give their children (none for the root's level).
+    /// give their children (none for the root's level); on the leaf level, each entry goes to
+    /// `leaf`.
     fn verify_level(
         &self,
         report: &mut Verification,
         visited: &mut HashSet<u64>,
-        first: u64,
-        level: u64,
+        (first, level): (u64, u64),
         bounds: Option<&ParentBounds>,
+        leaf: &mut dyn FnMut(u64, u64, u64),
     ) -> LevelWalk {
         let mut walk = LevelWalk::default();
         let mut low = 0u64;
@@ -159,6 +172,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             let entries = self.verify_slots(report, node, &view, (low, high), parent);
             if level == 0 {
                 report.keys += entries.len() as u64;
+                for &(key, value) in &entries {
+                    leaf(node, key, value);
+                }
             } else {
                 Self::note_children(report, &mut walk, node, &view, level, (low, high), &entries);
             }

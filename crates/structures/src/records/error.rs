@@ -61,6 +61,16 @@ pub enum RecordMapError {
         /// What is wrong.
         reason: String,
     },
+    /// A record whose bytes do not match the checksum written with it, or whose header gives
+    /// lengths past the pool: damaged on the media (or by a stray write). Its key and value
+    /// are not served.
+    #[error("the record at pool offset {offset:#x} is damaged: {reason}")]
+    CorruptRecord {
+        /// The record's pool offset.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An argument that cannot be used.
     #[error("invalid map of records configuration: {reason}")]
     InvalidConfig {

@@ -25,9 +25,11 @@ use pmem_undo_log::Heap;
 use super::error::RecordMapError;
 use super::head;
 use super::layout::{self, FirstLine, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use super::verify::{self, RecordWalk};
 use super::{Records, Resolved};
 use crate::cceh::{self, Cceh, CcehConfig, CcehError, SlotProbe};
 use crate::kind::StructureKind;
+use crate::verify::{Problem, Verification};
 
 /// Bytes of the root object.
 pub const ROOT_BYTES: u64 = 128;
@@ -68,6 +70,10 @@ struct KeyProbe<'a, B: Backend> {
     key: &'a [u8],
     pool: &'a Pool<B>,
     matched: RefCell<Option<(u64, FirstLine)>>,
+    /// A record under the key's word that held another key and failed its checksum: the
+    /// key's own record, damaged (a 64-bit hash collision is far less likely), so a lookup
+    /// that finds no match reports it instead of "absent".
+    damaged: RefCell<Option<RecordMapError>>,
 }
 
 impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
@@ -85,33 +91,44 @@ impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
         let equal = line.key_equals(self.pool, value, self.key).unwrap_or(false);
         if equal {
             *self.matched.borrow_mut() = Some((value, line));
+        } else if let Err(e @ RecordMapError::CorruptRecord { .. }) = line.check(self.pool, value) {
+            *self.damaged.borrow_mut() = Some(e);
         }
         equal
     }
 }
 
 impl<B: Backend> KeyProbe<'_, B> {
-    /// The value of the record at `record`, from the line `matches` kept when it is that
-    /// record's.
-    fn value_of(&self, record: u64) -> Result<Vec<u8>, PoolError> {
+    /// The value of the record at `record`, checked, from the line `matches` kept when it is
+    /// that record's.
+    fn value_of(&self, record: u64) -> Result<Vec<u8>> {
         if let Some((at, line)) = self.matched.borrow().as_ref() {
             if *at == record {
-                return line.value(self.pool, record);
+                return line.checked_value(self.pool, record);
             }
         }
         value_at(self.pool, record)
     }
+
+    /// What a lookup that found no record for the key returns: the damage met on the way, or
+    /// none.
+    fn absent<T>(&self) -> Result<Option<T>> {
+        match self.damaged.borrow_mut().take() {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
 }
 
-/// The value of the record at `record`, read inside a pinned epoch or under the lock that keeps
-/// it.
-fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+/// The value of the record at `record`, checked, read inside a pinned epoch or under the lock
+/// that keeps it.
+fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
     let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
         offset: record,
         len: layout::HEADER_BYTES,
         size: pool.size(),
     })?;
-    line.value(pool, record)
+    line.checked_value(pool, record)
 }
 
 /// A CCEH hash map from byte strings to byte strings, in a heap (see the module docs).
@@ -194,12 +211,18 @@ where
             key,
             pool: self.heap().pool(),
             matched: RefCell::new(None),
+            damaged: RefCell::new(None),
         }
     }
 
-    /// The offset of the record `key` has now, if any (lock-free).
+    /// The offset of the record `key` has now, if any (lock-free); a damaged record under
+    /// its word is [`RecordMapError::CorruptRecord`].
     fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
-        Ok(self.table.get_probe(&self.probe(key), |record| record)?)
+        let probe = self.probe(key);
+        match self.table.get_probe(&probe, |record| record)? {
+            Some(record) => Ok(Some(record)),
+            None => probe.absent(),
+        }
     }
 
     /// The value of `key`, if present. Takes no lock.
@@ -216,7 +239,7 @@ where
             .get_probe(&probe, |record| probe.value_of(record))?
         {
             Some(value) => Ok(Some(value?)),
-            None => Ok(None),
+            None => probe.absent(),
         }
     }
 
@@ -392,7 +415,7 @@ where
                     "the record at {record:#x} belongs to another structure"
                 )));
             }
-            let key = layout::read_key(pool, record, &header)?;
+            let key = layout::read_checked_key(pool, record, &header)?;
             if key_word(&key) != word {
                 return Err(corrupt(format!(
                     "the record at {record:#x} holds a key hashing to {:#x}, its slot says {word:#x}",
@@ -401,6 +424,46 @@ where
             }
         }
         Ok(count)
+    }
+}
+
+impl<B, P, H> RecordHashMap<B, P, H>
+where
+    B: Backend,
+    P: Deref<Target = Pool<B>>,
+    H: Deref<Target = Heap<B, P>>,
+{
+    /// Walk the whole map and report every violation found, with the blocks and keys walked.
+    /// Reads only: it changes nothing and takes no lock, so call it with no writers running.
+    ///
+    /// Checked: the head (magic, format version, the intent area an allocated block, each
+    /// intent line well-formed); the CCEH table ([`Cceh::verify`], whose findings name the
+    /// table); each record a live slot points at (on a cache line, inside the pool, reached
+    /// from one slot only, a published record block, its lengths within it, of this map, its
+    /// checksum right) and its key hashing to the slot's key word. For a healthy map,
+    /// `blocks_walked` is the length of [`RecordHashMap::blocks`].
+    pub fn verify(&self) -> Verification {
+        let _guard = epoch::pin();
+        let heap = self.heap();
+        let mut report = Verification::new(StructureKind::RecordHashMap, self.root);
+        verify::verify_head(heap, &mut report, self.root, StructureKind::RecordHashMap);
+        let mut live = Vec::new();
+        let table = self
+            .table
+            .verify_visiting(&mut |slot, word, record| live.push((slot, word, record)));
+        report.keys = table.keys;
+        verify::absorb(&mut report, table);
+        let mut records = RecordWalk::new(heap, self.records.owner());
+        for (slot, word, record) in live {
+            let Some(key) = records.verify(&mut report, slot, record) else {
+                continue;
+            };
+            let hash = key_word(&key);
+            if hash != word {
+                report.report(slot, Problem::KeyHashMismatch { record, word, hash });
+            }
+        }
+        report
     }
 }
 
@@ -431,16 +494,13 @@ impl<B: Backend> Iterator for Iter<'_, B> {
             Err(e) => return Some(Err(e.into())),
         };
         let read = || -> Result<_> {
-            let header = layout::read_header(self.pool, record, u64::MAX)?.ok_or(
+            let line = layout::read_first_line(self.pool, record, u64::MAX)?.ok_or(
                 RecordMapError::Corrupt {
                     root: self.root,
                     reason: format!("the record at {record:#x} has a header that does not parse"),
                 },
             )?;
-            Ok((
-                layout::read_key(self.pool, record, &header)?,
-                layout::read_value(self.pool, record, &header)?,
-            ))
+            line.checked_key_value(self.pool, record)
         };
         Some(read())
     }

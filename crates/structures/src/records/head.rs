@@ -1,6 +1,10 @@
 //! The head both maps of records start their root object with: magic, format version and the
 //! intent area's offset (then each map's own structure root, at 64). The checks of a root a
 //! map is made at, the head's write inside the making transaction, and its read at open.
+//!
+//! Format versions: 1, records with a 12-byte header; 2 (this build), a 16-byte header ending
+//! in the record's CRC-32C. A version 1 map is refused at open with
+//! [`RecordMapError::Corrupt`] naming both versions.
 
 use std::ops::Deref;
 
@@ -11,8 +15,11 @@ use super::error::RecordMapError;
 use super::{intent, layout};
 use crate::kind::{describe_magic, StructureKind};
 
-/// The format the maps of records write.
-const VERSION: u64 = 1;
+/// The format the maps of records write: 2, records with a CRC-32C in their header
+/// (`layout.rs`).
+pub(crate) const VERSION: u64 = 2;
+/// The format before it: 12-byte record headers without a checksum. Refused at open.
+const VERSION_WITHOUT_CHECKSUMS: u64 = 1;
 
 /// Refuse a root a new map of `bytes` cannot be made at: misaligned, past the owner field's
 /// reach, outside the pool, or in use (its first word not zero).
@@ -74,9 +81,15 @@ pub(crate) fn read_head<B: Backend, P: Deref<Target = Pool<B>>>(
     }
     let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
     let version = pool.read::<u64>(root + 8)?;
+    if version == VERSION_WITHOUT_CHECKSUMS {
+        return Err(corrupt(format!(
+            "format version {version} (records without checksums), this build reads \
+             {VERSION}: copy the keys out with a build that reads version {version}"
+        )));
+    }
     if version != VERSION {
         return Err(corrupt(format!(
-            "format version {version}, this code reads {VERSION}"
+            "format version {version}, this build reads {VERSION}"
         )));
     }
     let area = pool.read::<u64>(root + 16)?;

@@ -6,17 +6,28 @@
 //! |---|---|
 //! | 0..8 | bits 0..40: the owner (its structure's root offset / 64); bits 40..64: key length |
 //! | 8..12 | value length (little-endian `u32`) |
-//! | 12.. | the key's bytes, then the value's |
+//! | 12..16 | CRC-32C of bytes 0..12, the key and the value (little-endian `u32`) |
+//! | 16.. | the key's bytes, then the value's |
 //!
 //! A record is written in full and persisted before the slot that publishes it, and never
 //! changed while published (an overwrite writes a new record), so a reader that reached it
 //! through a slot reads a whole one. The owner lets recovery tell a record of this structure
 //! from a block that was freed and reused by another one (see `intent.rs`).
+//!
+//! The checksum is computed before the record is written, so it costs no fence, and every
+//! read of a record checks it ([`FirstLine::checked_value`], [`FirstLine::checked_key_value`]):
+//! a flipped bit in the header, the key or the value is reported as
+//! [`RecordMapError::CorruptRecord`] naming the record's offset, never served. (Format
+//! version 1 had a 12-byte header without it; see `head.rs`.)
 
 use pmem_ordering::{Backend, Pool, PoolError};
 
+use super::error::RecordMapError;
+
 /// Bytes of the header.
-pub(crate) const HEADER_BYTES: u64 = 12;
+pub(crate) const HEADER_BYTES: u64 = 16;
+/// Bytes of the header the checksum covers (all but the checksum itself).
+const CHECKED_HEADER_BYTES: usize = 12;
 /// The longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 /// The longest value, in bytes (a pool must also have room for it).
@@ -30,17 +41,38 @@ pub(crate) fn owner_of(root: u64) -> u64 {
     root >> 6
 }
 
+/// The root offset of the structure whose owner field is `owner`.
+pub(crate) fn root_of(owner: u64) -> u64 {
+    owner << 6
+}
+
 /// Bytes a record of a `key_len`-byte key and a `value_len`-byte value takes.
 pub(crate) fn record_bytes(key_len: usize, value_len: usize) -> u64 {
     HEADER_BYTES + key_len as u64 + value_len as u64
 }
 
-/// The header of a record of `owner` holding `key` and `value_len` value bytes.
-pub(crate) fn header(owner: u64, key_len: usize, value_len: usize) -> [u8; HEADER_BYTES as usize] {
+/// The header of a record of `owner` holding `key` and `value`, its checksum included.
+pub(crate) fn header(owner: u64, key: &[u8], value: &[u8]) -> [u8; HEADER_BYTES as usize] {
     let mut h = [0u8; HEADER_BYTES as usize];
-    h[0..8].copy_from_slice(&(owner | (key_len as u64) << 40).to_le_bytes());
-    h[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
+    h[0..8].copy_from_slice(&(owner | (key.len() as u64) << 40).to_le_bytes());
+    h[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    let crc = checksum(&h[..CHECKED_HEADER_BYTES], key, value);
+    h[12..16].copy_from_slice(&crc.to_le_bytes());
     h
+}
+
+/// The CRC-32C of a record's header words (its first 12 bytes), key and value.
+fn checksum(header_words: &[u8], key: &[u8], value: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(header_words);
+    crc32c::crc32c_append(crc32c::crc32c_append(crc, key), value)
+}
+
+/// The error for the record at `record` whose bytes do not match its checksum.
+fn corrupt(record: u64, stored: u32, computed: u32) -> RecordMapError {
+    RecordMapError::CorruptRecord {
+        offset: record,
+        reason: format!("its checksum is {stored:#010x}, its bytes' is {computed:#010x}"),
+    }
 }
 
 /// A record's header as read from the pool.
@@ -52,6 +84,10 @@ pub(crate) struct Header {
     pub key_len: usize,
     /// Bytes of the value.
     pub value_len: usize,
+    /// The checksum the header records.
+    pub crc: u32,
+    /// The header's first 12 bytes, which the checksum covers.
+    words: [u8; CHECKED_HEADER_BYTES],
 }
 
 impl Header {
@@ -69,6 +105,21 @@ impl Header {
     pub fn value_at(&self, record: u64) -> u64 {
         record + HEADER_BYTES + self.key_len as u64
     }
+
+    /// Check `key` and `value`, read from the record at `record`, against the checksum: a
+    /// [`RecordMapError::CorruptRecord`] if any byte of the record differs from what was
+    /// written.
+    pub fn check(&self, record: u64, key: &[u8], value: &[u8]) -> Result<(), RecordMapError> {
+        match self.computed(key, value) {
+            computed if computed == self.crc => Ok(()),
+            computed => Err(corrupt(record, self.crc, computed)),
+        }
+    }
+
+    /// The checksum of this header's words with `key` and `value`.
+    pub fn computed(&self, key: &[u8], value: &[u8]) -> u32 {
+        checksum(&self.words, key, value)
+    }
 }
 
 /// Read the header of the record at `record`. `None` if the words cannot be a header of a
@@ -84,6 +135,13 @@ pub(crate) fn read_header<B: Backend>(
     Ok(parse_header(&h, limit))
 }
 
+/// The key and value lengths a header's bytes give, whether or not they are possible.
+pub(crate) fn header_lengths(bytes: &[u8; HEADER_BYTES as usize]) -> (u64, u64) {
+    let word = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+    let value_len = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    (word >> 40, u64::from(value_len))
+}
+
 /// The header in `bytes`, if it describes a record that fits in `limit` bytes.
 pub(crate) fn parse_header(bytes: &[u8], limit: u64) -> Option<Header> {
     let word = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
@@ -92,6 +150,8 @@ pub(crate) fn parse_header(bytes: &[u8], limit: u64) -> Option<Header> {
         owner: word & ((1 << 40) - 1),
         key_len: (word >> 40) as usize,
         value_len,
+        crc: u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")),
+        words: bytes[..CHECKED_HEADER_BYTES].try_into().expect("12 bytes"),
     };
     let fits = header.key_len <= MAX_KEY_BYTES
         && header.value_len <= MAX_VALUE_BYTES
@@ -123,30 +183,34 @@ pub(crate) fn key_equals<B: Backend>(
     Ok(true)
 }
 
-/// The key of the record at `record`.
-pub(crate) fn read_key<B: Backend>(
+/// The key and the value of the record at `record`, unchecked (a verification compares the
+/// checksum itself, to report both values).
+pub(crate) fn read_key_value<B: Backend>(
     pool: &Pool<B>,
     record: u64,
     header: &Header,
-) -> Result<Vec<u8>, PoolError> {
+) -> Result<(Vec<u8>, Vec<u8>), PoolError> {
+    pool.check_range(record, header.record_bytes())?;
     let mut key = vec![0u8; header.key_len];
     pool.read_bytes(Header::key_at(record), &mut key)?;
+    let mut value = vec![0u8; header.value_len];
+    pool.read_bytes(header.value_at(record), &mut value)?;
+    Ok((key, value))
+}
+
+/// The key of the record at `record`, its whole record checked against the checksum.
+pub(crate) fn read_checked_key<B: Backend>(
+    pool: &Pool<B>,
+    record: u64,
+    header: &Header,
+) -> Result<Vec<u8>, RecordMapError> {
+    let (key, value) = read_key_value(pool, record, header)?;
+    header.check(record, &key, &value)?;
     Ok(key)
 }
 
-/// The value of the record at `record`.
-pub(crate) fn read_value<B: Backend>(
-    pool: &Pool<B>,
-    record: u64,
-    header: &Header,
-) -> Result<Vec<u8>, PoolError> {
-    let mut value = vec![0u8; header.value_len];
-    pool.read_bytes(header.value_at(record), &mut value)?;
-    Ok(value)
-}
-
 /// Bytes of a record read at once: one cache line (records are line-aligned), which holds the
-/// header and a key of up to 52 bytes, and often the start of the value.
+/// header and a key of up to 48 bytes, and often the start of the value.
 const LINE: usize = 64;
 
 /// A record's first line, read with one load of the pool: lookups decide on it without
@@ -195,6 +259,8 @@ impl FirstLine {
         from: usize,
         count: usize,
     ) -> Result<Vec<u8>, PoolError> {
+        // Lengths come from the pool's bytes: refuse a range past the pool before allocating.
+        pool.check_range(record + from as u64, count as u64)?;
         let held = self.held(from, count);
         let mut out = vec![0u8; count];
         out[..held.len()].copy_from_slice(held);
@@ -229,13 +295,48 @@ impl FirstLine {
         key_equals(pool, record + held.len() as u64, &rest, &key[held.len()..])
     }
 
-    /// The record's key.
-    pub fn key<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
-        self.copy(pool, record, HEADER_BYTES as usize, self.header.key_len)
+    /// The record's key and value, checked against the checksum.
+    pub fn checked_key_value<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+    ) -> Result<(Vec<u8>, Vec<u8>), RecordMapError> {
+        if pool
+            .check_range(record, self.header.record_bytes())
+            .is_err()
+        {
+            return Err(RecordMapError::CorruptRecord {
+                offset: record,
+                reason: format!(
+                    "its header gives a {}-byte key and a {}-byte value, past the pool's end",
+                    self.header.key_len, self.header.value_len
+                ),
+            });
+        }
+        let key = self.copy(pool, record, HEADER_BYTES as usize, self.header.key_len)?;
+        let value = self.value(pool, record)?;
+        self.header.check(record, &key, &value)?;
+        Ok((key, value))
     }
 
-    /// The record's value.
-    pub fn value<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+    /// The record's value, the whole record checked against the checksum. The key is taken
+    /// from the line when it fits there (48 bytes or less), else read again.
+    pub fn checked_value<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+    ) -> Result<Vec<u8>, RecordMapError> {
+        Ok(self.checked_key_value(pool, record)?.1)
+    }
+
+    /// Check the whole record against the checksum (a key that differs from the one looked
+    /// for under a word that matches it is damage, or another key; this tells which).
+    pub fn check<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<(), RecordMapError> {
+        self.checked_key_value(pool, record).map(|_| ())
+    }
+
+    /// The record's value, unchecked.
+    fn value<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
         let from = HEADER_BYTES as usize + self.header.key_len;
         self.copy(pool, record, from, self.header.value_len)
     }
@@ -247,19 +348,42 @@ mod tests {
 
     #[test]
     fn a_header_reads_back_and_refuses_what_does_not_fit() {
-        let h = header(owner_of(0x4000), 16, 100);
+        let (key, value) = ([7u8; 16], [9u8; 96]);
+        let h = header(owner_of(0x4000), &key, &value);
         let parsed = parse_header(&h, 128).expect("fits 128 bytes");
         assert_eq!(
-            parsed,
-            Header {
-                owner: 0x100,
-                key_len: 16,
-                value_len: 100
-            }
+            (parsed.owner, parsed.key_len, parsed.value_len),
+            (0x100, 16, 96)
         );
         assert_eq!(parsed.record_bytes(), 128);
         assert_eq!(parse_header(&h, 127), None, "one byte short");
-        let huge = header(1, MAX_KEY_BYTES + 1, 0);
+        let huge = header(1, &vec![0u8; MAX_KEY_BYTES + 1], &[]);
         assert_eq!(parse_header(&huge, u64::MAX), None, "key past the limit");
+    }
+
+    #[test]
+    fn the_checksum_covers_the_header_words_the_key_and_the_value() {
+        let (key, value) = (b"user:1".to_vec(), b"alice".to_vec());
+        let h = header(owner_of(0x4000), &key, &value);
+        let parsed = parse_header(&h, 64).expect("fits");
+        assert!(parsed.check(0x80, &key, &value).is_ok());
+        let err = parsed.check(0x80, &key, b"alicf").unwrap_err();
+        assert!(
+            matches!(err, RecordMapError::CorruptRecord { offset: 0x80, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains(&format!("its checksum is {:#010x}", parsed.crc)),
+            "{err}"
+        );
+        assert!(parsed.check(0x80, b"user:2", &value).is_err());
+        let mut owner_flipped = h;
+        owner_flipped[0] ^= 1;
+        let other = parse_header(&owner_flipped, 64).expect("fits");
+        assert!(
+            other.check(0x80, &key, &value).is_err(),
+            "the owner is covered"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! # One write, two fences
 //!
 //! 1. **Stage** (`Records::stage`): reserve a block in DRAM (the heap's reserve-then-publish
-//!    path, [`Heap::reserve_record`]), write the record and flush it; name the new block and
+//!    path, [`Heap::reserve_record`]), write the record (its header carries the CRC-32C of
+//!    the record, computed before the write: `layout.rs`) and flush it; name the new block and
 //!    the old one (the record the key holds now, read by a lock-free lookup first) in one of
 //!    the structure's intent lines and flush it; **one fence**.
 //! 2. **Commit** (`Staged::commit`, run by the structure under its writer lock once the slot
@@ -24,6 +25,16 @@
 //! that loaded the slot before may still be copying it: the heap keeps the block out of use
 //! until an epoch has passed (`limbo.rs`).
 //!
+//! # Integrity
+//!
+//! Every read of a record checks its checksum: `get`, `iter`, scans, the old value an
+//! overwrite or remove returns, the key a layer push-down moves. A mismatch is
+//! [`RecordMapError::CorruptRecord`] naming the record's pool offset; a write that reads the
+//! damaged record (an overwrite, a remove) fails with it and changes nothing. At open, a
+//! record an intent line names that fails its checksum is not one a write left in doubt (see
+//! `intent.rs`) and is left alone. `verify()` on either map walks every block and record
+//! read-only and lists what is wrong ([`crate::Verification`]).
+//!
 //! | file | owns |
 //! |---|---|
 //! | `layout.rs` | a record's bytes: owner, lengths, key, value; limits |
@@ -32,7 +43,8 @@
 //! | `error.rs` | the maps' error |
 //! | `head.rs` | the head of both maps' root objects: magic, version, intent area |
 //! | `hash.rs` | the byte-key CCEH map |
-//! | `tree/` | the byte-key ordered map: a trie of FAST&FAIR layers (`layers.rs`: making, opening and freeing layers; `scan.rs`: ordered scans; `check.rs`: walks and checks) |
+//! | `verify.rs` | what both maps' `verify()` check alike: the head, the intent lines, each record |
+//! | `tree/` | the byte-key ordered map: a trie of FAST&FAIR layers (`layers.rs`: making, opening and freeing layers; `scan.rs`: ordered scans; `check.rs`: walks and checks; `verify.rs`: its `verify()`) |
 
 mod error;
 pub mod hash;
@@ -41,6 +53,7 @@ pub(crate) mod intent;
 pub(crate) mod layout;
 mod limbo;
 pub mod tree;
+mod verify;
 
 use std::ops::Deref;
 
@@ -219,7 +232,7 @@ impl Records {
         let pool = heap.pool();
         let block = self.reserve(heap, layout::record_bytes(key.len(), value.len()))?;
         let written = (|| -> Result<_, PoolError> {
-            let header = layout::header(self.owner, key.len(), value.len());
+            let header = layout::header(self.owner, key, value);
             let mut w = pool.write(block.offset, &header)?;
             w = w.merge(pool.write(Header::key_at(block.offset), key)?);
             let value_at = Header::key_at(block.offset) + key.len() as u64;
@@ -280,11 +293,11 @@ impl Records {
     /// structure reaches it (given its offset and key). Blocks whose header is not one of this
     /// structure's records are left alone (see `intent.rs`). Run at open, before anything else
     /// allocates from the heap.
-    pub(crate) fn resolve<B: Backend, P: Deref<Target = Pool<B>>, E: From<TxError>>(
+    pub(crate) fn resolve<B: Backend, P: Deref<Target = Pool<B>>>(
         &self,
         heap: &Heap<B, P>,
-        mut reachable: impl FnMut(u64, &[u8]) -> Result<bool, E>,
-    ) -> Result<Resolved, E> {
+        mut reachable: impl FnMut(u64, &[u8]) -> Result<bool, RecordMapError>,
+    ) -> Result<Resolved, RecordMapError> {
         let pool = heap.pool();
         let mut resolved = Resolved::default();
         let named = self.intents.named(pool).map_err(TxError::from)?;
@@ -297,7 +310,14 @@ impl Records {
             if header.owner != self.owner {
                 continue;
             }
-            let key = layout::read_key(pool, offset, &header).map_err(TxError::from)?;
+            // A record that fails its checksum is not one a write of ours left in doubt
+            // either: those are whole (written and flushed before their intent line), and a
+            // record cut short by the crash never had its slot stored.
+            let key = match layout::read_checked_key(pool, offset, &header) {
+                Ok(key) => key,
+                Err(RecordMapError::CorruptRecord { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             let allocated = reachable(offset, &key)?;
             resolved.examined += 1;
             let before = heap.record_block(offset).is_some();

@@ -105,6 +105,15 @@ pub enum Error {
         /// The type it should be.
         type_code: TypeCode,
     },
+    /// A stored record whose bytes do not match the checksum written with it: the map is
+    /// damaged at that record, whose key and value are not served.
+    #[error("the record at pool offset {offset:#x} is damaged ({reason}): its key and value cannot be read")]
+    CorruptRecord {
+        /// The record's pool offset.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// No structure of that name.
     #[error("the store holds no structure named {name:?}")]
     NotFound {
@@ -203,6 +212,9 @@ impl From<RecordMapError> for Error {
             RecordMapError::Tree(e) => Error::from(e),
             RecordMapError::KeyTooLarge { len, max } => Error::KeyTooLarge { len, max },
             RecordMapError::ValueTooLarge { len, max } => Error::ValueTooLarge { len, max },
+            RecordMapError::CorruptRecord { offset, reason } => {
+                Error::CorruptRecord { offset, reason }
+            }
             other => Error::RecordMap(other),
         }
     }
@@ -238,6 +250,16 @@ mod tests {
                 free: 100
             }
         ));
+    }
+
+    #[test]
+    fn a_damaged_record_is_its_own_variant_naming_the_offset() {
+        let e = Error::from(crate::records::RecordMapError::CorruptRecord {
+            offset: 0x4c40,
+            reason: "its checksum is 0x00000001, its bytes' is 0x00000002".into(),
+        });
+        assert!(matches!(e, Error::CorruptRecord { offset: 0x4c40, .. }));
+        assert!(e.to_string().contains("pool offset 0x4c40"), "{e}");
     }
 
     #[test]

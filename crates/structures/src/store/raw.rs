@@ -15,7 +15,6 @@ use crate::kind::StructureKind;
 use crate::records::{hash as record_hash, tree as record_tree, RecordHashMap, RecordTreeMap};
 use crate::verify::Verification;
 
-use super::verify::verify_by_blocks;
 
 /// The heap as the handles hold it.
 pub(crate) type SharedHeap<B, P> = Arc<Heap<B, P>>;
@@ -117,9 +116,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, 
         Ok(RecordHashMap::blocks(self)?)
     }
     fn verify(&self) -> Verification {
-        // Its own walk is not written yet: its blocks, each checked to be allocated.
-        let blocks = RecordHashMap::blocks(self).map_err(Error::from);
-        verify_by_blocks(self.heap(), Self::KIND, self.root(), blocks, self.len())
+        RecordHashMap::verify(self)
     }
 }
 
@@ -137,8 +134,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P
         Ok(RecordTreeMap::blocks(self)?)
     }
     fn verify(&self) -> Verification {
-        // Its own walk is not written yet: its blocks, each checked to be allocated.
-        let blocks = RecordTreeMap::blocks(self).map_err(Error::from);
-        verify_by_blocks(self.heap(), Self::KIND, self.root(), blocks, self.len())
+        RecordTreeMap::verify(self)
     }
 }

@@ -104,7 +104,6 @@ macro_rules! typed_map_methods {
         /// Walk the whole structure read-only and report every violation found (see
         /// [`Store::verify`](crate::Store::verify) for the whole store).
         pub fn verify(&self) -> $crate::verify::Verification {
-            use $crate::store::raw::Structure;
             match &self.repr {
                 $repr::Words(core) => core.raw.verify(),
                 $repr::Records(core) => core.raw.verify(),

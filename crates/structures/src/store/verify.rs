@@ -15,7 +15,6 @@ use super::verification::{StoreFinding, StoreProblem, StoreVerification, Structu
 use super::Store;
 use crate::kind::StructureKind;
 use crate::records::{hash as record_hash, tree as record_tree};
-use crate::verify::{readable_block, Verification};
 use crate::{cceh, datalog, fastfair};
 
 /// Open the store in the pool file at `path` and verify it ([`Store::verify`]). The errors are
@@ -183,24 +182,4 @@ pub(crate) fn reachability(
     }
     findings.sort_by_key(|f| f.offset);
     (findings, reached.len() as u64)
-}
-
-/// A structure verified by its blocks alone (the maps of records, whose own walk is not
-/// written): each block it lists checked to be allocated; `keys` as its length says.
-pub(crate) fn verify_by_blocks<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    kind: StructureKind,
-    root: u64,
-    blocks: Result<Vec<u64>, Error>,
-    keys: u64,
-) -> Verification {
-    let mut report = Verification::new(kind, root);
-    report.keys = keys;
-    // A failure to list the blocks is the store's finding (`StoreProblem::Unwalkable`).
-    for block in blocks.unwrap_or_default() {
-        if readable_block(heap, &mut report, block, 1, 8) {
-            report.blocks_walked += 1;
-        }
-    }
-    report
 }

@@ -3,7 +3,8 @@
 //!
 //! A verification reads and never writes: it walks every reachable block of one structure,
 //! checks every invariant it can, and lists each violation instead of stopping at the first.
-//! [`crate::cceh::Cceh::verify`], [`crate::fastfair::FastFair::verify`] and
+//! [`crate::cceh::Cceh::verify`], [`crate::fastfair::FastFair::verify`],
+//! [`crate::records::RecordHashMap::verify`], [`crate::records::RecordTreeMap::verify`] and
 //! [`crate::datalog::Datalog::verify`] produce them; [`crate::store::Store::verify`] gathers
 //! them for every structure of a store.
 
@@ -24,14 +25,18 @@ pub use problem::Problem;
 pub struct Verification {
     /// The structure verified.
     pub structure: StructureKind,
-    /// The offset of its root (the CCEH root, the FAST&FAIR root object).
+    /// The offset of its root (the CCEH root, the FAST&FAIR root object, a map of records'
+    /// root object, the datalog root).
     pub root: u64,
     /// Every violation found, in walk order; empty for a healthy structure.
     pub findings: Vec<Finding>,
     /// Blocks reached: the CCEH directory and segments (read whole) and a retired directory
     /// (checked to be allocated); the FAST&FAIR nodes (read whole) and the redo area (checked
-    /// to be allocated); the datalog's inode table, log pages and live data blocks. For a
-    /// healthy structure, the length of its `blocks()`.
+    /// to be allocated); for the maps of records, their table's or layers' blocks, each
+    /// layer's root object and the intent area (checked to be allocated) and each record (read
+    /// whole); the datalog's inode table, log pages and live data blocks. For a healthy
+    /// structure, the length of its `blocks()` (for the maps of records, their root block
+    /// aside).
     pub blocks_walked: u64,
     /// Live keys seen (for a datalog: files).
     pub keys: u64,

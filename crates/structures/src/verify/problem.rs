@@ -295,6 +295,88 @@ pub enum Problem {
         /// What differs.
         detail: String,
     },
+
+    // --------------------------------------------------------------------- maps of records
+    /// The root's format version is not the one this build reads.
+    WrongVersion {
+        /// The version found.
+        found: u64,
+        /// The version this build reads.
+        expected: u64,
+    },
+    /// An intent line of the map's head that no write leaves behind (at the line's offset).
+    MalformedIntentLine {
+        /// The line's index in the intent area.
+        line: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A record whose header's lengths do not fit its block (or pass the limits).
+    RecordTooLong {
+        /// The key length the header gives.
+        key_len: u64,
+        /// The value length the header gives.
+        value_len: u64,
+        /// Bytes of the block.
+        block: u64,
+    },
+    /// A record whose owner field names another structure (by its root offset).
+    WrongOwner {
+        /// The root offset the owner field names.
+        found: u64,
+        /// This structure's root offset.
+        expected: u64,
+    },
+    /// A record whose bytes do not match the CRC-32C in its header.
+    ChecksumMismatch {
+        /// The checksum the header records.
+        stored: u32,
+        /// The checksum of the bytes.
+        computed: u32,
+    },
+    /// A record reached a second time: two entries point at one record.
+    RecordReachedTwice {
+        /// The slot or node of the entry that reached it first.
+        first: u64,
+    },
+    /// A hash map's slot whose key word is not the hash of its record's key.
+    KeyHashMismatch {
+        /// The record.
+        record: u64,
+        /// The slot's key word.
+        word: u64,
+        /// The hash of the record's key.
+        hash: u64,
+    },
+    /// An ordered map's record whose key does not belong under the entry that points at it
+    /// (its bytes of the layers above, or its slice word at the entry's layer, differ).
+    KeyOutsideEntry {
+        /// The record.
+        record: u64,
+        /// The layer's depth in the trie.
+        depth: u64,
+        /// The entry's slice word.
+        word: u64,
+    },
+    /// An ordered map's record whose key does not sort after the key before it in the trie.
+    KeysUnsorted {
+        /// The record before it.
+        previous: u64,
+    },
+    /// An ordered map's entry that names a layer under a slice word whose keys end there.
+    LayerUnderEndingWord {
+        /// The entry's slice word.
+        word: u64,
+        /// The layer's depth in the trie.
+        depth: u64,
+    },
+    /// An ordered map's entry that names a layer reached before, or one the map did not open.
+    UnknownLayer {
+        /// The layer's root object.
+        layer: u64,
+        /// Whether another entry reached it first (else the map does not know it).
+        reached_twice: bool,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -467,6 +549,63 @@ impl fmt::Display for Problem {
             Problem::IndexDisagrees { file, detail } => {
                 write!(f, "file {file:?}: the DRAM index disagrees with the log: {detail}")
             }
+            Problem::WrongVersion { found, expected } => {
+                write!(f, "format version {found}, this build reads {expected}")
+            }
+            Problem::MalformedIntentLine { line, reason } => {
+                write!(f, "intent line {line} is malformed: {reason}")
+            }
+            Problem::RecordTooLong {
+                key_len,
+                value_len,
+                block,
+            } => write!(
+                f,
+                "record header gives a {key_len}-byte key and a {value_len}-byte value, which \
+                 do not fit its {block}-byte block or pass the limits"
+            ),
+            Problem::WrongOwner { found, expected } => write!(
+                f,
+                "record of the structure at {found:#x}, not of this one at {expected:#x}"
+            ),
+            Problem::ChecksumMismatch { stored, computed } => write!(
+                f,
+                "record damaged: its checksum is {stored:#010x}, its bytes' is {computed:#010x}"
+            ),
+            Problem::RecordReachedTwice { first } => {
+                write!(f, "record reached a second time (first from {first:#x})")
+            }
+            Problem::KeyHashMismatch { record, word, hash } => write!(
+                f,
+                "slot files the record at {record:#x} under key word {word:#x}, its key hashes \
+                 to {hash:#x}"
+            ),
+            Problem::KeyOutsideEntry {
+                record,
+                depth,
+                word,
+            } => write!(
+                f,
+                "the key of the record at {record:#x} does not belong under word {word:#x} of \
+                 layer {depth}"
+            ),
+            Problem::KeysUnsorted { previous } => write!(
+                f,
+                "record's key does not sort after the key of the record at {previous:#x} before \
+                 it"
+            ),
+            Problem::LayerUnderEndingWord { word, depth } => write!(
+                f,
+                "word {word:#x} of layer {depth} names a layer, but its keys end there"
+            ),
+            Problem::UnknownLayer {
+                layer,
+                reached_twice: true,
+            } => write!(f, "entry names layer {layer:#x}, reached before from another entry"),
+            Problem::UnknownLayer {
+                layer,
+                reached_twice: false,
+            } => write!(f, "entry names layer {layer:#x}, not a layer of the map"),
         }
     }
 }

@@ -91,7 +91,7 @@ where
                         "the record at {value:#x} belongs to another structure"
                     )));
                 }
-                let key = layout::read_key(pool, value, &header)?;
+                let key = layout::read_checked_key(pool, value, &header)?;
                 if !key.starts_with(&prefix) || slice_word(&key, depth) != word {
                     return Err(corrupt(format!(
                         "the record at {value:#x} holds a key that does not belong at word \

@@ -97,7 +97,7 @@ where
                     reason: format!("the record at {record:#x} does not parse"),
                 }
             })?;
-            layout::read_key(pool, record, &header)?
+            layout::read_checked_key(pool, record, &header)?
         };
         let line = self.records.claim_line();
         let (layer, root) = self.heap.transaction(|tx| -> Result<_> {

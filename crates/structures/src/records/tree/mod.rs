@@ -38,6 +38,7 @@
 mod check;
 mod layers;
 mod scan;
+mod verify;
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -435,12 +436,18 @@ where
         }
     }
 
+    /// Whether `record` holds `key`; a record that holds another key and fails its checksum
+    /// is [`RecordMapError::CorruptRecord`] (it may be `key`'s, damaged).
     fn record_has_key(&self, record: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
-        Ok(match layout::read_first_line(pool, record, u64::MAX)? {
-            Some(line) => line.key_equals(pool, record, key)?,
-            None => false,
-        })
+        let Some(line) = layout::read_first_line(pool, record, u64::MAX)? else {
+            return Ok(false);
+        };
+        if line.key_equals(pool, record, key)? {
+            return Ok(true);
+        }
+        line.check(pool, record)?;
+        Ok(false)
     }
 
     /// The record `key` has now, if any.
@@ -463,8 +470,7 @@ where
         let Some(r) = spot.record else {
             return Ok(None);
         };
-        // One line read decides and starts the copy (a key that ends in its slice is the
-        // only one of its word: no compare needed).
+        // One line read decides and starts the copy.
         let pool = self.heap.pool();
         let Some(line) = layout::read_first_line(pool, r, u64::MAX)? else {
             return Err(RecordMapError::Corrupt {
@@ -472,10 +478,24 @@ where
                 reason: format!("the record at {r:#x} does not parse"),
             });
         };
-        if goes_on(spot.word) && !line.key_equals(pool, r, key)? {
-            return Ok(None);
+        if !line.key_equals(pool, r, key)? {
+            // This key's record damaged, or (whole) another key's: one with the same first
+            // bytes going on, or, for a key that ends in its slice (the only key of its
+            // word), one a damaged entry points at.
+            line.check(pool, r)?;
+            if goes_on(spot.word) {
+                return Ok(None);
+            }
+            return Err(RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!(
+                    "the entry of word {:#x} of layer {} points at the record at {r:#x}, which \
+                     holds another key",
+                    spot.word, spot.depth
+                ),
+            });
         }
-        Ok(Some(line.value(pool, r)?))
+        Ok(Some(line.checked_value(pool, r)?))
     }
 
     /// Whether `key` is present. Takes no lock.
@@ -507,13 +527,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
     }
 }
 
-fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>, PoolError> {
+/// The value of the record at `record`, checked.
+fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
     let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
         offset: record,
         len: layout::HEADER_BYTES,
         size: pool.size(),
     })?;
-    line.value(pool, record)
+    line.checked_value(pool, record)
 }
 
 #[cfg(test)]

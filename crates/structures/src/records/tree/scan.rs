@@ -164,7 +164,9 @@ where
                     reason: format!("the record at {value:#x} does not parse"),
                 }
             })?;
-            let key = line.key(pool, value)?;
+            // Read whole and checked before the bounds decide on the key: the range's first
+            // layer starts at the start key's word, so few records are read only to be skipped.
+            let (key, record_value) = line.checked_key_value(pool, value)?;
             let after_start = match &self.start {
                 Bound::Included(s) => key >= *s,
                 Bound::Excluded(s) => key > *s,
@@ -181,7 +183,7 @@ where
             if !before_end {
                 return Ok(None);
             }
-            return Ok(Some((key, line.value(pool, value)?)));
+            return Ok(Some((key, record_value)));
         }
         Ok(None)
     }

@@ -197,7 +197,8 @@ where
         }
     }
 
-    /// The offset of the record `key` has now, if any (lock-free).
+    /// The offset of the record `key` has now, if any (lock-free; the caller pins the epoch,
+    /// as the probe reads the keys of the records it meets).
     fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
         Ok(self.table.get_probe(&self.probe(key), |record| record)?)
     }
@@ -207,9 +208,10 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(None);
         }
-        // The table's lookup is pinned while it matches and reads: a record it reaches is not
-        // handed out again while it is copied (a writer that retires it defers the block's
-        // reuse past the epoch).
+        // Pinned while the lookup matches and reads: a record it reaches is not handed out
+        // again while it is copied (a writer that retires it defers the block's reuse past the
+        // epoch). The table's own read section protects only its directories.
+        let _guard = epoch::pin();
         let probe = self.probe(key);
         match self
             .table
@@ -225,6 +227,8 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(false);
         }
+        // Pinned: the lookup reads the keys of the records it meets.
+        let _guard = epoch::pin();
         Ok(self.record_of(key)?.is_some())
     }
 
@@ -342,9 +346,8 @@ where
 
     /// Every `(key, value)`, in no particular order: the table's slots, a segment snapshot at
     /// a time, whose records are read as the iterator goes, inside one pinned epoch (so records
-    /// retired meanwhile stay readable; a key written meanwhile may be missed). A thread holding
-    /// one should not write the map: a directory doubling waits for pinned threads, and fails
-    /// with an error on its own.
+    /// retired meanwhile stay readable; a key written meanwhile may be missed). Blocks of records
+    /// retired while it lives are reused only once it is dropped.
     pub fn iter(&self) -> Iter<'_, B> {
         let guard = epoch::pin();
         Iter {

@@ -360,36 +360,22 @@ fn a_batch_of_lookups_matches_one_lookup_at_a_time() {
 }
 
 #[test]
-fn a_write_that_would_wait_for_its_own_epoch_guard_fails_cleanly_and_works_after() {
+fn a_writer_holding_an_epoch_guard_doubles_the_directory_again_and_again() {
+    // Lookups no longer pin crossbeam-epoch: a guard of the writer's own (a record map's
+    // iterator, say) holds back no retired directory, so doublings never wait for it.
     let heap = heap(32 << 20);
     let table = Cceh::create(&heap, heap.pool().root_offset(), small()).unwrap();
     let guard = crossbeam_epoch::pin();
-    // Tiny segments double the directory often; the second doubling must wait for the
-    // directory the first retired, which this thread's own guard keeps alive.
-    let mut inserted = Vec::new();
-    let mut refused = None;
     for k in 1..=10_000u64 {
-        match table.insert(k, k + 1) {
-            Ok(true) => inserted.push(k),
-            Err(CcehError::WriterPinned) => {
-                refused = Some(k);
-                break;
-            }
-            other => panic!("key {k}: {other:?}"),
-        }
+        assert!(table.insert(k, k + 1).unwrap(), "key {k}");
     }
-    let refused = refused.expect("a doubling had to wait for this thread's guard");
-    assert!(table.global_depth().unwrap() >= 1);
-    assert_eq!(table.get(refused).unwrap(), None, "nothing was written");
+    assert!(
+        table.global_depth().unwrap() >= 3,
+        "several doublings ran under the guard"
+    );
     drop(guard);
-    assert!(table.insert(refused, refused + 1).unwrap());
-    inserted.push(refused);
-    for k in refused + 1..refused + 2000 {
-        assert!(table.insert(k, k + 1).unwrap());
-        inserted.push(k);
-    }
-    assert_eq!(table.len(), inserted.len() as u64);
-    for &k in &inserted {
+    for k in 1..=10_000u64 {
         assert_eq!(table.get(k).unwrap(), Some(k + 1), "key {k}");
     }
+    assert_eq!(heap_blocks(&heap).unwrap(), table.blocks().unwrap());
 }

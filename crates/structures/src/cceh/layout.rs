@@ -285,12 +285,14 @@ pub(super) const fn line_key(line: &[u64; 8], slot: usize) -> u64 {
 }
 
 /// The value of slot `slot` of a bucket read as one line.
+#[cfg(test)]
 #[inline(always)]
 pub(super) const fn line_value(line: &[u64; 8], slot: usize) -> u64 {
     line[2 * slot + 1]
 }
 
 /// The keys of a bucket read as one line, in slot order.
+#[cfg(test)]
 #[inline(always)]
 pub(super) const fn line_keys(line: &[u64; 8]) -> [u64; SLOTS_PER_BUCKET as usize] {
     [line[0], line[2], line[4], line[6]]

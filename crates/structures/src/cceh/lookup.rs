@@ -1,8 +1,9 @@
 //! The lock-free lookup ([`Cceh::get`], [`Cceh::get_batch`]) and the prefetching of a key's
 //! lookup path that lookups, writers and the helper thread share.
 //!
-//! A lookup takes no lock and never waits for a writer. It pins a `crossbeam-epoch` guard (so
-//! no directory it loads is freed under it), reads the directory pointer and the key's entry,
+//! A lookup takes no lock and never waits for a writer. It runs in a read section
+//! ([`ReadSection`]: two plain stores, no barrier; so no directory it loads is freed under it),
+//! reads the directory pointer and the key's entry,
 //! scans the probing window with acquire loads, loads a found key's value and then the key
 //! again (a slot reused in between means a rescan), and at the end checks that the directory
 //! pointer and the key's entry are the ones it started from: a split or doubling that ran
@@ -12,18 +13,18 @@
 
 use std::ops::Deref;
 
-use crossbeam_epoch as epoch;
-
 use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
+use crate::sync::readers::ReadSection;
+
 use super::hashing::{hash, prefix};
-use super::layout::{bucket_word, key_word, segment_word_offset, value_word};
+use super::layout::{bucket_word, key_word, pool_word, segment_word_offset, value_word};
 use super::layout::{Directory, Entry};
 use super::{Cceh, SlotProbe};
 use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
 
-/// Lookups of [`Cceh::get_batch`] under one epoch guard.
+/// Lookups of [`Cceh::get_batch`] in one read section.
 const BATCH_PIN_CHUNK: usize = 1024;
 
 /// Points of a lookup where tests may interfere (see `Cceh::get_observed`).
@@ -51,34 +52,33 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let ahead = ahead.max(1);
         let words = self.pool_words()?;
         let mut values = Vec::with_capacity(keys.len());
-        // One guard per chunk: the lookups inside pin for free, and a doubling waiting for the
-        // epoch waits for one chunk at most.
+        // One read section per chunk: a doubling waiting for lookups waits for one chunk at
+        // most.
         for (c, chunk) in keys.chunks(BATCH_PIN_CHUNK).enumerate() {
-            let guard = epoch::pin();
+            let section = ReadSection::enter();
             for (i, &key) in chunk.iter().enumerate() {
                 if let Some(&next) = keys.get(c * BATCH_PIN_CHUNK + i + ahead) {
                     self.prefetch_path(words, hash(next));
                 }
-                values.push(self.lookup(words, &key, |value| value, &guard, |_| ())?);
+                values.push(self.lookup(words, &key, |value| value, &section, |_| ())?);
             }
         }
         Ok(values)
     }
 
     /// The value of `key`, if present. Takes no lock and never waits for a writer, not even
-    /// for a split or doubling (see [`Cceh`]).
-    ///
-    /// Each call pins the epoch, a locked instruction on x86 and so a full barrier that no
-    /// later load passes: the key's window is prefetched before it, so the window's cache miss
-    /// overlaps the pin (and whatever the pin waits for) instead of following it.
+    /// for a split or doubling (see [`Cceh`]), and issues no barrier: its read section is two
+    /// plain stores (see `crate::sync::readers`). Nothing is prefetched either: with no barrier
+    /// in the way, the CPU starts the window's loads as soon as their addresses are known.
     pub fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
         self.get_probe(&key, |value| value)
     }
 
     /// Lock-free, as [`Cceh::get`]: the value of the first slot of the window whose key word
     /// is `probe`'s and whose value `probe` [matches](SlotProbe::matches), passed to `read`
-    /// inside the lookup's epoch pin (the caller may copy what the value points at there) once
-    /// the lookup has validated it. Retries as `get` does; `read` is called at most once.
+    /// inside the lookup's read section once the lookup has validated it (the section protects
+    /// the table's directories only: a caller that reads what the value points at protects it
+    /// itself, as the record maps do with their epoch pin). Retries as `get` does; `read` is called at most once.
     #[inline]
     pub(crate) fn get_probe<R>(
         &self,
@@ -108,18 +108,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         read: impl FnOnce(u64) -> R,
         observe: impl FnMut(LookupStep),
     ) -> Result<Option<R>, CcehError> {
-        // Pinning is a full barrier, which no later load passes: the window is prefetched
-        // first (a hint only, safe on a directory being freed), so its miss overlaps the pin
-        // and whatever the pin waits for.
         let words = self.pool_words()?;
-        self.prefetch_path(words, hash(probe.word()));
-        // Pinned, no directory this lookup loads can be freed under it (a doubling retires
-        // the old one and frees it only after every guard pinned before has gone).
-        let guard = epoch::pin();
-        self.lookup(words, probe, read, &guard, observe)
+        // Inside the section, no directory this lookup loads can be freed under it (a doubling
+        // retires the old one and frees it only after every section open at the swap has
+        // ended).
+        let section = ReadSection::enter();
+        self.lookup(words, probe, read, &section, observe)
     }
 
-    /// A lookup inside `_guard`'s critical section (the guard is the proof of pinning), read
+    /// A lookup inside `_section` (the proof that the caller entered one), read
     /// through `words` ([`Cceh::pool_words`]): `read` of the validated value, if `probe`'s key
     /// is found.
     ///
@@ -133,13 +130,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         words: Words<'_>,
         probe: &impl SlotProbe,
         read: impl FnOnce(u64) -> R,
-        _guard: &epoch::Guard,
+        _section: &ReadSection,
         mut observe: impl FnMut(LookupStep),
     ) -> Result<Option<R>, CcehError> {
         let key = probe.word();
         if key == EMPTY_KEY {
             return Err(CcehError::ReservedKey(RESERVED));
         }
+        if let Some(found) = self.lookup_fast(words, probe, &mut observe) {
+            return Ok(found.map(read));
+        }
+        // A word out of the pool somewhere: the same walk again, telling what went wrong.
         let h = hash(key);
         let home = self.shape.home(h);
         loop {
@@ -201,6 +202,76 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 }
             }
         }
+    }
+
+    /// The lookup of [`Cceh::lookup`] (same steps, same validation, same `observe` points),
+    /// written for the fewest instructions: every read is checked, but a failed check only
+    /// says "not here" (`None`), and the caller walks again through the reads that tell why.
+    /// `Some(found)` is the validated outcome. The directory's offset is checked for alignment
+    /// once (entries are whole words after it), the segment's range once, each bucket's line
+    /// once.
+    #[inline(always)]
+    fn lookup_fast(
+        &self,
+        words: Words<'_>,
+        probe: &impl SlotProbe,
+        observe: &mut impl FnMut(LookupStep),
+    ) -> Option<Option<u64>> {
+        let key = probe.word();
+        let h = hash(key);
+        let home = self.shape.home(h);
+        let root_word = Self::peek_index(self.root.directory())?;
+        loop {
+            let directory = words.get(root_word)?;
+            let depth_word = Self::peek_index(directory)?;
+            let global_depth = words.get(depth_word)?;
+            if global_depth > MAX_DEPTH {
+                return None;
+            }
+            // Entry `i` is word `i + 1` of the directory.
+            let entry_word = depth_word + 1 + prefix(h, global_depth) as usize;
+            let entry = words.get(entry_word)?;
+            observe(LookupStep::Located);
+            let segment = words.sub(
+                pool_word(Entry::from_word(entry).segment),
+                self.shape.words(),
+            )?;
+            let found = 'scan: loop {
+                for step in 0..PROBE_BUCKETS {
+                    let first = bucket_word(self.shape.bucket_after(home, step));
+                    let keys = segment.keys_of_line(first)?;
+                    observe(LookupStep::BucketRead);
+                    let mut hits = hit_mask(&keys, key);
+                    while hits != 0 {
+                        let slot = hits.trailing_zeros() as usize;
+                        hits &= hits - 1;
+                        // As in `lookup`: value after key, key again after value.
+                        let at = key_word(first, slot);
+                        let value = segment.get(value_word(at))?;
+                        observe(LookupStep::ValueRead);
+                        if !probe.matches(value) {
+                            continue;
+                        }
+                        if segment.get(at)? != key {
+                            continue 'scan;
+                        }
+                        break 'scan Some(value);
+                    }
+                }
+                break None;
+            };
+            observe(LookupStep::Scanned);
+            // As in `lookup`: the key's entry unchanged means no split or doubling ran.
+            if words.get(root_word)? == directory && words.get(entry_word)? == entry {
+                return Some(found);
+            }
+        }
+    }
+
+    /// The index among the pool's words of the word at `offset`, if aligned.
+    #[inline(always)]
+    fn peek_index(offset: u64) -> Option<usize> {
+        offset.is_multiple_of(8).then(|| pool_word(offset))
     }
 
     #[cfg(test)]

@@ -72,11 +72,12 @@
 //! Writers of different segments run in parallel: a writer takes its segment stripe's DRAM
 //! lock (one compare-and-swap), then checks that the directory still maps its key there.
 //! Splits and doublings take a structure mutex and the split segment's stripe lock. Lookups
-//! take no lock at all: they run inside a `crossbeam-epoch` critical section, read the
+//! take no lock and no barrier: they run inside a read section (`crate::sync::readers`: two
+//! plain stores, the reclaimer pays an asymmetric barrier), read the
 //! directory, scan the window, then check that the directory and the key's entry are still the
 //! ones they started from (a split or doubling in between means a retry). A directory replaced
 //! by a doubling is *retired*: recorded in the root, so a crash cannot leak it, and freed by a
-//! later split or doubling once the epoch says no lookup can still be reading it (or at the
+//! later split or doubling once a grace period says no lookup can still be reading it (or at the
 //! next [`Cceh::open`]). Segments are never freed. See [`Cceh`].
 //!
 //! # Keys
@@ -105,7 +106,7 @@
 //! | `write.rs` | insert, upsert, remove: stripe locks and the failure-atomic slot commit |
 //! | `displace.rs` | making room in a full window by moving keys forward |
 //! | `split.rs` | segment split and directory doubling, and why each is crash-safe |
-//! | `reclaim.rs` | directories retired by a doubling, freed once the epoch allows |
+//! | `reclaim.rs` | directories retired by a doubling, freed after a grace period |
 //! | `recovery.rs` | [`Cceh::open`]: finishing an interrupted split, checks, duplicate keys |
 //! | `check.rs` | [`Cceh::check`]: the directory and every segment verified, keys counted |
 //! | `verify.rs` | [`Cceh::verify`]: the same walk, read-only, every violation listed as a typed finding |
@@ -223,13 +224,15 @@ pub enum CcehError {
     /// The directory cannot grow further.
     #[error("the directory has reached its largest depth ({MAX_DEPTH})")]
     DirectoryFull,
-    /// A write needed a directory doubling while the writing thread itself was pinned in
-    /// `crossbeam-epoch` (it held a guard of its own) and the directory retired by the previous
-    /// doubling was still waiting for readers: the doubling would wait for this thread's own
-    /// guard forever. Nothing was written; drop the guard and retry.
+    /// A write needed a directory doubling while the writing thread itself was inside one of
+    /// the table's lookups (a crate-internal caller writing from a lookup's `read` callback),
+    /// and the directory retired by the previous doubling was still waiting for that lookup:
+    /// the doubling would wait for its own thread forever. Nothing was written; finish the
+    /// lookup and retry. (Epoch guards of `crossbeam-epoch` hold nothing back: lookups do not
+    /// pin it.)
     #[error(
-        "a directory doubling must wait for pinned readers, and this thread is pinned itself \
-         (it holds a crossbeam-epoch guard): nothing was written; drop the guard and retry"
+        "a directory doubling must wait for the lookups in progress, and this thread is inside \
+         one itself: nothing was written; finish the lookup and retry"
     )]
     WriterPinned,
     /// A table whose key words are hashes of byte keys: [`PROBE_BUCKETS`] ×
@@ -370,12 +373,12 @@ impl Place {
 /// * a split or doubling takes the *structure* mutex (one structural change at a time) and the
 ///   stripe lock of the segment it splits, so no writer of that segment runs meanwhile; a
 ///   snapshot ([`Cceh::iter`]) takes the structure mutex and every stripe;
-/// * lookups take no lock and never wait, not even for a split: they pin a `crossbeam-epoch`
-///   guard, scan the probing window with atomic loads, re-read the key after the value (a slot
+/// * lookups take no lock, issue no barrier and never wait, not even for a split: they enter a
+///   read section (two plain stores), scan the probing window with atomic loads, re-read the key after the value (a slot
 ///   reused under them means a rescan), and finally check that the directory pointer and the
 ///   key's directory entry are unchanged (a split or doubling that ran meanwhile means a retry
-///   from the top). The guard keeps a directory that a doubling retired from being freed while
-///   they read it.
+///   from the top). The section keeps a directory that a doubling retired from being freed
+///   while they read it.
 pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     heap: H,
     root: Root,

@@ -30,8 +30,6 @@
 use std::ops::Deref;
 use std::sync::atomic::{fence, Ordering};
 
-use crossbeam_epoch as epoch;
-
 use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_undo_log::Heap;
 
@@ -140,8 +138,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         // directory retired before it (whose readers have gone by now, or soon will) is freed.
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = retired.as_ref() {
-            if !r.is_reclaimable() && epoch::is_pinned() {
-                // A guard of this thread's own holds the epoch back: waiting would never end.
+            if !r.is_reclaimable() && r.waits_for_this_thread() {
+                // This thread's own read section holds the directory: waiting would never end.
                 return Err(CcehError::WriterPinned);
             }
             r.wait_until_reclaimable();

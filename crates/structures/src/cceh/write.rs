@@ -16,11 +16,11 @@
 use std::ops::Deref;
 use std::sync::MutexGuard;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, line_key, line_keys, line_value, value_of};
+use super::layout::{bucket_word, key_word, value_of, value_word};
 use super::lookup::hit_mask;
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
@@ -42,15 +42,22 @@ fn nothing_before<T>(_old: T) -> Result<(), CcehError> {
     Ok(())
 }
 
-/// The slot (0..4) of a bucket read as one line whose key word is `probe`'s and whose value it
-/// matches, if any: the first such in slot order.
+/// The slot (0..4) of a bucket whose key word is `probe`'s and whose value (loaded from the
+/// segment's words from the bucket's first word `first` on, only for slots with the key word)
+/// it matches, if any: the first such in slot order.
 #[inline(always)]
-fn matching_slot(line: &[u64; 8], probe: &impl SlotProbe) -> Option<usize> {
-    let mut hits = hit_mask(&line_keys(line), probe.word());
+fn matching_slot(
+    keys: &[u64; SLOTS_PER_BUCKET as usize],
+    segment: Words<'_>,
+    first: usize,
+    probe: &impl SlotProbe,
+) -> Option<(usize, u64)> {
+    let mut hits = hit_mask(keys, probe.word());
     while hits != 0 {
         let slot = hits.trailing_zeros() as usize;
-        if probe.matches(line_value(line, slot)) {
-            return Some(slot);
+        let value = segment.get(value_word(key_word(first, slot)))?;
+        if probe.matches(value) {
+            return Some((slot, value));
         }
         hits &= hits - 1;
     }
@@ -201,25 +208,25 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let segment = self.segment_words(self.pool_words()?, place.segment)?;
         let shape = self.shape;
         let home = shape.home(h);
-        let mut lines = [[0u64; 8]; PROBE_BUCKETS as usize];
+        // Keys only: a value is loaded for a slot holding the probe's key word alone.
+        let mut lines = [[0u64; SLOTS_PER_BUCKET as usize]; PROBE_BUCKETS as usize];
         let mut empty = None;
         for (step, line) in lines.iter_mut().enumerate() {
             let bucket = shape.bucket_after(home, step as u64);
             let first = bucket_word(bucket);
-            *line = segment
-                .line(first)
-                .ok_or_else(|| self.bad_offset(shape.slot(place.segment, bucket, 0), 64))?;
+            let bad = || self.bad_offset(shape.slot(place.segment, bucket, 0), 64);
+            *line = segment.keys_of_line(first).ok_or_else(bad)?;
             let slot_at = |s: usize| shape.slot(place.segment, bucket, s as u64);
-            if let Some(s) = matching_slot(line, probe) {
-                // Under the stripe lock nothing else writes this segment: the value loaded
-                // with the line is the key's.
+            // Under the stripe lock nothing else writes this segment: the value loaded is the
+            // key's.
+            if let Some((s, old)) = matching_slot(line, segment, first, probe) {
                 return Ok(Some(Chosen::Found {
                     slot: slot_at(s),
-                    old: line_value(line, s),
+                    old,
                 }));
             }
             if empty.is_none() {
-                let free = hit_mask(&line_keys(line), EMPTY_KEY);
+                let free = hit_mask(line, EMPTY_KEY);
                 empty = (free != 0).then(|| slot_at(free.trailing_zeros() as usize));
             }
         }
@@ -228,7 +235,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             (0..PROBE_BUCKETS as usize).find_map(|step| {
                 let bucket = shape.bucket_after(home, step as u64);
                 (0..SLOTS_PER_BUCKET as usize)
-                    .find(|&s| !belongs(line_key(&lines[step], s), place.local_depth, pattern))
+                    .find(|&s| !belongs(lines[step][s], place.local_depth, pattern))
                     .map(|s| shape.slot(place.segment, bucket, s as u64))
             })
         };
@@ -249,7 +256,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let word = probe.word();
         if lines
             .iter()
-            .all(|line| line_keys(line) == [word; SLOTS_PER_BUCKET as usize])
+            .all(|keys| *keys == [word; SLOTS_PER_BUCKET as usize])
         {
             return Err(CcehError::KeyWordWindowFull { word });
         }

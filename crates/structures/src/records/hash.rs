@@ -215,8 +215,9 @@ where
         }
     }
 
-    /// The offset of the record `key` has now, if any (lock-free); a damaged record under
-    /// its word is [`RecordMapError::CorruptRecord`].
+    /// The offset of the record `key` has now, if any (lock-free; the caller pins the epoch,
+    /// as the probe reads the keys of the records it meets); a damaged record under its word is
+    /// [`RecordMapError::CorruptRecord`].
     fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
         let probe = self.probe(key);
         match self.table.get_probe(&probe, |record| record)? {
@@ -230,9 +231,10 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(None);
         }
-        // The table's lookup is pinned while it matches and reads: a record it reaches is not
-        // handed out again while it is copied (a writer that retires it defers the block's
-        // reuse past the epoch).
+        // Pinned while the lookup matches and reads: a record it reaches is not handed out
+        // again while it is copied (a writer that retires it defers the block's reuse past the
+        // epoch). The table's own read section protects only its directories.
+        let _guard = epoch::pin();
         let probe = self.probe(key);
         match self
             .table
@@ -248,6 +250,8 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(false);
         }
+        // Pinned: the lookup reads the keys of the records it meets.
+        let _guard = epoch::pin();
         Ok(self.record_of(key)?.is_some())
     }
 
@@ -365,9 +369,8 @@ where
 
     /// Every `(key, value)`, in no particular order: the table's slots, a segment snapshot at
     /// a time, whose records are read as the iterator goes, inside one pinned epoch (so records
-    /// retired meanwhile stay readable; a key written meanwhile may be missed). A thread holding
-    /// one should not write the map: a directory doubling waits for pinned threads, and fails
-    /// with an error on its own.
+    /// retired meanwhile stay readable; a key written meanwhile may be missed). Blocks of records
+    /// retired while it lives are reused only once it is dropped.
     pub fn iter(&self) -> Iter<'_, B> {
         let guard = epoch::pin();
         Iter {

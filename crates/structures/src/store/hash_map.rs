@@ -62,9 +62,8 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, 
 
     /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
     /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk
-    /// may or may not be seen. A map of records pins the epoch while the iterator lives, so a
-    /// thread holding one should not also write the map (a directory doubling would wait for
-    /// it and fails with an error instead).
+    /// may or may not be seen. A map of records pins the epoch while the iterator lives: blocks
+    /// of records retired meanwhile are reused only once it is dropped.
     pub fn iter(&self) -> HashIter<'_, K, V, B> {
         let inner = match &self.repr {
             HashRepr::Words(core) => HashIterRepr::Words(core.entries()),

@@ -1,7 +1,8 @@
 //! DRAM synchronisation shared by the structures: striped writer locks with reader versions
 //! and per-stripe key counts ([`Stripes`]), a structure version for changes that hold every
 //! stripe ([`SeqVersion`]), the priority of those changes over single-stripe writers
-//! ([`ExclusiveGate`]), and thread placement for helper threads ([`affinity`]). Nothing here
+//! ([`ExclusiveGate`]), lock-free read sections whose reclaimer pays the barrier
+//! ([`readers`]), and thread placement for helper threads ([`affinity`]). Nothing here
 //! touches persistent memory: locks and versions live in DRAM and are rebuilt empty at every
 //! open.
 //!
@@ -13,6 +14,7 @@ mod exclusive;
 #[cfg(all(test, loom))]
 mod model;
 mod primitives;
+pub(crate) mod readers;
 mod stripes;
 mod version;
 

@@ -1,0 +1,105 @@
+//! A CCEH table of `KEYS` keys (1M by default) in an anonymous pool, then `N` operations of one
+//! kind, each run inside a function of its own so that callgrind can count them alone:
+//!
+//! ```text
+//! cargo build --release -p pmem-structures --example cceh_ops
+//! valgrind --tool=callgrind --toggle-collect='*measured_gets*' \
+//!     target/release/examples/cceh_ops get 100000
+//! ```
+//!
+//! (`measured_inserts` for `insert`: keys not in the table, some of which split a segment;
+//! `callgrind_annotate --inclusive=yes` tells the splits' share). Outside valgrind it prints
+//! the rate: `cceh_ops get 10000000 2` looks up with two threads, each half of the calls.
+//! A measurement driver, not a test: it checks only that every lookup found its key.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pmem_ordering::{Hardware, Pool, PoolOptions};
+use pmem_structures::cceh::{Cceh, CcehConfig};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+
+type Table<'h> = Cceh<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+
+/// Distinct pseudo-random keys (splitmix64 of 1, 2, ...; never 0 in practice, skipped if so).
+fn keys(count: usize, seed: u64) -> Vec<u64> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if z != 0 {
+            out.push(z);
+        }
+    }
+    out
+}
+
+#[inline(never)]
+fn measured_gets(table: &Table<'_>, keys: &[u64], calls: usize) -> usize {
+    let mut found = 0;
+    for i in 0..calls {
+        let key = keys[i % keys.len()];
+        if table.get(black_box(key)).expect("get").is_some() {
+            found += 1;
+        }
+    }
+    found
+}
+
+#[inline(never)]
+fn measured_inserts(table: &Table<'_>, keys: &[u64]) -> usize {
+    let mut inserted = 0;
+    for &key in keys {
+        if table.insert(black_box(key), key).expect("insert") {
+            inserted += 1;
+        }
+    }
+    inserted
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: cceh_ops get|insert CALLS [THREADS] (env KEYS: keys prefilled, 1M)";
+    let op = args.get(1).ok_or(usage)?.clone();
+    let calls: usize = args.get(2).ok_or(usage)?.parse()?;
+    let threads: usize = args.get(3).map_or(Ok(1), |t| t.parse())?;
+    let prefill: usize = std::env::var("KEYS").map_or(Ok(1_000_000), |k| k.parse())?;
+    let pool_bytes = (prefill as u64 * 128).next_power_of_two().max(64 << 20);
+    let pool = Pool::anonymous("cceh-ops", pool_bytes, &PoolOptions::new())?;
+    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    let table: Table<'_> = Cceh::create(&heap, heap.pool().root_offset(), CcehConfig::default())?;
+    let present = keys(prefill, 1);
+    for &k in &present {
+        table.insert(k, k)?;
+    }
+    let start = Instant::now();
+    let done = match op.as_str() {
+        "get" => {
+            let found: usize = std::thread::scope(|s| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (table, present) = (&table, &present);
+                        let share = &present[t * present.len() / threads..];
+                        s.spawn(move || measured_gets(table, share, calls / threads))
+                    })
+                    .collect();
+                workers.into_iter().map(|w| w.join().expect("worker")).sum()
+            });
+            assert_eq!(found, calls / threads * threads, "a key was not found");
+            found
+        }
+        "insert" => measured_inserts(&table, &keys(calls, 2)),
+        _ => return Err(usage.into()),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{op} x{done} ({threads} thread(s), {prefill} keys): {:.2} M/s",
+        done as f64 / secs / 1e6
+    );
+    Ok(())
+}

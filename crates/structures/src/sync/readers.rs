@@ -1,0 +1,352 @@
+//! Lock-free readers that announce themselves with plain stores, and the rare reclaimer that
+//! pays for the barrier: an asymmetric fence, as RCU and folly's hazard pointers do.
+//!
+//! A reader ([`ReadSection`]) stores an odd sequence number into its thread's slot on entry,
+//! with no fence but a compiler fence, and the next even number on exit (a release store). A
+//! reclaimer that has unlinked memory starts a [`GracePeriod`]: one *heavy* barrier
+//! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` on Linux, which runs a full barrier on
+//! every CPU running a thread of this process), then a read of every slot; the memory may be
+//! freed once every slot seen odd has moved on. Readers thus pay a few plain instructions per
+//! section instead of the locked instruction (a full barrier) of an epoch pin.
+//!
+//! # Why it is right
+//!
+//! Let the reclaimer unlink memory with store `U` (a directory swap), then run the heavy
+//! barrier `H`, then read the slots. Take a reader section that stores `S` (odd) into its slot
+//! and then loads the link (`L`). The kernel has every thread of the process that runs during
+//! `H` execute a full barrier `F` at some point of its program, and a thread not running
+//! passes through a context switch, which is one too; `H` returns only after, and everything
+//! before `U` in the reclaimer's order is visible to what follows `F` in the reader's.
+//!
+//! * If `S` comes before `F` in the reader's program, `S` is visible once `H` returns: the
+//!   reclaimer reads `S` (odd: the section is waited for) or a later store of the same slot,
+//!   which comes after the section's exit. Exit and entry are release stores and the slot is
+//!   read with acquire loads, so every load of the section happens before the memory is freed.
+//! * If `S` comes after `F`, so does `L`, which therefore sees `U` or later: the section never
+//!   reaches the unlinked memory.
+//!
+//! A slot created after the reclaimer's read of the slot list is created under the list's lock,
+//! which the reclaimer held after `U`: its owner's first section sees `U` too.
+//!
+//! Where `membarrier` is missing (an old kernel, another OS, detected at the first use), the
+//! readers fence for real after `S` (`fence(SeqCst)`) and the heavy barrier is the same fence:
+//! then the two sequentially consistent fences order `U` before `L` or `S` before the
+//! reclaimer's read, the same two cases.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use crossbeam_utils::CachePadded;
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+
+/// One thread's announcement word: odd while it is inside a read section.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    sequence: AtomicU64,
+    /// Held by a live thread (a slot is reused once its thread has exited).
+    claimed: AtomicBool,
+}
+
+/// Every slot ever made: a slot is leaked so that a reclaimer may read it without a lock on
+/// its owner's life, and reused by a later thread, so there are as many as threads ever ran
+/// at once.
+static SLOTS: Mutex<Vec<&'static CachePadded<Slot>>> = Mutex::new(Vec::new());
+
+fn slots() -> std::sync::MutexGuard<'static, Vec<&'static CachePadded<Slot>>> {
+    SLOTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A free slot, claimed for the caller (a new one if none is free).
+fn claim_slot() -> &'static CachePadded<Slot> {
+    let mut all = slots();
+    for &slot in all.iter() {
+        if slot
+            .claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return slot;
+        }
+    }
+    let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
+        sequence: AtomicU64::new(0),
+        claimed: AtomicBool::new(true),
+    })));
+    all.push(slot);
+    slot
+}
+
+/// This thread's slot, given back when the thread exits.
+struct OwnSlot(&'static CachePadded<Slot>);
+
+impl Drop for OwnSlot {
+    fn drop(&mut self) {
+        OWN.with(|own| own.set(None));
+        self.0.claimed.store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// This thread's slot once claimed: what every section reads (a constant initializer and
+    /// no destructor, so one load and no check of the thread-local's state).
+    static OWN: Cell<Option<&'static CachePadded<Slot>>> = const { Cell::new(None) };
+    /// The claim of that slot, whose destructor gives it back.
+    static CLAIM: OwnSlot = OwnSlot(claim_slot());
+}
+
+/// How the barriers are issued, decided at the first use.
+mod barrier {
+    use super::{fence, AtomicU8, Ordering};
+
+    const UNKNOWN: u8 = 0;
+    const MEMBARRIER: u8 = 1;
+    const FENCES: u8 = 2;
+
+    static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    const CMD_QUERY: libc::c_int = 0;
+    const CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+    #[cfg(target_os = "linux")]
+    fn membarrier(cmd: libc::c_int) -> libc::c_long {
+        // SAFETY: the membarrier system call takes a command and flags by value and touches no
+        // memory of the caller.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_int) }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn membarrier(_cmd: libc::c_int) -> libc::c_long {
+        -1
+    }
+
+    /// Whether private expedited membarrier works here, registering this process for it.
+    fn detect() -> u8 {
+        let needed = (CMD_PRIVATE_EXPEDITED | CMD_REGISTER_PRIVATE_EXPEDITED) as libc::c_long;
+        let supported = membarrier(CMD_QUERY);
+        if supported >= 0
+            && supported & needed == needed
+            && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+        {
+            MEMBARRIER
+        } else {
+            FENCES
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn mode_slow() -> u8 {
+        let mode = detect();
+        // Registration is done before anyone reads MEMBARRIER: a reader that sees it fences
+        // only with the compiler, and every heavy barrier after it reaches that reader.
+        MODE.store(mode, Ordering::SeqCst);
+        mode
+    }
+
+    #[inline(always)]
+    fn mode() -> u8 {
+        match MODE.load(Ordering::Relaxed) {
+            UNKNOWN => mode_slow(),
+            mode => mode,
+        }
+    }
+
+    /// The reader's side: a compiler fence where the reclaimer's barrier reaches every thread,
+    /// else a full fence.
+    #[inline(always)]
+    pub(super) fn light() {
+        if mode() != MEMBARRIER {
+            fence(Ordering::SeqCst);
+        }
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+
+    /// The reclaimer's side: a full barrier on every thread of the process, or this thread's
+    /// own (which pairs with the readers' own fences).
+    pub(super) fn heavy() {
+        if mode() == MEMBARRIER {
+            let done = membarrier(CMD_PRIVATE_EXPEDITED);
+            // The command was registered: it cannot fail but for a kernel bug. A full fence
+            // on this side alone would not order the readers, so a failure must not pass.
+            assert_eq!(
+                done, 0,
+                "membarrier(PRIVATE_EXPEDITED) failed after registration"
+            );
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+}
+
+/// A lock-free read in progress on this thread: memory unlinked after it began is not freed
+/// before it ends (see the module docs). Nested sections share the outermost one's
+/// announcement.
+#[must_use]
+pub(crate) struct ReadSection {
+    slot: &'static CachePadded<Slot>,
+    /// The odd number announced, or 0 for a nested section (which announces nothing).
+    announced: u64,
+    /// A slot claimed for this section alone (a thread whose own slot is already gone, in a
+    /// thread-local destructor), given back at the end.
+    borrowed: bool,
+    /// The slot is this thread's: the section must end on it.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl ReadSection {
+    /// Enter a read section.
+    #[inline(always)]
+    pub(crate) fn enter() -> ReadSection {
+        match OWN.with(Cell::get) {
+            Some(slot) => ReadSection::on(slot, false),
+            None => ReadSection::enter_first(),
+        }
+    }
+
+    /// The first section of a thread: its slot is claimed (or, in a thread-local destructor
+    /// once the claim is gone, one is borrowed for the section).
+    #[cold]
+    #[inline(never)]
+    fn enter_first() -> ReadSection {
+        match CLAIM.try_with(|claim| claim.0) {
+            Ok(slot) => {
+                OWN.with(|own| own.set(Some(slot)));
+                ReadSection::on(slot, false)
+            }
+            Err(_) => ReadSection::on(claim_slot(), true),
+        }
+    }
+
+    #[inline(always)]
+    fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
+        // Only this thread stores to its slot: the load reads its own last store.
+        let now = slot.sequence.load(Ordering::Relaxed);
+        let announced = if now & 1 == 1 {
+            0
+        } else {
+            slot.sequence.store(now + 1, Ordering::Release);
+            barrier::light();
+            now + 1
+        };
+        ReadSection {
+            slot,
+            announced,
+            borrowed,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl Drop for ReadSection {
+    #[inline]
+    fn drop(&mut self) {
+        if self.announced != 0 {
+            // Release: every load of the section happens before a reclaimer that sees this.
+            self.slot
+                .sequence
+                .store(self.announced + 1, Ordering::Release);
+        }
+        if self.borrowed {
+            self.slot.claimed.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The readers a reclaimer waits for: those inside a section when it started, after the
+/// memory was unlinked (see the module docs).
+#[derive(Debug)]
+pub(crate) struct GracePeriod {
+    readers: Vec<(&'static CachePadded<Slot>, u64)>,
+}
+
+impl GracePeriod {
+    /// Start a grace period for memory already unlinked: once [`GracePeriod::has_passed`], no
+    /// reader can still be reading it.
+    pub(crate) fn start() -> GracePeriod {
+        barrier::heavy();
+        let readers = slots()
+            .iter()
+            .map(|&slot| (slot, slot.sequence.load(Ordering::Acquire)))
+            .filter(|&(_, seen)| seen & 1 == 1)
+            .collect();
+        GracePeriod { readers }
+    }
+
+    /// Whether every reader inside a section at the start has left it.
+    pub(crate) fn has_passed(&self) -> bool {
+        self.readers
+            .iter()
+            .all(|&(slot, seen)| slot.sequence.load(Ordering::Acquire) != seen)
+    }
+
+    /// Whether the calling thread is one of the readers still waited for: it would wait for
+    /// itself.
+    pub(crate) fn waits_for_this_thread(&self) -> bool {
+        OWN.with(Cell::get).is_some_and(|own| {
+            self.readers.iter().any(|&(slot, seen)| {
+                std::ptr::eq(slot, own) && slot.sequence.load(Ordering::Relaxed) == seen
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `grace` passes within a few seconds: the slots are the process's, so sections
+    /// of other tests running meanwhile may be waited for too (they are short).
+    fn passes(grace: &GracePeriod) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !grace.has_passed() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    #[test]
+    fn a_grace_period_waits_for_the_sections_open_at_its_start_only() {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let section = ReadSection::enter();
+            entered_tx.send(()).unwrap();
+            leave_rx.recv().unwrap();
+            drop(section);
+        });
+        entered_rx.recv().unwrap();
+        let grace = GracePeriod::start();
+        assert!(!grace.has_passed(), "a reader is inside a section");
+        assert!(!grace.waits_for_this_thread());
+        // A section of this thread, begun after the start, is not waited for.
+        let mine = ReadSection::enter();
+        assert!(!grace.has_passed());
+        leave_tx.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(passes(&grace), "the reader has left");
+        drop(mine);
+    }
+
+    #[test]
+    fn a_thread_inside_a_section_is_told_that_it_would_wait_for_itself() {
+        let outer = ReadSection::enter();
+        let nested = ReadSection::enter();
+        assert_eq!(nested.announced, 0, "a nested section announces nothing");
+        drop(nested);
+        let grace = GracePeriod::start();
+        assert!(grace.waits_for_this_thread());
+        assert!(
+            !grace.has_passed(),
+            "the nested exit did not end the outer section"
+        );
+        drop(outer);
+        assert!(passes(&grace));
+        assert!(!grace.waits_for_this_thread());
+    }
+}

@@ -213,3 +213,32 @@ fn publishing_allocations_and_frees_costs_no_fence_of_its_own() {
     });
     assert_eq!(late, 4, "a free after the last write");
 }
+
+/// The floor of a one-word transaction under the batched policy, counted on the pool: the log
+/// entry (24-byte header and the word, non-temporal), the data line and the lane's header line
+/// (the commit), so 3 lines, 2 flushes and 3 fences: the entry before the data, the data before
+/// the commit, the commit before returning. K words add K data lines and K 32-byte entries,
+/// not fences.
+#[test]
+fn a_one_word_transaction_costs_three_fences_two_flushes_and_three_lines() {
+    let heap = heap(FencePolicy::Batched);
+    let word = heap.pool().root_offset();
+    for k in [1u64, 8, 32] {
+        let ranges: Vec<(u64, u64)> = (0..k).map(|i| (word + 64 * i, 8)).collect();
+        pmem_ordering::stats::reset_thread_stats();
+        heap.transaction(|tx| {
+            tx.snapshot_many(&ranges)?;
+            for &(offset, _) in &ranges {
+                tx.write_value(offset, &k)?;
+            }
+            Ok::<_, TxError>(())
+        })
+        .unwrap();
+        let s = pmem_ordering::stats::thread_stats();
+        assert_eq!(s.fences, 3, "K = {k}");
+        assert_eq!(s.flushes, k + 1, "K = {k}: the data lines and the commit's");
+        assert_eq!(s.nt_stores, 1, "K = {k}: one copy of the entries");
+        assert_eq!(s.nt_bytes, 32 * k, "K = {k}");
+        assert_eq!(s.stores, k + 1, "K = {k}: the words and the commit");
+    }
+}

@@ -1,8 +1,9 @@
 //! Generated transaction sequences under crashes: proptest makes sequences of transactions
-//! (writes to random ranges of a small data area, maybe snapshotted first as one batch, maybe an
-//! allocation or a free, maybe an abort), the crash harness crashes each at a sample of events, and after recovery the data
-//! area and the allocations equal the model after the transactions that completed (an aborted
-//! one changes nothing), or after the interrupted one, with the heap walk agreeing.
+//! (writes to random ranges of a small data area, maybe snapshotted first as one batch, maybe
+//! an allocation or a free, maybe an abort), the crash harness crashes each at a sample of
+//! events, and after recovery the data area and the allocations equal the model after the
+//! transactions that completed (an aborted one changes nothing), or after the interrupted one,
+//! with the heap walk agreeing.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;

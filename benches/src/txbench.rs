@@ -2,7 +2,8 @@
 //!
 //! Three sections, each made of groups whose variants run side by side:
 //!
-//! * [`Section::TxWords`]: a transaction that snapshots K random words, then writes them
+//! * [`Section::TxWords`]: a transaction that snapshots K random words (one
+//!   [`pmem_undo_log::Tx::snapshot_many`] batch), then writes them
 //!   (K = 1, 2, 8, 32, 128), under the strict, batched and ideal fence policies. The K words are
 //!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
 //!   libpmemobj's figures for the same transaction are quoted in the README;
@@ -96,6 +97,7 @@ enum Driver {
         array: u64,
         k: u64,
         picks: Vec<u64>,
+        ranges: Vec<(u64, u64)>,
         value: u64,
     },
     Sps {
@@ -212,6 +214,7 @@ fn step(heap: &Heap, root: u64, rng: &mut SplitMix64, driver: &mut Driver) -> Re
             array,
             k,
             picks,
+            ranges,
             value,
         } => {
             // One word from each of K equal slices: K distinct random words.
@@ -220,10 +223,12 @@ fn step(heap: &Heap, root: u64, rng: &mut SplitMix64, driver: &mut Driver) -> Re
             picks.extend((0..*k).map(|i| *array + 8 * (i * slice + below(rng, slice))));
             *value += 1;
             let v = *value;
+            ranges.clear();
+            ranges.extend(picks.iter().map(|&p| (p, 8)));
             heap.transaction(|tx| {
-                for &p in picks.iter() {
-                    tx.snapshot(p, 8)?;
-                }
+                // One batch: one prefetch pass, one log copy, one fence (strict still logs and
+                // fences range by range).
+                tx.snapshot_many(ranges)?;
                 for &p in picks.iter() {
                     tx.write_value(p, &v)?;
                 }
@@ -355,6 +360,7 @@ fn setup(
                 array,
                 k,
                 picks: Vec::with_capacity(k as usize),
+                ranges: Vec::with_capacity(k as usize),
                 value: 0,
             }
         }

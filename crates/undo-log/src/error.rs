@@ -37,6 +37,19 @@ pub enum TxError {
         /// The version this library reads.
         supported: u32,
     },
+    /// The heap was made by an older version of this library, whose lane logs had another
+    /// format (no allocator intents): its logs are not read by rules they were not written for.
+    #[error(
+        "the undo-log heap is version {found}, whose lane logs this library cannot read (it \
+         reads version {supported}, which logs allocator changes as intents): open the pool with \
+         the release that made it and copy its data out, or create the pool anew"
+    )]
+    OutdatedLogFormat {
+        /// The superblock's version.
+        found: u32,
+        /// The version this library reads.
+        supported: u32,
+    },
     /// The configuration cannot be laid out in this pool.
     #[error("invalid heap configuration: {reason}")]
     InvalidConfig {

@@ -22,6 +22,9 @@
 //!
 //! Version 1 superblocks had no policy word: the policy was passed to every open. They are
 //! refused with [`TxError::OutdatedSuperblock`] rather than opened under a guessed policy.
+//! Version 2 heaps' lane logs held no allocator intents (their transactions logged allocator
+//! words at commit, `lane/entry.rs`): they are refused with [`TxError::OutdatedLogFormat`],
+//! since a log their release left mid-transaction would be rolled back by other rules.
 
 use pmem_ordering::{Backend, MagicText, Pool};
 
@@ -31,8 +34,11 @@ use crate::TxError;
 
 /// The superblock's magic.
 const MAGIC: [u8; 8] = *b"PMUNDO01";
-/// The superblock format version: 2 records the fence policy.
-const VERSION: u32 = 2;
+/// The superblock format version: 2 records the fence policy; 3 has allocator intents in the
+/// lane logs.
+const VERSION: u32 = 3;
+/// The last version whose lane logs had no allocator intents.
+const VERSION_WITHOUT_INTENTS: u32 = 2;
 /// The last version that did not record the fence policy.
 const VERSION_WITHOUT_POLICY: u32 = 1;
 /// Byte offset of the fence policy's code in the superblock.
@@ -222,6 +228,12 @@ impl Layout {
         let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
         if version == VERSION_WITHOUT_POLICY {
             return Err(TxError::OutdatedSuperblock {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        if version == VERSION_WITHOUT_INTENTS {
+            return Err(TxError::OutdatedLogFormat {
                 found: version,
                 supported: VERSION,
             });

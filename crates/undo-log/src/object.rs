@@ -43,8 +43,12 @@ pub fn update_in_place<B: Backend, P: Deref<Target = Pool<B>>>(
     })
 }
 
-/// Replace the object the slot at `slot` points to by a new one holding `bytes`: allocate,
-/// write, swing the pointer, free the old block, in one transaction. Returns the new object.
+/// Replace the object the slot at `slot` points to by a new one holding `bytes`: free the old
+/// block, allocate, write, swing the pointer, in one transaction. Returns the new object.
+///
+/// The free comes first (it takes effect at commit either way) so that its intents are in the
+/// log before the pointer's write, whose fence orders them before the commit's metadata writes:
+/// the transaction then issues no fence for the allocator (`alloc/publish.rs`).
 pub fn update_out_of_place<B: Backend, P: Deref<Target = Pool<B>>>(
     heap: &Heap<B, P>,
     slot: u64,
@@ -53,12 +57,12 @@ pub fn update_out_of_place<B: Backend, P: Deref<Target = Pool<B>>>(
     heap.transaction(|tx| {
         let slot = PPtr::<PPtr<u8>>::new(slot);
         let old = tx.get(slot)?;
-        let object = tx.alloc(bytes.len() as u64)?;
-        tx.write(object.offset(), bytes)?;
-        tx.set(slot, &object)?;
         if !old.is_null() {
             tx.free(old)?;
         }
+        let object = tx.alloc(bytes.len() as u64)?;
+        tx.write(object.offset(), bytes)?;
+        tx.set(slot, &object)?;
         Ok(object)
     })
 }

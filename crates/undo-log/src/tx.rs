@@ -19,7 +19,7 @@ use std::rc::Rc;
 use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, Pool};
 
 use crate::alloc::{Allocator, Block, Reservation};
-use crate::lane::OpenLog;
+use crate::lane::{Intent, OpenLog};
 use crate::policy::FencePolicy;
 use crate::TxError;
 
@@ -53,6 +53,9 @@ pub(crate) struct TxState {
     pub allocs: Vec<Reservation>,
     /// Blocks freed by this transaction (published at commit).
     pub frees: Vec<Block>,
+    /// Allocations this transaction freed again: given back only when it ends, since its log
+    /// holds intents about their slots until then.
+    pub cancelled: Vec<Reservation>,
     /// A nested transaction failed: the whole transaction must roll back.
     pub doomed: bool,
     /// Log-before-data (nt -> t) orderings that needed a fence under the x86 model, whether
@@ -69,9 +72,31 @@ impl TxState {
             unordered_log: None,
             allocs: Vec::new(),
             frees: Vec::new(),
+            cancelled: Vec::new(),
             doomed: false,
             nt_t_fences: 0,
         }
+    }
+
+    /// Note `[offset, offset + len)` as snapshotted, for [`TxState::covered`].
+    fn record_snapshot(&mut self, offset: u64, len: u64) {
+        let at = self
+            .snapshots
+            .partition_point(|&(start, _)| start <= offset);
+        if at > 0 && self.snapshots[at - 1].0 == offset {
+            let reach = &mut self.snapshots[at - 1].1;
+            *reach = (*reach).max(offset + len);
+        } else {
+            self.snapshots.insert(at, (offset, offset + len));
+        }
+    }
+
+    /// Whether `[offset, offset + len)` lies in one block this transaction allocated.
+    fn in_fresh_block(&self, offset: u64, len: u64) -> bool {
+        let end = offset + len;
+        self.allocs
+            .iter()
+            .any(|r| offset >= r.offset && end <= r.offset + r.size)
     }
 
     /// Whether `[offset, offset + len)` is already covered by one snapshot or one fresh
@@ -115,6 +140,19 @@ impl<B: Backend> Tx<'_, B> {
         snapshot_in(self.heap, &mut self.state.borrow_mut(), offset, len)
     }
 
+    /// Log the current bytes of every `(offset, len)` of `ranges`, as [`Tx::snapshot`] of each
+    /// would, but as one batch: one prefetch pass over the old bytes, one non-temporal copy of
+    /// all the entries into the log, and (under the strict and batched policies) one fence
+    /// before the next write, instead of that work per range. Ranges already covered (by this
+    /// transaction or earlier in `ranges`) and empty ones are skipped. All or nothing: if one
+    /// range is outside the pool or the entries do not fit in the log, nothing is logged.
+    ///
+    /// Under [`FencePolicy::Strict`], whose point is a fence per entry, the ranges are logged
+    /// one by one.
+    pub fn snapshot_many(&self, ranges: &[(u64, u64)]) -> Result<(), TxError> {
+        snapshot_many_in(self.heap, &mut self.state.borrow_mut(), ranges)
+    }
+
     /// Write `bytes` at `offset` inside the transaction: snapshot the range if needed, then a
     /// temporal store, flushed at commit.
     pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), TxError> {
@@ -152,7 +190,13 @@ impl<B: Backend> Tx<'_, B> {
     pub fn alloc(&self, size: u64) -> Result<PPtr<u8>, TxError> {
         let reservation = self.heap.allocator.reserve(size)?;
         let offset = reservation.offset;
-        self.state.borrow_mut().allocs.push(reservation);
+        let mut st = self.state.borrow_mut();
+        let intents = self.heap.allocator.alloc_intents(&reservation);
+        if let Err(e) = log_intents(self.heap, &mut st, &intents) {
+            self.heap.allocator.cancel(reservation);
+            return Err(e);
+        }
+        st.allocs.push(reservation);
         Ok(PPtr::new(offset))
     }
 
@@ -175,7 +219,7 @@ impl<B: Backend> Tx<'_, B> {
         if let Some(i) = st.allocs.iter().position(|r| r.offset == offset) {
             // Allocated and freed by this transaction: it never becomes visible.
             let r = st.allocs.swap_remove(i);
-            self.heap.allocator.cancel(r);
+            st.cancelled.push(r);
             return Ok(());
         }
         if st.frees.iter().any(|b| b.offset == offset) {
@@ -185,6 +229,15 @@ impl<B: Backend> Tx<'_, B> {
             });
         }
         let block = self.heap.allocator.live_block(offset)?;
+        let logged = self
+            .heap
+            .allocator
+            .free_intents(self.heap.pool, &block)
+            .and_then(|intents| log_intents(self.heap, &mut st, &intents));
+        if let Err(e) = logged {
+            self.heap.allocator.unclaim(&block);
+            return Err(e);
+        }
         st.frees.push(block);
         Ok(())
     }
@@ -203,13 +256,7 @@ fn snapshot_in<B: Backend>(
         return Ok(());
     }
     let token = st.log.append(pool, offset, len)?;
-    let at = st.snapshots.partition_point(|&(start, _)| start <= offset);
-    if at > 0 && st.snapshots[at - 1].0 == offset {
-        let reach = &mut st.snapshots[at - 1].1;
-        *reach = (*reach).max(offset + len);
-    } else {
-        st.snapshots.insert(at, (offset, offset + len));
-    }
+    st.record_snapshot(offset, len);
     match heap.policy {
         FencePolicy::Strict => {
             let _ = pool.fence(token);
@@ -217,6 +264,59 @@ fn snapshot_in<B: Backend>(
         }
         // Keep only the newest token: ordering it orders every older entry too (the fence
         // epoch covers them; under Themis, program order does).
+        _ => st.unordered_log = Some(token),
+    }
+    Ok(())
+}
+
+/// Snapshot every range of `ranges` as one batch (see [`Tx::snapshot_many`]).
+fn snapshot_many_in<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    ranges: &[(u64, u64)],
+) -> Result<(), TxError> {
+    let pool = heap.pool;
+    for &(offset, len) in ranges {
+        pool.check_range(offset, len)?;
+    }
+    if heap.policy == FencePolicy::Strict {
+        return ranges
+            .iter()
+            .try_for_each(|&(offset, len)| snapshot_in(heap, st, offset, len));
+    }
+    let mut batch: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(offset, len) in ranges {
+        let end = offset + len;
+        let in_batch = batch.iter().any(|&(o, l)| offset >= o && end <= o + l);
+        if len != 0 && !in_batch && !st.covered(offset, len) {
+            batch.push((offset, len));
+        }
+    }
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let token = st.log.append_many(pool, &batch)?;
+    for &(offset, len) in &batch {
+        st.record_snapshot(offset, len);
+    }
+    // Ordered, like a single entry's, at the next data write (the batch is one token).
+    st.unordered_log = Some(token);
+    Ok(())
+}
+
+/// Log the intents that undo an allocation's or a free's metadata writes (made at commit), as
+/// one batch ordered like a snapshot.
+fn log_intents<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    intents: &[(u64, Intent)],
+) -> Result<(), TxError> {
+    let token = st.log.append_intents(heap.pool, intents)?;
+    match heap.policy {
+        FencePolicy::Strict => {
+            let _ = heap.pool.fence(token);
+            st.nt_t_fences += 1;
+        }
         _ => st.unordered_log = Some(token),
     }
     Ok(())
@@ -241,8 +341,12 @@ fn write_in<B: Backend>(
     offset: u64,
     bytes: &[u8],
 ) -> Result<(), TxError> {
-    snapshot_in(heap, st, offset, bytes.len() as u64)?;
-    order_log_before_data(heap, st);
+    // A block this transaction allocated needs neither a snapshot nor the log ordered before
+    // it: if the transaction rolls back the block is free, and what it holds means nothing.
+    if !st.in_fresh_block(offset, bytes.len() as u64) {
+        snapshot_in(heap, st, offset, bytes.len() as u64)?;
+        order_log_before_data(heap, st);
+    }
     let _ = heap.pool.write(offset, bytes)?;
     st.written.push((offset, bytes.len() as u64));
     Ok(())
@@ -255,6 +359,11 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     // is held until the commit below is durable, so no other transaction touches those words
     // in between.
     let publish = heap.allocator.publish(&st.allocs, &st.frees)?;
+    if !publish.writes().is_empty() {
+        // The intents that undo these writes are in the log: order them before the writes (no
+        // fence if one was issued since they were logged; see `alloc/publish.rs`).
+        order_log_before_data(heap, st);
+    }
     for w in publish.writes() {
         let done = if w.logged {
             write_in(heap, st, w.offset, &w.bytes)
@@ -269,7 +378,7 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
             // The log is full (say): restore the metadata words already written while the
             // lock is still held. Once it is released, another transaction may log and change
             // the same words, and restoring them after that would undo its change.
-            undo(heap, st)?;
+            undo(heap, st, true)?;
             return Err(e);
         }
     }
@@ -287,14 +396,17 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     st.log.commit(pool)?;
     publish.committed(&st.frees);
     st.allocs.clear();
+    for r in st.cancelled.drain(..) {
+        heap.allocator.cancel(r);
+    }
     Ok(())
 }
 
 /// Roll the transaction back: restore every snapshot and clean the lane, then give back
 /// reserved allocations.
 pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
-    undo(heap, st)?;
-    for r in st.allocs.drain(..) {
+    undo(heap, st, false)?;
+    for r in st.allocs.drain(..).chain(st.cancelled.drain(..)) {
         heap.allocator.cancel(r);
     }
     for b in st.frees.drain(..) {
@@ -306,12 +418,18 @@ pub(crate) fn abort<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resul
 /// Restore every snapshot of the transaction and clean its lane: the persistent half of an
 /// abort. Once it has succeeded the transaction has no log entries left, so a second call (the
 /// abort after a commit that failed and undid itself) does nothing.
-fn undo<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Result<(), TxError> {
+/// `published`: the commit has written the allocator's words (and holds its lock), so the
+/// intents are undone too; before that, those words are not this transaction's to write.
+fn undo<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    published: bool,
+) -> Result<(), TxError> {
     let pool = heap.pool;
     // Make the entries durable before restoring over them (only matters if we crash mid-abort:
     // recovery then needs them).
     if let Some(token) = st.unordered_log.take() {
         let _ = pool.fence(token);
     }
-    st.log.roll_back(pool)
+    st.log.roll_back(pool, published)
 }

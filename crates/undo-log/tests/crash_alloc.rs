@@ -55,6 +55,7 @@ fn tail(seed: u64) -> [u8; 8] {
 fn run(
     name: &str,
     policy: FencePolicy,
+    order: Order,
     sim: SimConfig,
     transactions: &[Vec<Toggle>],
     points: CrashPoints,
@@ -79,6 +80,7 @@ fn run(
                 let before = states.borrow().last().unwrap().clone();
                 let result = heap.transaction(|tx| {
                     let mut next = before.clone();
+                    let mut slot_writes = Vec::new();
                     for &Toggle { slot, size } in toggles {
                         let at = slot_offset(pool, slot);
                         match next[slot] {
@@ -89,15 +91,23 @@ fn run(
                                 if size > 128 {
                                     tx.write(p.offset() + size - 8, &tail(seed))?;
                                 }
-                                tx.write_value(at, &p.offset())?;
+                                slot_writes.push((at, p.offset()));
                                 next[slot] = Some((p.offset(), size, seed));
                             }
                             Some((offset, _, _)) => {
                                 tx.free(PPtr::<u8>::new(offset))?;
-                                tx.write_value(at, &0u64)?;
+                                slot_writes.push((at, 0));
                                 next[slot] = None;
                             }
                         }
+                        if order == Order::Interleaved {
+                            for (at, p) in slot_writes.drain(..) {
+                                tx.write_value(at, &p)?;
+                            }
+                        }
+                    }
+                    for (at, p) in slot_writes {
+                        tx.write_value(at, &p)?;
                     }
                     Ok::<_, TxError>(next)
                 });
@@ -245,6 +255,16 @@ fn check<B: Backend>(
     Ok(())
 }
 
+/// When a transaction writes the slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// Each slot right after its allocation or free.
+    Interleaved,
+    /// All slots after all the allocations and frees: consecutive allocator intents of one
+    /// bitmap word then share one log entry (rewritten in place as it grows).
+    SlotsLast,
+}
+
 fn t(slot: usize, size: u64) -> Toggle {
     Toggle { slot, size }
 }
@@ -260,6 +280,18 @@ fn small() -> Vec<Vec<Toggle>> {
         vec![t(2, 0), t(4, 0), t(5, 0)],
         vec![t(8, 1000), t(8, 0), t(1, 0), t(9, 64)],
         vec![t(6, 0), t(7, 0), t(9, 0)],
+    ]
+}
+
+/// Many small blocks allocated and freed per transaction, in few chunks: with the slots written
+/// last, their intents merge into shared entries; chunks are formatted and emptied.
+fn merged() -> Vec<Vec<Toggle>> {
+    vec![
+        (0..6).map(|i| t(i, 64)).chain([t(6, 100)]).collect(),
+        vec![t(0, 0), t(1, 0), t(2, 0), t(7, 64)],
+        vec![t(3, 0), t(4, 0), t(5, 0), t(6, 0), t(8, 3000)],
+        (0..5).map(|i| t(i, 64)).collect(),
+        (0..5).map(|i| t(i, 0)).chain([t(7, 0), t(8, 0)]).collect(),
     ]
 }
 
@@ -307,6 +339,7 @@ fn small_workload_every_event_strict_x86() {
     let r = run(
         "alloc-small",
         FencePolicy::Strict,
+        Order::Interleaved,
         SimConfig::x86(),
         &small(),
         CrashPoints::Every,
@@ -322,6 +355,7 @@ fn small_workload_every_event_batched_x86() {
     run(
         "alloc-small",
         FencePolicy::Batched,
+        Order::Interleaved,
         SimConfig::x86(),
         &small(),
         CrashPoints::Every,
@@ -335,6 +369,7 @@ fn small_workload_themis_policy_is_caught_under_x86() {
     expect_caught(run(
         "alloc-small",
         FencePolicy::Themis,
+        Order::Interleaved,
         SimConfig::x86(),
         &small(),
         CrashPoints::Every,
@@ -348,6 +383,7 @@ fn small_workload_every_event_themis_under_themis() {
         run(
             "alloc-small",
             policy,
+            Order::Interleaved,
             SimConfig::themis(),
             &small(),
             CrashPoints::Every,
@@ -358,11 +394,43 @@ fn small_workload_every_event_themis_under_themis() {
 }
 
 #[test]
+fn merged_intents_workload_every_event_strict_and_batched_x86() {
+    for policy in [FencePolicy::Strict, FencePolicy::Batched] {
+        let r = run(
+            "alloc-merged",
+            policy,
+            Order::SlotsLast,
+            SimConfig::x86(),
+            &merged(),
+            CrashPoints::Every,
+            Images::Random(2),
+        )
+        .unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(r.operations, merged().len() as u64);
+        assert_eq!(r.points, r.events + 1);
+    }
+}
+
+#[test]
+fn merged_intents_workload_themis_policy_is_caught_under_x86() {
+    expect_caught(run(
+        "alloc-merged",
+        FencePolicy::Themis,
+        Order::SlotsLast,
+        SimConfig::x86(),
+        &merged(),
+        CrashPoints::Every,
+        Images::Random(2),
+    ));
+}
+
+#[test]
 fn large_workload_sampled_strict_and_batched_x86() {
     for policy in [FencePolicy::Strict, FencePolicy::Batched] {
         let r = run(
             "alloc-large",
             policy,
+            Order::Interleaved,
             SimConfig::x86(),
             &large(),
             CrashPoints::Sample(1500),
@@ -378,6 +446,7 @@ fn large_workload_themis_policy_is_caught_under_x86() {
     expect_caught(run(
         "alloc-large",
         FencePolicy::Themis,
+        Order::Interleaved,
         SimConfig::x86(),
         &large(),
         CrashPoints::Sample(1500),
@@ -390,6 +459,7 @@ fn large_workload_sampled_themis_under_themis() {
     run(
         "alloc-large",
         FencePolicy::Themis,
+        Order::Interleaved,
         SimConfig::themis(),
         &large(),
         CrashPoints::Sample(1500),

@@ -1,8 +1,9 @@
 //! Generated transaction sequences under crashes: proptest makes sequences of transactions
-//! (writes to random ranges of a small data area, maybe an allocation or a free, maybe an
-//! abort), the crash harness crashes each at a sample of events, and after recovery the data
-//! area and the allocations equal the model after the transactions that completed (an aborted
-//! one changes nothing), or after the interrupted one, with the heap walk agreeing.
+//! (writes to random ranges of a small data area, maybe snapshotted first as one batch, maybe
+//! an allocation or a free, maybe an abort), the crash harness crashes each at a sample of
+//! events, and after recovery the data area and the allocations equal the model after the
+//! transactions that completed (an aborted one changes nothing), or after the interrupted one,
+//! with the heap walk agreeing.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -34,6 +35,8 @@ struct TxSpec {
     free: Option<usize>,
     /// End with `Err`: the transaction rolls back.
     abort: bool,
+    /// Snapshot every write's range first, as one `snapshot_many` batch.
+    batch: bool,
 }
 
 fn tx_spec() -> impl Strategy<Value = TxSpec> {
@@ -45,8 +48,9 @@ fn tx_spec() -> impl Strategy<Value = TxSpec> {
         ),
         prop::option::weighted(0.4, 0..64usize),
         prop::bool::weighted(0.25),
+        prop::bool::weighted(0.5),
     )
-        .prop_map(|(writes, alloc, free, abort)| TxSpec {
+        .prop_map(|(writes, alloc, free, abort, batch)| TxSpec {
             writes: writes
                 .into_iter()
                 .map(|(offset, len, fill)| (offset, len.min(DATA - offset), fill))
@@ -54,6 +58,7 @@ fn tx_spec() -> impl Strategy<Value = TxSpec> {
             alloc,
             free,
             abort,
+            batch,
         })
 }
 
@@ -111,6 +116,14 @@ fn run(policy: FencePolicy, sim: SimConfig, specs: &[TxSpec], points: usize) -> 
                 let before = states.borrow().last().unwrap().clone();
                 let result = heap.transaction(|tx| {
                     let mut next = before.clone();
+                    if spec.batch {
+                        let ranges: Vec<(u64, u64)> = spec
+                            .writes
+                            .iter()
+                            .map(|&(offset, len, _)| (root + offset, len))
+                            .collect();
+                        tx.snapshot_many(&ranges)?;
+                    }
                     for &(offset, len, fill) in &spec.writes {
                         let bytes = vec![fill; len as usize];
                         tx.write(root + offset, &bytes)?;
@@ -231,6 +244,7 @@ fn the_themis_policy_fails_such_sequences_under_x86() {
             alloc: Some([64, 5000][i as usize % 2]),
             free: (i == 3).then_some(1),
             abort: i == 2,
+            batch: i % 2 == 1,
         })
         .collect();
     for policy in [FencePolicy::Strict, FencePolicy::Batched] {

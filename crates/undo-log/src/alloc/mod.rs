@@ -21,10 +21,11 @@
 //! # Blocks of transactions
 //!
 //! Every change of a chunk word or a bitmap word for a transaction is made inside the
-//! transaction that allocates or frees, through the undo log, so a crash at any point leaves
-//! each block either allocated by a committed transaction or free: nothing leaks, nothing is
-//! handed out twice. A small chunk whose last block is freed returns to the free pool in the
-//! same transaction.
+//! transaction that allocates or frees, undone through its undo log by *intents* logged when it
+//! allocates or frees (`publish.rs` says why that spares the commit a fence), so a crash at any
+//! point leaves each block either allocated by a committed transaction or free: nothing leaks,
+//! nothing is handed out twice. A small chunk whose last block is freed returns to the free pool
+//! in the same transaction.
 //!
 //! In DRAM the allocator keeps, under one lock, a mirror of the persistent bitmaps, the blocks
 //! reserved by open transactions, and which chunks have room; it is rebuilt from the chunk table
@@ -69,7 +70,7 @@
 //! | `mod.rs` | the [`Allocator`] and its DRAM state, geometry, lookups of committed blocks, statistics |
 //! | `chunk.rs` | chunk-table word kinds, size-class shapes, a chunk's DRAM state, bitmaps |
 //! | `reserve.rs` | reserving and cancelling blocks for an open transaction, claiming blocks to free |
-//! | `publish.rs` | the metadata writes a commit makes ([`Allocator::publish`]) and their effect once durable |
+//! | `publish.rs` | the metadata writes a commit makes ([`Allocator::publish`]), the intents that undo them, and their effect once durable |
 //! | `records.rs` | record blocks: reserve, cancel, publish, retire, release, look up |
 //! | `record_recovery.rs` | resolving an intent's record block at open, giving back empty record chunks |
 //! | `recovery.rs` | formatting the chunk table, rebuilding DRAM from the pool at open, the heap walk of [`crate::Heap::check_heap`] |

@@ -1,13 +1,30 @@
 //! A commit's allocator metadata: the chunk-table and bitmap words that make a transaction's
-//! allocations and frees persistent ([`Allocator::publish`]), written through the transaction's
-//! undo log under the allocator's lock, and the DRAM update once the commit is durable
-//! ([`Publish::committed`]).
+//! allocations and frees persistent ([`Allocator::publish`]), written under the allocator's
+//! lock, and the DRAM update once the commit is durable ([`Publish::committed`]); and the
+//! intents that undo those writes ([`Allocator::alloc_intents`], [`Allocator::free_intents`]),
+//! which the transaction logs when it allocates or frees, long before the commit writes them.
+//!
+//! Why a commit writes these words without a fence of their own. The rule to keep is the undo
+//! log's: the way to undo a store must be persistent before the store can be (DESIGN.md, the
+//! persistency model: an intent is a non-temporal store, the word a temporal one, and nt -> t
+//! needs a fence). An intent is known when the block is reserved or claimed (the bit of one
+//! slot, the word of a run or of the chunk holding a freed block: nothing another transaction
+//! changes in between, and a bit is undone by itself, not by restoring its whole word), so it
+//! goes to the log then, and the next data write's fence, or the ordering at the top of the
+//! commit if no fence came since, orders it before the commit's metadata stores. Those are then
+//! flushed with the data and made durable by the commit's fence, before the 8-byte store that
+//! commits the log (t -> t: flush, then fence). Only a chunk taken from the free pool still logs
+//! its chunk word at commit (whether this commit formats it is known only then), and pays a
+//! fence for it.
 
 use std::collections::BTreeMap;
 use std::sync::MutexGuard;
 
 use super::chunk::{set_bit, ChunkState, KIND_FREE, KIND_RUN_HEAD, KIND_SMALL};
+use pmem_ordering::{Backend, Pool};
+
 use super::{Allocator, Block, Place, Reservation, State};
+use crate::lane::Intent;
 use crate::TxError;
 
 /// One metadata write made at commit.
@@ -15,8 +32,9 @@ use crate::TxError;
 pub(crate) struct MetaWrite {
     pub offset: u64,
     pub bytes: Vec<u8>,
-    /// Whether the old bytes must be logged (false only for the bitmap of a chunk taken from
-    /// the free pool, whose old bytes mean nothing).
+    /// Whether the old bytes must be logged at commit: only the word of a chunk this commit
+    /// takes from the free pool. The transaction's intents undo every other write, and the
+    /// bitmap of a chunk taken from the free pool means nothing if the chunk is free again.
     pub logged: bool,
 }
 
@@ -64,7 +82,7 @@ impl Allocator {
                     writes.push(MetaWrite {
                         offset: self.table_word(chunk),
                         bytes: (KIND_RUN_HEAD | chunks << 16).to_le_bytes().to_vec(),
-                        logged: true,
+                        logged: false,
                     });
                 }
             }
@@ -77,7 +95,7 @@ impl Allocator {
                 Place::Run { chunk, .. } => writes.push(MetaWrite {
                     offset: self.table_word(chunk),
                     bytes: KIND_FREE.to_le_bytes().to_vec(),
-                    logged: true,
+                    logged: false,
                 }),
             }
         }
@@ -95,7 +113,7 @@ impl Allocator {
                     writes.push(MetaWrite {
                         offset: self.chunk_offset(chunk) + 8 * i as u64,
                         bytes: n.to_le_bytes().to_vec(),
-                        logged: true,
+                        logged: false,
                     });
                 }
             }
@@ -131,7 +149,7 @@ impl Allocator {
                 writes.push(MetaWrite {
                     offset: self.table_word(chunk),
                     bytes: KIND_FREE.to_le_bytes().to_vec(),
-                    logged: true,
+                    logged: false,
                 });
                 released.push(chunk);
             }
@@ -141,6 +159,49 @@ impl Allocator {
             writes,
             released,
             allocs: allocs.to_vec(),
+        })
+    }
+}
+
+impl Allocator {
+    /// The intents that undo what a commit writes for reservation `r`: clear its bit, or make
+    /// its run's head word free again.
+    pub fn alloc_intents(&self, r: &Reservation) -> Vec<(u64, Intent)> {
+        match r.place {
+            Place::Small { chunk, slot, .. } => vec![(
+                self.chunk_offset(chunk) + 8 * (slot / 64),
+                Intent::ClearBits(1 << (slot % 64)),
+            )],
+            Place::Run { chunk, .. } => vec![(self.table_word(chunk), Intent::Word(KIND_FREE))],
+        }
+    }
+
+    /// The intents that undo what a commit writes for freeing block `b`: set its bit again and
+    /// restore its chunk's word (the commit may return an emptied chunk to the free pool), or
+    /// restore its run's head word. The block is claimed, so no other transaction changes the
+    /// words restored whole until this one ends.
+    pub fn free_intents<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        b: &Block,
+    ) -> Result<Vec<(u64, Intent)>, TxError> {
+        Ok(match b.place {
+            // The chunk's word first: logged once per transaction, it then leaves the bits of
+            // consecutive frees in one chunk next to each other, to share one entry.
+            Place::Small { chunk, slot, .. } => vec![
+                (
+                    self.table_word(chunk),
+                    Intent::Word(pool.load_u64(self.table_word(chunk))?),
+                ),
+                (
+                    self.chunk_offset(chunk) + 8 * (slot / 64),
+                    Intent::SetBits(1 << (slot % 64)),
+                ),
+            ],
+            Place::Run { chunk, .. } => vec![(
+                self.table_word(chunk),
+                Intent::Word(pool.load_u64(self.table_word(chunk))?),
+            )],
         })
     }
 }

@@ -27,7 +27,8 @@ use pmem_ordering::{Backend, NtPending, Pool};
 
 use crate::TxError;
 
-use self::entry::{entry_size, Entry, ENTRY_HEADER};
+pub(crate) use self::entry::Intent;
+use self::entry::{entry_size, Entry, Undo, ENTRY_HEADER, INTENT_SIZE};
 
 /// Bytes of a lane's header (one cache line holding the committed generation).
 pub(crate) const HEADER_BYTES: u64 = 64;
@@ -78,6 +79,8 @@ impl Lane {
             used: 0,
             entries: 0,
             buf: Vec::new(),
+            last_intent: None,
+            restored_words: Vec::new(),
         })
     }
 
@@ -86,7 +89,8 @@ impl Lane {
     pub(crate) fn recover<B: Backend>(&self, pool: &Pool<B>) -> Result<usize, TxError> {
         let generation = self.committed_generation(pool)?.wrapping_add(1);
         let entries = self.scan(pool, generation)?;
-        self.roll_back(pool, generation, &entries)?;
+        // Every intent: whatever the crash interrupted may have written the allocator's words.
+        self.roll_back(pool, generation, &entries, true)?;
         Ok(entries.len())
     }
 
@@ -95,20 +99,29 @@ impl Lane {
     }
 
     /// Undo `entries` (newest first), persist the restored bytes, then invalidate the log by
-    /// committing `generation`: after this the lane is clean. Running it again after a crash
-    /// in the middle restores the same bytes.
+    /// committing `generation`: after this the lane is clean. Allocator intents are undone only
+    /// if `intents` says so. Running it again after a crash in the middle restores the same
+    /// bytes (an intent's undo gives the same word however often it is applied).
     fn roll_back<B: Backend>(
         &self,
         pool: &Pool<B>,
         generation: u64,
         entries: &[Entry],
+        intents: bool,
     ) -> Result<(), TxError> {
         if entries.is_empty() {
             return Ok(());
         }
         let mut pending = None;
         for e in entries.iter().rev() {
-            let w = pool.write(e.offset, &e.old)?;
+            let w = match &e.undo {
+                Undo::Restore(old) => pool.write(e.offset, old)?,
+                Undo::Intent(intent) if intents => {
+                    let word = intent.undo(pool.load_u64(e.offset)?);
+                    pool.store_u64(e.offset, word)?
+                }
+                Undo::Intent(_) => continue,
+            };
             let p = pool.flush(w);
             pending = Some(match pending {
                 None => p,
@@ -140,6 +153,10 @@ pub(crate) struct OpenLog {
     entries: usize,
     /// Scratch buffer for encoding entries.
     buf: Vec<u8>,
+    /// The log's last entry, if it is an intent: its position, word and intent.
+    last_intent: Option<(u64, u64, Intent)>,
+    /// Words with an intent to restore them whole in the log.
+    restored_words: Vec<u64>,
 }
 
 impl OpenLog {
@@ -153,13 +170,38 @@ impl OpenLog {
         offset: u64,
         len: u64,
     ) -> Result<NtPending, TxError> {
+        self.append_many(pool, &[(offset, len)])
+    }
+
+    /// Snapshot each `(offset, len)` of `ranges` (ranges the caller has checked lie in the pool)
+    /// as the next entries, in order: one prefetch pass over the old bytes, the entries encoded
+    /// into one buffer, and one non-temporal copy of it into the log. Returns the token of the
+    /// copy, which the caller must order before it overwrites any of the ranges. Refuses,
+    /// writing nothing, a snapshot larger than the whole log, or entries that do not fit in
+    /// what is left of it.
+    ///
+    /// One copy is enough for the crash rules: the entries' stores may reach persistence in any
+    /// order and a crash may tear any of them, but each entry carries its own checksum, and no
+    /// range is overwritten before the caller has ordered the whole copy (a fence under the x86
+    /// model), so a crash before that finds each data range unchanged, whatever the scan makes
+    /// of the log.
+    pub(crate) fn append_many<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        ranges: &[(u64, u64)],
+    ) -> Result<NtPending, TxError> {
         let capacity = self.lane.capacity;
-        let needed = entry_size(len);
-        if needed > capacity {
-            return Err(TxError::SnapshotTooLarge {
-                len,
-                capacity: capacity - ENTRY_HEADER,
-            });
+        let mut needed = 0;
+        for &(_, len) in ranges {
+            let size = entry_size(len);
+            // Bit 31 of an entry's length marks an intent: no snapshot reaches it.
+            if size > capacity || len >= 1 << 31 {
+                return Err(TxError::SnapshotTooLarge {
+                    len,
+                    capacity: capacity - ENTRY_HEADER,
+                });
+            }
+            needed += size;
         }
         if self.used + needed > capacity {
             return Err(TxError::LogFull {
@@ -167,9 +209,21 @@ impl OpenLog {
                 free: capacity - self.used,
             });
         }
-        let mut old = vec![0u8; len as usize];
-        pool.read_bytes(offset, &mut old)?;
-        entry::encode(&mut self.buf, self.generation, offset, &old);
+        // Start every load of the old bytes before waiting on the first: K random words cost
+        // about one miss instead of K in a row.
+        if ranges.len() > 1 {
+            for &(offset, len) in ranges {
+                pool.prefetch(offset, len);
+            }
+        }
+        self.buf.clear();
+        for &(offset, len) in ranges {
+            let at = entry::push_header(&mut self.buf, self.generation, offset, len);
+            let old = self.buf.len();
+            self.buf.resize(old + len as usize, 0);
+            pool.read_bytes(offset, &mut self.buf[old..])?;
+            entry::finish(&mut self.buf, at);
+        }
         // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
         // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
         // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).
@@ -177,7 +231,76 @@ impl OpenLog {
         // SAFETY: so no other thread accesses this range of the log concurrently.
         let token = unsafe { pool.nt_write(self.lane.log() + self.used, &self.buf) }?;
         self.used += needed;
-        self.entries += 1;
+        self.entries += ranges.len();
+        self.last_intent = None;
+        Ok(token)
+    }
+
+    /// Log `intents` (each an allocator word's offset and how to undo its change) as the next
+    /// entries; returns the token of the copy, which the caller orders before it changes any of
+    /// the words. Refuses, writing nothing, entries that do not fit.
+    ///
+    /// Two rules keep a transaction that allocates many blocks to a few entries: a word to
+    /// restore whole is logged once (the first value is the one from before the transaction),
+    /// and bits of the same word as the log's last entry join its mask, that entry rewritten in
+    /// place. The rewrite is safe because nothing this transaction stores depends on that entry
+    /// yet (allocator words are written at commit, after the rewrite is ordered) and it is the
+    /// last entry: a crash that tears it ends the scan there, where nothing follows.
+    pub(crate) fn append_intents<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        intents: &[(u64, Intent)],
+    ) -> Result<NtPending, TxError> {
+        let mut rewrite: Option<(u64, Intent)> = None;
+        let mut fresh: Vec<(u64, Intent)> = Vec::with_capacity(intents.len());
+        for &(offset, intent) in intents {
+            if matches!(intent, Intent::Word(_)) && self.restored_words.contains(&offset) {
+                continue;
+            }
+            let log_last = rewrite.or(self.last_intent.map(|(_, o, last)| (o, last)));
+            let merged = match (fresh.last_mut(), log_last) {
+                (Some((o, last)), _) if *o == offset => last.merge(intent).map(|m| *last = m),
+                (None, Some((o, last))) if o == offset => {
+                    last.merge(intent).map(|m| rewrite = Some((offset, m)))
+                }
+                _ => None,
+            };
+            if merged.is_none() {
+                fresh.push((offset, intent));
+            }
+        }
+        let needed = INTENT_SIZE * fresh.len() as u64;
+        if self.used + needed > self.lane.capacity {
+            return Err(TxError::LogFull {
+                needed,
+                free: self.lane.capacity - self.used,
+            });
+        }
+        let start = match (rewrite, self.last_intent) {
+            (Some((offset, merged)), Some((at, _, _))) => {
+                self.last_intent = Some((at, offset, merged));
+                at
+            }
+            _ => self.used,
+        };
+        self.buf.clear();
+        if let Some((offset, merged)) = rewrite {
+            entry::push_intent(&mut self.buf, self.generation, offset, merged);
+        }
+        for (i, &(offset, intent)) in fresh.iter().enumerate() {
+            entry::push_intent(&mut self.buf, self.generation, offset, intent);
+            if let Intent::Word(_) = intent {
+                self.restored_words.push(offset);
+            }
+            if i + 1 == fresh.len() {
+                self.last_intent = Some((self.used + INTENT_SIZE * i as u64, offset, intent));
+            }
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: the lane is this transaction's alone (see `OpenLog::append_many`).
+        let token = unsafe { pool.nt_write(self.lane.log() + start, &self.buf) }?;
+        self.used += needed;
+        self.entries += fresh.len();
         Ok(token)
     }
 
@@ -190,17 +313,26 @@ impl OpenLog {
         Ok(())
     }
 
-    /// Restore every entry of the transaction and clean the lane. The entries must be durable
-    /// (fenced) already. Once it has succeeded the log is empty, so a second call does nothing.
-    pub(crate) fn roll_back<B: Backend>(&mut self, pool: &Pool<B>) -> Result<(), TxError> {
+    /// Restore every entry of the transaction and clean the lane; undo its allocator intents
+    /// only if `published` (the commit wrote the allocator's words, and still holds its lock).
+    /// The entries must be durable (fenced) already. Once it has succeeded the log is empty, so
+    /// a second call does nothing.
+    pub(crate) fn roll_back<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        published: bool,
+    ) -> Result<(), TxError> {
         if self.entries == 0 {
             return Ok(());
         }
         let entries = self.lane.scan(pool, self.generation)?;
         debug_assert_eq!(entries.len(), self.entries, "the log holds every snapshot");
-        self.lane.roll_back(pool, self.generation, &entries)?;
+        self.lane
+            .roll_back(pool, self.generation, &entries, published)?;
         self.entries = 0;
         self.used = 0;
+        self.last_intent = None;
+        self.restored_words.clear();
         Ok(())
     }
 }

@@ -126,7 +126,7 @@ fn the_scan_stops_at_a_torn_or_stale_entry() {
     let found = lane.scan(&pool, generation).unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].offset, root);
-    assert_eq!(found[0].old, pattern(0, 16));
+    assert_eq!(found[0].undo, entry::Undo::Restore(pattern(0, 16)));
     // The next generation finds none of them: they are stale.
     assert!(lane.scan(&pool, generation + 1).unwrap().is_empty());
 }

@@ -25,9 +25,9 @@ use pmem_ordering::Granularity;
 ///   the strict, batched and ideal fence policies; then every Themis workload with 1 and 2
 ///   threads (strict and batched).
 ///
-/// * structures: CCEH (1M random keys: single inserts, insert_batch with the speculative helper
+/// * structures: CCEH (1M random keys, or --keys: single inserts, insert_batch with the speculative helper
 ///   thread off and on and with inline prefetching, lookups, removals, bytes per key),
-///   FAST&FAIR (1M keys under the per-shift, FAST and redo-logged shift policies: inserts,
+///   FAST&FAIR (1M keys, or --keys, under the per-shift, FAST and redo-logged shift policies: inserts,
 ///   lookups, range scans) and the datalog (random 64 B to 4 KiB overwrites of a 64 MiB file,
 ///   copy-on-write against embedded writes); then CCEH and FAST&FAIR through a Store's
 ///   handles against the raw structures, paired in one run (single calls and YCSB; the
@@ -115,7 +115,9 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "DISTRIBUTION")]
     pub(crate) distribution: Vec<KeyDistribution>,
 
-    /// YCSB records loaded into each structure (default 200000; 20000 with --quick).
+    /// Keys loaded into each structure: the YCSB records (default 200000; 20000 with --quick)
+    /// and the keys of the structures section's CCEH and FAST&FAIR tables (default 1000000;
+    /// 100000 with --quick; beyond the default, fewer rounds in proportion, at least one).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_RECORDS))]
     pub(crate) keys: Option<u64>,
 

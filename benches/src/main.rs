@@ -194,25 +194,30 @@ impl Progress {
 
 fn run(cli: &Cli) -> Result<(), RunError> {
     let selection = Selection::from_cli(cli).map_err(RunError::Usage)?;
-    let (plan, cceh_plan, fastfair_plan, datalog_plan, store_plan, byte_key_plan) = if cli.quick {
-        (
-            Plan::quick(),
-            CcehPlan::quick(),
-            FastFairPlan::quick(),
-            DatalogPlan::quick(),
-            StorePlan::quick(),
-            ByteKeyPlan::quick(),
-        )
-    } else {
-        (
-            Plan::full(),
-            CcehPlan::full(),
-            FastFairPlan::full(),
-            DatalogPlan::full(),
-            StorePlan::full(),
-            ByteKeyPlan::full(),
-        )
-    };
+    let (plan, mut cceh_plan, mut fastfair_plan, datalog_plan, store_plan, byte_key_plan) =
+        if cli.quick {
+            (
+                Plan::quick(),
+                CcehPlan::quick(),
+                FastFairPlan::quick(),
+                DatalogPlan::quick(),
+                StorePlan::quick(),
+                ByteKeyPlan::quick(),
+            )
+        } else {
+            (
+                Plan::full(),
+                CcehPlan::full(),
+                FastFairPlan::full(),
+                DatalogPlan::full(),
+                StorePlan::full(),
+                ByteKeyPlan::full(),
+            )
+        };
+    if let Some(keys) = cli.keys {
+        cceh_plan = cceh_plan.with_keys(keys);
+        fastfair_plan = fastfair_plan.with_keys(keys);
+    }
     // Open the outputs first, so a bad path fails before the measurements rather than after.
     let json_out = cli.json.as_deref().map(create_output).transpose()?;
     let markdown_out = cli.markdown.as_deref().map(create_output).transpose()?;

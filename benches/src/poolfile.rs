@@ -100,6 +100,14 @@ pub enum SetupError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// The pool file's size on disk could not be read.
+    #[error("cannot read the resident size of the benchmark pool {path}: {source}")]
+    Stat {
+        /// The pool file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
     /// The raw mapping of the pool file failed.
     #[error("cannot map the benchmark pool {path} for raw access: {source}")]
     Map {
@@ -182,6 +190,18 @@ impl PoolFile {
     /// The pool's size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Bytes of the file backed by memory (on tmpfs: its pages in DRAM), from the blocks the
+    /// file system reports: what the pool holds resident, whatever the process maps.
+    pub fn resident_bytes(&self) -> Result<u64, SetupError> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path)
+            .map(|m| m.blocks() * 512)
+            .map_err(|source| SetupError::Stat {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     /// The granularity forced on the pools opened on this file (`None`: detected).
@@ -271,10 +291,27 @@ impl HeapFile {
         granularity: Option<Granularity>,
         policy: pmem_undo_log::FencePolicy,
     ) -> Result<HeapFile, SetupError> {
+        HeapFile::create_touching(dir, file_name, pool_bytes, pool_bytes, granularity, policy)
+    }
+
+    /// As [`HeapFile::create`], but only the first `touch_bytes` past the pool's root are
+    /// written first: a pool sized generously (the file is sparse) stays resident only where
+    /// the structure's blocks are, plus that prefix.
+    pub fn create_touching(
+        dir: &Path,
+        file_name: &str,
+        pool_bytes: u64,
+        touch_bytes: u64,
+        granularity: Option<Granularity>,
+        policy: pmem_undo_log::FencePolicy,
+    ) -> Result<HeapFile, SetupError> {
         let file = PoolFile::create(dir, file_name, pool_bytes, granularity)?;
         {
             let mut raw = file.map_raw()?;
-            raw[file.heap_offset() as usize..].fill(0);
+            let start = file.heap_offset() as usize;
+            let end = start.saturating_add(usize::try_from(touch_bytes).unwrap_or(usize::MAX));
+            let end = end.min(raw.len());
+            raw[start..end].fill(0);
         }
         let pool = file.open(PoolOptions::new())?;
         let heap = pmem_undo_log::Heap::create(

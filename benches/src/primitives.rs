@@ -3,7 +3,9 @@
 //! Four groups, each comparing variants side by side:
 //!
 //! * [`Group::FlushKinds`]: write one cache line, flush it, fence, for each flush instruction the
-//!   CPU supports (PERC compares the same three instructions);
+//!   CPU supports (PERC compares the same three instructions); then [`LINES_PER_FENCE`] lines
+//!   far apart, each written and flushed, under one fence (how a structure's batched writes
+//!   share a fence);
 //! * [`Group::NtVsClwb`]: a non-temporal write plus a fence against a temporal write plus
 //!   flush and fence, from 64 B to 64 KiB: the micro-buffering crossover of Optane guide (FAST'20), Sec. 5.2.1,
 //!   found near 1 KB on Optane;
@@ -30,6 +32,9 @@ pub const POOL_SIZE: u64 = 4 << 20;
 pub const RING_LEN: u64 = 1 << 20;
 /// The write sizes of [`Group::NtVsClwb`].
 pub const NT_SIZES: [usize; 6] = [64, 256, 1024, 4096, 16 << 10, 64 << 10];
+
+/// Lines written and flushed before each fence in the batched row of [`Group::FlushKinds`].
+pub const LINES_PER_FENCE: usize = 8;
 
 /// Bytes of the non-temporal write in [`Group::NtThenTemporal`].
 pub const NT_THEN_T_NT_BYTES: usize = 64;
@@ -72,7 +77,10 @@ impl Group {
     pub fn description(self) -> String {
         let flush = detected_flush();
         match self {
-            Group::FlushKinds => "write 64 B + flush + sfence, per flush instruction".to_string(),
+            Group::FlushKinds => format!(
+                "write 64 B + flush + sfence, per flush instruction; then {LINES_PER_FENCE} \
+                 lines far apart, each written + flushed ({flush}), one sfence"
+            ),
             Group::NtVsClwb => format!(
                 "nt_write + sfence vs write + {flush} + sfence (Optane guide (FAST'20), Sec. 5.2.1: crossover \
                  near 1 KB on Optane)"
@@ -93,6 +101,9 @@ impl Group {
 pub enum Variant {
     /// `write` 64 B + `persist` on a pool using this flush instruction.
     FlushLine(FlushKind),
+    /// This many lines, [`RING_LEN`] / n apart, each written (64 B) and flushed with the
+    /// detected flush, then one fence for them all.
+    LinesPerFence(usize),
     /// `nt_write` of this many bytes + fence.
     NtWrite(usize),
     /// `write` of this many bytes + `persist` (the detected flush, then a fence).
@@ -122,7 +133,7 @@ impl Variant {
     /// The group the variant belongs to.
     pub fn group(self) -> Group {
         match self {
-            Variant::FlushLine(_) => Group::FlushKinds,
+            Variant::FlushLine(_) | Variant::LinesPerFence(_) => Group::FlushKinds,
             Variant::NtWrite(_) | Variant::WritePersist(_) => Group::NtVsClwb,
             Variant::NtThenTemporal(_) => Group::NtThenTemporal,
             Variant::PoolPersist | Variant::RawPersist => Group::PersistVsRaw,
@@ -134,6 +145,7 @@ impl Variant {
     pub fn function(self) -> String {
         match self {
             Variant::FlushLine(k) => k.name().to_string(),
+            Variant::LinesPerFence(n) => format!("{n} lines per sfence ({})", detected_flush()),
             Variant::NtWrite(_) => "nt_write+sfence".to_string(),
             Variant::WritePersist(_) => format!("write+{}+sfence", detected_flush()),
             Variant::NtThenTemporal(PersistModel::X86) => "x86 (fence)".to_string(),
@@ -166,6 +178,10 @@ impl Variant {
                 let best = Isa::detected().flush();
                 (k != best && best != FlushKind::Portable).then_some(Variant::FlushLine(best))
             }
+            Variant::LinesPerFence(_) => {
+                let best = Isa::detected().flush();
+                (best != FlushKind::Portable).then_some(Variant::FlushLine(best))
+            }
             Variant::NtWrite(n) => Some(Variant::WritePersist(n)),
             Variant::NtThenTemporal(PersistModel::X86) => None,
             Variant::NtThenTemporal(_) => Some(Variant::NtThenTemporal(PersistModel::X86)),
@@ -179,6 +195,7 @@ impl Variant {
         match self {
             Variant::FlushLine(_) | Variant::PoolPersist | Variant::RawPersist => CACHE_LINE,
             Variant::NtWrite(n) | Variant::WritePersist(n) => n,
+            Variant::LinesPerFence(n) => n * CACHE_LINE,
             Variant::NtThenTemporal(_) => NT_THEN_T_NT_BYTES + NT_THEN_T_T_BYTES,
         }
     }
@@ -193,6 +210,8 @@ impl Variant {
     fn slot(self) -> u64 {
         let bytes = match self {
             Variant::NtThenTemporal(_) => 2 * CACHE_LINE,
+            // The lines are spread over the ring from the cursor; the cursor moves a line.
+            Variant::LinesPerFence(_) => CACHE_LINE,
             v => v.bytes(),
         };
         bytes.div_ceil(CACHE_LINE) as u64 * CACHE_LINE as u64
@@ -202,11 +221,15 @@ impl Variant {
 /// The variants of `group` this CPU can run, in report order.
 pub fn variants(group: Group) -> Vec<Variant> {
     match group {
-        Group::FlushKinds => Isa::supported_flushes()
-            .into_iter()
-            .filter(|&k| k != FlushKind::Portable)
-            .map(Variant::FlushLine)
-            .collect(),
+        Group::FlushKinds => {
+            let mut v: Vec<Variant> = Isa::supported_flushes()
+                .into_iter()
+                .filter(|&k| k != FlushKind::Portable)
+                .map(Variant::FlushLine)
+                .collect();
+            v.push(Variant::LinesPerFence(LINES_PER_FENCE));
+            v
+        }
         Group::NtVsClwb => NT_SIZES
             .iter()
             .flat_map(|&n| [Variant::WritePersist(n), Variant::NtWrite(n)])
@@ -230,6 +253,8 @@ enum Target {
     NtFence(Pool),
     /// Through a pool: `write` + `persist`.
     WritePersist(Pool),
+    /// Through a pool: `lines` lines far apart written and flushed, then one fence.
+    LinesPerFence { pool: Pool, lines: u64 },
     /// Through a pool: `nt_write`, then `write_after` the line behind it.
     NtThenTemporal(Pool),
     /// Raw instructions on a mapping of the pool file.
@@ -280,6 +305,10 @@ impl Primitive {
             Variant::WritePersist(_) | Variant::PoolPersist => {
                 Target::WritePersist(file.open(PoolOptions::new())?)
             }
+            Variant::LinesPerFence(n) => Target::LinesPerFence {
+                pool: file.open(PoolOptions::new())?,
+                lines: n.max(1) as u64,
+            },
             Variant::NtThenTemporal(model) => {
                 Target::NtThenTemporal(file.open(PoolOptions::new().model(model))?)
             }
@@ -293,7 +322,10 @@ impl Primitive {
                 }
             }
         };
-        let len = variant.bytes().max(CACHE_LINE);
+        let len = match variant {
+            Variant::LinesPerFence(_) => CACHE_LINE,
+            v => v.bytes().max(CACHE_LINE),
+        };
         Ok(Primitive {
             variant,
             target,
@@ -329,6 +361,18 @@ impl Primitive {
             Target::WritePersist(pool) => {
                 let w = pool.write(offset, &self.data[..len])?;
                 let _ = pool.persist(w);
+            }
+            Target::LinesPerFence { pool, lines } => {
+                // Line i lies RING_LEN / lines after line 0, wrapping within the ring.
+                let apart = (RING_LEN / lines).next_multiple_of(CACHE_LINE as u64);
+                let line =
+                    |i: u64| self.ring_start + (offset - self.ring_start + i * apart) % RING_LEN;
+                let mut pending = pool.flush(pool.write(line(0), &self.data[..CACHE_LINE])?);
+                for i in 1..*lines {
+                    let w = pool.write(line(i), &self.data[..CACHE_LINE])?;
+                    pending = pending.and(pool.flush(w));
+                }
+                let _ = pool.fence(pending);
             }
             Target::NtThenTemporal(pool) => {
                 // SAFETY: as for `NtFence`: the pool is this primitive's alone.

@@ -8,7 +8,7 @@ use pmem_ordering::{Granularity, Hardware, Pool};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::Heap;
 
-use super::{CCEH_POLICY, HELPER_DEPTH, POOL_BYTES_PER_KEY};
+use super::{CCEH_POLICY, HELPER_DEPTH, POOL_BYTES_PER_KEY, TOUCH_BYTES_PER_KEY};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
 
 /// The table type measured: on the hardware backend, its heap holding its pool in an `Arc`.
@@ -39,14 +39,23 @@ pub struct CcehHeap(HeapFile);
 impl CcehHeap {
     /// Create the pool file `file_name` in `dir` (a stale one is replaced), sized for `keys`
     /// keys ([`pool_size`]), with `granularity` forced (`None`: detected), and format a heap in
-    /// it (see [`HeapFile::create`]).
+    /// it; [`TOUCH_BYTES_PER_KEY`] per key of it are written first (see
+    /// [`HeapFile::create_touching`]).
     pub fn create(
         dir: &Path,
         file_name: &str,
         keys: u64,
         granularity: Option<Granularity>,
     ) -> Result<CcehHeap, SetupError> {
-        HeapFile::create(dir, file_name, pool_size(keys), granularity, CCEH_POLICY).map(CcehHeap)
+        HeapFile::create_touching(
+            dir,
+            file_name,
+            pool_size(keys),
+            keys.saturating_mul(TOUCH_BYTES_PER_KEY),
+            granularity,
+            CCEH_POLICY,
+        )
+        .map(CcehHeap)
     }
 
     /// The heap.

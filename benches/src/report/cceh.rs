@@ -2,7 +2,7 @@
 
 use super::block::{timing_cells, Block, TIMING_HEADER};
 use super::{Report, ReportSection};
-use crate::ccehbench::{CcehResults, CCEH_POLICY};
+use crate::ccehbench::{CcehResults, CCEH_POLICY, TOUCH_BYTES_PER_KEY};
 
 /// The CCEH table.
 pub(super) struct Cceh;
@@ -60,6 +60,16 @@ fn legend(c: &CcehResults) -> Vec<String> {
             c.displacements
         ),
         format!(
+            "memory: the table's pool file holds {:.1} MiB resident after the load for {:.1} \
+             MiB the heap allocated ({:.2}x; its {} MiB are sparse, {} bytes per key written \
+             before the load)",
+            c.pool_resident_bytes as f64 / (1 << 20) as f64,
+            c.table_bytes as f64 / (1 << 20) as f64,
+            c.pool_resident_bytes as f64 / c.table_bytes.max(1) as f64,
+            c.pool_bytes >> 20,
+            TOUCH_BYTES_PER_KEY,
+        ),
+        format!(
             "helper thread: insert_batch with the helper on ran at {:.2}x the throughput of \
              helper off (median of the rounds' on/off ratios, the two loads of a round back \
              to back; above 1: the helper helps)",
@@ -71,8 +81,8 @@ fn legend(c: &CcehResults) -> Vec<String> {
             c.inline_over_off
         ),
         format!(
-            "to beat, quoted from an earlier side-by-side measurement of the authors' C++ code and \
-             PMDK on this machine, not measured by this run: \"{}\"",
+            "to beat, quoted from earlier side-by-side measurements of the authors' C++ code and \
+             PMDK (on the machine named), not measured by this run: \"{}\"",
             c.reference
         ),
     ]

@@ -2,7 +2,7 @@
 
 use super::block::{timing_cells, Block, TIMING_HEADER};
 use super::{Report, ReportSection};
-use crate::fastfairbench::{FastFairResults, FASTFAIR_HEAP_POLICY, SCAN_KEYS};
+use crate::fastfairbench::{FastFairResults, FASTFAIR_HEAP_POLICY, SCAN_KEYS, TOUCH_BYTES_PER_KEY};
 
 /// The FAST&FAIR table.
 pub(super) struct FastFair;
@@ -59,6 +59,16 @@ fn legend(f: &FastFairResults) -> Vec<String> {
             f.tree_bytes_per_key, f.height
         ),
         format!(
+            "memory: the FAST tree's pool file holds {:.1} MiB resident after the load for \
+             {:.1} MiB the heap allocated ({:.2}x; its {} MiB are sparse, {} bytes per key \
+             written before the load)",
+            f.pool_resident_bytes as f64 / (1 << 20) as f64,
+            f.tree_bytes as f64 / (1 << 20) as f64,
+            f.pool_resident_bytes as f64 / f.tree_bytes.max(1) as f64,
+            f.pool_bytes >> 20,
+            TOUCH_BYTES_PER_KEY,
+        ),
+        format!(
             "insert throughput over per-shift (median of the rounds' ratios): redo-logged \
              {:.2}x, FAST {:.2}x",
             f.redo_over_per_shift, f.fast_over_per_shift
@@ -68,8 +78,8 @@ fn legend(f: &FastFairResults) -> Vec<String> {
             f.claim
         ),
         format!(
-            "to beat, quoted from an earlier side-by-side measurement of the authors' C++ code on \
-             this machine, not measured by this run: \"{}\"",
+            "to beat, quoted from earlier side-by-side measurements of the authors' C++ code (on \
+             the machine named), not measured by this run: \"{}\"",
             f.reference
         ),
     ]

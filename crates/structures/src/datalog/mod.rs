@@ -145,6 +145,7 @@
 //! * `clean.rs`: log cleaning: freeing dead log pages and compacting logs.
 //! * `recovery.rs`: [`Datalog::open`]: reading the root and inodes, replaying logs, finding
 //!   torn and corrupted entries.
+//! * `verify.rs`: [`Datalog::verify`]: a read-only walk of everything, every violation listed.
 //! * `policy.rs`, `error.rs`: [`DatalogConfig`] and its [`Policy`] (and their encoding in the
 //!   root), and [`DatalogError`].
 //!
@@ -183,6 +184,7 @@ mod namespace;
 mod policy;
 mod read;
 mod recovery;
+mod verify;
 mod write;
 
 use std::collections::HashMap;

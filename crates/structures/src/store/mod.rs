@@ -23,6 +23,7 @@
 //!   iterators; `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `name`, `error`: valid names; the one [`Error`] type.
+//! * `verify`, `verification`: [`Store::verify`] and its report, [`verify_pool`] for a file.
 //!
 //! A store holds its pool file open, and the file's lock (a second open, from this process or
 //! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
@@ -37,12 +38,14 @@ mod hash_map;
 mod map;
 mod name;
 mod options;
-mod raw;
+pub(crate) mod raw;
 mod record_map;
 mod registry;
 mod typed;
 mod typed_methods;
 pub mod types;
+mod verification;
+mod verify;
 
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -59,6 +62,8 @@ pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
+pub use verification::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
+pub use verify::verify_pool;
 
 use self::btree_map::TreeRepr;
 use self::catalog::Catalog;
@@ -284,33 +289,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// Check that the heap's allocated blocks are exactly the blocks the structures own
     /// (nothing leaked, nothing shared): returns how many there are, or names the difference.
     pub fn check_blocks(&self) -> Result<u64, Error> {
-        let mut owned: Vec<u64> = self
-            .owned_blocks()?
-            .into_iter()
-            .flat_map(|(_, blocks)| blocks)
-            .collect();
-        owned.sort_unstable();
-        let allocated: Vec<u64> = self
-            .shared
-            .heap
-            .check_heap()?
-            .into_iter()
-            .map(|(offset, _)| offset)
-            .collect();
-        if owned != allocated {
-            let leaked: Vec<u64> = allocated
+        let owned = self.owned_blocks()?;
+        let allocated = self.shared.heap.check_heap()?;
+        let (findings, _) = verify::reachability(&allocated, &owned, true);
+        if !findings.is_empty() {
+            let differences: Vec<String> = findings
                 .iter()
-                .filter(|b| owned.binary_search(b).is_err())
-                .copied()
-                .collect();
-            let missing: Vec<u64> = owned
-                .iter()
-                .filter(|b| allocated.binary_search(b).is_err())
-                .copied()
+                .map(|f| format!("at {:#x}: {}", f.offset, f.problem))
                 .collect();
             return Err(Error::CorruptCatalog {
                 reason: format!(
-                    "the heap's blocks differ from the structures' blocks: allocated but owned by none {leaked:x?}, owned but not allocated (or owned twice) {missing:x?}"
+                    "the heap's blocks differ from the structures' blocks: {}",
+                    differences.join("; ")
                 ),
             });
         }

@@ -13,6 +13,9 @@ use crate::datalog::{self, Datalog, DatalogConfig};
 use crate::fastfair::{self, FastFair, FastFairConfig};
 use crate::kind::StructureKind;
 use crate::records::{hash as record_hash, tree as record_tree, RecordHashMap, RecordTreeMap};
+use crate::verify::Verification;
+
+use super::verify::verify_by_blocks;
 
 /// The heap as the handles hold it.
 pub(crate) type SharedHeap<B, P> = Arc<Heap<B, P>>;
@@ -31,6 +34,8 @@ pub(crate) trait Structure<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
     fn open(heap: SharedHeap<B, P>, root: u64) -> Result<Self, Error>;
     /// Every heap block it owns, its root block aside.
     fn blocks(&self) -> Result<Vec<u64>, Error>;
+    /// Walk it read-only and report every violation found.
+    fn verify(&self) -> Verification;
 }
 
 /// The CCEH table as the store holds it.
@@ -57,6 +62,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for HashTable<B, P>
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(Cceh::blocks(self)?)
     }
+    fn verify(&self) -> Verification {
+        Cceh::verify(self)
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
@@ -71,6 +79,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
     }
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(FastFair::blocks(self)?)
+    }
+    fn verify(&self) -> Verification {
+        FastFair::verify(self)
     }
 }
 
@@ -87,6 +98,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Files<B, P> {
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(Datalog::blocks(self))
     }
+    fn verify(&self) -> Verification {
+        Datalog::verify(self)
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, P> {
@@ -102,6 +116,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, 
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(RecordHashMap::blocks(self)?)
     }
+    fn verify(&self) -> Verification {
+        // Its own walk is not written yet: its blocks, each checked to be allocated.
+        let blocks = RecordHashMap::blocks(self).map_err(Error::from);
+        verify_by_blocks(self.heap(), Self::KIND, self.root(), blocks, self.len())
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P> {
@@ -116,5 +135,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P
     }
     fn blocks(&self) -> Result<Vec<u64>, Error> {
         Ok(RecordTreeMap::blocks(self)?)
+    }
+    fn verify(&self) -> Verification {
+        // Its own walk is not written yet: its blocks, each checked to be allocated.
+        let blocks = RecordTreeMap::blocks(self).map_err(Error::from);
+        verify_by_blocks(self.heap(), Self::KIND, self.root(), blocks, self.len())
     }
 }

@@ -18,6 +18,7 @@ use super::name::check_name;
 use super::raw::{SharedHeap, Structure};
 use super::types::TypeCode;
 use crate::kind::StructureKind;
+use crate::verify::Verification;
 
 /// What every handle holds: the heap, the catalog and the open structures.
 pub(crate) struct Shared<B: Backend, P: Deref<Target = Pool<B>>> {
@@ -49,6 +50,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
             Opened::Datalog(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
             Opened::RecordHashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
             Opened::RecordBTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
+        }
+    }
+
+    /// The structure verified and its blocks listed through its handle, if a handle is still
+    /// alive.
+    fn live_walk(&self) -> Option<Walked> {
+        match self {
+            Opened::HashMap(w) => w.upgrade().map(|core| walk(core.raw())),
+            Opened::BTreeMap(w) => w.upgrade().map(|core| walk(core.raw())),
+            Opened::Datalog(w) => w.upgrade().map(|core| walk(core.raw())),
+            Opened::RecordHashMap(w) => w.upgrade().map(|core| walk(core.raw())),
+            Opened::RecordBTreeMap(w) => w.upgrade().map(|core| walk(core.raw())),
         }
     }
 
@@ -179,6 +192,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         Ok(())
     }
 
+    /// The structure `listed` verified and its blocks listed, with the lock held (`state`):
+    /// through its live handle, else through one opened for the walk.
+    pub(crate) fn walk_listed(
+        &self,
+        state: &State<B, P>,
+        listed: &Listed,
+    ) -> Result<Walked, Error> {
+        match state.open.get(&listed.slot).and_then(Opened::live_walk) {
+            Some(walked) => Ok(walked),
+            None => walk_closed(&self.heap, listed),
+        }
+    }
+
     /// Every block each listed structure owns, its root block included, by structure name.
     /// Open structures are walked through their handle, the others opened for the walk.
     pub(crate) fn owned_blocks(&self) -> Result<Vec<(String, Vec<u64>)>, Error> {
@@ -195,6 +221,29 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         }
         Ok(owned)
     }
+}
+
+/// A structure's walk for `Store::verify`: its verification, and its blocks (root aside).
+pub(crate) type Walked = (Verification, Result<Vec<u64>, Error>);
+
+fn walk<B: Backend, P: Deref<Target = Pool<B>>, S: Structure<B, P>>(structure: &S) -> Walked {
+    (structure.verify(), structure.blocks())
+}
+
+/// [`Walked`] for a structure no handle has open, through a handle made for the walk.
+fn walk_closed<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &SharedHeap<B, P>,
+    listed: &Listed,
+) -> Result<Walked, Error> {
+    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    let (heap, root) = (heap.clone(), listed.root);
+    Ok(match listed.kind {
+        StructureKind::RecordBTreeMap => walk(&RecordTree::open(heap, root)?),
+        StructureKind::RecordHashMap => walk(&RecordTable::open(heap, root)?),
+        StructureKind::HashMap => walk(&HashTable::open(heap, root)?),
+        StructureKind::BTreeMap => walk(&Tree::open(heap, root)?),
+        StructureKind::Datalog => walk(&Files::open(heap, root)?),
+    })
 }
 
 /// The blocks of a structure no handle has open, through a handle made for the walk.

@@ -101,6 +101,16 @@ macro_rules! typed_map_methods {
             }
         }
 
+        /// Walk the whole structure read-only and report every violation found (see
+        /// [`Store::verify`](crate::Store::verify) for the whole store).
+        pub fn verify(&self) -> $crate::verify::Verification {
+            use $crate::store::raw::Structure;
+            match &self.repr {
+                $repr::Words(core) => core.raw.verify(),
+                $repr::Records(core) => core.raw.verify(),
+            }
+        }
+
         /// The map's name in its store.
         pub fn name(&self) -> &str {
             match &self.repr {

@@ -2,6 +2,7 @@
 //!
 //! * `layout`: the header and entry bytes.
 //! * `removal`: freeing a removed structure's blocks in bounded transactions.
+//! * `check`: the catalog in the pool against the copy read at open, for `Store::verify`.
 //!
 //! Every change is an undo-log transaction, so a crash leaves the catalog before or after it.
 //! Adding a structure is *one* transaction: the root block's allocation, the structure's own
@@ -11,6 +12,7 @@
 //!
 //! The catalog keeps a DRAM copy of its entries; the store serialises changes with a lock.
 
+mod check;
 mod layout;
 mod removal;
 

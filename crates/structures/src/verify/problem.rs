@@ -1,133 +1,6 @@
-//! What a structure's `verify()` reports: typed findings (which structure, where in the pool,
-//! what is wrong, with the values involved), and the totals of the walk.
-//!
-//! A verification reads and never writes: it walks every reachable block of one structure,
-//! checks every invariant it can, and lists each violation instead of stopping at the first.
-//! [`crate::cceh::Cceh::verify`] and [`crate::fastfair::FastFair::verify`] produce them.
+//! [`Problem`]: what a finding says is wrong, per structure, and how it reads.
 
 use std::fmt;
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
-
-use crate::kind::StructureKind;
-
-/// The outcome of one structure's `verify()`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verification {
-    /// The structure verified.
-    pub structure: StructureKind,
-    /// The offset of its root (the CCEH root, the FAST&FAIR root object).
-    pub root: u64,
-    /// Every violation found, in walk order; empty for a healthy structure.
-    pub findings: Vec<Finding>,
-    /// Blocks reached: the CCEH directory and segments (read whole) and a retired directory
-    /// (checked to be allocated); the FAST&FAIR nodes (read whole) and the redo area (checked
-    /// to be allocated). For a healthy structure, the length of its `blocks()`.
-    pub blocks_walked: u64,
-    /// Live keys seen.
-    pub keys: u64,
-}
-
-impl Verification {
-    /// An empty report for the structure at `root`.
-    pub(crate) fn new(structure: StructureKind, root: u64) -> Verification {
-        Verification {
-            structure,
-            root,
-            findings: Vec::new(),
-            blocks_walked: 0,
-            keys: 0,
-        }
-    }
-
-    /// Whether nothing was found.
-    pub fn is_healthy(&self) -> bool {
-        self.findings.is_empty()
-    }
-
-    /// Record that `problem` was found at pool offset `offset`.
-    pub(crate) fn report(&mut self, offset: u64, problem: Problem) {
-        self.findings.push(Finding {
-            structure: self.structure,
-            root: self.root,
-            offset,
-            problem,
-        });
-    }
-}
-
-impl fmt::Display for Verification {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} at {:#x}: {} blocks, {} keys, ",
-            self.structure.describe(),
-            self.root,
-            self.blocks_walked,
-            self.keys
-        )?;
-        if self.findings.is_empty() {
-            return write!(f, "no damage found");
-        }
-        write!(f, "{} findings", self.findings.len())?;
-        for finding in &self.findings {
-            write!(f, "\n  at {:#x}: {}", finding.offset, finding.problem)?;
-        }
-        Ok(())
-    }
-}
-
-/// Whether `offset` names a block a walk can read: aligned to `alignment` and `bytes` long
-/// inside the pool (each reported if not, and then `false`). A block the heap did not allocate
-/// is reported but still read: its bytes may tell more.
-pub(crate) fn readable_block<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    report: &mut Verification,
-    offset: u64,
-    bytes: u64,
-    alignment: u64,
-) -> bool {
-    if !offset.is_multiple_of(alignment) {
-        report.report(offset, Problem::Misaligned { alignment });
-        return false;
-    }
-    if heap.pool().check_range(offset, bytes).is_err() {
-        report.report(offset, Problem::OutOfPool { len: bytes });
-        return false;
-    }
-    if heap.block_size(offset).is_none_or(|size| size < bytes) {
-        report.report(offset, Problem::NotAllocated { bytes });
-    }
-    true
-}
-
-/// One violation: where it is and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// The kind of structure it was found in.
-    pub structure: StructureKind,
-    /// The offset of that structure's root.
-    pub root: u64,
-    /// The pool offset of the damaged word, slot, entry or block.
-    pub offset: u64,
-    /// What is wrong.
-    pub problem: Problem,
-}
-
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} at {:#x}: at {:#x}: {}",
-            self.structure.describe(),
-            self.root,
-            self.offset,
-            self.problem
-        )
-    }
-}
 
 /// What is wrong at a finding's offset. Offsets inside a variant are pool offsets; indices are
 /// directory indices (CCEH) or slot indices (FAST&FAIR).
@@ -323,6 +196,105 @@ pub enum Problem {
         /// The node the sibling chain has there (none: the chain is shorter).
         chain: Option<u64>,
     },
+
+    // ------------------------------------------------------------------------- datalog
+    /// The root's inode count is not between 1 and `max`.
+    InodeCountInvalid {
+        /// The count found.
+        count: u64,
+        /// The largest valid count.
+        max: u64,
+    },
+    /// A root word differs from what the store read when it was opened.
+    RootChanged {
+        /// Which word.
+        word: &'static str,
+        /// Its value in the pool.
+        found: u64,
+        /// Its value at open.
+        opened: u64,
+    },
+    /// The root's policy words do not decode.
+    BadPolicy {
+        /// Why.
+        reason: String,
+    },
+    /// An inode's generation is not below the root's next generation.
+    GenerationTooHigh {
+        /// The inode slot.
+        slot: u64,
+        /// Its generation.
+        generation: u64,
+        /// The root's next generation.
+        next: u64,
+    },
+    /// An inode in use whose name is empty, too long or not UTF-8.
+    BadFileName {
+        /// The inode slot.
+        slot: u64,
+    },
+    /// Two inodes carry one name.
+    DuplicateFileName {
+        /// The name.
+        name: String,
+        /// The slot of the first inode with it.
+        first_slot: u64,
+    },
+    /// A log page links to a page already in the log: a cycle.
+    LogCycle {
+        /// The page linked to.
+        next: u64,
+    },
+    /// A log longer than the pool has pages: the walk stops there.
+    LogTooLong {
+        /// Pages walked.
+        pages: u64,
+    },
+    /// The log's chain ends (its last page links nowhere) before the inode's tail.
+    LogEndsBeforeTail {
+        /// The tail the inode records.
+        tail: u64,
+    },
+    /// A committed log entry whose header makes no sense, or that overlaps its page's end or
+    /// the tail; the rest of its log cannot be parsed.
+    BadEntry {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A committed log entry fails its CRC-32C.
+    EntryChecksum,
+    /// A live copy-on-write data page fails the CRC-32C its extent entry recorded.
+    PageChecksum {
+        /// The file's name.
+        file: String,
+        /// The page's number in the file.
+        file_page: u64,
+        /// The CRC-32C the extent records.
+        recorded: u32,
+        /// The CRC-32C of the page's bytes.
+        found: u32,
+    },
+    /// A file page at or past the file's size is still live.
+    PagePastSize {
+        /// The file's name.
+        file: String,
+        /// The page's number in the file.
+        file_page: u64,
+        /// The file's size.
+        size: u64,
+    },
+    /// A block reached a second time (by another log, file or link): two owners.
+    ReachedTwice {
+        /// The pool offset of the word or entry that reached it first.
+        first: u64,
+    },
+    /// The DRAM index the store keeps disagrees with what its log says now.
+    IndexDisagrees {
+        /// The file's name.
+        file: String,
+        /// What differs.
+        detail: String,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -435,6 +407,65 @@ impl fmt::Display for Problem {
                     name(child),
                     name(chain)
                 )
+            }
+            Problem::InodeCountInvalid { count, max } => {
+                write!(f, "{count} inodes, not between 1 and {max}")
+            }
+            Problem::RootChanged {
+                word,
+                found,
+                opened,
+            } => write!(
+                f,
+                "the root's {word} is {found:#x}, but was {opened:#x} when the store opened"
+            ),
+            Problem::BadPolicy { reason } => write!(f, "the root's policy is invalid: {reason}"),
+            Problem::GenerationTooHigh {
+                slot,
+                generation,
+                next,
+            } => write!(
+                f,
+                "inode {slot} has generation {generation}, not below the next ({next})"
+            ),
+            Problem::BadFileName { slot } => write!(f, "inode {slot} has an invalid name"),
+            Problem::DuplicateFileName { name, first_slot } => {
+                write!(f, "name {name:?} is also inode {first_slot}'s")
+            }
+            Problem::LogCycle { next } => {
+                write!(f, "log link to page {next:#x}, already in the log")
+            }
+            Problem::LogTooLong { pages } => {
+                write!(f, "log of {pages} pages, more than the pool holds")
+            }
+            Problem::LogEndsBeforeTail { tail } => {
+                write!(f, "the log ends here, before its tail {tail:#x}")
+            }
+            Problem::BadEntry { reason } => write!(f, "committed log entry is invalid: {reason}"),
+            Problem::EntryChecksum => write!(f, "committed log entry fails its CRC-32C"),
+            Problem::PageChecksum {
+                file,
+                file_page,
+                recorded,
+                found,
+            } => write!(
+                f,
+                "data page {file_page} of file {file:?} has CRC-32C {found:#010x}, its extent \
+                 recorded {recorded:#010x}"
+            ),
+            Problem::PagePastSize {
+                file,
+                file_page,
+                size,
+            } => write!(
+                f,
+                "page {file_page} of file {file:?} is live past the file's size {size}"
+            ),
+            Problem::ReachedTwice { first } => {
+                write!(f, "block reached twice (first from {first:#x})")
+            }
+            Problem::IndexDisagrees { file, detail } => {
+                write!(f, "file {file:?}: the DRAM index disagrees with the log: {detail}")
             }
         }
     }

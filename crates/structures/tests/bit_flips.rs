@@ -337,7 +337,7 @@ fn examine(path: &Path, subject: &Subject, healthy: &Readout) -> Outcome {
         Err(_) => return Outcome::Detected { wrong_reads: false },
         Ok(readout) => readout != *healthy,
     };
-    if !store.check_blocks().is_ok() {
+    if !store.verify().is_healthy() {
         Outcome::Detected { wrong_reads }
     } else if wrong_reads {
         Outcome::Silent
@@ -388,8 +388,8 @@ fn experiment(subject: &Subject, seed: u64) -> BTreeMap<Cover, Outcomes> {
         let store = Store::create(&original, POOL, &options()).unwrap();
         (subject.fill)(&store);
         let healthy = (subject.read)(&store).unwrap();
-        let report = store.check_blocks().map_err(|e| e.to_string());
-        assert!(report.is_ok(), "{}: {report:?}", subject.label);
+        let report = store.verify();
+        assert!(report.is_healthy(), "{}: {report}", subject.label);
         (healthy, live_lines(&store, subject))
     };
     // The healthy file reads back the same after a reopen, or the comparison means nothing.

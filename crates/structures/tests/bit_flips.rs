@@ -128,14 +128,7 @@ fn u64_hash() -> Subject {
     Subject {
         label: "u64 hash map (CCEH)",
         fill: |store| fill_map!(store.hash_map::<u64, u64>(NAME).unwrap(), |k| k, |v| v),
-        read: |store| {
-            read_map!(
-                store.hash_map::<u64, u64>(NAME)?,
-                |k| k,
-                words,
-                words
-            )
-        },
+        read: |store| read_map!(store.hash_map::<u64, u64>(NAME)?, |k| k, words, words),
         cover: |_, _| Cover::Unchecked,
     }
 }
@@ -356,7 +349,10 @@ fn live_lines(store: &Store, subject: &Subject) -> Vec<(u64, Cover)> {
     let mut lines = Vec::new();
     for block in blocks {
         let cover = (subject.cover)(store, block);
-        let size = store.heap().block_size(block).expect("an owned block is allocated");
+        let size = store
+            .heap()
+            .block_size(block)
+            .expect("an owned block is allocated");
         lines.extend((0..size.div_ceil(64)).map(|l| (block + 64 * l, cover)));
     }
     lines
@@ -468,17 +464,26 @@ fn flips_in_a_u64_ordered_map_never_panic_and_are_counted() {
 #[test]
 fn flips_in_byte_key_hash_map_records_are_never_silent() {
     let outcomes = experiment(&bytes_hash(), 107);
-    assert!(outcomes.contains_key(&Cover::Checksummed), "records were hit");
+    assert!(
+        outcomes.contains_key(&Cover::Checksummed),
+        "records were hit"
+    );
 }
 
 #[test]
 fn flips_in_byte_key_ordered_map_records_are_never_silent() {
     let outcomes = experiment(&bytes_tree(), 109);
-    assert!(outcomes.contains_key(&Cover::Checksummed), "records were hit");
+    assert!(
+        outcomes.contains_key(&Cover::Checksummed),
+        "records were hit"
+    );
 }
 
 #[test]
 fn flips_in_datalog_entries_and_pages_are_never_silent() {
     let outcomes = experiment(&datalog(), 113);
-    assert!(outcomes.contains_key(&Cover::Checksummed), "log and data pages were hit");
+    assert!(
+        outcomes.contains_key(&Cover::Checksummed),
+        "log and data pages were hit"
+    );
 }

@@ -15,7 +15,6 @@ use crate::kind::StructureKind;
 use crate::records::{hash as record_hash, tree as record_tree, RecordHashMap, RecordTreeMap};
 use crate::verify::Verification;
 
-
 /// The heap as the handles hold it.
 pub(crate) type SharedHeap<B, P> = Arc<Heap<B, P>>;
 

@@ -1,4 +1,8 @@
 //! [`Problem`]: what a finding says is wrong, per structure, and how it reads.
+//!
+//! One file past 600 lines on purpose: one enum holds every structure's problems (a store's
+//! report lists them together), and its messages follow it in the same order, so that a new
+//! variant and its message are written and reviewed side by side.
 
 use std::fmt;
 

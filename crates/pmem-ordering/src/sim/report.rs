@@ -42,9 +42,10 @@ pub struct Crash {
     pub image: u64,
     /// How the image was chosen.
     pub kind: ImageKind,
-    /// Operations of the workload that had returned ([`Pool::operation_completed`]) before the
-    /// crash. For durable linearizability, operations `0..operations_completed` must be visible
-    /// and operation `operations_completed` (if any) must be all-or-nothing.
+    /// Operations of the workload that had returned
+    /// ([`Pool::operation_completed`](crate::Pool::operation_completed)) before the crash. For
+    /// durable linearizability, operations `0..operations_completed` must be visible and
+    /// operation `operations_completed` (if any) must be all-or-nothing.
     pub operations_completed: u64,
     /// The lines that had pending stores, and how many of them the image includes.
     pub lines: Vec<LineChoice>,

@@ -22,6 +22,7 @@ use pmem_ordering::Granularity;
 use pmem_structures::datalog::{DatalogConfig, Policy, WriteMode};
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
+use pmem_test_kit::fixture::scratch_dir;
 use pmem_test_kit::SplitMix64;
 
 /// Copies checked per structure: enough to reach every kind of line, quick in release mode.
@@ -364,21 +365,9 @@ fn flip_bit(path: &Path, offset: u64, bit: u8) {
     std::fs::write(path, bytes).unwrap();
 }
 
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    tempfile::Builder::new()
-        .prefix("bit-flips")
-        .tempdir_in(if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        })
-        .unwrap()
-}
-
 /// Run the experiment for one subject; returns the outcomes by cover.
 fn experiment(subject: &Subject, seed: u64) -> BTreeMap<Cover, Outcomes> {
-    let dir = scratch_dir();
+    let dir = scratch_dir("bit-flips");
     let original: PathBuf = dir.path().join("healthy.pool");
     let (healthy, lines) = {
         let store = Store::create(&original, POOL, &options()).unwrap();

@@ -2,27 +2,13 @@
 //! pool lock.
 
 use std::collections::BTreeMap as Model;
-use std::path::PathBuf;
 
 use pmem_ordering::{Granularity, PoolError};
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::datalog::DatalogConfig;
 use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
 use pmem_structures::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, StructureKind};
-
-/// A path for a pool file in a fresh directory (removed with the returned guard).
-fn pool_path(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("pmem-store-test")
-        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        })
-        .expect("a temporary directory");
-    let path = dir.path().join(name);
-    (dir, path)
-}
+use pmem_test_kit::fixture::pool_path;
 
 fn options() -> StoreOptions {
     StoreOptions::new().granularity(Granularity::Emulated)
@@ -41,7 +27,7 @@ fn handles_are_owned_and_shareable() {
 
 #[test]
 fn named_structures_survive_a_reopen_with_nothing_passed_again() {
-    let (_dir, path) = pool_path("reopen.pool");
+    let (_dir, path) = pool_path("pmem-store-test", "reopen.pool");
     let tree_config = FastFairConfig {
         node_size: 256,
         policy: ShiftPolicy::Redo,
@@ -92,7 +78,7 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
 
 #[test]
 fn open_or_create_creates_once_then_opens() {
-    let (_dir, path) = pool_path("ooc.pool");
+    let (_dir, path) = pool_path("pmem-store-test", "ooc.pool");
     {
         let store = Store::open_or_create(&path, SIZE, &options()).unwrap();
         store
@@ -110,7 +96,7 @@ fn open_or_create_creates_once_then_opens() {
 
 #[test]
 fn a_second_open_is_refused_until_the_last_handle_drops() {
-    let (_dir, path) = pool_path("lock.pool");
+    let (_dir, path) = pool_path("pmem-store-test", "lock.pool");
     let store = Store::create(&path, SIZE, &options()).unwrap();
     let map = store.hash_map::<u64, u64>("m").unwrap();
     map.insert(1, 2).unwrap();
@@ -188,7 +174,7 @@ fn every_u64_is_a_key_in_both_maps() {
 
 #[test]
 fn reserved_keys_survive_a_reopen() {
-    let (_dir, path) = pool_path("reserved.pool");
+    let (_dir, path) = pool_path("pmem-store-test", "reserved.pool");
     {
         let store = Store::create(&path, SIZE, &options()).unwrap();
         store
@@ -338,7 +324,7 @@ fn removing_a_structure_frees_every_block_it_owned() {
 
 #[test]
 fn a_pool_of_another_layout_is_not_a_store() {
-    let (_dir, path) = pool_path("other.pool");
+    let (_dir, path) = pool_path("pmem-store-test", "other.pool");
     drop(
         pmem_ordering::Pool::create(
             &path,

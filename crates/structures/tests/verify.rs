@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pmem_structures::cceh::{hash, Cceh, CcehConfig};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy, EMPTY_KEY};
 use pmem_structures::{Problem, StructureKind, Verification};
+use pmem_test_kit::damage::{assert_found, load, scribble};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::Heap;
@@ -32,33 +33,6 @@ const NODE_SIZE: u64 = 256;
 
 type Table<'h> = Cceh<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
 type Tree<'h> = FastFair<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
-
-fn load(heap: &Heap, offset: u64) -> u64 {
-    heap.pool().load_u64(offset).unwrap()
-}
-
-/// Store `word` at `offset` behind the structure's back, persisted (as a crash or a stray
-/// write would leave it).
-fn scribble(heap: &Heap, offset: u64, word: u64) {
-    let written = heap.pool().store_u64(offset, word).unwrap();
-    let _ = heap.pool().persist(written);
-}
-
-/// Whether `report` has a finding at `offset` whose problem `matches`.
-fn has(report: &Verification, offset: u64, matches: impl Fn(&Problem) -> bool) -> bool {
-    report
-        .findings
-        .iter()
-        .any(|f| f.offset == offset && matches(&f.problem))
-}
-
-/// Fail with the whole report unless it has a finding at `offset` that `matches`.
-fn assert_found(report: &Verification, offset: u64, matches: impl Fn(&Problem) -> bool) {
-    assert!(
-        has(report, offset, matches),
-        "expected finding at {offset:#x} in\n{report}"
-    );
-}
 
 // ---------------------------------------------------------------------------------- CCEH
 

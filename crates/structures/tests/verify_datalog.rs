@@ -9,7 +9,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode, PAGE};
-use pmem_structures::{Problem, StructureKind, Verification};
+use pmem_structures::{Problem, StructureKind};
+use pmem_test_kit::damage::{assert_found, load, scribble};
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::Heap;
@@ -26,16 +27,6 @@ const EXTENT_BLOCK: u64 = 32;
 
 type Files<'h> = Datalog<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
 
-fn load(heap: &Heap, offset: u64) -> u64 {
-    heap.pool().load_u64(offset).unwrap()
-}
-
-/// Store `word` at `offset` behind the store's back, persisted.
-fn scribble(heap: &Heap, offset: u64, word: u64) {
-    let written = heap.pool().store_u64(offset, word).unwrap();
-    let _ = heap.pool().persist(written);
-}
-
 /// Inode `slot`'s (head, tail).
 fn log_of(heap: &Heap, slot: u64) -> (u64, u64) {
     let inode = load(heap, heap.pool().root_offset() + ROOT_TABLE) + slot * INODE_BYTES;
@@ -51,17 +42,6 @@ fn create(heap: &Heap, mode: WriteMode) -> Files<'_> {
         policy: Policy::with_mode(mode),
     };
     Datalog::create(heap, heap.pool().root_offset(), config).unwrap()
-}
-
-/// Fail with the whole report unless it has a finding at `offset` that `matches`.
-fn assert_found(report: &Verification, offset: u64, matches: impl Fn(&Problem) -> bool) {
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| f.offset == offset && matches(&f.problem)),
-        "expected finding at {offset:#x} in\n{report}"
-    );
 }
 
 fn assert_healthy(files: &Files<'_>) {

@@ -16,6 +16,7 @@ use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::records::{hash::key_word, RecordHashMap, RecordMapError, RecordTreeMap};
 use pmem_structures::{Error, Problem, Store, StoreOptions, StructureKind, Verification};
+use pmem_test_kit::damage::{assert_found, flip_byte, load, scribble};
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::{Heap, TxError};
@@ -32,23 +33,6 @@ type HashMap<'h> =
 type TreeMap<'h> =
     RecordTreeMap<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
 
-fn load(heap: &Heap, offset: u64) -> u64 {
-    heap.pool().load_u64(offset).unwrap()
-}
-
-/// Store `word` at `offset` behind the map's back, persisted.
-fn scribble(heap: &Heap, offset: u64, word: u64) {
-    let written = heap.pool().store_u64(offset, word).unwrap();
-    let _ = heap.pool().persist(written);
-}
-
-/// Flip the bits of `mask` in the byte at `offset` (through its aligned word).
-fn flip_byte(heap: &Heap, offset: u64, mask: u8) {
-    let word = offset & !7;
-    let shift = 8 * (offset - word);
-    scribble(heap, word, load(heap, word) ^ (u64::from(mask) << shift));
-}
-
 /// An allocated, zeroed root object for a map.
 fn new_root(heap: &Heap) -> u64 {
     heap.transaction(|tx| -> Result<u64, TxError> {
@@ -57,20 +41,6 @@ fn new_root(heap: &Heap) -> u64 {
         Ok(root)
     })
     .unwrap()
-}
-
-fn has(report: &Verification, offset: u64, matches: impl Fn(&Problem) -> bool) -> bool {
-    report
-        .findings
-        .iter()
-        .any(|f| f.offset == offset && matches(&f.problem))
-}
-
-fn assert_found(report: &Verification, offset: u64, matches: impl Fn(&Problem) -> bool) {
-    assert!(
-        has(report, offset, matches),
-        "expected finding at {offset:#x} in\n{report}"
-    );
 }
 
 /// Keys with shared prefixes of 0, 7 and 14 bytes (layers in the ordered map), short and

@@ -8,31 +8,18 @@
 //! format must change them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::store::{verify_pool, StoreProblem, StoreVerification};
 use pmem_structures::{
     DatalogConfig, Error, Granularity, PoolError, Problem, Store, StoreOptions, StructureKind,
 };
+use pmem_test_kit::fixture::pool_path;
 use pmem_test_kit::SplitMix64;
 
 /// The catalog: header bytes (entry 0 follows), the root word of an entry.
 const CATALOG_HEADER: u64 = 64;
 const ENTRY_ROOT: u64 = 16;
-
-fn pool_path(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("pmem-verify-test")
-        .tempdir_in(if Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        })
-        .expect("a temporary directory");
-    let path = dir.path().join(name);
-    (dir, path)
-}
 
 fn options() -> StoreOptions {
     StoreOptions::new().granularity(Granularity::Emulated)
@@ -88,7 +75,7 @@ fn assert_healthy(report: &StoreVerification, store: &Store) {
 
 #[test]
 fn a_busy_store_verifies_clean_with_handles_open_closed_and_after_a_reopen() {
-    let (_dir, path) = pool_path("healthy.pool");
+    let (_dir, path) = pool_path("pmem-verify-test", "healthy.pool");
     {
         let store = Store::create(&path, 64 << 20, &options()).unwrap();
         fill(&store);
@@ -145,7 +132,7 @@ fn a_block_allocated_and_attached_nowhere_is_reported_leaked() {
 
 #[test]
 fn a_catalog_root_outside_the_pool_is_reported_by_the_command_logic() {
-    let (_dir, path) = pool_path("damaged.pool");
+    let (_dir, path) = pool_path("pmem-verify-test", "damaged.pool");
     let entry;
     {
         let store = Store::create(&path, 16 << 20, &options()).unwrap();
@@ -219,7 +206,7 @@ fn damage_inside_a_structure_is_its_own_finding() {
 
 #[test]
 fn files_that_cannot_be_opened_as_stores_are_typed_errors() {
-    let (dir, path) = pool_path("store.pool");
+    let (dir, path) = pool_path("pmem-verify-test", "store.pool");
     let missing = dir.path().join("missing.pool");
     assert!(matches!(verify_pool(&missing), Err(Error::Pool(_))));
     let junk = dir.path().join("junk.pool");

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pmem_ordering::sim::{SimBackend, SimConfig};
@@ -176,4 +177,25 @@ pub fn heap_holds_exactly<B: Backend, P: Deref<Target = Pool<B>>>(
         ));
     }
     Ok(())
+}
+
+/// A fresh directory for pool files, removed when the guard drops: on tmpfs (`/dev/shm`) when
+/// the machine has one, else in the system's temporary directory.
+pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        })
+        .expect("a temporary directory")
+}
+
+/// A path named `name` in a fresh [`scratch_dir`] (removed with the returned guard).
+pub fn pool_path(prefix: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = scratch_dir(prefix);
+    let path = dir.path().join(name);
+    (dir, path)
 }

@@ -25,6 +25,7 @@
 pub mod cases;
 pub mod cceh;
 pub mod crash;
+pub mod damage;
 pub mod datalog;
 pub mod fastfair;
 pub mod fixture;

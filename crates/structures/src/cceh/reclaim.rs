@@ -45,7 +45,7 @@ impl Retired {
 mod tests {
     use super::super::test_heap::heap;
     use super::super::{Cceh, CcehConfig, CcehError};
-    use crate::sync::readers::ReadSection;
+    use crate::sync::readers::{HeldSection, ReadSection};
 
     #[test]
     fn a_doubling_that_would_wait_for_its_own_read_section_fails_cleanly_and_works_after() {
@@ -96,15 +96,7 @@ mod tests {
         }
         // A lookup of another thread in progress across the next doubling: the directory it
         // retires must wait for it.
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-        let reader = std::thread::spawn(move || {
-            let section = ReadSection::enter();
-            entered_tx.send(()).unwrap();
-            leave_rx.recv().unwrap();
-            drop(section);
-        });
-        entered_rx.recv().unwrap();
+        let reader = HeldSection::enter();
         while table.global_depth().unwrap() < 3 {
             table.insert(key, key).unwrap();
             key += 1;
@@ -131,8 +123,7 @@ mod tests {
             retired, 0,
             "a doubling retires the old directory, kept for the lookup"
         );
-        leave_tx.send(()).unwrap();
-        reader.join().unwrap();
+        reader.leave();
         // No lookup is left: the next split frees it.
         while table.word(retired_word).unwrap() == retired {
             table.insert(key, key).unwrap();

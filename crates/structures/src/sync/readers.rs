@@ -293,6 +293,37 @@ impl GracePeriod {
     }
 }
 
+/// A read section held open on another thread until [`HeldSection::leave`]: the reader a grace
+/// period must wait for, in tests.
+#[cfg(test)]
+pub(crate) struct HeldSection {
+    leave: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+#[cfg(test)]
+impl HeldSection {
+    /// Start the thread; returns once it is inside its section.
+    pub(crate) fn enter() -> HeldSection {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave, leave_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let section = ReadSection::enter();
+            entered_tx.send(()).unwrap();
+            leave_rx.recv().unwrap();
+            drop(section);
+        });
+        entered_rx.recv().unwrap();
+        HeldSection { leave, thread }
+    }
+
+    /// End the section and join the thread.
+    pub(crate) fn leave(self) {
+        self.leave.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,23 +343,14 @@ mod tests {
 
     #[test]
     fn a_grace_period_waits_for_the_sections_open_at_its_start_only() {
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-        let reader = std::thread::spawn(move || {
-            let section = ReadSection::enter();
-            entered_tx.send(()).unwrap();
-            leave_rx.recv().unwrap();
-            drop(section);
-        });
-        entered_rx.recv().unwrap();
+        let reader = HeldSection::enter();
         let grace = GracePeriod::start();
         assert!(!grace.has_passed(), "a reader is inside a section");
         assert!(!grace.waits_for_this_thread());
         // A section of this thread, begun after the start, is not waited for.
         let mine = ReadSection::enter();
         assert!(!grace.has_passed());
-        leave_tx.send(()).unwrap();
-        reader.join().unwrap();
+        reader.leave();
         assert!(passes(&grace), "the reader has left");
         drop(mine);
     }

@@ -230,13 +230,15 @@ pub(super) fn encode_entry(bytes: &mut [u8], at: usize, key: u64, value: Option<
 }
 
 /// The sizes a node view needs, computed once per tree from its node size (the hot paths
-/// then load them instead of recomputing them per node).
+/// then load them instead of recomputing them per node). Made only by [`NodeShape::of`], so
+/// `words` always holds the header and `capacity` entries: [`NodeView::key_unchecked`]
+/// relies on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct NodeShape {
     /// 8-byte words per node.
-    pub(super) words: usize,
+    words: usize,
     /// Entries per node.
-    pub(super) capacity: usize,
+    capacity: usize,
 }
 
 impl NodeShape {
@@ -252,8 +254,9 @@ impl NodeShape {
 /// through it instead of paying a pool bounds check per load.
 #[derive(Clone, Copy)]
 pub(super) struct NodeView<'a> {
+    /// Exactly the node's words: the header, then `capacity` entries.
     words: Words<'a>,
-    pub(super) capacity: usize,
+    capacity: usize,
 }
 
 impl<'a> NodeView<'a> {
@@ -268,6 +271,25 @@ impl<'a> NodeView<'a> {
             words: pool.words(node, shape.words)?,
             capacity: shape.capacity,
         })
+    }
+
+    /// Entries the node holds.
+    #[inline]
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Hint the CPU to fetch every line of the node: a search then waits for one miss, not
+    /// one per probe.
+    #[inline]
+    pub(super) fn prefetch(&self) {
+        let mut word = 0;
+        // A plain loop (not `step_by`): the bound `word < len` lets the view's own range check
+        // fold away.
+        while word < self.words.len() {
+            self.words.prefetch(word);
+            word += (LINE / 8) as usize;
+        }
     }
 
     #[inline]
@@ -303,6 +325,20 @@ impl<'a> NodeView<'a> {
     #[inline]
     pub(super) fn value(&self, slot: usize) -> u64 {
         self.words.load(key_word(slot) + 1)
+    }
+
+    /// The key of slot `slot`, read without a range check: for the in-node binary search,
+    /// whose probes are below the capacity by construction.
+    ///
+    /// # Safety
+    ///
+    /// `slot < self.capacity()`.
+    #[inline]
+    pub(super) unsafe fn key_unchecked(&self, slot: usize) -> u64 {
+        // SAFETY: `slot < capacity` (the caller's promise), and the view holds exactly the
+        // header and `capacity` two-word entries (`NodeShape::of`, the only maker of a shape),
+        // so `key_word(slot) < key_word(capacity) == words.len()`.
+        unsafe { self.words.load_unchecked(key_word(slot)) }
     }
 
     /// The node as stored, a transient duplicate dropped (the right copy kept).

@@ -113,6 +113,10 @@ fn range_bounds_are_honoured() {
     assert_eq!(keys(tree.range(..4).collect()), vec![0, 3]);
     assert_eq!(tree.range(..).count(), 1000);
     assert_eq!(tree.range(5000..).count(), 0);
+    // An end that admits no key, and one at the reserved key, which admits every key.
+    assert_eq!(tree.range(..0).count(), 0);
+    assert_eq!(tree.range(..=u64::MAX).count(), 1000);
+    assert_eq!(keys(tree.range(2995..=u64::MAX).collect()), vec![2997]);
     let (lo, hi) = (20, 10);
     assert_eq!(tree.range(lo..hi).count(), 0);
     assert_eq!(

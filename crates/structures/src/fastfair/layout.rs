@@ -209,8 +209,9 @@ pub(super) fn entry_range_bytes(entries: &[(u64, u64)], slots: std::ops::Range<u
     out
 }
 
-/// The `(key, value)` of each entry of raw entry-area bytes, in slot order.
-#[inline]
+/// The `(key, value)` of each entry of raw entry-area bytes, in slot order (the tests decode
+/// node images with it; readers read entries in place through a [`NodeView`]).
+#[cfg(test)]
 pub(super) fn decode_entries(raw: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
     raw.chunks_exact(ENTRY as usize).map(|chunk| {
         let k = u64::from_le_bytes(chunk[0..8].try_into().expect("8"));
@@ -339,6 +340,19 @@ impl<'a> NodeView<'a> {
         // header and `capacity` two-word entries (`NodeShape::of`, the only maker of a shape),
         // so `key_word(slot) < key_word(capacity) == words.len()`.
         unsafe { self.words.load_unchecked(key_word(slot)) }
+    }
+
+    /// The value of slot `slot`, read without a range check: for scans reading a node's
+    /// entries in place.
+    ///
+    /// # Safety
+    ///
+    /// `slot < self.capacity()`.
+    #[inline]
+    pub(super) unsafe fn value_unchecked(&self, slot: usize) -> u64 {
+        // SAFETY: as for `key_unchecked`: the value word, `key_word(slot) + 1`, is at most
+        // `key_word(capacity) - 1 < words.len()`.
+        unsafe { self.words.load_unchecked(key_word(slot) + 1) }
     }
 
     /// The node as stored, a transient duplicate dropped (the right copy kept).

@@ -45,6 +45,12 @@ impl NodeView<'_> {
         self.partition(|k| k <= key)
     }
 
+    /// The first slot whose key is at or above `key` (free slots count as above every key).
+    #[inline]
+    pub(super) fn lower_bound(&self, key: u64) -> usize {
+        self.partition(|k| k < key)
+    }
+
     /// Used slots (the first free slot).
     #[inline]
     pub(super) fn count(&self) -> usize {

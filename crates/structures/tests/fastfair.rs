@@ -92,6 +92,17 @@ fn default_nodes_match_a_btreemap_under_every_policy() {
     }
 }
 
+/// Every valid node size has its own copy of the in-node search (its capacity a constant):
+/// each must agree with the model.
+#[test]
+fn every_node_size_matches_a_btreemap() {
+    let mut size = 128;
+    while size <= 4096 {
+        run_against_model(size, ShiftPolicy::Fast, 12_000, 6_000);
+        size *= 2;
+    }
+}
+
 #[test]
 fn range_bounds_are_honoured() {
     let heap = heap(16 << 20);

@@ -16,19 +16,51 @@ impl NodeView<'_> {
     /// binary search without data-dependent branches: the probes' lines are already being
     /// fetched, so a mispredicted branch per probe would cost more than the compare.
     ///
-    /// The probes read keys without a range check: the view was checked once, and every probe
-    /// is below the capacity (the loop keeps `base + size <= capacity`, and `half < size`).
+    /// Each valid node size gets its own copy with the capacity a constant, so the compiler
+    /// unrolls the search into its probes (a load, a compare and a select each) instead of
+    /// running the loop's arithmetic per probe.
     #[inline]
     fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+        // Each arm passes the capacity it matched: the view's own.
+        match self.capacity() {
+            // SAFETY: `4` is the capacity just matched.
+            4 => unsafe { self.partition_over(4, below) },
+            // SAFETY: `12` is the capacity just matched.
+            12 => unsafe { self.partition_over(12, below) },
+            // SAFETY: `28` is the capacity just matched.
+            28 => unsafe { self.partition_over(28, below) },
+            // SAFETY: `60` is the capacity just matched.
+            60 => unsafe { self.partition_over(60, below) },
+            // SAFETY: `124` is the capacity just matched.
+            124 => unsafe { self.partition_over(124, below) },
+            // SAFETY: `252` is the capacity just matched.
+            252 => unsafe { self.partition_over(252, below) },
+            // SAFETY: `capacity` is the capacity just matched.
+            capacity => unsafe { self.partition_over(capacity, below) },
+        }
+    }
+
+    /// The binary search over the first `capacity` slots. Inlined into each arm of
+    /// [`Self::partition`], where `capacity` is a constant.
+    ///
+    /// The probes read keys without a range check: the view was checked once, and every probe
+    /// is below the capacity (the loop keeps `base + size <= capacity`, and `half < size`).
+    ///
+    /// # Safety
+    ///
+    /// `capacity == self.capacity()`.
+    #[inline(always)]
+    unsafe fn partition_over(&self, capacity: usize, below: impl Fn(u64) -> bool) -> usize {
         let mut base = 0;
-        let mut size = self.capacity();
+        let mut size = capacity;
         if size == 0 {
             return 0;
         }
         while size > 1 {
             let half = size / 2;
             let mid = base + half;
-            // SAFETY: `mid = base + half < base + size <= capacity`.
+            // SAFETY: `mid = base + half < base + size <= capacity`, the view's capacity (the
+            // caller's promise).
             let probe = unsafe { self.key_unchecked(mid) };
             base = std::hint::select_unpredictable(below(probe), mid, base);
             size -= half;

@@ -420,6 +420,8 @@ fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
     let words = pool.words(base, 16).unwrap();
     assert_eq!(words.len(), 16);
     assert!((0..16).all(|i| words.load(i) == i as u64 * 3 + 1));
+    // SAFETY: every index is below `words.len()` (16).
+    assert!((0..16).all(|i| unsafe { words.load_unchecked(i) } == i as u64 * 3 + 1));
     assert!(matches!(
         pool.words(base + 4, 2),
         Err(PoolError::Misaligned { .. })

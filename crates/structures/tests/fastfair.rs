@@ -92,6 +92,17 @@ fn default_nodes_match_a_btreemap_under_every_policy() {
     }
 }
 
+/// Every valid node size has its own copy of the in-node search (its capacity a constant):
+/// each must agree with the model.
+#[test]
+fn every_node_size_matches_a_btreemap() {
+    let mut size = 128;
+    while size <= 4096 {
+        run_against_model(size, ShiftPolicy::Fast, 12_000, 6_000);
+        size *= 2;
+    }
+}
+
 #[test]
 fn range_bounds_are_honoured() {
     let heap = heap(16 << 20);
@@ -113,6 +124,10 @@ fn range_bounds_are_honoured() {
     assert_eq!(keys(tree.range(..4).collect()), vec![0, 3]);
     assert_eq!(tree.range(..).count(), 1000);
     assert_eq!(tree.range(5000..).count(), 0);
+    // An end that admits no key, and one at the reserved key, which admits every key.
+    assert_eq!(tree.range(..0).count(), 0);
+    assert_eq!(tree.range(..=u64::MAX).count(), 1000);
+    assert_eq!(keys(tree.range(2995..=u64::MAX).collect()), vec![2997]);
     let (lo, hi) = (20, 10);
     assert_eq!(tree.range(lo..hi).count(), 0);
     assert_eq!(

@@ -15,6 +15,19 @@ impl<'a> Words<'a> {
         self.words[index].load(Ordering::Acquire)
     }
 
+    /// Acquire load of word `index` without the range check: for searches whose indices are
+    /// in range by construction (a binary search over a node whose view was checked once).
+    ///
+    /// # Safety
+    ///
+    /// `index < self.len()`.
+    #[inline]
+    pub unsafe fn load_unchecked(&self, index: usize) -> u64 {
+        debug_assert!(index < self.words.len(), "word {index} past the view");
+        // SAFETY: the caller keeps `index` inside the view.
+        unsafe { self.words.get_unchecked(index) }.load(Ordering::Acquire)
+    }
+
     /// Acquire load of word `index`, or `None` past the end: for indices read from the pool
     /// itself, which a corrupted pool may have wrong.
     #[inline]

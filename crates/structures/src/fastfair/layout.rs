@@ -209,8 +209,9 @@ pub(super) fn entry_range_bytes(entries: &[(u64, u64)], slots: std::ops::Range<u
     out
 }
 
-/// The `(key, value)` of each entry of raw entry-area bytes, in slot order.
-#[inline]
+/// The `(key, value)` of each entry of raw entry-area bytes, in slot order (the tests decode
+/// node images with it; readers read entries in place through a [`NodeView`]).
+#[cfg(test)]
 pub(super) fn decode_entries(raw: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
     raw.chunks_exact(ENTRY as usize).map(|chunk| {
         let k = u64::from_le_bytes(chunk[0..8].try_into().expect("8"));
@@ -230,13 +231,15 @@ pub(super) fn encode_entry(bytes: &mut [u8], at: usize, key: u64, value: Option<
 }
 
 /// The sizes a node view needs, computed once per tree from its node size (the hot paths
-/// then load them instead of recomputing them per node).
+/// then load them instead of recomputing them per node). Made only by [`NodeShape::of`], so
+/// `words` always holds the header and `capacity` entries: [`NodeView::key_unchecked`]
+/// relies on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct NodeShape {
     /// 8-byte words per node.
-    pub(super) words: usize,
+    words: usize,
     /// Entries per node.
-    pub(super) capacity: usize,
+    capacity: usize,
 }
 
 impl NodeShape {
@@ -252,8 +255,9 @@ impl NodeShape {
 /// through it instead of paying a pool bounds check per load.
 #[derive(Clone, Copy)]
 pub(super) struct NodeView<'a> {
+    /// Exactly the node's words: the header, then `capacity` entries.
     words: Words<'a>,
-    pub(super) capacity: usize,
+    capacity: usize,
 }
 
 impl<'a> NodeView<'a> {
@@ -268,6 +272,25 @@ impl<'a> NodeView<'a> {
             words: pool.words(node, shape.words)?,
             capacity: shape.capacity,
         })
+    }
+
+    /// Entries the node holds.
+    #[inline]
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Hint the CPU to fetch every line of the node: a search then waits for one miss, not
+    /// one per probe.
+    #[inline]
+    pub(super) fn prefetch(&self) {
+        let mut word = 0;
+        // A plain loop (not `step_by`): the bound `word < len` lets the view's own range check
+        // fold away.
+        while word < self.words.len() {
+            self.words.prefetch(word);
+            word += (LINE / 8) as usize;
+        }
     }
 
     #[inline]
@@ -303,6 +326,33 @@ impl<'a> NodeView<'a> {
     #[inline]
     pub(super) fn value(&self, slot: usize) -> u64 {
         self.words.load(key_word(slot) + 1)
+    }
+
+    /// The key of slot `slot`, read without a range check: for the in-node binary search,
+    /// whose probes are below the capacity by construction.
+    ///
+    /// # Safety
+    ///
+    /// `slot < self.capacity()`.
+    #[inline]
+    pub(super) unsafe fn key_unchecked(&self, slot: usize) -> u64 {
+        // SAFETY: `slot < capacity` (the caller's promise), and the view holds exactly the
+        // header and `capacity` two-word entries (`NodeShape::of`, the only maker of a shape),
+        // so `key_word(slot) < key_word(capacity) == words.len()`.
+        unsafe { self.words.load_unchecked(key_word(slot)) }
+    }
+
+    /// The value of slot `slot`, read without a range check: for scans reading a node's
+    /// entries in place.
+    ///
+    /// # Safety
+    ///
+    /// `slot < self.capacity()`.
+    #[inline]
+    pub(super) unsafe fn value_unchecked(&self, slot: usize) -> u64 {
+        // SAFETY: as for `key_unchecked`: the value word, `key_word(slot) + 1`, is at most
+        // `key_word(capacity) - 1 < words.len()`.
+        unsafe { self.words.load_unchecked(key_word(slot) + 1) }
     }
 
     /// The node as stored, a transient duplicate dropped (the right copy kept).

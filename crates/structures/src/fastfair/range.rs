@@ -1,12 +1,12 @@
-//! Range scans: leaf by leaf along the sibling links, each leaf copied and validated against
-//! its stripe version, with a fresh descent whenever a merge or root change intervened.
+//! Range scans: leaf by leaf along the sibling links, each leaf's entries read in place into
+//! the scan's one buffer and kept only if its stripe version shows no writer changed the leaf
+//! meanwhile, with a fresh descent whenever a merge or root change intervened.
 
 use std::ops::{Bound, Deref, RangeBounds};
 
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::Heap;
 
-use super::layout::{decode_entries, entries_offset, ENTRY};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -34,31 +34,62 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             resume: start.filter(|&k| k != EMPTY_KEY),
             end,
             hop: None,
-            buf: Vec::new(),
-            raw: Vec::new(),
+            // One allocation per scan: every leaf's entries fit, so no leaf grows it.
+            buf: Vec::with_capacity(self.capacity),
             pos: 0,
             failed: false,
         }
     }
 
-    /// Read leaf `node` consistently: (high key, sibling, entries with keys `>= from`), or
-    /// `None` if a writer changed it meanwhile or it is no longer a leaf.
+    /// Read leaf `node` consistently into `out` (cleared first): its entries with keys from
+    /// `from` on that `end` admits, a transient duplicate's right copy kept. Returns (high key,
+    /// sibling), or `None` (and `out` to be discarded) if a writer changed the leaf meanwhile
+    /// or it is no longer a leaf.
+    ///
+    /// The entries are read in place, word by word with the same acquire loads a lookup
+    /// makes, and kept only if the stripe version then shows no change: a torn read (keys
+    /// out of order, a duplicate) can only reach `out`, never the caller.
     fn read_leaf_from(
         &self,
         node: u64,
         from: u64,
-        raw: &mut Vec<u8>,
+        end: Bound<u64>,
         out: &mut Vec<(u64, u64)>,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
-        raw.resize(self.capacity * ENTRY as usize, 0);
-        let raw = &mut raw[..];
+        out.clear();
         let stripe = Self::stripe_index(node);
         let seen = self.stripes.read_begin(stripe);
+        // The largest key `end` admits, as one compare per entry; no key is EMPTY_KEY, so
+        // capping it there also stops the read at the first free slot.
+        let (last, admits_any) = match end {
+            Bound::Included(e) => (e, true),
+            Bound::Excluded(e) => (e.saturating_sub(1), e > 0),
+            Bound::Unbounded => (EMPTY_KEY, true),
+        };
+        let last = last.min(EMPTY_KEY - 1);
         let header = (|| -> Result<(u64, u64, u64), PoolError> {
             let view = self.view(node)?;
+            view.prefetch();
             let (level, high, sibling) = (view.level(), view.high(), view.sibling());
-            // One bulk copy of the entry area, decoded after validation.
-            self.pool().read_bytes(entries_offset(node), raw)?;
+            let mut slot = if admits_any {
+                view.lower_bound(from)
+            } else {
+                view.capacity()
+            };
+            while slot < view.capacity() {
+                // SAFETY: `slot < capacity`, the loop's bound.
+                let key = unsafe { view.key_unchecked(slot) };
+                if key > last {
+                    break;
+                }
+                // SAFETY: as above.
+                let value = unsafe { view.value_unchecked(slot) };
+                match out.last_mut() {
+                    Some(last) if last.0 == key => last.1 = value,
+                    _ => out.push((key, value)),
+                }
+                slot += 1;
+            }
             Ok((level, high, sibling))
         })();
         if !self.stripes.read_valid(stripe, seen) {
@@ -68,20 +99,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         if level != 0 {
             return Ok(None);
         }
-        let start = out.len();
-        for (k, v) in decode_entries(raw) {
-            if k == EMPTY_KEY {
-                break;
-            }
-            if k < from {
-                continue;
-            }
-            match out[start..].last_mut() {
-                Some(last) if last.0 == k => *last = (k, v),
-                _ => out.push((k, v)),
-            }
-        }
         Ok(Some((high, sibling)))
+    }
+}
+
+/// Whether `end` admits `key`.
+#[inline]
+fn within(end: Bound<u64>, key: u64) -> bool {
+    match end {
+        Bound::Included(e) => key <= e,
+        Bound::Excluded(e) => key < e,
+        Bound::Unbounded => true,
     }
 }
 
@@ -93,28 +121,20 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
     end: Bound<u64>,
     /// The next leaf along the sibling link and the structure version it was read under.
     hop: Option<(u64, u64)>,
+    /// The current leaf's pairs in range, reused from leaf to leaf (sized for a full leaf).
     buf: Vec<(u64, u64)>,
-    /// A leaf's entry bytes, reused from leaf to leaf.
-    raw: Vec<u8>,
+    /// The next pair of `buf` to return.
     pos: usize,
     failed: bool,
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
-    fn in_end(&self, key: u64) -> bool {
-        match self.end {
-            Bound::Included(e) => key <= e,
-            Bound::Excluded(e) => key < e,
-            Bound::Unbounded => true,
-        }
-    }
-
     /// Read the next leaf with keys in range into `buf`.
     fn refill(&mut self) -> Result<(), FastFairError> {
         let tree = self.tree;
         let mut steps = 0;
         while let Some(from) = self.resume {
-            if !self.in_end(from) {
+            if !within(self.end, from) {
                 self.resume = None;
                 break;
             }
@@ -129,9 +149,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
                 }
                 _ => tree.lock_free_leaf(from)?,
             };
-            self.buf.clear();
             self.pos = 0;
-            let read = tree.read_leaf_from(leaf, from, &mut self.raw, &mut self.buf)?;
+            let read = tree.read_leaf_from(leaf, from, self.end, &mut self.buf)?;
             if !tree.structure_version.read_valid(structure) {
                 self.buf.clear();
                 continue;
@@ -147,12 +166,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
                 self.hop = Some((sibling, structure));
                 continue;
             }
-            let end = self.end;
-            self.buf.retain(|&(k, _)| match end {
-                Bound::Included(e) => k <= e,
-                Bound::Excluded(e) => k < e,
-                Bound::Unbounded => true,
-            });
             self.resume = (high != EMPTY_KEY).then_some(high);
             self.hop = Some((sibling, structure));
             if !self.buf.is_empty() {
@@ -168,18 +181,31 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iter
 {
     type Item = Result<(u64, u64), FastFairError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        // The common case first: a pair of the leaf already read.
+        if let Some(&pair) = self.buf.get(self.pos) {
+            self.pos += 1;
+            return Some(Ok(pair));
+        }
+        self.next_leaf()
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
+    /// `next` when the current leaf's pairs are used up: read the next leaf.
+    #[inline(never)]
+    fn next_leaf(&mut self) -> Option<Result<(u64, u64), FastFairError>> {
         if self.failed {
             return None;
         }
-        if self.pos >= self.buf.len() {
-            if let Err(e) = self.refill() {
-                self.failed = true;
-                return Some(Err(e));
-            }
+        if let Err(e) = self.refill() {
+            self.failed = true;
+            self.buf.clear();
+            return Some(Err(e));
         }
-        let item = self.buf.get(self.pos).copied()?;
+        let pair = self.buf.get(self.pos).copied()?;
         self.pos += 1;
-        Some(Ok(item))
+        Some(Ok(pair))
     }
 }

@@ -15,17 +15,59 @@ impl NodeView<'_> {
     /// The first slot whose entry fails `below` (which holds for a prefix of the slots), by a
     /// binary search without data-dependent branches: the probes' lines are already being
     /// fetched, so a mispredicted branch per probe would cost more than the compare.
+    ///
+    /// Each valid node size gets its own copy with the capacity a constant, so the compiler
+    /// unrolls the search into its probes (a load, a compare and a select each) instead of
+    /// running the loop's arithmetic per probe.
     #[inline]
     fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+        // Each arm passes the capacity it matched: the view's own.
+        match self.capacity() {
+            // SAFETY: `4` is the capacity just matched.
+            4 => unsafe { self.partition_over(4, below) },
+            // SAFETY: `12` is the capacity just matched.
+            12 => unsafe { self.partition_over(12, below) },
+            // SAFETY: `28` is the capacity just matched.
+            28 => unsafe { self.partition_over(28, below) },
+            // SAFETY: `60` is the capacity just matched.
+            60 => unsafe { self.partition_over(60, below) },
+            // SAFETY: `124` is the capacity just matched.
+            124 => unsafe { self.partition_over(124, below) },
+            // SAFETY: `252` is the capacity just matched.
+            252 => unsafe { self.partition_over(252, below) },
+            // SAFETY: `capacity` is the capacity just matched.
+            capacity => unsafe { self.partition_over(capacity, below) },
+        }
+    }
+
+    /// The binary search over the first `capacity` slots. Inlined into each arm of
+    /// [`Self::partition`], where `capacity` is a constant.
+    ///
+    /// The probes read keys without a range check: the view was checked once, and every probe
+    /// is below the capacity (the loop keeps `base + size <= capacity`, and `half < size`).
+    ///
+    /// # Safety
+    ///
+    /// `capacity == self.capacity()`.
+    #[inline(always)]
+    unsafe fn partition_over(&self, capacity: usize, below: impl Fn(u64) -> bool) -> usize {
         let mut base = 0;
-        let mut size = self.capacity;
+        let mut size = capacity;
+        if size == 0 {
+            return 0;
+        }
         while size > 1 {
             let half = size / 2;
             let mid = base + half;
-            base = std::hint::select_unpredictable(below(self.key(mid)), mid, base);
+            // SAFETY: `mid = base + half < base + size <= capacity`, the view's capacity (the
+            // caller's promise).
+            let probe = unsafe { self.key_unchecked(mid) };
+            base = std::hint::select_unpredictable(below(probe), mid, base);
             size -= half;
         }
-        base + usize::from(below(self.key(base)))
+        // SAFETY: the loop ended with `size == 1` (it started at least 1, and `size - size / 2`
+        // stays at least 1), so `base < base + size <= capacity`.
+        base + usize::from(below(unsafe { self.key_unchecked(base) }))
     }
 
     /// The first slot whose key is above `key` (free slots count as above every key). Of a
@@ -33,6 +75,12 @@ impl NodeView<'_> {
     #[inline]
     pub(super) fn upper_bound(&self, key: u64) -> usize {
         self.partition(|k| k <= key)
+    }
+
+    /// The first slot whose key is at or above `key` (free slots count as above every key).
+    #[inline]
+    pub(super) fn lower_bound(&self, key: u64) -> usize {
+        self.partition(|k| k < key)
     }
 
     /// Used slots (the first free slot).
@@ -86,11 +134,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 
     /// One step of a lock-free descent at `node`.
     pub(super) fn step(&self, node: u64, key: u64) -> Result<Step, PoolError> {
-        let pool = self.pool();
-        // Ask for every line of the node at once: the search then waits for one miss, not one
-        // per probe.
-        pool.prefetch(node, self.node_size);
+        // One range check for the whole node, then every line asked for at once.
         let view = self.view(node)?;
+        view.prefetch();
         if key >= view.high() {
             return Ok(Step::Right(view.sibling()));
         }
@@ -152,8 +198,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 let stripe = Self::stripe_index(node);
                 let seen = self.stripes.read_begin(stripe);
                 let outcome = (|| -> Result<Option<u64>, PoolError> {
-                    self.pool().prefetch(node, self.node_size);
                     let view = self.view(node)?;
+                    view.prefetch();
                     if key >= view.high() {
                         return Ok(Some(view.sibling()));
                     }

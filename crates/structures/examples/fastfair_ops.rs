@@ -1,0 +1,115 @@
+//! A FAST&FAIR tree (FAST shifts, 512-byte nodes) of `KEYS` keys (1M by default) in an
+//! anonymous pool, then `N` operations of one kind, each kind run inside a function of its own
+//! so that callgrind can count it alone:
+//!
+//! ```text
+//! cargo build --release -p pmem-structures --example fastfair_ops
+//! valgrind --tool=callgrind --toggle-collect='*measured_gets*' \
+//!     target/release/examples/fastfair_ops get 100000
+//! valgrind --tool=callgrind --toggle-collect='*measured_scans*' \
+//!     target/release/examples/fastfair_ops scan 10000
+//! ```
+//!
+//! Gets look up present keys; a scan takes the first 100 pairs from a present key on. Outside
+//! valgrind it prints the rate. A measurement driver, not a test: it checks only that every
+//! lookup found its key and every scan returned ascending keys from its start.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pmem_ordering::{Hardware, Pool, PoolOptions};
+use pmem_structures::fastfair::{FastFair, FastFairConfig};
+use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+
+type Tree<'h> = FastFair<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+
+/// Pairs a scan asks for.
+const SCAN_KEYS: usize = 100;
+
+/// Distinct pseudo-random keys (splitmix64 of 1, 2, ...; never 0 or `u64::MAX` in practice,
+/// skipped if so).
+fn keys(count: usize, seed: u64) -> Vec<u64> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if z != 0 && z != u64::MAX {
+            out.push(z);
+        }
+    }
+    out
+}
+
+#[inline(never)]
+fn measured_gets(tree: &Tree<'_>, keys: &[u64], calls: usize) -> usize {
+    let mut found = 0;
+    for i in 0..calls {
+        let key = keys[i % keys.len()];
+        if tree.get(black_box(key)).expect("get").is_some() {
+            found += 1;
+        }
+    }
+    found
+}
+
+/// Every scan's pairs, checked to ascend from the scan's start.
+#[inline(never)]
+fn measured_scans(tree: &Tree<'_>, starts: &[u64], calls: usize) -> usize {
+    let mut pairs = 0;
+    for i in 0..calls {
+        let start = starts[i % starts.len()];
+        let mut last = None;
+        for pair in tree.range(black_box(start)..).take(SCAN_KEYS) {
+            let (k, _) = black_box(pair.expect("scan"));
+            assert!(
+                last.is_none_or(|l| l < k) && k >= start,
+                "scan out of order"
+            );
+            last = Some(k);
+            pairs += 1;
+        }
+    }
+    pairs
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: fastfair_ops get|scan CALLS (env KEYS: keys prefilled, 1M)";
+    let op = args.get(1).ok_or(usage)?.clone();
+    let calls: usize = args.get(2).ok_or(usage)?.parse()?;
+    let prefill: usize = std::env::var("KEYS").map_or(Ok(1_000_000), |k| k.parse())?;
+    let pool_bytes = (prefill as u64 * 128).next_power_of_two().max(64 << 20);
+    let pool = Pool::anonymous("fastfair-ops", pool_bytes, &PoolOptions::new())?;
+    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    let tree: Tree<'_> =
+        FastFair::create(&heap, heap.pool().root_offset(), FastFairConfig::default())?;
+    let present = keys(prefill, 1);
+    for &k in &present {
+        tree.insert(k, k)?;
+    }
+    let start = Instant::now();
+    let done = match op.as_str() {
+        "get" => {
+            let found = measured_gets(&tree, &present, calls);
+            assert_eq!(found, calls, "a key was not found");
+            found
+        }
+        "scan" => {
+            let pairs = measured_scans(&tree, &present, calls);
+            println!("{pairs} pairs");
+            calls
+        }
+        _ => return Err(usage.into()),
+    };
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{op} x{done} ({prefill} keys): {:.3} M/s",
+        done as f64 / secs / 1e6
+    );
+    Ok(())
+}

@@ -1,7 +1,9 @@
 //! Loom models of the reader protocol of [`Stripes`] and [`SeqVersion`]: every interleaving
 //! (and every reordering the memory model allows) of a writer changing two data words under a
 //! change mark and a lock-free reader validating its read of them. A reader that validates
-//! must never see a torn pair.
+//! must never see a torn pair. And a model of [`readers`](super::readers): a reclaimer that
+//! unlinks memory and waits out a grace period never frees it under a reader's section (in the
+//! fence mode used where `membarrier` is missing; loom cannot issue the system call).
 //!
 //! The data words are loom atomics written and read with relaxed ordering: weaker than the
 //! pool's release stores and acquire loads, so the models check that the protocol's own
@@ -18,6 +20,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::primitives::{AtomicU64, Ordering};
+use super::readers::{self, GracePeriod, ReadSection};
 use super::{SeqVersion, Stripes};
 
 /// Two words a writer changes together, as a shift moves an entry's key and value: in every
@@ -135,4 +138,51 @@ fn a_descent_validated_by_the_structure_version_never_sees_a_torn_pair() {
         reader.join().unwrap();
     });
     OUTCOMES.assert_both_seen();
+}
+
+/// The link a reader follows: to the old memory until the reclaimer unlinks it.
+const OLD: u64 = 1;
+/// The link after the unlink.
+const NEW: u64 = 2;
+/// What the old memory holds until it is freed.
+const LIVE: u64 = 7;
+
+#[test]
+fn a_grace_period_outlasts_every_section_that_can_reach_unlinked_memory() {
+    static REACHED_OLD: AtomicUsize = AtomicUsize::new(0);
+    static REACHED_NEW: AtomicUsize = AtomicUsize::new(0);
+    loom::model(|| {
+        let slot = readers::model_slot();
+        let link = Arc::new(AtomicU64::new(OLD));
+        let old = Arc::new(loom::cell::UnsafeCell::new(LIVE));
+        let reader = {
+            let (link, old) = (Arc::clone(&link), Arc::clone(&old));
+            thread::spawn(move || {
+                let section = ReadSection::on(slot, false);
+                if link.load(Ordering::Acquire) == OLD {
+                    // SAFETY: loom tracks this read against the reclaimer's write below and
+                    // fails the model if they are not ordered: that is the property checked.
+                    let seen = old.with(|p| unsafe { *p });
+                    assert_eq!(seen, LIVE, "a section read memory already freed");
+                    REACHED_OLD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    REACHED_NEW.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                drop(section);
+            })
+        };
+        link.store(NEW, Ordering::Release);
+        let grace = GracePeriod::over([slot]);
+        while !grace.has_passed() {
+            thread::yield_now();
+        }
+        // The free: the memory is written for its next use.
+        // SAFETY: as above, loom checks this write against every reader's read.
+        old.with_mut(|p| unsafe { *p = 0 });
+        reader.join().unwrap();
+    });
+    // Both sides of the argument ran: sections that reached the old memory and were waited
+    // for, and sections that saw the unlink.
+    assert!(REACHED_OLD.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(REACHED_NEW.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }

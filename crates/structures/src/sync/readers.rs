@@ -39,7 +39,7 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+use super::primitives::{fence, AtomicBool, AtomicU64, Ordering};
 
 /// One thread's announcement word: odd while it is inside a read section.
 #[derive(Debug)]
@@ -78,6 +78,16 @@ fn claim_slot() -> &'static CachePadded<Slot> {
     slot
 }
 
+/// A slot of its own for one execution of a loom model, which cannot use the process's list
+/// (its atomics belong to one execution) nor std's thread-locals (loom's threads share one).
+#[cfg(all(test, loom))]
+pub(super) fn model_slot() -> &'static CachePadded<Slot> {
+    Box::leak(Box::new(CachePadded::new(Slot {
+        sequence: AtomicU64::new(0),
+        claimed: AtomicBool::new(true),
+    })))
+}
+
 /// This thread's slot, given back when the thread exits.
 struct OwnSlot(&'static CachePadded<Slot>);
 
@@ -97,8 +107,11 @@ thread_local! {
 }
 
 /// How the barriers are issued, decided at the first use.
+#[cfg(not(loom))]
 mod barrier {
-    use super::{fence, AtomicU8, Ordering};
+    use std::sync::atomic::AtomicU8;
+
+    use super::{fence, Ordering};
 
     const UNKNOWN: u8 = 0;
     const MEMBARRIER: u8 = 1;
@@ -181,6 +194,21 @@ mod barrier {
     }
 }
 
+/// Under loom, the barriers where `membarrier` is missing: loom cannot run a system call, and
+/// models the two sequentially consistent fences the argument above rests on.
+#[cfg(loom)]
+mod barrier {
+    use super::{fence, Ordering};
+
+    pub(super) fn light() {
+        fence(Ordering::SeqCst);
+    }
+
+    pub(super) fn heavy() {
+        fence(Ordering::SeqCst);
+    }
+}
+
 /// A lock-free read in progress on this thread: memory unlinked after it began is not freed
 /// before it ends (see the module docs). Nested sections share the outermost one's
 /// announcement.
@@ -220,8 +248,9 @@ impl ReadSection {
         }
     }
 
+    /// A section announced on `slot` (this thread's, or one borrowed for it).
     #[inline(always)]
-    fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
+    pub(super) fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
         // Only this thread stores to its slot: the load reads its own last store.
         let now = slot.sequence.load(Ordering::Relaxed);
         let announced = if now & 1 == 1 {
@@ -266,10 +295,17 @@ impl GracePeriod {
     /// Start a grace period for memory already unlinked: once [`GracePeriod::has_passed`], no
     /// reader can still be reading it.
     pub(crate) fn start() -> GracePeriod {
+        let all = slots();
+        GracePeriod::over(all.iter().copied())
+    }
+
+    /// A grace period over `slots` alone: [`GracePeriod::start`] passes every slot, the loom
+    /// model its own.
+    pub(super) fn over(slots: impl IntoIterator<Item = &'static CachePadded<Slot>>) -> GracePeriod {
         barrier::heavy();
-        let readers = slots()
-            .iter()
-            .map(|&slot| (slot, slot.sequence.load(Ordering::Acquire)))
+        let readers = slots
+            .into_iter()
+            .map(|slot| (slot, slot.sequence.load(Ordering::Acquire)))
             .filter(|&(_, seen)| seen & 1 == 1)
             .collect();
         GracePeriod { readers }

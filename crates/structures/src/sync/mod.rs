@@ -7,7 +7,8 @@
 //! open.
 //!
 //! Under `--cfg loom` the atomics are loom's ([`primitives`]) and [`model`] checks the reader
-//! protocols (versions, and read sections against their grace periods) exhaustively; see that module for the command.
+//! protocols (versions, and read sections against their grace periods) exhaustively; see
+//! that module for the command.
 
 pub(crate) mod affinity;
 mod exclusive;

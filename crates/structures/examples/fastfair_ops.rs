@@ -8,9 +8,13 @@
 //!     target/release/examples/fastfair_ops get 100000
 //! valgrind --tool=callgrind --toggle-collect='*measured_scans*' \
 //!     target/release/examples/fastfair_ops scan 10000
+//! valgrind --tool=callgrind --toggle-collect='*measured_bulk_scans*' \
+//!     target/release/examples/fastfair_ops bulk-scan 10000
 //! ```
 //!
-//! Gets look up present keys; a scan takes the first 100 pairs from a present key on. Outside
+//! Gets look up present keys; a scan takes the first 100 pairs from a present key on, one
+//! `next` at a time (`scan`, each pair checked as it comes) or in bulk into one buffer
+//! (`bulk-scan`, `Range::next_into`; the pairs checked after the measured function). Outside
 //! valgrind it prints the rate. A measurement driver, not a test: it checks only that every
 //! lookup found its key and every scan returned ascending keys from its start.
 
@@ -77,9 +81,44 @@ fn measured_scans(tree: &Tree<'_>, starts: &[u64], calls: usize) -> usize {
     pairs
 }
 
+/// Every scan's pairs appended to `out`, and their number to `counts` (both reserved by the
+/// caller), in bulk.
+#[inline(never)]
+fn measured_bulk_scans(
+    tree: &Tree<'_>,
+    starts: &[u64],
+    out: &mut Vec<(u64, u64)>,
+    counts: &mut Vec<usize>,
+) {
+    for i in 0..counts.capacity() {
+        let start = starts[i % starts.len()];
+        let got = tree.range(black_box(start)..).next_into(out, SCAN_KEYS);
+        counts.push(got.expect("scan"));
+    }
+}
+
+/// Pairs of bulk scans, checked to ascend from each scan's start.
+fn check_bulk_scans(starts: &[u64], pairs: &[(u64, u64)], counts: &[usize]) -> usize {
+    let mut at = 0;
+    for (i, &n) in counts.iter().enumerate() {
+        let scan = &pairs[at..at + n];
+        assert!(
+            scan.first()
+                .is_some_and(|&(k, _)| k == starts[i % starts.len()]),
+            "scan missed its start"
+        );
+        assert!(
+            scan.windows(2).all(|w| w[0].0 < w[1].0),
+            "scan out of order"
+        );
+        at += n;
+    }
+    at
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: fastfair_ops get|scan CALLS (env KEYS: keys prefilled, 1M)";
+    let usage = "usage: fastfair_ops get|scan|bulk-scan CALLS (env KEYS: keys prefilled, 1M)";
     let op = args.get(1).ok_or(usage)?.clone();
     let calls: usize = args.get(2).ok_or(usage)?.parse()?;
     let prefill: usize = std::env::var("KEYS").map_or(Ok(1_000_000), |k| k.parse())?;
@@ -102,6 +141,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "scan" => {
             let pairs = measured_scans(&tree, &present, calls);
             println!("{pairs} pairs");
+            calls
+        }
+        "bulk-scan" => {
+            let (mut out, mut counts) = (
+                Vec::with_capacity(calls * SCAN_KEYS),
+                Vec::with_capacity(calls),
+            );
+            measured_bulk_scans(&tree, &present, &mut out, &mut counts);
+            println!("{} pairs", check_bulk_scans(&present, &out, &counts));
             calls
         }
         _ => return Err(usage.into()),

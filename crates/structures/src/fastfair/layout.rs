@@ -280,11 +280,11 @@ impl<'a> NodeView<'a> {
         self.capacity
     }
 
-    /// Hint the CPU to fetch every line of the node: a search then waits for one miss, not
-    /// one per probe.
+    /// Hint the CPU to fetch every entry line of the node: a search then waits for one miss,
+    /// not one per probe. The header line is left out: the reader loads it at once anyway.
     #[inline]
     pub(super) fn prefetch(&self) {
-        let mut word = 0;
+        let mut word = HEADER_WORDS;
         // A plain loop (not `step_by`): the bound `word < len` lets the view's own range check
         // fold away.
         while word < self.words.len() {
@@ -353,6 +353,24 @@ impl<'a> NodeView<'a> {
         // SAFETY: as for `key_unchecked`: the value word, `key_word(slot) + 1`, is at most
         // `key_word(capacity) - 1 < words.len()`.
         unsafe { self.words.load_unchecked(key_word(slot) + 1) }
+    }
+
+    /// The child of an internal node left of slot `slot`: the leftmost child for slot 0, else
+    /// the value of slot `slot - 1`. One load from a selected word, no branch: for the
+    /// lock-free descent, where `slot` is an upper bound just searched.
+    ///
+    /// # Safety
+    ///
+    /// `slot <= self.capacity()`.
+    #[inline]
+    pub(super) unsafe fn child_left_of_unchecked(&self, slot: usize) -> u64 {
+        // `key_word(slot) - 1` is the value word of slot `slot - 1` when `slot >= 1`.
+        let word =
+            std::hint::select_unpredictable(slot == 0, (LEFTMOST / 8) as usize, key_word(slot) - 1);
+        // SAFETY: `word` is the leftmost word (in the header) or, for `1 <= slot <= capacity`,
+        // at most `key_word(capacity) - 1`, the last value word; the view holds exactly the
+        // header and `capacity` entries (`NodeShape::of`, the only maker of a shape).
+        unsafe { self.words.load_unchecked(word) }
     }
 
     /// The node as stored, a transient duplicate dropped (the right copy kept).

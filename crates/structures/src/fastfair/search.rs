@@ -1,13 +1,55 @@
 //! Lock-free reads: the in-node binary search, and descents from the root validated by the
 //! node's stripe version and the structure version (see the module docs, "Concurrency").
+//!
+//! The hot paths (a lookup's descent, a scan's leaf reads) are compiled once per node size
+//! ([`by_shape`]), so a node's size, entry count and search probes are constants in them.
 
 use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
-use super::layout::NodeView;
+use super::layout::{NodeShape, NodeView};
 use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
+
+/// Evaluate `$body` with `$shape` bound to the tree's node shape, in a copy per valid node size
+/// where the shape is a constant (the sizes [`FastFair::create`] and [`FastFair::open`]
+/// accept); any other size, which a handle never has, gets the shape as loaded.
+macro_rules! by_shape {
+    ($tree:expr, $shape:ident => $body:expr) => {
+        match $tree.node_size {
+            128 => {
+                let $shape = NodeShape::of(128);
+                $body
+            }
+            256 => {
+                let $shape = NodeShape::of(256);
+                $body
+            }
+            512 => {
+                let $shape = NodeShape::of(512);
+                $body
+            }
+            1024 => {
+                let $shape = NodeShape::of(1024);
+                $body
+            }
+            2048 => {
+                let $shape = NodeShape::of(2048);
+                $body
+            }
+            4096 => {
+                let $shape = NodeShape::of(4096);
+                $body
+            }
+            _ => {
+                let $shape = $tree.shape;
+                $body
+            }
+        }
+    };
+}
+pub(super) use by_shape;
 
 /// The in-node search. Keys are sorted and free slots ([`EMPTY_KEY`]) sort last, so a search
 /// over every slot needs no entry count.
@@ -16,10 +58,10 @@ impl NodeView<'_> {
     /// binary search without data-dependent branches: the probes' lines are already being
     /// fetched, so a mispredicted branch per probe would cost more than the compare.
     ///
-    /// Each valid node size gets its own copy with the capacity a constant, so the compiler
-    /// unrolls the search into its probes (a load, a compare and a select each) instead of
-    /// running the loop's arithmetic per probe.
-    #[inline]
+    /// Always inlined: where the view's shape is a constant ([`by_shape`]) the match below
+    /// folds to one arm and the search unrolls into its probes (a load, a compare and a
+    /// select each); elsewhere each node size still gets its own unrolled copy.
+    #[inline(always)]
     fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
         // Each arm passes the capacity it matched: the view's own.
         match self.capacity() {
@@ -41,7 +83,7 @@ impl NodeView<'_> {
     }
 
     /// The binary search over the first `capacity` slots. Inlined into each arm of
-    /// [`Self::partition`], where `capacity` is a constant.
+    /// [`Self::partition`], where `capacity` is a constant. The result is at most `capacity`.
     ///
     /// The probes read keys without a range check: the view was checked once, and every probe
     /// is below the capacity (the loop keeps `base + size <= capacity`, and `half < size`).
@@ -70,15 +112,16 @@ impl NodeView<'_> {
         base + usize::from(below(unsafe { self.key_unchecked(base) }))
     }
 
-    /// The first slot whose key is above `key` (free slots count as above every key). Of a
-    /// transient duplicate, the slot before the result is the right copy.
-    #[inline]
+    /// The first slot whose key is above `key` (free slots count as above every key), at most
+    /// the capacity. Of a transient duplicate, the slot before the result is the right copy.
+    #[inline(always)]
     pub(super) fn upper_bound(&self, key: u64) -> usize {
         self.partition(|k| k <= key)
     }
 
-    /// The first slot whose key is at or above `key` (free slots count as above every key).
-    #[inline]
+    /// The first slot whose key is at or above `key` (free slots count as above every key),
+    /// at most the capacity.
+    #[inline(always)]
     pub(super) fn lower_bound(&self, key: u64) -> usize {
         self.partition(|k| k < key)
     }
@@ -90,12 +133,11 @@ impl NodeView<'_> {
     }
 
     /// The child of this internal node that covers `key`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn child_for(&self, key: u64) -> u64 {
-        match self.upper_bound(key) {
-            0 => self.leftmost(),
-            ub => self.value(ub - 1),
-        }
+        let ub = self.upper_bound(key);
+        // SAFETY: an upper bound is at most the capacity.
+        unsafe { self.child_left_of_unchecked(ub) }
     }
 
     /// The slot of `key` in this leaf (the right copy of a transient duplicate), if there.
@@ -105,22 +147,42 @@ impl NodeView<'_> {
         (ub > 0 && self.key(ub - 1) == key).then(|| ub - 1)
     }
 
-    /// The value of `key` in this leaf, if there.
-    #[inline]
+    /// The value of `key` in this leaf (the right copy of a transient duplicate), if there.
+    #[inline(always)]
     fn leaf_value(&self, key: u64) -> Option<u64> {
         let ub = self.upper_bound(key);
-        (ub > 0 && self.key(ub - 1) == key).then(|| self.value(ub - 1))
+        if ub == 0 {
+            return None;
+        }
+        let slot = ub - 1;
+        // SAFETY: `slot < ub`, and an upper bound is at most the capacity.
+        let found = unsafe { self.key_unchecked(slot) } == key;
+        // SAFETY: as above.
+        found.then(|| unsafe { self.value_unchecked(slot) })
     }
 }
 
-/// What one validated step of a lock-free descent found.
+/// What one node's read tells a descent.
 pub(super) enum Step {
-    /// Go right: the key is at or above this node's high key.
-    Right(u64),
-    /// Go down to this child.
-    Down(u64),
-    /// A leaf: the value, if the key is there.
+    /// Go on to this node: the sibling (the key is at or above the node's high key) or the
+    /// child that covers the key.
+    Next(u64),
+    /// This node is the key's leaf; the key's value there if asked for and present.
     Leaf(Option<u64>),
+}
+
+/// One step of a lock-free descent toward `key` at the node `view` shows (its read to be
+/// validated by the caller). At a leaf, the key's value is looked up if `VALUE`.
+#[inline(always)]
+pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
+    view.prefetch();
+    if key >= view.high() {
+        return Step::Next(view.sibling());
+    }
+    if view.level() == 0 {
+        return Step::Leaf(if VALUE { view.leaf_value(key) } else { None });
+    }
+    Step::Next(view.child_for(key))
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -129,98 +191,58 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         if key == EMPTY_KEY {
             return Err(FastFairError::ReservedKey(RESERVED));
         }
-        self.lock_free_get(key)
-    }
-
-    /// One step of a lock-free descent at `node`.
-    pub(super) fn step(&self, node: u64, key: u64) -> Result<Step, PoolError> {
-        // One range check for the whole node, then every line asked for at once.
-        let view = self.view(node)?;
-        view.prefetch();
-        if key >= view.high() {
-            return Ok(Step::Right(view.sibling()));
-        }
-        if view.level() == 0 {
-            Ok(Step::Leaf(view.leaf_value(key)))
-        } else {
-            Ok(Step::Down(view.child_for(key)))
-        }
-    }
-
-    /// Walk from the root to `key`'s leaf, validating each node, restarting after a change.
-    fn lock_free_get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
-        'restart: loop {
-            let structure = self.structure_version.read_begin();
-            let mut node = self.root_node()?;
-            let mut steps = 0;
-            loop {
-                steps += 1;
-                if steps > self.step_limit() {
-                    return Err(self.corrupt(format!("a lookup of {key} does not end")));
-                }
-                let stripe = Self::stripe_index(node);
-                let seen = self.stripes.read_begin(stripe);
-                let outcome = self.step(node, key);
-                #[cfg(test)]
-                super::interleave::at(super::interleave::Point::Read(node));
-                let valid = self.stripes.read_valid(stripe, seen)
-                    && self.structure_version.read_valid(structure);
-                #[cfg(test)]
-                super::interleave::at(super::interleave::Point::Validated(valid));
-                if !valid {
-                    continue 'restart;
-                }
-                match outcome? {
-                    Step::Leaf(value) => return Ok(value),
-                    Step::Down(child) | Step::Right(child) if child != 0 => node = child,
-                    _ => {
-                        return Err(
-                            self.corrupt(format!("node {node:#x} has a null link for {key}"))
-                        )
-                    }
-                }
-            }
-        }
+        by_shape!(self, shape => self.descend::<true>(shape, key)).map(|(_, value, _)| value)
     }
 
     /// The leaf that covers `key`, found without a lock, and the structure version it was
     /// found under.
     pub(super) fn lock_free_leaf(&self, key: u64) -> Result<(u64, u64), FastFairError> {
+        by_shape!(self, shape => self.descend::<false>(shape, key))
+            .map(|(leaf, _, structure)| (leaf, structure))
+    }
+
+    /// Walk from the root to `key`'s leaf, validating each node's read by its stripe version
+    /// and the structure version, restarting after a change. Returns the leaf, the key's value
+    /// there if `VALUE` (read and validated with the leaf), and the structure version of the
+    /// walk.
+    ///
+    /// Always inlined into its callers' arms of [`by_shape`], where `shape` is a constant.
+    #[inline(always)]
+    fn descend<const VALUE: bool>(
+        &self,
+        shape: NodeShape,
+        key: u64,
+    ) -> Result<(u64, Option<u64>, u64), FastFairError> {
+        let pool = self.pool();
+        let step_limit = self.step_limit;
         'restart: loop {
             let structure = self.structure_version.read_begin();
             let mut node = self.root_node()?;
             let mut steps = 0;
             loop {
                 steps += 1;
-                if steps > self.step_limit() {
+                if steps > step_limit {
                     return Err(self.corrupt(format!("a descent to {key} does not end")));
                 }
-                let stripe = Self::stripe_index(node);
-                let seen = self.stripes.read_begin(stripe);
-                let outcome = (|| -> Result<Option<u64>, PoolError> {
-                    let view = self.view(node)?;
-                    view.prefetch();
-                    if key >= view.high() {
-                        return Ok(Some(view.sibling()));
-                    }
-                    if view.level() == 0 {
-                        return Ok(None);
-                    }
-                    Ok(Some(view.child_for(key)))
-                })();
-                if !self.stripes.read_valid(stripe, seen)
-                    || !self.structure_version.read_valid(structure)
-                {
+                let stripe = self.stripes.reader(Self::stripe_index(node));
+                let seen = stripe.read_begin();
+                let read = NodeView::new(pool, node, shape).map(|view| step::<VALUE>(&view, key));
+                #[cfg(test)]
+                super::interleave::at(super::interleave::Point::Read(node));
+                let valid = stripe.read_valid(seen) && self.structure_version.read_valid(structure);
+                #[cfg(test)]
+                super::interleave::at(super::interleave::Point::Validated(valid));
+                if !valid {
                     continue 'restart;
                 }
-                match outcome? {
-                    None => return Ok((node, structure)),
-                    Some(0) => {
+                match read? {
+                    Step::Leaf(found) => return Ok((node, found, structure)),
+                    Step::Next(0) => {
                         return Err(
                             self.corrupt(format!("node {node:#x} has a null link for {key}"))
                         )
                     }
-                    Some(next) => node = next,
+                    Step::Next(next) => node = next,
                 }
             }
         }
@@ -253,15 +275,16 @@ mod tests {
         assert_eq!(tree.height().unwrap(), 2, "the leaf split");
         let sibling = heap.pool().load_u64(sibling_offset(leaf)).unwrap();
         assert_ne!(sibling, 0);
-        match tree.step(leaf, 35).unwrap() {
-            Step::Right(next) => assert_eq!(next, sibling),
-            _ => panic!("a key above the high key must go right"),
+        let read = |node: u64, key: u64| {
+            let view = tree.view(node).unwrap();
+            step::<true>(&view, key)
+        };
+        match read(leaf, 35) {
+            Step::Next(next) => assert_eq!(next, sibling),
+            Step::Leaf(_) => panic!("a key above the high key must go right"),
         }
-        assert!(matches!(
-            tree.step(sibling, 35).unwrap(),
-            Step::Leaf(Some(99))
-        ));
-        assert!(matches!(tree.step(leaf, 0).unwrap(), Step::Leaf(Some(0))));
+        assert!(matches!(read(sibling, 35), Step::Leaf(Some(99))));
+        assert!(matches!(read(leaf, 0), Step::Leaf(Some(0))));
     }
 
     /// A key below every key of its leaf has no slot: the search must not compute one (the
@@ -284,6 +307,57 @@ mod tests {
             assert_eq!(tree.upsert(5, 1).unwrap(), None);
             assert_eq!(tree.remove(5).unwrap(), Some(1));
             assert_eq!(tree.len(), 4);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// The unrolled binary searches agree with a linear scan of the slots, for every node
+        /// size, on sorted keys with neighbouring duplicates (the right copy wins) and free
+        /// slots after them.
+        #[test]
+        fn the_in_node_search_matches_a_linear_model(
+            mut keys in proptest::collection::vec(0u64..40, 0..252),
+            probes in proptest::collection::vec(0u64..42, 1..16),
+        ) {
+            keys.sort_unstable();
+            let heap = heap();
+            // A node of the largest size, viewed as each size in turn.
+            let at = heap
+                .transaction(|tx| Ok::<_, pmem_undo_log::TxError>(tx.alloc(4096)?.offset()))
+                .unwrap();
+            for node_size in [128u64, 256, 512, 1024, 2048, 4096] {
+                let capacity = super::super::layout::capacity(node_size);
+                let used = &keys[..keys.len().min(capacity)];
+                let entries: Vec<(u64, u64)> =
+                    used.iter().enumerate().map(|(i, &k)| (k, 1000 + i as u64)).collect();
+                let image = super::super::layout::NodeImage {
+                    level: 1,
+                    sibling: 0,
+                    leftmost: 7,
+                    high: EMPTY_KEY,
+                    entries: entries.clone(),
+                };
+                let _written = heap.pool().write(at, &image.bytes(node_size)).unwrap();
+                let view = NodeView::new(
+                    heap.pool(),
+                    at,
+                    super::super::layout::NodeShape::of(node_size),
+                )
+                .unwrap();
+                for &k in &probes {
+                    let upper = entries.iter().filter(|e| e.0 <= k).count();
+                    let lower = entries.iter().filter(|e| e.0 < k).count();
+                    proptest::prop_assert_eq!(view.upper_bound(k), upper);
+                    proptest::prop_assert_eq!(view.lower_bound(k), lower);
+                    let value = entries.iter().rev().find(|e| e.0 == k).map(|e| e.1);
+                    proptest::prop_assert_eq!(view.leaf_value(k), value);
+                    let child = if upper == 0 { 7 } else { entries[upper - 1].1 };
+                    proptest::prop_assert_eq!(view.child_for(k), child);
+                }
+                proptest::prop_assert_eq!(view.count(), entries.len());
+            }
         }
     }
 }

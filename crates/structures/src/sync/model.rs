@@ -82,9 +82,10 @@ impl Outcomes {
 
 /// Read `pair` as a lock-free reader of stripe 0 does, recording the read if it validates.
 fn read_stripe(stripes: &Stripes, pair: &Pair, outcomes: &Outcomes) {
-    let seen = stripes.read_begin(0);
+    let stripe = stripes.reader(0);
+    let seen = stripe.read_begin();
     let read = pair.read();
-    if stripes.read_valid(0, seen) {
+    if stripe.read_valid(seen) {
         outcomes.record(read);
     }
 }

@@ -12,7 +12,7 @@
 //!   keys may move between stripes, so one stripe's share can go below zero; the sum of all
 //!   shares is the structure's count).
 //!
-//! Readers that take no lock use [`Stripes::read_begin`] and [`Stripes::read_valid`] around
+//! Readers that take no lock use a [`Stripes::reader`]'s `read_begin` and `read_valid` around
 //! their reads, in the manner of a sequence lock.
 
 use crossbeam_utils::CachePadded;
@@ -85,26 +85,13 @@ impl Stripes {
         (0..self.len()).map(|i| self.lock(i)).collect()
     }
 
-    /// Wait until no change of stripe `i` runs and return its version (the lock bit does not
-    /// count: a holder that changes nothing leaves readers valid).
+    /// Stripe `i`'s version word, for a lock-free read section ([`StripeReader::read_begin`]
+    /// and [`StripeReader::read_valid`] around its reads); the stripe is indexed once.
     #[inline]
-    pub(crate) fn read_begin(&self, i: usize) -> u64 {
-        let word = &self.stripes[i].word;
-        loop {
-            let v = word.load(Ordering::Acquire);
-            if v & CHANGING == 0 {
-                return v & !LOCKED;
-            }
-            spin_loop();
+    pub(crate) fn reader(&self, i: usize) -> StripeReader<'_> {
+        StripeReader {
+            word: &self.stripes[i].word,
         }
-    }
-
-    /// Whether stripe `i`'s version still reads `seen` after this thread's reads: if so, no
-    /// change of the stripe overlapped them.
-    #[inline]
-    pub(crate) fn read_valid(&self, i: usize, seen: u64) -> bool {
-        fence(Ordering::Acquire);
-        self.stripes[i].word.load(Ordering::Relaxed) & !LOCKED == seen
     }
 
     /// The structure's key count: the wrapping sum of every stripe's share.
@@ -120,6 +107,35 @@ impl Stripes {
         for (i, s) in self.stripes.iter().enumerate() {
             s.count.store(if i == 0 { n } else { 0 }, Ordering::Relaxed);
         }
+    }
+}
+
+/// One stripe's version word, for lock-free readers ([`Stripes::reader`]).
+#[derive(Clone, Copy)]
+pub(crate) struct StripeReader<'a> {
+    word: &'a AtomicU64,
+}
+
+impl StripeReader<'_> {
+    /// Wait until no change of the stripe runs and return its version (the lock bit does not
+    /// count: a holder that changes nothing leaves readers valid).
+    #[inline]
+    pub(crate) fn read_begin(self) -> u64 {
+        loop {
+            let v = self.word.load(Ordering::Acquire);
+            if v & CHANGING == 0 {
+                return v & !LOCKED;
+            }
+            spin_loop();
+        }
+    }
+
+    /// Whether the stripe's version still reads `seen` after this thread's reads: if so, no
+    /// change of the stripe overlapped them.
+    #[inline]
+    pub(crate) fn read_valid(self, seen: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.word.load(Ordering::Relaxed) & !LOCKED == seen
     }
 }
 
@@ -245,32 +261,32 @@ mod tests {
     #[test]
     fn readers_see_a_change_but_not_a_lock_alone() {
         let stripes = Stripes::new(1);
-        let seen = stripes.read_begin(0);
+        let seen = stripes.reader(0).read_begin();
         let guard = stripes.lock(0);
         assert!(
-            stripes.read_valid(0, seen),
+            stripes.reader(0).read_valid(seen),
             "taking the lock changed nothing"
         );
         stripes.change_begin_held(0);
         assert!(
-            !stripes.read_valid(0, seen),
+            !stripes.reader(0).read_valid(seen),
             "a change in progress went unseen"
         );
         stripes.change_end_held(0);
         assert!(
-            !stripes.read_valid(0, seen),
+            !stripes.reader(0).read_valid(seen),
             "a finished change went unseen"
         );
         drop(guard);
-        let after = stripes.read_begin(0);
+        let after = stripes.reader(0).read_begin();
         assert_ne!(after, seen);
-        assert!(stripes.read_valid(0, after));
+        assert!(stripes.reader(0).read_valid(after));
     }
 
     #[test]
     fn a_change_cut_short_by_a_panic_releases_readers() {
         let stripes = Stripes::new(1);
-        let seen = stripes.read_begin(0);
+        let seen = stripes.reader(0).read_begin();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _guard = stripes.lock(0);
             stripes.change_begin_held(0);
@@ -278,7 +294,7 @@ mod tests {
         }));
         assert!(result.is_err());
         // read_begin would spin forever on a CHANGING bit left behind.
-        let after = stripes.read_begin(0);
+        let after = stripes.reader(0).read_begin();
         assert_ne!(after, seen);
         drop(stripes.lock(0));
     }

@@ -38,11 +38,13 @@ pub enum TxError {
         supported: u32,
     },
     /// The heap was made by an older version of this library, whose lane logs had another
-    /// format (no allocator intents): its logs are not read by rules they were not written for.
+    /// format (version 2: no allocator intents; version 3: a checksum per entry rather than per
+    /// group): its logs are not read by rules they were not written for.
     #[error(
         "the undo-log heap is version {found}, whose lane logs this library cannot read (it \
-         reads version {supported}, which logs allocator changes as intents): open the pool with \
-         the release that made it and copy its data out, or create the pool anew"
+         reads version {supported}, which logs allocator changes as intents and checksums each \
+         batch of entries once): open the pool with the release that made it and copy its data \
+         out, or create the pool anew"
     )]
     OutdatedLogFormat {
         /// The superblock's version.

@@ -54,6 +54,28 @@ struct Counters {
 thread_local! {
     /// The open transaction of each heap on this thread, for flattening nested calls.
     static ACTIVE: RefCell<Vec<(u64, Rc<RefCell<TxState>>)>> = const { RefCell::new(Vec::new()) };
+    /// The state of this thread's last ended transaction, kept for the next one: its buffers
+    /// (log encoding, snapshot and write lists) keep their capacity, so a transaction allocates
+    /// nothing once the thread's earlier ones have sized them.
+    static SPARE: RefCell<Option<Rc<RefCell<TxState>>>> = const { RefCell::new(None) };
+}
+
+/// A state for a new transaction on `log`: this thread's spare one if it has one.
+fn fresh_state(log: crate::lane::OpenLog) -> Rc<RefCell<TxState>> {
+    match SPARE.with(|s| s.borrow_mut().take()) {
+        Some(state) => {
+            state.borrow_mut().restart(log);
+            state
+        }
+        None => Rc::new(RefCell::new(TxState::new(log))),
+    }
+}
+
+/// Keep the state of an ended transaction as this thread's spare, if no handle holds it still.
+fn keep_spare(state: Rc<RefCell<TxState>>) {
+    if Rc::strong_count(&state) == 1 {
+        SPARE.with(|s| *s.borrow_mut() = Some(state));
+    }
 }
 
 fn next_heap_id() -> u64 {
@@ -268,7 +290,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
             }
         };
         let before = thread_stats();
-        let state = Rc::new(RefCell::new(TxState::new(log)));
+        let state = fresh_state(log);
         ACTIVE.with(|a| a.borrow_mut().push((self.id, state.clone())));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             f(&Tx {
@@ -290,6 +312,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
             Ok(Err(user_error)) => {
                 let rolled_back = tx::abort(self.parts(), &mut st);
                 self.finish(lane, before, st.nt_t_fences, false);
+                drop(st);
+                keep_spare(state);
                 return match rolled_back {
                     Ok(()) => Err(user_error),
                     Err(e) => Err(E::from(e)),
@@ -306,6 +330,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
             }
         };
         self.finish(lane, before, st.nt_t_fences, result.is_ok());
+        drop(st);
+        keep_spare(state);
         result.map_err(E::from)
     }
 

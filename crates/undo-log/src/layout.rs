@@ -24,7 +24,9 @@
 //! refused with [`TxError::OutdatedSuperblock`] rather than opened under a guessed policy.
 //! Version 2 heaps' lane logs held no allocator intents (their transactions logged allocator
 //! words at commit, `lane/entry.rs`): they are refused with [`TxError::OutdatedLogFormat`],
-//! since a log their release left mid-transaction would be rolled back by other rules.
+//! since a log their release left mid-transaction would be rolled back by other rules. Version 3
+//! heaps' lane logs checksummed each entry on its own, where version 4 checksums each group of
+//! entries (one batch) once: refused the same way, since their logs do not read as groups.
 
 use pmem_ordering::{Backend, MagicText, Pool};
 
@@ -35,10 +37,12 @@ use crate::TxError;
 /// The superblock's magic.
 const MAGIC: [u8; 8] = *b"PMUNDO01";
 /// The superblock format version: 2 records the fence policy; 3 has allocator intents in the
-/// lane logs.
-const VERSION: u32 = 3;
+/// lane logs; 4 checksums the lane logs' entries by group (`lane/entry.rs`).
+const VERSION: u32 = 4;
 /// The last version whose lane logs had no allocator intents.
 const VERSION_WITHOUT_INTENTS: u32 = 2;
+/// The last version whose lane log entries each carried their own checksum.
+const VERSION_WITH_ENTRY_CHECKSUMS: u32 = 3;
 /// The last version that did not record the fence policy.
 const VERSION_WITHOUT_POLICY: u32 = 1;
 /// Byte offset of the fence policy's code in the superblock.
@@ -232,7 +236,7 @@ impl Layout {
                 supported: VERSION,
             });
         }
-        if version == VERSION_WITHOUT_INTENTS {
+        if version == VERSION_WITHOUT_INTENTS || version == VERSION_WITH_ENTRY_CHECKSUMS {
             return Err(TxError::OutdatedLogFormat {
                 found: version,
                 supported: VERSION,

@@ -33,6 +33,9 @@ use self::entry::{entry_size, Entry, Undo, ENTRY_HEADER, INTENT_SIZE};
 /// Bytes of a lane's header (one cache line holding the committed generation).
 pub(crate) const HEADER_BYTES: u64 = 64;
 
+/// The largest encoding buffer a finished transaction hands on to the next one.
+const KEPT_BUFFER_BYTES: usize = 1 << 20;
+
 /// Where one lane lives in the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lane {
@@ -160,6 +163,24 @@ pub(crate) struct OpenLog {
 }
 
 impl OpenLog {
+    /// Take over the scratch buffers of `finished` (a log whose transaction has ended), emptied:
+    /// a thread's transactions then reuse one set of buffers instead of allocating their own.
+    pub(crate) fn reuse_buffers(&mut self, finished: OpenLog) {
+        let OpenLog {
+            mut buf,
+            mut restored_words,
+            ..
+        } = finished;
+        buf.clear();
+        restored_words.clear();
+        // A transaction that logged a large range leaves a large buffer: not kept for ever.
+        if buf.capacity() > KEPT_BUFFER_BYTES {
+            buf = Vec::new();
+        }
+        self.buf = buf;
+        self.restored_words = restored_words;
+    }
+
     /// Snapshot `[offset, offset + len)` (a range the caller has checked lies in the pool) as
     /// the next entry, written with non-temporal stores. Returns the entry's token, which the
     /// caller must order before it overwrites the range. Refuses, writing nothing, a snapshot
@@ -194,8 +215,8 @@ impl OpenLog {
         let mut needed = 0;
         for &(_, len) in ranges {
             let size = entry_size(len);
-            // Bit 31 of an entry's length marks an intent: no snapshot reaches it.
-            if size > capacity || len >= 1 << 31 {
+            // Bits 30 and 31 of an entry's length are flags: no snapshot reaches them.
+            if size > capacity || len >= entry::SNAPSHOT_LEN_LIMIT {
                 return Err(TxError::SnapshotTooLarge {
                     len,
                     capacity: capacity - ENTRY_HEADER,
@@ -216,14 +237,17 @@ impl OpenLog {
                 pool.prefetch(offset, len);
             }
         }
+        // The buffer lives as long as the transaction's state, which the heap reuses: after
+        // the first transactions it has room, and encoding allocates nothing.
         self.buf.clear();
-        for &(offset, len) in ranges {
-            let at = entry::push_header(&mut self.buf, self.generation, offset, len);
-            let old = self.buf.len();
-            self.buf.resize(old + len as usize, 0);
-            pool.read_bytes(offset, &mut self.buf[old..])?;
-            entry::finish(&mut self.buf, at);
+        self.buf.reserve(needed as usize);
+        for (i, &(offset, len)) in ranges.iter().enumerate() {
+            let continued = i + 1 < ranges.len();
+            let body = entry::push_snapshot(&mut self.buf, self.generation, offset, len, continued);
+            pool.read_bytes(offset, &mut self.buf[body..body + len as usize])?;
         }
+        // One group, one checksum (see `entry`).
+        entry::seal_group(&mut self.buf);
         // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
         // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
         // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).

@@ -130,3 +130,31 @@ fn the_scan_stops_at_a_torn_or_stale_entry() {
     // The next generation finds none of them: they are stale.
     assert!(lane.scan(&pool, generation + 1).unwrap().is_empty());
 }
+
+#[test]
+fn a_batch_is_one_group_and_a_torn_entry_drops_the_whole_group() {
+    let pool = Pool::anonymous("lane-group", 1 << 20, &PoolOptions::new()).unwrap();
+    let heap = Heap::create(&pool, config(1, 1024, 16 << 10), FencePolicy::Batched).unwrap();
+    let root = pool.root_offset();
+    let lane = heap.layout().lane(0);
+    let log = heap.layout().lane_log(0);
+    for (at, len) in [(0u64, 16u64), (64, 8), (128, 8), (192, 8)] {
+        let _ = pool.write(root + at, &pattern(at, len as usize)).unwrap();
+    }
+    let mut open = lane.begin(&pool).unwrap();
+    let _ = open
+        .append_many(&pool, &[(root, 16), (root + 64, 8), (root + 128, 8)])
+        .unwrap();
+    let _ = open.append(&pool, root + 192, 8).unwrap();
+    let generation = lane.committed_generation(&pool).unwrap().wrapping_add(1);
+    let found = lane.scan(&pool, generation).unwrap();
+    let offsets: Vec<u64> = found.iter().map(|e| e.offset).collect();
+    assert_eq!(offsets, [root, root + 64, root + 128, root + 192]);
+    assert_eq!(found[2].undo, entry::Undo::Restore(pattern(128, 8)));
+    // A flipped byte in the batch's last entry: the batch's one checksum fails, so none of its
+    // entries is trusted, and the scan ends there, before the entry after the batch.
+    let third = log + entry::entry_size(16) + entry::entry_size(8);
+    let flipped = bytes(&pool, third + entry::ENTRY_HEADER, 1)[0] ^ 0xFF;
+    let _ = pool.write(third + entry::ENTRY_HEADER, &[flipped]).unwrap();
+    assert!(lane.scan(&pool, generation).unwrap().is_empty());
+}

@@ -153,7 +153,7 @@ fn a_version_1_superblock_without_a_policy_is_refused_as_outdated() {
         Err(
             e @ TxError::OutdatedSuperblock {
                 found: 1,
-                supported: 3,
+                supported: 4,
             },
         ) => {
             assert!(
@@ -175,11 +175,28 @@ fn a_version_2_heap_whose_logs_hold_no_intents_is_refused_as_outdated() {
         Err(
             e @ TxError::OutdatedLogFormat {
                 found: 2,
-                supported: 3,
+                supported: 4,
             },
         ) => assert!(e.to_string().contains("lane logs"), "{e}"),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened a version 2 heap with this version's log rules"),
+    }
+}
+
+#[test]
+fn a_version_3_heap_whose_entries_carry_their_own_checksums_is_refused_as_outdated() {
+    let pool = anonymous_pool(LAYOUT, 1 << 20);
+    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
+    set_superblock_version(&pool, 3);
+    match Heap::open(&*pool) {
+        Err(
+            e @ TxError::OutdatedLogFormat {
+                found: 3,
+                supported: 4,
+            },
+        ) => assert!(e.to_string().contains("checksums each batch"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened a version 3 heap with this version's log rules"),
     }
 }
 
@@ -191,7 +208,7 @@ fn a_superblock_policy_code_that_names_no_policy_is_refused() {
     let w = pool.write(at + 64, &9u64.to_le_bytes()).unwrap();
     let _ = pool.persist(w);
     // A valid checksum over the bad code, so the code itself is what is refused.
-    set_superblock_version(&pool, 3);
+    set_superblock_version(&pool, 4);
     match Heap::open(&*pool) {
         Err(e @ TxError::BadSuperblock { .. }) => {
             assert!(e.to_string().contains("fence policy code 9"), "{e}")

@@ -164,6 +164,12 @@ pub(super) fn line_of(slot: usize) -> u64 {
     (HEADER + ENTRY * slot as u64) / LINE
 }
 
+/// The first slot of the cache line that holds `slot` (the entry area starts on a line).
+#[inline]
+pub(super) fn first_slot_of_line(slot: usize) -> usize {
+    slot - slot % ENTRIES_PER_LINE
+}
+
 /// The level word of the node at `node`, checked as one word: for a node pointer not yet
 /// known to be a whole node (the root, at the start of a walk).
 pub(super) fn level_word<B: Backend>(pool: &Pool<B>, node: u64) -> Result<u64, PoolError> {
@@ -280,6 +286,12 @@ impl<'a> NodeView<'a> {
         self.capacity
     }
 
+    /// Words of the node (header and entries).
+    #[inline]
+    pub(super) fn words(&self) -> usize {
+        self.words.len()
+    }
+
     /// Hint the CPU to fetch every line of the node: a search then waits for one miss, not
     /// one per probe.
     #[inline]
@@ -379,9 +391,9 @@ impl<'a> NodeView<'a> {
     }
 }
 
-/// Index of slot `slot`'s key among a node's words.
+/// Index of slot `slot`'s key among a node's words (its value is the next word).
 #[inline]
-const fn key_word(slot: usize) -> usize {
+pub(super) const fn key_word(slot: usize) -> usize {
     HEADER_WORDS + 2 * slot
 }
 
@@ -472,6 +484,11 @@ mod tests {
         assert_eq!(line_of(ENTRIES_PER_LINE - 1), 1);
         assert_eq!(line_of(ENTRIES_PER_LINE), 2);
         assert_eq!(line_of(27), 7);
+        for slot in 0..64 {
+            let first = first_slot_of_line(slot);
+            assert_eq!(line_of(first), line_of(slot));
+            assert!(first == 0 || line_of(first - 1) < line_of(slot));
+        }
     }
 
     #[test]

@@ -252,6 +252,15 @@ pub fn cache_lines(addr: usize, len: usize) -> impl Iterator<Item = usize> {
     (first..end).step_by(CACHE_LINE)
 }
 
+/// How many lines [`cache_lines`] yields for `[addr, addr + len)`, without walking them.
+#[inline]
+pub fn cache_line_count(addr: usize, len: usize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    (addr + len - 1) / CACHE_LINE - addr / CACHE_LINE + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +282,7 @@ mod tests {
             let flushed_set: BTreeSet<usize> = flushed.iter().copied().collect();
             prop_assert_eq!(flushed.len(), flushed_set.len(), "a line was flushed twice");
             prop_assert_eq!(flushed_set, expected);
+            prop_assert_eq!(cache_line_count(addr, len), flushed.len());
         }
 
         /// Streaming copies land every byte, whatever the alignment, with every copy kind.

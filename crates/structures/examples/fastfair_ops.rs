@@ -14,9 +14,10 @@
 //!
 //! Gets look up present keys; a scan takes the first 100 pairs from a present key on; inserts
 //! add keys not in the tree, some of which split a leaf (`callgrind_annotate --inclusive=yes`
-//! tells the splits' share: `split_insert`; the run prints how many splits it made). Outside valgrind it prints the rate. A
-//! measurement driver, not a test: it checks only that every lookup found its key, every scan
-//! returned ascending keys from its start and every insert added its key.
+//! tells the splits' share, `split_insert`; the run prints how many splits it made). Outside
+//! valgrind it prints the rate. A measurement driver, not a test: it checks only that every
+//! lookup found its key, every scan returned ascending keys from its start and every insert
+//! added its key.
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -240,15 +240,12 @@ pub(super) fn push_entry_words(
     entries: &[(u64, u64)],
     slots: std::ops::Range<usize>,
 ) {
-    out.reserve(2 * slots.len());
-    let used = slots.start.min(entries.len())..slots.end.min(entries.len());
-    for &(k, v) in &entries[used.clone()] {
-        out.push(k.to_le());
-        out.push(v.to_le());
-    }
-    for _ in used.end.max(slots.start)..slots.end {
-        out.push(EMPTY_KEY.to_le());
-        out.push(0);
+    let start = out.len();
+    out.resize(start + 2 * slots.len(), 0);
+    for (words, slot) in out[start..].chunks_exact_mut(2).zip(slots) {
+        let (k, v) = entries.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+        words[0] = k.to_le();
+        words[1] = v.to_le();
     }
 }
 
@@ -426,6 +423,9 @@ impl<'a> NodeView<'a> {
     pub(super) fn entries_into(&self, out: &mut Vec<(u64, u64)>) {
         out.clear();
         out.reserve(self.capacity);
+        // The previous slot's key: never `EMPTY_KEY` past the first slot, so the first entry
+        // is always pushed.
+        let mut previous = EMPTY_KEY;
         for slot in 0..self.capacity {
             // SAFETY: `slot < self.capacity` (the loop's bound).
             let k = unsafe { self.key_unchecked(slot) };
@@ -435,9 +435,10 @@ impl<'a> NodeView<'a> {
             // SAFETY: as above.
             let v = unsafe { self.value_unchecked(slot) };
             match out.last_mut() {
-                Some(last) if last.0 == k => *last = (k, v),
+                Some(last) if k == previous => *last = (k, v),
                 _ => out.push((k, v)),
             }
+            previous = k;
         }
     }
 

@@ -10,13 +10,18 @@
 //!     target/release/examples/fastfair_ops scan 10000
 //! valgrind --tool=callgrind --toggle-collect='*measured_bulk_scans*' \
 //!     target/release/examples/fastfair_ops bulk-scan 10000
+//! valgrind --tool=callgrind --toggle-collect='*measured_inserts*' \
+//!     target/release/examples/fastfair_ops insert 100000
 //! ```
 //!
 //! Gets look up present keys; a scan takes the first 100 pairs from a present key on, one
 //! `next` at a time (`scan`, each pair checked as it comes) or in bulk into one buffer
-//! (`bulk-scan`, `Range::next_into`; the pairs checked after the measured function). Outside
+//! (`bulk-scan`, `Range::next_into`; the pairs checked after the measured function); inserts
+//! add keys not in the tree, some of which split a leaf (`callgrind_annotate --inclusive=yes`
+//! tells the splits' share, `split_insert`; the run prints how many splits it made). Outside
 //! valgrind it prints the rate. A measurement driver, not a test: it checks only that every
-//! lookup found its key and every scan returned ascending keys from its start.
+//! lookup found its key, every scan returned ascending keys from its start and every insert
+//! added its key.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -116,9 +121,22 @@ fn check_bulk_scans(starts: &[u64], pairs: &[(u64, u64)], counts: &[usize]) -> u
     at
 }
 
+/// Inserts of keys not in the tree: the count of those inserted.
+#[inline(never)]
+fn measured_inserts(tree: &Tree<'_>, keys: &[u64]) -> usize {
+    let mut inserted = 0;
+    for &key in keys {
+        if tree.insert(black_box(key), key).expect("insert") {
+            inserted += 1;
+        }
+    }
+    inserted
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: fastfair_ops get|scan|bulk-scan CALLS (env KEYS: keys prefilled, 1M)";
+    let usage =
+        "usage: fastfair_ops get|scan|bulk-scan|insert CALLS (env KEYS: keys prefilled, 1M)";
     let op = args.get(1).ok_or(usage)?.clone();
     let calls: usize = args.get(2).ok_or(usage)?.parse()?;
     let prefill: usize = std::env::var("KEYS").map_or(Ok(1_000_000), |k| k.parse())?;
@@ -151,6 +169,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             measured_bulk_scans(&tree, &present, &mut out, &mut counts);
             println!("{} pairs", check_bulk_scans(&present, &out, &counts));
             calls
+        }
+        "insert" => {
+            let fresh = keys(calls, 2);
+            let before = heap.tx_stats().committed;
+            let inserted = measured_inserts(&tree, &fresh);
+            assert_eq!(inserted, calls, "a fresh key was already present");
+            // Each split is one transaction, and nothing else in an insert runs one.
+            println!("{} splits", heap.tx_stats().committed - before);
+            inserted
         }
         _ => return Err(usage.into()),
     };

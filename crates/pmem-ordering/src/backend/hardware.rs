@@ -119,13 +119,13 @@ impl Backend for Hardware {
             Granularity::CacheLine | Granularity::Emulated => {
                 // SAFETY: in range by the trait's contract.
                 unsafe { isa::flush_range(self.isa, addr, len) };
-                isa::cache_lines(addr as usize, len).count()
+                isa::cache_line_count(addr as usize, len)
             }
             Granularity::Page => {
                 if len > 0 {
                     Hardware::msync(addr, len);
                 }
-                isa::cache_lines(addr as usize, len).count()
+                isa::cache_line_count(addr as usize, len)
             }
             Granularity::Byte => 0,
         }

@@ -51,6 +51,7 @@ pub(crate) mod mapping;
 mod open;
 pub mod pages;
 mod pptr;
+mod word_stores;
 mod words;
 
 use std::fs::File;
@@ -63,6 +64,7 @@ pub use magic::MagicText;
 pub use open::PoolOptions;
 pub use pages::{ObtainedPages, PageSize};
 pub use pptr::PPtr;
+pub use word_stores::WordStores;
 pub use words::Words;
 
 use crate::backend::{Backend, Granularity, Hardware};
@@ -313,6 +315,24 @@ impl<B: Backend> Pool<B> {
         // every access is atomic but streaming stores, whose rule keeps them from these loads.
         let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
         Ok(Words { words })
+    }
+
+    /// A view for storing into the `count` 8-byte words at `offset` (8-byte aligned), checked
+    /// once: for hot write paths that store many words of one region (a tree node's shift).
+    /// Its stores are the same counted, failure-atomic release stores as [`Pool::store_u64`].
+    pub fn word_stores(&self, offset: u64, count: usize) -> Result<WordStores<'_, B>, PoolError> {
+        if !offset.is_multiple_of(8) {
+            return Err(PoolError::Misaligned { offset });
+        }
+        let Some(len) = count.checked_mul(8) else {
+            return Err(PoolError::OutOfBounds {
+                offset,
+                len: u64::MAX,
+                size: self.header.size,
+            });
+        };
+        let start = self.addr(offset, len)?;
+        Ok(WordStores::new(self, start as *mut u64, offset, count))
     }
 
     /// An 8-byte atomic load with acquire ordering (pairs with [`Pool::store_u64`]).

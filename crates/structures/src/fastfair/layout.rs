@@ -164,6 +164,12 @@ pub(super) fn line_of(slot: usize) -> u64 {
     (HEADER + ENTRY * slot as u64) / LINE
 }
 
+/// The first slot of the cache line that holds `slot` (the entry area starts on a line).
+#[inline]
+pub(super) fn first_slot_of_line(slot: usize) -> usize {
+    slot - slot % ENTRIES_PER_LINE
+}
+
 /// The level word of the node at `node`, checked as one word: for a node pointer not yet
 /// known to be a whole node (the root, at the start of a walk).
 pub(super) fn level_word<B: Backend>(pool: &Pool<B>, node: u64) -> Result<u64, PoolError> {
@@ -183,14 +189,69 @@ pub(super) struct NodeImage {
 impl NodeImage {
     /// A whole node's bytes: header and sorted entries, free slots after them.
     pub(super) fn bytes(&self, node_size: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(node_size as usize);
-        for word in [self.level, self.sibling, self.leftmost, self.high, NODE_TAG] {
-            out.extend_from_slice(&word.to_le_bytes());
-        }
-        out.resize(HEADER as usize, 0);
-        out.extend_from_slice(&entry_bytes(node_size, &self.entries));
-        out
+        let mut words = Vec::with_capacity(node_words(node_size));
+        push_node_words(
+            &mut words,
+            NodeHeader {
+                level: self.level,
+                sibling: self.sibling,
+                leftmost: self.leftmost,
+                high: self.high,
+            },
+            &self.entries,
+            capacity(node_size),
+        );
+        words_to_bytes(&words)
     }
+}
+
+/// The header fields of a node that its writers choose (the tag is always [`NODE_TAG`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodeHeader {
+    pub(super) level: u64,
+    pub(super) sibling: u64,
+    pub(super) leftmost: u64,
+    pub(super) high: u64,
+}
+
+/// Append a whole node's words to `out`: the header, then `capacity` slots holding `entries`
+/// (sorted) and free slots after them. Each word is pushed little-endian, so the words cast to
+/// bytes ([`words_to_bytes`], `bytemuck::cast_slice`) are the node's bytes.
+pub(super) fn push_node_words(
+    out: &mut Vec<u64>,
+    header: NodeHeader,
+    entries: &[(u64, u64)],
+    capacity: usize,
+) {
+    let mut words = [0u64; HEADER_WORDS];
+    words[(LEVEL / 8) as usize] = header.level;
+    words[(SIBLING / 8) as usize] = header.sibling;
+    words[(LEFTMOST / 8) as usize] = header.leftmost;
+    words[(HIGH / 8) as usize] = header.high;
+    words[(TAG / 8) as usize] = NODE_TAG;
+    out.extend(words.iter().map(|w| w.to_le()));
+    push_entry_words(out, entries, 0..capacity);
+}
+
+/// Append the words of slots `slots` of a node holding `entries` to `out` (slots past them
+/// free), little-endian as [`push_node_words`] pushes them.
+pub(super) fn push_entry_words(
+    out: &mut Vec<u64>,
+    entries: &[(u64, u64)],
+    slots: std::ops::Range<usize>,
+) {
+    let start = out.len();
+    out.resize(start + 2 * slots.len(), 0);
+    for (words, slot) in out[start..].chunks_exact_mut(2).zip(slots) {
+        let (k, v) = entries.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+        words[0] = k.to_le();
+        words[1] = v.to_le();
+    }
+}
+
+/// Little-endian words (as the `push_*_words` functions push them) as bytes.
+fn words_to_bytes(words: &[u64]) -> Vec<u8> {
+    bytemuck::cast_slice(words).to_vec()
 }
 
 /// The entry area of a node of `node_size` bytes holding `entries`.
@@ -200,13 +261,9 @@ pub(super) fn entry_bytes(node_size: u64, entries: &[(u64, u64)]) -> Vec<u8> {
 
 /// The bytes of slots `slots` of a node holding `entries`, slots past them free.
 pub(super) fn entry_range_bytes(entries: &[(u64, u64)], slots: std::ops::Range<usize>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(slots.len() * ENTRY as usize);
-    for slot in slots {
-        let (k, v) = entries.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
-        out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out
+    let mut words = Vec::with_capacity(2 * slots.len());
+    push_entry_words(&mut words, entries, slots);
+    words_to_bytes(&words)
 }
 
 /// The `(key, value)` of each entry of raw entry-area bytes, in slot order (the tests decode
@@ -278,6 +335,12 @@ impl<'a> NodeView<'a> {
     #[inline]
     pub(super) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Words of the node (header and entries).
+    #[inline]
+    pub(super) fn words(&self) -> usize {
+        self.words.len()
     }
 
     /// Hint the CPU to fetch every entry line of the node: a search then waits for one miss,
@@ -373,20 +436,34 @@ impl<'a> NodeView<'a> {
         unsafe { self.words.load_unchecked(word) }
     }
 
-    /// The node as stored, a transient duplicate dropped (the right copy kept).
-    pub(super) fn image(&self) -> NodeImage {
-        let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);
+    /// The node's entries as stored into `out` (cleared first), a transient duplicate
+    /// dropped (the right copy kept).
+    pub(super) fn entries_into(&self, out: &mut Vec<(u64, u64)>) {
+        out.clear();
+        out.reserve(self.capacity);
+        // The previous slot's key: never `EMPTY_KEY` past the first slot, so the first entry
+        // is always pushed.
+        let mut previous = EMPTY_KEY;
         for slot in 0..self.capacity {
-            let k = self.key(slot);
+            // SAFETY: `slot < self.capacity` (the loop's bound).
+            let k = unsafe { self.key_unchecked(slot) };
             if k == EMPTY_KEY {
                 break;
             }
-            let v = self.value(slot);
-            match entries.last_mut() {
-                Some(last) if last.0 == k => *last = (k, v),
-                _ => entries.push((k, v)),
+            // SAFETY: as above.
+            let v = unsafe { self.value_unchecked(slot) };
+            match out.last_mut() {
+                Some(last) if k == previous => *last = (k, v),
+                _ => out.push((k, v)),
             }
+            previous = k;
         }
+    }
+
+    /// The node as stored, a transient duplicate dropped (the right copy kept).
+    pub(super) fn image(&self) -> NodeImage {
+        let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);
+        self.entries_into(&mut entries);
         NodeImage {
             level: self.level(),
             sibling: self.sibling(),
@@ -397,9 +474,9 @@ impl<'a> NodeView<'a> {
     }
 }
 
-/// Index of slot `slot`'s key among a node's words.
+/// Index of slot `slot`'s key among a node's words (its value is the next word).
 #[inline]
-const fn key_word(slot: usize) -> usize {
+pub(super) const fn key_word(slot: usize) -> usize {
     HEADER_WORDS + 2 * slot
 }
 
@@ -490,6 +567,11 @@ mod tests {
         assert_eq!(line_of(ENTRIES_PER_LINE - 1), 1);
         assert_eq!(line_of(ENTRIES_PER_LINE), 2);
         assert_eq!(line_of(27), 7);
+        for slot in 0..64 {
+            let first = first_slot_of_line(slot);
+            assert_eq!(line_of(first), line_of(slot));
+            assert!(first == 0 || line_of(first - 1) < line_of(slot));
+        }
     }
 
     #[test]

@@ -4,10 +4,10 @@
 
 use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool, PoolError, Written};
+use pmem_ordering::{Backend, Pool, WordStores};
 use pmem_undo_log::Heap;
 
-use super::layout::{entry_offset, line_of, value_offset, NodeView};
+use super::layout::{first_slot_of_line, key_word, line_of, NodeView};
 use super::{FastFair, FastFairError, ShiftPolicy, EMPTY_KEY};
 
 /// One entry write of a shift: `slot := (key, value)` (`None` leaves the value), as two
@@ -92,6 +92,29 @@ impl Shift {
     }
 }
 
+/// Make the stores of one entry write, in its order, through the node's store view: the words
+/// stored, as `start .. end` word indices of the node.
+#[inline(always)]
+fn store_slot<B: Backend>(stores: &WordStores<'_, B>, w: &SlotWrite) -> (usize, usize) {
+    let key = key_word(w.slot);
+    match (w.value, w.key_first) {
+        (None, _) => {
+            stores.store(key, w.key);
+            (key, key + 1)
+        }
+        (Some(v), true) => {
+            stores.store(key, w.key);
+            stores.store(key + 1, v);
+            (key, key + 2)
+        }
+        (Some(v), false) => {
+            stores.store(key + 1, v);
+            stores.store(key, w.key);
+            (key, key + 2)
+        }
+    }
+}
+
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Carry out `shift` on `node` under the tree's policy, with the node's stripe marked as
     /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
@@ -108,54 +131,65 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         result
     }
 
-    /// Make the stores of one entry write, in its order.
-    #[inline]
-    fn store_slot(&self, node: u64, w: &SlotWrite) -> Result<Written, PoolError> {
-        let pool = self.pool();
-        let at = entry_offset(node, w.slot);
-        match (w.value, w.key_first) {
-            (None, _) => pool.store_u64(at, w.key),
-            (Some(v), true) => {
-                let k = pool.store_u64(at, w.key)?;
-                Ok(k.merge(pool.store_u64(value_offset(node, w.slot), v)?))
-            }
-            (Some(v), false) => {
-                let vw = pool.store_u64(value_offset(node, w.slot), v)?;
-                Ok(vw.merge(pool.store_u64(at, w.key)?))
-            }
-        }
-    }
-
     /// The baseline: every moved entry flushed and fenced before the next.
     fn shift_per_entry(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
+        let pool = self.pool();
         let view = self.view(node)?;
+        let stores = pool.word_stores(node, view.words())?;
         for i in 0..shift.len() {
-            let w = shift.write(view, i);
-            let written = self.store_slot(node, &w)?;
-            let _ = self.pool().persist(written);
+            let (start, end) = store_slot(&stores, &shift.write(view, i));
+            let _ = pool.persist(stores.written(start, end));
         }
         Ok(())
     }
 
-    /// FAST: stores in place; one flush and fence each time the shift leaves a line.
+    /// FAST: stores in place; one flush and fence each time the shift leaves a line (the
+    /// line's stores flushed and fenced before the first store to the next line), and at the
+    /// end.
     fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let pool = self.pool();
         let view = self.view(node)?;
-        let mut pending: Option<(u64, Written)> = None;
-        for i in 0..shift.len() {
-            let w = shift.write(view, i);
-            let line = line_of(w.slot);
-            if let Some((open, written)) = pending.take() {
-                if open == line {
-                    pending = Some((line, written.merge(self.store_slot(node, &w)?)));
-                    continue;
+        let stores = pool.word_stores(node, view.words())?;
+        if let Shift::Insert { at, n, key, value } = shift {
+            // The hot case, written out: the writes of `Shift::write`, slots `n` down to `at`
+            // (each move value before key, the new entry last), a line at a time.
+            let mut high = n;
+            loop {
+                let low = at.max(first_slot_of_line(high));
+                for slot in (low..=high).rev() {
+                    let (k, v) = if slot > at {
+                        (view.key(slot - 1), view.value(slot - 1))
+                    } else {
+                        (key, value)
+                    };
+                    let word = key_word(slot);
+                    stores.store(word + 1, v);
+                    stores.store(word, k);
                 }
-                let _ = pool.persist(written);
+                let _ = pool.persist(stores.written(key_word(low), key_word(high) + 2));
+                if low == at {
+                    return Ok(());
+                }
+                high = low - 1;
             }
-            pending = Some((line, self.store_slot(node, &w)?));
         }
-        if let Some((_, written)) = pending {
-            let _ = pool.persist(written);
+        let writes = shift.len();
+        let mut i = 0;
+        while i < writes {
+            let first = shift.write(view, i);
+            let line = line_of(first.slot);
+            let (mut start, mut end) = store_slot(&stores, &first);
+            i += 1;
+            while i < writes {
+                let w = shift.write(view, i);
+                if line_of(w.slot) != line {
+                    break;
+                }
+                let (s, e) = store_slot(&stores, &w);
+                (start, end) = (start.min(s), end.max(e));
+                i += 1;
+            }
+            let _ = pool.persist(stores.written(start, end));
         }
         Ok(())
     }

@@ -4,33 +4,116 @@
 //! rolls the whole split back at [`pmem_undo_log::Heap::open`]. The order is for lock-free
 //! readers, which may run beside it.
 
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, Tx};
 
-use super::layout::{entry_offset, entry_range_bytes, high_offset, sibling_offset, NodeImage};
+use super::layout::{
+    entry_offset, high_offset, node_words, push_entry_words, push_node_words, sibling_offset,
+    NodeHeader, NodeView,
+};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
-/// Writes planned in order, as (offset, bytes): a split is planned, then logged, then written.
-type Staged = Vec<(u64, Vec<u8>)>;
+/// Writes planned in order, over one buffer of words: a split is planned, then logged, then
+/// written. Planning a split allocates only these two buffers (and the entries' one).
+#[derive(Default)]
+struct Staged {
+    /// Every planned write's words, little-endian, back to back.
+    words: Vec<u64>,
+    /// Each write's pool offset and the end of its words in `words` (it starts where the
+    /// previous one ends).
+    writes: Vec<(u64, usize)>,
+}
 
-/// The write of the slots of node `offset` whose entry differs between `old` (as stored) and
-/// `new`, if any: the transaction then logs and flushes only those lines, not the whole node.
-fn changed_entries(offset: u64, old: &[(u64, u64)], new: &[(u64, u64)]) -> Option<(u64, Vec<u8>)> {
-    let first = old
-        .iter()
-        .zip(new)
-        .position(|(a, b)| a != b)
-        .unwrap_or(old.len().min(new.len()));
-    let end = old.len().max(new.len());
-    if first >= end {
-        return None;
+impl Staged {
+    /// Room for a split of `levels` nodes of `node_words` words each, without regrowing.
+    fn reserve(&mut self, levels: usize, node_words: usize) {
+        self.words.reserve(2 * levels * node_words + 2);
+        self.writes.reserve(4 * levels + 2);
     }
-    Some((
-        entry_offset(offset, first),
-        entry_range_bytes(new, first..end),
-    ))
+
+    fn end_write(&mut self, offset: u64) {
+        self.writes.push((offset, self.words.len()));
+    }
+
+    /// One 8-byte word at `offset`.
+    fn word(&mut self, offset: u64, value: u64) {
+        self.words.push(value.to_le());
+        self.end_write(offset);
+    }
+
+    /// A whole new node at `offset`.
+    fn node(&mut self, offset: u64, header: NodeHeader, entries: &[(u64, u64)], capacity: usize) {
+        push_node_words(&mut self.words, header, entries, capacity);
+        self.end_write(offset);
+    }
+
+    /// Slots `slots` of the node at `offset`, which holds `entries` (the slots past them free).
+    fn entries(&mut self, offset: u64, entries: &[(u64, u64)], slots: Range<usize>) {
+        let at = entry_offset(offset, slots.start);
+        push_entry_words(&mut self.words, entries, slots);
+        self.end_write(at);
+    }
+}
+
+/// The writes in order, as (offset, bytes).
+impl<'a> IntoIterator for &'a Staged {
+    type Item = (&'a u64, &'a [u8]);
+    type IntoIter = StagedWrites<'a>;
+
+    fn into_iter(self) -> StagedWrites<'a> {
+        StagedWrites {
+            staged: self,
+            start: 0,
+            next: 0,
+        }
+    }
+}
+
+/// The iterator over a [`Staged`]'s writes.
+struct StagedWrites<'a> {
+    staged: &'a Staged,
+    /// Where the next write's words start.
+    start: usize,
+    /// The next write's index.
+    next: usize,
+}
+
+impl<'a> Iterator for StagedWrites<'a> {
+    type Item = (&'a u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (offset, end) = self.staged.writes.get(self.next)?;
+        let words = &self.staged.words[self.start..*end];
+        self.start = *end;
+        self.next += 1;
+        Some((offset, bytemuck::cast_slice(words)))
+    }
+}
+
+/// The slots of a node to rewrite when an entry goes in at `at` of its `old_len` entries and
+/// the node then keeps the first `kept` of the `old_len + 1` (all of them if it does not
+/// split): from the first slot whose entry changes (the new one's, or the first that moves
+/// out) to the end of the old or new entries, whichever is further. The transaction then
+/// logs and flushes only those lines, not the whole node.
+fn changed_slots(old_len: usize, at: usize, kept: usize) -> Range<usize> {
+    at.min(kept)..old_len.max(kept)
+}
+
+/// One node's split, planned: what it keeps and what moves to its new sibling.
+struct NodeSplit<'a> {
+    /// The node's offset.
+    offset: u64,
+    /// The entries it keeps.
+    kept: &'a [(u64, u64)],
+    /// Its slots that change ([`changed_slots`]).
+    changed: Range<usize>,
+    /// The sibling's entries, and its leftmost child (0 for a leaf).
+    right: &'a [(u64, u64)],
+    leftmost: u64,
+    /// The node's new high key: every key of the sibling is at or above it.
+    separator: u64,
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -47,7 +130,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let run = || {
             self.with_nodes_versioned(path, || {
                 self.heap.transaction(|tx| {
-                    let mut staged = Vec::new();
+                    let mut staged = Staged::default();
                     self.split_in_tx(tx, path, key, value, &mut staged)?;
                     // Log every range before writing any: the log entries then share one
                     // fence, where logging each just before its write fenced once per range.
@@ -88,46 +171,56 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         value: u64,
         staged: &mut Staged,
     ) -> Result<(), FastFairError> {
+        staged.reserve(path.len() + 1, node_words(self.node_size));
         let leaf_off = *path.last().expect("a path ends at a leaf");
-        let mut node = self.read_node(leaf_off)?;
-        let old = node.entries.clone();
-        let at = node.entries.partition_point(|&(k, _)| k < key);
-        node.entries.insert(at, (key, value));
-        let mid = node.entries.len() / 2;
-        let right_entries = node.entries.split_off(mid);
-        let mut carry = (right_entries[0].0, 0u64);
-        carry.1 = self.split_node(
+        // One buffer of entries, reused level by level up the path.
+        let mut entries = Vec::with_capacity(self.capacity + 1);
+        let leaf = self.view(leaf_off)?;
+        leaf.entries_into(&mut entries);
+        let old_len = entries.len();
+        let at = entries.partition_point(|&(k, _)| k < key);
+        entries.insert(at, (key, value));
+        let mid = entries.len() / 2;
+        let separator = entries[mid].0;
+        let sibling = self.split_node(
             tx,
             staged,
-            leaf_off,
-            &mut node,
-            &old,
-            right_entries,
-            0,
-            carry.0,
+            leaf,
+            NodeSplit {
+                offset: leaf_off,
+                kept: &entries[..mid],
+                changed: changed_slots(old_len, at, mid),
+                right: &entries[mid..],
+                leftmost: 0,
+                separator,
+            },
         )?;
-        for i in (0..path.len() - 1).rev() {
-            let parent_off = path[i];
-            let mut parent = self.read_node(parent_off)?;
-            let old = parent.entries.clone();
-            let at = parent.entries.partition_point(|&(k, _)| k < carry.0);
-            parent.entries.insert(at, carry);
-            if parent.entries.len() <= self.capacity {
-                staged.extend(changed_entries(parent_off, &old, &parent.entries));
+        let mut carry = (separator, sibling);
+        for &parent_off in path[..path.len() - 1].iter().rev() {
+            let parent = self.view(parent_off)?;
+            parent.entries_into(&mut entries);
+            let old_len = entries.len();
+            let at = entries.partition_point(|&(k, _)| k < carry.0);
+            entries.insert(at, carry);
+            if entries.len() <= self.capacity {
+                let changed = changed_slots(old_len, at, entries.len());
+                staged.entries(parent_off, &entries, changed);
                 return Ok(());
             }
-            let m = parent.entries.len() / 2;
-            let mut right = parent.entries.split_off(m);
-            let (up_key, mid_child) = right.remove(0);
+            let m = entries.len() / 2;
+            let (up_key, mid_child) = entries[m];
             let sibling = self.split_node(
                 tx,
                 staged,
-                parent_off,
-                &mut parent,
-                &old,
-                right,
-                mid_child,
-                up_key,
+                parent,
+                NodeSplit {
+                    offset: parent_off,
+                    kept: &entries[..m],
+                    changed: changed_slots(old_len, at, m),
+                    right: &entries[m + 1..],
+                    leftmost: mid_child,
+                    separator: up_key,
+                },
             )?;
             carry = (up_key, sibling);
         }
@@ -135,66 +228,108 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let old_root = path[0];
         let level = self.view(old_root)?.level() + 1;
         let new_root = tx.alloc(self.node_size)?.offset();
-        let image = NodeImage {
+        let header = NodeHeader {
             level,
             sibling: 0,
             leftmost: old_root,
             high: EMPTY_KEY,
-            entries: vec![carry],
         };
-        staged.push((new_root, image.bytes(self.node_size)));
-        staged.push((self.meta.root_node_field(), new_root.to_le_bytes().to_vec()));
+        staged.node(new_root, header, &[carry], self.capacity);
+        staged.word(self.meta.root_node_field(), new_root);
         Ok(())
     }
 
-    /// FAIR's split of `node` (at `offset`) whose upper part is `right` (with `leftmost` for an
-    /// internal node) and whose new high key is `separator`: the sibling written in full, then
-    /// linked, then the old node truncated. Returns the sibling.
-    #[allow(clippy::too_many_arguments)]
+    /// FAIR's split of the node `view` shows, as `split` plans it: the sibling written in
+    /// full, then linked with the node's new high key, then the node truncated. Returns the
+    /// sibling.
     fn split_node(
         &self,
         tx: &Tx<'_, B>,
         staged: &mut Staged,
-        offset: u64,
-        node: &mut NodeImage,
-        old: &[(u64, u64)],
-        right: Vec<(u64, u64)>,
-        leftmost: u64,
-        separator: u64,
+        view: NodeView<'_>,
+        split: NodeSplit<'_>,
     ) -> Result<u64, FastFairError> {
         let sibling = tx.alloc(self.node_size)?.offset();
-        let image = NodeImage {
-            level: node.level,
-            sibling: node.sibling,
-            leftmost,
-            high: node.high,
-            entries: right,
+        let header = NodeHeader {
+            level: view.level(),
+            sibling: view.sibling(),
+            leftmost: split.leftmost,
+            high: view.high(),
         };
-        staged.push((sibling, image.bytes(self.node_size)));
-        staged.push((high_offset(offset), separator.to_le_bytes().to_vec()));
-        staged.push((sibling_offset(offset), sibling.to_le_bytes().to_vec()));
-        node.sibling = sibling;
-        node.high = separator;
-        staged.extend(changed_entries(offset, old, &node.entries));
+        staged.node(sibling, header, split.right, self.capacity);
+        staged.word(high_offset(split.offset), split.separator);
+        staged.word(sibling_offset(split.offset), sibling);
+        staged.entries(split.offset, split.kept, split.changed);
         Ok(sibling)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::{entry_range_bytes, NodeImage};
     use super::*;
 
+    /// The slots whose entry differs between `old` and `new`, by comparing them.
+    fn differing_slots(old: &[(u64, u64)], new: &[(u64, u64)]) -> Range<usize> {
+        let first = old
+            .iter()
+            .zip(new)
+            .position(|(a, b)| a != b)
+            .unwrap_or(old.len().min(new.len()));
+        first..old.len().max(new.len())
+    }
+
     #[test]
-    fn only_the_slots_that_differ_are_rewritten() {
-        let old = [(1, 10), (3, 30), (5, 50)];
-        let new = [(1, 10), (2, 20), (3, 30), (5, 50)];
-        let (at, bytes) = changed_entries(0x400, &old, &new).expect("a change");
-        assert_eq!(at, entry_offset(0x400, 1));
-        assert_eq!(bytes, entry_range_bytes(&new, 1..4));
-        // A truncation frees the slots past the new end.
-        let (at, bytes) = changed_entries(0x400, &new, &new[..2]).expect("a change");
-        assert_eq!(at, entry_offset(0x400, 2));
-        assert_eq!(bytes, entry_range_bytes(&[], 0..2));
-        assert!(changed_entries(0x400, &old, &old).is_none());
+    fn the_changed_slots_are_exactly_those_that_differ() {
+        for old_len in 1..12u64 {
+            let old: Vec<(u64, u64)> = (0..old_len).map(|i| (2 * i + 1, i)).collect();
+            for at in 0..=old.len() {
+                let mut new = old.clone();
+                new.insert(at, (2 * at as u64, 99));
+                // No split, and every split point a leaf or an internal node uses.
+                for kept in (1..=old.len()).chain([new.len()]) {
+                    assert_eq!(
+                        changed_slots(old.len(), at, kept),
+                        differing_slots(&old, &new[..kept]),
+                        "{old_len} entries, insert at {at}, {kept} kept"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn staged_writes_come_back_in_order_as_bytes() {
+        let mut staged = Staged::default();
+        staged.reserve(1, node_words(128));
+        staged.word(0x48, 7);
+        let entries = [(1, 10), (3, 30)];
+        staged.entries(0x400, &entries, 1..3);
+        let header = NodeHeader {
+            level: 1,
+            sibling: 0x800,
+            leftmost: 0x600,
+            high: 99,
+        };
+        staged.node(0x200, header, &entries, 4);
+        let writes: Vec<(u64, Vec<u8>)> = staged
+            .into_iter()
+            .map(|(offset, bytes)| (*offset, bytes.to_vec()))
+            .collect();
+        let image = NodeImage {
+            level: 1,
+            sibling: 0x800,
+            leftmost: 0x600,
+            high: 99,
+            entries: entries.to_vec(),
+        };
+        assert_eq!(
+            writes,
+            [
+                (0x48, 7u64.to_le_bytes().to_vec()),
+                (entry_offset(0x400, 1), entry_range_bytes(&entries, 1..3)),
+                (0x200, image.bytes(128)),
+            ]
+        );
     }
 }

@@ -1,0 +1,69 @@
+//! [`WordStores`]: a checked view for storing into a run of a pool's 8-byte words, for hot write
+//! paths that store many words of one region (a tree node's in-place shift).
+
+use crate::backend::Backend;
+use crate::barrier::Written;
+use crate::stats;
+
+use super::Pool;
+
+/// The `count` 8-byte words at an offset of a pool, checked once ([`Pool::word_stores`]). Each
+/// store is the same failure-atomic release store as [`Pool::store_u64`], made through the
+/// backend (so the simulator traces it) and counted, in the order the caller makes them; only
+/// the per-store range and alignment checks are gone. [`WordStores::written`] gives the token
+/// to flush a run of the words with.
+#[derive(Clone, Copy)]
+pub struct WordStores<'a, B: Backend> {
+    pool: &'a Pool<B>,
+    /// The first word, 8-byte aligned, with `len` words after it inside the mapping.
+    base: *mut u64,
+    /// The pool offset of `base`.
+    offset: u64,
+    len: usize,
+}
+
+impl<'a, B: Backend> WordStores<'a, B> {
+    /// Checked by [`Pool::word_stores`]: `base` is 8-aligned and `[base, base + len)` lies in
+    /// the pool's mapping.
+    pub(super) fn new(pool: &'a Pool<B>, base: *mut u64, offset: u64, len: usize) -> Self {
+        WordStores {
+            pool,
+            base,
+            offset,
+            len,
+        }
+    }
+
+    /// Failure-atomic release store of word `index` (panics past the end, like slice indexing).
+    #[inline]
+    pub fn store(&self, index: usize, value: u64) {
+        assert!(index < self.len, "word {index} past a view of {}", self.len);
+        // SAFETY: `index < len`, and the `len` words from `base` are 8-aligned and inside the
+        // mapping (checked at creation), which outlives the pool borrow `'a`.
+        unsafe { self.pool.backend.store_u64(self.base.add(index), value) };
+        stats::count_store(8);
+    }
+
+    /// The token of words `start .. end` (stored through this view), to flush them with
+    /// (panics if the range is empty or runs past the end).
+    #[inline]
+    pub fn written(&self, start: usize, end: usize) -> Written {
+        assert!(
+            start < end && end <= self.len,
+            "words {start}..{end} of a view of {}",
+            self.len
+        );
+        self.pool
+            .written(self.offset + 8 * start as u64, 8 * (end - start))
+    }
+
+    /// Number of words.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}

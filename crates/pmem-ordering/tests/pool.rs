@@ -442,6 +442,14 @@ fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
     assert_eq!(words.line(9), None);
     assert_eq!(words.keys_of_line(0), Some([1, 7, 13, 19]));
     assert_eq!(words.keys_of_line(usize::MAX), None);
+    // SAFETY: lines at words 0 and 8 end at 8 and 16, within the 16 words.
+    let unchecked = unsafe {
+        [
+            words.keys_of_line_unchecked(0),
+            words.keys_of_line_unchecked(8),
+        ]
+    };
+    assert_eq!(unchecked, [[1, 7, 13, 19], [25, 31, 37, 43]]);
     let tail = words.sub(12, 4).unwrap();
     assert_eq!((tail.len(), tail.load(0)), (4, 37));
     assert!(words.sub(12, 5).is_none() && words.sub(usize::MAX, 2).is_none());

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! (`measured_inserts` for `insert`: keys not in the table, some of which split a segment;
-//! `callgrind_annotate --inclusive=yes` tells the splits' share). Outside valgrind it prints
+//! `callgrind_annotate --inclusive=yes` tells the splits' share; and for `insert-no-split`:
+//! keys of the table removed before the measured calls, so their segments have room, as the
+//! `insert (no split)` instruction bench does). Outside valgrind it prints
 //! the rate: `cceh_ops get 10000000 2` looks up with two threads, each half of the calls.
 //! A measurement driver, not a test: it checks only that every lookup found its key.
 
@@ -64,7 +66,8 @@ fn measured_inserts(table: &Table<'_>, keys: &[u64]) -> usize {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: cceh_ops get|insert CALLS [THREADS] (env KEYS: keys prefilled, 1M)";
+    let usage =
+        "usage: cceh_ops get|insert|insert-no-split CALLS [THREADS] (env KEYS: keys prefilled, 1M)";
     let op = args.get(1).ok_or(usage)?.clone();
     let calls: usize = args.get(2).ok_or(usage)?.parse()?;
     let threads: usize = args.get(3).map_or(Ok(1), |t| t.parse())?;
@@ -94,6 +97,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             found
         }
         "insert" => measured_inserts(&table, &keys(calls, 2)),
+        "insert-no-split" => {
+            let again = &present[present.len() - calls.min(present.len())..];
+            for &k in again {
+                table.remove(k)?;
+            }
+            let depth = table.global_depth()?;
+            let inserted = measured_inserts(&table, again);
+            assert_eq!(
+                table.global_depth()?,
+                depth,
+                "a re-insert doubled the directory"
+            );
+            inserted
+        }
         _ => return Err(usage.into()),
     };
     let secs = start.elapsed().as_secs_f64();

@@ -104,6 +104,20 @@ fn bad_configurations_and_roots_are_refused() {
         Cceh::open(&heap, root),
         Err(CcehError::WrongKind { .. })
     ));
+    // A misaligned root is refused at open too, even where the words it names are a table's:
+    // the one at `root + 64` is opened at `root + 8`, 56 bytes early.
+    assert!(heap.pool().root_size() >= 64 + 32, "room for a second root");
+    let table = Cceh::create(&heap, root + 64, CcehConfig::default()).unwrap();
+    table.insert(5, 6).unwrap();
+    drop(table);
+    assert!(matches!(
+        Cceh::open(&heap, root + 8),
+        Err(CcehError::InvalidConfig { .. })
+    ));
+    assert_eq!(
+        Cceh::open(&heap, root + 64).unwrap().get(5).unwrap(),
+        Some(6)
+    );
 }
 
 #[test]

@@ -60,6 +60,26 @@ impl<'a> Words<'a> {
         Some(std::array::from_fn(|i| line[2 * i].load(Ordering::Acquire)))
     }
 
+    /// [`Words::keys_of_line`] without the range check: for lines whose range was checked once
+    /// for many (a hash bucket, masked into a segment whose whole view was checked).
+    ///
+    /// # Safety
+    ///
+    /// `start + 8 <= self.len()`.
+    #[inline]
+    pub unsafe fn keys_of_line_unchecked(&self, start: usize) -> [u64; 4] {
+        debug_assert!(
+            start
+                .checked_add(8)
+                .is_some_and(|end| end <= self.words.len()),
+            "line at word {start} past the view"
+        );
+        std::array::from_fn(|i| {
+            // SAFETY: `start + 2 * i < start + 8 <= self.len()`, the caller's promise.
+            unsafe { self.words.get_unchecked(start + 2 * i) }.load(Ordering::Acquire)
+        })
+    }
+
     /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
     /// the end. A hint only: it reads and stores nothing.
     #[inline]
@@ -72,8 +92,11 @@ impl<'a> Words<'a> {
     /// The `count` words from word `start` on, or `None` if they run past the end.
     #[inline]
     pub fn sub(&self, start: usize, count: usize) -> Option<Words<'a>> {
-        let end = start.checked_add(count)?;
-        self.words.get(start..end).map(|words| Words { words })
+        // Two compares (`start <= len`, `count <= len - start`), no overflow to check.
+        self.words
+            .get(start..)?
+            .get(..count)
+            .map(|words| Words { words })
     }
 
     /// Number of words.

@@ -9,8 +9,106 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::Heap;
 
-use super::layout::{pool_word, Directory};
+use super::layout::{key_word, pool_word, value_word, Directory, SegmentShape, WORDS_PER_BUCKET};
 use super::{Cceh, CcehError};
+
+/// The extent of a table's segments, for [`SegmentView`]: a segment is `line_mask + 8` words,
+/// and `line_mask` (a multiple of 8) wraps a word index onto a bucket's first word. Made once
+/// per table from its shape, whose bucket count (a power of two, at most 2^20) makes these
+/// true; the constructor checks them, so a view's reads need no check of their own.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SegmentSpan {
+    line_mask: usize,
+}
+
+impl SegmentSpan {
+    /// The span of segments of `shape`, or `None` for a shape no table has (no bucket, or a
+    /// bucket count that is not a power of two or overflows).
+    pub(super) fn of(shape: SegmentShape) -> Option<SegmentSpan> {
+        let buckets = usize::try_from(shape.buckets()).ok()?;
+        if !buckets.is_power_of_two() {
+            return None;
+        }
+        let line_mask = (buckets - 1).checked_mul(WORDS_PER_BUCKET as usize)?;
+        line_mask.checked_add(WORDS_PER_BUCKET as usize)?;
+        Some(SegmentSpan { line_mask })
+    }
+
+    /// Words of a segment.
+    #[inline(always)]
+    fn words(self) -> usize {
+        // No overflow: checked in `of`.
+        self.line_mask + WORDS_PER_BUCKET as usize
+    }
+}
+
+/// The words of one segment, range-checked once as a whole, so that any of its buckets is read
+/// without another check: a word index is wrapped onto one of the segment's bucket starts by
+/// [`SegmentSpan`]'s mask. For the lookup's hot loop, which reads up to four buckets and a
+/// slot per lookup.
+#[derive(Clone, Copy)]
+pub(super) struct SegmentView<'w> {
+    words: Words<'w>,
+    line_mask: usize,
+}
+
+impl<'w> SegmentView<'w> {
+    /// The segment at pool offset `segment` (a directory entry's, 64-byte aligned) of `span`'s
+    /// size, out of `words` ([`Cceh::pool_words`]); `None` if it runs past the pool.
+    #[inline(always)]
+    pub(super) fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
+        // `(segment >> 3) & !7` rather than `(segment & !63) >> 3`: the same word for an
+        // entry's 64-byte aligned offset, with a mask the compiler encodes in one instruction.
+        let words = words.sub((segment >> 3) as usize & !7, span.words())?;
+        Some(SegmentView {
+            words,
+            line_mask: span.line_mask,
+        })
+    }
+
+    /// The first word of the bucket that word `word` wraps onto (word `8 * b` for bucket `b`,
+    /// wrapping inside the segment), and the bucket's four keys, loaded in order with acquire
+    /// loads.
+    #[inline(always)]
+    pub(super) fn bucket_keys(&self, word: usize) -> (usize, [u64; 4]) {
+        let first = word & self.line_mask;
+        // SAFETY: `first <= line_mask`, so `first + 8 <= line_mask + 8`, the view's length
+        // (checked in `new`).
+        let keys = unsafe { self.words.keys_of_line_unchecked(first) };
+        (first, keys)
+    }
+
+    /// The value word of slot `slot & 3` of the bucket whose first word is `first` (from
+    /// [`SegmentView::bucket_keys`]), an acquire load.
+    #[inline(always)]
+    pub(super) fn value(&self, first: usize, slot: usize) -> u64 {
+        let at = key_word(first & self.line_mask, slot & 3);
+        // SAFETY: `at + 1 <= line_mask + 2 * 3 + 1 < line_mask + 8`, the view's length
+        // (checked in `new`).
+        unsafe { self.words.load_unchecked(value_word(at)) }
+    }
+
+    /// Hint the CPU to fetch the bucket that word `word` wraps onto (as in
+    /// [`SegmentView::bucket_keys`]).
+    #[inline(always)]
+    pub(super) fn prefetch_bucket(&self, word: usize) {
+        self.words.prefetch(word & self.line_mask);
+    }
+
+    /// The value word and then the key word of slot `slot & 3` of the bucket whose first word
+    /// is `first` (from [`SegmentView::bucket_keys`]), each an acquire load, in that order.
+    #[inline(always)]
+    pub(super) fn value_then_key(&self, first: usize, slot: usize) -> (u64, u64) {
+        // The mask leaves a `first` from `bucket_keys` as it is, and bounds any other.
+        let at = key_word(first & self.line_mask, slot & 3);
+        // SAFETY: `at + 1 <= line_mask + 2 * 3 + 1 < line_mask + 8`, the view's length
+        // (checked in `new`): both words are inside the view.
+        let value = unsafe { self.words.load_unchecked(value_word(at)) };
+        // SAFETY: `at < at + 1`, inside the view as above.
+        let key = unsafe { self.words.load_unchecked(at) };
+        (value, key)
+    }
+}
 
 /// A view of every whole word of `pool`.
 pub(super) fn whole_pool<B: Backend>(pool: &Pool<B>) -> Result<Words<'_>, PoolError> {

@@ -12,13 +12,13 @@ pub fn hash(key: u64) -> u64 {
 }
 
 /// The top `depth` bits of `h`: the directory index at global depth `depth`, or a segment's
-/// hash pattern at local depth `depth`.
+/// hash pattern at local depth `depth`. For depths up to 63, which is every depth a table
+/// holds (a local depth is a 6-bit field, a global depth at most `MAX_DEPTH`); a larger
+/// `depth` gives some other bits of `h`, never a panic.
+#[inline(always)]
 pub(super) fn prefix(h: u64, depth: u64) -> u64 {
-    if depth == 0 {
-        0
-    } else {
-        h >> (64 - depth)
-    }
+    // Two shifts rather than `h >> (64 - depth)`, which overflows at depth 0: no branch.
+    (h >> 1) >> (63u64.wrapping_sub(depth) & 63)
 }
 
 /// Whether key `k` belongs to a segment of local depth `local` and hash prefix `pattern` (a key
@@ -50,6 +50,8 @@ mod tests {
         assert_eq!(prefix(h, 0), 0);
         assert_eq!(prefix(h, 1), 1);
         assert_eq!(prefix(h, 4), 0b1011);
+        assert_eq!(prefix(u64::MAX, 63), u64::MAX >> 1);
+        assert_eq!(prefix(u64::MAX, 0), 0);
         assert!(moves_at_split(h, 0), "bit 63 is 1");
         assert!(!moves_at_split(h, 1), "bit 62 is 0");
         assert!(moves_at_split(h, 2), "bit 61 is 1");

@@ -18,9 +18,10 @@ use pmem_undo_log::Heap;
 
 use crate::sync::readers::ReadSection;
 
+use super::access::SegmentView;
 use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, key_word, pool_word, segment_word_offset, value_word};
-use super::layout::{Directory, Entry};
+use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
 use super::{Cceh, SlotProbe};
 use super::{CcehError, Place, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
 
@@ -121,9 +122,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// is found.
     ///
     /// Written for the CPU to overlap one lookup's cache miss with the next one's: few
-    /// instructions, one range check per segment and per bucket, and no branch on where in a
-    /// bucket the key is (see `hit_mask`). For a `u64` probe, whose `matches` is `true`, the
-    /// loop over a bucket's hits runs once and compiles away.
+    /// instructions (one pass of `lookup_fast`, one range check per segment, none per
+    /// bucket), and no branch on where in a bucket the key is (see `hit_mask`). The walk
+    /// below runs only where that pass gives up: it retries, and tells errors.
     #[inline(always)]
     fn lookup<R>(
         &self,
@@ -204,12 +205,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
     }
 
-    /// The lookup of [`Cceh::lookup`] (same steps, same validation, same `observe` points),
-    /// written for the fewest instructions: every read is checked, but a failed check only
-    /// says "not here" (`None`), and the caller walks again through the reads that tell why.
-    /// `Some(found)` is the validated outcome. The directory's offset is checked for alignment
-    /// once (entries are whole words after it), the segment's range once, each bucket's line
-    /// once.
+    /// One pass of the lookup of [`Cceh::lookup`] (same steps, same validation, same `observe`
+    /// points), written for the fewest instructions. `Some(found)` is the validated outcome;
+    /// `None` sends the caller along its own walk, which retries and tells errors: a read out
+    /// of the pool, a validation that failed (a split or doubling ran meanwhile) or a slot
+    /// reused under the read (both rare). Having no loop of its own, the pass computes each
+    /// bucket's address only when it gets there (in a loop, the compiler computes all four
+    /// ahead, as loop-invariant). The root's word is aligned (checked at create and open), the
+    /// directory's offset is checked for alignment once (entries are whole words after it),
+    /// the segment's range once ([`SegmentView`]: its buckets and slots are then read
+    /// unchecked).
     #[inline(always)]
     fn lookup_fast(
         &self,
@@ -219,58 +224,50 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     ) -> Option<Option<u64>> {
         let key = probe.word();
         let h = hash(key);
-        let home = self.shape.home(h);
-        let root_word = Self::peek_index(self.root.directory())?;
-        loop {
-            let directory = words.get(root_word)?;
-            let depth_word = Self::peek_index(directory)?;
-            let global_depth = words.get(depth_word)?;
-            if global_depth > MAX_DEPTH {
-                return None;
-            }
-            // Entry `i` is word `i + 1` of the directory.
-            let entry_word = depth_word + 1 + prefix(h, global_depth) as usize;
-            let entry = words.get(entry_word)?;
-            observe(LookupStep::Located);
-            let segment = words.sub(
-                pool_word(Entry::from_word(entry).segment),
-                self.shape.words(),
-            )?;
-            let found = 'scan: loop {
-                for step in 0..PROBE_BUCKETS {
-                    let first = bucket_word(self.shape.bucket_after(home, step));
-                    let keys = segment.keys_of_line(first)?;
-                    observe(LookupStep::BucketRead);
-                    let mut hits = hit_mask(&keys, key);
-                    while hits != 0 {
-                        let slot = hits.trailing_zeros() as usize;
-                        hits &= hits - 1;
-                        // As in `lookup`: value after key, key again after value.
-                        let at = key_word(first, slot);
-                        let value = segment.get(value_word(at))?;
-                        observe(LookupStep::ValueRead);
-                        if !probe.matches(value) {
-                            continue;
-                        }
-                        if segment.get(at)? != key {
-                            continue 'scan;
-                        }
-                        break 'scan Some(value);
-                    }
-                }
-                break None;
-            };
-            observe(LookupStep::Scanned);
-            // As in `lookup`: the key's entry unchanged means no split or doubling ran.
-            if words.get(root_word)? == directory && words.get(entry_word)? == entry {
-                return Some(found);
-            }
+        let root_word = self.directory_word;
+        let directory = words.get(root_word)?;
+        let depth_word = Self::peek_index(directory)?;
+        let global_depth = words.get(depth_word)?;
+        if global_depth > MAX_DEPTH {
+            return None;
         }
+        // Entry `i` is word `i + 1` of the directory.
+        let entry_word = depth_word + 1 + prefix(h, global_depth) as usize;
+        let entry = words.get(entry_word)?;
+        observe(LookupStep::Located);
+        let segment = SegmentView::new(words, Entry::from_word(entry).segment, self.span)?;
+        // The home bucket's first word, before `SegmentView` wraps it into the segment (the
+        // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
+        // are wrapped away anyway.
+        let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let found = 'scan: {
+            for step in 0..PROBE_BUCKETS {
+                let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+                observe(LookupStep::BucketRead);
+                let slot = first_hit(&keys, key);
+                if slot < SLOTS_PER_BUCKET as usize {
+                    // As in `lookup`: value after key, key again after value.
+                    let (value, again) = segment.value_then_key(first, slot);
+                    observe(LookupStep::ValueRead);
+                    // A value not the probe's (key words of a hashed table shared by two keys:
+                    // a later slot may hold the one looked up) or a slot reused under the read:
+                    // the caller's walk sorts these out.
+                    if !probe.matches(value) || again != key {
+                        return None;
+                    }
+                    break 'scan Some(value);
+                }
+            }
+            None
+        };
+        observe(LookupStep::Scanned);
+        // As in `lookup`: the key's entry unchanged means no split or doubling ran.
+        (words.get(root_word)? == directory && words.get(entry_word)? == entry).then_some(found)
     }
 
     /// The index among the pool's words of the word at `offset`, if aligned.
     #[inline(always)]
-    fn peek_index(offset: u64) -> Option<usize> {
+    pub(super) fn peek_index(offset: u64) -> Option<usize> {
         offset.is_multiple_of(8).then(|| pool_word(offset))
     }
 
@@ -340,6 +337,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     }
 }
 
+/// The first slot (0..4) of a bucket's four keys that holds `key`, or 4 if none: what
+/// [`hit_mask`]'s lowest bit tells, in fewer instructions, for the lookup's fast pass.
+#[inline(always)]
+pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
+    // From the last slot to the first, each compare a conditional move (no branch, for the
+    // reason `hit_mask` gives): the first slot holding `key` wins.
+    let mut slot = SLOTS_PER_BUCKET as usize;
+    for s in (0..SLOTS_PER_BUCKET as usize).rev() {
+        if keys[s] == key {
+            slot = s;
+        }
+    }
+    slot
+}
+
 /// Bit `s` set for each slot `s` (0..4) of a bucket's four keys that holds `key`. The four
 /// keys are compared into a bit mask rather than branched on one by one: a branch on which slot
 /// holds the key would be mispredicted, and a mispredicted branch waiting on a cache miss keeps
@@ -356,6 +368,25 @@ mod tests {
     use super::super::test_heap::{heap, keys_at_home, keys_with_top_bit};
     use super::super::CcehConfig;
     use super::*;
+
+    #[test]
+    fn the_first_hit_is_the_lowest_slot_holding_the_key() {
+        assert_eq!(first_hit(&[5, 6, 7, 6], 6), 1);
+        assert_eq!(first_hit(&[6, 6, 6, 6], 6), 0);
+        assert_eq!(first_hit(&[5, 6, 7, 8], 8), 3);
+        assert_eq!(first_hit(&[5, 6, 7, 8], 9), 4, "none");
+        for keys in [[1, 2, 3, 4], [4, 4, 1, 1], [9, 9, 9, 2], [0, 0, 0, 0]] {
+            for key in 0..6 {
+                let mask = hit_mask(&keys, key);
+                let lowest = if mask == 0 {
+                    4
+                } else {
+                    mask.trailing_zeros() as usize
+                };
+                assert_eq!(first_hit(&keys, key), lowest, "{keys:?} {key}");
+            }
+        }
+    }
 
     #[test]
     fn a_hit_mask_has_a_bit_for_each_slot_holding_the_key() {

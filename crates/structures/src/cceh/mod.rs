@@ -152,6 +152,7 @@ use crate::kind::{describe_magic, StructureKind};
 use crate::sync::Stripes;
 use crate::u64map::ReservedKey;
 
+use access::SegmentSpan;
 pub use hashing::hash;
 use layout::{Directory, Entry, Root, SegmentShape};
 pub(crate) use probe::{KeyWords, SlotProbe};
@@ -382,7 +383,12 @@ impl Place {
 pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     heap: H,
     root: Root,
+    /// The index among the pool's words of the root's directory word (the root is 64-byte
+    /// aligned: checked at create and open), for the lookups' unchecked alignment.
+    directory_word: usize,
     shape: SegmentShape,
+    /// The shape's extent in words, for the lookup's unchecked reads inside a segment.
+    span: SegmentSpan,
     structure: Mutex<()>,
     stripes: Stripes,
     /// The directory the last doubling replaced (also recorded in the root), until a later
@@ -464,10 +470,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         shape: SegmentShape,
         key_words: KeyWords,
     ) -> Result<Self, CcehError> {
+        let span = SegmentSpan::of(shape).ok_or_else(|| CcehError::InvalidConfig {
+            reason: format!("{} buckets per segment", shape.buckets()),
+        })?;
         Ok(Cceh {
             heap,
             root,
+            directory_word: layout::pool_word(root.directory()),
             shape,
+            span,
             structure: Mutex::new(()),
             stripes: Stripes::new(STRIPES),
             retired: Mutex::new(None),

@@ -41,6 +41,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     fn open_in_mode(heap: H, root: u64, key_words: KeyWords) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
+        // As at create: lookups read the root's words without an alignment check.
+        if !root.is_multiple_of(64) {
+            return Err(CcehError::InvalidConfig {
+                reason: format!("root offset {root:#x} is not 64-byte aligned"),
+            });
+        }
         let root = Root::at(root);
         let magic = pool.read::<u64>(root.magic())?;
         if magic != ROOT_MAGIC {

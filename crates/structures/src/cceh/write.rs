@@ -19,11 +19,13 @@ use std::sync::MutexGuard;
 use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
+use super::access::SegmentView;
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, key_word, value_of, value_word};
-use super::lookup::hit_mask;
+use super::layout::{bucket_word, key_word, segment_word_offset, value_of};
+use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
+use super::lookup::{first_hit, hit_mask};
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
-use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
+use super::{EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
 /// Where a write goes in its window, chosen under the segment's stripe lock.
@@ -33,7 +35,13 @@ enum Chosen {
     /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
     /// the key it moved on (a copy of which is now further along), so a write that does not
     /// happen must empty it.
-    Free { slot: u64, vacated: bool },
+    Free {
+        slot: u64,
+        vacated: bool,
+        /// The slot holds a key (a stale copy a split left, or one a displacement moved on),
+        /// which the write empties first.
+        occupied: bool,
+    },
 }
 
 /// A `before_store` that does nothing: the `u64` operations' (it inlines away).
@@ -43,25 +51,45 @@ fn nothing_before<T>(_old: T) -> Result<(), CcehError> {
 }
 
 /// The slot (0..4) of a bucket whose key word is `probe`'s and whose value (loaded from the
-/// segment's words from the bucket's first word `first` on, only for slots with the key word)
-/// it matches, if any: the first such in slot order.
+/// segment from the bucket's first word `first` on, only for slots with the key word) it
+/// matches, if any: the first such in slot order.
 #[inline(always)]
 fn matching_slot(
     keys: &[u64; SLOTS_PER_BUCKET as usize],
-    segment: Words<'_>,
+    segment: &SegmentView<'_>,
     first: usize,
     probe: &impl SlotProbe,
 ) -> Option<(usize, u64)> {
-    let mut hits = hit_mask(keys, probe.word());
+    let word = probe.word();
+    // Most buckets hold no slot with the key word: one pass of conditional moves tells.
+    let slot = first_hit(keys, word);
+    if slot == SLOTS_PER_BUCKET as usize {
+        return None;
+    }
+    let value = segment.value(first, slot);
+    if probe.matches(value) {
+        return Some((slot, value));
+    }
+    // Key words shared by several keys (hashed tables only; a `u64` probe matches any value,
+    // so this compiles away for it): the later slots with the word.
+    let mut hits = hit_mask(keys, word) & !((2u32 << slot) - 1);
     while hits != 0 {
         let slot = hits.trailing_zeros() as usize;
-        let value = segment.get(value_word(key_word(first, slot)))?;
+        let value = segment.value(first, slot);
         if probe.matches(value) {
             return Some((slot, value));
         }
         hits &= hits - 1;
     }
     None
+}
+
+/// The stripe whose lock guards the segment at `segment`: the offset's Fibonacci hash (one
+/// multiply), its top bits picking one of [`STRIPES`].
+#[inline(always)]
+fn stripe_of(segment: u64) -> usize {
+    const _: () = assert!(STRIPES.is_power_of_two() && STRIPES > 1);
+    (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - STRIPES.trailing_zeros())) as usize
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
@@ -171,8 +199,22 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// the lock: an unchanged directory pointer means the directory is still the current one
     /// (so not freed), and an unchanged entry that it still maps `h` to this segment, which no
     /// split can change while the lock is held.
+    #[inline(always)]
     fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
         let words = self.pool_words()?;
+        match self.lock_place_fast(words, h) {
+            Some(locked) => Ok(locked),
+            None => self.lock_place_walk(words, h),
+        }
+    }
+
+    /// [`Cceh::lock_place`] the way that retries and tells errors, out of line.
+    #[inline(never)]
+    fn lock_place_walk(
+        &self,
+        words: Words<'_>,
+        h: u64,
+    ) -> Result<(Place, StripeGuard<'_>), CcehError> {
         loop {
             let directory = self.current_directory_in(words)?;
             let place = match self.locate_in(words, directory, h) {
@@ -185,13 +227,49 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             // persist (the previous write's flush and fence) to finish, and no load after it
             // starts before. Prefetched here, the window's lines arrive during that wait.
             self.prefetch_window(words, place.segment, h);
-            let guard = self.stripes.lock((hash(place.segment) as usize) % STRIPES);
+            let guard = self.stripes.lock(stripe_of(place.segment));
             if self.current_directory_in(words)? == directory
                 && self.word_in(words, place.entry_offset())? == place.entry()
             {
                 return Ok((place, guard));
             }
         }
+    }
+
+    /// One pass of [`Cceh::lock_place`]'s walk, written for the fewest instructions (as
+    /// `Cceh::lookup_fast` is for lookups): the same reads, prefetches, lock and check, but a
+    /// read out of the pool or a directory changed before the lock was taken gives `None`,
+    /// and the caller walks again the way that retries and tells errors.
+    #[inline(always)]
+    fn lock_place_fast(&self, words: Words<'_>, h: u64) -> Option<(Place, StripeGuard<'_>)> {
+        // The root's word is aligned (checked at create and open).
+        let root_word = self.directory_word;
+        let directory = words.get(root_word)?;
+        let depth_word = Self::peek_index(directory)?;
+        let global_depth = words.get(depth_word)?;
+        if global_depth > MAX_DEPTH {
+            return None;
+        }
+        let index = prefix(h, global_depth);
+        // Entry `i` is word `i + 1` of the directory.
+        let entry_word = depth_word + 1 + index as usize;
+        let word = words.get(entry_word)?;
+        let entry = Entry::from_word(word);
+        let segment = SegmentView::new(words, entry.segment, self.span)?;
+        let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        for step in 0..PROBE_BUCKETS {
+            segment.prefetch_bucket(home_word.wrapping_add(bucket_word(step)));
+        }
+        let guard = self.stripes.lock(stripe_of(entry.segment));
+        let place = Place {
+            directory: Directory::at(directory),
+            global_depth,
+            index,
+            segment: entry.segment,
+            local_depth: entry.local_depth,
+        };
+        (words.get(root_word)? == directory && words.get(entry_word)? == word)
+            .then_some((place, guard))
     }
 
     /// Where `probe`'s write goes in its window (the caller holds the segment's stripe lock):
@@ -205,59 +283,67 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        let segment = self.segment_words(self.pool_words()?, place.segment)?;
-        let shape = self.shape;
-        let home = shape.home(h);
+        let Some(segment) = SegmentView::new(self.pool_words()?, place.segment, self.span) else {
+            return Err(self.bad_offset(place.segment, self.shape.bytes()));
+        };
+        // The home bucket's first word, wrapped into the segment by the view (as in lookups).
+        let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let bucket_keys =
+            |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+        let slot_at =
+            |first: usize, s: usize| segment_word_offset(place.segment, key_word(first, s));
         // Keys only: a value is loaded for a slot holding the probe's key word alone.
-        let mut lines = [[0u64; SLOTS_PER_BUCKET as usize]; PROBE_BUCKETS as usize];
         let mut empty = None;
-        for (step, line) in lines.iter_mut().enumerate() {
-            let bucket = shape.bucket_after(home, step as u64);
-            let first = bucket_word(bucket);
-            let bad = || self.bad_offset(shape.slot(place.segment, bucket, 0), 64);
-            *line = segment.keys_of_line(first).ok_or_else(bad)?;
-            let slot_at = |s: usize| shape.slot(place.segment, bucket, s as u64);
+        for step in 0..PROBE_BUCKETS {
+            let (first, keys) = bucket_keys(step);
             // Under the stripe lock nothing else writes this segment: the value loaded is the
             // key's.
-            if let Some((s, old)) = matching_slot(line, segment, first, probe) {
+            if let Some((s, old)) = matching_slot(&keys, &segment, first, probe) {
                 return Ok(Some(Chosen::Found {
-                    slot: slot_at(s),
+                    slot: slot_at(first, s),
                     old,
                 }));
             }
             if empty.is_none() {
-                let free = hit_mask(line, EMPTY_KEY);
-                empty = (free != 0).then(|| slot_at(free.trailing_zeros() as usize));
+                let free = first_hit(&keys, EMPTY_KEY);
+                empty = (free < SLOTS_PER_BUCKET as usize).then(|| slot_at(first, free));
             }
         }
+        // No empty slot (rare): the keys again, read under the same lock, so the same.
         let stale = || {
             let pattern = prefix(h, place.local_depth);
-            (0..PROBE_BUCKETS as usize).find_map(|step| {
-                let bucket = shape.bucket_after(home, step as u64);
+            (0..PROBE_BUCKETS).find_map(|step| {
+                let (first, keys) = bucket_keys(step);
                 (0..SLOTS_PER_BUCKET as usize)
-                    .find(|&s| !belongs(lines[step][s], place.local_depth, pattern))
-                    .map(|s| shape.slot(place.segment, bucket, s as u64))
+                    .find(|&s| !belongs(keys[s], place.local_depth, pattern))
+                    .map(|s| slot_at(first, s))
             })
         };
-        if let Some(slot) = empty.or_else(stale) {
+        if let Some(slot) = empty {
             return Ok(Some(Chosen::Free {
                 slot,
                 vacated: false,
+                occupied: false,
+            }));
+        }
+        if let Some(slot) = stale() {
+            return Ok(Some(Chosen::Free {
+                slot,
+                vacated: false,
+                occupied: true,
             }));
         }
         if let Some(slot) = self.displace(place, h)? {
             return Ok(Some(Chosen::Free {
                 slot,
                 vacated: true,
+                occupied: self.word(slot)? != EMPTY_KEY,
             }));
         }
         // Every slot holds a live entry of the probe's own key word (hashed key words only: a
         // unique one would have matched): all share one hash, so no split can part them.
         let word = probe.word();
-        if lines
-            .iter()
-            .all(|keys| *keys == [word; SLOTS_PER_BUCKET as usize])
-        {
+        if (0..PROBE_BUCKETS).all(|step| bucket_keys(step).1 == [word; SLOTS_PER_BUCKET as usize]) {
             return Err(CcehError::KeyWordWindowFull { word });
         }
         Ok(None)
@@ -287,7 +373,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 }
                 Ok(Some(old))
             }
-            Chosen::Free { slot, vacated } => {
+            Chosen::Free {
+                slot,
+                vacated,
+                occupied,
+            } => {
                 if let Err(e) = before_store(None) {
                     if vacated {
                         // The moved key's copy further along is persisted: emptying this one
@@ -297,7 +387,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     }
                     return Err(e);
                 }
-                self.put_slot(slot, key, value)?;
+                self.fill_slot(slot, occupied, key, value)?;
                 stripe.count(1);
                 Ok(None)
             }
@@ -311,14 +401,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// to one line persist in order), and a lookup never pairs the old key with the new value
     /// (it re-reads the key after the value).
     pub(super) fn put_slot(&self, slot: u64, key: u64, value: u64) -> Result<(), CcehError> {
+        let occupied = self.word(slot)? != EMPTY_KEY;
+        self.fill_slot(slot, occupied, key, value)
+    }
+
+    /// [`Cceh::put_slot`] for a caller that has just read the slot's key under the segment's
+    /// stripe lock (so it is still there): `occupied` if it is not [`EMPTY_KEY`].
+    #[inline(always)]
+    fn fill_slot(&self, slot: u64, occupied: bool, key: u64, value: u64) -> Result<(), CcehError> {
         let pool = self.heap.pool();
-        let emptied = match self.word(slot)? {
-            EMPTY_KEY => None,
-            _ => {
-                let emptied = pool.store_u64(slot, EMPTY_KEY)?;
-                write_step(WriteStep::SlotEmptied);
-                Some(emptied)
-            }
+        let emptied = if occupied {
+            let emptied = pool.store_u64(slot, EMPTY_KEY)?;
+            write_step(WriteStep::SlotEmptied);
+            Some(emptied)
+        } else {
+            None
         };
         let mut w = pool.store_u64(value_of(slot), value)?;
         write_step(WriteStep::ValueStored);

@@ -171,10 +171,20 @@ mod barrier {
     /// else a full fence.
     #[inline(always)]
     pub(super) fn light() {
+        // One compare inline; the first use and the fence of the fallback out of line.
+        if MODE.load(Ordering::Relaxed) != MEMBARRIER {
+            light_otherwise();
+        }
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+
+    /// [`light`] before the mode is known, or where it is not [`MEMBARRIER`].
+    #[cold]
+    #[inline(never)]
+    fn light_otherwise() {
         if mode() != MEMBARRIER {
             fence(Ordering::SeqCst);
         }
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
     }
 
     /// The reclaimer's side: a full barrier on every thread of the process, or this thread's
@@ -211,12 +221,14 @@ mod barrier {
 
 /// A lock-free read in progress on this thread: memory unlinked after it began is not freed
 /// before it ends (see the module docs). Nested sections share the outermost one's
-/// announcement.
+/// announcement, and end before it (sections are scoped locals, dropped innermost first).
 #[must_use]
 pub(crate) struct ReadSection {
     slot: &'static CachePadded<Slot>,
-    /// The odd number announced, or 0 for a nested section (which announces nothing).
-    announced: u64,
+    /// What the section stores on exit: the next even number after the outermost section's
+    /// odd one, or, for a nested section, the odd number it found (storing it back changes
+    /// nothing: the outer section goes on). One store either way, with no branch on nesting.
+    exit: u64,
     /// A slot claimed for this section alone (a thread whose own slot is already gone, in a
     /// thread-local destructor), given back at the end.
     borrowed: bool,
@@ -251,33 +263,34 @@ impl ReadSection {
     /// A section announced on `slot` (this thread's, or one borrowed for it).
     #[inline(always)]
     pub(super) fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
-        // Only this thread stores to its slot: the load reads its own last store.
+        // Only this thread stores to its slot: the load reads its own last store. Inside a
+        // section already (odd), the store below rewrites the same odd number.
         let now = slot.sequence.load(Ordering::Relaxed);
-        let announced = if now & 1 == 1 {
-            0
-        } else {
-            slot.sequence.store(now + 1, Ordering::Release);
-            barrier::light();
-            now + 1
-        };
+        let inside = now | 1;
+        slot.sequence.store(inside, Ordering::Release);
+        barrier::light();
         ReadSection {
             slot,
-            announced,
+            // `now` even: the next even number; `now` odd (nested): `now` itself.
+            exit: inside + 1 - (now & 1),
             borrowed,
             _not_send: PhantomData,
         }
+    }
+
+    /// Whether this section is nested in another of the same thread (it announced nothing of
+    /// its own).
+    #[cfg(test)]
+    fn is_nested(&self) -> bool {
+        self.exit & 1 == 1
     }
 }
 
 impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
-        if self.announced != 0 {
-            // Release: every load of the section happens before a reclaimer that sees this.
-            self.slot
-                .sequence
-                .store(self.announced + 1, Ordering::Release);
-        }
+        // Release: every load of the section happens before a reclaimer that sees this.
+        self.slot.sequence.store(self.exit, Ordering::Release);
         if self.borrowed {
             self.slot.claimed.store(false, Ordering::Release);
         }
@@ -395,7 +408,8 @@ mod tests {
     fn a_thread_inside_a_section_is_told_that_it_would_wait_for_itself() {
         let outer = ReadSection::enter();
         let nested = ReadSection::enter();
-        assert_eq!(nested.announced, 0, "a nested section announces nothing");
+        assert!(nested.is_nested(), "a nested section announces nothing");
+        assert!(!outer.is_nested());
         drop(nested);
         let grace = GracePeriod::start();
         assert!(grace.waits_for_this_thread());

@@ -79,10 +79,23 @@ impl Stripes {
         StripeGuard { stripe }
     }
 
-    /// Every stripe's lock, taken in index order. Writers hold one stripe at a time, so this
-    /// cannot deadlock with them; no other writer runs until the guards drop.
+    /// Every stripe's lock, taken in index order: no other writer runs until the guards drop.
+    /// Deadlock-free under the rule of [`Stripes::lock_set`].
     pub(crate) fn lock_all(&self) -> Vec<StripeGuard<'_>> {
         (0..self.len()).map(|i| self.lock(i)).collect()
+    }
+
+    /// The locks of the stripes whose bits are set in `mask` (stripe `i` is bit `i`), taken in
+    /// index order. The rule that keeps writers free of deadlock: a writer waits for a stripe
+    /// only while it holds none, or only lower-indexed ones (it took them all through one
+    /// call of this, or of [`Stripes::lock_all`]). Then the holder of the highest stripe any
+    /// waiter wants never waits itself.
+    pub(crate) fn lock_set(&self, mask: u64) -> Vec<StripeGuard<'_>> {
+        debug_assert!(self.len() >= 64 || mask >> self.len() == 0);
+        (0..self.len())
+            .filter(|&i| mask & (1 << i) != 0)
+            .map(|i| self.lock(i))
+            .collect()
     }
 
     /// Wait until no change of stripe `i` runs and return its version (the lock bit does not
@@ -190,7 +203,7 @@ impl Stripe {
 }
 
 /// Updates by the holder of stripe `i`'s lock, by index, since a structure change holding
-/// every stripe through [`Stripes::lock_all`] has no one guard at hand. The caller must hold
+/// several stripes through [`Stripes::lock_set`] has no one guard at hand. The caller must hold
 /// stripe `i`'s lock; debug builds check that someone does.
 impl Stripes {
     /// Like [`StripeGuard::count`] for stripe `i`.
@@ -294,6 +307,28 @@ mod tests {
         assert_eq!(stripes.total(), 8);
         stripes.set_total(1);
         assert_eq!(stripes.total(), 1);
+    }
+
+    #[test]
+    fn lock_set_holds_its_stripes_and_no_other() {
+        let stripes = Arc::new(Stripes::new(4));
+        let held = stripes.lock_set(0b1010);
+        assert_eq!(held.len(), 2);
+        // Stripes 0 and 2 are free, 1 and 3 are not.
+        drop(stripes.lock(0));
+        drop(stripes.lock(2));
+        let entered = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (stripes, entered) = (Arc::clone(&stripes), Arc::clone(&entered));
+            std::thread::spawn(move || {
+                let _g = stripes.lock(3);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!entered.load(Ordering::SeqCst), "a held stripe was taken");
+        drop(held);
+        waiter.join().unwrap();
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::primitives::{fence, spin_loop, AtomicU64, Backoff, Ordering};
+use super::primitives::{fence, AtomicU64, Backoff, Ordering};
 
 const LOCKED: u64 = 1;
 const CHANGING: u64 = 2;
@@ -103,12 +103,25 @@ impl Stripes {
     #[inline]
     pub(crate) fn read_begin(&self, i: usize) -> u64 {
         let word = &self.stripes[i].word;
+        let v = word.load(Ordering::Acquire);
+        if v & CHANGING == 0 {
+            return v & !LOCKED;
+        }
+        Self::read_wait(word)
+    }
+
+    /// The waiting path of [`Stripes::read_begin`]: spin, then yield, since the change may be
+    /// a split or merge running a transaction, or its writer descheduled.
+    #[cold]
+    #[inline(never)]
+    fn read_wait(word: &AtomicU64) -> u64 {
+        let backoff = Backoff::new();
         loop {
             let v = word.load(Ordering::Acquire);
             if v & CHANGING == 0 {
                 return v & !LOCKED;
             }
-            spin_loop();
+            backoff.snooze();
         }
     }
 

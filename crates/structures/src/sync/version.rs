@@ -4,7 +4,7 @@
 //! the odd version is also their writer lock, taken by one compare-and-swap, which serialises
 //! them.
 
-use super::primitives::{fence, spin_loop, AtomicU64, Backoff, Ordering};
+use super::primitives::{fence, AtomicU64, Backoff, Ordering};
 
 /// Even while no change runs, odd while one does; each change adds 2.
 pub(crate) struct SeqVersion {
@@ -22,12 +22,25 @@ impl SeqVersion {
     /// Wait until no change runs and return the version.
     #[inline]
     pub(crate) fn read_begin(&self) -> u64 {
+        let v = self.word.load(Ordering::Acquire);
+        if v & 1 == 0 {
+            return v;
+        }
+        self.read_wait()
+    }
+
+    /// The waiting path of [`SeqVersion::read_begin`]: spin, then yield, since the change is a
+    /// merge or root change running a transaction, or its writer may be descheduled.
+    #[cold]
+    #[inline(never)]
+    fn read_wait(&self) -> u64 {
+        let backoff = Backoff::new();
         loop {
             let v = self.word.load(Ordering::Acquire);
             if v & 1 == 0 {
                 return v;
             }
-            spin_loop();
+            backoff.snooze();
         }
     }
 

@@ -321,6 +321,54 @@ fn two_writers_and_a_reader_agree_with_the_model() {
     }
 }
 
+/// Four writers on interleaved keys (each owns one residue mod 4, so all four write the same
+/// leaves) in a tree of 4-entry nodes: a growing phase of splits up to new roots, then a
+/// shrinking one of merges down to root collapses, while splits and merges of neighbouring
+/// leaves run at once. The tree must end as the union of the writers' models, with every
+/// freed node back in the heap.
+#[test]
+fn four_writers_splitting_and_merging_side_by_side_agree_with_the_model() {
+    for policy in ShiftPolicy::ALL {
+        let heap = heap(32 << 20);
+        let tree = FastFair::create(&heap, heap.pool().root_offset(), config(128, policy)).unwrap();
+        let models: Vec<BTreeMap<u64, u64>> = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..4u64)
+                .map(|residue| {
+                    let tree = &tree;
+                    s.spawn(move || {
+                        let mut model = BTreeMap::new();
+                        let mut rng = SplitMix64::new(residue * 31 + 5);
+                        for i in 0..6_000u64 {
+                            let key = rng.below(1500) * 4 + residue;
+                            // Mostly inserts, then mostly removes.
+                            let removing = if i < 3_000 { i % 4 == 3 } else { i % 4 != 3 };
+                            if removing {
+                                assert_eq!(tree.remove(key).unwrap(), model.remove(&key));
+                            } else {
+                                assert_eq!(tree.upsert(key, i).unwrap(), model.insert(key, i));
+                            }
+                        }
+                        model
+                    })
+                })
+                .collect();
+            writers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut expected = BTreeMap::new();
+        for m in models {
+            expected.extend(m);
+        }
+        assert_eq!(all(&tree), expected, "{policy:?}");
+        assert_eq!(tree.check().unwrap(), expected.len() as u64);
+        assert_eq!(tree.len(), expected.len() as u64);
+        assert_eq!(
+            tree.blocks().unwrap(),
+            heap_blocks(&heap).unwrap(),
+            "{policy:?}: every freed node went back to the heap"
+        );
+    }
+}
+
 /// The persistence cost of one insert into a leaf with room, under each policy: a leaf of 20
 /// entries (keys 10, 20, .. 200) in 512-byte nodes; inserting 15 moves 19 entries and writes
 /// slots 1..=20, which lie on 6 cache lines (slot `i` is at byte 64 + 16 i).

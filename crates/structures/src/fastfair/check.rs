@@ -93,7 +93,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 
     /// Every block the tree owns (the redo area and every node), sorted, for heap checks.
     pub fn blocks(&self) -> Result<Vec<u64>, FastFairError> {
-        let _all = self.exclusive();
+        let _all = self.stripes.lock_all();
         let mut out = self.walk(self.root_node()?, |_, _, _| Ok(()))?;
         out.push(self.redo.0);
         out.sort_unstable();
@@ -103,7 +103,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Check the whole tree (levels, links, key order and bounds, that every child pointer
     /// names the next level's node) and return the number of keys.
     pub fn check(&self) -> Result<u64, FastFairError> {
-        let _all = self.exclusive();
+        let _all = self.stripes.lock_all();
         let mut keys = 0;
         let mut children: Vec<Vec<u64>> = Vec::new();
         let mut chains: Vec<Vec<u64>> = Vec::new();

@@ -23,6 +23,15 @@ pub(super) enum Point {
     Read(u64),
     /// It validated its last read: whether the read stands.
     Validated(bool),
+    /// A split, holding the locks of the nodes it changes, has just written (in its
+    /// transaction) the range at this offset.
+    SplitWrote(u64),
+    /// A merge holds the locks of the nodes it reads and changes, and is about to change them.
+    MergeLocked,
+    /// A split has found its path and the nodes to lock, and holds no lock yet.
+    SplitPlanned,
+    /// A merge has planned which nodes to lock, and holds no lock yet.
+    MergePlanned,
 }
 
 type Hook = Box<dyn FnMut(Point)>;
@@ -42,7 +51,7 @@ pub(super) fn at(point: Point) {
 }
 
 /// Run `f` with `hook` set on this thread.
-fn with_hook<R>(hook: Hook, f: impl FnOnce() -> R) -> R {
+pub(super) fn with_hook<R>(hook: Hook, f: impl FnOnce() -> R) -> R {
     HOOK.with(|h| *h.borrow_mut() = Some(hook));
     let result = f();
     HOOK.with(|h| *h.borrow_mut() = None);
@@ -197,6 +206,7 @@ mod tests {
                     );
                     seen.borrow_mut().invalidated = !valid;
                 }
+                _ => {}
             })
         };
         let got = with_hook(hook, || tree.get(key).unwrap());

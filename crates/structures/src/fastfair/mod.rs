@@ -11,7 +11,7 @@
 //! | `search.rs` | lock-free descents and lookups, validated by versions; in-node binary search |
 //! | `range.rs` | range scans along the sibling links |
 //! | `write.rs` | insert, upsert and remove in one leaf under its stripe lock |
-//! | `locks.rs` | finding and locking a writer's leaf; exclusive structure changes; versions |
+//! | `locks.rs` | finding and locking a writer's leaf; locking and checking a split's or merge's path; versions |
 //! | `shift.rs` | FAST in-place shifts and the per-shift baseline: how a shift is made durable |
 //! | `redo.rs` | redo-logged shifts: log, commit, apply, clear; replay at open |
 //! | `split.rs` | FAIR splits up to a new root: how a split is made crash-safe |
@@ -124,10 +124,39 @@
 //!   release it) and check that the leaf is still the key's: no merge or root change ran since
 //!   the descent began and the key is below the leaf's high key (else a split moved it right,
 //!   and the writer looks again). Inserts and removes in leaves of different stripes run in
-//!   parallel; the stripe's index is also the writer's redo lane. A split or merge takes every
-//!   stripe's lock, in order, and new writers wait while one is pending, so they cannot starve
-//!   it. The locks live in DRAM only: a crash cannot leave one held. The locks and versions
-//!   are the crate's shared ones (`sync`).
+//!   parallel; the stripe's index is also the writer's redo lane.
+//! * **Splits and merges lock only the nodes they change** (FAST'18 FAST&FAIR, Sec. 4), so
+//!   writers of other leaves go on meanwhile. A writer whose leaf is full lets its stripe go,
+//!   finds the path again without a lock, and locks the stripes of the nodes the split changes:
+//!   the leaf, the full ancestors that split with it, and the one above them that takes the
+//!   last separator (or the root). New nodes need no lock: nothing reaches them before the
+//!   split links them, under the stripes it holds. A merge first plans itself without locks,
+//!   from node images each read whole, to learn which nodes it reads (the leaf, its neighbours,
+//!   the parents up to where it stops, the root's child when the root collapses), and locks
+//!   those. Either then checks its path under the locks (same structure version, each node at
+//!   its level with the key below its high key and routing it to the next, the root unchanged
+//!   if the change reaches it), and, for a split, that the split still stops within the locked
+//!   nodes; a merge plans again under the locks and must read only locked nodes. If anything
+//!   moved, it lets go and starts again. Stripes are taken in index order by a writer holding
+//!   none, and a plain writer holds one, so no cycle of waiters forms (`locks.rs`).
+//! * **The structure version** is made odd by every merge (it frees nodes and moves keys left,
+//!   which readers following right links cannot see) and every root change (a root split or
+//!   collapse), and its odd value is also the lock that runs one such change at a time: the
+//!   root pointer changes only under it and the old root's stripe. It is taken after the
+//!   stripes. Readers and writers that found a node before a merge freed it restart, or, for a
+//!   writer, fail the check under its lock, so none writes into a freed block. A split below
+//!   the root leaves it alone: readers see it through the stripe versions of the nodes it
+//!   changes, marked while it runs.
+//! * **Transactions of the heap run at once on different lanes** ([`Heap::transaction`] hands
+//!   each a lane of its own, waiting only while all are taken): splits and merges of disjoint
+//!   nodes run their transactions in parallel, each writing only nodes it holds, so their undo
+//!   logs never cover the same bytes. What the heap serialises is its allocator: reservations
+//!   under a short DRAM lock, and the commit of a transaction that allocated or freed (every
+//!   split and merge) under that lock from publishing its block words until it is durable.
+//!   So the commits of concurrent splits take turns, while plain inserts and removes, which
+//!   use no transaction, go on.
+//! * The locks live in DRAM only: a crash cannot leave one held. The locks and versions are the
+//!   crate's shared ones (`sync`).
 
 use std::fmt;
 use std::ops::Deref;
@@ -136,7 +165,7 @@ use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
 use crate::kind::{describe_magic, StructureKind};
-use crate::sync::{ExclusiveGate, SeqVersion, Stripes};
+use crate::sync::{SeqVersion, Stripes};
 use crate::u64map::ReservedKey;
 
 mod check;
@@ -155,6 +184,8 @@ mod shift;
 mod split;
 mod verify;
 mod write;
+#[cfg(test)]
+mod writer_interleave;
 
 use layout::{NodeImage, NodeShape, NodeView, RedoArea, RootFields, RootObject};
 
@@ -319,11 +350,9 @@ pub struct FastFair<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = He
     step_limit: u64,
     policy: ShiftPolicy,
     redo: RedoArea,
-    /// Odd while a merge or root change runs: lock-free descents restart across one.
+    /// Odd while a merge or root change runs: lock-free descents restart across one. Also the
+    /// lock that lets one such change run at a time.
     structure_version: SeqVersion,
-    /// Splits and merges waiting for or holding every stripe: new writers let them in first,
-    /// so a stream of writers cannot starve them.
-    structure_gate: ExclusiveGate,
     stripes: Stripes,
 }
 
@@ -410,7 +439,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             policy,
             redo,
             structure_version: SeqVersion::new(),
-            structure_gate: ExclusiveGate::new(),
             stripes: Stripes::new(LANES),
         }
     }
@@ -482,11 +510,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Fewest entries a node keeps before it tries to merge.
     fn min_fill(&self) -> usize {
         self.capacity.div_ceil(3)
-    }
-
-    /// A node as stored, transient duplicates dropped (the right copy kept).
-    fn read_node(&self, node: u64) -> Result<NodeImage, FastFairError> {
-        Ok(self.view(node)?.image())
     }
 }
 

@@ -2,7 +2,9 @@
 //! whose writes are staged in FAIR order (new sibling in full, link and high key, truncation,
 //! parent, new root). The transaction is what makes a split crash-safe: a crash at any point
 //! rolls the whole split back at [`pmem_undo_log::Heap::open`]. The order is for lock-free
-//! readers, which may run beside it.
+//! readers, which may run beside it. A split locks only the nodes it changes
+//! ([`FastFair::lock_for_split`]), so writers of other leaves run beside it too, and so may
+//! other splits' transactions (the heap runs one per lane at once).
 
 use std::ops::{Deref, Range};
 
@@ -13,6 +15,7 @@ use super::layout::{
     entry_offset, high_offset, node_words, push_entry_words, push_node_words, sibling_offset,
     NodeHeader, NodeView,
 };
+use super::locks::HeldStripes;
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
 /// Writes planned in order, over one buffer of words: a split is planned, then logged, then
@@ -116,17 +119,86 @@ struct NodeSplit<'a> {
     separator: u64,
 }
 
+/// A split's path, checked and locked: the stripes of `path[top..]` are held, which are the
+/// nodes the split changes (the leaf, the full ancestors it splits, and the one above them
+/// that takes the last separator, or the root and the root pointer when the root splits).
+pub(super) struct LockedSplit<'a> {
+    path: Vec<u64>,
+    top: usize,
+    root_splits: bool,
+    _held: HeldStripes<'a>,
+}
+
+impl LockedSplit<'_> {
+    /// The leaf to split.
+    pub(super) fn leaf(&self) -> u64 {
+        *self.path.last().expect("a path ends at a leaf")
+    }
+}
+
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
-    /// Split the full leaf at the end of `path` to insert `key`, and its ancestors as needed:
-    /// one transaction, written in FAIR order (see the module docs). The caller holds every
-    /// stripe.
+    /// Lock the nodes a split of `key`'s (full) leaf would change, and nothing else: find the
+    /// path without a lock, lock the stripes of the path from the highest node the split
+    /// changes down to the leaf, in index order, then check under the locks that the path
+    /// still stands ([`FastFair::path_holds`]) and the split still stops within it (else
+    /// let go and start again). The caller holds no stripe. The leaf may have gained room
+    /// meanwhile: the caller checks it under the lock before it splits.
+    pub(super) fn lock_for_split(&self, key: u64) -> Result<LockedSplit<'_>, FastFairError> {
+        loop {
+            let (path, structure) = self.lock_free_path(key)?;
+            let guess = self.split_top(&path, 0)?;
+            #[cfg(test)]
+            super::interleave::at(super::interleave::Point::SplitPlanned);
+            let held = self.lock_stripes(Self::stripe_mask(&path[guess..]));
+            if !self.path_holds(&path, guess, key, structure)? {
+                continue;
+            }
+            // Only the held nodes are read: the walk stops at `guess` at the latest.
+            let top = self.split_top(&path, guess)?;
+            let top_full = self.view(path[top])?.count() >= self.capacity;
+            if top_full && top > 0 {
+                // The split would now go above what is held: an ancestor filled meanwhile.
+                continue;
+            }
+            return Ok(LockedSplit {
+                root_splits: top == 0 && top_full,
+                path,
+                top,
+                _held: held,
+            });
+        }
+    }
+
+    /// The nodes a split of `key`'s leaf would change now (the leaf full), for tests that
+    /// pick writers whose nodes do not overlap it.
+    #[cfg(test)]
+    pub(super) fn split_changes(&self, key: u64) -> Result<Vec<u64>, FastFairError> {
+        let (path, _) = self.lock_free_path(key)?;
+        let top = self.split_top(&path, 0)?;
+        Ok(path[top..].to_vec())
+    }
+
+    /// The highest index of `path` a split of its leaf changes, looking no higher than
+    /// `floor`: going up from the leaf while the node is full (a full node splits and so
+    /// changes its parent).
+    fn split_top(&self, path: &[u64], floor: usize) -> Result<usize, FastFairError> {
+        let mut top = path.len() - 1;
+        while top > floor && self.view(path[top])?.count() >= self.capacity {
+            top -= 1;
+        }
+        Ok(top)
+    }
+
+    /// Split the full leaf of `split` to insert `key`, and its ancestors as needed: one
+    /// transaction, written in FAIR order (see the module docs), with the stripes of the
+    /// nodes it changes marked, and the structure version too if the root splits.
     pub(super) fn split_insert(
         &self,
-        path: &[u64],
+        split: &LockedSplit<'_>,
         key: u64,
         value: u64,
     ) -> Result<(), FastFairError> {
-        let root_splits = self.root_would_split(path)?;
+        let path = &split.path[split.top..];
         let run = || {
             self.with_nodes_versioned(path, || {
                 self.heap.transaction(|tx| {
@@ -140,29 +212,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                     }
                     for (offset, bytes) in &staged {
                         tx.write(*offset, bytes)?;
+                        #[cfg(test)]
+                        super::interleave::at(super::interleave::Point::SplitWrote(*offset));
                     }
                     Ok::<_, FastFairError>(())
                 })
             })
         };
-        if root_splits {
+        if split.root_splits {
             self.with_structure_versioned(run)
         } else {
             run()
         }
     }
 
-    /// Whether every node of `path` is full, so the split reaches the root.
-    fn root_would_split(&self, path: &[u64]) -> Result<bool, FastFairError> {
-        for &n in path {
-            if self.view(n)?.count() < self.capacity {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Plan the split in `staged`, the writes in FAIR order (new nodes are allocated in `tx`).
+    /// Plan the split in `staged`, the writes in FAIR order (new nodes are allocated in `tx`):
+    /// up from the leaf at the end of `path` until a node has room, or through `path[0]`, the
+    /// root, to a new root.
     fn split_in_tx(
         &self,
         tx: &Tx<'_, B>,

@@ -1,5 +1,5 @@
 //! Insert, upsert and remove: in one leaf under its stripe lock when the leaf has room (or
-//! enough entries), else under every stripe through a split or a merge. The crate's maps
+//! enough entries), else through a split or a merge under the stripes of the nodes it changes. The crate's maps
 //! (`put_with`, `remove_with`) pass a hook that runs once the write is decided, before its
 //! first store; the public operations pass one that does nothing.
 
@@ -61,14 +61,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Durable when it returns.
     ///
     /// `before_store(old)` (`old` the value being replaced, `None` for an insert) runs once,
-    /// on the writer's thread, under the leaf's stripe lock (every stripe's, for a split), once
+    /// on the writer's thread, under the leaf's stripe lock (and, for a split, the stripes of
+    /// the other nodes it changes), once
     /// the write is certain and before the first store that could make the new entry or value
     /// visible to a reader or durable. An insert of a present key with `replace == false` calls
     /// nothing. Stores the hook makes and flushes without a fence are durable when this call
     /// returns `Ok`: every write path ends with a fence of this thread after the hook (the last
     /// fence of the shift, of the value's persist, or of the split's transaction), so the hook
     /// needs no fence of its own. The hook must not call into this tree's writers (it holds
-    /// their lock); lookups are fine.
+    /// their locks); lookups are fine.
     ///
     /// If the hook returns `Err`, that error is returned and the tree is unchanged: nothing was
     /// stored. Errors after the hook ran, which the caller must then undo the hook's effect
@@ -107,9 +108,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 Err(unused) => unused,
             }
         };
-        let _all = self.exclusive();
-        let path = self.writer_path(key)?;
-        let leaf = *path.last().expect("a path ends at a leaf");
+        let split = self.lock_for_split(key)?;
+        let leaf = split.leaf();
         // Another writer may have split this leaf or inserted the key meanwhile.
         let stripe = Self::stripe_index(leaf);
         let before_store =
@@ -118,13 +118,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 Err(unused) => unused,
             };
         before_store(None)?;
-        self.split_insert(&path, key, value)?;
-        self.stripes.count_held(0, 1);
+        self.split_insert(&split, key, value)?;
+        self.stripes.count_held(stripe, 1);
         Ok(None)
     }
 
-    /// Remove `key`, running `before_store(old value)` under the leaf's stripe lock (every
-    /// stripe's, for a merge) before the first store of the shift or the merge: its value if
+    /// Remove `key`, running `before_store(old value)` under the leaf's stripe lock (and, for a
+    /// merge, the stripes of the other nodes it reads and changes) before the first store of the shift or the merge: its value if
     /// it was present (`None` calls nothing). Durable when it returns.
     ///
     /// The rules of [`FastFair::put_with`] hold: the hook's flushed stores are durable when
@@ -156,38 +156,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 return Ok(Some(old));
             }
         }
-        let _all = self.exclusive();
-        let path = self.writer_path(key)?;
-        let leaf = *path.last().expect("a path ends at a leaf");
+        let merge = self.lock_for_merge(key)?;
+        let leaf = merge.leaf();
         let Some(LeafEntry { slot, old, n }) = self.leaf_entry(leaf, key)? else {
             return Ok(None);
         };
         before_store(old)?;
-        if n > self.min_fill() || path.len() == 1 {
-            self.remove_in_leaf(leaf, Self::stripe_index(leaf), slot, n)?;
+        let stripe = Self::stripe_index(leaf);
+        if n > self.min_fill() || merge.leaf_is_root() {
+            self.remove_in_leaf(leaf, stripe, slot, n)?;
         } else {
-            self.remove_and_merge(&path, key)?;
-            self.stripes.count_held(0, 1u64.wrapping_neg());
+            self.remove_and_merge(&merge)?;
+            self.stripes.count_held(stripe, 1u64.wrapping_neg());
         }
         Ok(Some(old))
-    }
-
-    /// Root-to-leaf path of `key`, for a writer holding every stripe.
-    fn writer_path(&self, key: u64) -> Result<Vec<u64>, FastFairError> {
-        let mut path = Vec::with_capacity(8);
-        let mut node = self.root_node()?;
-        for _ in 0..self.step_limit() {
-            path.push(node);
-            let view = self.view(node)?;
-            if key >= view.high() {
-                return Err(self.corrupt(format!("key {key} above the high key of {node:#x}")));
-            }
-            if view.level() == 0 {
-                return Ok(path);
-            }
-            node = view.child_for(key);
-        }
-        Err(self.corrupt(format!("a descent to {key} does not end")))
     }
 
     /// Where `key` is in `leaf`, whose lock the caller holds, if it is there.

@@ -1,7 +1,7 @@
 //! DRAM synchronisation shared by the structures: striped writer locks with reader versions
-//! and per-stripe key counts ([`Stripes`]), a structure version for changes that hold every
-//! stripe ([`SeqVersion`]), the priority of those changes over single-stripe writers
-//! ([`ExclusiveGate`]), lock-free read sections whose reclaimer pays the barrier
+//! and per-stripe key counts ([`Stripes`]), a structure version whose odd value also
+//! serialises the changes that free nodes or move a root ([`SeqVersion`]), lock-free read
+//! sections whose reclaimer pays the barrier
 //! ([`readers`]), and thread placement for helper threads ([`affinity`]). Nothing here
 //! touches persistent memory: locks and versions live in DRAM and are rebuilt empty at every
 //! open.
@@ -11,7 +11,6 @@
 //! that module for the command.
 
 pub(crate) mod affinity;
-mod exclusive;
 #[cfg(all(test, loom))]
 mod model;
 mod primitives;
@@ -19,6 +18,5 @@ pub(crate) mod readers;
 mod stripes;
 mod version;
 
-pub(crate) use exclusive::{Exclusive, ExclusiveGate};
 pub(crate) use stripes::{StripeGuard, Stripes};
 pub(crate) use version::SeqVersion;

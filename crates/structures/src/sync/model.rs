@@ -133,9 +133,9 @@ fn a_descent_validated_by_the_structure_version_never_sees_a_torn_pair() {
                 }
             })
         };
-        version.change_begin_held();
+        version.change_begin();
         pair.write(1);
-        version.change_end_held();
+        version.change_end();
         reader.join().unwrap();
     });
     OUTCOMES.assert_both_seen();

@@ -1,16 +1,12 @@
-//! The atomics, fences and spin hints the locks and versions of this module are built on:
+//! The atomics, fences and backoff the locks and versions of this module are built on:
 //! std's, or under `--cfg loom` the `loom` crate's, so that the loom models in
 //! [`super::model`] explore the real protocol code rather than a copy of it.
 
 #[cfg(not(loom))]
 pub(super) use crossbeam_utils::Backoff;
 #[cfg(not(loom))]
-pub(super) use std::hint::spin_loop;
-#[cfg(not(loom))]
 pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
-#[cfg(loom)]
-pub(super) use loom::hint::spin_loop;
 #[cfg(loom)]
 pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 

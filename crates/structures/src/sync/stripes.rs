@@ -17,7 +17,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::primitives::{fence, spin_loop, AtomicU64, Backoff, Ordering};
+use super::primitives::{fence, AtomicU64, Backoff, Ordering};
 
 const LOCKED: u64 = 1;
 const CHANGING: u64 = 2;
@@ -79,10 +79,23 @@ impl Stripes {
         StripeGuard { stripe }
     }
 
-    /// Every stripe's lock, taken in index order. Writers hold one stripe at a time, so this
-    /// cannot deadlock with them; no other writer runs until the guards drop.
+    /// Every stripe's lock, taken in index order: no other writer runs until the guards drop.
+    /// Deadlock-free under the rule of [`Stripes::lock_set`].
     pub(crate) fn lock_all(&self) -> Vec<StripeGuard<'_>> {
         (0..self.len()).map(|i| self.lock(i)).collect()
+    }
+
+    /// The locks of the stripes whose bits are set in `mask` (stripe `i` is bit `i`), taken in
+    /// index order. The rule that keeps writers free of deadlock: a writer waits for a stripe
+    /// only while it holds none, or only lower-indexed ones (it took them all through one
+    /// call of this, or of [`Stripes::lock_all`]). Then the holder of the highest stripe any
+    /// waiter wants never waits itself.
+    pub(crate) fn lock_set(&self, mask: u64) -> Vec<StripeGuard<'_>> {
+        debug_assert!(self.len() >= 64 || mask >> self.len() == 0);
+        (0..self.len())
+            .filter(|&i| mask & (1 << i) != 0)
+            .map(|i| self.lock(i))
+            .collect()
     }
 
     /// Stripe `i`'s version word, for a lock-free read section ([`StripeReader::read_begin`]
@@ -121,12 +134,25 @@ impl StripeReader<'_> {
     /// count: a holder that changes nothing leaves readers valid).
     #[inline]
     pub(crate) fn read_begin(self) -> u64 {
+        let v = self.word.load(Ordering::Acquire);
+        if v & CHANGING == 0 {
+            return v & !LOCKED;
+        }
+        Self::read_wait(self.word)
+    }
+
+    /// The waiting path of [`StripeReader::read_begin`]: spin, then yield, since the change
+    /// may be a split or merge running a transaction, or its writer descheduled.
+    #[cold]
+    #[inline(never)]
+    fn read_wait(word: &AtomicU64) -> u64 {
+        let backoff = Backoff::new();
         loop {
-            let v = self.word.load(Ordering::Acquire);
+            let v = word.load(Ordering::Acquire);
             if v & CHANGING == 0 {
                 return v & !LOCKED;
             }
-            spin_loop();
+            backoff.snooze();
         }
     }
 
@@ -206,7 +232,7 @@ impl Stripe {
 }
 
 /// Updates by the holder of stripe `i`'s lock, by index, since a structure change holding
-/// every stripe through [`Stripes::lock_all`] has no one guard at hand. The caller must hold
+/// several stripes through [`Stripes::lock_set`] has no one guard at hand. The caller must hold
 /// stripe `i`'s lock; debug builds check that someone does.
 impl Stripes {
     /// Like [`StripeGuard::count`] for stripe `i`.
@@ -310,6 +336,28 @@ mod tests {
         assert_eq!(stripes.total(), 8);
         stripes.set_total(1);
         assert_eq!(stripes.total(), 1);
+    }
+
+    #[test]
+    fn lock_set_holds_its_stripes_and_no_other() {
+        let stripes = Arc::new(Stripes::new(4));
+        let held = stripes.lock_set(0b1010);
+        assert_eq!(held.len(), 2);
+        // Stripes 0 and 2 are free, 1 and 3 are not.
+        drop(stripes.lock(0));
+        drop(stripes.lock(2));
+        let entered = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (stripes, entered) = (Arc::clone(&stripes), Arc::clone(&entered));
+            std::thread::spawn(move || {
+                let _g = stripes.lock(3);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!entered.load(Ordering::SeqCst), "a held stripe was taken");
+        drop(held);
+        waiter.join().unwrap();
     }
 
     #[test]

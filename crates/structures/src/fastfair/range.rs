@@ -120,15 +120,18 @@ fn append_entries(view: &NodeView<'_>, from: u64, last: u64, out: &mut Vec<(u64,
     let start = out.len();
     let mut duplicate = false;
     let mut previous = EMPTY_KEY;
-    for (i, spare) in out.spare_capacity_mut()[..count].iter_mut().enumerate() {
-        let slot = first + i;
-        // SAFETY: `slot < first + count = end`, and `end` is at most the capacity.
-        let key = unsafe { view.key_unchecked(slot) };
+    // An indexed loop (not a zipped iterator): one counter, its bound the slice's length.
+    let spare = &mut out.spare_capacity_mut()[..count];
+    let mut i = 0;
+    while i < spare.len() {
+        // SAFETY: `first + i < first + count = end`, and `end` is at most the capacity.
+        let key = unsafe { view.key_unchecked(first + i) };
         // SAFETY: as above.
-        let value = unsafe { view.value_unchecked(slot) };
-        spare.write((key, value));
+        let value = unsafe { view.value_unchecked(first + i) };
+        spare[i].write((key, value));
         duplicate |= key == previous;
         previous = key;
+        i += 1;
     }
     // SAFETY: the loop above wrote each of the `count` elements past the length, within the
     // capacity reserved above.

@@ -147,15 +147,28 @@ impl NodeView<'_> {
         (ub > 0 && self.key(ub - 1) == key).then(|| ub - 1)
     }
 
-    /// The value of `key` in this leaf (the right copy of a transient duplicate), if there.
-    #[inline(always)]
+    /// The value of `key` in this leaf (the right copy of a transient duplicate), if there:
+    /// a lookup's read of its leaf ([`step`]) as one call, for the tests.
+    #[cfg(test)]
     fn leaf_value(&self, key: u64) -> Option<u64> {
         let ub = self.upper_bound(key);
+        // SAFETY: an upper bound is at most the capacity.
+        unsafe { self.value_at_bound_unchecked(ub, key) }
+    }
+
+    /// [`Self::leaf_value`] given `ub`, the upper bound of `key` in this leaf, already
+    /// searched.
+    ///
+    /// # Safety
+    ///
+    /// `ub <= self.capacity()`.
+    #[inline(always)]
+    unsafe fn value_at_bound_unchecked(&self, ub: usize, key: u64) -> Option<u64> {
         if ub == 0 {
             return None;
         }
         let slot = ub - 1;
-        // SAFETY: `slot < ub`, and an upper bound is at most the capacity.
+        // SAFETY: `slot < ub <= capacity` (the caller's promise).
         let found = unsafe { self.key_unchecked(slot) } == key;
         // SAFETY: as above.
         found.then(|| unsafe { self.value_unchecked(slot) })
@@ -179,10 +192,21 @@ pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
     if key >= view.high() {
         return Step::Next(view.sibling());
     }
-    if view.level() == 0 {
-        return Step::Leaf(if VALUE { view.leaf_value(key) } else { None });
+    if !VALUE {
+        if view.level() == 0 {
+            return Step::Leaf(None);
+        }
+        return Step::Next(view.child_for(key));
     }
-    Step::Next(view.child_for(key))
+    // A lookup searches every node it reads, leaf or not; the level is read after the search
+    // (acquire loads stay in program order), so it is tested at once, not kept aside.
+    let ub = view.upper_bound(key);
+    if view.level() == 0 {
+        // SAFETY: an upper bound is at most the capacity.
+        return Step::Leaf(unsafe { view.value_at_bound_unchecked(ub, key) });
+    }
+    // SAFETY: as above.
+    Step::Next(unsafe { view.child_left_of_unchecked(ub) })
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -229,20 +253,22 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         'restart: loop {
             let structure = self.structure_version.read_begin();
             let mut node = self.root_node()?;
+            // Steps are counted down in stretches of `CHECK_EVERY`; at the end of each the walk
+            // checks the structure version (a walk that read a freed node may wander far
+            // before it reaches a leaf) and its length.
+            let mut stretch = CHECK_EVERY;
             let mut steps = 0;
-            // The step at which the walk next checks the structure version (and its length):
-            // a walk that read a freed node may wander far before it reaches a leaf.
-            let mut checkpoint = CHECK_EVERY;
             let anomaly = loop {
-                steps += 1;
-                if steps >= checkpoint {
+                stretch -= 1;
+                if stretch == 0 {
                     if !self.structure_version.read_valid(structure) {
                         continue 'restart;
                     }
+                    steps += CHECK_EVERY;
                     if steps > step_limit {
                         break Anomaly::Endless;
                     }
-                    checkpoint = (steps + CHECK_EVERY).min(step_limit + 1);
+                    stretch = CHECK_EVERY;
                 }
                 let stripe = self.stripes.reader(Self::stripe_index(node));
                 let seen = stripe.read_begin();
@@ -252,26 +278,35 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 let read = step::<VALUE>(&view, key);
                 #[cfg(test)]
                 super::interleave::at(super::interleave::Point::Read(node));
-                let valid = stripe.read_valid(seen);
-                // The hook hears whether the read stands: a read whose stripe held but whose
-                // walk a merge or root change already overlapped is discarded at the leaf (the
+                // Each arm validates on its own, so the step's outcome needs no flag. The hook
+                // hears whether the read stands: a read whose stripe held but whose walk a
+                // merge or root change already overlapped is discarded at the leaf (the
                 // structure version never returns to a value it left).
-                #[cfg(test)]
-                super::interleave::at(super::interleave::Point::Validated(
-                    valid && self.structure_version.read_valid(structure),
-                ));
-                if !valid {
-                    continue 'restart;
-                }
                 match read {
                     Step::Leaf(found) => {
-                        if self.structure_version.read_valid(structure) {
+                        let valid =
+                            stripe.read_valid(seen) && self.structure_version.read_valid(structure);
+                        #[cfg(test)]
+                        super::interleave::at(super::interleave::Point::Validated(valid));
+                        if valid {
                             return Ok((node, found, structure));
                         }
                         continue 'restart;
                     }
-                    Step::Next(0) => break Anomaly::NullLink(node),
-                    Step::Next(next) => node = next,
+                    Step::Next(next) => {
+                        let valid = stripe.read_valid(seen);
+                        #[cfg(test)]
+                        super::interleave::at(super::interleave::Point::Validated(
+                            valid && self.structure_version.read_valid(structure),
+                        ));
+                        if !valid {
+                            continue 'restart;
+                        }
+                        if next == 0 {
+                            break Anomaly::NullLink(node);
+                        }
+                        node = next;
+                    }
                 }
             };
             // A walk that a merge overlapped may have read a freed node: only then is the

@@ -331,6 +331,23 @@ impl<'a> NodeView<'a> {
         })
     }
 
+    /// The view of the node at `node`, of the given shape, cut from `pool_words` (a view of
+    /// the whole pool from offset 0, checked once by the caller), or `None` if the node is
+    /// misaligned or runs past it: for the lock-free walks, which check each node they reach
+    /// with one compare instead of the pool's checked call (that call, made again on a
+    /// `None`, names the error: [`NodeView::new`] accepts exactly the same nodes).
+    #[inline(always)]
+    pub(super) fn within(pool_words: Words<'a>, node: u64, shape: NodeShape) -> Option<Self> {
+        if !node.is_multiple_of(8) {
+            return None;
+        }
+        let start = usize::try_from(node / 8).ok()?;
+        Some(NodeView {
+            words: pool_words.sub(start, shape.words)?,
+            capacity: shape.capacity,
+        })
+    }
+
     /// Entries the node holds.
     #[inline]
     pub(super) fn capacity(&self) -> usize {

@@ -4,11 +4,11 @@
 
 use std::ops::{Bound, Deref, RangeBounds};
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
 use super::layout::{NodeShape, NodeView};
-use super::search::by_shape;
+use super::search::{by_shape, whole_pool};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -36,11 +36,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         .map(|e| e.min(EMPTY_KEY - 1));
         Range {
             tree: self,
+            // Cannot fail (offset 0, the pool's size); `refill` names the error if it did.
+            pool_words: whole_pool(self.pool()).ok(),
             resume: start.filter(|&k| last.is_some_and(|last| k <= last)),
             last: last.unwrap_or(0),
             hop: None,
-            // One allocation per scan: every leaf's entries fit, so no leaf grows it.
-            buf: Vec::with_capacity(self.capacity),
+            // Allocated by the first `next` that reads a leaf.
+            buf: Vec::new(),
             pos: 0,
             failed: false,
         }
@@ -49,19 +51,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Read leaf `node` consistently, appending to `out` its entries with keys from `from`
     /// through `last` (below [`EMPTY_KEY`]), a transient duplicate's right copy kept. Returns
     /// (high key, sibling), or `None` (and `out` as it was) if a writer changed the leaf
-    /// meanwhile or it is no longer a leaf.
+    /// meanwhile or it is no longer a leaf. `pool_words` is the whole pool ([`whole_pool`]).
     ///
     /// The entries are read in place, word by word with the same acquire loads a lookup
     /// makes, and kept only if the stripe version then shows no change: a torn read (keys
     /// out of order, a duplicate) is taken back from `out` before the caller sees it.
     fn read_leaf_from(
         &self,
+        pool_words: Words<'_>,
         node: u64,
         from: u64,
         last: u64,
         out: &mut Vec<(u64, u64)>,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
-        by_shape!(self, shape => self.read_leaf_in(shape, node, from, last, out))
+        by_shape!(self, shape => self.read_leaf_in(shape, pool_words, node, from, last, out))
     }
 
     /// [`Self::read_leaf_from`] for nodes of `shape`: always inlined into its arms of
@@ -70,29 +73,31 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     fn read_leaf_in(
         &self,
         shape: NodeShape,
+        pool_words: Words<'_>,
         node: u64,
         from: u64,
         last: u64,
         out: &mut Vec<(u64, u64)>,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
-        let before = out.len();
         let stripe = self.stripes.reader(Self::stripe_index(node));
         let seen = stripe.read_begin();
-        let header = NodeView::new(self.pool(), node, shape).map(|view| {
-            view.prefetch();
-            let header = (view.level(), view.high(), view.sibling());
-            append_entries(&view, from, last, out);
-            header
-        });
-        let valid = stripe.read_valid(seen);
-        match header {
-            Ok((0, high, sibling)) if valid => Ok(Some((high, sibling))),
-            Err(e) if valid => Err(e.into()),
-            _ => {
-                out.truncate(before);
-                Ok(None)
-            }
+        let Some(view) = NodeView::within(pool_words, node, shape) else {
+            // No node there: the pool's error, unless a writer changed the leaf that linked
+            // here meanwhile (the caller reads again).
+            return match NodeView::new(self.pool(), node, shape) {
+                Err(e) if stripe.read_valid(seen) => Err(e.into()),
+                _ => Ok(None),
+            };
+        };
+        view.prefetch();
+        let (level, high, sibling) = (view.level(), view.high(), view.sibling());
+        let before = out.len();
+        append_entries(&view, from, last, out);
+        if level == 0 && stripe.read_valid(seen) {
+            return Ok(Some((high, sibling)));
         }
+        out.truncate(before);
+        Ok(None)
     }
 }
 
@@ -100,39 +105,37 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 /// (below [`EMPTY_KEY`], so the copy also stops at the first free slot), a transient
 /// duplicate's right copy kept.
 ///
-/// The copy is a load and a store per word: it writes the entries as they lie, noting
-/// whether two neighbours share a key, and only then (rarely: an interrupted shift not yet
-/// repaired by an open, or a torn read the caller will discard) drops the left copies.
+/// Two searches bound the slots to copy, so the copy is a loop of known length: two loads and
+/// two stores per entry, and a compare noting whether two neighbours share a key. Only then
+/// (rarely: an interrupted shift not yet repaired by an open, or a torn read the caller will
+/// discard) are the left copies dropped.
 #[inline(always)]
 fn append_entries(view: &NodeView<'_>, from: u64, last: u64, out: &mut Vec<(u64, u64)>) {
-    let capacity = view.capacity();
-    // At most the capacity (an upper bound of the search).
+    // Both at most the capacity (upper bounds of searches); a torn read may make `end`
+    // smaller than `first` (its copy is discarded anyway).
     let first = view.lower_bound(from);
+    let end = view.upper_bound(last);
+    let count = end.saturating_sub(first);
+    out.reserve(count);
     let start = out.len();
-    out.reserve(capacity);
-    let mut copied = 0;
     let mut duplicate = false;
     let mut previous = EMPTY_KEY;
-    for (i, spare) in out.spare_capacity_mut()[..capacity - first]
-        .iter_mut()
-        .enumerate()
-    {
-        // SAFETY: `first + i < capacity`: the slice has `capacity - first` elements.
+    // An indexed loop (not a zipped iterator): one counter, its bound the slice's length.
+    let spare = &mut out.spare_capacity_mut()[..count];
+    let mut i = 0;
+    while i < spare.len() {
+        // SAFETY: `first + i < first + count = end`, and `end` is at most the capacity.
         let key = unsafe { view.key_unchecked(first + i) };
-        if key > last {
-            break;
-        }
         // SAFETY: as above.
         let value = unsafe { view.value_unchecked(first + i) };
-        spare.write((key, value));
+        spare[i].write((key, value));
         duplicate |= key == previous;
         previous = key;
-        copied = i + 1;
+        i += 1;
     }
-    // SAFETY: the first `copied` elements past the length were written in the loop above
-    // (each iteration up to index `copied - 1` wrote its own), and they are within the
-    // capacity, reserved above.
-    unsafe { out.set_len(start + copied) };
+    // SAFETY: the loop above wrote each of the `count` elements past the length, within the
+    // capacity reserved above.
+    unsafe { out.set_len(start + count) };
     if duplicate {
         keep_right_copies(out, start);
     }
@@ -158,6 +161,8 @@ fn keep_right_copies(out: &mut Vec<(u64, u64)>, start: usize) {
 /// An iterator over the pairs of a key range, in key order (see [`FastFair::range`]).
 pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     tree: &'t FastFair<B, P, H>,
+    /// The whole pool's words ([`whole_pool`]), checked once per scan.
+    pool_words: Option<Words<'t>>,
     /// The smallest key not yet returned, `None` when done.
     resume: Option<u64>,
     /// The largest key the range admits (below [`EMPTY_KEY`]).
@@ -172,9 +177,19 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
-    /// Read the next leaf with keys in range into `buf`.
-    fn refill(&mut self) -> Result<(), FastFairError> {
+    /// Read the next leaf with keys in range, appending its pairs in range to `out` (at least
+    /// one). Returns the leaf and the structure version it was read under, or `None` when the
+    /// range is done (`out` as it was).
+    fn read_next_leaf(
+        &mut self,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<Option<(u64, u64)>, FastFairError> {
         let tree = self.tree;
+        let pool_words = match self.pool_words {
+            Some(words) => words,
+            None => whole_pool(tree.pool())?,
+        };
+        let before = out.len();
         let mut steps = 0;
         while let Some(from) = self.resume {
             if from > self.last {
@@ -192,31 +207,91 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
                 }
                 _ => tree.lock_free_leaf(from)?,
             };
-            self.pos = 0;
-            self.buf.clear();
-            let read = tree.read_leaf_from(leaf, from, self.last, &mut self.buf)?;
+            let read = tree.read_leaf_from(pool_words, leaf, from, self.last, out);
+            // A merge since the leaf was found may have freed it: what was read there, an
+            // error included, is not the tree's.
             if !tree.structure_version.read_valid(structure) {
-                self.buf.clear();
+                out.truncate(before);
                 continue;
             }
-            let Some((high, sibling)) = read else {
+            let Some((high, sibling)) = read? else {
                 // Changed under us: read it again from a fresh descent.
-                self.buf.clear();
                 continue;
             };
             if from >= high {
                 // The leaf split after we found it: its upper keys are to the right.
-                self.buf.clear();
+                out.truncate(before);
                 self.hop = Some((sibling, structure));
                 continue;
             }
             self.resume = (high != EMPTY_KEY).then_some(high);
             self.hop = Some((sibling, structure));
-            if !self.buf.is_empty() {
-                break;
+            if out.len() > before {
+                return Ok(Some((leaf, structure)));
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Append the next pairs, up to `max` of them, to `out`; returns how many (fewer only at
+    /// the end of the range). The pairs are those [`Iterator::next`] would return, copied
+    /// from each leaf straight into `out` instead of handed out one call each: for callers
+    /// that take a scan's pairs in bulk. After an error the range returns nothing more.
+    pub fn next_into(
+        &mut self,
+        out: &mut Vec<(u64, u64)>,
+        max: usize,
+    ) -> Result<usize, FastFairError> {
+        let start = out.len();
+        // First the pairs of a leaf `next` has read and not handed out.
+        let ready = self.buf.get(self.pos..).unwrap_or_default();
+        let take = ready.len().min(max);
+        out.extend_from_slice(&ready[..take]);
+        self.pos += take;
+        let wanted = start + max;
+        while out.len() < wanted && !self.failed {
+            // `buf` is used up (else `max` pairs were taken from it).
+            match self.read_next_leaf(out) {
+                Ok(None) => break,
+                Ok(Some((leaf, structure))) => {
+                    if let Some(&(next_key, _)) = out.get(wanted) {
+                        // More than asked for: hand out `max`, and resume in this leaf at the
+                        // first pair left (read again, and followed right if it split).
+                        self.resume = Some(next_key);
+                        self.hop = Some((leaf, structure));
+                        out.truncate(wanted);
+                    }
+                }
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out.len() - start)
+    }
+
+    /// `next` when the current leaf's pairs are used up: read the next leaf into `buf`.
+    #[inline(never)]
+    fn next_leaf(&mut self) -> Option<Result<(u64, u64), FastFairError>> {
+        if self.failed {
+            return None;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        // Sized for a full leaf once per scan (bulk scans never allocate it).
+        buf.reserve(self.tree.capacity);
+        self.pos = 0;
+        let read = self.read_next_leaf(&mut buf);
+        self.buf = buf;
+        if let Err(e) = read {
+            self.failed = true;
+            self.buf.clear();
+            return Some(Err(e));
+        }
+        let pair = self.buf.get(self.pos).copied()?;
+        self.pos += 1;
+        Some(Ok(pair))
     }
 }
 
@@ -236,61 +311,59 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iter
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
-    /// Append the next pairs, up to `max` of them, to `out`; returns how many (fewer only at
-    /// the end of the range). The pairs are those [`Iterator::next`] would return, copied a
-    /// leaf at a time instead of handed out one call each: for callers that take a scan's
-    /// pairs in bulk. After an error the range returns nothing more.
-    pub fn next_into(
-        &mut self,
-        out: &mut Vec<(u64, u64)>,
-        max: usize,
-    ) -> Result<usize, FastFairError> {
-        let mut added = 0;
-        while !self.failed {
-            let ready = self.buf.get(self.pos..).unwrap_or_default();
-            let take = ready.len().min(max - added);
-            out.extend_from_slice(&ready[..take]);
-            self.pos += take;
-            added += take;
-            if added == max {
-                break;
-            }
-            if let Err(e) = self.refill() {
-                self.failed = true;
-                self.buf.clear();
-                return Err(e);
-            }
-            if self.pos == self.buf.len() {
-                // The range is done (a refill found nothing more).
-                break;
-            }
-        }
-        Ok(added)
-    }
-
-    /// `next` when the current leaf's pairs are used up: read the next leaf.
-    #[inline(never)]
-    fn next_leaf(&mut self) -> Option<Result<(u64, u64), FastFairError>> {
-        if self.failed {
-            return None;
-        }
-        if let Err(e) = self.refill() {
-            self.failed = true;
-            self.buf.clear();
-            return Some(Err(e));
-        }
-        let pair = self.buf.get(self.pos).copied()?;
-        self.pos += 1;
-        Some(Ok(pair))
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::test_heap::heap;
+    use super::super::{FastFairConfig, ShiftPolicy};
     use super::*;
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A range read in bulk chunks of any size (0 standing for one `next`), which stop in
+        /// the middle of leaves and resume there, returns exactly the model's pairs of the
+        /// range, then nothing more.
+        #[test]
+        fn bulk_and_single_reads_return_the_range(
+            keys in proptest::collection::vec(0u64..300, 0..150),
+            start in 0u64..320,
+            end in 0u64..320,
+            chunks in proptest::collection::vec(0usize..40, 1..12),
+        ) {
+            let heap = heap();
+            let config = FastFairConfig { node_size: 128, policy: ShiftPolicy::Fast };
+            let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+            let mut model = BTreeMap::new();
+            for k in keys {
+                tree.upsert(k, k * 3).unwrap();
+                model.insert(k, k * 3);
+            }
+            let expected: Vec<(u64, u64)> =
+                model.range(start..end.max(start)).map(|(&k, &v)| (k, v)).collect();
+            let mut range = tree.range(start..end.max(start));
+            let mut got = Vec::new();
+            for &n in chunks.iter().cycle() {
+                if n == 0 {
+                    match range.next() {
+                        Some(pair) => got.push(pair.unwrap()),
+                        None => break,
+                    }
+                } else {
+                    let before = got.len();
+                    let added = range.next_into(&mut got, n).unwrap();
+                    proptest::prop_assert_eq!(got.len() - before, added);
+                    if added < n {
+                        break;
+                    }
+                }
+            }
+            proptest::prop_assert!(range.next().is_none());
+            proptest::prop_assert_eq!(range.next_into(&mut got, 5).unwrap(), 0);
+            proptest::prop_assert_eq!(got, expected);
+        }
+
         /// Dropping left copies keeps, of each run of equal neighbouring keys after `start`,
         /// the rightmost pair, and leaves the pairs before `start` alone.
         #[test]

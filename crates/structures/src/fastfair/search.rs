@@ -6,7 +6,7 @@
 
 use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::Heap;
 
 use super::layout::{NodeShape, NodeView};
@@ -147,15 +147,28 @@ impl NodeView<'_> {
         (ub > 0 && self.key(ub - 1) == key).then(|| ub - 1)
     }
 
-    /// The value of `key` in this leaf (the right copy of a transient duplicate), if there.
-    #[inline(always)]
+    /// The value of `key` in this leaf (the right copy of a transient duplicate), if there:
+    /// a lookup's read of its leaf ([`step`]) as one call, for the tests.
+    #[cfg(test)]
     fn leaf_value(&self, key: u64) -> Option<u64> {
         let ub = self.upper_bound(key);
+        // SAFETY: an upper bound is at most the capacity.
+        unsafe { self.value_at_bound_unchecked(ub, key) }
+    }
+
+    /// [`Self::leaf_value`] given `ub`, the upper bound of `key` in this leaf, already
+    /// searched.
+    ///
+    /// # Safety
+    ///
+    /// `ub <= self.capacity()`.
+    #[inline(always)]
+    unsafe fn value_at_bound_unchecked(&self, ub: usize, key: u64) -> Option<u64> {
         if ub == 0 {
             return None;
         }
         let slot = ub - 1;
-        // SAFETY: `slot < ub`, and an upper bound is at most the capacity.
+        // SAFETY: `slot < ub <= capacity` (the caller's promise).
         let found = unsafe { self.key_unchecked(slot) } == key;
         // SAFETY: as above.
         found.then(|| unsafe { self.value_unchecked(slot) })
@@ -179,10 +192,21 @@ pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
     if key >= view.high() {
         return Step::Next(view.sibling());
     }
-    if view.level() == 0 {
-        return Step::Leaf(if VALUE { view.leaf_value(key) } else { None });
+    if !VALUE {
+        if view.level() == 0 {
+            return Step::Leaf(None);
+        }
+        return Step::Next(view.child_for(key));
     }
-    Step::Next(view.child_for(key))
+    // A lookup searches every node it reads, leaf or not; the level is read after the search
+    // (acquire loads stay in program order), so it is tested at once, not kept aside.
+    let ub = view.upper_bound(key);
+    if view.level() == 0 {
+        // SAFETY: an upper bound is at most the capacity.
+        return Step::Leaf(unsafe { view.value_at_bound_unchecked(ub, key) });
+    }
+    // SAFETY: as above.
+    Step::Next(unsafe { view.child_left_of_unchecked(ub) })
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -202,9 +226,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// Walk from the root to `key`'s leaf, validating each node's read by its stripe version
-    /// and the structure version, restarting after a change. Returns the leaf, the key's value
-    /// there if `VALUE` (read and validated with the leaf), and the structure version of the
-    /// walk.
+    /// and the whole walk by the structure version, restarting after a change. Returns the
+    /// leaf, the key's value there if `VALUE` (read and validated with the leaf), and the
+    /// structure version of the walk.
+    ///
+    /// The structure version is checked once, at the leaf, not per node: only a merge or a
+    /// root change (the changes that move it) frees a node or moves the root, so while it
+    /// holds from the walk's start to its leaf every link followed led to a live node, whose
+    /// read its stripe validated. A walk that a merge overlapped may meanwhile read a freed
+    /// node (still pool memory, read with the same checked loads); what it finds there is never
+    /// used: the check at the leaf fails, and every anomaly (a null link, a node outside the
+    /// pool, a walk that does not end) is an error only if the structure version did not move,
+    /// else a restart.
     ///
     /// Always inlined into its callers' arms of [`by_shape`], where `shape` is a constant.
     #[inline(always)]
@@ -214,44 +247,121 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         key: u64,
     ) -> Result<(u64, Option<u64>, u64), FastFairError> {
         let pool = self.pool();
+        // The pool's words, checked once: each node's view is cut from it with one compare.
+        let pool_words = whole_pool(pool)?;
         let step_limit = self.step_limit;
         'restart: loop {
             let structure = self.structure_version.read_begin();
             let mut node = self.root_node()?;
+            // Steps are counted down in stretches of `CHECK_EVERY`; at the end of each the walk
+            // checks the structure version (a walk that read a freed node may wander far
+            // before it reaches a leaf) and its length.
+            let mut stretch = CHECK_EVERY;
             let mut steps = 0;
-            loop {
-                steps += 1;
-                if steps > step_limit {
-                    return Err(self.corrupt(format!("a descent to {key} does not end")));
+            let anomaly = loop {
+                stretch -= 1;
+                if stretch == 0 {
+                    if !self.structure_version.read_valid(structure) {
+                        continue 'restart;
+                    }
+                    steps += CHECK_EVERY;
+                    if steps > step_limit {
+                        break Anomaly::Endless;
+                    }
+                    stretch = CHECK_EVERY;
                 }
                 let stripe = self.stripes.reader(Self::stripe_index(node));
                 let seen = stripe.read_begin();
-                let read = NodeView::new(pool, node, shape).map(|view| step::<VALUE>(&view, key));
+                let Some(view) = NodeView::within(pool_words, node, shape) else {
+                    break Anomaly::OutsidePool(node);
+                };
+                let read = step::<VALUE>(&view, key);
                 #[cfg(test)]
                 super::interleave::at(super::interleave::Point::Read(node));
-                let valid = stripe.read_valid(seen) && self.structure_version.read_valid(structure);
-                #[cfg(test)]
-                super::interleave::at(super::interleave::Point::Validated(valid));
-                if !valid {
-                    continue 'restart;
-                }
-                match read? {
-                    Step::Leaf(found) => return Ok((node, found, structure)),
-                    Step::Next(0) => {
-                        return Err(
-                            self.corrupt(format!("node {node:#x} has a null link for {key}"))
-                        )
+                // Each arm validates on its own, so the step's outcome needs no flag. The hook
+                // hears whether the read stands: a read whose stripe held but whose walk a
+                // merge or root change already overlapped is discarded at the leaf (the
+                // structure version never returns to a value it left).
+                match read {
+                    Step::Leaf(found) => {
+                        let valid =
+                            stripe.read_valid(seen) && self.structure_version.read_valid(structure);
+                        #[cfg(test)]
+                        super::interleave::at(super::interleave::Point::Validated(valid));
+                        if valid {
+                            return Ok((node, found, structure));
+                        }
+                        continue 'restart;
                     }
-                    Step::Next(next) => node = next,
+                    Step::Next(next) => {
+                        let valid = stripe.read_valid(seen);
+                        #[cfg(test)]
+                        super::interleave::at(super::interleave::Point::Validated(
+                            valid && self.structure_version.read_valid(structure),
+                        ));
+                        if !valid {
+                            continue 'restart;
+                        }
+                        if next == 0 {
+                            break Anomaly::NullLink(node);
+                        }
+                        node = next;
+                    }
                 }
+            };
+            // A walk that a merge overlapped may have read a freed node: only then is the
+            // anomaly the merge's, not the pool's.
+            if !self.structure_version.read_valid(structure) {
+                continue 'restart;
             }
+            return Err(self.descent_error(anomaly, shape, key));
+        }
+    }
+
+    /// The error a descent's anomaly stands for (the structure version did not move).
+    #[cold]
+    #[inline(never)]
+    fn descent_error(&self, anomaly: Anomaly, shape: NodeShape, key: u64) -> FastFairError {
+        match anomaly {
+            Anomaly::Endless => self.corrupt(format!("a descent to {key} does not end")),
+            Anomaly::NullLink(node) => {
+                self.corrupt(format!("node {node:#x} has a null link for {key}"))
+            }
+            // The pool's own checked call names the fault (it refuses exactly the nodes
+            // `NodeView::within` refuses).
+            Anomaly::OutsidePool(node) => match NodeView::new(self.pool(), node, shape) {
+                Err(e) => e.into(),
+                Ok(_) => self.corrupt(format!("node {node:#x} lies outside the pool")),
+            },
         }
     }
 }
 
+/// Steps between a descent's checks of the structure version before its leaf: more than a
+/// walk through a well-formed tree takes (its height, and a few sibling moves).
+const CHECK_EVERY: u64 = 64;
+
+/// What stopped a lock-free descent short of a leaf.
+#[derive(Clone, Copy, Debug)]
+enum Anomaly {
+    /// More steps than a well-formed tree of the pool can take.
+    Endless,
+    /// A sibling or child link of the node at this offset was null.
+    NullLink(u64),
+    /// A link led to this offset, where no whole node of the tree's size lies.
+    OutsidePool(u64),
+}
+
+/// The words of the whole pool from offset 0, checked once: the lock-free reads cut each
+/// node's view from it ([`NodeView::within`]).
+#[inline]
+pub(super) fn whole_pool<B: Backend>(pool: &Pool<B>) -> Result<Words<'_>, PoolError> {
+    pool.words(0, usize::try_from(pool.size() / 8).unwrap_or(usize::MAX))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::layout::sibling_offset;
+    use super::super::layout::{sibling_offset, NodeImage};
     use super::super::test_heap::heap;
     use super::super::{FastFairConfig, ShiftPolicy};
     use super::*;
@@ -285,6 +395,61 @@ mod tests {
         }
         assert!(matches!(read(sibling, 35), Step::Leaf(Some(99))));
         assert!(matches!(read(leaf, 0), Step::Leaf(Some(0))));
+    }
+
+    /// A bad link met by a lookup (no merge running, so the structure version holds) is a
+    /// typed error naming it, never a panic or an endless walk: a null link, a node past the
+    /// pool's end, a misaligned node, and a child link back to the root (a cycle).
+    #[test]
+    fn a_bad_link_is_an_error_when_no_merge_ran() {
+        use pmem_ordering::PoolError;
+        use pmem_undo_log::TxError;
+
+        let heap = heap();
+        let config = FastFairConfig {
+            node_size: 128,
+            policy: ShiftPolicy::Fast,
+        };
+        let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+        for k in 1..=8 {
+            tree.insert(k * 10, k).unwrap();
+        }
+        assert_eq!(tree.height().unwrap(), 2);
+        let root = tree.root_node().unwrap();
+        let good = tree.read_node(root).unwrap();
+        // Key 10 is below every separator of the root: its walk takes the leftmost link.
+        let with_leftmost = |link: u64| {
+            let image = NodeImage {
+                leftmost: link,
+                ..good.clone()
+            };
+            let _written = heap.pool().write(root, &image.bytes(128)).unwrap();
+            let got = tree.get(10);
+            let _written = heap.pool().write(root, &good.bytes(128)).unwrap();
+            got
+        };
+        let null = with_leftmost(0).unwrap_err();
+        assert!(
+            matches!(&null, FastFairError::Corrupt { reason, .. } if reason.contains("null link")),
+            "{null}"
+        );
+        let past_end = heap.pool().size();
+        assert!(matches!(
+            with_leftmost(past_end).unwrap_err(),
+            FastFairError::Tx(TxError::Pool(PoolError::OutOfBounds { offset, .. }))
+                if offset == past_end
+        ));
+        assert!(matches!(
+            with_leftmost(root + 4).unwrap_err(),
+            FastFairError::Tx(TxError::Pool(PoolError::Misaligned { .. }))
+        ));
+        let cycle = with_leftmost(root).unwrap_err();
+        assert!(
+            matches!(&cycle, FastFairError::Corrupt { reason, .. } if reason.contains("does not end")),
+            "{cycle}"
+        );
+        // The repaired root reads as before.
+        assert_eq!(tree.get(10).unwrap(), Some(1));
     }
 
     /// A key below every key of its leaf has no slot: the search must not compute one (the

@@ -373,7 +373,8 @@ impl HeldSection {
     }
 }
 
-#[cfg(test)]
+// Real threads and the process's slots: outside loom, whose atomics live in one model.
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -416,7 +416,7 @@ mod tests {
         }
         assert_eq!(tree.height().unwrap(), 2);
         let root = tree.root_node().unwrap();
-        let good = tree.read_node(root).unwrap();
+        let good = tree.view(root).unwrap().image();
         // Key 10 is below every separator of the root: its walk takes the leftmost link.
         let with_leftmost = |link: u64| {
             let image = NodeImage {

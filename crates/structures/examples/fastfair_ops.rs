@@ -36,22 +36,12 @@ type Tree<'h> = FastFair<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
 /// Pairs a scan asks for.
 const SCAN_KEYS: usize = 100;
 
-/// Distinct pseudo-random keys (splitmix64 of 1, 2, ...; never 0 or `u64::MAX` in practice,
-/// skipped if so).
+#[path = "support/splitmix.rs"]
+mod splitmix;
+
+/// Distinct pseudo-random keys (splitmix64 from `seed`).
 fn keys(count: usize, seed: u64) -> Vec<u64> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(count);
-    while out.len() < count {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        if z != 0 && z != u64::MAX {
-            out.push(z);
-        }
-    }
-    out
+    splitmix::distinct_keys(count, seed)
 }
 
 #[inline(never)]

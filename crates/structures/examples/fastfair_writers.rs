@@ -17,17 +17,16 @@ use pmem_ordering::{Pool, PoolOptions};
 use pmem_structures::fastfair::{FastFair, FastFairConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
+#[path = "support/splitmix.rs"]
+mod splitmix;
+
 /// Distinct pseudo-random keys of writer `writer` of `writers` (a splitmix64 sequence, each
 /// key's residue mod `writers` naming its writer, so writers never share a key).
 fn keys(count: usize, writer: u64, writers: u64) -> Vec<u64> {
     let mut state = writer.wrapping_mul(0x2545_F491_4F6C_DD1D) + 1;
     let mut out = Vec::with_capacity(count);
     while out.len() < count {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
+        let z = splitmix::next(&mut state);
         let key = (z >> 8) / writers * writers + writer;
         out.push(key);
     }

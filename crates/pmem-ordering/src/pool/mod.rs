@@ -239,6 +239,24 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    /// The address of the `count` 8-byte words at `offset`, checked to be aligned and in
+    /// the pool (for the word views).
+    #[inline]
+    fn addr_words(&self, offset: u64, count: usize) -> Result<*mut u8, PoolError> {
+        if !offset.is_multiple_of(8) {
+            return Err(PoolError::Misaligned { offset });
+        }
+        // Not `ok_or(..)`: that builds (and drops) the error on every call.
+        let Some(len) = count.checked_mul(8) else {
+            return Err(PoolError::OutOfBounds {
+                offset,
+                len: u64::MAX,
+                size: self.header.size,
+            });
+        };
+        self.addr(offset, len)
+    }
+
     #[inline]
     fn addr_u64(&self, offset: u64) -> Result<*mut u64, PoolError> {
         if !offset.is_multiple_of(8) {
@@ -299,18 +317,7 @@ impl<B: Backend> Pool<B> {
     /// Loads through it are the same acquire loads as [`Pool::load_u64`]; it cannot store, so
     /// every store still goes through the pool (counted, and traced by the simulator).
     pub fn words(&self, offset: u64, count: usize) -> Result<Words<'_>, PoolError> {
-        if !offset.is_multiple_of(8) {
-            return Err(PoolError::Misaligned { offset });
-        }
-        // Not `ok_or(..)`: that builds (and drops) the error on every call.
-        let Some(len) = count.checked_mul(8) else {
-            return Err(PoolError::OutOfBounds {
-                offset,
-                len: u64::MAX,
-                size: self.header.size,
-            });
-        };
-        let start = self.addr(offset, len)?;
+        let start = self.addr_words(offset, count)?;
         // SAFETY: in the mapping (which outlives `self`'s borrow), 8-aligned (page-aligned base);
         // every access is atomic but streaming stores, whose rule keeps them from these loads.
         let words = unsafe { std::slice::from_raw_parts(start as *const AtomicU64, count) };
@@ -321,17 +328,7 @@ impl<B: Backend> Pool<B> {
     /// once: for hot write paths that store many words of one region (a tree node's shift).
     /// Its stores are the same counted, failure-atomic release stores as [`Pool::store_u64`].
     pub fn word_stores(&self, offset: u64, count: usize) -> Result<WordStores<'_, B>, PoolError> {
-        if !offset.is_multiple_of(8) {
-            return Err(PoolError::Misaligned { offset });
-        }
-        let Some(len) = count.checked_mul(8) else {
-            return Err(PoolError::OutOfBounds {
-                offset,
-                len: u64::MAX,
-                size: self.header.size,
-            });
-        };
-        let start = self.addr(offset, len)?;
+        let start = self.addr_words(offset, count)?;
         Ok(WordStores::new(self, start as *mut u64, offset, count))
     }
 

@@ -224,18 +224,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     ) -> Option<Option<u64>> {
         let key = probe.word();
         let h = hash(key);
-        let root_word = self.directory_word;
-        let directory = words.get(root_word)?;
-        let depth_word = Self::peek_index(directory)?;
-        let global_depth = words.get(depth_word)?;
-        if global_depth > MAX_DEPTH {
-            return None;
-        }
-        // Entry `i` is word `i + 1` of the directory.
-        let entry_word = depth_word + 1 + prefix(h, global_depth) as usize;
-        let entry = words.get(entry_word)?;
+        let at = self.entry_fast(words, h)?;
         observe(LookupStep::Located);
-        let segment = SegmentView::new(words, Entry::from_word(entry).segment, self.span)?;
+        let segment = SegmentView::new(words, Entry::from_word(at.entry).segment, self.span)?;
         // The home bucket's first word, before `SegmentView` wraps it into the segment (the
         // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
         // are wrapped away anyway.
@@ -262,7 +253,34 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         };
         observe(LookupStep::Scanned);
         // As in `lookup`: the key's entry unchanged means no split or doubling ran.
-        (words.get(root_word)? == directory && words.get(entry_word)? == entry).then_some(found)
+        at.unchanged(words)?.then_some(found)
+    }
+
+    /// One pass from the root to `h`'s directory entry, for the fast paths of lookups and
+    /// writers: `None` when a read leaves the pool or the depth is out of range (the caller's
+    /// own walk then retries and tells errors). The root's word is aligned (checked at create
+    /// and open); the directory's offset is checked for alignment once.
+    #[inline(always)]
+    pub(super) fn entry_fast(&self, words: Words<'_>, h: u64) -> Option<FastEntry> {
+        let root_word = self.directory_word;
+        let directory = words.get(root_word)?;
+        let depth_word = Self::peek_index(directory)?;
+        let global_depth = words.get(depth_word)?;
+        if global_depth > MAX_DEPTH {
+            return None;
+        }
+        let index = prefix(h, global_depth);
+        // Entry `i` is word `i + 1` of the directory.
+        let entry_word = depth_word + 1 + index as usize;
+        let entry = words.get(entry_word)?;
+        Some(FastEntry {
+            root_word,
+            directory,
+            global_depth,
+            index,
+            entry_word,
+            entry,
+        })
     }
 
     /// The index among the pool's words of the word at `offset`, if aligned.
@@ -360,6 +378,33 @@ pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
 #[inline(always)]
 pub(super) fn hit_mask(keys: &[u64; 4], key: u64) -> u32 {
     (0..SLOTS_PER_BUCKET as usize).fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s))
+}
+
+/// Where [`Cceh::entry_fast`] found a hash's directory entry, and the words it read there.
+pub(super) struct FastEntry {
+    /// The root's word (the current directory's offset) among the pool's words.
+    pub(super) root_word: usize,
+    /// The directory's offset, as read.
+    pub(super) directory: u64,
+    pub(super) global_depth: u64,
+    /// The entry's index in the directory.
+    pub(super) index: u64,
+    /// The entry's word among the pool's words.
+    pub(super) entry_word: usize,
+    /// The entry, as read.
+    pub(super) entry: u64,
+}
+
+impl FastEntry {
+    /// Whether the root and the entry still read as they did (`None`: a read left the pool):
+    /// then no split or doubling ran since.
+    #[inline(always)]
+    pub(super) fn unchanged(&self, words: Words<'_>) -> Option<bool> {
+        Some(
+            words.get(self.root_word)? == self.directory
+                && words.get(self.entry_word)? == self.entry,
+        )
+    }
 }
 
 #[cfg(test)]

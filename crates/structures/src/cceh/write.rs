@@ -25,7 +25,7 @@ use super::layout::{bucket_word, key_word, segment_word_offset, value_of};
 use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
 use super::lookup::{first_hit, hit_mask};
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
-use super::{EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
+use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
 /// Where a write goes in its window, chosen under the segment's stripe lock.
@@ -242,19 +242,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// and the caller walks again the way that retries and tells errors.
     #[inline(always)]
     fn lock_place_fast(&self, words: Words<'_>, h: u64) -> Option<(Place, StripeGuard<'_>)> {
-        // The root's word is aligned (checked at create and open).
-        let root_word = self.directory_word;
-        let directory = words.get(root_word)?;
-        let depth_word = Self::peek_index(directory)?;
-        let global_depth = words.get(depth_word)?;
-        if global_depth > MAX_DEPTH {
-            return None;
-        }
-        let index = prefix(h, global_depth);
-        // Entry `i` is word `i + 1` of the directory.
-        let entry_word = depth_word + 1 + index as usize;
-        let word = words.get(entry_word)?;
-        let entry = Entry::from_word(word);
+        let at = self.entry_fast(words, h)?;
+        let entry = Entry::from_word(at.entry);
         let segment = SegmentView::new(words, entry.segment, self.span)?;
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         for step in 0..PROBE_BUCKETS {
@@ -262,14 +251,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
         let guard = self.stripes.lock(stripe_of(entry.segment));
         let place = Place {
-            directory: Directory::at(directory),
-            global_depth,
-            index,
+            directory: Directory::at(at.directory),
+            global_depth: at.global_depth,
+            index: at.index,
             segment: entry.segment,
             local_depth: entry.local_depth,
         };
-        (words.get(root_word)? == directory && words.get(entry_word)? == word)
-            .then_some((place, guard))
+        at.unchanged(words)?.then_some((place, guard))
     }
 
     /// Where `probe`'s write goes in its window (the caller holds the segment's stripe lock):

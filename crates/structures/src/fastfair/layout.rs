@@ -4,6 +4,9 @@
 //! Node words are read one way: through a [`NodeView`], a node's words checked once
 //! ([`Pool::words`]). The root object's words are read through [`RootObject`], built on the
 //! pool's checked loads (they are read once per descent, not per probe).
+//!
+//! One file past 600 lines on purpose: the offsets, the node views and the encoders are one
+//! concern, the format, kept together so that a change of it is made in one place.
 
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 

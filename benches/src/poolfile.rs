@@ -253,9 +253,9 @@ impl PoolFile {
                 "the pool does not fit the address space",
             ))
         })?;
-        // SAFETY: the file is this process's own benchmark pool, created by `create` and not
-        // truncated while the PoolFile lives; the mapping is only written through raw pointers
-        // by one thread at a time.
+        // The file is this process's own benchmark pool, created by `create`.
+        // SAFETY: it is not truncated while the PoolFile lives, and the mapping is only
+        // written through raw pointers by one thread at a time.
         unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(map_err)
     }
 }

@@ -386,9 +386,9 @@ impl Primitive {
                 )?;
             }
             Target::Raw { base, isa, .. } => {
-                // SAFETY: offset + 64 <= ring_start + RING_LEN <= the mapping's length (checked
-                // in `new`), `data` holds at least 64 bytes and does not overlap the mapping,
-                // and nothing else writes the mapping while this primitive runs.
+                // offset + 64 <= ring_start + RING_LEN <= the mapping's length (checked in `new`).
+                // SAFETY: so the line is in the mapping; `data` holds at least 64 bytes, does not
+                // overlap it, and nothing else writes the mapping while this primitive runs.
                 unsafe {
                     let dst = base.add(offset as usize);
                     std::ptr::copy_nonoverlapping(self.data.as_ptr(), dst, CACHE_LINE);

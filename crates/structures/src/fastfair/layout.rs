@@ -419,9 +419,10 @@ impl<'a> NodeView<'a> {
     /// `slot < self.capacity()`.
     #[inline]
     pub(super) unsafe fn key_unchecked(&self, slot: usize) -> u64 {
-        // SAFETY: `slot < capacity` (the caller's promise), and the view holds exactly the
-        // header and `capacity` two-word entries (`NodeShape::of`, the only maker of a shape),
-        // so `key_word(slot) < key_word(capacity) == words.len()`.
+        // The view holds exactly the header and `capacity` two-word entries (`NodeShape::of`,
+        // the only maker of a shape).
+        // SAFETY: `slot < capacity` (the caller's promise), so
+        // `key_word(slot) < key_word(capacity) == words.len()`.
         unsafe { self.words.load_unchecked(key_word(slot)) }
     }
 
@@ -450,9 +451,9 @@ impl<'a> NodeView<'a> {
         // `key_word(slot) - 1` is the value word of slot `slot - 1` when `slot >= 1`.
         let word =
             std::hint::select_unpredictable(slot == 0, (LEFTMOST / 8) as usize, key_word(slot) - 1);
+        // The view holds exactly the header and `capacity` entries (`NodeShape::of`).
         // SAFETY: `word` is the leftmost word (in the header) or, for `1 <= slot <= capacity`,
-        // at most `key_word(capacity) - 1`, the last value word; the view holds exactly the
-        // header and `capacity` entries (`NodeShape::of`, the only maker of a shape).
+        // at most `key_word(capacity) - 1`, the view's last value word.
         unsafe { self.words.load_unchecked(word) }
     }
 

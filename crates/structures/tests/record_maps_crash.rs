@@ -145,6 +145,7 @@ fn crash_run(
     ops: Vec<Op>,
     points: CrashPoints,
     images: Images,
+    chunk_size: u64,
 ) -> u64 {
     let expected = states(&[setup.clone(), ops.clone()].concat());
     let test = CrashTest::new(name, SimConfig::x86())
@@ -158,7 +159,7 @@ fn crash_run(
         .heap(HeapConfig {
             lanes: 2,
             lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
+            chunk_size,
         });
     let report = run_crash_test(
         &test,
@@ -221,12 +222,22 @@ fn mixed_ops(keys: u32) -> Vec<Op> {
     ops
 }
 
-/// Values of several 16 KiB chunks come from runs of chunks, not size classes.
+/// The heap's chunk size for the small-value runs.
+const CHUNK: u64 = 16 << 10;
+
+/// The heap's chunk size for the large-value run: values of several chunks come from runs of
+/// chunks, not size classes, and each of their words is a crash point, so the chunks are
+/// small to keep every point of a three-chunk value affordable.
+const LARGE_CHUNK: u64 = 4 << 10;
+
+/// A value of three chunks replaces a small one, a value of two chunks joins it, then both
+/// shrink or go.
 fn large_ops() -> (Vec<Op>, Vec<Op>) {
+    let chunk = LARGE_CHUNK as usize;
     let setup = vec![Op::Insert(key(1), value(1, 100))];
     let ops = vec![
-        Op::Upsert(key(1), value(2, 40 << 10)),
-        Op::Insert(key(2), value(3, 20 << 10)),
+        Op::Upsert(key(1), value(2, 5 * chunk / 2)),
+        Op::Insert(key(2), value(3, 5 * chunk / 4)),
         Op::Upsert(key(1), value(4, 10)),
         Op::Remove(key(2)),
     ];
@@ -242,6 +253,7 @@ fn every_crash_of_hash_map_writes_through_splits_recovers() {
         mixed_ops(24),
         CrashPoints::Every,
         Images::Random(2),
+        CHUNK,
     );
     assert!(points > 500, "{points} crash points");
 }
@@ -257,6 +269,7 @@ fn every_crash_of_ordered_map_writes_through_splits_and_layers_recovers() {
         mixed_ops(24),
         CrashPoints::Every,
         Images::Random(2),
+        CHUNK,
     );
     assert!(points > 500, "{points} crash points");
 }
@@ -275,6 +288,7 @@ fn every_crash_of_large_values_recovers() {
             ops,
             CrashPoints::Every,
             Images::Random(3),
+            LARGE_CHUNK,
         );
         assert!(points > 20, "{name}: {points} crash points");
     }

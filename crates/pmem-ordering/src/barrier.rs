@@ -53,24 +53,19 @@ impl PersistModel {
 }
 
 thread_local! {
-    /// Fences issued by this thread so far, through any pool.
-    static FENCE_EPOCH: Cell<u64> = const { Cell::new(0) };
     /// Non-temporal -> temporal fences this thread left out because its pool's model does not
-    /// need them (Themis, ideal). With [`FENCE_EPOCH`] it gives the epoch the thread would be
-    /// in under the x86 model, so the statistics count the fences x86 *would* have issued, and
-    /// the same workload reports the same elidable fences under every model.
+    /// need them (Themis, ideal). With the fence epoch ([`fence_epoch`]) it gives the epoch the
+    /// thread would be in under the x86 model, so the statistics count the fences x86 *would*
+    /// have issued, and the same workload reports the same elidable fences under every model.
     static ELIDED_FENCES: Cell<u64> = const { Cell::new(0) };
 }
 
-/// The calling thread's fence epoch: how many fences it has issued.
+/// The calling thread's fence epoch: how many fences it has issued, through any pool. Kept
+/// with the thread's statistics ([`crate::stats::count_fence`] advances it), so a fence
+/// touches one thread-local, but never reset with them.
 #[inline]
 pub(crate) fn fence_epoch() -> u64 {
-    FENCE_EPOCH.with(Cell::get)
-}
-
-#[inline]
-pub(crate) fn advance_fence_epoch() {
-    FENCE_EPOCH.with(|e| e.set(e.get() + 1));
+    crate::stats::fence_epoch()
 }
 
 /// The fence epoch this thread would be in had every elided nt -> t fence been issued.

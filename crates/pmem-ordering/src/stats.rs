@@ -120,6 +120,10 @@ struct ThreadCounters {
     xpbuffer: [Cell<usize>; XPBUFFER_XPLINES],
     /// Flushes and nt-stores issued since this thread's last fence.
     pending_since_fence: Cell<u64>,
+    /// Fences issued by this thread so far, through any pool: the fence epoch of
+    /// [`crate::barrier`], kept here so that a fence updates one thread-local. Not a
+    /// statistic: never reset.
+    fence_epoch: Cell<u64>,
 }
 
 thread_local! {
@@ -138,6 +142,7 @@ thread_local! {
             xpline_bytes: Cell::new(0),
             xpbuffer: [const { Cell::new(0) }; XPBUFFER_XPLINES],
             pending_since_fence: Cell::new(0),
+            fence_epoch: Cell::new(0),
         }
     };
 }
@@ -192,8 +197,14 @@ pub fn reset_thread_stats() {
 
 #[inline]
 pub(crate) fn count_store(bytes: usize) {
+    count_stores(1, bytes);
+}
+
+/// `count` temporal stores of `bytes` bytes in all.
+#[inline]
+pub(crate) fn count_stores(count: u64, bytes: usize) {
     COUNTERS.with(|c| {
-        bump(&c.stores, 1);
+        bump(&c.stores, count);
         bump(&c.store_bytes, bytes as u64);
     })
 }
@@ -224,24 +235,56 @@ fn count_xplines(c: &ThreadCounters, addr: usize, len: usize) {
     if len == 0 {
         return;
     }
-    for xpline in addr / XPLINE..=(addr + len - 1) / XPLINE {
+    // A plain loop that tests its end after each XPLine: most flushes touch one.
+    let last = (addr + len - 1) / XPLINE;
+    let mut xpline = addr / XPLINE;
+    loop {
         let entry = &c.xpbuffer[xpline % XPBUFFER_XPLINES];
         if entry.get() != xpline + 1 {
             entry.set(xpline + 1);
             bump(&c.xpline_bytes, XPLINE as u64);
         }
+        if xpline == last {
+            return;
+        }
+        xpline += 1;
     }
 }
 
+/// A fence of this thread: counted, and its fence epoch advanced.
 #[inline]
 pub(crate) fn count_fence() {
+    COUNTERS.with(fence_counted);
+}
+
+/// `lines` cache lines flushed, covering the `len` bytes at address `addr`, then a fence: what
+/// [`count_flush`] and [`count_fence`] count, with one look-up of the thread's counters.
+#[inline]
+pub(crate) fn count_persist(addr: usize, len: usize, lines: usize) {
     COUNTERS.with(|c| {
-        bump(&c.fences, 1);
-        if c.pending_since_fence.get() == 0 {
-            bump(&c.redundant_fences, 1);
-        }
-        c.pending_since_fence.set(0);
+        bump(&c.flushes, lines as u64);
+        count_xplines(c, addr, len);
+        // The flush's lines are pending until the fence, which the rule of `fence_counted`
+        // sees through `pending_since_fence`.
+        bump(&c.pending_since_fence, lines as u64);
+        fence_counted(c);
     })
+}
+
+#[inline]
+fn fence_counted(c: &ThreadCounters) {
+    bump(&c.fences, 1);
+    if c.pending_since_fence.get() == 0 {
+        bump(&c.redundant_fences, 1);
+    }
+    c.pending_since_fence.set(0);
+    bump(&c.fence_epoch, 1);
+}
+
+/// The calling thread's fence epoch (see [`crate::barrier`]).
+#[inline]
+pub(crate) fn fence_epoch() -> u64 {
+    COUNTERS.with(|c| c.fence_epoch.get())
 }
 
 pub(crate) fn count_themis_elidable() {

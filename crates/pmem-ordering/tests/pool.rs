@@ -456,3 +456,52 @@ fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
     words.prefetch(0);
     words.prefetch(usize::MAX);
 }
+
+#[test]
+fn a_word_stores_view_stores_flushes_and_counts_as_the_pool_does() {
+    use pmem_ordering::stats::thread_stats;
+    let pool = Pool::anonymous("word-stores", 1 << 20, &opts()).unwrap();
+    let base = pool.heap_offset();
+    let stores = pool.word_stores(base, 16).unwrap();
+    assert_eq!(stores.len(), 16);
+
+    // Two stores in one call: both land, counted as two 8-byte stores.
+    let before = thread_stats();
+    stores.store_two(5, 50, 4, 40);
+    stores.store(6, 60);
+    let counted = thread_stats() - before;
+    assert_eq!((counted.stores, counted.store_bytes), (3, 24));
+    let words = pool.words(base, 16).unwrap();
+    assert_eq!((words.load(4), words.load(5), words.load(6)), (40, 50, 60));
+
+    // The view's persist counts what the pool's persist of the same words' token counts:
+    // the same lines flushed and one fence. Words 2 .. 12 span two or three lines.
+    let before = thread_stats();
+    let _ = stores.persist(2, 12);
+    let by_view = thread_stats() - before;
+    let before = thread_stats();
+    let _ = pool.persist(stores.written(2, 12));
+    let by_pool = thread_stats() - before;
+    assert_eq!(by_view.flushes, by_pool.flushes);
+    assert_eq!(by_view.fences, 1);
+    assert_eq!(by_pool.fences, 1);
+    let lines = pmem_ordering::isa::cache_line_count((base + 16) as usize, 80) as u64;
+    assert_eq!(by_view.flushes, lines);
+    // The split form: a flush whose pending token one fence consumes.
+    let before = thread_stats();
+    let pending = stores.flush(0, 1);
+    let _ = pool.fence(pending);
+    let split = thread_stats() - before;
+    assert_eq!(
+        (split.flushes, split.fences, split.redundant_fences),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+#[should_panic(expected = "past a view of 4")]
+fn a_word_stores_pair_past_the_view_panics_before_storing() {
+    let pool = Pool::anonymous("word-stores", 1 << 20, &opts()).unwrap();
+    let stores = pool.word_stores(pool.heap_offset(), 4).unwrap();
+    stores.store_two(3, 1, 4, 2);
+}

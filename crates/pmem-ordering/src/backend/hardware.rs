@@ -118,8 +118,7 @@ impl Backend for Hardware {
         match self.granularity {
             Granularity::CacheLine | Granularity::Emulated => {
                 // SAFETY: in range by the trait's contract.
-                unsafe { isa::flush_range(self.isa, addr, len) };
-                isa::cache_line_count(addr as usize, len)
+                unsafe { isa::flush_lines(self.isa, addr, len) }
             }
             Granularity::Page => {
                 if len > 0 {

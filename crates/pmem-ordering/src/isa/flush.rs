@@ -48,10 +48,24 @@ pub unsafe fn flush_line(isa: Isa, line: *const u8) {
 /// The whole range must be mapped in this process.
 #[inline]
 pub unsafe fn flush_range(isa: Isa, addr: *const u8, len: usize) {
+    // SAFETY: the caller's contract.
+    let _ = unsafe { flush_lines(isa, addr, len) };
+}
+
+/// [`flush_range`], returning the number of lines written back (what
+/// [`super::cache_line_count`] says), counted by the loop itself.
+///
+/// # Safety
+/// The whole range must be mapped in this process.
+#[inline]
+pub unsafe fn flush_lines(isa: Isa, addr: *const u8, len: usize) -> usize {
+    let mut lines = 0;
     for line in cache_lines(addr.addr(), len) {
         // SAFETY: every line of a mapped range is mapped (mappings are page granular).
         unsafe { flush_line(isa, addr.with_addr(line)) };
+        lines += 1;
     }
+    lines
 }
 
 /// Prefetch the cache line holding `addr` into all cache levels. A prefetch never faults, so

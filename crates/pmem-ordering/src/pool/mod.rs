@@ -475,6 +475,7 @@ impl<B: Backend> Pool<B> {
         }
     }
 
+    #[inline]
     fn check_token(&self, pool: u64) {
         assert_eq!(
             pool, self.id,
@@ -483,14 +484,26 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Write back the lines of a write.
+    #[inline]
     pub fn flush(&self, w: Written) -> Pending {
         self.check_token(w.pool);
         let addr = self
             .addr(w.offset, w.len as usize)
             .expect("a Written token always names a range inside its pool");
-        // SAFETY: the range lies in the mapping.
-        let lines = unsafe { self.backend.flush(addr, w.len as usize) };
-        stats::count_flush(addr as usize, w.len as usize, lines);
+        // SAFETY: `addr` checked just above: the range lies in the mapping.
+        unsafe { self.flush_at(addr, w.len as usize) }
+    }
+
+    /// Write back the lines of `[addr, addr + len)` and count them: the one flush path, under
+    /// [`Pool::flush`] and the word views' checked flushes.
+    ///
+    /// # Safety
+    /// The range lies inside the pool's mapping.
+    #[inline]
+    pub(crate) unsafe fn flush_at(&self, addr: *const u8, len: usize) -> Pending {
+        // SAFETY: in the mapping (this function's contract).
+        let lines = unsafe { self.backend.flush(addr, len) };
+        stats::count_flush(addr as usize, len, lines);
         Pending::flushed(self.id)
     }
 
@@ -501,6 +514,7 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Fence this thread: everything behind the token is now durable.
+    #[inline]
     pub fn fence(&self, pending: impl Into<Pending>) -> Durable {
         let pending = pending.into();
         self.check_token(pending.pool);
@@ -516,17 +530,36 @@ impl<B: Backend> Pool<B> {
     }
 
     /// A fence with no token: orders whatever this thread has flushed or nt-stored so far.
+    #[inline]
     pub fn sfence(&self) -> Durable {
         self.backend.fence();
-        barrier::advance_fence_epoch();
         stats::count_fence();
         Durable { _private: () }
     }
 
     /// Flush and fence a write: the one-call form.
+    #[inline]
     pub fn persist(&self, w: Written) -> Durable {
-        let p = self.flush(w);
-        self.fence(p)
+        self.check_token(w.pool);
+        let addr = self
+            .addr(w.offset, w.len as usize)
+            .expect("a Written token always names a range inside its pool");
+        // SAFETY: `addr` checked just above: the range lies in the mapping.
+        unsafe { self.persist_at(addr, w.len as usize) }
+    }
+
+    /// Write back the lines of `[addr, addr + len)`, then fence: [`Pool::flush_at`] and
+    /// [`Pool::sfence`] (the same backend calls in the same order), counted in one step.
+    ///
+    /// # Safety
+    /// The range lies inside the pool's mapping.
+    #[inline]
+    pub(crate) unsafe fn persist_at(&self, addr: *const u8, len: usize) -> Durable {
+        // SAFETY: in the mapping (this function's contract).
+        let lines = unsafe { self.backend.flush(addr, len) };
+        self.backend.fence();
+        stats::count_persist(addr as usize, len, lines);
+        Durable { _private: () }
     }
 
     /// Flush and fence `[offset, offset + len)`.

@@ -2,7 +2,7 @@
 //! paths that store many words of one region (a tree node's in-place shift).
 
 use crate::backend::Backend;
-use crate::barrier::Written;
+use crate::barrier::{Durable, Pending, Written};
 use crate::stats;
 
 use super::Pool;
@@ -10,8 +10,10 @@ use super::Pool;
 /// The `count` 8-byte words at an offset of a pool, checked once ([`Pool::word_stores`]). Each
 /// store is the same failure-atomic release store as [`Pool::store_u64`], made through the
 /// backend (so the simulator traces it) and counted, in the order the caller makes them; only
-/// the per-store range and alignment checks are gone. [`WordStores::written`] gives the token
-/// to flush a run of the words with.
+/// the per-store range and alignment checks are gone. [`WordStores::flush`] and
+/// [`WordStores::persist`] write back a run of the words (the same counted, traced flush as
+/// [`Pool::flush`], checked against the view instead of the pool); [`WordStores::written`]
+/// gives the token of a run for the pool's other persist calls.
 #[derive(Clone, Copy)]
 pub struct WordStores<'a, B: Backend> {
     pool: &'a Pool<B>,
@@ -44,17 +46,71 @@ impl<'a, B: Backend> WordStores<'a, B> {
         stats::count_store(8);
     }
 
+    /// Failure-atomic release stores of word `first` then word `second`, in that order: two
+    /// [`WordStores::store`]s, range-checked and counted in one step (panics past the end).
+    #[inline]
+    pub fn store_two(&self, first: usize, first_value: u64, second: usize, second_value: u64) {
+        assert!(
+            first.max(second) < self.len,
+            "word {} past a view of {}",
+            first.max(second),
+            self.len
+        );
+        // SAFETY: both indices are below `len`, and the `len` words from `base` are 8-aligned
+        // and inside the mapping (checked at creation), which outlives the pool borrow `'a`.
+        unsafe {
+            self.pool
+                .backend
+                .store_u64(self.base.add(first), first_value);
+            self.pool
+                .backend
+                .store_u64(self.base.add(second), second_value);
+        }
+        stats::count_stores(2, 16);
+    }
+
     /// The token of words `start .. end` (stored through this view), to flush them with
     /// (panics if the range is empty or runs past the end).
     #[inline]
     pub fn written(&self, start: usize, end: usize) -> Written {
+        self.check_run(start, end);
+        self.pool
+            .written(self.offset + 8 * start as u64, 8 * (end - start))
+    }
+
+    /// Write back the lines of words `start .. end`, as [`Pool::flush`] of their
+    /// [`WordStores::written`] token does, with one check against the view (panics if the
+    /// range is empty or runs past the end).
+    #[inline]
+    pub fn flush(&self, start: usize, end: usize) -> Pending {
+        self.check_run(start, end);
+        // SAFETY: `start < end <= len` (checked above), and the `len` words from `base` lie
+        // inside the mapping (checked at creation).
+        unsafe {
+            self.pool
+                .flush_at(self.base.add(start) as *const u8, 8 * (end - start))
+        }
+    }
+
+    /// Flush and fence words `start .. end`: [`WordStores::flush`] then [`Pool::fence`].
+    #[inline(always)]
+    pub fn persist(&self, start: usize, end: usize) -> Durable {
+        self.check_run(start, end);
+        // SAFETY: as in `flush`: `start < end <= len`, inside the mapping.
+        unsafe {
+            self.pool
+                .persist_at(self.base.add(start) as *const u8, 8 * (end - start))
+        }
+    }
+
+    /// Panics unless `start .. end` is a non-empty run of the view's words.
+    #[inline]
+    fn check_run(&self, start: usize, end: usize) {
         assert!(
             start < end && end <= self.len,
             "words {start}..{end} of a view of {}",
             self.len
         );
-        self.pool
-            .written(self.offset + 8 * start as u64, 8 * (end - start))
     }
 
     /// Number of words.

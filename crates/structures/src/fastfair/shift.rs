@@ -103,13 +103,11 @@ fn store_slot<B: Backend>(stores: &WordStores<'_, B>, w: &SlotWrite) -> (usize, 
             (key, key + 1)
         }
         (Some(v), true) => {
-            stores.store(key, w.key);
-            stores.store(key + 1, v);
+            stores.store_two(key, w.key, key + 1, v);
             (key, key + 2)
         }
         (Some(v), false) => {
-            stores.store(key + 1, v);
-            stores.store(key, w.key);
+            stores.store_two(key + 1, v, key, w.key);
             (key, key + 2)
         }
     }
@@ -138,7 +136,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let stores = pool.word_stores(node, view.words())?;
         for i in 0..shift.len() {
             let (start, end) = store_slot(&stores, &shift.write(view, i));
-            let _ = pool.persist(stores.written(start, end));
+            let _ = stores.persist(start, end);
         }
         Ok(())
     }
@@ -147,31 +145,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// line's stores flushed and fenced before the first store to the next line), and at the
     /// end.
     fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
-        let pool = self.pool();
         let view = self.view(node)?;
-        let stores = pool.word_stores(node, view.words())?;
+        let stores = self.pool().word_stores(node, view.words())?;
         if let Shift::Insert { at, n, key, value } = shift {
             // The hot case, written out: the writes of `Shift::write`, slots `n` down to `at`
-            // (each move value before key, the new entry last), a line at a time.
+            // (each move value before key, the new entry last), the run of each line flushed
+            // and fenced when the shift is about to leave it (after its first slot's write).
+            assert!(
+                at <= n && n < view.capacity() && key_word(n) + 2 <= stores.len(),
+                "an insert at slot {at} of {n} entries into a node of {}",
+                view.capacity()
+            );
+            // The highest slot written in the current line.
             let mut high = n;
-            loop {
-                let low = at.max(first_slot_of_line(high));
-                for slot in (low..=high).rev() {
-                    let (k, v) = if slot > at {
-                        (view.key(slot - 1), view.value(slot - 1))
-                    } else {
-                        (key, value)
-                    };
-                    let word = key_word(slot);
-                    stores.store(word + 1, v);
-                    stores.store(word, k);
+            let mut slot = n;
+            while slot > at {
+                // SAFETY: `slot - 1 < n < capacity` (asserted above).
+                let (k, v) =
+                    unsafe { (view.key_unchecked(slot - 1), view.value_unchecked(slot - 1)) };
+                let word = key_word(slot);
+                stores.store_two(word + 1, v, word, k);
+                if first_slot_of_line(slot) == slot {
+                    let _ = stores.persist(word, key_word(high) + 2);
+                    high = slot - 1;
                 }
-                let _ = pool.persist(stores.written(key_word(low), key_word(high) + 2));
-                if low == at {
-                    return Ok(());
-                }
-                high = low - 1;
+                slot -= 1;
             }
+            let word = key_word(at);
+            stores.store_two(word + 1, value, word, key);
+            let _ = stores.persist(word, key_word(high) + 2);
+            return Ok(());
         }
         let writes = shift.len();
         let mut i = 0;
@@ -189,7 +192,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 (start, end) = (start.min(s), end.max(e));
                 i += 1;
             }
-            let _ = pool.persist(stores.written(start, end));
+            let _ = stores.persist(start, end);
         }
         Ok(())
     }

@@ -8,8 +8,11 @@ use pmem_bench::ccehbench::Table;
 
 #[path = "instructions/fixtures.rs"]
 mod fixtures;
+#[path = "instructions/pools.rs"]
+mod pools;
 
 use fixtures::*;
+use pools::{prepare, Structure};
 
 /// One measured benchmark: `$name`, of `$op` on the map `$setup` makes, run by `$run`, its
 /// id saying the batch size.
@@ -62,4 +65,7 @@ library_benchmark_group!(
     benchmarks = cceh_get, cceh_insert_no_split, cceh_insert, cceh_upsert, cceh_remove
 );
 
-main!(library_benchmark_groups = cceh);
+main!(
+    setup = prepare(&[Structure::Cceh]);
+    library_benchmark_groups = cceh
+);

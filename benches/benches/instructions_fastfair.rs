@@ -8,8 +8,11 @@ use pmem_bench::fastfairbench::Tree;
 
 #[path = "instructions/fixtures.rs"]
 mod fixtures;
+#[path = "instructions/pools.rs"]
+mod pools;
 
 use fixtures::*;
+use pools::{prepare, Structure};
 
 /// One measured benchmark: `$name`, of `$op` on the map `$setup` makes, run by `$run`, its
 /// id saying the batch size.
@@ -47,6 +50,13 @@ measured!(
     run_scan,
     Tree<'static>
 );
+// The scans of `fastfair_scan`, each into one reused buffer with `Range::next_into`.
+#[library_benchmark]
+#[bench::scans_1000(args = ("scan"), setup = fastfair_bulk)]
+fn fastfair_scan_bulk(f: &'static mut BulkScans) -> usize {
+    black_box(run_scan_bulk(f))
+}
+
 measured!(
     fastfair_upsert,
     ops_10000,
@@ -66,7 +76,10 @@ measured!(
 
 library_benchmark_group!(
     name = fastfair;
-    benchmarks = fastfair_get, fastfair_insert, fastfair_scan, fastfair_upsert, fastfair_remove
+    benchmarks = fastfair_get, fastfair_insert, fastfair_scan, fastfair_scan_bulk, fastfair_upsert, fastfair_remove
 );
 
-main!(library_benchmark_groups = fastfair);
+main!(
+    setup = prepare(&[Structure::FastFair]);
+    library_benchmark_groups = fastfair
+);

@@ -9,8 +9,11 @@ use pmem_structures::store::{BTreeMap, HashMap};
 
 #[path = "instructions/fixtures.rs"]
 mod fixtures;
+#[path = "instructions/pools.rs"]
+mod pools;
 
 use fixtures::*;
+use pools::{prepare, Structure};
 
 /// One measured benchmark: `$name`, of `$op` on the map `$setup` makes, run by `$run`, its
 /// id saying the batch size.
@@ -40,4 +43,7 @@ library_benchmark_group!(
     benchmarks = store_hash_get, store_hash_insert_no_split, store_hash_insert, store_hash_upsert, store_hash_remove, store_btree_get, store_btree_insert, store_btree_scan, store_btree_upsert, store_btree_remove
 );
 
-main!(library_benchmark_groups = store);
+main!(
+    setup = prepare(&[Structure::StoreHash, Structure::StoreBTree]);
+    library_benchmark_groups = store
+);

@@ -8,6 +8,8 @@ use pmem_bench::txbench::TxRunner;
 
 #[path = "instructions/fixtures.rs"]
 mod fixtures;
+#[path = "instructions/pools.rs"]
+mod pools;
 
 use fixtures::{tx_words, TXS};
 

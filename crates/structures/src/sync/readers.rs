@@ -93,16 +93,19 @@ struct OwnSlot(&'static CachePadded<Slot>);
 
 impl Drop for OwnSlot {
     fn drop(&mut self) {
-        OWN.with(|own| own.set(None));
+        UNFENCED.with(|own| own.set(None));
         self.0.claimed.store(false, Ordering::Release);
     }
 }
 
 thread_local! {
-    /// This thread's slot once claimed: what every section reads (a constant initializer and
-    /// no destructor, so one load and no check of the thread-local's state).
-    static OWN: Cell<Option<&'static CachePadded<Slot>>> = const { Cell::new(None) };
-    /// The claim of that slot, whose destructor gives it back.
+    /// This thread's slot once claimed, set only where the reclaimer's barrier reaches every
+    /// thread (`membarrier`): a section that finds it announces with plain stores and checks
+    /// nothing else (a constant initializer and no destructor: one load, no check of the
+    /// thread-local's state, and the barrier mode known from the slot being there). Where the
+    /// readers must fence, it stays empty and every section takes the cold path, which fences.
+    static UNFENCED: Cell<Option<&'static CachePadded<Slot>>> = const { Cell::new(None) };
+    /// The claim of this thread's slot, whose destructor gives it back.
     static CLAIM: OwnSlot = OwnSlot(claim_slot());
 }
 
@@ -167,22 +170,16 @@ mod barrier {
         }
     }
 
-    /// The reader's side: a compiler fence where the reclaimer's barrier reaches every thread,
-    /// else a full fence.
-    #[inline(always)]
-    pub(super) fn light() {
-        // One compare inline; the first use and the fence of the fallback out of line.
-        if MODE.load(Ordering::Relaxed) != MEMBARRIER {
-            light_otherwise();
-        }
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    /// Whether readers may go without a fence: the reclaimer's barrier reaches every thread.
+    /// True for good once true (the mode is decided once).
+    pub(super) fn readers_unfenced() -> bool {
+        mode() == MEMBARRIER
     }
 
-    /// [`light`] before the mode is known, or where it is not [`MEMBARRIER`].
-    #[cold]
-    #[inline(never)]
-    fn light_otherwise() {
-        if mode() != MEMBARRIER {
+    /// The reader's side, after its announcement: nothing where the reclaimer's barrier
+    /// reaches every thread, else a full fence.
+    pub(super) fn light() {
+        if !readers_unfenced() {
             fence(Ordering::SeqCst);
         }
     }
@@ -209,6 +206,10 @@ mod barrier {
 #[cfg(loom)]
 mod barrier {
     use super::{fence, Ordering};
+
+    pub(super) fn readers_unfenced() -> bool {
+        false
+    }
 
     pub(super) fn light() {
         fence(Ordering::SeqCst);
@@ -240,35 +241,52 @@ impl ReadSection {
     /// Enter a read section.
     #[inline(always)]
     pub(crate) fn enter() -> ReadSection {
-        match OWN.with(Cell::get) {
-            Some(slot) => ReadSection::on(slot, false),
-            None => ReadSection::enter_first(),
+        match UNFENCED.with(Cell::get) {
+            // The slot is there only where no fence is needed (see `UNFENCED`).
+            Some(slot) => ReadSection::announce(slot, false),
+            None => ReadSection::enter_fenced(),
         }
     }
 
-    /// The first section of a thread: its slot is claimed (or, in a thread-local destructor
-    /// once the claim is gone, one is borrowed for the section).
+    /// A section of a thread without [`UNFENCED`]'s slot: its first section (its slot is
+    /// claimed, and kept in `UNFENCED` if the readers need no fence), every section where
+    /// they do, and a section in a thread-local destructor once the claim is gone (a slot is
+    /// borrowed for it).
     #[cold]
     #[inline(never)]
-    fn enter_first() -> ReadSection {
+    fn enter_fenced() -> ReadSection {
         match CLAIM.try_with(|claim| claim.0) {
             Ok(slot) => {
-                OWN.with(|own| own.set(Some(slot)));
-                ReadSection::on(slot, false)
+                let section = ReadSection::on(slot, false);
+                if barrier::readers_unfenced() {
+                    UNFENCED.with(|own| own.set(Some(slot)));
+                }
+                section
             }
             Err(_) => ReadSection::on(claim_slot(), true),
         }
     }
 
-    /// A section announced on `slot` (this thread's, or one borrowed for it).
-    #[inline(always)]
+    /// A section announced on `slot` (this thread's, or one borrowed for it), with the
+    /// reader's barrier the mode asks for.
     pub(super) fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
+        let section = ReadSection::announce(slot, borrowed);
+        barrier::light();
+        section
+    }
+
+    /// The announcement alone, with no barrier but the compiler's: enough only where the
+    /// reclaimer's barrier reaches every thread.
+    #[inline(always)]
+    fn announce(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
         // Only this thread stores to its slot: the load reads its own last store. Inside a
         // section already (odd), the store below rewrites the same odd number.
         let now = slot.sequence.load(Ordering::Relaxed);
         let inside = now | 1;
         slot.sequence.store(inside, Ordering::Release);
-        barrier::light();
+        // The section's loads stay after the announcement in the compiled code (the CPU keeps
+        // them after it where the reclaimer's barrier reaches it, or the fence of `on` does).
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
         ReadSection {
             slot,
             // `now` even: the next even number; `now` odd (nested): `now` itself.
@@ -334,7 +352,10 @@ impl GracePeriod {
     /// Whether the calling thread is one of the readers still waited for: it would wait for
     /// itself.
     pub(crate) fn waits_for_this_thread(&self) -> bool {
-        OWN.with(Cell::get).is_some_and(|own| {
+        let own = UNFENCED
+            .with(Cell::get)
+            .or_else(|| CLAIM.try_with(|claim| claim.0).ok());
+        own.is_some_and(|own| {
             self.readers.iter().any(|&(slot, seen)| {
                 std::ptr::eq(slot, own) && slot.sequence.load(Ordering::Relaxed) == seen
             })

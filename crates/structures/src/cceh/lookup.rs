@@ -274,7 +274,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             for step in 0..PROBE_BUCKETS {
                 let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
                 observe(LookupStep::BucketRead);
-                let slot = first_hit(&keys, key);
+                let slot = first_hit_without_branches(&keys, key);
                 if slot < SLOTS_PER_BUCKET as usize {
                     // As in `lookup`: value after key, key again after value.
                     let (value, again) = segment.value_then_key(first, slot);
@@ -395,12 +395,25 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 }
 
 /// The first slot (0..4) of a bucket's four keys that holds `key`, or 4 if none: what
-/// [`hit_mask`]'s lowest bit tells, in fewer instructions, for the lookup's fast pass.
+/// [`hit_mask`]'s lowest bit tells, in fewer instructions. The compiler picks branches or
+/// conditional moves (writers, whose cost is elsewhere, get the fewer instructions).
 #[inline(always)]
 pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
-    // From the last slot to the first, each compare a conditional move (no branch, for the
-    // reason `hit_mask` gives): the first slot holding `key` wins. Marked unpredictable, or
-    // the compiler may turn the moves into branches inside a caller's loop.
+    // From the last slot to the first: the first slot holding `key` wins.
+    let mut slot = SLOTS_PER_BUCKET as usize;
+    for s in (0..SLOTS_PER_BUCKET as usize).rev() {
+        if keys[s] == key {
+            slot = s;
+        }
+    }
+    slot
+}
+
+/// [`first_hit`] with a conditional move per compare and no branch (for the reason
+/// [`hit_mask`] gives), for the lookup's fast pass: the moves are marked unpredictable, or
+/// the compiler may turn them into branches inside a caller's loop.
+#[inline(always)]
+pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
     let mut slot = SLOTS_PER_BUCKET as usize;
     for s in (0..SLOTS_PER_BUCKET as usize).rev() {
         slot = std::hint::select_unpredictable(keys[s] == key, s, slot);
@@ -467,6 +480,11 @@ mod tests {
                     mask.trailing_zeros() as usize
                 };
                 assert_eq!(first_hit(&keys, key), lowest, "{keys:?} {key}");
+                assert_eq!(
+                    first_hit_without_branches(&keys, key),
+                    lowest,
+                    "{keys:?} {key}"
+                );
             }
         }
     }

@@ -39,14 +39,19 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use super::primitives::{fence, AtomicBool, AtomicU64, Ordering};
+use super::primitives::{fence, AtomicU64, Ordering};
 
-/// One thread's announcement word: odd while it is inside a read section.
+/// The bit of a slot's word set while a live thread holds the slot (a slot is reused once its
+/// thread has exited). In the sequence's word, so that a section lent a slot gives it back
+/// with its exit store: one store on every exit, and no flag to test. The sequence below it
+/// would reach it after 2^62 sections of one slot, which no process lives to run.
+const CLAIMED: u64 = 1 << 63;
+
+/// One thread's announcement word: odd while it is inside a read section, [`CLAIMED`] while a
+/// thread holds it.
 #[derive(Debug)]
 pub(crate) struct Slot {
     sequence: AtomicU64,
-    /// Held by a live thread (a slot is reused once its thread has exited).
-    claimed: AtomicBool,
 }
 
 /// Every slot ever made: a slot is leaked so that a reclaimer may read it without a lock on
@@ -62,17 +67,20 @@ fn slots() -> std::sync::MutexGuard<'static, Vec<&'static CachePadded<Slot>>> {
 fn claim_slot() -> &'static CachePadded<Slot> {
     let mut all = slots();
     for &slot in all.iter() {
-        if slot
-            .claimed
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        // A free slot has no thread to store to it: it stays free between the load and the
+        // exchange but for another claimer's exchange, which would make this one fail.
+        let word = slot.sequence.load(Ordering::Relaxed);
+        if word & CLAIMED == 0
+            && slot
+                .sequence
+                .compare_exchange(word, word | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
         {
             return slot;
         }
     }
     let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
-        sequence: AtomicU64::new(0),
-        claimed: AtomicBool::new(true),
+        sequence: AtomicU64::new(CLAIMED),
     })));
     all.push(slot);
     slot
@@ -83,8 +91,7 @@ fn claim_slot() -> &'static CachePadded<Slot> {
 #[cfg(all(test, loom))]
 pub(super) fn model_slot() -> &'static CachePadded<Slot> {
     Box::leak(Box::new(CachePadded::new(Slot {
-        sequence: AtomicU64::new(0),
-        claimed: AtomicBool::new(true),
+        sequence: AtomicU64::new(CLAIMED),
     })))
 }
 
@@ -94,7 +101,8 @@ struct OwnSlot(&'static CachePadded<Slot>);
 impl Drop for OwnSlot {
     fn drop(&mut self) {
         UNFENCED.with(|own| own.set(None));
-        self.0.claimed.store(false, Ordering::Release);
+        // Outside any section (sections end before their thread does): the sequence is even.
+        self.0.sequence.fetch_and(!CLAIMED, Ordering::Release);
     }
 }
 
@@ -229,10 +237,9 @@ pub(crate) struct ReadSection {
     /// What the section stores on exit: the next even number after the outermost section's
     /// odd one, or, for a nested section, the odd number it found (storing it back changes
     /// nothing: the outer section goes on). One store either way, with no branch on nesting.
+    /// Without [`CLAIMED`] for a slot claimed for this section alone (a thread whose own slot
+    /// is already gone, in a thread-local destructor): the store gives it back.
     exit: u64,
-    /// A slot claimed for this section alone (a thread whose own slot is already gone, in a
-    /// thread-local destructor), given back at the end.
-    borrowed: bool,
     /// The slot is this thread's: the section must end on it.
     _not_send: PhantomData<*const ()>,
 }
@@ -287,18 +294,19 @@ impl ReadSection {
         // The section's loads stay after the announcement in the compiled code (the CPU keeps
         // them after it where the reclaimer's barrier reaches it, or the fence of `on` does).
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // `now` even: the next even number; `now` odd (nested): `now` itself. The claim bit
+        // above is kept (no carry reaches it: see `CLAIMED`), or dropped for a lent slot.
+        let exit = inside + 1 - (now & 1);
         ReadSection {
             slot,
-            // `now` even: the next even number; `now` odd (nested): `now` itself.
-            exit: inside + 1 - (now & 1),
-            borrowed,
+            exit: if borrowed { exit & !CLAIMED } else { exit },
             _not_send: PhantomData,
         }
     }
 
     /// Whether this section is nested in another of the same thread (it announced nothing of
     /// its own).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn is_nested(&self) -> bool {
         self.exit & 1 == 1
     }
@@ -307,11 +315,9 @@ impl ReadSection {
 impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
-        // Release: every load of the section happens before a reclaimer that sees this.
+        // Release: every load of the section happens before a reclaimer that sees this (and
+        // before a claimer of a slot this gives back).
         self.slot.sequence.store(self.exit, Ordering::Release);
-        if self.borrowed {
-            self.slot.claimed.store(false, Ordering::Release);
-        }
     }
 }
 

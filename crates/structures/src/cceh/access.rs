@@ -45,46 +45,66 @@ impl SegmentSpan {
 /// The words of one segment, range-checked once as a whole, so that any of its buckets is read
 /// without another check: a word index is wrapped onto one of the segment's bucket starts by
 /// [`SegmentSpan`]'s mask. For the lookup's hot loop, which reads up to four buckets and a
-/// slot per lookup.
+/// slot per lookup. It keeps the whole pool's view and the segment's first word in it rather
+/// than a view of the segment: the range check is then one compare.
 #[derive(Clone, Copy)]
 pub(super) struct SegmentView<'w> {
+    /// Every word of the pool ([`Cceh::pool_words`]).
     words: Words<'w>,
+    /// The segment's first word among `words`: `start + line_mask + 8 <= words.len()`.
+    start: usize,
     line_mask: usize,
 }
 
 impl<'w> SegmentView<'w> {
-    /// The segment at pool offset `segment` (a directory entry's, 64-byte aligned) of `span`'s
-    /// size, out of `words` ([`Cceh::pool_words`]); `None` if it runs past the pool.
+    /// The segment at pool offset `segment` (a directory entry's, 64-byte aligned: the low six
+    /// bits are ignored) of `span`'s size, out of `words` ([`Cceh::pool_words`]); `None` if it
+    /// runs past the pool.
     #[inline(always)]
     pub(super) fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
-        // `(segment >> 3) & !7` rather than `(segment & !63) >> 3`: the same word for an
-        // entry's 64-byte aligned offset, with a mask the compiler encodes in one instruction.
-        let words = words.sub((segment >> 3) as usize & !7, span.words())?;
+        let segment = segment & !63;
+        // In bytes, the segment's offset kept as it is: the word index below is then one
+        // shift (in words, the compiler merges the two masks into one constant that takes
+        // two instructions to make). A span is at most 2^26 bytes (`SegmentSpan::of`).
+        let end = segment.checked_add((span.words() as u64) * 8)?;
+        if end > (words.len() as u64) * 8 {
+            return None;
+        }
         Some(SegmentView {
             words,
+            // Below the view's length (checked above), so a `usize`.
+            start: (segment / 8) as usize,
             line_mask: span.line_mask,
         })
     }
 
     /// The first word of the bucket that word `word` wraps onto (word `8 * b` for bucket `b`,
-    /// wrapping inside the segment), and the bucket's four keys, loaded in order with acquire
-    /// loads.
+    /// wrapping inside the segment, counted from the segment's start), and the bucket's four
+    /// keys, loaded in order with acquire loads.
     #[inline(always)]
     pub(super) fn bucket_keys(&self, word: usize) -> (usize, [u64; 4]) {
         let first = word & self.line_mask;
-        // SAFETY: `first <= line_mask`, so `first + 8 <= line_mask + 8`, the view's length
-        // (checked in `new`).
-        let keys = unsafe { self.words.keys_of_line_unchecked(first) };
+        // SAFETY: `first <= line_mask`, so `start + first + 8 <= start + line_mask + 8`, at most
+        // the view's length (checked in `new`).
+        let keys = unsafe { self.words.keys_of_line_unchecked(self.start + first) };
         (first, keys)
+    }
+
+    /// The word of the pool of slot `slot & 3`'s key in the bucket whose first word is `first`
+    /// (from [`SegmentView::bucket_keys`]; any other is wrapped into the segment): at most
+    /// `start + line_mask + 6`, so it and the value word after it are inside the view.
+    #[inline(always)]
+    fn key_at(&self, first: usize, slot: usize) -> usize {
+        self.start + key_word(first & self.line_mask, slot & 3)
     }
 
     /// The value word of slot `slot & 3` of the bucket whose first word is `first` (from
     /// [`SegmentView::bucket_keys`]), an acquire load.
     #[inline(always)]
     pub(super) fn value(&self, first: usize, slot: usize) -> u64 {
-        let at = key_word(first & self.line_mask, slot & 3);
-        // SAFETY: `at + 1 <= line_mask + 2 * 3 + 1 < line_mask + 8`, the view's length
-        // (checked in `new`).
+        let at = self.key_at(first, slot);
+        // SAFETY: `at + 1 <= start + line_mask + 7 < start + line_mask + 8`, at most the view's
+        // length (checked in `new`).
         unsafe { self.words.load_unchecked(value_word(at)) }
     }
 
@@ -92,17 +112,16 @@ impl<'w> SegmentView<'w> {
     /// [`SegmentView::bucket_keys`]).
     #[inline(always)]
     pub(super) fn prefetch_bucket(&self, word: usize) {
-        self.words.prefetch(word & self.line_mask);
+        self.words.prefetch(self.start + (word & self.line_mask));
     }
 
     /// The value word and then the key word of slot `slot & 3` of the bucket whose first word
     /// is `first` (from [`SegmentView::bucket_keys`]), each an acquire load, in that order.
     #[inline(always)]
     pub(super) fn value_then_key(&self, first: usize, slot: usize) -> (u64, u64) {
-        // The mask leaves a `first` from `bucket_keys` as it is, and bounds any other.
-        let at = key_word(first & self.line_mask, slot & 3);
-        // SAFETY: `at + 1 <= line_mask + 2 * 3 + 1 < line_mask + 8`, the view's length
-        // (checked in `new`): both words are inside the view.
+        let at = self.key_at(first, slot);
+        // SAFETY: `at + 1 <= start + line_mask + 7 < start + line_mask + 8`, at most the view's
+        // length (checked in `new`): both words are inside the view.
         let value = unsafe { self.words.load_unchecked(value_word(at)) };
         // SAFETY: `at < at + 1`, inside the view as above.
         let key = unsafe { self.words.load_unchecked(at) };

@@ -107,14 +107,39 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         &self,
         probe: &impl SlotProbe,
         read: impl FnOnce(u64) -> R,
-        observe: impl FnMut(LookupStep),
+        mut observe: impl FnMut(LookupStep),
     ) -> Result<Option<R>, CcehError> {
         let words = self.pool_words()?;
+        if probe.word() == EMPTY_KEY {
+            return Err(CcehError::ReservedKey(RESERVED));
+        }
         // Inside the section, no directory this lookup loads can be freed under it (a doubling
         // retires the old one and frees it only after every section open at the swap has
         // ended).
         let section = ReadSection::enter();
-        self.lookup(words, probe, read, &section, observe)
+        if let Some(found) = self.lookup_fast(words, probe, &mut observe) {
+            let value = found.map(read);
+            drop(section);
+            return Ok(value);
+        }
+        // The section ends before the walk, which enters its own and reads everything again:
+        // the fast pass's outcome then reaches the caller straight, not through the walk's.
+        drop(section);
+        self.lookup_walk_in_section(words, probe, read, observe)
+    }
+
+    /// [`Cceh::lookup_walk`] in a read section of its own.
+    #[cold]
+    #[inline(never)]
+    fn lookup_walk_in_section<R>(
+        &self,
+        words: Words<'_>,
+        probe: &impl SlotProbe,
+        read: impl FnOnce(u64) -> R,
+        observe: impl FnMut(LookupStep),
+    ) -> Result<Option<R>, CcehError> {
+        let _section = ReadSection::enter();
+        self.lookup_walk(words, probe, read, observe)
     }
 
     /// A lookup inside `_section` (the proof that the caller entered one), read
@@ -134,14 +159,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         _section: &ReadSection,
         mut observe: impl FnMut(LookupStep),
     ) -> Result<Option<R>, CcehError> {
-        let key = probe.word();
-        if key == EMPTY_KEY {
+        if probe.word() == EMPTY_KEY {
             return Err(CcehError::ReservedKey(RESERVED));
         }
-        if let Some(found) = self.lookup_fast(words, probe, &mut observe) {
-            return Ok(found.map(read));
+        match self.lookup_fast(words, probe, &mut observe) {
+            Some(found) => Ok(found.map(read)),
+            None => self.lookup_walk(words, probe, read, observe),
         }
-        // A word out of the pool somewhere: the same walk again, telling what went wrong.
+    }
+
+    /// The walk of [`Cceh::lookup`] where its fast pass gave up (a read out of the pool, a
+    /// validation that failed, a slot reused under the read): it retries until a validation
+    /// passes, and tells errors. Out of line, so that the fast pass keeps the registers.
+    #[cold]
+    #[inline(never)]
+    fn lookup_walk<R>(
+        &self,
+        words: Words<'_>,
+        probe: &impl SlotProbe,
+        read: impl FnOnce(u64) -> R,
+        mut observe: impl FnMut(LookupStep),
+    ) -> Result<Option<R>, CcehError> {
+        let key = probe.word();
         let h = hash(key);
         let home = self.shape.home(h);
         loop {
@@ -235,7 +274,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             for step in 0..PROBE_BUCKETS {
                 let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
                 observe(LookupStep::BucketRead);
-                let slot = first_hit(&keys, key);
+                let slot = first_hit_without_branches(&keys, key);
                 if slot < SLOTS_PER_BUCKET as usize {
                     // As in `lookup`: value after key, key again after value.
                     let (value, again) = segment.value_then_key(first, slot);
@@ -356,16 +395,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 }
 
 /// The first slot (0..4) of a bucket's four keys that holds `key`, or 4 if none: what
-/// [`hit_mask`]'s lowest bit tells, in fewer instructions, for the lookup's fast pass.
+/// [`hit_mask`]'s lowest bit tells, in fewer instructions. The compiler picks branches or
+/// conditional moves (writers, whose cost is elsewhere, get the fewer instructions).
 #[inline(always)]
 pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
-    // From the last slot to the first, each compare a conditional move (no branch, for the
-    // reason `hit_mask` gives): the first slot holding `key` wins.
+    // From the last slot to the first: the first slot holding `key` wins.
     let mut slot = SLOTS_PER_BUCKET as usize;
     for s in (0..SLOTS_PER_BUCKET as usize).rev() {
         if keys[s] == key {
             slot = s;
         }
+    }
+    slot
+}
+
+/// [`first_hit`] with a conditional move per compare and no branch (for the reason
+/// [`hit_mask`] gives), for the lookup's fast pass: the moves are marked unpredictable, or
+/// the compiler may turn them into branches inside a caller's loop.
+#[inline(always)]
+pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
+    let mut slot = SLOTS_PER_BUCKET as usize;
+    for s in (0..SLOTS_PER_BUCKET as usize).rev() {
+        slot = std::hint::select_unpredictable(keys[s] == key, s, slot);
     }
     slot
 }
@@ -429,6 +480,11 @@ mod tests {
                     mask.trailing_zeros() as usize
                 };
                 assert_eq!(first_hit(&keys, key), lowest, "{keys:?} {key}");
+                assert_eq!(
+                    first_hit_without_branches(&keys, key),
+                    lowest,
+                    "{keys:?} {key}"
+                );
             }
         }
     }

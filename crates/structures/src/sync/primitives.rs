@@ -5,10 +5,10 @@
 #[cfg(not(loom))]
 pub(super) use crossbeam_utils::Backoff;
 #[cfg(not(loom))]
-pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+pub(super) use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 #[cfg(loom)]
-pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+pub(super) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Under loom, a wait must hand the turn to loom's scheduler, which crossbeam's backoff
 /// (a spin, then an OS yield) does not.

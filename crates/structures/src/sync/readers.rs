@@ -39,14 +39,19 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use super::primitives::{fence, AtomicBool, AtomicU64, Ordering};
+use super::primitives::{fence, AtomicU64, Ordering};
 
-/// One thread's announcement word: odd while it is inside a read section.
+/// The bit of a slot's word set while a live thread holds the slot (a slot is reused once its
+/// thread has exited). In the sequence's word, so that a section lent a slot gives it back
+/// with its exit store: one store on every exit, and no flag to test. The sequence below it
+/// would reach it after 2^62 sections of one slot, which no process lives to run.
+const CLAIMED: u64 = 1 << 63;
+
+/// One thread's announcement word: odd while it is inside a read section, [`CLAIMED`] while a
+/// thread holds it.
 #[derive(Debug)]
 pub(crate) struct Slot {
     sequence: AtomicU64,
-    /// Held by a live thread (a slot is reused once its thread has exited).
-    claimed: AtomicBool,
 }
 
 /// Every slot ever made: a slot is leaked so that a reclaimer may read it without a lock on
@@ -62,17 +67,20 @@ fn slots() -> std::sync::MutexGuard<'static, Vec<&'static CachePadded<Slot>>> {
 fn claim_slot() -> &'static CachePadded<Slot> {
     let mut all = slots();
     for &slot in all.iter() {
-        if slot
-            .claimed
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        // A free slot has no thread to store to it: it stays free between the load and the
+        // exchange but for another claimer's exchange, which would make this one fail.
+        let word = slot.sequence.load(Ordering::Relaxed);
+        if word & CLAIMED == 0
+            && slot
+                .sequence
+                .compare_exchange(word, word | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
         {
             return slot;
         }
     }
     let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
-        sequence: AtomicU64::new(0),
-        claimed: AtomicBool::new(true),
+        sequence: AtomicU64::new(CLAIMED),
     })));
     all.push(slot);
     slot
@@ -83,8 +91,7 @@ fn claim_slot() -> &'static CachePadded<Slot> {
 #[cfg(all(test, loom))]
 pub(super) fn model_slot() -> &'static CachePadded<Slot> {
     Box::leak(Box::new(CachePadded::new(Slot {
-        sequence: AtomicU64::new(0),
-        claimed: AtomicBool::new(true),
+        sequence: AtomicU64::new(CLAIMED),
     })))
 }
 
@@ -93,16 +100,20 @@ struct OwnSlot(&'static CachePadded<Slot>);
 
 impl Drop for OwnSlot {
     fn drop(&mut self) {
-        OWN.with(|own| own.set(None));
-        self.0.claimed.store(false, Ordering::Release);
+        UNFENCED.with(|own| own.set(None));
+        // Outside any section (sections end before their thread does): the sequence is even.
+        self.0.sequence.fetch_and(!CLAIMED, Ordering::Release);
     }
 }
 
 thread_local! {
-    /// This thread's slot once claimed: what every section reads (a constant initializer and
-    /// no destructor, so one load and no check of the thread-local's state).
-    static OWN: Cell<Option<&'static CachePadded<Slot>>> = const { Cell::new(None) };
-    /// The claim of that slot, whose destructor gives it back.
+    /// This thread's slot once claimed, set only where the reclaimer's barrier reaches every
+    /// thread (`membarrier`): a section that finds it announces with plain stores and checks
+    /// nothing else (a constant initializer and no destructor: one load, no check of the
+    /// thread-local's state, and the barrier mode known from the slot being there). Where the
+    /// readers must fence, it stays empty and every section takes the cold path, which fences.
+    static UNFENCED: Cell<Option<&'static CachePadded<Slot>>> = const { Cell::new(None) };
+    /// The claim of this thread's slot, whose destructor gives it back.
     static CLAIM: OwnSlot = OwnSlot(claim_slot());
 }
 
@@ -167,22 +178,16 @@ mod barrier {
         }
     }
 
-    /// The reader's side: a compiler fence where the reclaimer's barrier reaches every thread,
-    /// else a full fence.
-    #[inline(always)]
-    pub(super) fn light() {
-        // One compare inline; the first use and the fence of the fallback out of line.
-        if MODE.load(Ordering::Relaxed) != MEMBARRIER {
-            light_otherwise();
-        }
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    /// Whether readers may go without a fence: the reclaimer's barrier reaches every thread.
+    /// True for good once true (the mode is decided once).
+    pub(super) fn readers_unfenced() -> bool {
+        mode() == MEMBARRIER
     }
 
-    /// [`light`] before the mode is known, or where it is not [`MEMBARRIER`].
-    #[cold]
-    #[inline(never)]
-    fn light_otherwise() {
-        if mode() != MEMBARRIER {
+    /// The reader's side, after its announcement: nothing where the reclaimer's barrier
+    /// reaches every thread, else a full fence.
+    pub(super) fn light() {
+        if !readers_unfenced() {
             fence(Ordering::SeqCst);
         }
     }
@@ -210,6 +215,10 @@ mod barrier {
 mod barrier {
     use super::{fence, Ordering};
 
+    pub(super) fn readers_unfenced() -> bool {
+        false
+    }
+
     pub(super) fn light() {
         fence(Ordering::SeqCst);
     }
@@ -228,10 +237,9 @@ pub(crate) struct ReadSection {
     /// What the section stores on exit: the next even number after the outermost section's
     /// odd one, or, for a nested section, the odd number it found (storing it back changes
     /// nothing: the outer section goes on). One store either way, with no branch on nesting.
+    /// Without [`CLAIMED`] for a slot claimed for this section alone (a thread whose own slot
+    /// is already gone, in a thread-local destructor): the store gives it back.
     exit: u64,
-    /// A slot claimed for this section alone (a thread whose own slot is already gone, in a
-    /// thread-local destructor), given back at the end.
-    borrowed: bool,
     /// The slot is this thread's: the section must end on it.
     _not_send: PhantomData<*const ()>,
 }
@@ -240,47 +248,65 @@ impl ReadSection {
     /// Enter a read section.
     #[inline(always)]
     pub(crate) fn enter() -> ReadSection {
-        match OWN.with(Cell::get) {
-            Some(slot) => ReadSection::on(slot, false),
-            None => ReadSection::enter_first(),
+        match UNFENCED.with(Cell::get) {
+            // The slot is there only where no fence is needed (see `UNFENCED`).
+            Some(slot) => ReadSection::announce(slot, false),
+            None => ReadSection::enter_fenced(),
         }
     }
 
-    /// The first section of a thread: its slot is claimed (or, in a thread-local destructor
-    /// once the claim is gone, one is borrowed for the section).
+    /// A section of a thread without [`UNFENCED`]'s slot: its first section (its slot is
+    /// claimed, and kept in `UNFENCED` if the readers need no fence), every section where
+    /// they do, and a section in a thread-local destructor once the claim is gone (a slot is
+    /// borrowed for it).
     #[cold]
     #[inline(never)]
-    fn enter_first() -> ReadSection {
+    fn enter_fenced() -> ReadSection {
         match CLAIM.try_with(|claim| claim.0) {
             Ok(slot) => {
-                OWN.with(|own| own.set(Some(slot)));
-                ReadSection::on(slot, false)
+                let section = ReadSection::on(slot, false);
+                if barrier::readers_unfenced() {
+                    UNFENCED.with(|own| own.set(Some(slot)));
+                }
+                section
             }
             Err(_) => ReadSection::on(claim_slot(), true),
         }
     }
 
-    /// A section announced on `slot` (this thread's, or one borrowed for it).
-    #[inline(always)]
+    /// A section announced on `slot` (this thread's, or one borrowed for it), with the
+    /// reader's barrier the mode asks for.
     pub(super) fn on(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
+        let section = ReadSection::announce(slot, borrowed);
+        barrier::light();
+        section
+    }
+
+    /// The announcement alone, with no barrier but the compiler's: enough only where the
+    /// reclaimer's barrier reaches every thread.
+    #[inline(always)]
+    fn announce(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
         // Only this thread stores to its slot: the load reads its own last store. Inside a
         // section already (odd), the store below rewrites the same odd number.
         let now = slot.sequence.load(Ordering::Relaxed);
         let inside = now | 1;
         slot.sequence.store(inside, Ordering::Release);
-        barrier::light();
+        // The section's loads stay after the announcement in the compiled code (the CPU keeps
+        // them after it where the reclaimer's barrier reaches it, or the fence of `on` does).
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // `now` even: the next even number; `now` odd (nested): `now` itself. The claim bit
+        // above is kept (no carry reaches it: see `CLAIMED`), or dropped for a lent slot.
+        let exit = inside + 1 - (now & 1);
         ReadSection {
             slot,
-            // `now` even: the next even number; `now` odd (nested): `now` itself.
-            exit: inside + 1 - (now & 1),
-            borrowed,
+            exit: if borrowed { exit & !CLAIMED } else { exit },
             _not_send: PhantomData,
         }
     }
 
     /// Whether this section is nested in another of the same thread (it announced nothing of
     /// its own).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn is_nested(&self) -> bool {
         self.exit & 1 == 1
     }
@@ -289,11 +315,9 @@ impl ReadSection {
 impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
-        // Release: every load of the section happens before a reclaimer that sees this.
+        // Release: every load of the section happens before a reclaimer that sees this (and
+        // before a claimer of a slot this gives back).
         self.slot.sequence.store(self.exit, Ordering::Release);
-        if self.borrowed {
-            self.slot.claimed.store(false, Ordering::Release);
-        }
     }
 }
 
@@ -334,7 +358,10 @@ impl GracePeriod {
     /// Whether the calling thread is one of the readers still waited for: it would wait for
     /// itself.
     pub(crate) fn waits_for_this_thread(&self) -> bool {
-        OWN.with(Cell::get).is_some_and(|own| {
+        let own = UNFENCED
+            .with(Cell::get)
+            .or_else(|| CLAIM.try_with(|claim| claim.0).ok());
+        own.is_some_and(|own| {
             self.readers.iter().any(|&(slot, seen)| {
                 std::ptr::eq(slot, own) && slot.sequence.load(Ordering::Relaxed) == seen
             })

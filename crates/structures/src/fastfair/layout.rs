@@ -21,7 +21,9 @@ pub(super) const ENTRY: u64 = 16;
 /// Entries per cache line of the entry area.
 pub(super) const ENTRIES_PER_LINE: usize = (LINE / ENTRY) as usize;
 
-const HEADER_WORDS: usize = (HEADER / 8) as usize;
+/// Words of a node's header: the first key word's index.
+pub(super) const HEADER_WORDS: usize = (HEADER / 8) as usize;
+const LEFTMOST_WORD: usize = (LEFTMOST / 8) as usize;
 
 /// The root object's first word.
 pub(super) const ROOT_MAGIC: u64 = crate::kind::StructureKind::BTreeMap.magic();
@@ -99,6 +101,15 @@ impl RootObject {
     #[inline]
     pub(super) fn root_node<B: Backend>(self, pool: &Pool<B>) -> Result<u64, PoolError> {
         pool.load_u64(self.root_node_field())
+    }
+
+    /// The current root node, read from `pool_words`, the whole pool's words from offset 0:
+    /// one compare instead of the pool's checked load, for the lock-free descents. `None` if
+    /// the field lies past them (never for an object checked at create or open; the field is
+    /// a word, since the object is on a cache line).
+    #[inline]
+    pub(super) fn root_node_in(self, pool_words: Words<'_>) -> Option<u64> {
+        pool_words.get(usize::try_from(self.root_node_field() / 8).ok()?)
     }
 
     /// Every field, read in order (the caller has checked the object's range).
@@ -341,10 +352,14 @@ impl<'a> NodeView<'a> {
     /// `None`, names the error: [`NodeView::new`] accepts exactly the same nodes).
     #[inline(always)]
     pub(super) fn within(pool_words: Words<'a>, node: u64, shape: NodeShape) -> Option<Self> {
-        if !node.is_multiple_of(8) {
+        // The node's first word, if aligned; a misaligned offset rotates its low bits to the
+        // top, past the end of any pool, so the range check below refuses it too.
+        let start = usize::try_from(node.rotate_right(3)).ok()?;
+        // One compare against the last start a whole node fits at (loop-invariant in a walk):
+        // it implies both of `sub`'s checks, which the compiler then drops.
+        if start > pool_words.len().checked_sub(shape.words)? {
             return None;
         }
-        let start = usize::try_from(node / 8).ok()?;
         Some(NodeView {
             words: pool_words.sub(start, shape.words)?,
             capacity: shape.capacity,
@@ -439,21 +454,35 @@ impl<'a> NodeView<'a> {
         unsafe { self.words.load_unchecked(key_word(slot) + 1) }
     }
 
-    /// The child of an internal node left of slot `slot`: the leftmost child for slot 0, else
-    /// the value of slot `slot - 1`. One load from a selected word, no branch: for the
-    /// lock-free descent, where `slot` is an upper bound just searched.
+    /// Word `word` of the node, read without a range check: for the in-node search, which
+    /// walks key words (a key word's index fits an addressing mode, a slot's does not).
     ///
     /// # Safety
     ///
-    /// `slot <= self.capacity()`.
+    /// `word < self.words()`.
     #[inline]
-    pub(super) unsafe fn child_left_of_unchecked(&self, slot: usize) -> u64 {
-        // `key_word(slot) - 1` is the value word of slot `slot - 1` when `slot >= 1`.
-        let word =
-            std::hint::select_unpredictable(slot == 0, (LEFTMOST / 8) as usize, key_word(slot) - 1);
-        // The view holds exactly the header and `capacity` entries (`NodeShape::of`).
+    pub(super) unsafe fn word_unchecked(&self, word: usize) -> u64 {
+        // SAFETY: `word < words.len()` (the caller's promise).
+        unsafe { self.words.load_unchecked(word) }
+    }
+
+    /// The child of an internal node left of the slot whose key word is `bound_word`: the
+    /// leftmost child for slot 0, else the value of the slot before. One load from a selected
+    /// word, no branch: for the lock-free descent, where `bound_word` is an upper bound's.
+    ///
+    /// # Safety
+    ///
+    /// `bound_word` is `key_word(slot)` for some `slot <= self.capacity()`.
+    #[inline(always)]
+    pub(super) unsafe fn child_left_of_key_word_unchecked(&self, bound_word: usize) -> u64 {
+        // `bound_word - 1` is the value word of the slot before when there is one.
+        let word = std::hint::select_unpredictable(
+            bound_word == HEADER_WORDS,
+            LEFTMOST_WORD,
+            bound_word - 1,
+        );
         // SAFETY: `word` is the leftmost word (in the header) or, for `1 <= slot <= capacity`,
-        // at most `key_word(capacity) - 1`, the view's last value word.
+        // at most `key_word(capacity) - 1`, the view's last value word (`NodeShape::of`).
         unsafe { self.words.load_unchecked(word) }
     }
 

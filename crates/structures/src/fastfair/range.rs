@@ -10,6 +10,7 @@ use pmem_undo_log::Heap;
 use super::layout::{NodeShape, NodeView};
 use super::search::{by_shape, whole_pool};
 use super::{FastFair, FastFairError, EMPTY_KEY};
+use crate::sync::StripeReaders;
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::U64Map`]).
@@ -38,6 +39,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             tree: self,
             // Cannot fail (offset 0, the pool's size); `refill` names the error if it did.
             pool_words: whole_pool(self.pool()).ok(),
+            stripes: self.stripes.readers(),
             resume: start.filter(|&k| last.is_some_and(|last| k <= last)),
             last: last.unwrap_or(0),
             hop: None,
@@ -49,37 +51,29 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// Read leaf `node` consistently, appending to `out` its entries with keys from `from`
-    /// through `last` (below [`EMPTY_KEY`]), a transient duplicate's right copy kept. Returns
-    /// (high key, sibling), or `None` (and `out` as it was) if a writer changed the leaf
-    /// meanwhile or it is no longer a leaf. `pool_words` is the whole pool ([`whole_pool`]).
+    /// through `last` (below [`EMPTY_KEY`]), a transient duplicate's right copy kept, but of
+    /// more than `limit` such entries only the first `limit` (at least 1). Returns (high key,
+    /// sibling), or `None` (and `out` as it was) if a writer changed the leaf meanwhile or it
+    /// is no longer a leaf. `pool_words` is the whole pool ([`whole_pool`]), `stripes` the
+    /// tree's. For nodes of `shape`: always inlined into the arms of [`by_shape`], where
+    /// `shape` is a constant.
     ///
     /// The entries are read in place, word by word with the same acquire loads a lookup
     /// makes, and kept only if the stripe version then shows no change: a torn read (keys
     /// out of order, a duplicate) is taken back from `out` before the caller sees it.
-    fn read_leaf_from(
-        &self,
-        pool_words: Words<'_>,
-        node: u64,
-        from: u64,
-        last: u64,
-        out: &mut Vec<(u64, u64)>,
-    ) -> Result<Option<(u64, u64)>, FastFairError> {
-        by_shape!(self, shape => self.read_leaf_in(shape, pool_words, node, from, last, out))
-    }
-
-    /// [`Self::read_leaf_from`] for nodes of `shape`: always inlined into its arms of
-    /// [`by_shape`], where `shape` is a constant.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn read_leaf_in(
         &self,
         shape: NodeShape,
         pool_words: Words<'_>,
+        stripes: StripeReaders<'_>,
         node: u64,
-        from: u64,
-        last: u64,
+        (from, last): (u64, u64),
+        limit: usize,
         out: &mut Vec<(u64, u64)>,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
-        let stripe = self.stripes.reader(Self::stripe_index(node));
+        let stripe = stripes.reader(Self::stripe_index(node));
         let seen = stripe.read_begin();
         let Some(view) = NodeView::within(pool_words, node, shape) else {
             // No node there: the pool's error, unless a writer changed the leaf that linked
@@ -92,7 +86,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         view.prefetch();
         let (level, high, sibling) = (view.level(), view.high(), view.sibling());
         let before = out.len();
-        append_entries(&view, from, last, out);
+        append_entries(&view, from, last, limit, out);
         if level == 0 && stripe.read_valid(seen) {
             return Ok(Some((high, sibling)));
         }
@@ -103,19 +97,53 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 
 /// Append to `out` the entries of the node `view` shows with keys from `from` through `last`
 /// (below [`EMPTY_KEY`], so the copy also stops at the first free slot), a transient
-/// duplicate's right copy kept.
+/// duplicate's right copy kept; of more than `limit` (at least 1) such slots, only the first
+/// `limit` are copied.
 ///
-/// Two searches bound the slots to copy, so the copy is a loop of known length: two loads and
-/// two stores per entry, and a compare noting whether two neighbours share a key. Only then
-/// (rarely: an interrupted shift not yet repaired by an open, or a torn read the caller will
-/// discard) are the left copies dropped.
+/// Two searches bound the slots to copy (the first skipped when the node's first key is
+/// already at or above `from`, as in every leaf of a scan after its first), so the copy is a
+/// loop of known length: two loads and two stores per entry, and a compare noting whether two
+/// neighbours share a key. Only then (rarely: an interrupted shift not yet repaired by an
+/// open, or a torn read the caller will discard) are the left copies dropped; if the copy was
+/// cut short by `limit`, the whole run is copied again first, so a duplicate cut at the
+/// boundary cannot leave its left copy (the caller asks for one pair more than it hands out
+/// to see such a cut).
 #[inline(always)]
-fn append_entries(view: &NodeView<'_>, from: u64, last: u64, out: &mut Vec<(u64, u64)>) {
-    // Both at most the capacity (upper bounds of searches); a torn read may make `end`
-    // smaller than `first` (its copy is discarded anyway).
-    let first = view.lower_bound(from);
+fn append_entries(
+    view: &NodeView<'_>,
+    from: u64,
+    last: u64,
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+) {
+    // A checked load: where the shape is a constant, so is the view's length, and the check
+    // folds away.
+    let first = if view.key(0) >= from {
+        0
+    } else {
+        view.lower_bound(from)
+    };
+    // Both at most the capacity (bounds of searches); a torn read may make `end` smaller
+    // than `first` (its copy is discarded anyway).
     let end = view.upper_bound(last);
-    let count = end.saturating_sub(first);
+    let all = end.saturating_sub(first);
+    let count = all.min(limit);
+    let start = out.len();
+    if copy_slots(view, first, count, out) {
+        if count < all {
+            // A duplicate in a copy cut short: its right copy may lie past the cut.
+            out.truncate(start);
+            copy_slots(view, first, all, out);
+        }
+        keep_right_copies(out, start);
+    }
+}
+
+/// Append slots `first..first + count` of the node `view` shows to `out`; returns whether two
+/// neighbours among them share a key.
+#[inline(always)]
+fn copy_slots(view: &NodeView<'_>, first: usize, count: usize, out: &mut Vec<(u64, u64)>) -> bool {
+    debug_assert!(first + count <= view.capacity());
     out.reserve(count);
     let start = out.len();
     let mut duplicate = false;
@@ -124,7 +152,8 @@ fn append_entries(view: &NodeView<'_>, from: u64, last: u64, out: &mut Vec<(u64,
     let spare = &mut out.spare_capacity_mut()[..count];
     let mut i = 0;
     while i < spare.len() {
-        // SAFETY: `first + i < first + count = end`, and `end` is at most the capacity.
+        // SAFETY: `first + i < first + count`, at most the capacity (the callers copy slots
+        // between two search bounds, each at most the capacity).
         let key = unsafe { view.key_unchecked(first + i) };
         // SAFETY: as above.
         let value = unsafe { view.value_unchecked(first + i) };
@@ -136,9 +165,7 @@ fn append_entries(view: &NodeView<'_>, from: u64, last: u64, out: &mut Vec<(u64,
     // SAFETY: the loop above wrote each of the `count` elements past the length, within the
     // capacity reserved above.
     unsafe { out.set_len(start + count) };
-    if duplicate {
-        keep_right_copies(out, start);
-    }
+    duplicate
 }
 
 /// Of each run of equal neighbouring keys in `out[start..]`, keep the rightmost pair only
@@ -163,6 +190,8 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
     tree: &'t FastFair<B, P, H>,
     /// The whole pool's words ([`whole_pool`]), checked once per scan.
     pool_words: Option<Words<'t>>,
+    /// The tree's stripes, taken once per scan.
+    stripes: StripeReaders<'t>,
     /// The smallest key not yet returned, `None` when done.
     resume: Option<u64>,
     /// The largest key the range admits (below [`EMPTY_KEY`]).
@@ -177,37 +206,65 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
-    /// Read the next leaf with keys in range, appending its pairs in range to `out` (at least
-    /// one). Returns the leaf and the structure version it was read under, or `None` when the
-    /// range is done (`out` as it was).
-    fn read_next_leaf(
+    /// Read leaves with keys in range from `resume` on, appending their pairs in range to
+    /// `out`, until it holds at least `wanted` pairs or the range is done. With `cut`, a
+    /// leaf's copy stops one pair past `wanted` (see [`FastFair::read_leaf_in`]: that pair says
+    /// where to resume, and shows a transient duplicate cut at the boundary). Returns the
+    /// last leaf that added pairs and the structure version it was read under, or `None` if
+    /// none did.
+    fn fill(
         &mut self,
         out: &mut Vec<(u64, u64)>,
+        wanted: usize,
+        cut: bool,
+    ) -> Result<Option<(u64, u64)>, FastFairError> {
+        by_shape!(self.tree, shape => self.fill_in(shape, out, wanted, cut))
+    }
+
+    /// [`Self::fill`] for nodes of `shape`: always inlined into its arms of [`by_shape`],
+    /// where `shape` is a constant, so a walk over many leaves dispatches once and keeps the
+    /// pool's words and the stripes in registers.
+    #[inline(always)]
+    fn fill_in(
+        &mut self,
+        shape: NodeShape,
+        out: &mut Vec<(u64, u64)>,
+        wanted: usize,
+        cut: bool,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
         let tree = self.tree;
         let pool_words = match self.pool_words {
             Some(words) => words,
             None => whole_pool(tree.pool())?,
         };
-        let before = out.len();
+        let (stripes, last) = (self.stripes, self.last);
+        let step_limit = tree.step_limit().saturating_mul(4);
+        let mut found = None;
         let mut steps = 0;
         while let Some(from) = self.resume {
-            if from > self.last {
+            if from > last {
                 self.resume = None;
                 break;
             }
             steps += 1;
-            if steps > tree.step_limit() * 4 {
+            if steps > step_limit {
                 return Err(tree.corrupt(format!("a scan from {from} does not end")));
             }
-            // Follow the sibling link if no merge ran since it was read, else descend again.
+            // Follow the sibling link, else descend. Whether a merge ran since the link was
+            // read is checked once, after the leaf's read: a freed node is still pool memory,
+            // and what was read there is then dropped.
             let (leaf, structure) = match self.hop.take() {
-                Some((next, seen)) if next != 0 && tree.structure_version.read_valid(seen) => {
-                    (next, seen)
-                }
+                Some((next, seen)) if next != 0 => (next, seen),
                 _ => tree.lock_free_leaf(from)?,
             };
-            let read = tree.read_leaf_from(pool_words, leaf, from, self.last, out);
+            let before = out.len();
+            let limit = if cut {
+                wanted.saturating_sub(before).saturating_add(1)
+            } else {
+                usize::MAX
+            };
+            let read =
+                tree.read_leaf_in(shape, pool_words, stripes, leaf, (from, last), limit, out);
             // A merge since the leaf was found may have freed it: what was read there, an
             // error included, is not the tree's.
             if !tree.structure_version.read_valid(structure) {
@@ -227,10 +284,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
             self.resume = (high != EMPTY_KEY).then_some(high);
             self.hop = Some((sibling, structure));
             if out.len() > before {
-                return Ok(Some((leaf, structure)));
+                found = Some((leaf, structure));
+                if out.len() >= wanted {
+                    break;
+                }
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Append the next pairs, up to `max` of them, to `out`; returns how many (fewer only at
@@ -249,10 +309,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
         out.extend_from_slice(&ready[..take]);
         self.pos += take;
         let wanted = start + max;
-        while out.len() < wanted && !self.failed {
-            // `buf` is used up (else `max` pairs were taken from it).
-            match self.read_next_leaf(out) {
-                Ok(None) => break,
+        // `buf` is used up if more are wanted (else `max` pairs were taken from it).
+        if out.len() < wanted && !self.failed {
+            match self.fill(out, wanted, true) {
                 Ok(Some((leaf, structure))) => {
                     if let Some(&(next_key, _)) = out.get(wanted) {
                         // More than asked for: hand out `max`, and resume in this leaf at the
@@ -262,6 +321,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
                         out.truncate(wanted);
                     }
                 }
+                Ok(None) => {}
                 Err(e) => {
                     self.failed = true;
                     return Err(e);
@@ -282,7 +342,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
         // Sized for a full leaf once per scan (bulk scans never allocate it).
         buf.reserve(self.tree.capacity);
         self.pos = 0;
-        let read = self.read_next_leaf(&mut buf);
+        let read = self.fill(&mut buf, 1, false);
         self.buf = buf;
         if let Err(e) = read {
             self.failed = true;
@@ -318,6 +378,41 @@ mod tests {
     use super::super::test_heap::heap;
     use super::super::{FastFairConfig, ShiftPolicy};
     use super::*;
+
+    /// A bulk read whose cut falls anywhere around a transient duplicate (an interrupted
+    /// shift's two equal neighbours) hands out the right copy, never the left one, and
+    /// resumes after it: the copy of a leaf stops one pair past the cut, which shows the
+    /// duplicate, and then the whole run is copied.
+    #[test]
+    fn a_bulk_read_cut_at_a_duplicate_keeps_its_right_copy() {
+        use super::super::layout::{entry_offset, value_offset};
+
+        // The left copy pairs key 20 with a stale value.
+        let image = [(10, 10), (20, 1500), (20, 20), (30, 30), (40, 40)];
+        let expected = [(10, 10), (20, 20), (30, 30), (40, 40)];
+        for first_chunk in 0..=expected.len() {
+            let heap = heap();
+            let tree =
+                FastFair::create(&heap, heap.pool().root_offset(), FastFairConfig::default())
+                    .unwrap();
+            for k in [10, 20, 30, 40] {
+                tree.insert(k, k).unwrap();
+            }
+            let leaf = tree.root_node().unwrap();
+            let pool = heap.pool();
+            for (slot, (k, v)) in image.into_iter().enumerate() {
+                let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+                let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
+            }
+            let mut range = tree.range(..);
+            let mut got = Vec::new();
+            assert_eq!(range.next_into(&mut got, first_chunk).unwrap(), first_chunk);
+            assert_eq!(got, expected[..first_chunk], "cut after {first_chunk}");
+            let rest = range.next_into(&mut got, 10).unwrap();
+            assert_eq!(rest, expected.len() - first_chunk);
+            assert_eq!(got, expected, "cut after {first_chunk}");
+        }
+    }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]

@@ -9,14 +9,24 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::Heap;
 
-use super::layout::{NodeShape, NodeView};
+use super::layout::{NodeShape, NodeView, HEADER_WORDS};
 use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
 
 /// Evaluate `$body` with `$shape` bound to the tree's node shape, in a copy per valid node size
 /// where the shape is a constant (the sizes [`FastFair::create`] and [`FastFair::open`]
-/// accept); any other size, which a handle never has, gets the shape as loaded.
+/// accept); any other size, which a handle never has, gets the shape as loaded. The default
+/// size is tested first, with one compare (a `match` alone lowers to a table jump behind a
+/// power-of-two test, a dozen instructions per call).
 macro_rules! by_shape {
     ($tree:expr, $shape:ident => $body:expr) => {
+        if $tree.node_size == super::DEFAULT_NODE_SIZE {
+            let $shape = NodeShape::of(super::DEFAULT_NODE_SIZE);
+            $body
+        } else {
+            by_shape!(@others $tree, $shape => $body)
+        }
+    };
+    (@others $tree:expr, $shape:ident => $body:expr) => {
         match $tree.node_size {
             128 => {
                 let $shape = NodeShape::of(128);
@@ -57,59 +67,71 @@ impl NodeView<'_> {
     /// The first slot whose entry fails `below` (which holds for a prefix of the slots), by a
     /// binary search without data-dependent branches: the probes' lines are already being
     /// fetched, so a mispredicted branch per probe would cost more than the compare.
+    #[inline(always)]
+    fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+        (self.partition_word(below) - HEADER_WORDS) / 2
+    }
+
+    /// [`Self::partition`]'s slot as its key word (`key_word(slot)`): the descent's form,
+    /// which reads the child or value beside it without converting.
     ///
     /// Always inlined: where the view's shape is a constant ([`by_shape`]) the match below
     /// folds to one arm and the search unrolls into its probes (a load, a compare and a
     /// select each); elsewhere each node size still gets its own unrolled copy.
     #[inline(always)]
-    fn partition(&self, below: impl Fn(u64) -> bool) -> usize {
+    fn partition_word(&self, below: impl Fn(u64) -> bool) -> usize {
         // Each arm passes the capacity it matched: the view's own.
         match self.capacity() {
             // SAFETY: `4` is the capacity just matched.
-            4 => unsafe { self.partition_over(4, below) },
+            4 => unsafe { self.partition_word_over(4, below) },
             // SAFETY: `12` is the capacity just matched.
-            12 => unsafe { self.partition_over(12, below) },
+            12 => unsafe { self.partition_word_over(12, below) },
             // SAFETY: `28` is the capacity just matched.
-            28 => unsafe { self.partition_over(28, below) },
+            28 => unsafe { self.partition_word_over(28, below) },
             // SAFETY: `60` is the capacity just matched.
-            60 => unsafe { self.partition_over(60, below) },
+            60 => unsafe { self.partition_word_over(60, below) },
             // SAFETY: `124` is the capacity just matched.
-            124 => unsafe { self.partition_over(124, below) },
+            124 => unsafe { self.partition_word_over(124, below) },
             // SAFETY: `252` is the capacity just matched.
-            252 => unsafe { self.partition_over(252, below) },
+            252 => unsafe { self.partition_word_over(252, below) },
             // SAFETY: `capacity` is the capacity just matched.
-            capacity => unsafe { self.partition_over(capacity, below) },
+            capacity => unsafe { self.partition_word_over(capacity, below) },
         }
     }
 
-    /// The binary search over the first `capacity` slots. Inlined into each arm of
-    /// [`Self::partition`], where `capacity` is a constant. The result is at most `capacity`.
+    /// The binary search over the first `capacity` slots, walking key words: a probe's word
+    /// index scales by 8 in an addressing mode, so each probe is an add, a load, a compare and
+    /// a select (a slot index would need a shift more). Inlined into each arm of
+    /// [`Self::partition_word`], where `capacity` is a constant. The result is
+    /// `key_word(bound)` for a bound at most `capacity`.
     ///
     /// The probes read keys without a range check: the view was checked once, and every probe
-    /// is below the capacity (the loop keeps `base + size <= capacity`, and `half < size`).
+    /// is a key word below the capacity's (the loop keeps `base + 2 * size <=
+    /// key_word(capacity)`, and `half < size`).
     ///
     /// # Safety
     ///
     /// `capacity == self.capacity()`.
     #[inline(always)]
-    unsafe fn partition_over(&self, capacity: usize, below: impl Fn(u64) -> bool) -> usize {
-        let mut base = 0;
+    unsafe fn partition_word_over(&self, capacity: usize, below: impl Fn(u64) -> bool) -> usize {
+        let mut base = HEADER_WORDS;
         let mut size = capacity;
         if size == 0 {
-            return 0;
+            return base;
         }
         while size > 1 {
             let half = size / 2;
-            let mid = base + half;
-            // SAFETY: `mid = base + half < base + size <= capacity`, the view's capacity (the
-            // caller's promise).
-            let probe = unsafe { self.key_unchecked(mid) };
+            let mid = base + 2 * half;
+            // SAFETY: `mid = base + 2 * half < base + 2 * size <= key_word(capacity)`, within
+            // the view (the caller's promise; the view holds the header and `capacity`
+            // entries).
+            let probe = unsafe { self.word_unchecked(mid) };
             base = std::hint::select_unpredictable(below(probe), mid, base);
             size -= half;
         }
         // SAFETY: the loop ended with `size == 1` (it started at least 1, and `size - size / 2`
-        // stays at least 1), so `base < base + size <= capacity`.
-        base + usize::from(below(unsafe { self.key_unchecked(base) }))
+        // stays at least 1), so `base < base + 2 <= key_word(capacity)`.
+        base + 2 * usize::from(below(unsafe { self.word_unchecked(base) }))
     }
 
     /// The first slot whose key is above `key` (free slots count as above every key), at most
@@ -135,9 +157,9 @@ impl NodeView<'_> {
     /// The child of this internal node that covers `key`.
     #[inline(always)]
     pub(super) fn child_for(&self, key: u64) -> u64 {
-        let ub = self.upper_bound(key);
-        // SAFETY: an upper bound is at most the capacity.
-        unsafe { self.child_left_of_unchecked(ub) }
+        let ub = self.partition_word(|k| k <= key);
+        // SAFETY: an upper bound's key word is that of a slot at most the capacity.
+        unsafe { self.child_left_of_key_word_unchecked(ub) }
     }
 
     /// The slot of `key` in this leaf (the right copy of a transient duplicate), if there.
@@ -151,27 +173,29 @@ impl NodeView<'_> {
     /// a lookup's read of its leaf ([`step`]) as one call, for the tests.
     #[cfg(test)]
     fn leaf_value(&self, key: u64) -> Option<u64> {
-        let ub = self.upper_bound(key);
-        // SAFETY: an upper bound is at most the capacity.
+        let ub = self.partition_word(|k| k <= key);
+        // SAFETY: an upper bound's key word is that of a slot at most the capacity.
         unsafe { self.value_at_bound_unchecked(ub, key) }
     }
 
-    /// [`Self::leaf_value`] given `ub`, the upper bound of `key` in this leaf, already
-    /// searched.
+    /// [`Self::leaf_value`] given `ub`, the key word of the upper bound of `key` in this leaf,
+    /// already searched.
     ///
     /// # Safety
     ///
-    /// `ub <= self.capacity()`.
+    /// `ub` is `key_word(slot)` for some `slot <= self.capacity()`.
     #[inline(always)]
     unsafe fn value_at_bound_unchecked(&self, ub: usize, key: u64) -> Option<u64> {
-        if ub == 0 {
+        if ub == HEADER_WORDS {
             return None;
         }
-        let slot = ub - 1;
-        // SAFETY: `slot < ub <= capacity` (the caller's promise).
-        let found = unsafe { self.key_unchecked(slot) } == key;
+        // The slot before the bound: its key word and, after it, its value word.
+        let slot_word = ub - 2;
+        // SAFETY: `slot_word + 1 < ub <= key_word(capacity)`, within the view (the caller's
+        // promise).
+        let found = unsafe { self.word_unchecked(slot_word) } == key;
         // SAFETY: as above.
-        found.then(|| unsafe { self.value_unchecked(slot) })
+        found.then(|| unsafe { self.word_unchecked(slot_word + 1) })
     }
 }
 
@@ -200,13 +224,13 @@ pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
     }
     // A lookup searches every node it reads, leaf or not; the level is read after the search
     // (acquire loads stay in program order), so it is tested at once, not kept aside.
-    let ub = view.upper_bound(key);
+    let ub = view.partition_word(|k| k <= key);
     if view.level() == 0 {
-        // SAFETY: an upper bound is at most the capacity.
+        // SAFETY: an upper bound's key word is that of a slot at most the capacity.
         return Step::Leaf(unsafe { view.value_at_bound_unchecked(ub, key) });
     }
     // SAFETY: as above.
-    Step::Next(unsafe { view.child_left_of_unchecked(ub) })
+    Step::Next(unsafe { view.child_left_of_key_word_unchecked(ub) })
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
@@ -249,10 +273,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let pool = self.pool();
         // The pool's words, checked once: each node's view is cut from it with one compare.
         let pool_words = whole_pool(pool)?;
+        // The stripes' slice, kept in registers across the walk (acquire loads would make
+        // the compiler load it again per node from `self`).
+        let stripes = self.stripes.readers();
         let step_limit = self.step_limit;
         'restart: loop {
             let structure = self.structure_version.read_begin();
-            let mut node = self.root_node()?;
+            let mut node = match self.meta.root_node_in(pool_words) {
+                Some(root) => root,
+                None => self.root_node()?,
+            };
             // Steps are counted down in stretches of `CHECK_EVERY`; at the end of each the walk
             // checks the structure version (a walk that read a freed node may wander far
             // before it reaches a leaf) and its length.
@@ -270,7 +300,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                     }
                     stretch = CHECK_EVERY;
                 }
-                let stripe = self.stripes.reader(Self::stripe_index(node));
+                let stripe = stripes.reader(Self::stripe_index(node));
                 let seen = stripe.read_begin();
                 let Some(view) = NodeView::within(pool_words, node, shape) else {
                     break Anomaly::OutsidePool(node);

@@ -107,6 +107,16 @@ impl Stripes {
         }
     }
 
+    /// Every stripe's version word, for a lock-free walk that reads many nodes: the stripes'
+    /// slice is taken once and kept by the caller (in registers), where [`Stripes::reader`]
+    /// per node would load it again after each acquire load.
+    #[inline]
+    pub(crate) fn readers(&self) -> StripeReaders<'_> {
+        StripeReaders {
+            stripes: &self.stripes,
+        }
+    }
+
     /// The structure's key count: the wrapping sum of every stripe's share.
     pub(crate) fn total(&self) -> u64 {
         self.stripes.iter().fold(0u64, |sum, s| {
@@ -123,6 +133,22 @@ impl Stripes {
     }
 }
 
+/// The stripes of a [`Stripes`], for lock-free readers of many nodes ([`Stripes::readers`]).
+#[derive(Clone, Copy)]
+pub(crate) struct StripeReaders<'a> {
+    stripes: &'a [CachePadded<Stripe>],
+}
+
+impl<'a> StripeReaders<'a> {
+    /// Stripe `i`'s version word, as [`Stripes::reader`] gives it.
+    #[inline]
+    pub(crate) fn reader(self, i: usize) -> StripeReader<'a> {
+        StripeReader {
+            word: &self.stripes[i].word,
+        }
+    }
+}
+
 /// One stripe's version word, for lock-free readers ([`Stripes::reader`]).
 #[derive(Clone, Copy)]
 pub(crate) struct StripeReader<'a> {
@@ -130,13 +156,14 @@ pub(crate) struct StripeReader<'a> {
 }
 
 impl StripeReader<'_> {
-    /// Wait until no change of the stripe runs and return its version (the lock bit does not
-    /// count: a holder that changes nothing leaves readers valid).
+    /// Wait until no change of the stripe runs and return its version word, for
+    /// [`StripeReader::read_valid`] (which ignores the lock bit: a holder that changes nothing
+    /// leaves readers valid).
     #[inline]
     pub(crate) fn read_begin(self) -> u64 {
         let v = self.word.load(Ordering::Acquire);
         if v & CHANGING == 0 {
-            return v & !LOCKED;
+            return v;
         }
         Self::read_wait(self.word)
     }
@@ -150,7 +177,7 @@ impl StripeReader<'_> {
         loop {
             let v = word.load(Ordering::Acquire);
             if v & CHANGING == 0 {
-                return v & !LOCKED;
+                return v;
             }
             backoff.snooze();
         }
@@ -161,7 +188,8 @@ impl StripeReader<'_> {
     #[inline]
     pub(crate) fn read_valid(self, seen: u64) -> bool {
         fence(Ordering::Acquire);
-        self.word.load(Ordering::Relaxed) & !LOCKED == seen
+        // Equal but for the lock bit: one exclusive or and one test.
+        (self.word.load(Ordering::Relaxed) ^ seen) & !LOCKED == 0
     }
 }
 
@@ -307,6 +335,14 @@ mod tests {
         let after = stripes.reader(0).read_begin();
         assert_ne!(after, seen);
         assert!(stripes.reader(0).read_valid(after));
+        // The slice taken once reads the same word.
+        assert!(stripes.readers().reader(0).read_valid(after));
+        assert!(!stripes.readers().reader(0).read_valid(seen));
+        // A version read while a holder changed nothing stays valid after it lets go.
+        let guard = stripes.lock(0);
+        let seen_locked = stripes.reader(0).read_begin();
+        drop(guard);
+        assert!(stripes.reader(0).read_valid(seen_locked));
     }
 
     #[test]

@@ -70,7 +70,7 @@
 //! lane, policy: nothing else
 //! ```
 // No unsafe code here. `deny` rather than `forbid`: if pmem-ordering makes its streaming store
-// (`Pool::nt_write`) an unsafe call, the lane log's one use of it (`OpenLog::append`,
+// (`Pool::nt_write`) an unsafe call, the lane log's one use of it (`append_with_intents`,
 // lane/mod.rs) can be allowed where it is, with its SAFETY comment.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

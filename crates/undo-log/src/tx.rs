@@ -1,8 +1,8 @@
 //! A transaction's own work: snapshot, write, allocate, free, commit and abort.
 //!
 //! The protocol (Themis, Sec. II-A): before a range is written, its old bytes go to the lane's
-//! log as one entry ([`OpenLog::append`], non-temporal stores); the data is written with
-//! temporal stores; at commit the allocator's metadata is published through the same log, the
+//! log as one entry ([`OpenLog::append_with_intents`], non-temporal stores); the data is
+//! written with temporal stores; at commit the allocator's metadata is published through the same log, the
 //! data is flushed and fenced, then the lane's log is committed ([`OpenLog::commit`]). Abort
 //! restores the snapshots through [`OpenLog::roll_back`]. The lane's format and generation are
 //! `lane/`'s alone; this file decides *what* is logged and *when* the log is ordered before the
@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, Pool};
 
-use crate::alloc::{Allocator, Block, Reservation};
+use crate::alloc::{Allocator, Block, MetaBytes, MetaWrite, Reservation};
 use crate::lane::{Intent, OpenLog};
 use crate::policy::FencePolicy;
 use crate::TxError;
@@ -51,6 +51,10 @@ pub(crate) struct TxState {
     pub unordered_log: Option<NtPending>,
     /// Allocations reserved by this transaction (published at commit).
     pub allocs: Vec<Reservation>,
+    /// Intents of allocations not logged yet: they go to the log in the copy of the next
+    /// snapshot (or intent) entries, at the latest at commit, before the allocator's words are
+    /// written (see [`Tx::alloc`]).
+    pending_intents: Vec<(u64, Intent)>,
     /// Blocks freed by this transaction (published at commit).
     pub frees: Vec<Block>,
     /// Allocations this transaction freed again: given back only when it ends, since its log
@@ -66,6 +70,8 @@ pub(crate) struct TxState {
     /// Scratch of [`Tx::snapshot_many`]: `snapshots` as they were before the batch, put back
     /// if the batch cannot be logged.
     snapshots_before: Vec<(u64, u64)>,
+    /// Scratch of the commit: the allocator's metadata writes.
+    meta_writes: Vec<MetaWrite>,
 }
 
 impl TxState {
@@ -76,12 +82,14 @@ impl TxState {
             written: Vec::new(),
             unordered_log: None,
             allocs: Vec::new(),
+            pending_intents: Vec::new(),
             frees: Vec::new(),
             cancelled: Vec::new(),
             doomed: false,
             nt_t_fences: 0,
             batch: Vec::new(),
             snapshots_before: Vec::new(),
+            meta_writes: Vec::new(),
         }
     }
 
@@ -95,12 +103,14 @@ impl TxState {
         self.written.clear();
         self.unordered_log = None;
         self.allocs.clear();
+        self.pending_intents.clear();
         self.frees.clear();
         self.cancelled.clear();
         self.doomed = false;
         self.nt_t_fences = 0;
         self.batch.clear();
         self.snapshots_before.clear();
+        self.meta_writes.clear();
     }
 
     /// Whether `[offset, offset + len)` is covered (see [`TxState::covered`]); if not, note it
@@ -215,15 +225,24 @@ impl<B: Backend> Tx<'_, B> {
 
     /// Allocate `size` bytes, visible to other transactions only if this one commits. The
     /// block's contents are undefined: write them with [`Tx::write`] (no snapshot is taken of
-    /// a fresh block).
+    /// a fresh block). The entry that undoes the allocation takes log space when the
+    /// transaction next logs (or commits), so a log too full for it refuses that step.
     pub fn alloc(&self, size: u64) -> Result<PPtr<u8>, TxError> {
         let reservation = self.heap.allocator.reserve(size)?;
         let offset = reservation.offset;
         let mut st = self.state.borrow_mut();
-        let intents = self.heap.allocator.alloc_intents(&reservation);
-        if let Err(e) = log_intents(self.heap, &mut st, &intents) {
-            self.heap.allocator.cancel(reservation);
-            return Err(e);
+        let intent = self.heap.allocator.alloc_intent(&reservation);
+        if self.heap.policy == FencePolicy::Strict {
+            // A fence per entry, as the policy says.
+            if let Err(e) = log_intents(self.heap, &mut st, &[intent]) {
+                self.heap.allocator.cancel(reservation);
+                return Err(e);
+            }
+        } else {
+            // The intent only has to be in the log, ordered, before the commit writes the
+            // allocator's words: it joins the copy of the next entries logged, which the next
+            // ordering (a data write's, or the commit's) orders with them.
+            st.pending_intents.push(intent);
         }
         st.allocs.push(reservation);
         Ok(PPtr::new(offset))
@@ -284,7 +303,10 @@ fn snapshot_in<B: Backend>(
     if len == 0 || st.covered(offset, len) {
         return Ok(());
     }
-    let token = st.log.append(pool, offset, len)?;
+    let token = st
+        .log
+        .append_with_intents(pool, &st.pending_intents, &[(offset, len)])?;
+    st.pending_intents.clear();
     // Noted only once logged: a refused entry leaves the range uncovered.
     st.cover(offset, len);
     match heap.policy {
@@ -328,8 +350,12 @@ fn snapshot_many_in<B: Backend>(
     if st.batch.is_empty() {
         return Ok(());
     }
-    match st.log.append_many(pool, &st.batch) {
+    match st
+        .log
+        .append_with_intents(pool, &st.pending_intents, &st.batch)
+    {
         Ok(token) => {
+            st.pending_intents.clear();
             // Ordered, like a single entry's, at the next data write (the batch is one token).
             st.unordered_log = Some(token);
             Ok(())
@@ -348,7 +374,18 @@ fn log_intents<B: Backend>(
     st: &mut TxState,
     intents: &[(u64, Intent)],
 ) -> Result<(), TxError> {
-    let token = st.log.append_intents(heap.pool, intents)?;
+    let token = if st.pending_intents.is_empty() {
+        st.log.append_intents(heap.pool, intents)?
+    } else {
+        let pending = st.pending_intents.len();
+        st.pending_intents.extend_from_slice(intents);
+        let logged = st.log.append_intents(heap.pool, &st.pending_intents);
+        // Refused, the pending intents stay pending and the new ones are the caller's.
+        st.pending_intents.truncate(pending);
+        let token = logged?;
+        st.pending_intents.clear();
+        token
+    };
     match heap.policy {
         FencePolicy::Strict => {
             let _ = heap.pool.fence(token);
@@ -390,12 +427,39 @@ fn write_in<B: Backend>(
         order_log_before_data(heap, st);
     }
     let _ = heap.pool.write(offset, bytes)?;
-    // Writes that continue the previous one are flushed as one range.
-    match st.written.last_mut() {
-        Some((start, length)) if *start + *length == offset => *length += len,
-        _ => st.written.push((offset, len)),
-    }
+    note_written(&mut st.written, offset, len);
     Ok(())
+}
+
+/// Note `[offset, offset + len)` as written, to flush at commit (an empty write needs no
+/// flush). A write that continues the previous one, or whose cache lines overlap or adjoin the
+/// previous write's, joins it, so the commit flushes them as one range: each line once, and no
+/// line that neither write touched (the union of two runs of lines that overlap or adjoin is
+/// one run).
+#[inline]
+fn note_written(written: &mut Vec<(u64, u64)>, offset: u64, len: u64) {
+    const LINE_SHIFT: u32 = 6;
+    if len == 0 {
+        return;
+    }
+    let end = offset + len;
+    // Every noted range is non-empty.
+    if let Some((start, length)) = written.last_mut() {
+        let prev_end = *start + *length;
+        if prev_end == offset {
+            *length += len;
+            return;
+        }
+        let touching = offset >> LINE_SHIFT <= ((prev_end - 1) >> LINE_SHIFT) + 1
+            && *start >> LINE_SHIFT <= ((end - 1) >> LINE_SHIFT) + 1;
+        if touching {
+            let union_start = (*start).min(offset);
+            *length = prev_end.max(end) - union_start;
+            *start = union_start;
+            return;
+        }
+    }
+    written.push((offset, len));
 }
 
 /// Commit the transaction: publish allocator metadata, persist the data, invalidate the log.
@@ -404,23 +468,20 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     // Allocator metadata changes are logged and written now, under the allocator's lock, which
     // is held until the commit below is durable, so no other transaction touches those words
     // in between.
-    let publish = heap.allocator.publish(&st.allocs, &st.frees)?;
-    if !publish.writes().is_empty() {
+    if !st.pending_intents.is_empty() {
+        // Allocations since the last entries logged: their intents go first, ordered below
+        // with the rest before the allocator's words are written.
+        log_intents(heap, st, &[])?;
+    }
+    let mut meta = std::mem::take(&mut st.meta_writes);
+    let publish = heap.allocator.publish(&st.allocs, &st.frees, &mut meta)?;
+    if !meta.is_empty() {
         // The intents that undo these writes are in the log: order them before the writes (no
         // fence if one was issued since they were logged; see `alloc/publish.rs`).
         order_log_before_data(heap, st);
     }
-    for w in publish.writes() {
-        let done = if w.logged {
-            write_in(heap, st, w.offset, &w.bytes)
-        } else {
-            // Metadata of a chunk this transaction takes from the free pool: if it rolls back,
-            // the chunk is free again and these bytes mean nothing, so they need no snapshot.
-            pool.write(w.offset, &w.bytes)
-                .map(|_| st.written.push((w.offset, w.bytes.len() as u64)))
-                .map_err(TxError::from)
-        };
-        if let Err(e) = done {
+    for w in &meta {
+        if let Err(e) = write_meta(heap, st, w) {
             // The log is full (say): restore the metadata words already written while the
             // lock is still held. Once it is released, another transaction may log and change
             // the same words, and restoring them after that would undo its change.
@@ -428,6 +489,7 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
             return Err(e);
         }
     }
+    st.meta_writes = meta;
     // A batched transaction that writes pays three fences, and none can go under the x86
     // model (`tests/fences.rs` counts them): the log before the data (nt stores and later
     // temporal stores reach persistence in any order, `order_log_before_data`), this one, the
@@ -447,12 +509,42 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
         let _ = pool.fence(p);
     }
     st.log.commit(pool)?;
-    publish.committed(&st.frees);
+    publish.committed(&st.allocs, &st.frees);
     st.allocs.clear();
     for r in st.cancelled.drain(..) {
         heap.allocator.cancel(r);
     }
     Ok(())
+}
+
+/// Make one of the commit's allocator metadata writes.
+fn write_meta<B: Backend>(
+    heap: HeapRef<'_, B>,
+    st: &mut TxState,
+    w: &MetaWrite,
+) -> Result<(), TxError> {
+    let word;
+    let zeros;
+    let bytes: &[u8] = match w.bytes {
+        MetaBytes::Word(value) => {
+            word = value.to_le_bytes();
+            &word
+        }
+        MetaBytes::Zeros(len) => {
+            zeros = vec![0u8; len as usize];
+            &zeros
+        }
+    };
+    if w.logged {
+        write_in(heap, st, w.offset, bytes)
+    } else {
+        // Metadata of a chunk this transaction takes from the free pool, or a word an intent
+        // logged earlier undoes: no snapshot. (If the transaction rolls back, a fresh chunk is
+        // free again and its bytes mean nothing.)
+        let _ = heap.pool.write(w.offset, bytes)?;
+        note_written(&mut st.written, w.offset, bytes.len() as u64);
+        Ok(())
+    }
 }
 
 /// Roll the transaction back: restore every snapshot and clean the lane, then give back
@@ -486,3 +578,6 @@ fn undo<B: Backend>(
     }
     st.log.roll_back(pool, published)
 }
+
+#[cfg(test)]
+mod tests;

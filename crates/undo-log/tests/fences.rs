@@ -242,3 +242,33 @@ fn a_one_word_transaction_costs_three_fences_two_flushes_and_three_lines() {
         assert_eq!(s.stores, k + 1, "K = {k}: the words and the commit");
     }
 }
+
+/// An allocation's intent is logged in the same non-temporal copy as the snapshots that follow
+/// it (batched policy), and still costs no fence of its own: one copy, three fences. Under
+/// strict each entry is a copy with its fence: the intent's, then each snapshot's, then the
+/// commit's two.
+#[test]
+fn an_allocation_shares_the_copy_of_the_next_snapshots() {
+    for (policy, copies, fences) in [(FencePolicy::Batched, 1, 3), (FencePolicy::Strict, 3, 5)] {
+        let heap = heap(policy);
+        let slot = heap.pool().root_offset();
+        // Format a chunk first: a chunk taken from the free pool logs its word at commit.
+        heap.transaction(|tx| {
+            let p = tx.alloc(64)?;
+            tx.write(p.offset(), &[1; 64])
+        })
+        .unwrap();
+        pmem_ordering::stats::reset_thread_stats();
+        heap.transaction(|tx| {
+            let p = tx.alloc(64)?;
+            tx.write(p.offset(), &[2; 64])?;
+            tx.snapshot_many(&[(slot, 8), (slot + 64, 8)])?;
+            tx.write_value(slot, &p.offset())?;
+            tx.write_value(slot + 64, &1u64)
+        })
+        .unwrap();
+        let s = pmem_ordering::stats::thread_stats();
+        assert_eq!(s.nt_stores, copies, "{policy:?}: copies into the log");
+        assert_eq!(s.fences, fences, "{policy:?}");
+    }
+}

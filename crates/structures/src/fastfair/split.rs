@@ -6,6 +6,7 @@
 //! ([`FastFair::lock_for_split`]), so writers of other leaves run beside it too, and so may
 //! other splits' transactions (the heap runs one per lane at once).
 
+use std::cell::Cell;
 use std::ops::{Deref, Range};
 
 use pmem_ordering::{Backend, Pool};
@@ -13,7 +14,7 @@ use pmem_undo_log::{Heap, Tx};
 
 use super::layout::{
     entry_offset, high_offset, node_words, push_entry_words, push_node_words, sibling_offset,
-    NodeHeader, NodeView,
+    NodeHeader, NodeView, LINE,
 };
 use super::locks::HeldStripes;
 use super::{FastFair, FastFairError, EMPTY_KEY};
@@ -30,6 +31,12 @@ struct Staged {
 }
 
 impl Staged {
+    /// Empty it, keeping its buffers.
+    fn clear(&mut self) {
+        self.words.clear();
+        self.writes.clear();
+    }
+
     /// Room for a split of `levels` nodes of `node_words` words each, without regrowing.
     fn reserve(&mut self, levels: usize, node_words: usize) {
         self.words.reserve(2 * levels * node_words + 2);
@@ -58,6 +65,23 @@ impl Staged {
         push_entry_words(&mut self.words, entries, slots);
         self.end_write(at);
     }
+}
+
+/// A split's buffers, kept per thread between splits so that planning and logging a split
+/// allocate nothing once the thread's first split has sized them.
+#[derive(Default)]
+struct SplitScratch {
+    staged: Staged,
+    /// The entries of the node being split (plus the one going in), level by level.
+    entries: Vec<(u64, u64)>,
+    /// The staged writes' ranges, snapshotted as one batch.
+    ranges: Vec<(u64, u64)>,
+}
+
+thread_local! {
+    /// This thread's [`SplitScratch`]: taken out for a split and put back after it, so a
+    /// split run from inside another (a test hook's) finds it empty and uses fresh buffers.
+    static SCRATCH: Cell<SplitScratch> = Cell::new(SplitScratch::default());
 }
 
 /// The writes in order, as (offset, bytes).
@@ -102,6 +126,30 @@ impl<'a> Iterator for StagedWrites<'a> {
 /// logs and flushes only those lines, not the whole node.
 fn changed_slots(old_len: usize, at: usize, kept: usize) -> Range<usize> {
     at.min(kept)..old_len.max(kept)
+}
+
+/// Add `[offset, offset + len)` to the ranges to snapshot, joined to the previous range if
+/// both lie in one cache line (a node's high key and sibling link): one log entry for both,
+/// the few bytes between them logged too (the split holds the node's lock, so they are
+/// restored to what they are).
+fn push_range(ranges: &mut Vec<(u64, u64)>, offset: u64, len: u64) {
+    let line = |at: u64| at / LINE;
+    if let Some((start, length)) = ranges.last_mut() {
+        let end = offset + len;
+        let prev_end = *start + *length;
+        let one_line = len > 0
+            && *length > 0
+            && line(*start) == line(prev_end - 1)
+            && line(offset) == line(*start)
+            && line(end - 1) == line(*start);
+        if one_line {
+            let union_start = (*start).min(offset);
+            *length = prev_end.max(end) - union_start;
+            *start = union_start;
+            return;
+        }
+    }
+    ranges.push((offset, len));
 }
 
 /// One node's split, planned: what it keeps and what moves to its new sibling.
@@ -202,20 +250,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let run = || {
             self.with_nodes_versioned(path, || {
                 self.heap.transaction(|tx| {
-                    let mut staged = Staged::default();
-                    self.split_in_tx(tx, path, key, value, &mut staged)?;
-                    // Log every range before writing any: the log entries then share one
-                    // fence, where logging each just before its write fenced once per range.
-                    // The writes still follow in FAIR order, for lock-free readers.
-                    for (offset, bytes) in &staged {
-                        tx.snapshot(*offset, bytes.len() as u64)?;
-                    }
-                    for (offset, bytes) in &staged {
-                        tx.write(*offset, bytes)?;
-                        #[cfg(test)]
-                        super::interleave::at(super::interleave::Point::SplitWrote(*offset));
-                    }
-                    Ok::<_, FastFairError>(())
+                    let mut scratch = SCRATCH.take();
+                    let result = self.split_with(tx, path, key, value, &mut scratch);
+                    SCRATCH.set(scratch);
+                    result
                 })
             })
         };
@@ -224,6 +262,40 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         } else {
             run()
         }
+    }
+
+    /// The split's transaction body, on the thread's buffers: plan, log, write.
+    fn split_with(
+        &self,
+        tx: &Tx<'_, B>,
+        path: &[u64],
+        key: u64,
+        value: u64,
+        scratch: &mut SplitScratch,
+    ) -> Result<(), FastFairError> {
+        let SplitScratch {
+            staged,
+            entries,
+            ranges,
+        } = scratch;
+        staged.clear();
+        self.split_in_tx(tx, path, key, value, staged, entries)?;
+        // Log every range before writing any, as one batch: one copy into the log, one
+        // checksum and one fence for all of them. The new nodes' ranges are skipped by the
+        // transaction (a fresh block needs no snapshot: it is unreachable if the split rolls
+        // back, and its allocation is undone). The writes still follow in FAIR order, for
+        // lock-free readers.
+        ranges.clear();
+        for (offset, bytes) in &*staged {
+            push_range(ranges, *offset, bytes.len() as u64);
+        }
+        tx.snapshot_many(ranges)?;
+        for (offset, bytes) in &*staged {
+            tx.write(*offset, bytes)?;
+            #[cfg(test)]
+            super::interleave::at(super::interleave::Point::SplitWrote(*offset));
+        }
+        Ok(())
     }
 
     /// Plan the split in `staged`, the writes in FAIR order (new nodes are allocated in `tx`):
@@ -236,13 +308,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         key: u64,
         value: u64,
         staged: &mut Staged,
+        entries: &mut Vec<(u64, u64)>,
     ) -> Result<(), FastFairError> {
         staged.reserve(path.len() + 1, node_words(self.node_size));
         let leaf_off = *path.last().expect("a path ends at a leaf");
         // One buffer of entries, reused level by level up the path.
-        let mut entries = Vec::with_capacity(self.capacity + 1);
+        entries.reserve(self.capacity + 1);
         let leaf = self.view(leaf_off)?;
-        leaf.entries_into(&mut entries);
+        leaf.entries_into(entries);
         let old_len = entries.len();
         let at = entries.partition_point(|&(k, _)| k < key);
         entries.insert(at, (key, value));
@@ -264,13 +337,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let mut carry = (separator, sibling);
         for &parent_off in path[..path.len() - 1].iter().rev() {
             let parent = self.view(parent_off)?;
-            parent.entries_into(&mut entries);
+            parent.entries_into(entries);
             let old_len = entries.len();
             let at = entries.partition_point(|&(k, _)| k < carry.0);
             entries.insert(at, carry);
             if entries.len() <= self.capacity {
                 let changed = changed_slots(old_len, at, entries.len());
-                staged.entries(parent_off, &entries, changed);
+                staged.entries(parent_off, entries, changed);
                 return Ok(());
             }
             let m = entries.len() / 2;
@@ -362,6 +435,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ranges_in_one_line_are_snapshotted_as_one() {
+        let mut ranges = Vec::new();
+        push_range(&mut ranges, 0x200, 512); // a new node: many lines
+        push_range(&mut ranges, 0x400 + 24, 8); // a high key
+        push_range(&mut ranges, 0x400 + 8, 8); // the sibling link: same line, joins
+        push_range(&mut ranges, 0x400 + 64, 32); // entries: the next line, apart
+        push_range(&mut ranges, 0x400 + 96, 8); // in that line too: joins
+        push_range(&mut ranges, 0x400 + 120, 16); // crosses into the next line: apart
+        assert_eq!(
+            ranges,
+            [
+                (0x200, 512),
+                (0x400 + 8, 24),
+                (0x400 + 64, 40),
+                (0x400 + 120, 16)
+            ]
+        );
     }
 
     #[test]

@@ -21,8 +21,9 @@
 //! # Blocks of transactions
 //!
 //! Every change of a chunk word or a bitmap word for a transaction is made inside the
-//! transaction that allocates or frees, undone through its undo log by *intents* logged when it
-//! allocates or frees (`publish.rs` says why that spares the commit a fence), so a crash at any
+//! transaction that allocates or frees, undone through its undo log by *intents* logged with its
+//! entries long before its commit writes them (`publish.rs` says why that spares the commit a
+//! fence), so a crash at any
 //! point leaves each block either allocated by a committed transaction or free: nothing leaks,
 //! nothing is handed out twice. A small chunk whose last block is freed returns to the free pool
 //! in the same transaction.
@@ -82,6 +83,7 @@ mod records;
 mod recovery;
 mod reserve;
 
+pub(crate) use self::publish::{MetaBytes, MetaWrite};
 pub use self::records::RecordBlock;
 
 use std::collections::BTreeSet;

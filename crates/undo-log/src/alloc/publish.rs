@@ -1,8 +1,9 @@
 //! A commit's allocator metadata: the chunk-table and bitmap words that make a transaction's
 //! allocations and frees persistent ([`Allocator::publish`]), written under the allocator's
 //! lock, and the DRAM update once the commit is durable ([`Publish::committed`]); and the
-//! intents that undo those writes ([`Allocator::alloc_intents`], [`Allocator::free_intents`]),
-//! which the transaction logs when it allocates or frees, long before the commit writes them.
+//! intents that undo those writes ([`Allocator::alloc_intent`], [`Allocator::free_intents`]),
+//! which the transaction logs when it frees, or with the next entries it logs after it
+//! allocates (at the latest at the top of the commit), before the commit writes them.
 //!
 //! Why a commit writes these words without a fence of their own. The rule to keep is the undo
 //! log's: the way to undo a store must be persistent before the store can be (DESIGN.md, the
@@ -10,14 +11,14 @@
 //! needs a fence). An intent is known when the block is reserved or claimed (the bit of one
 //! slot, the word of a run or of the chunk holding a freed block: nothing another transaction
 //! changes in between, and a bit is undone by itself, not by restoring its whole word), so it
-//! goes to the log then, and the next data write's fence, or the ordering at the top of the
-//! commit if no fence came since, orders it before the commit's metadata stores. Those are then
-//! flushed with the data and made durable by the commit's fence, before the 8-byte store that
-//! commits the log (t -> t: flush, then fence). Only a chunk taken from the free pool still logs
+//! goes to the log early (an allocation's in the same copy as the transaction's next snapshots,
+//! which spares it a copy of its own), and the next data write's fence, or the ordering at the
+//! top of the commit if no fence came since, orders it before the commit's metadata stores.
+//! Those are then flushed with the data and made durable by the commit's fence, before the
+//! 8-byte store that commits the log (t -> t: flush, then fence). Only a chunk taken from the free pool still logs
 //! its chunk word at commit (whether this commit formats it is known only then), and pays a
 //! fence for it.
 
-use std::collections::BTreeMap;
 use std::sync::MutexGuard;
 
 use super::chunk::{set_bit, ChunkState, KIND_FREE, KIND_RUN_HEAD, KIND_SMALL};
@@ -27,53 +28,121 @@ use super::{Allocator, Block, Place, Reservation, State};
 use crate::lane::Intent;
 use crate::TxError;
 
+/// What a commit writes at a metadata write's offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MetaBytes {
+    /// One 8-byte word (a chunk-table or bitmap word).
+    Word(u64),
+    /// This many zero bytes: the empty bitmap of a chunk taken from the free pool.
+    Zeros(u64),
+}
+
 /// One metadata write made at commit.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MetaWrite {
     pub offset: u64,
-    pub bytes: Vec<u8>,
+    pub bytes: MetaBytes,
     /// Whether the old bytes must be logged at commit: only the word of a chunk this commit
     /// takes from the free pool. The transaction's intents undo every other write, and the
     /// bitmap of a chunk taken from the free pool means nothing if the chunk is free again.
     pub logged: bool,
 }
 
+/// One bitmap word a commit changes: its chunk, its index in the bitmap, and its value as
+/// the commit leaves it (starting from the persistent one).
+struct BitmapWord {
+    chunk: u64,
+    index: usize,
+    old: u64,
+    new: u64,
+}
+
+/// The bitmap words a commit changes, in the order first touched: a transaction touches a
+/// few, so a vector searched from the end beats a map (and allocates nothing when empty).
+fn bitmap_word<'w>(
+    words: &'w mut Vec<BitmapWord>,
+    st: &State,
+    chunk: u64,
+    slot: u64,
+) -> Result<&'w mut BitmapWord, TxError> {
+    let index = (slot / 64) as usize;
+    if let Some(i) = words
+        .iter()
+        .rposition(|w| w.chunk == chunk && w.index == index)
+    {
+        return Ok(&mut words[i]);
+    }
+    let ChunkState::Small { persistent, .. } = &st.chunks[chunk as usize] else {
+        return Err(TxError::CorruptHeap {
+            reason: format!("chunk {chunk} should hold small blocks"),
+        });
+    };
+    let old = persistent[index];
+    words.push(BitmapWord {
+        chunk,
+        index,
+        old,
+        new: old,
+    });
+    Ok(words.last_mut().expect("just pushed"))
+}
+
+/// Set or clear bit `slot` of its word.
+fn set_word_bit(word: &mut BitmapWord, slot: u64, on: bool) {
+    let mask = 1u64 << (slot % 64);
+    if on {
+        word.new |= mask;
+    } else {
+        word.new &= !mask;
+    }
+}
+
 impl Allocator {
     /// The metadata writes that make `allocs` and `frees` persistent, computed under the lock,
-    /// which the returned [`Publish`] keeps until the commit is durable.
-    pub fn publish(&self, allocs: &[Reservation], frees: &[Block]) -> Result<Publish<'_>, TxError> {
-        let mut writes = Vec::new();
+    /// which the returned [`Publish`] keeps until the commit is durable. `writes` (emptied
+    /// first) receives the writes to make inside the transaction, in order: the caller keeps
+    /// the buffer from one commit to the next.
+    pub fn publish(
+        &self,
+        allocs: &[Reservation],
+        frees: &[Block],
+        writes: &mut Vec<MetaWrite>,
+    ) -> Result<Publish<'_>, TxError> {
+        writes.clear();
         if allocs.is_empty() && frees.is_empty() {
             // Nothing to publish: take no lock, so commits without allocation run in parallel.
             return Ok(Publish {
                 state: None,
-                writes,
                 released: Vec::new(),
-                allocs: Vec::new(),
             });
         }
         let st = self.lock();
-        // New bitmap words per chunk, starting from the persistent ones.
-        let mut bitmaps: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        let mut bitmap: Vec<BitmapWord> = Vec::new();
         for r in allocs {
             match r.place {
                 Place::Small { chunk, slot, class } => {
-                    set_bit(new_bitmap(&mut bitmaps, &st, chunk)?, slot, true);
-                    if let ChunkState::Small {
-                        formatted: false, ..
-                    } = st.chunks[chunk as usize]
-                    {
-                        // A chunk taken from the free pool: its word says what it now is, and its
-                        // bitmap starts empty (old bytes of a free chunk mean nothing).
+                    set_word_bit(bitmap_word(&mut bitmap, &st, chunk, slot)?, slot, true);
+                    // A chunk taken from the free pool (the first of its reservations here
+                    // formats it): its word says what it now is, and its bitmap starts empty
+                    // (old bytes of a free chunk mean nothing).
+                    let table_word = self.table_word(chunk);
+                    let unformatted = matches!(
+                        st.chunks[chunk as usize],
+                        ChunkState::Small {
+                            formatted: false,
+                            ..
+                        }
+                    );
+                    if unformatted && !writes.iter().any(|w| w.offset == table_word) {
                         let shape = self.classes[class];
                         writes.push(MetaWrite {
                             offset: self.chunk_offset(chunk),
-                            bytes: vec![0; shape.header as usize],
+                            bytes: MetaBytes::Zeros(shape.header),
                             logged: false,
                         });
                         writes.push(MetaWrite {
-                            offset: self.table_word(chunk),
-                            bytes: (KIND_SMALL | (class as u64) << 8).to_le_bytes().to_vec(),
+                            offset: table_word,
+                            bytes: MetaBytes::Word(KIND_SMALL | (class as u64) << 8),
                             logged: true,
                         });
                     }
@@ -81,7 +150,7 @@ impl Allocator {
                 Place::Run { chunk, chunks } => {
                     writes.push(MetaWrite {
                         offset: self.table_word(chunk),
-                        bytes: (KIND_RUN_HEAD | chunks << 16).to_le_bytes().to_vec(),
+                        bytes: MetaBytes::Word(KIND_RUN_HEAD | chunks << 16),
                         logged: false,
                     });
                 }
@@ -90,65 +159,41 @@ impl Allocator {
         for b in frees {
             match b.place {
                 Place::Small { chunk, slot, .. } => {
-                    set_bit(new_bitmap(&mut bitmaps, &st, chunk)?, slot, false);
+                    set_word_bit(bitmap_word(&mut bitmap, &st, chunk, slot)?, slot, false);
                 }
                 Place::Run { chunk, .. } => writes.push(MetaWrite {
                     offset: self.table_word(chunk),
-                    bytes: KIND_FREE.to_le_bytes().to_vec(),
+                    bytes: MetaBytes::Word(KIND_FREE),
                     logged: false,
                 }),
             }
         }
-        // Changed bitmap words (a fresh chunk's old words are the zeros written above).
-        for (&chunk, (old, new)) in &bitmaps {
-            let fresh = matches!(
-                st.chunks[chunk as usize],
-                ChunkState::Small {
-                    formatted: false,
-                    ..
-                }
-            );
-            for (i, (&o, &n)) in old.iter().zip(new.iter()).enumerate() {
-                if o != n || (fresh && n != 0) {
-                    writes.push(MetaWrite {
-                        offset: self.chunk_offset(chunk) + 8 * i as u64,
-                        bytes: n.to_le_bytes().to_vec(),
-                        logged: false,
-                    });
-                }
+        // Changed bitmap words, after the zeroing of a fresh chunk's bitmap above (whose old
+        // words, all zero in DRAM, are what these start from).
+        for w in &bitmap {
+            if w.old != w.new {
+                writes.push(MetaWrite {
+                    offset: self.chunk_offset(w.chunk) + 8 * w.index as u64,
+                    bytes: MetaBytes::Word(w.new),
+                    logged: false,
+                });
             }
         }
         // A small chunk left with no block at all (none committed, none reserved by any open
         // transaction: `taken` counts both) goes back to the free pool, so space freed in one
         // size class can serve another, or a large block.
         let mut released = Vec::new();
-        for (&chunk, (_, new)) in &bitmaps {
-            let ChunkState::Small {
-                taken,
-                formatted: true,
-                ..
-            } = &st.chunks[chunk as usize]
-            else {
+        for (i, b) in frees.iter().enumerate() {
+            let Place::Small { chunk, .. } = b.place else {
                 continue;
             };
-            let freed_here: Vec<u64> = frees
+            let first_of_chunk = !frees[..i]
                 .iter()
-                .filter_map(|b| match b.place {
-                    Place::Small { chunk: c, slot, .. } if c == chunk => Some(slot),
-                    _ => None,
-                })
-                .collect();
-            let mut remaining = taken.clone();
-            for &slot in &freed_here {
-                set_bit(&mut remaining, slot, false);
-            }
-            if !freed_here.is_empty()
-                && remaining.iter().all(|&w| w == 0)
-                && new.iter().all(|&w| w == 0)
-            {
+                .any(|e| matches!(e.place, Place::Small { chunk: c, .. } if c == chunk));
+            if first_of_chunk && self.empties(&st, chunk, frees, &bitmap) {
                 writes.push(MetaWrite {
                     offset: self.table_word(chunk),
-                    bytes: KIND_FREE.to_le_bytes().to_vec(),
+                    bytes: MetaBytes::Word(KIND_FREE),
                     logged: false,
                 });
                 released.push(chunk);
@@ -156,23 +201,60 @@ impl Allocator {
         }
         Ok(Publish {
             state: Some(st),
-            writes,
             released,
-            allocs: allocs.to_vec(),
         })
+    }
+
+    /// Whether the formatted small chunk `chunk` holds no block once `frees` are freed and
+    /// `bitmap` (this commit's changed bitmap words) is written: no slot taken but the freed
+    /// ones, and no bit left set.
+    fn empties(&self, st: &State, chunk: u64, frees: &[Block], bitmap: &[BitmapWord]) -> bool {
+        let ChunkState::Small {
+            taken,
+            persistent,
+            formatted: true,
+            ..
+        } = &st.chunks[chunk as usize]
+        else {
+            return false;
+        };
+        // The bits of word `i` of the chunk's bitmap that `frees` free.
+        let freed_in = |i: usize| {
+            frees
+                .iter()
+                .filter_map(|b| match b.place {
+                    Place::Small { chunk: c, slot, .. } if c == chunk && slot / 64 == i as u64 => {
+                        Some(1u64 << (slot % 64))
+                    }
+                    _ => None,
+                })
+                .fold(0, |all, bit| all | bit)
+        };
+        let no_other_taken = taken
+            .iter()
+            .enumerate()
+            .all(|(i, &word)| word == 0 || word & !freed_in(i) == 0);
+        let no_bit_left = persistent.iter().enumerate().all(|(i, &word)| {
+            bitmap
+                .iter()
+                .find(|w| w.chunk == chunk && w.index == i)
+                .map_or(word, |w| w.new)
+                == 0
+        });
+        no_other_taken && no_bit_left
     }
 }
 
 impl Allocator {
-    /// The intents that undo what a commit writes for reservation `r`: clear its bit, or make
+    /// The intent that undoes what a commit writes for reservation `r`: clear its bit, or make
     /// its run's head word free again.
-    pub fn alloc_intents(&self, r: &Reservation) -> Vec<(u64, Intent)> {
+    pub fn alloc_intent(&self, r: &Reservation) -> (u64, Intent) {
         match r.place {
-            Place::Small { chunk, slot, .. } => vec![(
+            Place::Small { chunk, slot, .. } => (
                 self.chunk_offset(chunk) + 8 * (slot / 64),
                 Intent::ClearBits(1 << (slot % 64)),
-            )],
-            Place::Run { chunk, .. } => vec![(self.table_word(chunk), Intent::Word(KIND_FREE))],
+            ),
+            Place::Run { chunk, .. } => (self.table_word(chunk), Intent::Word(KIND_FREE)),
         }
     }
 
@@ -206,50 +288,23 @@ impl Allocator {
     }
 }
 
-/// The bitmap of small chunk `chunk` as this commit will leave it, starting from its
-/// persistent bits the first time the chunk is touched.
-fn new_bitmap<'m>(
-    bitmaps: &'m mut BTreeMap<u64, (Vec<u64>, Vec<u64>)>,
-    st: &State,
-    chunk: u64,
-) -> Result<&'m mut Vec<u64>, TxError> {
-    let entry = match bitmaps.entry(chunk) {
-        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::btree_map::Entry::Vacant(e) => {
-            let ChunkState::Small { persistent, .. } = &st.chunks[chunk as usize] else {
-                return Err(TxError::CorruptHeap {
-                    reason: format!("chunk {chunk} should hold small blocks"),
-                });
-            };
-            e.insert((persistent.clone(), persistent.clone()))
-        }
-    };
-    Ok(&mut entry.1)
-}
-
 /// The metadata writes of one commit, holding the allocator's lock until
 /// [`Publish::committed`] (or until dropped, if the commit failed and will roll back).
 pub(crate) struct Publish<'a> {
     /// The allocator's lock, held when there is something to publish.
     state: Option<MutexGuard<'a, State>>,
-    writes: Vec<MetaWrite>,
     /// Small chunks this commit returns to the free pool.
     released: Vec<u64>,
-    allocs: Vec<Reservation>,
 }
 
 impl Publish<'_> {
-    /// The writes to make inside the transaction, in order.
-    pub fn writes(&self) -> &[MetaWrite] {
-        &self.writes
-    }
-
-    /// The commit is durable: update the DRAM state and release the lock.
-    pub fn committed(mut self, frees: &[Block]) {
+    /// The commit of `allocs` and `frees` (those given to [`Allocator::publish`]) is durable:
+    /// update the DRAM state and release the lock.
+    pub fn committed(mut self, allocs: &[Reservation], frees: &[Block]) {
         let Some(st) = self.state.as_deref_mut() else {
             return;
         };
-        for r in &self.allocs {
+        for r in allocs {
             match r.place {
                 Place::Small { chunk, slot, .. } => {
                     if let ChunkState::Small {

@@ -6,9 +6,10 @@
 //! | gen: u64 | offset: u64 | len: u32 | crc: u32 | old bytes, padded to 8 |
 //! ```
 //!
-//! Entries come in *groups*, each written by one copy into the log: the entries of one
-//! [`OpenLog::append_many`](super::OpenLog::append_many) batch, or one allocator intent. A
-//! snapshot's `len` with bit 30 set says the next entry belongs to its group. The first
+//! Entries come in *groups*: the entries of one snapshot batch
+//! ([`OpenLog::append_with_intents`](super::OpenLog::append_with_intents)), or one allocator
+//! intent. One copy into the log writes one or more whole groups. A snapshot's `len` with bit
+//! 30 set says the next entry belongs to its group. The first
 //! entry's `crc` is the CRC-32C of the whole group's bytes (padding included, that `crc` read
 //! as zero); the other entries' `crc` fields are zero. So a group torn by a crash (or left over
 //! from an earlier transaction, whose generation differs) is recognised and ends the scan, and

@@ -9,9 +9,10 @@
 //!   pool held before cannot pass for an entry of generation 1;
 //! * **begin** ([`Lane::begin`]): the open transaction is generation `g + 1`; beginning writes
 //!   nothing;
-//! * **append** ([`OpenLog::append`]): snapshot a range as one entry of generation `g + 1`,
-//!   written with non-temporal stores; the caller orders the returned token before its data
-//!   write (that ordering is the fence policy's business, in `tx.rs`);
+//! * **append** ([`OpenLog::append_with_intents`]): snapshot ranges (and log allocator
+//!   intents) as entries of generation `g + 1`, written with non-temporal stores; the caller
+//!   orders the returned token before its data write (that ordering is the fence policy's
+//!   business, in `tx.rs`);
 //! * **commit** ([`OpenLog::commit`]): one 8-byte store of `g + 1` into the header, persisted,
 //!   invalidates every entry at once (the caller has made the data durable first);
 //! * **roll back** ([`OpenLog::roll_back`]): restore the entries newest first, persist them,
@@ -84,6 +85,7 @@ impl Lane {
             buf: Vec::new(),
             last_intent: None,
             restored_words: Vec::new(),
+            fresh_intents: Vec::new(),
         })
     }
 
@@ -160,6 +162,8 @@ pub(crate) struct OpenLog {
     last_intent: Option<(u64, u64, Intent)>,
     /// Words with an intent to restore them whole in the log.
     restored_words: Vec<u64>,
+    /// Scratch of [`OpenLog::append_intents`]: the intents that need entries of their own.
+    fresh_intents: Vec<(u64, Intent)>,
 }
 
 impl OpenLog {
@@ -169,22 +173,26 @@ impl OpenLog {
         let OpenLog {
             mut buf,
             mut restored_words,
+            mut fresh_intents,
             ..
         } = finished;
         buf.clear();
         restored_words.clear();
+        fresh_intents.clear();
         // A transaction that logged a large range leaves a large buffer: not kept for ever.
         if buf.capacity() > KEPT_BUFFER_BYTES {
             buf = Vec::new();
         }
         self.buf = buf;
         self.restored_words = restored_words;
+        self.fresh_intents = fresh_intents;
     }
 
     /// Snapshot `[offset, offset + len)` (a range the caller has checked lies in the pool) as
     /// the next entry, written with non-temporal stores. Returns the entry's token, which the
     /// caller must order before it overwrites the range. Refuses, writing nothing, a snapshot
     /// larger than the whole log or than what is left of it.
+    #[cfg(test)]
     pub(crate) fn append<B: Backend>(
         &mut self,
         pool: &Pool<B>,
@@ -206,13 +214,48 @@ impl OpenLog {
     /// range is overwritten before the caller has ordered the whole copy (a fence under the x86
     /// model), so a crash before that finds each data range unchanged, whatever the scan makes
     /// of the log.
+    #[cfg(test)]
     pub(crate) fn append_many<B: Backend>(
         &mut self,
         pool: &Pool<B>,
         ranges: &[(u64, u64)],
     ) -> Result<NtPending, TxError> {
+        self.append_with_intents(pool, &[], ranges)
+    }
+
+    /// Log `intents` (each an allocator word's offset and how to undo its change) as the next
+    /// entries; returns the token of the copy, which the caller orders before it changes any of
+    /// the words. Refuses, writing nothing, entries that do not fit.
+    pub(crate) fn append_intents<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        intents: &[(u64, Intent)],
+    ) -> Result<NtPending, TxError> {
+        self.append_with_intents(pool, intents, &[])
+    }
+
+    /// Log `intents` as [`OpenLog::append_intents`] does, then snapshot `ranges` as
+    /// [`OpenLog::append_many`] does, all in one non-temporal copy: a transaction that
+    /// allocates before it snapshots pays one copy for both. The intents' entries and the
+    /// snapshots' group keep their own checksums (the format is theirs alone); only the copy is
+    /// shared, and it is ordered as one before any range or allocator word is overwritten.
+    /// All or nothing: refused, nothing is logged.
+    ///
+    /// Two rules keep a transaction that allocates many blocks to a few intent entries: a word
+    /// to restore whole is logged once (the first value is the one from before the
+    /// transaction), and bits of the same word as the log's last entry join its mask, that
+    /// entry rewritten in place (the copy then starts at it). The rewrite is safe because
+    /// nothing this transaction stores depends on that entry yet (allocator words are written
+    /// at commit, after the copy is ordered) and it is the last entry: a crash that tears it
+    /// ends the scan there, and what follows it is this same copy, which protects nothing yet.
+    pub(crate) fn append_with_intents<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        intents: &[(u64, Intent)],
+        ranges: &[(u64, u64)],
+    ) -> Result<NtPending, TxError> {
         let capacity = self.lane.capacity;
-        let mut needed = 0;
+        let mut snapshot_bytes = 0;
         for &(_, len) in ranges {
             let size = entry_size(len);
             // Bits 30 and 31 of an entry's length are flags: no snapshot reaches them.
@@ -222,8 +265,18 @@ impl OpenLog {
                     capacity: capacity - ENTRY_HEADER,
                 });
             }
-            needed += size;
+            snapshot_bytes += size;
         }
+        // Taken out of `self` while it is filled (and given back at the end: an early return
+        // drops it, which costs only its reuse).
+        let mut fresh = std::mem::take(&mut self.fresh_intents);
+        fresh.clear();
+        let rewrite = if intents.is_empty() {
+            None
+        } else {
+            self.plan_intents(intents, &mut fresh)
+        };
+        let needed = INTENT_SIZE * fresh.len() as u64 + snapshot_bytes;
         if self.used + needed > capacity {
             return Err(TxError::LogFull {
                 needed,
@@ -240,43 +293,58 @@ impl OpenLog {
         // The buffer lives as long as the transaction's state, which the heap reuses: after
         // the first transactions it has room, and encoding allocates nothing.
         self.buf.clear();
-        self.buf.reserve(needed as usize);
-        for (i, &(offset, len)) in ranges.iter().enumerate() {
-            let continued = i + 1 < ranges.len();
-            let body = entry::push_snapshot(&mut self.buf, self.generation, offset, len, continued);
-            pool.read_bytes(offset, &mut self.buf[body..body + len as usize])?;
+        self.buf
+            .reserve((needed + rewrite.map_or(0, |_| INTENT_SIZE)) as usize);
+        let start = match (rewrite, self.last_intent) {
+            (Some((offset, merged)), Some((at, _, _))) => {
+                self.last_intent = Some((at, offset, merged));
+                entry::push_intent(&mut self.buf, self.generation, offset, merged);
+                at
+            }
+            _ => self.used,
+        };
+        for (i, &(offset, intent)) in fresh.iter().enumerate() {
+            entry::push_intent(&mut self.buf, self.generation, offset, intent);
+            if let Intent::Word(_) = intent {
+                self.restored_words.push(offset);
+            }
+            if i + 1 == fresh.len() {
+                self.last_intent = Some((self.used + INTENT_SIZE * i as u64, offset, intent));
+            }
         }
-        // One group, one checksum (see `entry`).
-        entry::seal_group(&mut self.buf);
+        if !ranges.is_empty() {
+            let group = self.buf.len();
+            for (i, &(offset, len)) in ranges.iter().enumerate() {
+                let continued = i + 1 < ranges.len();
+                let body =
+                    entry::push_snapshot(&mut self.buf, self.generation, offset, len, continued);
+                pool.read_bytes(offset, &mut self.buf[body..body + len as usize])?;
+            }
+            // One group, one checksum (see `entry`).
+            entry::seal_group(&mut self.buf[group..]);
+            self.last_intent = None;
+        }
         // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
         // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
         // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).
         #[allow(unsafe_code)]
         // SAFETY: so no other thread accesses this range of the log concurrently.
-        let token = unsafe { pool.nt_write(self.lane.log() + self.used, &self.buf) }?;
+        let token = unsafe { pool.nt_write(self.lane.log() + start, &self.buf) }?;
         self.used += needed;
-        self.entries += ranges.len();
-        self.last_intent = None;
+        self.entries += fresh.len() + ranges.len();
+        self.fresh_intents = fresh;
         Ok(token)
     }
 
-    /// Log `intents` (each an allocator word's offset and how to undo its change) as the next
-    /// entries; returns the token of the copy, which the caller orders before it changes any of
-    /// the words. Refuses, writing nothing, entries that do not fit.
-    ///
-    /// Two rules keep a transaction that allocates many blocks to a few entries: a word to
-    /// restore whole is logged once (the first value is the one from before the transaction),
-    /// and bits of the same word as the log's last entry join its mask, that entry rewritten in
-    /// place. The rewrite is safe because nothing this transaction stores depends on that entry
-    /// yet (allocator words are written at commit, after the rewrite is ordered) and it is the
-    /// last entry: a crash that tears it ends the scan there, where nothing follows.
-    pub(crate) fn append_intents<B: Backend>(
-        &mut self,
-        pool: &Pool<B>,
+    /// Sort `intents` into the entries they need (pushed on `fresh`) and the new value of the
+    /// log's last entry, if they join it (see [`OpenLog::append_with_intents`]). Changes
+    /// nothing.
+    fn plan_intents(
+        &self,
         intents: &[(u64, Intent)],
-    ) -> Result<NtPending, TxError> {
+        fresh: &mut Vec<(u64, Intent)>,
+    ) -> Option<(u64, Intent)> {
         let mut rewrite: Option<(u64, Intent)> = None;
-        let mut fresh: Vec<(u64, Intent)> = Vec::with_capacity(intents.len());
         for &(offset, intent) in intents {
             if matches!(intent, Intent::Word(_)) && self.restored_words.contains(&offset) {
                 continue;
@@ -293,39 +361,7 @@ impl OpenLog {
                 fresh.push((offset, intent));
             }
         }
-        let needed = INTENT_SIZE * fresh.len() as u64;
-        if self.used + needed > self.lane.capacity {
-            return Err(TxError::LogFull {
-                needed,
-                free: self.lane.capacity - self.used,
-            });
-        }
-        let start = match (rewrite, self.last_intent) {
-            (Some((offset, merged)), Some((at, _, _))) => {
-                self.last_intent = Some((at, offset, merged));
-                at
-            }
-            _ => self.used,
-        };
-        self.buf.clear();
-        if let Some((offset, merged)) = rewrite {
-            entry::push_intent(&mut self.buf, self.generation, offset, merged);
-        }
-        for (i, &(offset, intent)) in fresh.iter().enumerate() {
-            entry::push_intent(&mut self.buf, self.generation, offset, intent);
-            if let Intent::Word(_) = intent {
-                self.restored_words.push(offset);
-            }
-            if i + 1 == fresh.len() {
-                self.last_intent = Some((self.used + INTENT_SIZE * i as u64, offset, intent));
-            }
-        }
-        #[allow(unsafe_code)]
-        // SAFETY: the lane is this transaction's alone (see `OpenLog::append_many`).
-        let token = unsafe { pool.nt_write(self.lane.log() + start, &self.buf) }?;
-        self.used += needed;
-        self.entries += fresh.len();
-        Ok(token)
+        rewrite
     }
 
     /// Commit the transaction's log: if it wrote entries, invalidate them with one persisted

@@ -257,11 +257,14 @@ pub(crate) fn count_fence() {
     COUNTERS.with(fence_counted);
 }
 
-/// `lines` cache lines flushed, covering the `len` bytes at address `addr`, then a fence: what
-/// [`count_flush`] and [`count_fence`] count, with one look-up of the thread's counters.
+/// `stores` 8-byte temporal stores, then `lines` cache lines flushed, covering the `len` bytes
+/// at address `addr`, then a fence: what [`count_stores`], [`count_flush`] and [`count_fence`]
+/// count, with one look-up of the thread's counters.
 #[inline]
-pub(crate) fn count_persist(addr: usize, len: usize, lines: usize) {
+pub(crate) fn count_persist(stores: u64, addr: usize, len: usize, lines: usize) {
     COUNTERS.with(|c| {
+        bump(&c.stores, stores);
+        bump(&c.store_bytes, 8 * stores);
         bump(&c.flushes, lines as u64);
         count_xplines(c, addr, len);
         // The flush's lines are pending until the fence, which the rule of `fence_counted`

@@ -465,36 +465,51 @@ fn a_word_stores_view_stores_flushes_and_counts_as_the_pool_does() {
     let stores = pool.word_stores(base, 16).unwrap();
     assert_eq!(stores.len(), 16);
 
-    // Two stores in one call: both land, counted as two 8-byte stores.
+    // Two stores in one call and one alone: all land, counted as three 8-byte stores by the
+    // view's next persist, with its flushes and fence.
     let before = thread_stats();
     stores.store_two(5, 50, 4, 40);
     stores.store(6, 60);
-    let counted = thread_stats() - before;
-    assert_eq!((counted.stores, counted.store_bytes), (3, 24));
     let words = pool.words(base, 16).unwrap();
     assert_eq!((words.load(4), words.load(5), words.load(6)), (40, 50, 60));
 
     // The view's persist counts what the pool's persist of the same words' token counts:
     // the same lines flushed and one fence. Words 2 .. 12 span two or three lines.
-    let before = thread_stats();
     let _ = stores.persist(2, 12);
     let by_view = thread_stats() - before;
+    assert_eq!((by_view.stores, by_view.store_bytes), (3, 24));
     let before = thread_stats();
     let _ = pool.persist(stores.written(2, 12));
     let by_pool = thread_stats() - before;
     assert_eq!(by_view.flushes, by_pool.flushes);
     assert_eq!(by_view.fences, 1);
-    assert_eq!(by_pool.fences, 1);
+    assert_eq!((by_pool.fences, by_pool.stores), (1, 0));
     let lines = pmem_ordering::isa::cache_line_count((base + 16) as usize, 80) as u64;
     assert_eq!(by_view.flushes, lines);
-    // The split form: a flush whose pending token one fence consumes.
+    // The split form: a flush (counting the store before it) whose pending token one fence
+    // consumes.
     let before = thread_stats();
+    stores.store(0, 1);
     let pending = stores.flush(0, 1);
     let _ = pool.fence(pending);
     let split = thread_stats() - before;
     assert_eq!(
-        (split.flushes, split.fences, split.redundant_fences),
-        (1, 1, 0)
+        (
+            split.stores,
+            split.flushes,
+            split.fences,
+            split.redundant_fences
+        ),
+        (1, 1, 1, 0)
+    );
+    // Stores no flush followed are counted when the view is dropped.
+    let before = thread_stats();
+    stores.store_two(7, 70, 8, 80);
+    drop(stores);
+    let dropped = thread_stats() - before;
+    assert_eq!(
+        (dropped.stores, dropped.store_bytes, dropped.flushes),
+        (2, 16, 0)
     );
 }
 

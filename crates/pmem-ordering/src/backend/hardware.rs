@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Backend, Granularity};
 use crate::barrier::PersistModel;
-use crate::isa::{self, Isa};
+use crate::isa::{self, FlushKind, Isa};
 
 /// Runs the real persist instructions of the chosen [`Isa`] on the pool's mapping.
 ///
@@ -17,6 +17,43 @@ pub struct Hardware {
     isa: Isa,
     granularity: Granularity,
     model: PersistModel,
+    /// What a flush does, from `granularity` and `isa`: chosen once here so that a flush
+    /// dispatches once, not on the granularity and then on the instruction.
+    flush_mode: FlushMode,
+}
+
+/// The one dispatch of [`Hardware`]'s flush: the granularity and flush instruction combined,
+/// as one flat enum (a nested one would match twice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlushMode {
+    /// eADR ([`Granularity::Byte`]): nothing to write back.
+    Skip,
+    /// [`Granularity::Page`]: `msync` the range.
+    Msync,
+    /// Cache-line write-backs with `clwb` (this and the next three are the pool's [`Isa`]'s
+    /// flush instruction, which the CPU has: the mode was read from it).
+    Clwb,
+    /// ... with `clflushopt`.
+    ClflushOpt,
+    /// ... with `clflush`.
+    Clflush,
+    /// ... with none ([`FlushKind::Portable`]).
+    Portable,
+}
+
+impl FlushMode {
+    fn of(granularity: Granularity, isa: Isa) -> FlushMode {
+        match granularity {
+            Granularity::Byte => FlushMode::Skip,
+            Granularity::Page => FlushMode::Msync,
+            Granularity::CacheLine | Granularity::Emulated => match isa.flush() {
+                FlushKind::Clwb => FlushMode::Clwb,
+                FlushKind::ClflushOpt => FlushMode::ClflushOpt,
+                FlushKind::Clflush => FlushMode::Clflush,
+                FlushKind::Portable => FlushMode::Portable,
+            },
+        }
+    }
 }
 
 impl Hardware {
@@ -26,6 +63,7 @@ impl Hardware {
             isa,
             granularity,
             model,
+            flush_mode: FlushMode::of(granularity, isa),
         }
     }
 
@@ -113,20 +151,30 @@ impl Backend for Hardware {
         }
     }
 
-    #[inline]
+    // Always inlined: the pool's persist paths then make this one dispatch in place.
+    #[inline(always)]
     unsafe fn flush(&self, addr: *const u8, len: usize) -> usize {
-        match self.granularity {
-            Granularity::CacheLine | Granularity::Emulated => {
-                // SAFETY: in range by the trait's contract.
-                unsafe { isa::flush_lines(self.isa, addr, len) }
-            }
-            Granularity::Page => {
+        // One match over every mode, each arm with its instruction as a constant, so the
+        // per-line loop has no dispatch left.
+        match self.flush_mode {
+            // SAFETY: in range by the trait's contract; the CPU has `clwb`: the mode was made
+            // from `self.isa`, which only detection on this CPU makes.
+            FlushMode::Clwb => unsafe { isa::flush_lines_of(FlushKind::Clwb, addr, len) },
+            // SAFETY: in range by the trait's contract; the CPU has `clflushopt` (as for clwb).
+            FlushMode::ClflushOpt => unsafe {
+                isa::flush_lines_of(FlushKind::ClflushOpt, addr, len)
+            },
+            // SAFETY: in range by the trait's contract; the CPU has `clflush` (as for clwb).
+            FlushMode::Clflush => unsafe { isa::flush_lines_of(FlushKind::Clflush, addr, len) },
+            // SAFETY: in range by the trait's contract; the portable kind runs anywhere.
+            FlushMode::Portable => unsafe { isa::flush_lines_of(FlushKind::Portable, addr, len) },
+            FlushMode::Msync => {
                 if len > 0 {
                     Hardware::msync(addr, len);
                 }
                 isa::cache_line_count(addr as usize, len)
             }
-            Granularity::Byte => 0,
+            FlushMode::Skip => 0,
         }
     }
 

@@ -12,13 +12,25 @@ use super::{cache_lines, FlushKind, Isa};
 /// `line` must point into memory mapped in this process (a flush of an unmapped address faults).
 #[inline(always)]
 pub unsafe fn flush_line(isa: Isa, line: *const u8) {
+    // SAFETY: the caller guarantees `line` is mapped; `isa` exists only if detection found its
+    // flush instruction on this CPU.
+    unsafe { flush_line_of(isa.flush(), line) }
+}
+
+/// Write back one cache line with the instruction `kind`: [`flush_line`] for callers that
+/// dispatched on the kind already (a constant `kind` folds the match away).
+///
+/// # Safety
+/// `line` must point into memory mapped in this process, and this CPU must have `kind`'s
+/// instruction: `kind` was read from an [`Isa`] (which only detection makes).
+#[inline(always)]
+pub(crate) unsafe fn flush_line_of(kind: FlushKind, line: *const u8) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         // The asm blocks below are not `nomem`: the compiler must treat them as touching memory,
         // so no store to the line is moved after its flush.
-        match isa.flush() {
-            // SAFETY: the caller guarantees `line` is mapped; `isa` exists only if detection found
-            // the instruction on this CPU.
+        match kind {
+            // SAFETY: the caller guarantees `line` is mapped and that the CPU has `kind`.
             FlushKind::Clwb => unsafe {
                 std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
             },
@@ -36,7 +48,7 @@ pub unsafe fn flush_line(isa: Isa, line: *const u8) {
     #[cfg(any(not(target_arch = "x86_64"), miri))]
     {
         // Only `FlushKind::Portable` can be detected here.
-        debug_assert_eq!(isa.flush(), FlushKind::Portable);
+        debug_assert_eq!(kind, FlushKind::Portable);
         let _ = line;
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
     }
@@ -59,10 +71,21 @@ pub unsafe fn flush_range(isa: Isa, addr: *const u8, len: usize) {
 /// The whole range must be mapped in this process.
 #[inline]
 pub unsafe fn flush_lines(isa: Isa, addr: *const u8, len: usize) -> usize {
+    // SAFETY: the caller's contract; `isa` proves the CPU has its flush instruction.
+    unsafe { flush_lines_of(isa.flush(), addr, len) }
+}
+
+/// [`flush_lines`] with the instruction `kind`, for callers that dispatched on it already.
+///
+/// # Safety
+/// The whole range must be mapped in this process, and `kind` was read from an [`Isa`].
+#[inline(always)]
+pub(crate) unsafe fn flush_lines_of(kind: FlushKind, addr: *const u8, len: usize) -> usize {
     let mut lines = 0;
     for line in cache_lines(addr.addr(), len) {
-        // SAFETY: every line of a mapped range is mapped (mappings are page granular).
-        unsafe { flush_line(isa, addr.with_addr(line)) };
+        // SAFETY: every line of a mapped range is mapped (mappings are page granular); `kind`
+        // runs on this CPU (the caller's contract).
+        unsafe { flush_line_of(kind, addr.with_addr(line)) };
         lines += 1;
     }
     lines

@@ -18,6 +18,7 @@ mod detect;
 mod flush;
 mod stream;
 
+pub(crate) use flush::flush_lines_of;
 pub use flush::{flush_line, flush_lines, flush_range, mfence, prefetch_line, sfence};
 pub use stream::{movnti_u64, nt_copy};
 

@@ -545,20 +545,21 @@ impl<B: Backend> Pool<B> {
             .addr(w.offset, w.len as usize)
             .expect("a Written token always names a range inside its pool");
         // SAFETY: `addr` checked just above: the range lies in the mapping.
-        unsafe { self.persist_at(addr, w.len as usize) }
+        unsafe { self.persist_at(0, addr, w.len as usize) }
     }
 
     /// Write back the lines of `[addr, addr + len)`, then fence: [`Pool::flush_at`] and
-    /// [`Pool::sfence`] (the same backend calls in the same order), counted in one step.
+    /// [`Pool::sfence`] (the same backend calls in the same order), counted in one step with
+    /// `stores` 8-byte stores made before it and not counted yet (a word view's).
     ///
     /// # Safety
     /// The range lies inside the pool's mapping.
     #[inline]
-    pub(crate) unsafe fn persist_at(&self, addr: *const u8, len: usize) -> Durable {
+    pub(crate) unsafe fn persist_at(&self, stores: u64, addr: *const u8, len: usize) -> Durable {
         // SAFETY: in the mapping (this function's contract).
         let lines = unsafe { self.backend.flush(addr, len) };
         self.backend.fence();
-        stats::count_persist(addr as usize, len, lines);
+        stats::count_persist(stores, addr as usize, len, lines);
         Durable { _private: () }
     }
 

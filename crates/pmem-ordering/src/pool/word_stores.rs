@@ -1,6 +1,9 @@
 //! [`WordStores`]: a checked view for storing into a run of a pool's 8-byte words, for hot write
 //! paths that store many words of one region (a tree node's in-place shift).
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::Backend;
 use crate::barrier::{Durable, Pending, Written};
 use crate::stats;
@@ -9,12 +12,16 @@ use super::Pool;
 
 /// The `count` 8-byte words at an offset of a pool, checked once ([`Pool::word_stores`]). Each
 /// store is the same failure-atomic release store as [`Pool::store_u64`], made through the
-/// backend (so the simulator traces it) and counted, in the order the caller makes them; only
-/// the per-store range and alignment checks are gone. [`WordStores::flush`] and
+/// backend (so the simulator traces it), in the order the caller makes them; only the
+/// per-store range and alignment checks are gone. [`WordStores::flush`] and
 /// [`WordStores::persist`] write back a run of the words (the same counted, traced flush as
 /// [`Pool::flush`], checked against the view instead of the pool); [`WordStores::written`]
 /// gives the token of a run for the pool's other persist calls.
-#[derive(Clone, Copy)]
+///
+/// The view's stores are counted in the thread's statistics ([`crate::stats`]) in batches:
+/// at the view's next flush or persist (with it, in one look-up of the counters), or when the
+/// view is dropped. The totals are those of one count per store; a hot shift saves a
+/// counter update per store.
 pub struct WordStores<'a, B: Backend> {
     pool: &'a Pool<B>,
     /// The first word, 8-byte aligned, with `len` words after it inside the mapping.
@@ -22,6 +29,8 @@ pub struct WordStores<'a, B: Backend> {
     /// The pool offset of `base`.
     offset: u64,
     len: usize,
+    /// Stores made through the view and not yet counted in the thread's statistics.
+    uncounted: Cell<u64>,
 }
 
 impl<'a, B: Backend> WordStores<'a, B> {
@@ -33,6 +42,7 @@ impl<'a, B: Backend> WordStores<'a, B> {
             base,
             offset,
             len,
+            uncounted: Cell::new(0),
         }
     }
 
@@ -43,11 +53,11 @@ impl<'a, B: Backend> WordStores<'a, B> {
         // SAFETY: `index < len`, and the `len` words from `base` are 8-aligned and inside the
         // mapping (checked at creation), which outlives the pool borrow `'a`.
         unsafe { self.pool.backend.store_u64(self.base.add(index), value) };
-        stats::count_store(8);
+        self.uncounted.set(self.uncounted.get() + 1);
     }
 
     /// Failure-atomic release stores of word `first` then word `second`, in that order: two
-    /// [`WordStores::store`]s, range-checked and counted in one step (panics past the end).
+    /// [`WordStores::store`]s, range-checked in one step (panics past the end).
     #[inline]
     pub fn store_two(&self, first: usize, first_value: u64, second: usize, second_value: u64) {
         assert!(
@@ -66,7 +76,39 @@ impl<'a, B: Backend> WordStores<'a, B> {
                 .backend
                 .store_u64(self.base.add(second), second_value);
         }
-        stats::count_stores(2, 16);
+        self.uncounted.set(self.uncounted.get() + 2);
+    }
+
+    /// Move words `start .. end` up by `by` words, to `start + by .. end + by`: the same
+    /// failure-atomic release stores as [`WordStores::store`], made highest word first, each
+    /// storing the value an acquire load of its source word read just before (so a move onto
+    /// itself reads no word it has overwritten, as `copy_within` would). One range check and
+    /// one count for the whole move (panics unless `start <= end` and `end + by` is inside
+    /// the view, before storing anything).
+    #[inline]
+    #[track_caller]
+    pub fn move_up(&self, start: usize, end: usize, by: usize) {
+        // Copied out, and checked with an out-of-line panic taking values, so that no local's
+        // address escapes: the loop keeps them in registers across its atomic accesses.
+        let (base, len) = (self.base, self.len);
+        if !(start <= end && end.checked_add(by).is_some_and(|top| top <= len)) {
+            move_past_view(start, end, by, len);
+        }
+        let backend = &self.pool.backend;
+        let mut word = end;
+        while word > start {
+            word -= 1;
+            // SAFETY: `word < end` and `word + by < end + by <= len` (checked above): both
+            // words lie among the view's `len` 8-aligned words inside the mapping (checked at
+            // creation), which outlives the pool borrow `'a`. Every access to pool words is
+            // atomic (but streaming stores, whose rule keeps them from these words).
+            unsafe {
+                let value = AtomicU64::from_ptr(base.add(word)).load(Ordering::Acquire);
+                backend.store_u64(base.add(word + by), value);
+            }
+        }
+        self.uncounted
+            .set(self.uncounted.get() + (end - start) as u64);
     }
 
     /// The token of words `start .. end` (stored through this view), to flush them with
@@ -84,6 +126,7 @@ impl<'a, B: Backend> WordStores<'a, B> {
     #[inline]
     pub fn flush(&self, start: usize, end: usize) -> Pending {
         self.check_run(start, end);
+        self.count_stores();
         // SAFETY: `start < end <= len` (checked above), and the `len` words from `base` lie
         // inside the mapping (checked at creation).
         unsafe {
@@ -96,10 +139,20 @@ impl<'a, B: Backend> WordStores<'a, B> {
     #[inline(always)]
     pub fn persist(&self, start: usize, end: usize) -> Durable {
         self.check_run(start, end);
+        let stores = self.uncounted.replace(0);
         // SAFETY: as in `flush`: `start < end <= len`, inside the mapping.
         unsafe {
             self.pool
-                .persist_at(self.base.add(start) as *const u8, 8 * (end - start))
+                .persist_at(stores, self.base.add(start) as *const u8, 8 * (end - start))
+        }
+    }
+
+    /// Count the stores not counted yet in the thread's statistics.
+    #[inline]
+    fn count_stores(&self) {
+        let stores = self.uncounted.replace(0);
+        if stores > 0 {
+            stats::count_stores(stores, 8 * stores as usize);
         }
     }
 
@@ -122,4 +175,20 @@ impl<'a, B: Backend> WordStores<'a, B> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+impl<B: Backend> Drop for WordStores<'_, B> {
+    /// Count what no flush or persist counted.
+    #[inline]
+    fn drop(&mut self) {
+        self.count_stores();
+    }
+}
+
+/// The panic of a [`WordStores::move_up`] past the view, out of line (see there).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn move_past_view(start: usize, end: usize, by: usize, len: usize) -> ! {
+    panic!("words {start}..{end} moved up by {by} past a view of {len}")
 }

@@ -8,7 +8,8 @@ use pmem_ordering::{Backend, Pool, Written};
 use pmem_undo_log::Heap;
 
 use super::layout::{
-    commit_target, commit_word, encode_entry, entry_offset, line_of, ENTRIES_PER_LINE, ENTRY, LINE,
+    commit_target, commit_word, encode_entry, entry_offset, line_of, NodeView, ENTRIES_PER_LINE,
+    ENTRY, LINE,
 };
 use super::shift::{Shift, SlotWrite};
 use super::{FastFair, FastFairError, LANES};
@@ -17,6 +18,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Redo-logged: each touched line goes through the lane before it is written in place.
     pub(super) fn shift_redo(
         &self,
+        view: NodeView<'_>,
         node: u64,
         lane: usize,
         shift: Shift,
@@ -25,7 +27,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let mut unfenced_clear: Option<Written> = None;
         let mut group = [SlotWrite::default(); ENTRIES_PER_LINE];
         let mut grouped = 0;
-        let view = self.view(node)?;
         for i in 0..=shift.len() {
             let next = if i < shift.len() {
                 Some(shift.write(view, i))

@@ -114,26 +114,36 @@ fn store_slot<B: Backend>(stores: &WordStores<'_, B>, w: &SlotWrite) -> (usize, 
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
-    /// Carry out `shift` on `node` under the tree's policy, with the node's stripe marked as
-    /// changing meanwhile. The caller holds the node's stripe lock (or every stripe), so
-    /// `lane` is this writer's alone.
-    pub(super) fn shift(&self, node: u64, lane: usize, shift: Shift) -> Result<(), FastFairError> {
-        let stripe = Self::stripe_index(node);
+    /// Carry out `shift` on `node` (which `view` shows) under the tree's policy, with the
+    /// node's stripe marked as changing meanwhile. `stripe` is the node's stripe
+    /// ([`FastFair::stripe_index`]), whose lock the caller holds (or every stripe's), so it is
+    /// this writer's alone and serves as its redo lane.
+    pub(super) fn shift(
+        &self,
+        view: NodeView<'_>,
+        node: u64,
+        stripe: usize,
+        shift: Shift,
+    ) -> Result<(), FastFairError> {
+        debug_assert_eq!(stripe, Self::stripe_index(node));
         self.stripes.change_begin_held(stripe);
         let result = match self.policy {
-            ShiftPolicy::PerShift => self.shift_per_entry(node, shift),
-            ShiftPolicy::Fast => self.shift_fast(node, shift),
-            ShiftPolicy::Redo => self.shift_redo(node, lane, shift),
+            ShiftPolicy::PerShift => self.shift_per_entry(view, node, shift),
+            ShiftPolicy::Fast => self.shift_fast(view, node, shift),
+            ShiftPolicy::Redo => self.shift_redo(view, node, stripe, shift),
         };
         self.stripes.change_end_held(stripe);
         result
     }
 
     /// The baseline: every moved entry flushed and fenced before the next.
-    fn shift_per_entry(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
-        let pool = self.pool();
-        let view = self.view(node)?;
-        let stores = pool.word_stores(node, view.words())?;
+    fn shift_per_entry(
+        &self,
+        view: NodeView<'_>,
+        node: u64,
+        shift: Shift,
+    ) -> Result<(), FastFairError> {
+        let stores = self.pool().word_stores(node, view.words())?;
         for i in 0..shift.len() {
             let (start, end) = store_slot(&stores, &shift.write(view, i));
             let _ = stores.persist(start, end);
@@ -144,13 +154,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// FAST: stores in place; one flush and fence each time the shift leaves a line (the
     /// line's stores flushed and fenced before the first store to the next line), and at the
     /// end.
-    fn shift_fast(&self, node: u64, shift: Shift) -> Result<(), FastFairError> {
-        let view = self.view(node)?;
+    fn shift_fast(&self, view: NodeView<'_>, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let stores = self.pool().word_stores(node, view.words())?;
         if let Shift::Insert { at, n, key, value } = shift {
             // The hot case, written out: the writes of `Shift::write`, slots `n` down to `at`
-            // (each move value before key, the new entry last), the run of each line flushed
-            // and fenced when the shift is about to leave it (after its first slot's write).
+            // (each move value before key, the new entry last), made line by line: the
+            // entries moving within one line go up one slot as one descending move of their
+            // words (value, key, value, key, ...: the order of the writes), and the run of
+            // each line is flushed and fenced when the shift is about to leave it (after its
+            // first slot's write).
             assert!(
                 at <= n && n < view.capacity() && key_word(n) + 2 <= stores.len(),
                 "an insert at slot {at} of {n} entries into a node of {}",
@@ -160,16 +172,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             let mut high = n;
             let mut slot = n;
             while slot > at {
-                // SAFETY: `slot - 1 < n < capacity` (asserted above).
-                let (k, v) =
-                    unsafe { (view.key_unchecked(slot - 1), view.value_unchecked(slot - 1)) };
-                let word = key_word(slot);
-                stores.store_two(word + 1, v, word, k);
-                if first_slot_of_line(slot) == slot {
-                    let _ = stores.persist(word, key_word(high) + 2);
-                    high = slot - 1;
+                let line_first = first_slot_of_line(slot);
+                // The lowest slot this line receives an entry in.
+                let low = line_first.max(at + 1);
+                stores.move_up(key_word(low - 1), key_word(slot - 1) + 2, 2);
+                if low == line_first {
+                    let _ = stores.persist(key_word(low), key_word(high) + 2);
+                    high = low - 1;
                 }
-                slot -= 1;
+                slot = low - 1;
             }
             let word = key_word(at);
             stores.store_two(word + 1, value, word, key);

@@ -8,7 +8,7 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
-use super::layout::value_offset;
+use super::layout::{value_offset, NodeView};
 use super::shift::Shift;
 use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
 
@@ -147,24 +147,26 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         }
         {
             let (leaf, lane, _node) = self.lock_leaf(key)?;
-            let Some(LeafEntry { slot, old, n }) = self.leaf_entry(leaf, key)? else {
+            let view = self.view(leaf).map_err(FastFairError::from)?;
+            let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
                 return Ok(None);
             };
             if n > self.min_fill() || leaf == self.root_node()? {
                 before_store(old)?;
-                self.remove_in_leaf(leaf, lane, slot, n)?;
+                self.remove_in_leaf(view, leaf, lane, slot, n)?;
                 return Ok(Some(old));
             }
         }
         let merge = self.lock_for_merge(key)?;
         let leaf = merge.leaf();
-        let Some(LeafEntry { slot, old, n }) = self.leaf_entry(leaf, key)? else {
+        let view = self.view(leaf).map_err(FastFairError::from)?;
+        let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
             return Ok(None);
         };
         before_store(old)?;
         let stripe = Self::stripe_index(leaf);
         if n > self.min_fill() || merge.leaf_is_root() {
-            self.remove_in_leaf(leaf, stripe, slot, n)?;
+            self.remove_in_leaf(view, leaf, stripe, slot, n)?;
         } else {
             self.remove_and_merge(&merge)?;
             self.stripes.count_held(stripe, 1u64.wrapping_neg());
@@ -172,49 +174,49 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Ok(Some(old))
     }
 
-    /// Where `key` is in `leaf`, whose lock the caller holds, if it is there.
+    /// Where `key` is in the leaf `view` shows, whose lock the caller holds, if it is there.
     #[inline]
-    fn leaf_entry(&self, leaf: u64, key: u64) -> Result<Option<LeafEntry>, FastFairError> {
-        let view = self.view(leaf)?;
-        Ok(view.find(key).map(|slot| LeafEntry {
+    fn leaf_entry(view: NodeView<'_>, key: u64) -> Option<LeafEntry> {
+        view.find(key).map(|slot| LeafEntry {
             slot,
             old: view.value(slot),
             n: view.count(),
-        }))
+        })
     }
 
-    /// Where `key` goes in `leaf`, whose lock the caller holds.
+    /// Where `key` goes in the leaf `view` shows, whose lock the caller holds.
     #[inline]
-    fn leaf_put(&self, leaf: u64, key: u64) -> Result<LeafPut, FastFairError> {
-        let view = self.view(leaf)?;
+    fn leaf_put(&self, view: NodeView<'_>, key: u64) -> LeafPut {
         let ub = view.upper_bound(key);
         if ub > 0 && view.key(ub - 1) == key {
-            return Ok(LeafPut::Present {
+            return LeafPut::Present {
                 slot: ub - 1,
                 old: view.value(ub - 1),
-            });
+            };
         }
         let n = view.count();
         if n >= self.capacity {
-            return Ok(LeafPut::Full);
+            return LeafPut::Full;
         }
-        Ok(LeafPut::Room { at: ub, n })
+        LeafPut::Room { at: ub, n }
     }
 
-    /// Put into a leaf whose lock the caller holds, calling `before_store` before the first
+    /// Put into `leaf`, whose lock the caller holds (`stripe` its stripe), calling `before_store` before the first
     /// store: `Ok(result)` if done, `Err(before_store)` (not called) if the key is absent and
     /// the leaf is full.
     #[inline]
     fn put_in_leaf<E: From<FastFairError>, F: FnOnce(Option<u64>) -> Result<(), E>>(
         &self,
         leaf: u64,
-        lane: usize,
+        stripe: usize,
         key: u64,
         value: u64,
         replace: bool,
         before_store: F,
     ) -> Result<Result<Option<u64>, F>, E> {
-        match self.leaf_put(leaf, key)? {
+        // One view for the search and the shift.
+        let view = self.view(leaf).map_err(FastFairError::from)?;
+        match self.leaf_put(view, key) {
             LeafPut::Present { slot, old } => {
                 if replace {
                     before_store(Some(old))?;
@@ -230,8 +232,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             LeafPut::Room { at, n } => {
                 before_store(None)?;
                 let shift = Shift::Insert { at, n, key, value };
-                self.shift(leaf, lane, shift)?;
-                self.stripes.count_held(lane, 1);
+                self.shift(view, leaf, stripe, shift)?;
+                self.stripes.count_held(stripe, 1);
                 Ok(Ok(None))
             }
             LeafPut::Full => Ok(Err(before_store)),
@@ -240,14 +242,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 
     fn remove_in_leaf(
         &self,
+        view: NodeView<'_>,
         leaf: u64,
-        lane: usize,
+        stripe: usize,
         slot: usize,
         n: usize,
     ) -> Result<(), FastFairError> {
         let shift = Shift::Remove { at: slot, n };
-        self.shift(leaf, lane, shift)?;
-        self.stripes.count_held(lane, 1u64.wrapping_neg());
+        self.shift(view, leaf, stripe, shift)?;
+        self.stripes.count_held(stripe, 1u64.wrapping_neg());
         Ok(())
     }
 }

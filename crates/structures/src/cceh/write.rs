@@ -16,27 +16,28 @@
 use std::ops::Deref;
 use std::sync::MutexGuard;
 
-use pmem_ordering::{Backend, Pool, Words};
+use pmem_ordering::{Backend, Pool, WordStores, Words};
 use pmem_undo_log::Heap;
 
 use super::access::SegmentView;
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, key_word, segment_word_offset, value_of};
+use super::layout::{bucket_word, key_word, pool_word, value_of, value_word};
 use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
 use super::lookup::{first_hit, hit_mask};
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
-/// Where a write goes in its window, chosen under the segment's stripe lock.
+/// Where a write goes in its window, chosen under the segment's stripe lock. A slot is named by
+/// the word of its key among the segment's words.
 enum Chosen {
     /// The slot holding the probe's key, and its value.
-    Found { slot: u64, old: u64 },
+    Found { slot: usize, old: u64 },
     /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
     /// the key it moved on (a copy of which is now further along), so a write that does not
     /// happen must empty it.
     Free {
-        slot: u64,
+        slot: usize,
         vacated: bool,
         /// The slot holds a key (a stale copy a split left, or one a displacement moved on),
         /// which the write empties first.
@@ -144,7 +145,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             {
                 let (place, stripe) = self.lock_place(h)?;
                 if let Some(chosen) = self.choose(&place, probe, h)? {
-                    return self.commit(chosen, &stripe, key, value, replace, before_store);
+                    return self.commit(&place, chosen, &stripe, key, value, replace, before_store);
                 }
             }
             // A full window is split under the structure mutex and the stripe lock (taken in
@@ -154,7 +155,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             let (place, stripe) = self.lock_place(h)?;
             match self.choose(&place, probe, h)? {
                 Some(chosen) => {
-                    return self.commit(chosen, &stripe, key, value, replace, before_store)
+                    return self.commit(&place, chosen, &stripe, key, value, replace, before_store)
                 }
                 None => self.split(&place)?,
             }
@@ -271,15 +272,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        let Some(segment) = SegmentView::new(self.pool_words()?, place.segment, self.span) else {
+        // The segment's words alone: a bucket's words are indexed from the segment's base.
+        let Some(segment) = SegmentView::alone(self.pool_words()?, place.segment, self.span)
+        else {
             return Err(self.bad_offset(place.segment, self.shape.bytes()));
         };
         // The home bucket's first word, wrapped into the segment by the view (as in lookups).
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         let bucket_keys =
             |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
-        let slot_at =
-            |first: usize, s: usize| segment_word_offset(place.segment, key_word(first, s));
+        let slot_at = key_word;
         // Keys only: a value is loaded for a slot holding the probe's key word alone.
         let mut empty = None;
         for step in 0..PROBE_BUCKETS {
@@ -323,7 +325,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
         if let Some(slot) = self.displace(place, h)? {
             return Ok(Some(Chosen::Free {
-                slot,
+                // A slot of this segment (`Neighbourhood::slot`): above its start, inside it.
+                slot: pool_word(slot - place.segment),
                 vacated: true,
                 occupied: self.word(slot)? != EMPTY_KEY,
             }));
@@ -337,11 +340,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(None)
     }
 
-    /// Carry out the write `chosen` for it (the caller still holds the segment's stripe lock):
-    /// `before_store` first, then the stores, persisted. See [`Cceh::put_probe`].
+    /// Carry out the write `chosen` in `place`'s segment (the caller still holds the
+    /// segment's stripe lock): `before_store` first, then the stores, persisted. See
+    /// [`Cceh::put_probe`].
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn commit<E: From<CcehError>>(
         &self,
+        place: &Place,
         chosen: Chosen,
         stripe: &StripeGuard<'_>,
         key: u64,
@@ -349,15 +355,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         replace: bool,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
     ) -> Result<Option<u64>, E> {
-        let pool = self.heap.pool();
+        // The segment's words, checked once for the stores and their persist (`choose` read
+        // the same words through a view checked the same way).
+        let stores = self
+            .heap
+            .pool()
+            .word_stores(place.segment, self.span.words())
+            .map_err(CcehError::from)?;
         match chosen {
             Chosen::Found { slot, old } => {
                 if replace {
                     before_store(Some(old))?;
-                    let w = pool
-                        .store_u64(value_of(slot), value)
-                        .map_err(CcehError::from)?;
-                    let _ = pool.persist(w);
+                    stores.store(value_word(slot), value);
+                    let _ = stores.persist(value_word(slot), value_word(slot) + 1);
                 }
                 Ok(Some(old))
             }
@@ -370,12 +380,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     if vacated {
                         // The moved key's copy further along is persisted: emptying this one
                         // leaves the table's entries as they were before the write.
-                        let w = pool.store_u64(slot, EMPTY_KEY).map_err(CcehError::from)?;
-                        let _ = pool.persist(w);
+                        stores.store(slot, EMPTY_KEY);
+                        let _ = stores.persist(slot, slot + 1);
                     }
                     return Err(e);
                 }
-                self.fill_slot(slot, occupied, key, value)?;
+                fill_slot(&stores, slot, occupied, key, value);
                 stripe.count(1);
                 Ok(None)
             }
@@ -390,29 +400,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// (it re-reads the key after the value).
     pub(super) fn put_slot(&self, slot: u64, key: u64, value: u64) -> Result<(), CcehError> {
         let occupied = self.word(slot)? != EMPTY_KEY;
-        self.fill_slot(slot, occupied, key, value)
-    }
-
-    /// [`Cceh::put_slot`] for a caller that has just read the slot's key under the segment's
-    /// stripe lock (so it is still there): `occupied` if it is not [`EMPTY_KEY`].
-    #[inline(always)]
-    fn fill_slot(&self, slot: u64, occupied: bool, key: u64, value: u64) -> Result<(), CcehError> {
-        let pool = self.heap.pool();
-        let emptied = if occupied {
-            let emptied = pool.store_u64(slot, EMPTY_KEY)?;
-            write_step(WriteStep::SlotEmptied);
-            Some(emptied)
-        } else {
-            None
-        };
-        let mut w = pool.store_u64(value_of(slot), value)?;
-        write_step(WriteStep::ValueStored);
-        if let Some(e) = emptied {
-            w = e.merge(w);
-        }
-        let w = w.merge(pool.store_u64(slot, key)?);
-        write_step(WriteStep::KeyStored);
-        let _ = pool.persist(w);
+        let stores = self.heap.pool().word_stores(slot, 2)?;
+        fill_slot(&stores, 0, occupied, key, value);
         Ok(())
     }
 
@@ -437,4 +426,27 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
         Ok(None)
     }
+}
+
+/// [`Cceh::put_slot`] through `stores`, for the slot whose key is word `slot` of it (the value
+/// word after it must be in it too), for a caller that has just read the slot's key under the
+/// segment's stripe lock (so it is still there): `occupied` if it is not [`EMPTY_KEY`].
+#[inline(always)]
+fn fill_slot<B: Backend>(
+    stores: &WordStores<'_, B>,
+    slot: usize,
+    occupied: bool,
+    key: u64,
+    value: u64,
+) {
+    if occupied {
+        stores.store(slot, EMPTY_KEY);
+        write_step(WriteStep::SlotEmptied);
+    }
+    stores.store(value_word(slot), value);
+    write_step(WriteStep::ValueStored);
+    stores.store(slot, key);
+    write_step(WriteStep::KeyStored);
+    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
+    let _ = stores.persist(slot, value_word(slot) + 1);
 }

@@ -272,51 +272,75 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        // The segment's words alone: a bucket's words are indexed from the segment's base.
-        let Some(segment) = SegmentView::alone(self.pool_words()?, place.segment, self.span)
-        else {
-            return Err(self.bad_offset(place.segment, self.shape.bytes()));
-        };
+        let segment = self.writer_view(place)?;
         // The home bucket's first word, wrapped into the segment by the view (as in lookups).
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
-        let bucket_keys =
-            |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
-        let slot_at = key_word;
+        let word = probe.word();
         // Keys only: a value is loaded for a slot holding the probe's key word alone.
         let mut empty = None;
         for step in 0..PROBE_BUCKETS {
-            let (first, keys) = bucket_keys(step);
+            let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+            // Most buckets hold no slot with the key word (every bucket of a new key's
+            // window): one compare and branch per slot tells, without computing which slot.
             // Under the stripe lock nothing else writes this segment: the value loaded is the
             // key's.
-            if let Some((s, old)) = matching_slot(&keys, &segment, first, probe) {
-                return Ok(Some(Chosen::Found {
-                    slot: slot_at(first, s),
-                    old,
-                }));
+            if keys.contains(&word) {
+                if let Some((s, old)) = matching_slot(&keys, &segment, first, probe) {
+                    return Ok(Some(Chosen::Found {
+                        slot: key_word(first, s),
+                        old,
+                    }));
+                }
             }
             if empty.is_none() {
-                let free = first_hit(&keys, EMPTY_KEY);
-                empty = (free < SLOTS_PER_BUCKET as usize).then(|| slot_at(first, free));
+                empty = keys
+                    .iter()
+                    .position(|&k| k == EMPTY_KEY)
+                    .map(|free| key_word(first, free));
             }
         }
-        // No empty slot (rare): the keys again, read under the same lock, so the same.
-        let stale = || {
-            let pattern = prefix(h, place.local_depth);
-            (0..PROBE_BUCKETS).find_map(|step| {
-                let (first, keys) = bucket_keys(step);
-                (0..SLOTS_PER_BUCKET as usize)
-                    .find(|&s| !belongs(keys[s], place.local_depth, pattern))
-                    .map(|s| slot_at(first, s))
-            })
-        };
-        if let Some(slot) = empty {
-            return Ok(Some(Chosen::Free {
+        match empty {
+            Some(slot) => Ok(Some(Chosen::Free {
                 slot,
                 vacated: false,
                 occupied: false,
-            }));
+            })),
+            None => self.choose_in_full_window(place, probe, h),
         }
-        if let Some(slot) = stale() {
+    }
+
+    /// The words of `place`'s segment, for a writer ([`SegmentView::alone`]).
+    #[inline(always)]
+    fn writer_view(&self, place: &Place) -> Result<SegmentView<'_>, CcehError> {
+        match SegmentView::alone(self.pool_words()?, place.segment, self.span) {
+            Some(segment) => Ok(segment),
+            None => Err(self.bad_offset(place.segment, self.shape.bytes())),
+        }
+    }
+
+    /// [`Cceh::choose`] for a window with no empty slot and no slot matching the probe (rare;
+    /// out of line, so that the common case keeps its registers): the first slot holding a
+    /// key a split left behind, else a slot made free by displacement, else `None`.
+    #[inline(never)]
+    fn choose_in_full_window(
+        &self,
+        place: &Place,
+        probe: &impl SlotProbe,
+        h: u64,
+    ) -> Result<Option<Chosen>, CcehError> {
+        let segment = self.writer_view(place)?;
+        let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let bucket_keys =
+            |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+        // The keys again, read under the same lock as `choose`'s, so the same.
+        let pattern = prefix(h, place.local_depth);
+        let stale = (0..PROBE_BUCKETS).find_map(|step| {
+            let (first, keys) = bucket_keys(step);
+            (0..SLOTS_PER_BUCKET as usize)
+                .find(|&s| !belongs(keys[s], place.local_depth, pattern))
+                .map(|s| key_word(first, s))
+        });
+        if let Some(slot) = stale {
             return Ok(Some(Chosen::Free {
                 slot,
                 vacated: false,

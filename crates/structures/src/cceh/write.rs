@@ -141,25 +141,107 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             return Err(CcehError::ReservedKey(RESERVED).into());
         }
         let h = hash(key);
+        // The common case in one straight pass: the fast walk to the stripe lock, and a window
+        // with room. Its own branch (not a result merged with the slow walk's), so that the
+        // place it found stays in registers.
+        let words = self.pool_words()?;
+        let window_full = match self.lock_place_fast(words, h) {
+            Some((place, segment, stripe)) => {
+                let chosen = match self.choose(segment, probe, h)? {
+                    Some(chosen) => Some(chosen),
+                    None => self.choose_in_full_window(place, probe, h)?,
+                };
+                if let Some(chosen) = chosen {
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
+                }
+                true
+            }
+            None => false,
+        };
+        self.put_slow(probe, h, value, replace, before_store, window_full)
+    }
+
+    /// [`Cceh::put_probe`] the way that retries: after the fast pass found `h`'s window full
+    /// (`window_full`: split it first), or could not take the fast walk. Splits and tries
+    /// again until the write finds room. Out of line, so that the common case is one straight
+    /// pass with no loop around it (which made the compiler compute and keep the whole pass's
+    /// invariants ahead of it).
+    #[inline(never)]
+    fn put_slow<E: From<CcehError>>(
+        &self,
+        probe: &impl SlotProbe,
+        h: u64,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+        window_full: bool,
+    ) -> Result<Option<u64>, E> {
+        let key = probe.word();
+        let mut split_next = window_full;
         loop {
-            {
-                let (place, stripe) = self.lock_place(h)?;
-                if let Some(chosen) = self.choose(&place, probe, h)? {
-                    return self.commit(&place, chosen, &stripe, key, value, replace, before_store);
+            if !split_next {
+                let (place, stripe, chosen) = self.place_write(probe, h)?;
+                if let Some(chosen) = chosen {
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
                 }
             }
+            split_next = false;
             // A full window is split under the structure mutex and the stripe lock (taken in
             // this order, after letting the stripe go); another thread may have split this
             // segment already, so look again before splitting.
             let _structure = self.structure();
-            let (place, stripe) = self.lock_place(h)?;
-            match self.choose(&place, probe, h)? {
+            let (place, stripe, chosen) = self.place_write(probe, h)?;
+            match chosen {
                 Some(chosen) => {
-                    return self.commit(&place, chosen, &stripe, key, value, replace, before_store)
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
                 }
                 None => self.split(&place)?,
             }
         }
+    }
+
+    /// Where `h` leads, with the lock of that segment's stripe held ([`Cceh::lock_place`]),
+    /// and where `probe`'s write goes in its window: `None` if the window is full and the
+    /// segment must split.
+    #[inline(always)]
+    fn place_write(
+        &self,
+        probe: &impl SlotProbe,
+        h: u64,
+    ) -> Result<(Place, StripeGuard<'_>, Option<Chosen>), CcehError> {
+        let (place, stripe) = self.lock_place(h)?;
+        let chosen = match self.choose(self.writer_view(place.segment)?, probe, h)? {
+            Some(chosen) => Some(chosen),
+            None => self.choose_in_full_window(place, probe, h)?,
+        };
+        Ok((place, stripe, chosen))
     }
 
     /// Remove the slot matching `probe`: its value, if there was one. `before_store(old
@@ -204,7 +286,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
         let words = self.pool_words()?;
         match self.lock_place_fast(words, h) {
-            Some(locked) => Ok(locked),
+            Some((place, _, stripe)) => Ok((place, stripe)),
             None => self.lock_place_walk(words, h),
         }
     }
@@ -240,17 +322,26 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// One pass of [`Cceh::lock_place`]'s walk, written for the fewest instructions (as
     /// `Cceh::lookup_fast` is for lookups): the same reads, prefetches, lock and check, but a
     /// read out of the pool or a directory changed before the lock was taken gives `None`,
-    /// and the caller walks again the way that retries and tells errors.
+    /// and the caller walks again the way that retries and tells errors. With the place, the
+    /// segment's words for [`Cceh::choose`] ([`Cceh::writer_view`]'s, checked once here).
     #[inline(always)]
-    fn lock_place_fast(&self, words: Words<'_>, h: u64) -> Option<(Place, StripeGuard<'_>)> {
+    #[allow(clippy::type_complexity)]
+    fn lock_place_fast<'w>(
+        &'w self,
+        words: Words<'w>,
+        h: u64,
+    ) -> Option<(Place, SegmentView<'w>, StripeGuard<'w>)> {
         let at = self.entry_fast(words, h)?;
         let entry = Entry::from_word(at.entry);
-        let segment = SegmentView::new(words, entry.segment, self.span)?;
+        let segment = SegmentView::alone(words, entry.segment, self.span)?;
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         for step in 0..PROBE_BUCKETS {
             segment.prefetch_bucket(home_word.wrapping_add(bucket_word(step)));
         }
         let guard = self.stripes.lock(stripe_of(entry.segment));
+        if !at.unchanged(words)? {
+            return None;
+        }
         let place = Place {
             directory: Directory::at(at.directory),
             global_depth: at.global_depth,
@@ -258,21 +349,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             segment: entry.segment,
             local_depth: entry.local_depth,
         };
-        at.unchanged(words)?.then_some((place, guard))
+        Some((place, segment, guard))
     }
 
-    /// Where `probe`'s write goes in its window (the caller holds the segment's stripe lock):
-    /// the slot matching the probe, else the window's first empty slot, else its first slot
-    /// holding a key a split left behind (lazy deletion: hashing each key to tell is only paid
-    /// for when there is no empty slot), else a slot made free by displacement. `None`: the
-    /// window is full, and the segment must split.
+    /// Where `probe`'s write goes in its window in `segment` ([`Cceh::writer_view`]; the
+    /// caller holds the segment's stripe lock): the slot matching the probe, else the window's
+    /// first empty slot. `None`: neither; [`Cceh::choose_in_full_window`] looks further.
+    #[inline(always)]
     fn choose(
         &self,
-        place: &Place,
+        segment: SegmentView<'_>,
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        let segment = self.writer_view(place)?;
         // The home bucket's first word, wrapped into the segment by the view (as in lookups).
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         let word = probe.word();
@@ -299,36 +388,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     .map(|free| key_word(first, free));
             }
         }
-        match empty {
-            Some(slot) => Ok(Some(Chosen::Free {
-                slot,
-                vacated: false,
-                occupied: false,
-            })),
-            None => self.choose_in_full_window(place, probe, h),
-        }
+        Ok(empty.map(|slot| Chosen::Free {
+            slot,
+            vacated: false,
+            occupied: false,
+        }))
     }
 
-    /// The words of `place`'s segment, for a writer ([`SegmentView::alone`]).
+    /// The words of the segment at `segment`, for a writer ([`SegmentView::alone`]).
     #[inline(always)]
-    fn writer_view(&self, place: &Place) -> Result<SegmentView<'_>, CcehError> {
-        match SegmentView::alone(self.pool_words()?, place.segment, self.span) {
-            Some(segment) => Ok(segment),
-            None => Err(self.bad_offset(place.segment, self.shape.bytes())),
+    fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
+        match SegmentView::alone(self.pool_words()?, segment, self.span) {
+            Some(view) => Ok(view),
+            None => Err(self.bad_offset(segment, self.shape.bytes())),
         }
     }
 
-    /// [`Cceh::choose`] for a window with no empty slot and no slot matching the probe (rare;
-    /// out of line, so that the common case keeps its registers): the first slot holding a
-    /// key a split left behind, else a slot made free by displacement, else `None`.
+    /// Where [`Cceh::choose`] found no room for `probe`'s write (rare; out of line, so that
+    /// the common case keeps its registers): the window's first slot holding a key a split
+    /// left behind (lazy deletion: hashing each key to tell is only paid for when there is no
+    /// empty slot), else a slot made free by displacement. `None`: the window is full, and
+    /// the segment must split. Takes the place by value: a reference would make the caller
+    /// keep it in memory on the common path too.
     #[inline(never)]
     fn choose_in_full_window(
         &self,
-        place: &Place,
+        place: Place,
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        let segment = self.writer_view(place)?;
+        let segment = self.writer_view(place.segment)?;
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         let bucket_keys =
             |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
@@ -347,7 +436,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 occupied: true,
             }));
         }
-        if let Some(slot) = self.displace(place, h)? {
+        if let Some(slot) = self.displace(&place, h)? {
             return Ok(Some(Chosen::Free {
                 // A slot of this segment (`Neighbourhood::slot`): above its start, inside it.
                 slot: pool_word(slot - place.segment),
@@ -364,14 +453,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(None)
     }
 
-    /// Carry out the write `chosen` in `place`'s segment (the caller still holds the
-    /// segment's stripe lock): `before_store` first, then the stores, persisted. See
-    /// [`Cceh::put_probe`].
+    /// Carry out the write `chosen` in the segment at `segment` (the caller still holds the
+    /// segment's stripe lock) of `key`: `before_store` first, then the stores,
+    /// persisted. See [`Cceh::put_probe`].
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn commit<E: From<CcehError>>(
         &self,
-        place: &Place,
+        segment: u64,
         chosen: Chosen,
         stripe: &StripeGuard<'_>,
         key: u64,
@@ -384,7 +473,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let stores = self
             .heap
             .pool()
-            .word_stores(place.segment, self.span.words())
+            .word_stores(segment, self.span.words())
             .map_err(CcehError::from)?;
         match chosen {
             Chosen::Found { slot, old } => {

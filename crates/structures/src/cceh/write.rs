@@ -21,7 +21,7 @@ use pmem_undo_log::Heap;
 
 use super::access::SegmentView;
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, key_word, pool_word, value_of, value_word};
+use super::layout::{bucket_word, key_word, pool_word, segment_word_offset, value_of, value_word};
 use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
 use super::lookup::{first_hit, hit_mask};
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
@@ -468,37 +468,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         replace: bool,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
     ) -> Result<Option<u64>, E> {
-        // The segment's words, checked once for the stores and their persist (`choose` read
-        // the same words through a view checked the same way).
+        let (Chosen::Found { slot, .. } | Chosen::Free { slot, .. }) = chosen;
+        // The slot's two words, checked once for its stores and their persist (a slot of the
+        // segment `choose` read, at most `line_mask + 6` words into it, so no overflow).
         let stores = self
             .heap
             .pool()
-            .word_stores(segment, self.span.words())
+            .word_stores(segment_word_offset(segment, slot), 2)
             .map_err(CcehError::from)?;
         match chosen {
-            Chosen::Found { slot, old } => {
+            Chosen::Found { old, .. } => {
                 if replace {
                     before_store(Some(old))?;
-                    stores.store(value_word(slot), value);
-                    let _ = stores.persist(value_word(slot), value_word(slot) + 1);
+                    stores.store(1, value);
+                    let _ = stores.persist(1, 2);
                 }
                 Ok(Some(old))
             }
             Chosen::Free {
-                slot,
-                vacated,
-                occupied,
+                vacated, occupied, ..
             } => {
                 if let Err(e) = before_store(None) {
                     if vacated {
                         // The moved key's copy further along is persisted: emptying this one
                         // leaves the table's entries as they were before the write.
-                        stores.store(slot, EMPTY_KEY);
-                        let _ = stores.persist(slot, slot + 1);
+                        stores.store(0, EMPTY_KEY);
+                        let _ = stores.persist(0, 1);
                     }
                     return Err(e);
                 }
-                fill_slot(&stores, slot, occupied, key, value);
+                fill_slot(&stores, occupied, key, value);
                 stripe.count(1);
                 Ok(None)
             }
@@ -514,7 +513,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     pub(super) fn put_slot(&self, slot: u64, key: u64, value: u64) -> Result<(), CcehError> {
         let occupied = self.word(slot)? != EMPTY_KEY;
         let stores = self.heap.pool().word_stores(slot, 2)?;
-        fill_slot(&stores, 0, occupied, key, value);
+        fill_slot(&stores, occupied, key, value);
         Ok(())
     }
 
@@ -541,25 +540,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     }
 }
 
-/// [`Cceh::put_slot`] through `stores`, for the slot whose key is word `slot` of it (the value
-/// word after it must be in it too), for a caller that has just read the slot's key under the
-/// segment's stripe lock (so it is still there): `occupied` if it is not [`EMPTY_KEY`].
+/// [`Cceh::put_slot`] through `stores`, a view of the slot's two words (its key, then its
+/// value), for a caller that has just read the slot's key under the segment's stripe lock (so
+/// it is still there): `occupied` if it is not [`EMPTY_KEY`].
 #[inline(always)]
-fn fill_slot<B: Backend>(
-    stores: &WordStores<'_, B>,
-    slot: usize,
-    occupied: bool,
-    key: u64,
-    value: u64,
-) {
+fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, value: u64) {
+    const KEY: usize = 0;
+    const VALUE: usize = value_word(KEY);
     if occupied {
-        stores.store(slot, EMPTY_KEY);
+        stores.store(KEY, EMPTY_KEY);
         write_step(WriteStep::SlotEmptied);
     }
-    stores.store(value_word(slot), value);
+    stores.store(VALUE, value);
     write_step(WriteStep::ValueStored);
-    stores.store(slot, key);
+    stores.store(KEY, key);
     write_step(WriteStep::KeyStored);
     // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
-    let _ = stores.persist(slot, value_word(slot) + 1);
+    let _ = stores.persist(KEY, VALUE + 1);
 }

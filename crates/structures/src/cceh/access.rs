@@ -36,7 +36,7 @@ impl SegmentSpan {
 
     /// Words of a segment.
     #[inline(always)]
-    fn words(self) -> usize {
+    pub(super) fn words(self) -> usize {
         // No overflow: checked in `of`.
         self.line_mask + WORDS_PER_BUCKET as usize
     }
@@ -74,6 +74,20 @@ impl<'w> SegmentView<'w> {
             words,
             // Below the view's length (checked above), so a `usize`.
             start: (segment / 8) as usize,
+            line_mask: span.line_mask,
+        })
+    }
+
+    /// [`SegmentView::new`] as a view of the segment's words alone (its start is word 0): two
+    /// compares instead of one, but a bucket's words are then indexed from the segment's own
+    /// base, with no start added to each. For writers, which read every bucket of a window
+    /// and name the slot they choose by its word in the segment ([`SegmentView::bucket_keys`]'s
+    /// `first`, counted from the segment's start either way).
+    #[inline(always)]
+    pub(super) fn alone(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
+        Some(SegmentView {
+            words: words.sub(pool_word(segment & !63), span.words())?,
+            start: 0,
             line_mask: span.line_mask,
         })
     }

@@ -16,27 +16,28 @@
 use std::ops::Deref;
 use std::sync::MutexGuard;
 
-use pmem_ordering::{Backend, Pool, Words};
+use pmem_ordering::{Backend, Pool, WordStores, Words};
 use pmem_undo_log::Heap;
 
 use super::access::SegmentView;
 use super::hashing::{belongs, hash, prefix};
-use super::layout::{bucket_word, key_word, segment_word_offset, value_of};
+use super::layout::{bucket_word, key_word, pool_word, segment_word_offset, value_of, value_word};
 use super::layout::{Directory, Entry, WORDS_PER_BUCKET};
 use super::lookup::{first_hit, hit_mask};
 use super::{write_step, Cceh, CcehError, Place, SlotProbe, WriteStep, RESERVED};
 use super::{EMPTY_KEY, PROBE_BUCKETS, SLOTS_PER_BUCKET, STRIPES};
 use crate::sync::StripeGuard;
 
-/// Where a write goes in its window, chosen under the segment's stripe lock.
+/// Where a write goes in its window, chosen under the segment's stripe lock. A slot is named by
+/// the word of its key among the segment's words.
 enum Chosen {
     /// The slot holding the probe's key, and its value.
-    Found { slot: u64, old: u64 },
+    Found { slot: usize, old: u64 },
     /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
     /// the key it moved on (a copy of which is now further along), so a write that does not
     /// happen must empty it.
     Free {
-        slot: u64,
+        slot: usize,
         vacated: bool,
         /// The slot holds a key (a stale copy a split left, or one a displacement moved on),
         /// which the write empties first.
@@ -140,25 +141,107 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             return Err(CcehError::ReservedKey(RESERVED).into());
         }
         let h = hash(key);
+        // The common case in one straight pass: the fast walk to the stripe lock, and a window
+        // with room. Its own branch (not a result merged with the slow walk's), so that the
+        // place it found stays in registers.
+        let words = self.pool_words()?;
+        let window_full = match self.lock_place_fast(words, h) {
+            Some((place, segment, stripe)) => {
+                let chosen = match self.choose(segment, probe, h)? {
+                    Some(chosen) => Some(chosen),
+                    None => self.choose_in_full_window(place, probe, h)?,
+                };
+                if let Some(chosen) = chosen {
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
+                }
+                true
+            }
+            None => false,
+        };
+        self.put_slow(probe, h, value, replace, before_store, window_full)
+    }
+
+    /// [`Cceh::put_probe`] the way that retries: after the fast pass found `h`'s window full
+    /// (`window_full`: split it first), or could not take the fast walk. Splits and tries
+    /// again until the write finds room. Out of line, so that the common case is one straight
+    /// pass with no loop around it (which made the compiler compute and keep the whole pass's
+    /// invariants ahead of it).
+    #[inline(never)]
+    fn put_slow<E: From<CcehError>>(
+        &self,
+        probe: &impl SlotProbe,
+        h: u64,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+        window_full: bool,
+    ) -> Result<Option<u64>, E> {
+        let key = probe.word();
+        let mut split_next = window_full;
         loop {
-            {
-                let (place, stripe) = self.lock_place(h)?;
-                if let Some(chosen) = self.choose(&place, probe, h)? {
-                    return self.commit(chosen, &stripe, key, value, replace, before_store);
+            if !split_next {
+                let (place, stripe, chosen) = self.place_write(probe, h)?;
+                if let Some(chosen) = chosen {
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
                 }
             }
+            split_next = false;
             // A full window is split under the structure mutex and the stripe lock (taken in
             // this order, after letting the stripe go); another thread may have split this
             // segment already, so look again before splitting.
             let _structure = self.structure();
-            let (place, stripe) = self.lock_place(h)?;
-            match self.choose(&place, probe, h)? {
+            let (place, stripe, chosen) = self.place_write(probe, h)?;
+            match chosen {
                 Some(chosen) => {
-                    return self.commit(chosen, &stripe, key, value, replace, before_store)
+                    let segment = place.segment;
+                    return self.commit(
+                        segment,
+                        chosen,
+                        &stripe,
+                        key,
+                        value,
+                        replace,
+                        before_store,
+                    );
                 }
                 None => self.split(&place)?,
             }
         }
+    }
+
+    /// Where `h` leads, with the lock of that segment's stripe held ([`Cceh::lock_place`]),
+    /// and where `probe`'s write goes in its window: `None` if the window is full and the
+    /// segment must split.
+    #[inline(always)]
+    fn place_write(
+        &self,
+        probe: &impl SlotProbe,
+        h: u64,
+    ) -> Result<(Place, StripeGuard<'_>, Option<Chosen>), CcehError> {
+        let (place, stripe) = self.lock_place(h)?;
+        let chosen = match self.choose(self.writer_view(place.segment)?, probe, h)? {
+            Some(chosen) => Some(chosen),
+            None => self.choose_in_full_window(place, probe, h)?,
+        };
+        Ok((place, stripe, chosen))
     }
 
     /// Remove the slot matching `probe`: its value, if there was one. `before_store(old
@@ -203,7 +286,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
         let words = self.pool_words()?;
         match self.lock_place_fast(words, h) {
-            Some(locked) => Ok(locked),
+            Some((place, _, stripe)) => Ok((place, stripe)),
             None => self.lock_place_walk(words, h),
         }
     }
@@ -239,17 +322,26 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// One pass of [`Cceh::lock_place`]'s walk, written for the fewest instructions (as
     /// `Cceh::lookup_fast` is for lookups): the same reads, prefetches, lock and check, but a
     /// read out of the pool or a directory changed before the lock was taken gives `None`,
-    /// and the caller walks again the way that retries and tells errors.
+    /// and the caller walks again the way that retries and tells errors. With the place, the
+    /// segment's words for [`Cceh::choose`] ([`Cceh::writer_view`]'s, checked once here).
     #[inline(always)]
-    fn lock_place_fast(&self, words: Words<'_>, h: u64) -> Option<(Place, StripeGuard<'_>)> {
+    #[allow(clippy::type_complexity)]
+    fn lock_place_fast<'w>(
+        &'w self,
+        words: Words<'w>,
+        h: u64,
+    ) -> Option<(Place, SegmentView<'w>, StripeGuard<'w>)> {
         let at = self.entry_fast(words, h)?;
         let entry = Entry::from_word(at.entry);
-        let segment = SegmentView::new(words, entry.segment, self.span)?;
+        let segment = SegmentView::alone(words, entry.segment, self.span)?;
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
         for step in 0..PROBE_BUCKETS {
             segment.prefetch_bucket(home_word.wrapping_add(bucket_word(step)));
         }
         let guard = self.stripes.lock(stripe_of(entry.segment));
+        if !at.unchanged(words)? {
+            return None;
+        }
         let place = Place {
             directory: Directory::at(at.directory),
             global_depth: at.global_depth,
@@ -257,73 +349,97 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             segment: entry.segment,
             local_depth: entry.local_depth,
         };
-        at.unchanged(words)?.then_some((place, guard))
+        Some((place, segment, guard))
     }
 
-    /// Where `probe`'s write goes in its window (the caller holds the segment's stripe lock):
-    /// the slot matching the probe, else the window's first empty slot, else its first slot
-    /// holding a key a split left behind (lazy deletion: hashing each key to tell is only paid
-    /// for when there is no empty slot), else a slot made free by displacement. `None`: the
-    /// window is full, and the segment must split.
+    /// Where `probe`'s write goes in its window in `segment` ([`Cceh::writer_view`]; the
+    /// caller holds the segment's stripe lock): the slot matching the probe, else the window's
+    /// first empty slot. `None`: neither; [`Cceh::choose_in_full_window`] looks further.
+    #[inline(always)]
     fn choose(
         &self,
-        place: &Place,
+        segment: SegmentView<'_>,
         probe: &impl SlotProbe,
         h: u64,
     ) -> Result<Option<Chosen>, CcehError> {
-        let Some(segment) = SegmentView::new(self.pool_words()?, place.segment, self.span) else {
-            return Err(self.bad_offset(place.segment, self.shape.bytes()));
-        };
         // The home bucket's first word, wrapped into the segment by the view (as in lookups).
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
-        let bucket_keys =
-            |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
-        let slot_at =
-            |first: usize, s: usize| segment_word_offset(place.segment, key_word(first, s));
+        let word = probe.word();
         // Keys only: a value is loaded for a slot holding the probe's key word alone.
         let mut empty = None;
         for step in 0..PROBE_BUCKETS {
-            let (first, keys) = bucket_keys(step);
+            let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+            // Most buckets hold no slot with the key word (every bucket of a new key's
+            // window): one compare and branch per slot tells, without computing which slot.
             // Under the stripe lock nothing else writes this segment: the value loaded is the
             // key's.
-            if let Some((s, old)) = matching_slot(&keys, &segment, first, probe) {
-                return Ok(Some(Chosen::Found {
-                    slot: slot_at(first, s),
-                    old,
-                }));
+            if keys.contains(&word) {
+                if let Some((s, old)) = matching_slot(&keys, &segment, first, probe) {
+                    return Ok(Some(Chosen::Found {
+                        slot: key_word(first, s),
+                        old,
+                    }));
+                }
             }
             if empty.is_none() {
-                let free = first_hit(&keys, EMPTY_KEY);
-                empty = (free < SLOTS_PER_BUCKET as usize).then(|| slot_at(first, free));
+                empty = keys
+                    .iter()
+                    .position(|&k| k == EMPTY_KEY)
+                    .map(|free| key_word(first, free));
             }
         }
-        // No empty slot (rare): the keys again, read under the same lock, so the same.
-        let stale = || {
-            let pattern = prefix(h, place.local_depth);
-            (0..PROBE_BUCKETS).find_map(|step| {
-                let (first, keys) = bucket_keys(step);
-                (0..SLOTS_PER_BUCKET as usize)
-                    .find(|&s| !belongs(keys[s], place.local_depth, pattern))
-                    .map(|s| slot_at(first, s))
-            })
-        };
-        if let Some(slot) = empty {
-            return Ok(Some(Chosen::Free {
-                slot,
-                vacated: false,
-                occupied: false,
-            }));
+        Ok(empty.map(|slot| Chosen::Free {
+            slot,
+            vacated: false,
+            occupied: false,
+        }))
+    }
+
+    /// The words of the segment at `segment`, for a writer ([`SegmentView::alone`]).
+    #[inline(always)]
+    fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
+        match SegmentView::alone(self.pool_words()?, segment, self.span) {
+            Some(view) => Ok(view),
+            None => Err(self.bad_offset(segment, self.shape.bytes())),
         }
-        if let Some(slot) = stale() {
+    }
+
+    /// Where [`Cceh::choose`] found no room for `probe`'s write (rare; out of line, so that
+    /// the common case keeps its registers): the window's first slot holding a key a split
+    /// left behind (lazy deletion: hashing each key to tell is only paid for when there is no
+    /// empty slot), else a slot made free by displacement. `None`: the window is full, and
+    /// the segment must split. Takes the place by value: a reference would make the caller
+    /// keep it in memory on the common path too.
+    #[inline(never)]
+    fn choose_in_full_window(
+        &self,
+        place: Place,
+        probe: &impl SlotProbe,
+        h: u64,
+    ) -> Result<Option<Chosen>, CcehError> {
+        let segment = self.writer_view(place.segment)?;
+        let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let bucket_keys =
+            |step: u64| segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+        // The keys again, read under the same lock as `choose`'s, so the same.
+        let pattern = prefix(h, place.local_depth);
+        let stale = (0..PROBE_BUCKETS).find_map(|step| {
+            let (first, keys) = bucket_keys(step);
+            (0..SLOTS_PER_BUCKET as usize)
+                .find(|&s| !belongs(keys[s], place.local_depth, pattern))
+                .map(|s| key_word(first, s))
+        });
+        if let Some(slot) = stale {
             return Ok(Some(Chosen::Free {
                 slot,
                 vacated: false,
                 occupied: true,
             }));
         }
-        if let Some(slot) = self.displace(place, h)? {
+        if let Some(slot) = self.displace(&place, h)? {
             return Ok(Some(Chosen::Free {
-                slot,
+                // A slot of this segment (`Neighbourhood::slot`): above its start, inside it.
+                slot: pool_word(slot - place.segment),
                 vacated: true,
                 occupied: self.word(slot)? != EMPTY_KEY,
             }));
@@ -337,11 +453,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(None)
     }
 
-    /// Carry out the write `chosen` for it (the caller still holds the segment's stripe lock):
-    /// `before_store` first, then the stores, persisted. See [`Cceh::put_probe`].
+    /// Carry out the write `chosen` in the segment at `segment` (the caller still holds the
+    /// segment's stripe lock) of `key`: `before_store` first, then the stores,
+    /// persisted. See [`Cceh::put_probe`].
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn commit<E: From<CcehError>>(
         &self,
+        segment: u64,
         chosen: Chosen,
         stripe: &StripeGuard<'_>,
         key: u64,
@@ -349,33 +468,36 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         replace: bool,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
     ) -> Result<Option<u64>, E> {
-        let pool = self.heap.pool();
+        let (Chosen::Found { slot, .. } | Chosen::Free { slot, .. }) = chosen;
+        // The slot's two words, checked once for its stores and their persist (a slot of the
+        // segment `choose` read, at most `line_mask + 6` words into it, so no overflow).
+        let stores = self
+            .heap
+            .pool()
+            .word_stores(segment_word_offset(segment, slot), 2)
+            .map_err(CcehError::from)?;
         match chosen {
-            Chosen::Found { slot, old } => {
+            Chosen::Found { old, .. } => {
                 if replace {
                     before_store(Some(old))?;
-                    let w = pool
-                        .store_u64(value_of(slot), value)
-                        .map_err(CcehError::from)?;
-                    let _ = pool.persist(w);
+                    stores.store(1, value);
+                    let _ = stores.persist(1, 2);
                 }
                 Ok(Some(old))
             }
             Chosen::Free {
-                slot,
-                vacated,
-                occupied,
+                vacated, occupied, ..
             } => {
                 if let Err(e) = before_store(None) {
                     if vacated {
                         // The moved key's copy further along is persisted: emptying this one
                         // leaves the table's entries as they were before the write.
-                        let w = pool.store_u64(slot, EMPTY_KEY).map_err(CcehError::from)?;
-                        let _ = pool.persist(w);
+                        stores.store(0, EMPTY_KEY);
+                        let _ = stores.persist(0, 1);
                     }
                     return Err(e);
                 }
-                self.fill_slot(slot, occupied, key, value)?;
+                fill_slot(&stores, occupied, key, value);
                 stripe.count(1);
                 Ok(None)
             }
@@ -390,29 +512,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// (it re-reads the key after the value).
     pub(super) fn put_slot(&self, slot: u64, key: u64, value: u64) -> Result<(), CcehError> {
         let occupied = self.word(slot)? != EMPTY_KEY;
-        self.fill_slot(slot, occupied, key, value)
-    }
-
-    /// [`Cceh::put_slot`] for a caller that has just read the slot's key under the segment's
-    /// stripe lock (so it is still there): `occupied` if it is not [`EMPTY_KEY`].
-    #[inline(always)]
-    fn fill_slot(&self, slot: u64, occupied: bool, key: u64, value: u64) -> Result<(), CcehError> {
-        let pool = self.heap.pool();
-        let emptied = if occupied {
-            let emptied = pool.store_u64(slot, EMPTY_KEY)?;
-            write_step(WriteStep::SlotEmptied);
-            Some(emptied)
-        } else {
-            None
-        };
-        let mut w = pool.store_u64(value_of(slot), value)?;
-        write_step(WriteStep::ValueStored);
-        if let Some(e) = emptied {
-            w = e.merge(w);
-        }
-        let w = w.merge(pool.store_u64(slot, key)?);
-        write_step(WriteStep::KeyStored);
-        let _ = pool.persist(w);
+        let stores = self.heap.pool().word_stores(slot, 2)?;
+        fill_slot(&stores, occupied, key, value);
         Ok(())
     }
 
@@ -437,4 +538,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         }
         Ok(None)
     }
+}
+
+/// [`Cceh::put_slot`] through `stores`, a view of the slot's two words (its key, then its
+/// value), for a caller that has just read the slot's key under the segment's stripe lock (so
+/// it is still there): `occupied` if it is not [`EMPTY_KEY`].
+#[inline(always)]
+fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, value: u64) {
+    const KEY: usize = 0;
+    const VALUE: usize = value_word(KEY);
+    if occupied {
+        stores.store(KEY, EMPTY_KEY);
+        write_step(WriteStep::SlotEmptied);
+    }
+    stores.store(VALUE, value);
+    write_step(WriteStep::ValueStored);
+    stores.store(KEY, key);
+    write_step(WriteStep::KeyStored);
+    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
+    let _ = stores.persist(KEY, VALUE + 1);
 }

@@ -117,6 +117,9 @@ pub struct BTreeIter<'a, K, V, B: Backend, P: Deref<Target = Pool<B>>> {
     types: PhantomData<fn() -> (K, V)>,
 }
 
+// The word tree's scan holds a leaf's pairs in place (no allocation per scan); an iterator is
+// made once per range and moved rarely, so the size difference is kept rather than boxed.
+#[allow(clippy::large_enum_variant)]
 enum TreeIterRepr<'a, B: Backend, P: Deref<Target = Pool<B>>> {
     Words(BTreeEntries<'a, B, P>),
     Records(Scan<'a, B, P, SharedHeap<B, P>>),

@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use pmem_ordering::{thread_stats, Backend, Hardware, Pool};
 
 use crate::alloc::{AllocStats, Allocator};
+use crate::lane::Lane;
 use crate::layout::{HeapConfig, Layout};
 use crate::policy::FencePolicy;
 use crate::tx::{self, HeapRef, Tx, TxState};
@@ -60,14 +61,21 @@ thread_local! {
     static SPARE: RefCell<Option<Rc<RefCell<TxState>>>> = const { RefCell::new(None) };
 }
 
-/// A state for a new transaction on `log`: this thread's spare one if it has one.
-fn fresh_state(log: crate::lane::OpenLog) -> Rc<RefCell<TxState>> {
+/// A state for a new transaction on `lane`: this thread's spare one if it has one.
+fn fresh_state<B: Backend>(lane: Lane, pool: &Pool<B>) -> Result<Rc<RefCell<TxState>>, TxError> {
     match SPARE.with(|s| s.borrow_mut().take()) {
         Some(state) => {
-            state.borrow_mut().restart(log);
-            state
+            let restarted = state.borrow_mut().restart(lane, pool);
+            match restarted {
+                Ok(()) => Ok(state),
+                Err(e) => {
+                    // Unchanged by the refused restart: still good for the next transaction.
+                    keep_spare(state);
+                    Err(e)
+                }
+            }
         }
-        None => Rc::new(RefCell::new(TxState::new(log))),
+        None => Ok(Rc::new(RefCell::new(TxState::new(lane.begin(pool)?)))),
     }
 }
 
@@ -282,15 +290,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         }
 
         let lane = self.acquire_lane();
-        let log = match self.layout.lane(lane).begin(&*self.pool) {
-            Ok(log) => log,
+        let state = match fresh_state(self.layout.lane(lane), &*self.pool) {
+            Ok(state) => state,
             Err(e) => {
                 self.release_lane(lane);
                 return Err(E::from(e));
             }
         };
         let before = thread_stats();
-        let state = fresh_state(log);
         ACTIVE.with(|a| a.borrow_mut().push((self.id, state.clone())));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             f(&Tx {

@@ -19,7 +19,7 @@ use std::rc::Rc;
 use pmem_ordering::{Backend, NtOrdering, NtPending, PPtr, Pending, Pool};
 
 use crate::alloc::{Allocator, Block, MetaBytes, MetaWrite, Reservation};
-use crate::lane::{Intent, OpenLog};
+use crate::lane::{Intent, Lane, OpenLog};
 use crate::policy::FencePolicy;
 use crate::TxError;
 
@@ -93,12 +93,12 @@ impl TxState {
         }
     }
 
-    /// Make this state, whose transaction has ended, the state of a new transaction on `log`,
+    /// Make this state, whose transaction has ended, the state of a new transaction on `lane`,
     /// keeping the capacity of its vectors: the heap reuses one state per thread, so a
     /// transaction allocates nothing once its thread's earlier ones have sized the buffers.
-    pub fn restart(&mut self, log: OpenLog) {
-        let finished = std::mem::replace(&mut self.log, log);
-        self.log.reuse_buffers(finished);
+    /// Refused (the lane's header cannot be read), nothing changes.
+    pub fn restart<B: Backend>(&mut self, lane: Lane, pool: &Pool<B>) -> Result<(), TxError> {
+        lane.begin_in(pool, &mut self.log)?;
         self.snapshots.clear();
         self.written.clear();
         self.unordered_log = None;
@@ -111,6 +111,7 @@ impl TxState {
         self.batch.clear();
         self.snapshots_before.clear();
         self.meta_writes.clear();
+        Ok(())
     }
 
     /// Whether `[offset, offset + len)` is covered (see [`TxState::covered`]); if not, note it

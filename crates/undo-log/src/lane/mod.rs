@@ -89,6 +89,31 @@ impl Lane {
         })
     }
 
+    /// Open a transaction on this lane in `log`, the log of a transaction that has ended, as
+    /// [`Lane::begin`] does, keeping `log`'s scratch buffers (emptied): a thread's transactions
+    /// then reuse one set of buffers, and the log is reset where it lies instead of moved.
+    /// Writes nothing; refused, `log` is unchanged.
+    pub(crate) fn begin_in<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        log: &mut OpenLog,
+    ) -> Result<(), TxError> {
+        let generation = self.committed_generation(pool)?.wrapping_add(1);
+        log.lane = *self;
+        log.generation = generation;
+        log.used = 0;
+        log.entries = 0;
+        log.last_intent = None;
+        log.buf.clear();
+        // A transaction that logged a large range leaves a large buffer: not kept for ever.
+        if log.buf.capacity() > KEPT_BUFFER_BYTES {
+            log.buf = Vec::new();
+        }
+        log.restored_words.clear();
+        log.fresh_intents.clear();
+        Ok(())
+    }
+
     /// Recover the lane after a crash: roll back its open transaction, if it has one. Returns
     /// how many entries were restored.
     pub(crate) fn recover<B: Backend>(&self, pool: &Pool<B>) -> Result<usize, TxError> {
@@ -147,6 +172,35 @@ impl Lane {
     }
 }
 
+/// Sort `intents` into the entries they need (pushed on `fresh`) and the new value of the
+/// log's last entry (`last_intent`), if they join it (see [`OpenLog::append_with_intents`]);
+/// `restored_words` are the words already logged whole.
+fn plan_intents(
+    restored_words: &[u64],
+    last_intent: Option<(u64, u64, Intent)>,
+    intents: &[(u64, Intent)],
+    fresh: &mut Vec<(u64, Intent)>,
+) -> Option<(u64, Intent)> {
+    let mut rewrite: Option<(u64, Intent)> = None;
+    for &(offset, intent) in intents {
+        if matches!(intent, Intent::Word(_)) && restored_words.contains(&offset) {
+            continue;
+        }
+        let log_last = rewrite.or(last_intent.map(|(_, o, last)| (o, last)));
+        let merged = match (fresh.last_mut(), log_last) {
+            (Some((o, last)), _) if *o == offset => last.merge(intent).map(|m| *last = m),
+            (None, Some((o, last))) if o == offset => {
+                last.merge(intent).map(|m| rewrite = Some((offset, m)))
+            }
+            _ => None,
+        };
+        if merged.is_none() {
+            fresh.push((offset, intent));
+        }
+    }
+    rewrite
+}
+
 /// The log of a lane's open transaction: its generation and how far its entries reach.
 pub(crate) struct OpenLog {
     lane: Lane,
@@ -162,32 +216,11 @@ pub(crate) struct OpenLog {
     last_intent: Option<(u64, u64, Intent)>,
     /// Words with an intent to restore them whole in the log.
     restored_words: Vec<u64>,
-    /// Scratch of [`OpenLog::append_intents`]: the intents that need entries of their own.
+    /// Scratch of [`OpenLog::append_with_intents`]: the intents that need entries of their own.
     fresh_intents: Vec<(u64, Intent)>,
 }
 
 impl OpenLog {
-    /// Take over the scratch buffers of `finished` (a log whose transaction has ended), emptied:
-    /// a thread's transactions then reuse one set of buffers instead of allocating their own.
-    pub(crate) fn reuse_buffers(&mut self, finished: OpenLog) {
-        let OpenLog {
-            mut buf,
-            mut restored_words,
-            mut fresh_intents,
-            ..
-        } = finished;
-        buf.clear();
-        restored_words.clear();
-        fresh_intents.clear();
-        // A transaction that logged a large range leaves a large buffer: not kept for ever.
-        if buf.capacity() > KEPT_BUFFER_BYTES {
-            buf = Vec::new();
-        }
-        self.buf = buf;
-        self.restored_words = restored_words;
-        self.fresh_intents = fresh_intents;
-    }
-
     /// Snapshot `[offset, offset + len)` (a range the caller has checked lies in the pool) as
     /// the next entry, written with non-temporal stores. Returns the entry's token, which the
     /// caller must order before it overwrites the range. Refuses, writing nothing, a snapshot
@@ -214,13 +247,17 @@ impl OpenLog {
     /// range is overwritten before the caller has ordered the whole copy (a fence under the x86
     /// model), so a crash before that finds each data range unchanged, whatever the scan makes
     /// of the log.
-    #[cfg(test)]
     pub(crate) fn append_many<B: Backend>(
         &mut self,
         pool: &Pool<B>,
         ranges: &[(u64, u64)],
     ) -> Result<NtPending, TxError> {
-        self.append_with_intents(pool, &[], ranges)
+        let needed = self.snapshot_bytes(ranges)?;
+        self.check_room(needed)?;
+        self.buf.clear();
+        self.buf.reserve(needed as usize);
+        self.push_snapshots(pool, ranges)?;
+        self.copy_out(pool, self.used, needed, ranges.len())
     }
 
     /// Log `intents` (each an allocator word's offset and how to undo its change) as the next
@@ -239,7 +276,8 @@ impl OpenLog {
     /// allocates before it snapshots pays one copy for both. The intents' entries and the
     /// snapshots' group keep their own checksums (the format is theirs alone); only the copy is
     /// shared, and it is ordered as one before any range or allocator word is overwritten.
-    /// All or nothing: refused, nothing is logged.
+    /// All or nothing: refused, nothing is logged. Without intents it is
+    /// [`OpenLog::append_many`], which skips the intents' bookkeeping.
     ///
     /// Two rules keep a transaction that allocates many blocks to a few intent entries: a word
     /// to restore whole is logged once (the first value is the one from before the
@@ -254,44 +292,20 @@ impl OpenLog {
         intents: &[(u64, Intent)],
         ranges: &[(u64, u64)],
     ) -> Result<NtPending, TxError> {
-        let capacity = self.lane.capacity;
-        let mut snapshot_bytes = 0;
-        for &(_, len) in ranges {
-            let size = entry_size(len);
-            // Bits 30 and 31 of an entry's length are flags: no snapshot reaches them.
-            if size > capacity || len >= entry::SNAPSHOT_LEN_LIMIT {
-                return Err(TxError::SnapshotTooLarge {
-                    len,
-                    capacity: capacity - ENTRY_HEADER,
-                });
-            }
-            snapshot_bytes += size;
+        if intents.is_empty() {
+            return self.append_many(pool, ranges);
         }
-        // Taken out of `self` while it is filled (and given back at the end: an early return
-        // drops it, which costs only its reuse).
-        let mut fresh = std::mem::take(&mut self.fresh_intents);
-        fresh.clear();
-        let rewrite = if intents.is_empty() {
-            None
-        } else {
-            self.plan_intents(intents, &mut fresh)
-        };
-        let needed = INTENT_SIZE * fresh.len() as u64 + snapshot_bytes;
-        if self.used + needed > capacity {
-            return Err(TxError::LogFull {
-                needed,
-                free: capacity - self.used,
-            });
-        }
-        // Start every load of the old bytes before waiting on the first: K random words cost
-        // about one miss instead of K in a row.
-        if ranges.len() > 1 {
-            for &(offset, len) in ranges {
-                pool.prefetch(offset, len);
-            }
-        }
-        // The buffer lives as long as the transaction's state, which the heap reuses: after
-        // the first transactions it has room, and encoding allocates nothing.
+        let snapshot_bytes = self.snapshot_bytes(ranges)?;
+        self.fresh_intents.clear();
+        let rewrite = plan_intents(
+            &self.restored_words,
+            self.last_intent,
+            intents,
+            &mut self.fresh_intents,
+        );
+        let fresh = self.fresh_intents.len();
+        let needed = INTENT_SIZE * fresh as u64 + snapshot_bytes;
+        self.check_room(needed)?;
         self.buf.clear();
         self.buf
             .reserve((needed + rewrite.map_or(0, |_| INTENT_SIZE)) as usize);
@@ -303,27 +317,95 @@ impl OpenLog {
             }
             _ => self.used,
         };
-        for (i, &(offset, intent)) in fresh.iter().enumerate() {
+        for (i, &(offset, intent)) in self.fresh_intents.iter().enumerate() {
             entry::push_intent(&mut self.buf, self.generation, offset, intent);
             if let Intent::Word(_) = intent {
                 self.restored_words.push(offset);
             }
-            if i + 1 == fresh.len() {
+            if i + 1 == fresh {
                 self.last_intent = Some((self.used + INTENT_SIZE * i as u64, offset, intent));
             }
         }
-        if !ranges.is_empty() {
-            let group = self.buf.len();
-            for (i, &(offset, len)) in ranges.iter().enumerate() {
-                let continued = i + 1 < ranges.len();
-                let body =
-                    entry::push_snapshot(&mut self.buf, self.generation, offset, len, continued);
-                pool.read_bytes(offset, &mut self.buf[body..body + len as usize])?;
+        self.push_snapshots(pool, ranges)?;
+        self.copy_out(pool, start, needed, fresh + ranges.len())
+    }
+
+    /// The log bytes the snapshots of `ranges` take; refuses a snapshot larger than the whole
+    /// log.
+    #[inline(always)]
+    fn snapshot_bytes(&self, ranges: &[(u64, u64)]) -> Result<u64, TxError> {
+        let capacity = self.lane.capacity;
+        let mut bytes = 0;
+        for &(_, len) in ranges {
+            let size = entry_size(len);
+            // Bits 30 and 31 of an entry's length are flags: no snapshot reaches them.
+            if size > capacity || len >= entry::SNAPSHOT_LEN_LIMIT {
+                return Err(TxError::SnapshotTooLarge {
+                    len,
+                    capacity: capacity - ENTRY_HEADER,
+                });
             }
-            // One group, one checksum (see `entry`).
-            entry::seal_group(&mut self.buf[group..]);
-            self.last_intent = None;
+            bytes += size;
         }
+        Ok(bytes)
+    }
+
+    /// Refuse `needed` more bytes of entries if they do not fit in what is left of the log.
+    #[inline(always)]
+    fn check_room(&self, needed: u64) -> Result<(), TxError> {
+        let capacity = self.lane.capacity;
+        if self.used + needed > capacity {
+            return Err(TxError::LogFull {
+                needed,
+                free: capacity - self.used,
+            });
+        }
+        Ok(())
+    }
+
+    /// Encode the snapshots of `ranges` (if any) as one group at the end of the buffer, their
+    /// old bytes read from the pool.
+    // Inlined into both appends: a call costs the snapshot-only path a few instructions a range.
+    #[inline(always)]
+    fn push_snapshots<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        ranges: &[(u64, u64)],
+    ) -> Result<(), TxError> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        // Start every load of the old bytes before waiting on the first: K random words cost
+        // about one miss instead of K in a row.
+        if ranges.len() > 1 {
+            for &(offset, len) in ranges {
+                pool.prefetch(offset, len);
+            }
+        }
+        // The buffer lives as long as the thread's transaction state, which the heap reuses:
+        // after the first transactions it has room, and encoding allocates nothing.
+        let group = self.buf.len();
+        for (i, &(offset, len)) in ranges.iter().enumerate() {
+            let continued = i + 1 < ranges.len();
+            let body = entry::push_snapshot(&mut self.buf, self.generation, offset, len, continued);
+            pool.read_bytes(offset, &mut self.buf[body..body + len as usize])?;
+        }
+        // One group, one checksum (see `entry`).
+        entry::seal_group(&mut self.buf[group..]);
+        self.last_intent = None;
+        Ok(())
+    }
+
+    /// Copy the encoded buffer into the log at `start` with non-temporal stores, and count
+    /// `needed` more bytes and `entries` more entries as used. Returns the copy's token.
+    #[inline(always)]
+    fn copy_out<B: Backend>(
+        &mut self,
+        pool: &Pool<B>,
+        start: u64,
+        needed: u64,
+        entries: usize,
+    ) -> Result<NtPending, TxError> {
         // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
         // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
         // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).
@@ -331,37 +413,8 @@ impl OpenLog {
         // SAFETY: so no other thread accesses this range of the log concurrently.
         let token = unsafe { pool.nt_write(self.lane.log() + start, &self.buf) }?;
         self.used += needed;
-        self.entries += fresh.len() + ranges.len();
-        self.fresh_intents = fresh;
+        self.entries += entries;
         Ok(token)
-    }
-
-    /// Sort `intents` into the entries they need (pushed on `fresh`) and the new value of the
-    /// log's last entry, if they join it (see [`OpenLog::append_with_intents`]). Changes
-    /// nothing.
-    fn plan_intents(
-        &self,
-        intents: &[(u64, Intent)],
-        fresh: &mut Vec<(u64, Intent)>,
-    ) -> Option<(u64, Intent)> {
-        let mut rewrite: Option<(u64, Intent)> = None;
-        for &(offset, intent) in intents {
-            if matches!(intent, Intent::Word(_)) && self.restored_words.contains(&offset) {
-                continue;
-            }
-            let log_last = rewrite.or(self.last_intent.map(|(_, o, last)| (o, last)));
-            let merged = match (fresh.last_mut(), log_last) {
-                (Some((o, last)), _) if *o == offset => last.merge(intent).map(|m| *last = m),
-                (None, Some((o, last))) if o == offset => {
-                    last.merge(intent).map(|m| rewrite = Some((offset, m)))
-                }
-                _ => None,
-            };
-            if merged.is_none() {
-                fresh.push((offset, intent));
-            }
-        }
-        rewrite
     }
 
     /// Commit the transaction's log: if it wrote entries, invalidate them with one persisted

@@ -98,10 +98,9 @@ impl<'a, B: Backend> WordStores<'a, B> {
         let mut word = end;
         while word > start {
             word -= 1;
-            // SAFETY: `word < end` and `word + by < end + by <= len` (checked above): both
-            // words lie among the view's `len` 8-aligned words inside the mapping (checked at
-            // creation), which outlives the pool borrow `'a`. Every access to pool words is
-            // atomic (but streaming stores, whose rule keeps them from these words).
+            // Every access to pool words is atomic (but streaming stores, kept from these words).
+            // SAFETY: `word < end`, `word + by <= len` (checked above): both are among the view's
+            // 8-aligned words inside the mapping (checked at creation), which outlives `'a`.
             unsafe {
                 let value = AtomicU64::from_ptr(base.add(word)).load(Ordering::Acquire);
                 backend.store_u64(base.add(word + by), value);

@@ -122,9 +122,8 @@ impl NodeView<'_> {
         while size > 1 {
             let half = size / 2;
             let mid = base + 2 * half;
-            // SAFETY: `mid = base + 2 * half < base + 2 * size <= key_word(capacity)`, within
-            // the view (the caller's promise; the view holds the header and `capacity`
-            // entries).
+            // The view holds the header and `capacity` entries (the caller's promise).
+            // SAFETY: `mid = base + 2 * half < base + 2 * size <= key_word(capacity)`: in the view.
             let probe = unsafe { self.word_unchecked(mid) };
             base = std::hint::select_unpredictable(below(probe), mid, base);
             size -= half;

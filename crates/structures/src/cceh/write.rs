@@ -188,42 +188,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let key = probe.word();
         let mut split_next = window_full;
         loop {
-            if !split_next {
-                let (place, stripe, chosen) = self.place_write(probe, h)?;
-                if let Some(chosen) = chosen {
-                    let segment = place.segment;
-                    return self.commit(
-                        segment,
-                        chosen,
-                        &stripe,
-                        key,
-                        value,
-                        replace,
-                        before_store,
-                    );
-                }
-            }
-            split_next = false;
             // A full window is split under the structure mutex and the stripe lock (taken in
-            // this order, after letting the stripe go); another thread may have split this
-            // segment already, so look again before splitting.
-            let _structure = self.structure();
+            // this order: the stripe of the look that found the window full was let go at the
+            // end of its round); another thread may have split this segment already, so the
+            // look under the mutex comes first.
+            let structure = split_next.then(|| self.structure());
             let (place, stripe, chosen) = self.place_write(probe, h)?;
-            match chosen {
-                Some(chosen) => {
-                    let segment = place.segment;
-                    return self.commit(
-                        segment,
-                        chosen,
-                        &stripe,
-                        key,
-                        value,
-                        replace,
-                        before_store,
-                    );
-                }
-                None => self.split(&place)?,
+            if let Some(chosen) = chosen {
+                let segment = place.segment;
+                return self.commit(segment, chosen, &stripe, key, value, replace, before_store);
             }
+            if structure.is_some() {
+                self.split(&place)?;
+            }
+            split_next = structure.is_none();
         }
     }
 

@@ -45,6 +45,15 @@ enum Chosen {
     },
 }
 
+/// The entry a write stores, and whether it replaces the value of a present key
+/// (`replace == false`: a present key's value is left as it is).
+#[derive(Clone, Copy)]
+struct EntryWrite {
+    key: u64,
+    value: u64,
+    replace: bool,
+}
+
 /// A `before_store` that does nothing: the `u64` operations' (it inlines away).
 #[inline(always)]
 fn nothing_before<T>(_old: T) -> Result<(), CcehError> {
@@ -152,16 +161,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     None => self.choose_in_full_window(place, probe, h)?,
                 };
                 if let Some(chosen) = chosen {
-                    let segment = place.segment;
-                    return self.commit(
-                        segment,
-                        chosen,
-                        &stripe,
+                    let write = EntryWrite {
                         key,
                         value,
                         replace,
-                        before_store,
-                    );
+                    };
+                    return self.commit(place.segment, chosen, &stripe, write, before_store);
                 }
                 true
             }
@@ -195,8 +200,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             let structure = split_next.then(|| self.structure());
             let (place, stripe, chosen) = self.place_write(probe, h)?;
             if let Some(chosen) = chosen {
-                let segment = place.segment;
-                return self.commit(segment, chosen, &stripe, key, value, replace, before_store);
+                let write = EntryWrite {
+                    key,
+                    value,
+                    replace,
+                };
+                return self.commit(place.segment, chosen, &stripe, write, before_store);
             }
             if structure.is_some() {
                 self.split(&place)?;
@@ -431,21 +440,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         Ok(None)
     }
 
-    /// Carry out the write `chosen` in the segment at `segment` (the caller still holds the
-    /// segment's stripe lock) of `key`: `before_store` first, then the stores,
-    /// persisted. See [`Cceh::put_probe`].
+    /// Carry out `write` at the slot `chosen` in the segment at `segment` (the caller still
+    /// holds the segment's stripe lock): `before_store` first, then the stores, persisted.
+    /// See [`Cceh::put_probe`].
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn commit<E: From<CcehError>>(
         &self,
         segment: u64,
         chosen: Chosen,
         stripe: &StripeGuard<'_>,
-        key: u64,
-        value: u64,
-        replace: bool,
+        write: EntryWrite,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
     ) -> Result<Option<u64>, E> {
+        let EntryWrite {
+            key,
+            value,
+            replace,
+        } = write;
         let (Chosen::Found { slot, .. } | Chosen::Free { slot, .. }) = chosen;
         // The slot's two words, checked once for its stores and their persist (a slot of the
         // segment `choose` read, at most `line_mask + 6` words into it, so no overflow).

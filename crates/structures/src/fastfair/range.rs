@@ -56,6 +56,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 hop: None,
             },
             leaf: None,
+            at: 0,
+            end: 0,
             error: None,
             failed: false,
         }
@@ -131,6 +133,12 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
     /// The leaf whose run of pairs `next` is handing out in place, if one is (the walk then
     /// stands past it: at its high key and sibling).
     leaf: Option<InPlace<'t>>,
+    /// Key words of the leaf's next slot to hand out and of the slot one past its run.
+    /// Invariant: `at < end` only while `leaf` holds a leaf (both are 0 when it holds none),
+    /// and then `HEADER_WORDS <= at < end <= view.words()` with `end - at` even (key words
+    /// of slots): `next`'s inlined path tests `at < end` alone.
+    at: usize,
+    end: usize,
     /// The error `next` met, until it returns it.
     error: Option<FastFairError>,
     failed: bool,
@@ -147,17 +155,13 @@ pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
 /// freed (and perhaps reused) after the run was found fails every later check. Only an
 /// upsert of a present key stores without marking: one value word, read whole either way.
 ///
-/// Invariant: `HEADER_WORDS <= at <= end <= view.words()`, `end - at` even (key words of
-/// slots), `last_key_word == view.words() - 2` (the node's last slot).
+/// Where in the run it stands is the [`Range`]'s `at` and `end`, passed to its methods.
+/// Invariant: `last_key_word == view.words() - 2` (the node's last slot).
 struct InPlace<'t> {
     view: NodeView<'t>,
-    /// Key word of the next slot to hand out.
-    at: usize,
     /// Key word of the node's last slot: `next`'s inlined path reads the key after each
     /// pair's (to see a transient duplicate) at most from there.
     last_key_word: usize,
-    /// Key word one past the run.
-    end: usize,
     stripe: StripeReader<'t>,
     seen: u64,
     /// The smallest key not yet handed out, as of the last validated read: where the walk
@@ -183,21 +187,19 @@ impl InPlace<'_> {
     /// from the next slot, inside the node: past the run it is above the range (or free),
     /// never equal; for a full node's last slot the pair's own key is read again, which
     /// sends it to [`Self::serve`].
+    /// `at < end` are the range's (see [`Range`]'s invariant).
     #[inline(always)]
-    fn next_fast(&mut self) -> Option<(u64, u64)> {
+    fn next_fast(&mut self, at: &mut usize) -> Option<(u64, u64)> {
         // The fields in locals: after the acquire loads below, the compiler would load them
         // again from `self`.
-        let (at, view, stripe, seen) = (self.at, self.view, self.stripe, self.seen);
-        if at >= self.end {
-            return None;
-        }
-        let peek = (at + 2).min(self.last_key_word);
-        // SAFETY: `at < end <= view.words()` with `end - at` even, so `at + 1 < end`; `peek`
-        // is at most `last_key_word < view.words()` (the invariant).
+        let (view, stripe, seen, next) = (self.view, self.stripe, self.seen, *at);
+        let peek = (next + 2).min(self.last_key_word);
+        // SAFETY: `at < end <= view.words()` with `end - at` even (the caller's), so
+        // `at + 1 < end`; `peek` is at most `last_key_word < view.words()` (the invariant).
         let (key, value, after) = unsafe {
             (
-                view.word_unchecked(at),
-                view.word_unchecked(at + 1),
+                view.word_unchecked(next),
+                view.word_unchecked(next + 1),
                 view.word_unchecked(peek),
             )
         };
@@ -206,18 +208,19 @@ impl InPlace<'_> {
         if key == after || !stripe.read_valid(seen) {
             return None;
         }
-        self.at = at + 2;
+        *at = next + 2;
         self.resume = after;
         Some((key, value))
     }
 
-    /// The next pair of the run, a left copy skipped: any slot, every case.
+    /// The next pair of the run, a left copy skipped: any slot, every case. `at` and `end`
+    /// are the range's (see [`Range`]'s invariant).
     #[inline]
-    fn serve(&mut self) -> Served {
-        while self.at < self.end {
-            let at = self.at;
+    fn serve(&mut self, at_now: &mut usize, end: usize) -> Served {
+        while *at_now < end {
+            let at = *at_now;
             // SAFETY: `at < end <= view.words()` and `end - at` is even, so `at + 1 < end`
-            // (the invariant); `at + 2` is read only if below `end`.
+            // (the range's invariant); `at + 2` is read only if below `end`.
             let (key, value) = unsafe {
                 (
                     self.view.word_unchecked(at),
@@ -225,13 +228,13 @@ impl InPlace<'_> {
                 )
             };
             // SAFETY: as above.
-            let after = (at + 2 < self.end).then(|| unsafe { self.view.word_unchecked(at + 2) });
+            let after = (at + 2 < end).then(|| unsafe { self.view.word_unchecked(at + 2) });
             #[cfg(test)]
             super::interleave::at(super::interleave::Point::ScanRead(self.node));
             if !self.stripe.read_valid(self.seen) {
                 return Served::Changed;
             }
-            self.at = at + 2;
+            *at_now = at + 2;
             if after == Some(key) {
                 // The left copy of a transient duplicate: the right one follows.
                 continue;
@@ -263,15 +266,19 @@ struct Walk<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Walk<'t, B, P, H> {
     /// The next leaf's run of slots in range from `resume` on, to hand out in place, its
     /// bounds read and validated; the walk then stands past the leaf (at its high key and
-    /// sibling). `None` when the range is done.
-    fn find_run(&mut self) -> Result<Option<InPlace<'t>>, FastFairError> {
+    /// sibling), and the key words of its first slot and one past its last. `None` when the
+    /// range is done.
+    fn find_run(&mut self) -> Result<Option<(InPlace<'t>, usize, usize)>, FastFairError> {
         by_shape!(self.tree, shape => self.find_run_in(shape))
     }
 
     /// [`Self::find_run`] for nodes of `shape`: always inlined into its arms of [`by_shape`],
     /// where `shape` is a constant.
     #[inline(always)]
-    fn find_run_in(&mut self, shape: NodeShape) -> Result<Option<InPlace<'t>>, FastFairError> {
+    fn find_run_in(
+        &mut self,
+        shape: NodeShape,
+    ) -> Result<Option<(InPlace<'t>, usize, usize)>, FastFairError> {
         let tree = self.tree;
         let pool_words = match self.pool_words {
             Some(words) => words,
@@ -328,17 +335,16 @@ impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> 
             }
             self.resume = (high != EMPTY_KEY).then_some(high);
             if first < end {
-                return Ok(Some(InPlace {
+                let leaf = InPlace {
                     view,
-                    at: layout::key_word(first),
-                    end: layout::key_word(end),
                     last_key_word: view.words() - 2,
                     stripe,
                     seen,
                     resume: from,
                     node,
                     structure,
-                }));
+                };
+                return Ok(Some((leaf, layout::key_word(first), layout::key_word(end))));
             }
         }
         Ok(None)
@@ -457,11 +463,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
         // A leaf `next` is handing out is read again from where it stands (and followed
         // right if it split meanwhile).
         if let Some(leaf) = self.leaf.take() {
-            if leaf.at < leaf.end {
+            if self.at < self.end {
                 self.walk.resume = Some(leaf.resume);
                 self.walk.hop = Some((leaf.node, leaf.structure));
             }
         }
+        (self.at, self.end) = (0, 0);
         let wanted = start + max;
         match self.walk.fill(out, wanted, true) {
             Ok(Some((leaf, structure))) => {
@@ -491,8 +498,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
             if self.failed {
                 return None;
             }
-            if let Some(leaf) = self.leaf.as_mut().filter(|leaf| leaf.at < leaf.end) {
-                match leaf.serve() {
+            if let Some(leaf) = self.leaf.as_mut().filter(|_| self.at < self.end) {
+                match leaf.serve(&mut self.at, self.end) {
                     Served::Pair(pair) => return Some(pair),
                     // The walk already stands past the leaf.
                     Served::Done => {}
@@ -503,10 +510,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
                         self.walk.hop = Some((leaf.node, leaf.structure));
                     }
                 }
-                self.leaf = None;
             }
+            (self.leaf, self.at, self.end) = (None, 0, 0);
             match self.walk.find_run() {
-                Ok(Some(run)) => self.leaf = Some(run),
+                Ok(Some((leaf, at, end))) => (self.leaf, self.at, self.end) = (Some(leaf), at, end),
                 Ok(None) => return None,
                 Err(e) => {
                     self.failed = true;
@@ -526,8 +533,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iter
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         // The common case first: a pair of the leaf in hand, read and validated in place.
-        if let Some(pair) = self.leaf.as_mut().and_then(InPlace::next_fast) {
-            return Some(Ok(pair));
+        if self.at < self.end {
+            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
+            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
+            if let Some(pair) = leaf.next_fast(&mut self.at) {
+                return Some(Ok(pair));
+            }
         }
         match self.next_slow() {
             Some(pair) => Some(Ok(pair)),

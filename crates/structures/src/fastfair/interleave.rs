@@ -21,6 +21,9 @@ use std::cell::RefCell;
 pub(super) enum Point {
     /// It has read the node at this offset and not yet validated the read.
     Read(u64),
+    /// A scan has read, in the leaf at this offset, a run's bounds or a pair to hand out in
+    /// place, and not yet validated the read.
+    ScanRead(u64),
     /// It validated its last read: whether the read stands.
     Validated(bool),
     /// A split, holding the locks of the nodes it changes, has just written (in its

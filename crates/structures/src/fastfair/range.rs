@@ -1,13 +1,14 @@
-//! Range scans: leaf by leaf along the sibling links, each leaf's entries read in place into
-//! the scan's buffer and kept only if its stripe version shows no writer changed the leaf
-//! meanwhile, with a fresh descent whenever a merge or root change intervened.
+//! Range scans: leaf by leaf along the sibling links, with a fresh descent whenever a merge
+//! or root change intervened. Two ways to hand out a leaf's pairs, both lock-free:
 //!
-//! `next` hands out pairs from a buffer inside the range itself ([`Chunk`]), which holds a
-//! whole leaf of the default node size, so a scan allocates nothing and serving a pair is an
-//! index compare and a load. A leaf of a larger node is read whole into a heap buffer (once
-//! per scan) and moved to the chunk a piece at a time.
+//! * `next` hands them out in place ([`InPlace`]): it finds the leaf's run of slots in range
+//!   once, then reads each pair straight from the node and keeps it only if the leaf's stripe
+//!   version, loaded after the read, shows no writer changed the leaf since the run was
+//!   found. Nothing is copied, and a pair costs two loads, a look at the next key (for a
+//!   transient duplicate) and the version check.
+//! * `next_into` copies each leaf's run into the caller's buffer and keeps the copy only if
+//!   the stripe version then shows no change: one check per leaf.
 
-use std::mem::MaybeUninit;
 use std::ops::{Bound, Deref, RangeBounds};
 
 use pmem_ordering::{Backend, Pool, Words};
@@ -15,12 +16,11 @@ use pmem_undo_log::Heap;
 
 use super::layout::{self, NodeShape, NodeView};
 use super::search::{by_shape, whole_pool};
-use super::{FastFair, FastFairError, DEFAULT_NODE_SIZE, EMPTY_KEY};
-use crate::sync::StripeReaders;
-
-/// Pairs a [`Range`] holds in place for `next`: at least a whole leaf of the default size.
-const CHUNK: usize = 32;
-const _: () = assert!(layout::capacity(DEFAULT_NODE_SIZE) <= CHUNK);
+use super::{FastFair, FastFairError, EMPTY_KEY};
+use crate::sync::{StripeReader, StripeReaders};
+use copy::append_entries;
+#[cfg(test)]
+use copy::keep_right_copies;
 
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::U64Map`]).
@@ -55,11 +55,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 last: last.unwrap_or(0),
                 hop: None,
             },
-            chunk: Chunk::new(),
-            pos: 0,
-            // Allocated only for nodes larger than the chunk holds, by the first `next`.
-            spill: Vec::new(),
-            spill_pos: 0,
+            leaf: None,
+            at: 0,
+            end: 0,
+            error: None,
             failed: false,
         }
     }
@@ -76,7 +75,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// out of order, a duplicate) is taken back from `out` before the caller sees it.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn read_leaf_in<S: PairSink>(
+    fn read_leaf_in(
         &self,
         shape: NodeShape,
         pool_words: Words<'_>,
@@ -84,7 +83,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         node: u64,
         (from, last): (u64, u64),
         limit: usize,
-        out: &mut S,
+        out: &mut Vec<(u64, u64)>,
     ) -> LeafRead {
         let stripe = stripes.reader(Self::stripe_index(node));
         let seen = stripe.read_begin();
@@ -128,223 +127,125 @@ enum LeafRead {
     Missing,
 }
 
-/// Where a leaf's pairs are copied: a caller's `Vec` (bulk reads, a large node's whole leaf)
-/// or a range's [`Chunk`].
-trait PairSink {
-    fn len(&self) -> usize;
-
-    /// Drop the pairs from `len` on.
-    fn truncate(&mut self, len: usize);
-
-    /// The free slots after the pairs, at least `count` of them where the sink can hold that
-    /// many (a chunk is filled only from empty, with leaves of at most [`CHUNK`] entries).
-    fn spare(&mut self, count: usize) -> &mut [MaybeUninit<(u64, u64)>];
-
-    /// Count the first `count` slots [`Self::spare`] returned as pairs.
-    ///
-    /// # Safety
-    ///
-    /// Those slots were written since.
-    unsafe fn grow(&mut self, count: usize);
-
-    /// The pairs.
-    fn pairs_mut(&mut self) -> &mut [(u64, u64)];
-}
-
-impl PairSink for Vec<(u64, u64)> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        Vec::len(self)
-    }
-
-    #[inline(always)]
-    fn truncate(&mut self, len: usize) {
-        Vec::truncate(self, len);
-    }
-
-    #[inline(always)]
-    fn spare(&mut self, count: usize) -> &mut [MaybeUninit<(u64, u64)>] {
-        self.reserve(count);
-        self.spare_capacity_mut()
-    }
-
-    #[inline(always)]
-    unsafe fn grow(&mut self, count: usize) {
-        // SAFETY: the `count` slots after the length were written (the caller's promise),
-        // within the capacity (`spare` returned them).
-        unsafe { self.set_len(Vec::len(self) + count) };
-    }
-
-    #[inline(always)]
-    fn pairs_mut(&mut self) -> &mut [(u64, u64)] {
-        self
-    }
-}
-
-/// A leaf's pairs held in place: the first `len` of `pairs` are written (`len <= CHUNK`).
-struct Chunk {
-    pairs: [MaybeUninit<(u64, u64)>; CHUNK],
-    len: usize,
-}
-
-impl Chunk {
-    fn new() -> Chunk {
-        Chunk {
-            pairs: [const { MaybeUninit::uninit() }; CHUNK],
-            len: 0,
-        }
-    }
-
-    /// Pair `i`, if held.
-    #[inline(always)]
-    fn get(&self, i: usize) -> Option<(u64, u64)> {
-        if i < self.len {
-            // SAFETY: `i < len <= CHUNK`, and the first `len` pairs are written.
-            Some(unsafe { self.pairs.get_unchecked(i).assume_init() })
-        } else {
-            None
-        }
-    }
-
-    /// The pairs held.
-    #[inline(always)]
-    fn pairs(&self) -> &[(u64, u64)] {
-        // SAFETY: the first `len <= CHUNK` slots are written, and a `MaybeUninit<T>` has the
-        // layout of `T`.
-        unsafe { std::slice::from_raw_parts(self.pairs.as_ptr().cast(), self.len) }
-    }
-}
-
-impl PairSink for Chunk {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline(always)]
-    fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
-
-    #[inline(always)]
-    fn spare(&mut self, _count: usize) -> &mut [MaybeUninit<(u64, u64)>] {
-        &mut self.pairs[self.len..]
-    }
-
-    #[inline(always)]
-    unsafe fn grow(&mut self, count: usize) {
-        // The caller wrote `count` of the `CHUNK - len` slots `spare` returned.
-        debug_assert!(self.len + count <= CHUNK);
-        self.len += count;
-    }
-
-    #[inline(always)]
-    fn pairs_mut(&mut self) -> &mut [(u64, u64)] {
-        // SAFETY: as in `pairs`, and the borrow is unique.
-        unsafe { std::slice::from_raw_parts_mut(self.pairs.as_mut_ptr().cast(), self.len) }
-    }
-}
-
-/// Append to `out` the entries of the node `view` shows with keys from `from` through `last`
-/// (below [`EMPTY_KEY`], so the copy also stops at the first free slot), a transient
-/// duplicate's right copy kept; of more than `limit` (at least 1) such slots, only the first
-/// `limit` are copied.
-///
-/// Two searches bound the slots to copy (the first skipped when the node's first key is
-/// already at or above `from`, as in every leaf of a scan after its first), so the copy is a
-/// loop of known length: two loads and two stores per entry, and a compare noting whether two
-/// neighbours share a key. Only then (rarely: an interrupted shift not yet repaired by an
-/// open, or a torn read the caller will discard) are the left copies dropped; if the copy was
-/// cut short by `limit`, the whole run is copied again first, so a duplicate cut at the
-/// boundary cannot leave its left copy (the caller asks for one pair more than it hands out
-/// to see such a cut).
-#[inline(always)]
-fn append_entries<S: PairSink>(
-    view: &NodeView<'_>,
-    from: u64,
-    last: u64,
-    limit: usize,
-    out: &mut S,
-) {
-    // A checked load: where the shape is a constant, so is the view's length, and the check
-    // folds away.
-    let first = if view.key(0) >= from {
-        0
-    } else {
-        view.lower_bound(from)
-    };
-    // Both at most the capacity (bounds of searches); a torn read may make `end` smaller
-    // than `first` (its copy is discarded anyway).
-    let end = view.upper_bound(last);
-    let all = end.saturating_sub(first);
-    let count = all.min(limit);
-    let start = out.len();
-    if copy_slots(view, first, count, out) {
-        if count < all {
-            // A duplicate in a copy cut short: its right copy may lie past the cut.
-            out.truncate(start);
-            copy_slots(view, first, all, out);
-        }
-        keep_right_copies(out, start);
-    }
-}
-
-/// Append slots `first..first + count` of the node `view` shows to `out`; returns whether two
-/// neighbours among them share a key.
-#[inline(always)]
-fn copy_slots<S: PairSink>(view: &NodeView<'_>, first: usize, count: usize, out: &mut S) -> bool {
-    debug_assert!(first + count <= view.capacity());
-    let mut duplicate = false;
-    let mut previous = EMPTY_KEY;
-    // An indexed loop (not a zipped iterator): one counter, its bound the slice's length.
-    let spare = &mut out.spare(count)[..count];
-    let mut i = 0;
-    while i < spare.len() {
-        // SAFETY: `first + i < first + count`, at most the capacity (the callers copy slots
-        // between two search bounds, each at most the capacity).
-        let key = unsafe { view.key_unchecked(first + i) };
-        // SAFETY: as above.
-        let value = unsafe { view.value_unchecked(first + i) };
-        spare[i].write((key, value));
-        duplicate |= key == previous;
-        previous = key;
-        i += 1;
-    }
-    // SAFETY: the loop above wrote each of the first `count` spare slots.
-    unsafe { out.grow(count) };
-    duplicate
-}
-
-/// Of each run of equal neighbouring keys in `out`'s pairs from `start` on, keep the
-/// rightmost pair only (the transient-duplicate rule).
-#[cold]
-fn keep_right_copies<S: PairSink>(out: &mut S, start: usize) {
-    let pairs = out.pairs_mut();
-    let mut kept = start;
-    for i in start..pairs.len() {
-        let pair = pairs[i];
-        if kept > start && pairs[kept - 1].0 == pair.0 {
-            pairs[kept - 1] = pair;
-        } else {
-            pairs[kept] = pair;
-            kept += 1;
-        }
-    }
-    out.truncate(kept);
-}
-
 /// An iterator over the pairs of a key range, in key order (see [`FastFair::range`]).
 pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     walk: Walk<'t, B, P, H>,
-    /// The pairs read and not yet handed out: the chunk's from `pos` on, then `spill`'s from
-    /// `spill_pos` on.
-    chunk: Chunk,
-    pos: usize,
-    /// A leaf of a node larger than the chunk holds, read whole (sized for a full leaf once
-    /// per scan; empty for the default node size).
-    spill: Vec<(u64, u64)>,
-    spill_pos: usize,
+    /// The leaf whose run of pairs `next` is handing out in place, if one is (the walk then
+    /// stands past it: at its high key and sibling).
+    leaf: Option<InPlace<'t>>,
+    /// Key words of the leaf's next slot to hand out and of the slot one past its run.
+    /// Invariant: `at < end` only while `leaf` holds a leaf (both are 0 when it holds none),
+    /// and then `HEADER_WORDS <= at < end <= view.words()` with `end - at` even (key words
+    /// of slots): `next`'s inlined path tests `at < end` alone.
+    at: usize,
+    end: usize,
+    /// The error `next` met, until it returns it.
+    error: Option<FastFairError>,
     failed: bool,
+}
+
+/// A leaf's run of slots in range, handed out in place: each pair read from the node and
+/// kept only if the leaf's stripe version, loaded after the read, still shows the version
+/// under which the run was found (with the structure version, so the leaf was live then).
+///
+/// The stripe alone then suffices for the rest of the run: a leaf changes only under its
+/// stripe's lock with the stripe marked (shifts, splits), and a merge, the only change that
+/// frees a node, marks the stripe of every node it reads, the freed ones among them
+/// (`merge.rs`, `remove_and_merge`); a version never returns to a value it left, so a node
+/// freed (and perhaps reused) after the run was found fails every later check. Only an
+/// upsert of a present key stores without marking: one value word, read whole either way.
+///
+/// Where in the run it stands is the [`Range`]'s `at` and `end`, passed to its methods.
+/// Invariant: `last_key_word == view.words() - 2` (the node's last slot).
+struct InPlace<'t> {
+    view: NodeView<'t>,
+    /// Key word of the node's last slot: `next`'s inlined path reads the key after each
+    /// pair's (to see a transient duplicate) at most from there.
+    last_key_word: usize,
+    stripe: StripeReader<'t>,
+    seen: u64,
+    /// The smallest key not yet handed out, as of the last validated read: where the walk
+    /// resumes if the leaf changes.
+    resume: u64,
+    /// The leaf and the structure version it was found under.
+    node: u64,
+    structure: u64,
+}
+
+/// What [`InPlace::serve`] gave.
+enum Served {
+    Pair((u64, u64)),
+    /// The run is handed out.
+    Done,
+    /// A writer changed the leaf: resume at [`InPlace::resume`].
+    Changed,
+}
+
+impl InPlace<'_> {
+    /// The next pair of the run if it is neither a left copy nor changed, nor the last slot of
+    /// a full node: the common case, inlined into `next`. The key after the pair's is read
+    /// from the next slot, inside the node: past the run it is above the range (or free),
+    /// never equal; for a full node's last slot the pair's own key is read again, which
+    /// sends it to [`Self::serve`].
+    /// `at < end` are the range's (see [`Range`]'s invariant).
+    #[inline(always)]
+    fn next_fast(&mut self, at: &mut usize) -> Option<(u64, u64)> {
+        // The fields in locals: after the acquire loads below, the compiler would load them
+        // again from `self`.
+        let (view, stripe, seen, next) = (self.view, self.stripe, self.seen, *at);
+        let peek = (next + 2).min(self.last_key_word);
+        // SAFETY: `at < end <= view.words()` with `end - at` even (the caller's), so
+        // `at + 1 < end`; `peek` is at most `last_key_word < view.words()` (the invariant).
+        let (key, value, after) = unsafe {
+            (
+                view.word_unchecked(next),
+                view.word_unchecked(next + 1),
+                view.word_unchecked(peek),
+            )
+        };
+        #[cfg(test)]
+        super::interleave::at(super::interleave::Point::ScanRead(self.node));
+        if key == after || !stripe.read_valid(seen) {
+            return None;
+        }
+        *at = next + 2;
+        self.resume = after;
+        Some((key, value))
+    }
+
+    /// The next pair of the run, a left copy skipped: any slot, every case. `at` and `end`
+    /// are the range's (see [`Range`]'s invariant).
+    #[inline]
+    fn serve(&mut self, at_now: &mut usize, end: usize) -> Served {
+        while *at_now < end {
+            let at = *at_now;
+            // SAFETY: `at < end <= view.words()` and `end - at` is even, so `at + 1 < end`
+            // (the range's invariant); `at + 2` is read only if below `end`.
+            let (key, value) = unsafe {
+                (
+                    self.view.word_unchecked(at),
+                    self.view.word_unchecked(at + 1),
+                )
+            };
+            // SAFETY: as above.
+            let after = (at + 2 < end).then(|| unsafe { self.view.word_unchecked(at + 2) });
+            #[cfg(test)]
+            super::interleave::at(super::interleave::Point::ScanRead(self.node));
+            if !self.stripe.read_valid(self.seen) {
+                return Served::Changed;
+            }
+            *at_now = at + 2;
+            if after == Some(key) {
+                // The left copy of a transient duplicate: the right one follows.
+                continue;
+            }
+            // Past the run's last key (at most the range's last, below `EMPTY_KEY`), if no
+            // key follows in the run.
+            self.resume = after.unwrap_or(key + 1);
+            return Served::Pair((key, value));
+        }
+        Served::Done
+    }
 }
 
 /// Where a scan stands in the tree: what the next leaf read needs.
@@ -362,16 +263,102 @@ struct Walk<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
     hop: Option<(u64, u64)>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Walk<'_, B, P, H> {
+impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Walk<'t, B, P, H> {
+    /// The next leaf's run of slots in range from `resume` on, to hand out in place, its
+    /// bounds read and validated; the walk then stands past the leaf (at its high key and
+    /// sibling), and the key words of its first slot and one past its last. `None` when the
+    /// range is done.
+    fn find_run(&mut self) -> Result<Option<(InPlace<'t>, usize, usize)>, FastFairError> {
+        by_shape!(self.tree, shape => self.find_run_in(shape))
+    }
+
+    /// [`Self::find_run`] for nodes of `shape`: always inlined into its arms of [`by_shape`],
+    /// where `shape` is a constant.
+    #[inline(always)]
+    fn find_run_in(
+        &mut self,
+        shape: NodeShape,
+    ) -> Result<Option<(InPlace<'t>, usize, usize)>, FastFairError> {
+        let tree = self.tree;
+        let pool_words = match self.pool_words {
+            Some(words) => words,
+            None => whole_pool(tree.pool())?,
+        };
+        let mut steps_left = tree.step_limit().saturating_mul(4);
+        while let Some(from) = self.resume {
+            if from > self.last {
+                self.resume = None;
+                break;
+            }
+            if steps_left == 0 {
+                return Err(tree.corrupt(format!("a scan from {from} does not end")));
+            }
+            steps_left -= 1;
+            // As in `fill_in`: the sibling link, else a descent; the structure version is
+            // checked once, after the leaf's read.
+            let (node, structure) = match self.hop.take() {
+                Some((next, seen)) if next != 0 => (next, seen),
+                _ => tree.lock_free_leaf(from)?,
+            };
+            let stripe = self.stripes.reader(FastFair::<B, P, H>::stripe_index(node));
+            let seen = stripe.read_begin();
+            let Some(view) = NodeView::within(pool_words, node, shape) else {
+                if stripe.read_valid(seen) && tree.structure_version.read_valid(structure) {
+                    if let Some(e) = tree.missing_leaf(node, shape) {
+                        return Err(e);
+                    }
+                }
+                continue;
+            };
+            view.prefetch();
+            let (level, high, sibling) = (view.level(), view.high(), view.sibling());
+            // A checked load: the shape is a constant, so the check folds away.
+            let first = if view.key(0) >= from {
+                0
+            } else {
+                view.lower_bound(from)
+            };
+            let end = view.upper_bound(self.last);
+            #[cfg(test)]
+            super::interleave::at(super::interleave::Point::ScanRead(node));
+            if level != 0
+                || !stripe.read_valid(seen)
+                || !tree.structure_version.read_valid(structure)
+            {
+                // Changed under us, or freed by a merge: from a fresh descent.
+                continue;
+            }
+            self.hop = Some((sibling, structure));
+            if from >= high {
+                // The leaf split after we found it: its upper keys are to the right.
+                continue;
+            }
+            self.resume = (high != EMPTY_KEY).then_some(high);
+            if first < end {
+                let leaf = InPlace {
+                    view,
+                    last_key_word: view.words() - 2,
+                    stripe,
+                    seen,
+                    resume: from,
+                    node,
+                    structure,
+                };
+                return Ok(Some((leaf, layout::key_word(first), layout::key_word(end))));
+            }
+        }
+        Ok(None)
+    }
+
     /// Read leaves with keys in range from `resume` on, appending their pairs in range to
     /// `out`, until it holds at least `wanted` pairs or the range is done. With `cut`, a
     /// leaf's copy stops one pair past `wanted` (see [`FastFair::read_leaf_in`]: that pair says
     /// where to resume, and shows a transient duplicate cut at the boundary). Returns the
     /// leaf that brought `out` to `wanted` pairs and the structure version it was read under,
     /// or `None` if the range ended first.
-    fn fill<S: PairSink>(
+    fn fill(
         &mut self,
-        out: &mut S,
+        out: &mut Vec<(u64, u64)>,
         wanted: usize,
         cut: bool,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
@@ -383,10 +370,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Walk
     /// stay live from leaf to leaf (where the walk stands is written back once, at the end),
     /// so they stay in registers.
     #[inline(always)]
-    fn fill_in<S: PairSink>(
+    fn fill_in(
         &mut self,
         shape: NodeShape,
-        out: &mut S,
+        out: &mut Vec<(u64, u64)>,
         wanted: usize,
         cut: bool,
     ) -> Result<Option<(u64, u64)>, FastFairError> {
@@ -470,81 +457,71 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
         max: usize,
     ) -> Result<usize, FastFairError> {
         let start = out.len();
-        // First the pairs `next` has read and not handed out.
-        let ready = self.chunk.pairs().get(self.pos..).unwrap_or_default();
-        let take = ready.len().min(max);
-        out.extend_from_slice(&ready[..take]);
-        self.pos += take;
-        let spilled = self.spill.get(self.spill_pos..).unwrap_or_default();
-        let take = spilled.len().min(max - take);
-        out.extend_from_slice(&spilled[..take]);
-        self.spill_pos += take;
+        if self.failed || max == 0 {
+            return Ok(0);
+        }
+        // A leaf `next` is handing out is read again from where it stands (and followed
+        // right if it split meanwhile).
+        if let Some(leaf) = self.leaf.take() {
+            if self.at < self.end {
+                self.walk.resume = Some(leaf.resume);
+                self.walk.hop = Some((leaf.node, leaf.structure));
+            }
+        }
+        (self.at, self.end) = (0, 0);
         let wanted = start + max;
-        // Those are used up if more are wanted (else `max` pairs were taken from them).
-        if out.len() < wanted && !self.failed {
-            match self.walk.fill(out, wanted, true) {
-                Ok(Some((leaf, structure))) => {
-                    if let Some(&(next_key, _)) = out.get(wanted) {
-                        // More than asked for: hand out `max`, and resume in this leaf at the
-                        // first pair left (read again, and followed right if it split).
-                        self.walk.resume = Some(next_key);
-                        self.walk.hop = Some((leaf, structure));
-                        out.truncate(wanted);
-                    }
+        match self.walk.fill(out, wanted, true) {
+            Ok(Some((leaf, structure))) => {
+                if let Some(&(next_key, _)) = out.get(wanted) {
+                    // More than asked for: hand out `max`, and resume in this leaf at the
+                    // first pair left (read again, and followed right if it split).
+                    self.walk.resume = Some(next_key);
+                    self.walk.hop = Some((leaf, structure));
+                    out.truncate(wanted);
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    self.failed = true;
-                    return Err(e);
-                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.failed = true;
+                return Err(e);
             }
         }
         Ok(out.len() - start)
     }
 
-    /// `next` when the chunk's pairs are used up: refill it from the spilled leaf, else
-    /// read the next leaf (into the chunk itself where a whole leaf fits).
+    /// `next` past its inlined case: a run's last pair, a left copy, a changed leaf, or the
+    /// next leaf's run to find. An error is left in `error` (the pair alone comes back, so
+    /// the inlined case and this one meet in two registers, not a whole `Result`).
     #[inline(never)]
-    fn next_leaf(&mut self) -> Option<Result<(u64, u64), FastFairError>> {
-        if self.failed {
-            return None;
-        }
-        self.chunk.len = 0;
-        self.pos = 0;
-        if self.spill_pos >= self.spill.len() {
-            let capacity = self.walk.tree.capacity;
-            let read = if capacity <= CHUNK {
-                self.walk.fill(&mut self.chunk, 1, false)
-            } else {
-                self.spill.clear();
-                self.spill_pos = 0;
-                // Sized for a full leaf once per scan.
-                self.spill.reserve(capacity);
-                self.walk.fill(&mut self.spill, 1, false)
-            };
-            if let Err(e) = read {
-                self.failed = true;
-                self.chunk.len = 0;
-                self.spill.clear();
-                self.spill_pos = 0;
-                return Some(Err(e));
+    fn next_slow(&mut self) -> Option<(u64, u64)> {
+        loop {
+            if self.failed {
+                return None;
+            }
+            if let Some(leaf) = self.leaf.as_mut().filter(|_| self.at < self.end) {
+                match leaf.serve(&mut self.at, self.end) {
+                    Served::Pair(pair) => return Some(pair),
+                    // The walk already stands past the leaf.
+                    Served::Done => {}
+                    Served::Changed => {
+                        // Read the leaf again from the first key not handed out (followed
+                        // right if it split; from a fresh descent if a merge ran).
+                        self.walk.resume = Some(leaf.resume);
+                        self.walk.hop = Some((leaf.node, leaf.structure));
+                    }
+                }
+            }
+            (self.leaf, self.at, self.end) = (None, 0, 0);
+            match self.walk.find_run() {
+                Ok(Some((leaf, at, end))) => (self.leaf, self.at, self.end) = (Some(leaf), at, end),
+                Ok(None) => return None,
+                Err(e) => {
+                    self.failed = true;
+                    self.error = Some(e);
+                    return None;
+                }
             }
         }
-        if let Some(rest) = self
-            .spill
-            .get(self.spill_pos..)
-            .filter(|rest| !rest.is_empty())
-        {
-            let piece = &rest[..rest.len().min(CHUNK)];
-            for (slot, &pair) in self.chunk.pairs.iter_mut().zip(piece) {
-                slot.write(pair);
-            }
-            self.chunk.len = piece.len();
-            self.spill_pos += piece.len();
-        }
-        let pair = self.chunk.get(0)?;
-        self.pos = 1;
-        Some(Ok(pair))
     }
 }
 
@@ -555,14 +532,23 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iter
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        // The common case first: a pair already read.
-        if let Some(pair) = self.chunk.get(self.pos) {
-            self.pos += 1;
-            return Some(Ok(pair));
+        // The common case first: a pair of the leaf in hand, read and validated in place.
+        if self.at < self.end {
+            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
+            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
+            if let Some(pair) = leaf.next_fast(&mut self.at) {
+                return Some(Ok(pair));
+            }
         }
-        self.next_leaf()
+        match self.next_slow() {
+            Some(pair) => Some(Ok(pair)),
+            None => self.error.take().map(Err),
+        }
     }
 }
+
+#[path = "range_copy.rs"]
+mod copy;
 
 #[cfg(test)]
 #[path = "range_tests.rs"]

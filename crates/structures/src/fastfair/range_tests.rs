@@ -1,7 +1,12 @@
-//! Unit tests of range scans: bulk reads cut around transient duplicates, and bulk and
-//! single reads against a model, for the default and a larger node size.
+//! Unit tests of range scans: bulk reads cut around transient duplicates, bulk and single
+//! reads against a model, for the default and a larger node size, and writers run between a
+//! scan's read in place and its validation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pmem_ordering::{Hardware, Pool};
+use pmem_undo_log::Heap;
 
 use super::super::test_heap::heap;
 use super::super::{FastFairConfig, ShiftPolicy};
@@ -38,6 +43,45 @@ fn a_bulk_read_cut_at_a_duplicate_keeps_its_right_copy() {
         let rest = range.next_into(&mut got, 10).unwrap();
         assert_eq!(rest, expected.len() - first_chunk);
         assert_eq!(got, expected, "cut after {first_chunk}");
+    }
+}
+
+/// `next`, handing pairs out in place, skips a transient duplicate's left copy wherever the
+/// duplicate lies (the last two slots of a full node included, where the look past a pair
+/// stops at the node's end), from any start key.
+#[test]
+fn a_scan_in_place_keeps_a_duplicates_right_copy() {
+    use super::super::layout::{entry_offset, value_offset};
+
+    // The left copy pairs its key with a stale value; 128-byte nodes hold four entries.
+    let images: [&[(u64, u64)]; 3] = [
+        &[(10, 10), (20, 1500), (20, 20), (30, 30)],
+        &[(10, 10), (20, 20), (30, 1500), (30, 30)],
+        &[(10, 1500), (10, 10), (20, 20)],
+    ];
+    for image in images {
+        let heap = heap();
+        let config = FastFairConfig {
+            node_size: 128,
+            policy: ShiftPolicy::Fast,
+        };
+        let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+        let mut expected: Vec<(u64, u64)> = image.iter().copied().filter(|p| p.1 < 1000).collect();
+        expected.dedup_by_key(|p| p.0);
+        for &(k, v) in &expected {
+            tree.insert(k, v).unwrap();
+        }
+        let leaf = tree.root_node().unwrap();
+        let pool = heap.pool();
+        for (slot, &(k, v)) in image.iter().enumerate() {
+            let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+            let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
+        }
+        for start in 0..=35 {
+            let got: Vec<(u64, u64)> = tree.range(start..).map(Result::unwrap).collect();
+            let want: Vec<(u64, u64)> = expected.iter().copied().filter(|p| p.0 >= start).collect();
+            assert_eq!(got, want, "{image:?} from {start}");
+        }
     }
 }
 
@@ -109,4 +153,125 @@ proptest::proptest! {
         keep_right_copies(&mut out, start);
         proptest::prop_assert_eq!(out, expected);
     }
+}
+
+/// A scan by `next`, over a tree of 128-byte nodes (four entries: many leaves), with a writer
+/// operation run at its `inject_at`th read in place (a run's bounds or a pair, before the
+/// read's validation): every pair handed out is one the model had before or after the
+/// writer, in ascending key order, and every key present both before and after is handed
+/// out. Returns whether the writer ran and whether it changed the node being read.
+fn scan_with_writer_at(policy: ShiftPolicy, writer: &Writer, inject_at: usize) -> (bool, bool) {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::super::interleave::{with_hook, Point};
+
+    let heap: &'static Heap<Hardware, Arc<Pool>> = Box::leak(Box::new(heap()));
+    let config = FastFairConfig {
+        node_size: 128,
+        policy,
+    };
+    let tree: &'static Tree = Box::leak(Box::new(
+        FastFair::create(heap, heap.pool().root_offset(), config).unwrap(),
+    ));
+    for k in (10..=300).step_by(10) {
+        tree.insert(k, k).unwrap();
+    }
+    let before: BTreeMap<u64, u64> = tree.iter().map(Result::unwrap).collect();
+    let reads = Rc::new(Cell::new(0usize));
+    let outcome = Rc::new(Cell::new((false, false)));
+    let hook = {
+        let (reads, outcome, writer) = (Rc::clone(&reads), Rc::clone(&outcome), Rc::clone(writer));
+        Box::new(move |point: Point| {
+            let Point::ScanRead(node) = point else { return };
+            let index = reads.get();
+            reads.set(index + 1);
+            if index != inject_at {
+                return;
+            }
+            let mut old = vec![0u8; 128];
+            tree.pool().read_bytes(node, &mut old).unwrap();
+            writer(tree);
+            let mut new = vec![0u8; 128];
+            tree.pool().read_bytes(node, &mut new).unwrap();
+            outcome.set((true, old != new));
+        })
+    };
+    let got: Vec<(u64, u64)> = with_hook(hook, || tree.range(..).map(Result::unwrap).collect());
+    let after: BTreeMap<u64, u64> = tree.iter().map(Result::unwrap).collect();
+    let what = format!("{policy:?}, writer at read {inject_at}");
+    assert!(
+        got.windows(2).all(|w| w[0].0 < w[1].0),
+        "{what}: not ascending: {got:?}"
+    );
+    for &(k, v) in &got {
+        assert!(
+            before.get(&k) == Some(&v) || after.get(&k) == Some(&v),
+            "{what}: ({k}, {v}) was in neither model"
+        );
+    }
+    let got: BTreeMap<u64, u64> = got.into_iter().collect();
+    for k in before.keys().filter(|k| after.contains_key(k)) {
+        assert!(
+            got.contains_key(k),
+            "{what}: {k}, present throughout, was missed"
+        );
+    }
+    tree.check().unwrap();
+    outcome.get()
+}
+
+type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap<Hardware, Arc<Pool>>>;
+/// A writer operation to run under a scan.
+type Writer = std::rc::Rc<dyn Fn(&Tree)>;
+
+/// Writers run between a scan's read in place and its validation, at every read of the
+/// scan: inserts that shift a leaf's entries or split it (up to a new root), removes that
+/// shift or merge leaves (down to a root collapse), and an upsert of a present key. The scan
+/// hands out each pair at most once, in order, only pairs the tree held, and every key held
+/// throughout.
+#[test]
+fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
+    let writers: Vec<Writer> = vec![
+        std::rc::Rc::new(|t: &Tree| assert!(t.insert(15, 1).unwrap())),
+        std::rc::Rc::new(|t: &Tree| assert!(t.insert(155, 1).unwrap())),
+        std::rc::Rc::new(|t: &Tree| {
+            for k in 151..=159 {
+                assert!(t.insert(k, 1).unwrap());
+            }
+        }),
+        std::rc::Rc::new(|t: &Tree| assert_eq!(t.remove(20).unwrap(), Some(20))),
+        std::rc::Rc::new(|t: &Tree| assert_eq!(t.remove(150).unwrap(), Some(150))),
+        std::rc::Rc::new(|t: &Tree| {
+            for k in (100..=250).step_by(10) {
+                assert_eq!(t.remove(k).unwrap(), Some(k));
+            }
+        }),
+        std::rc::Rc::new(|t: &Tree| {
+            for k in (10..=290).step_by(10) {
+                assert_eq!(t.remove(k).unwrap(), Some(k));
+            }
+        }),
+        std::rc::Rc::new(|t: &Tree| assert_eq!(t.upsert(160, 7).unwrap(), Some(160))),
+    ];
+    let (mut injected, mut changed) = (0, 0);
+    for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
+        for writer in &writers {
+            // A scan of the 30 keys reads in place about 40 times; past its last read the
+            // writer never runs.
+            for inject_at in 0..45 {
+                let (ran, under) = scan_with_writer_at(policy, writer, inject_at);
+                injected += usize::from(ran);
+                changed += usize::from(under);
+            }
+        }
+    }
+    assert!(
+        injected > 500,
+        "the writers ran in {injected} schedules only"
+    );
+    assert!(
+        changed > 50,
+        "a writer changed the node being read in {changed} only"
+    );
 }

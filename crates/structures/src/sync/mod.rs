@@ -18,5 +18,5 @@ pub(crate) mod readers;
 mod stripes;
 mod version;
 
-pub(crate) use stripes::{StripeGuard, StripeReaders, Stripes};
+pub(crate) use stripes::{StripeGuard, StripeReader, StripeReaders, Stripes};
 pub(crate) use version::SeqVersion;

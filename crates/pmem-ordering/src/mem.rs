@@ -23,13 +23,16 @@ pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
         d = d.wrapping_add(1);
         s = &s[1..];
     }
-    while s.len() >= 8 {
-        let word = u64::from_ne_bytes(s[..8].try_into().expect("8 bytes"));
+    // Whole words, as one loop over exact chunks (no bounds check a word).
+    let (words, rest) = s.as_chunks::<8>();
+    for &chunk in words {
         // SAFETY: d is 8-aligned and in range.
-        unsafe { AtomicU64::from_ptr(d.cast::<u64>()).store(word, Ordering::Relaxed) };
+        unsafe {
+            AtomicU64::from_ptr(d.cast::<u64>()).store(u64::from_ne_bytes(chunk), Ordering::Relaxed)
+        };
         d = d.wrapping_add(8);
-        s = &s[8..];
     }
+    s = rest;
     for &b in s {
         // SAFETY: in range.
         unsafe { AtomicU8::from_ptr(d).store(b, Ordering::Relaxed) };
@@ -51,13 +54,15 @@ pub(crate) unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
         p = p.wrapping_add(1);
         i += 1;
     }
-    while dst.len() - i >= 8 {
+    // Whole words, as one loop over exact chunks (no bounds check a word).
+    let (words, _) = dst[i..].as_chunks_mut::<8>();
+    for chunk in words.iter_mut() {
         // SAFETY: p is 8-aligned and in range.
         let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()).load(Ordering::Relaxed) };
-        dst[i..i + 8].copy_from_slice(&word.to_ne_bytes());
+        *chunk = word.to_ne_bytes();
         p = p.wrapping_add(8);
-        i += 8;
     }
+    i += words.len() * 8;
     while i < dst.len() {
         // SAFETY: in range.
         dst[i] = unsafe { AtomicU8::from_ptr(p).load(Ordering::Relaxed) };

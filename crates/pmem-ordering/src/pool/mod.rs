@@ -509,8 +509,15 @@ impl<B: Backend> Pool<B> {
 
     /// Write back the lines of `[offset, offset + len)`, written by any means.
     pub fn flush_range(&self, offset: u64, len: u64) -> Result<Pending, PoolError> {
-        self.check_range(offset, len)?;
-        Ok(self.flush(self.written(offset, len as usize)))
+        let len = usize::try_from(len).map_err(|_| PoolError::OutOfBounds {
+            offset,
+            len,
+            size: self.header.size,
+        })?;
+        // One range check, not a second one through a token.
+        let addr = self.addr(offset, len)?;
+        // SAFETY: `addr` checked just above: the range lies in the mapping.
+        Ok(unsafe { self.flush_at(addr, len) })
     }
 
     /// Fence this thread: everything behind the token is now durable.

@@ -256,10 +256,15 @@ pub(super) fn push_entry_words(
 ) {
     let start = out.len();
     out.resize(start + 2 * slots.len(), 0);
-    for (words, slot) in out[start..].chunks_exact_mut(2).zip(slots) {
-        let (k, v) = entries.get(slot).copied().unwrap_or((EMPTY_KEY, 0));
+    let present = &entries[slots.start.min(entries.len())..slots.end.min(entries.len())];
+    let (full, free) = out[start..].split_at_mut(2 * present.len());
+    // Two loops without a branch a slot: the entries, then the free slots (value 0).
+    for (words, &(k, v)) in full.chunks_exact_mut(2).zip(present) {
         words[0] = k.to_le();
         words[1] = v.to_le();
+    }
+    for words in free.chunks_exact_mut(2) {
+        words[0] = EMPTY_KEY.to_le();
     }
 }
 
@@ -489,10 +494,16 @@ impl<'a> NodeView<'a> {
     /// The node's entries as stored into `out` (cleared first), a transient duplicate
     /// dropped (the right copy kept).
     pub(super) fn entries_into(&self, out: &mut Vec<(u64, u64)>) {
+        // Filled by index, then cut to length: no capacity check a slot, and no branch for a
+        // duplicate (its right copy lands where its left one did).
         out.clear();
-        out.reserve(self.capacity);
+        out.resize(self.capacity, (EMPTY_KEY, 0));
+        // A slice of its own: its address and length stay in registers across the loads
+        // (each an acquire, after which the vector's fields would be read again).
+        let slots = out.as_mut_slice();
+        let mut len = 0;
         // The previous slot's key: never `EMPTY_KEY` past the first slot, so the first entry
-        // is always pushed.
+        // is always kept.
         let mut previous = EMPTY_KEY;
         for slot in 0..self.capacity {
             // SAFETY: `slot < self.capacity` (the loop's bound).
@@ -502,12 +513,14 @@ impl<'a> NodeView<'a> {
             }
             // SAFETY: as above.
             let v = unsafe { self.value_unchecked(slot) };
-            match out.last_mut() {
-                Some(last) if k == previous => *last = (k, v),
-                _ => out.push((k, v)),
+            len += usize::from(k != previous);
+            // `1 <= len <= slot + 1 <= capacity`: always a slot of `out`.
+            if let Some(entry) = slots.get_mut(len - 1) {
+                *entry = (k, v);
             }
             previous = k;
         }
+        out.truncate(len);
     }
 
     /// The node as stored, a transient duplicate dropped (the right copy kept).

@@ -124,6 +124,9 @@ mod tests {
         assert_eq!(tree.get(15).unwrap(), None);
         let pairs: Vec<(u64, u64)> = tree.range(..).collect::<Result<_, _>>().unwrap();
         assert_eq!(pairs, vec![(10, 10), (20, 20), (30, 30)]);
+        // So does the node's image (the entries a split plans from).
+        let image = tree.view(leaf).unwrap().image();
+        assert_eq!(image.entries, vec![(10, 10), (20, 20), (30, 30)]);
         drop(tree);
         let reopened = FastFair::open(&heap, root).unwrap();
         assert_eq!(reopened.len(), 3);

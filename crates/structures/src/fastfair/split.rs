@@ -28,6 +28,11 @@ struct Staged {
     /// Each write's pool offset and the end of its words in `words` (it starts where the
     /// previous one ends).
     writes: Vec<(u64, usize)>,
+    /// The ranges to snapshot, as [`push_range`] joins them: noted as each write to an
+    /// existing node is staged, so the writes are walked once, to write them. A new node's
+    /// write has none: a fresh block needs no snapshot (it is unreachable if the split rolls
+    /// back, and its allocation is undone).
+    ranges: Vec<(u64, u64)>,
 }
 
 impl Staged {
@@ -35,25 +40,35 @@ impl Staged {
     fn clear(&mut self) {
         self.words.clear();
         self.writes.clear();
+        self.ranges.clear();
     }
 
     /// Room for a split of `levels` nodes of `node_words` words each, without regrowing.
     fn reserve(&mut self, levels: usize, node_words: usize) {
         self.words.reserve(2 * levels * node_words + 2);
         self.writes.reserve(4 * levels + 2);
+        self.ranges.reserve(4 * levels + 2);
     }
 
     fn end_write(&mut self, offset: u64) {
         self.writes.push((offset, self.words.len()));
     }
 
+    /// [`Staged::end_write`] of a write to an existing node, its range noted to snapshot.
+    fn end_logged_write(&mut self, offset: u64) {
+        let start = self.writes.last().map_or(0, |&(_, end)| end);
+        let end = self.words.len();
+        self.end_write(offset);
+        push_range(&mut self.ranges, offset, 8 * (end - start) as u64);
+    }
+
     /// One 8-byte word at `offset`.
     fn word(&mut self, offset: u64, value: u64) {
         self.words.push(value.to_le());
-        self.end_write(offset);
+        self.end_logged_write(offset);
     }
 
-    /// A whole new node at `offset`.
+    /// A whole new node at `offset` (a block the split allocated: nothing to snapshot).
     fn node(&mut self, offset: u64, header: NodeHeader, entries: &[(u64, u64)], capacity: usize) {
         push_node_words(&mut self.words, header, entries, capacity);
         self.end_write(offset);
@@ -63,7 +78,7 @@ impl Staged {
     fn entries(&mut self, offset: u64, entries: &[(u64, u64)], slots: Range<usize>) {
         let at = entry_offset(offset, slots.start);
         push_entry_words(&mut self.words, entries, slots);
-        self.end_write(at);
+        self.end_logged_write(at);
     }
 }
 
@@ -74,8 +89,6 @@ struct SplitScratch {
     staged: Staged,
     /// The entries of the node being split (plus the one going in), level by level.
     entries: Vec<(u64, u64)>,
-    /// The staged writes' ranges, snapshotted as one batch.
-    ranges: Vec<(u64, u64)>,
 }
 
 thread_local! {
@@ -273,23 +286,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         value: u64,
         scratch: &mut SplitScratch,
     ) -> Result<(), FastFairError> {
-        let SplitScratch {
-            staged,
-            entries,
-            ranges,
-        } = scratch;
+        let SplitScratch { staged, entries } = scratch;
         staged.clear();
         self.split_in_tx(tx, path, key, value, staged, entries)?;
         // Log every range before writing any, as one batch: one copy into the log, one
-        // checksum and one fence for all of them. The new nodes' ranges are skipped by the
-        // transaction (a fresh block needs no snapshot: it is unreachable if the split rolls
-        // back, and its allocation is undone). The writes still follow in FAIR order, for
-        // lock-free readers.
-        ranges.clear();
-        for (offset, bytes) in &*staged {
-            push_range(ranges, *offset, bytes.len() as u64);
-        }
-        tx.snapshot_many(ranges)?;
+        // checksum and one fence for all of them (the new nodes have no range: see
+        // `Staged::ranges`). The writes still follow in FAIR order, for lock-free readers.
+        tx.snapshot_many(&staged.ranges)?;
         for (offset, bytes) in &*staged {
             tx.write(*offset, bytes)?;
             #[cfg(test)]
@@ -471,6 +474,8 @@ mod tests {
             high: 99,
         };
         staged.node(0x200, header, &entries, 4);
+        // The word and the entries are snapshotted, the new node is not.
+        assert_eq!(staged.ranges, [(0x48, 8), (entry_offset(0x400, 1), 32)]);
         let writes: Vec<(u64, Vec<u8>)> = staged
             .into_iter()
             .map(|(offset, bytes)| (*offset, bytes.to_vec()))

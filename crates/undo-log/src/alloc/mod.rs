@@ -134,6 +134,8 @@ struct State {
     record_publishes: u64,
     /// Record blocks retired since the heap was opened.
     record_retires: u64,
+    /// Scratch of [`Allocator::publish`]: the bitmap words a commit changes.
+    publish_bitmap: Vec<publish::BitmapWord>,
 }
 
 impl State {

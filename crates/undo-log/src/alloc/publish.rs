@@ -50,7 +50,7 @@ pub(crate) struct MetaWrite {
 
 /// One bitmap word a commit changes: its chunk, its index in the bitmap, and its value as
 /// the commit leaves it (starting from the persistent one).
-struct BitmapWord {
+pub(super) struct BitmapWord {
     chunk: u64,
     index: usize,
     old: u64,
@@ -116,8 +116,11 @@ impl Allocator {
                 released: Vec::new(),
             });
         }
-        let st = self.lock();
-        let mut bitmap: Vec<BitmapWord> = Vec::new();
+        let mut st = self.lock();
+        // The state's buffer, taken for this commit and put back below: a commit allocates
+        // nothing for its bitmap words once an earlier one has sized it.
+        let mut bitmap = std::mem::take(&mut st.publish_bitmap);
+        bitmap.clear();
         for r in allocs {
             match r.place {
                 Place::Small { chunk, slot, class } => {
@@ -199,6 +202,7 @@ impl Allocator {
                 released.push(chunk);
             }
         }
+        st.publish_bitmap = bitmap;
         Ok(Publish {
             state: Some(st),
             released,

@@ -63,6 +63,7 @@ impl Allocator {
             record_retired: FxHashSet::default(),
             record_publishes: 0,
             record_retires: 0,
+            publish_bitmap: Vec::new(),
         };
         let mut c = 0;
         while c < chunks {

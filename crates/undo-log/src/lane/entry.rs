@@ -99,14 +99,14 @@ impl Intent {
 /// Append an [`Intent`] entry for the word at `offset` to `buf`: a group of its own.
 pub(crate) fn push_intent(buf: &mut Vec<u8>, generation: u64, offset: u64, intent: Intent) {
     let (len, payload) = intent.encode();
-    let at = buf.len();
-    buf.extend_from_slice(&generation.to_le_bytes());
-    buf.extend_from_slice(&offset.to_le_bytes());
-    buf.extend_from_slice(&len.to_le_bytes());
-    buf.extend_from_slice(&0u32.to_le_bytes());
-    buf.extend_from_slice(&payload.to_le_bytes());
-    debug_assert_eq!(buf.len() - at, INTENT_SIZE as usize);
-    seal_group(&mut buf[at..]);
+    // Encoded and sealed in a local array, then appended once.
+    let mut entry = [0u8; INTENT_SIZE as usize];
+    entry[0..8].copy_from_slice(&generation.to_le_bytes());
+    entry[8..16].copy_from_slice(&offset.to_le_bytes());
+    entry[16..20].copy_from_slice(&len.to_le_bytes());
+    entry[ENTRY_HEADER as usize..].copy_from_slice(&payload.to_le_bytes());
+    seal_group(&mut entry);
+    buf.extend_from_slice(&entry);
 }
 
 /// Bytes an intent entry takes in the log.

@@ -120,11 +120,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         replace: bool,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
     ) -> Result<Option<u64>, E> {
-        let shape = if DEFAULT {
-            NodeShape::of(DEFAULT_NODE_SIZE)
-        } else {
-            self.shape
-        };
+        let shape = self.writer_shape::<DEFAULT>();
         let before_store = {
             let locked = self.lock_leaf(shape, key)?;
             let (leaf, stripe, view) = (locked.leaf, locked.stripe, locked.view);
@@ -172,8 +168,24 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         if key == EMPTY_KEY {
             return Err(FastFairError::ReservedKey(RESERVED).into());
         }
+        if self.node_size == DEFAULT_NODE_SIZE {
+            self.remove_in_shape::<true, E>(key, before_store)
+        } else {
+            self.remove_in_shape::<false, E>(key, before_store)
+        }
+    }
+
+    /// [`FastFair::remove_with`] compiled for the default node size if `DEFAULT`, else for the
+    /// size as loaded (see [`FastFair::put_in_shape`]).
+    #[inline(never)]
+    fn remove_in_shape<const DEFAULT: bool, E: From<FastFairError>>(
+        &self,
+        key: u64,
+        before_store: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let shape = self.writer_shape::<DEFAULT>();
         {
-            let locked = self.lock_leaf(self.shape, key)?;
+            let locked = self.lock_leaf(shape, key)?;
             let (leaf, view) = (locked.leaf, locked.view);
             let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
                 return Ok(None);
@@ -186,7 +198,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         }
         let merge = self.lock_for_merge(key)?;
         let leaf = merge.leaf();
-        let view = self.view(leaf).map_err(FastFairError::from)?;
+        let view = NodeView::new(self.pool(), leaf, shape).map_err(FastFairError::from)?;
         let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
             return Ok(None);
         };
@@ -201,8 +213,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Ok(Some(old))
     }
 
+    /// The tree's node shape in a writer's copy for the default node size (`DEFAULT`: a
+    /// constant) or for any other (as loaded).
+    #[inline(always)]
+    fn writer_shape<const DEFAULT: bool>(&self) -> NodeShape {
+        if DEFAULT {
+            NodeShape::of(DEFAULT_NODE_SIZE)
+        } else {
+            self.shape
+        }
+    }
+
     /// Where `key` is in the leaf `view` shows, whose lock the caller holds, if it is there.
-    #[inline]
+    #[inline(always)]
     fn leaf_entry(view: NodeView<'_>, key: u64) -> Option<LeafEntry> {
         view.find(key).map(|slot| LeafEntry {
             slot,

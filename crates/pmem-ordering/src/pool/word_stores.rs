@@ -48,8 +48,13 @@ impl<'a, B: Backend> WordStores<'a, B> {
 
     /// Failure-atomic release store of word `index` (panics past the end, like slice indexing).
     #[inline]
+    #[track_caller]
     pub fn store(&self, index: usize, value: u64) {
-        assert!(index < self.len, "word {index} past a view of {}", self.len);
+        // Checked against a copy, with an out-of-line panic taking values (as in `move_up`).
+        let len = self.len;
+        if index >= len {
+            word_past_view(index, len);
+        }
         // SAFETY: `index < len`, and the `len` words from `base` are 8-aligned and inside the
         // mapping (checked at creation), which outlives the pool borrow `'a`.
         unsafe { self.pool.backend.store_u64(self.base.add(index), value) };
@@ -59,15 +64,44 @@ impl<'a, B: Backend> WordStores<'a, B> {
     /// Failure-atomic release stores of word `first` then word `second`, in that order: two
     /// [`WordStores::store`]s, range-checked in one step (panics past the end).
     #[inline]
+    #[track_caller]
     pub fn store_two(&self, first: usize, first_value: u64, second: usize, second_value: u64) {
-        assert!(
-            first.max(second) < self.len,
-            "word {} past a view of {}",
-            first.max(second),
-            self.len
-        );
+        // Checked against a copy, with an out-of-line panic taking values (as in `move_up`).
+        let len = self.len;
+        if first.max(second) >= len {
+            word_past_view(first.max(second), len);
+        }
         // SAFETY: both indices are below `len`, and the `len` words from `base` are 8-aligned
         // and inside the mapping (checked at creation), which outlives the pool borrow `'a`.
+        unsafe {
+            self.pool
+                .backend
+                .store_u64(self.base.add(first), first_value);
+            self.pool
+                .backend
+                .store_u64(self.base.add(second), second_value);
+        }
+        self.uncounted.set(self.uncounted.get() + 2);
+    }
+
+    /// [`WordStores::store_two`] without the range check: for a caller that checked the range
+    /// of many stores once (a shift inside a node whose last slot it checked).
+    ///
+    /// # Safety
+    ///
+    /// `first < self.len()` and `second < self.len()`.
+    #[inline]
+    pub unsafe fn store_two_unchecked(
+        &self,
+        first: usize,
+        first_value: u64,
+        second: usize,
+        second_value: u64,
+    ) {
+        debug_assert!(first.max(second) < self.len, "a store past the view");
+        // SAFETY: both indices are below `len` (the caller's promise), and the `len` words
+        // from `base` are 8-aligned and inside the mapping (checked at creation), which
+        // outlives the pool borrow `'a`.
         unsafe {
             self.pool
                 .backend
@@ -157,12 +191,13 @@ impl<'a, B: Backend> WordStores<'a, B> {
 
     /// Panics unless `start .. end` is a non-empty run of the view's words.
     #[inline]
+    #[track_caller]
     fn check_run(&self, start: usize, end: usize) {
-        assert!(
-            start < end && end <= self.len,
-            "words {start}..{end} of a view of {}",
-            self.len
-        );
+        // Checked against a copy, with an out-of-line panic taking values (as in `move_up`).
+        let len = self.len;
+        if !(start < end && end <= len) {
+            run_outside_view(start, end, len);
+        }
     }
 
     /// Number of words.
@@ -182,6 +217,24 @@ impl<B: Backend> Drop for WordStores<'_, B> {
     fn drop(&mut self) {
         self.count_stores();
     }
+}
+
+/// The panic of a store past the view, out of line: a panic message formatted in place takes
+/// the view's fields by reference, and a view whose address escapes is kept in memory, its
+/// fields loaded again after every (atomic) store.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn word_past_view(index: usize, len: usize) -> ! {
+    panic!("word {index} past a view of {len}")
+}
+
+/// The panic of a flush of a run outside the view, out of line (see [`word_past_view`]).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn run_outside_view(start: usize, end: usize, len: usize) -> ! {
+    panic!("words {start}..{end} of a view of {len}")
 }
 
 /// The panic of a [`WordStores::move_up`] past the view, out of line (see there).

@@ -36,9 +36,20 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::Heap;
 
-use super::layout::{NodeImage, LINE};
+use super::layout::{NodeImage, NodeShape, NodeView, LINE};
 use super::{FastFair, FastFairError, LANES};
 use crate::sync::{SeqVersion, StripeGuard};
+
+/// A leaf locked for a plain write ([`FastFair::lock_leaf`]); dropping it lets the stripe go.
+pub(super) struct LockedLeaf<'a> {
+    /// The leaf's offset.
+    pub(super) leaf: u64,
+    /// Its stripe ([`FastFair::stripe_index`]), held.
+    pub(super) stripe: usize,
+    /// Its words, checked once.
+    pub(super) view: NodeView<'a>,
+    _guard: StripeGuard<'a>,
+}
 
 /// The stripe locks a split or merge holds; dropping them lets the stripes go.
 pub(super) struct HeldStripes<'a> {
@@ -82,20 +93,31 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// version, and one that would free or shrink this leaf needs its stripe, so none can
     /// start while the guard is held) and no split moved `key` to a right sibling (the leaf's
     /// high key is above it).
+    ///
+    /// `shape` is the tree's node shape, passed so that a writer compiled for a constant
+    /// shape gets this inlined with it. The leaf's view is checked once, here: the checks and
+    /// the writer's search and shift read the leaf through it.
+    #[inline(always)]
     pub(super) fn lock_leaf(
         &self,
+        shape: NodeShape,
         key: u64,
-    ) -> Result<(u64, usize, StripeGuard<'_>), FastFairError> {
+    ) -> Result<LockedLeaf<'_>, FastFairError> {
         loop {
-            let (leaf, structure) = self.lock_free_leaf(key)?;
-            let lane = Self::stripe_index(leaf);
-            let guard = self.stripes.lock(lane);
+            let (leaf, structure) = self.lock_free_leaf_in(shape, key)?;
+            let view = NodeView::new(self.pool(), leaf, shape)?;
+            let stripe = Self::stripe_index(leaf);
+            let guard = self.stripes.lock(stripe);
             if self.structure_version.current() != structure {
                 continue;
             }
-            let view = self.view(leaf)?;
             if view.level() == 0 && key < view.high() {
-                return Ok((leaf, lane, guard));
+                return Ok(LockedLeaf {
+                    leaf,
+                    stripe,
+                    view,
+                    _guard: guard,
+                });
             }
         }
     }

@@ -148,7 +148,7 @@ impl NodeView<'_> {
     }
 
     /// Used slots (the first free slot).
-    #[inline]
+    #[inline(always)]
     pub(super) fn count(&self) -> usize {
         self.partition(|k| k != EMPTY_KEY)
     }
@@ -245,6 +245,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// found under.
     pub(super) fn lock_free_leaf(&self, key: u64) -> Result<(u64, u64), FastFairError> {
         by_shape!(self, shape => self.descend::<false>(shape, key))
+            .map(|(leaf, _, structure)| (leaf, structure))
+    }
+
+    /// [`FastFair::lock_free_leaf`] for a writer, in its copy for `shape` (the tree's node
+    /// shape): always inlined, so that a writer compiled for a constant shape walks with it.
+    #[inline(always)]
+    pub(super) fn lock_free_leaf_in(
+        &self,
+        shape: NodeShape,
+        key: u64,
+    ) -> Result<(u64, u64), FastFairError> {
+        self.descend::<false>(shape, key)
             .map(|(leaf, _, structure)| (leaf, structure))
     }
 

@@ -7,7 +7,7 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool, WordStores};
 use pmem_undo_log::Heap;
 
-use super::layout::{first_slot_of_line, key_word, line_of, NodeView};
+use super::layout::{first_slot_of_line, key_word, line_of, NodeView, ENTRIES_PER_LINE};
 use super::{FastFair, FastFairError, ShiftPolicy, EMPTY_KEY};
 
 /// One entry write of a shift: `slot := (key, value)` (`None` leaves the value), as two
@@ -113,11 +113,84 @@ fn store_slot<B: Backend>(stores: &WordStores<'_, B>, w: &SlotWrite) -> (usize, 
     }
 }
 
+/// Move the entries of slots `from .. to` of the node `view` shows up one slot, highest first,
+/// each as its value's store then its key's (the writes of [`Shift::Insert`]), each entry read
+/// just before its move (so not yet overwritten). At most a line's entries: a plain loop of
+/// entries, each two loads and two stores.
+///
+/// The caller has checked `to < view.capacity()` and `key_word(to) + 2 <= stores.len()`.
+#[inline(always)]
+fn move_up_one_slot<B: Backend>(
+    view: NodeView<'_>,
+    stores: &WordStores<'_, B>,
+    from: usize,
+    to: usize,
+) {
+    debug_assert!(to < view.capacity() && key_word(to) + 2 <= stores.len());
+    let mut slot = to;
+    while slot > from {
+        slot -= 1;
+        // SAFETY: `slot < to < capacity` (the caller's check).
+        let (key, value) = unsafe { (view.key_unchecked(slot), view.value_unchecked(slot)) };
+        let word = key_word(slot + 1);
+        // SAFETY: `slot + 1 <= to`, so `word + 1 < key_word(to) + 2 <= stores.len()` (the
+        // caller's check).
+        unsafe { stores.store_two_unchecked(word + 1, value, word, key) };
+    }
+}
+
+/// FAST, an insert of `(key, value)` at slot `at` of the `n` entries of the node `view` shows
+/// (`stores` its store view): stores in place; one flush and fence each time the shift leaves
+/// a line (the line's stores flushed and fenced before the first store to the next line), and
+/// at the end.
+///
+/// The writes of `Shift::write`, slots `n` down to `at` (each move value before key, the new
+/// entry last), made line by line: the entries moving within one line go up one slot (value
+/// then key each, highest first: the order of the writes), and the run of each line is
+/// flushed and fenced when the shift is about to leave it (after its first slot's write).
+#[inline(always)]
+fn insert_fast<B: Backend>(
+    view: NodeView<'_>,
+    stores: &WordStores<'_, B>,
+    at: usize,
+    n: usize,
+    key: u64,
+    value: u64,
+) {
+    // Checked once for every store below: each is to a slot at most `n`.
+    assert!(
+        at <= n && n < view.capacity() && key_word(n) + 2 <= stores.len(),
+        "an insert at slot {at} of {n} entries into a node of {}",
+        view.capacity()
+    );
+    // The highest slot written in the current line, and that line's first slot.
+    let mut high = n;
+    let mut line_first = first_slot_of_line(n);
+    // Each line whose first slot receives an entry from the line below: its entries
+    // `line_first - 1 .. high - 1` go up one slot, then the line is flushed and fenced.
+    while line_first > at {
+        move_up_one_slot(view, stores, line_first - 1, high);
+        let _ = stores.persist(key_word(line_first), key_word(high) + 2);
+        high = line_first - 1;
+        line_first -= ENTRIES_PER_LINE;
+    }
+    // The line of `at`: entries `at .. high - 1` go up one slot, then the new entry.
+    move_up_one_slot(view, stores, at, high);
+    let word = key_word(at);
+    // SAFETY: `at <= n`, so `word + 1 < key_word(n) + 2 <= stores.len()` (checked above).
+    unsafe { stores.store_two_unchecked(word + 1, value, word, key) };
+    let _ = stores.persist(word, key_word(high) + 2);
+}
+
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Carry out `shift` on `node` (which `view` shows) under the tree's policy, with the
     /// node's stripe marked as changing meanwhile. `stripe` is the node's stripe
     /// ([`FastFair::stripe_index`]), whose lock the caller holds (or every stripe's), so it is
     /// this writer's alone and serves as its redo lane.
+    ///
+    /// Inlined, so that a FAST insert (the hot case) runs in its caller's copy, for the
+    /// caller's node shape; every other shift runs out of line.
+    #[inline(always)]
     pub(super) fn shift(
         &self,
         view: NodeView<'_>,
@@ -126,14 +199,35 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         shift: Shift,
     ) -> Result<(), FastFairError> {
         debug_assert_eq!(stripe, Self::stripe_index(node));
+        if let (ShiftPolicy::Fast, Shift::Insert { at, n, key, value }) = (self.policy, shift) {
+            // The one fallible step first: a failure then marks nothing.
+            let stores = self.pool().word_stores(node, view.words())?;
+            let held = self.stripes.held(stripe);
+            held.change_begin();
+            insert_fast(view, &stores, at, n, key, value);
+            held.change_end();
+            return Ok(());
+        }
         self.stripes.change_begin_held(stripe);
-        let result = match self.policy {
+        let result = self.shift_by_policy(view, node, stripe, shift);
+        self.stripes.change_end_held(stripe);
+        result
+    }
+
+    /// Every shift but a FAST insert, under the tree's policy (see [`FastFair::shift`]).
+    #[inline(never)]
+    fn shift_by_policy(
+        &self,
+        view: NodeView<'_>,
+        node: u64,
+        stripe: usize,
+        shift: Shift,
+    ) -> Result<(), FastFairError> {
+        match self.policy {
             ShiftPolicy::PerShift => self.shift_per_entry(view, node, shift),
             ShiftPolicy::Fast => self.shift_fast(view, node, shift),
             ShiftPolicy::Redo => self.shift_redo(view, node, stripe, shift),
-        };
-        self.stripes.change_end_held(stripe);
-        result
+        }
     }
 
     /// The baseline: every moved entry flushed and fenced before the next.
@@ -151,40 +245,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Ok(())
     }
 
-    /// FAST: stores in place; one flush and fence each time the shift leaves a line (the
-    /// line's stores flushed and fenced before the first store to the next line), and at the
-    /// end.
+    /// FAST, any shift: stores in place; one flush and fence each time the shift leaves a line
+    /// (the line's stores flushed and fenced before the first store to the next line), and at
+    /// the end. An insert goes through [`insert_fast`].
     fn shift_fast(&self, view: NodeView<'_>, node: u64, shift: Shift) -> Result<(), FastFairError> {
         let stores = self.pool().word_stores(node, view.words())?;
         if let Shift::Insert { at, n, key, value } = shift {
-            // The hot case, written out: the writes of `Shift::write`, slots `n` down to `at`
-            // (each move value before key, the new entry last), made line by line: the
-            // entries moving within one line go up one slot as one descending move of their
-            // words (value, key, value, key, ...: the order of the writes), and the run of
-            // each line is flushed and fenced when the shift is about to leave it (after its
-            // first slot's write).
-            assert!(
-                at <= n && n < view.capacity() && key_word(n) + 2 <= stores.len(),
-                "an insert at slot {at} of {n} entries into a node of {}",
-                view.capacity()
-            );
-            // The highest slot written in the current line.
-            let mut high = n;
-            let mut slot = n;
-            while slot > at {
-                let line_first = first_slot_of_line(slot);
-                // The lowest slot this line receives an entry in.
-                let low = line_first.max(at + 1);
-                stores.move_up(key_word(low - 1), key_word(slot - 1) + 2, 2);
-                if low == line_first {
-                    let _ = stores.persist(key_word(low), key_word(high) + 2);
-                    high = low - 1;
-                }
-                slot = low - 1;
-            }
-            let word = key_word(at);
-            stores.store_two(word + 1, value, word, key);
-            let _ = stores.persist(word, key_word(high) + 2);
+            insert_fast(view, &stores, at, n, key, value);
             return Ok(());
         }
         let writes = shift.len();

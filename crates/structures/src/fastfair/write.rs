@@ -8,9 +8,9 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
-use super::layout::{value_offset, NodeView};
+use super::layout::{value_offset, NodeShape, NodeView};
 use super::shift::Shift;
-use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
+use super::{FastFair, FastFairError, DEFAULT_NODE_SIZE, EMPTY_KEY, RESERVED};
 
 /// What a put finds in its leaf, under the leaf's lock.
 enum LeafPut {
@@ -101,9 +101,30 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         if key == EMPTY_KEY {
             return Err(FastFairError::ReservedKey(RESERVED).into());
         }
+        if self.node_size == DEFAULT_NODE_SIZE {
+            self.put_in_shape::<true, E>(key, value, replace, before_store)
+        } else {
+            self.put_in_shape::<false, E>(key, value, replace, before_store)
+        }
+    }
+
+    /// [`FastFair::put_with`] compiled for the default node size if `DEFAULT` (the shape a
+    /// constant there: the leaf's searches and the shift unroll), else for the size as loaded.
+    /// Two functions, not one inlined twice, so that the compiler cannot merge the copies
+    /// back into one over a shape it no longer knows.
+    #[inline(never)]
+    fn put_in_shape<const DEFAULT: bool, E: From<FastFairError>>(
+        &self,
+        key: u64,
+        value: u64,
+        replace: bool,
+        before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let shape = self.writer_shape::<DEFAULT>();
         let before_store = {
-            let (leaf, lane, _node) = self.lock_leaf(key)?;
-            match self.put_in_leaf(leaf, lane, key, value, replace, before_store)? {
+            let locked = self.lock_leaf(shape, key)?;
+            let (leaf, stripe, view) = (locked.leaf, locked.stripe, locked.view);
+            match self.put_in_leaf(view, leaf, stripe, key, value, replace, before_store)? {
                 Ok(done) => return Ok(done),
                 Err(unused) => unused,
             }
@@ -112,8 +133,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let leaf = split.leaf();
         // Another writer may have split this leaf or inserted the key meanwhile.
         let stripe = Self::stripe_index(leaf);
+        // Of the same shape as the first view, so that both copies of the put know it.
+        let view = NodeView::new(self.pool(), leaf, shape).map_err(FastFairError::from)?;
         let before_store =
-            match self.put_in_leaf(leaf, stripe, key, value, replace, before_store)? {
+            match self.put_in_leaf(view, leaf, stripe, key, value, replace, before_store)? {
                 Ok(done) => return Ok(done),
                 Err(unused) => unused,
             };
@@ -145,21 +168,37 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         if key == EMPTY_KEY {
             return Err(FastFairError::ReservedKey(RESERVED).into());
         }
+        if self.node_size == DEFAULT_NODE_SIZE {
+            self.remove_in_shape::<true, E>(key, before_store)
+        } else {
+            self.remove_in_shape::<false, E>(key, before_store)
+        }
+    }
+
+    /// [`FastFair::remove_with`] compiled for the default node size if `DEFAULT`, else for the
+    /// size as loaded (see [`FastFair::put_in_shape`]).
+    #[inline(never)]
+    fn remove_in_shape<const DEFAULT: bool, E: From<FastFairError>>(
+        &self,
+        key: u64,
+        before_store: impl FnOnce(u64) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
+        let shape = self.writer_shape::<DEFAULT>();
         {
-            let (leaf, lane, _node) = self.lock_leaf(key)?;
-            let view = self.view(leaf).map_err(FastFairError::from)?;
+            let locked = self.lock_leaf(shape, key)?;
+            let (leaf, view) = (locked.leaf, locked.view);
             let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
                 return Ok(None);
             };
             if n > self.min_fill() || leaf == self.root_node()? {
                 before_store(old)?;
-                self.remove_in_leaf(view, leaf, lane, slot, n)?;
+                self.remove_in_leaf(view, leaf, locked.stripe, slot, n)?;
                 return Ok(Some(old));
             }
         }
         let merge = self.lock_for_merge(key)?;
         let leaf = merge.leaf();
-        let view = self.view(leaf).map_err(FastFairError::from)?;
+        let view = NodeView::new(self.pool(), leaf, shape).map_err(FastFairError::from)?;
         let Some(LeafEntry { slot, old, n }) = Self::leaf_entry(view, key) else {
             return Ok(None);
         };
@@ -174,8 +213,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Ok(Some(old))
     }
 
+    /// The tree's node shape in a writer's copy for the default node size (`DEFAULT`: a
+    /// constant) or for any other (as loaded).
+    #[inline(always)]
+    fn writer_shape<const DEFAULT: bool>(&self) -> NodeShape {
+        if DEFAULT {
+            NodeShape::of(DEFAULT_NODE_SIZE)
+        } else {
+            self.shape
+        }
+    }
+
     /// Where `key` is in the leaf `view` shows, whose lock the caller holds, if it is there.
-    #[inline]
+    #[inline(always)]
     fn leaf_entry(view: NodeView<'_>, key: u64) -> Option<LeafEntry> {
         view.find(key).map(|slot| LeafEntry {
             slot,
@@ -185,8 +235,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// Where `key` goes in the leaf `view` shows, whose lock the caller holds.
-    #[inline]
-    fn leaf_put(&self, view: NodeView<'_>, key: u64) -> LeafPut {
+    #[inline(always)]
+    fn leaf_put(view: NodeView<'_>, key: u64) -> LeafPut {
         let ub = view.upper_bound(key);
         if ub > 0 && view.key(ub - 1) == key {
             return LeafPut::Present {
@@ -195,18 +245,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             };
         }
         let n = view.count();
-        if n >= self.capacity {
+        if n >= view.capacity() {
             return LeafPut::Full;
         }
         LeafPut::Room { at: ub, n }
     }
 
-    /// Put into `leaf`, whose lock the caller holds (`stripe` its stripe), calling `before_store` before the first
-    /// store: `Ok(result)` if done, `Err(before_store)` (not called) if the key is absent and
-    /// the leaf is full.
-    #[inline]
+    /// Put into `leaf`, which `view` shows and whose lock the caller holds (`stripe` its
+    /// stripe), calling `before_store` before the first store: `Ok(result)` if done,
+    /// `Err(before_store)` (not called) if the key is absent and the leaf is full. One view
+    /// serves the search and the shift.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn put_in_leaf<E: From<FastFairError>, F: FnOnce(Option<u64>) -> Result<(), E>>(
         &self,
+        view: NodeView<'_>,
         leaf: u64,
         stripe: usize,
         key: u64,
@@ -214,9 +267,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         replace: bool,
         before_store: F,
     ) -> Result<Result<Option<u64>, F>, E> {
-        // One view for the search and the shift.
-        let view = self.view(leaf).map_err(FastFairError::from)?;
-        match self.leaf_put(view, key) {
+        match Self::leaf_put(view, key) {
             LeafPut::Present { slot, old } => {
                 if replace {
                     before_store(Some(old))?;

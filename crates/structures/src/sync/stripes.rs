@@ -207,6 +207,7 @@ impl StripeGuard<'_> {
 }
 
 impl Drop for StripeGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         let word = &self.stripe.word;
         let mut v = word.load(Ordering::Relaxed);
@@ -259,10 +260,40 @@ impl Stripe {
     }
 }
 
+/// A stripe whose lock the caller holds, indexed once ([`Stripes::held`]), for several of the
+/// holder's updates.
+#[derive(Clone, Copy)]
+pub(crate) struct HeldStripe<'a> {
+    stripe: &'a Stripe,
+}
+
+impl HeldStripe<'_> {
+    /// Like [`Stripes::change_begin_held`].
+    #[inline]
+    pub(crate) fn change_begin(self) {
+        self.stripe.change_begin_held();
+    }
+
+    /// Like [`Stripes::change_end_held`].
+    #[inline]
+    pub(crate) fn change_end(self) {
+        self.stripe.change_end_held();
+    }
+}
+
 /// Updates by the holder of stripe `i`'s lock, by index, since a structure change holding
 /// several stripes through [`Stripes::lock_set`] has no one guard at hand. The caller must hold
 /// stripe `i`'s lock; debug builds check that someone does.
 impl Stripes {
+    /// Stripe `i`, indexed once for several updates by its holder. The caller must hold
+    /// stripe `i`'s lock.
+    #[inline]
+    pub(crate) fn held(&self, i: usize) -> HeldStripe<'_> {
+        HeldStripe {
+            stripe: &self.stripes[i],
+        }
+    }
+
     /// Like [`StripeGuard::count`] for stripe `i`.
     #[inline]
     pub(crate) fn count_held(&self, i: usize, delta: u64) {

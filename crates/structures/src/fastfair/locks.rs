@@ -38,7 +38,7 @@ use pmem_undo_log::Heap;
 
 use super::layout::{NodeImage, NodeShape, NodeView, LINE};
 use super::{FastFair, FastFairError, LANES};
-use crate::sync::{SeqVersion, StripeGuard};
+use crate::sync::{set_bits, SeqVersion, StripeGuard, StripeSet};
 
 /// A leaf locked for a plain write ([`FastFair::lock_leaf`]); dropping it lets the stripe go.
 pub(super) struct LockedLeaf<'a> {
@@ -53,15 +53,13 @@ pub(super) struct LockedLeaf<'a> {
 
 /// The stripe locks a split or merge holds; dropping them lets the stripes go.
 pub(super) struct HeldStripes<'a> {
-    /// Bit `i` set: stripe `i` is held.
-    mask: u64,
-    _guards: Vec<StripeGuard<'a>>,
+    set: StripeSet<'a>,
 }
 
 impl HeldStripes<'_> {
     /// Whether every stripe of `mask` is held.
     pub(super) fn covers(&self, mask: u64) -> bool {
-        mask & !self.mask == 0
+        mask & !self.set.mask() == 0
     }
 }
 
@@ -83,8 +81,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// deadlock). The caller holds no stripe.
     pub(super) fn lock_stripes(&self, mask: u64) -> HeldStripes<'_> {
         HeldStripes {
-            mask,
-            _guards: self.stripes.lock_set(mask),
+            set: self.stripes.lock_set(mask),
         }
     }
 
@@ -219,12 +216,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// The caller holds those stripes.
     pub(super) fn with_nodes_versioned<R>(&self, nodes: &[u64], f: impl FnOnce() -> R) -> R {
         let mask = Self::stripe_mask(nodes);
-        let marked = || (0..self.stripes.len()).filter(move |i| mask & (1 << i) != 0);
-        for i in marked() {
+        for i in set_bits(mask) {
             self.stripes.change_begin_held(i);
         }
         let result = f();
-        for i in marked() {
+        for i in set_bits(mask) {
             self.stripes.change_end_held(i);
         }
         result

@@ -18,5 +18,5 @@ pub(crate) mod readers;
 mod stripes;
 mod version;
 
-pub(crate) use stripes::{StripeGuard, StripeReader, StripeReaders, Stripes};
+pub(crate) use stripes::{set_bits, StripeGuard, StripeReader, StripeReaders, StripeSet, Stripes};
 pub(crate) use version::SeqVersion;

@@ -90,12 +90,19 @@ impl Stripes {
     /// only while it holds none, or only lower-indexed ones (it took them all through one
     /// call of this, or of [`Stripes::lock_all`]). Then the holder of the highest stripe any
     /// waiter wants never waits itself.
-    pub(crate) fn lock_set(&self, mask: u64) -> Vec<StripeGuard<'_>> {
+    pub(crate) fn lock_set(&self, mask: u64) -> StripeSet<'_> {
         debug_assert!(self.len() >= 64 || mask >> self.len() == 0);
-        (0..self.len())
-            .filter(|&i| mask & (1 << i) != 0)
-            .map(|i| self.lock(i))
-            .collect()
+        // The set grows lock by lock, so a panic part way lets go of those already taken.
+        let mut set = StripeSet {
+            stripes: self,
+            mask: 0,
+        };
+        for i in set_bits(mask) {
+            // Held from here on by the set, which lets it go on drop as the guard would.
+            std::mem::forget(self.lock(i));
+            set.mask |= 1 << i;
+        }
+        set
     }
 
     /// Stripe `i`'s version word, for a lock-free read section ([`StripeReader::read_begin`]
@@ -206,6 +213,32 @@ impl StripeGuard<'_> {
     }
 }
 
+/// The locks of a set of stripes ([`Stripes::lock_set`]), held until it drops: a bit mask,
+/// where a guard per stripe would need an allocation.
+pub(crate) struct StripeSet<'a> {
+    stripes: &'a Stripes,
+    /// Bit `i` set: stripe `i` is held by this set.
+    mask: u64,
+}
+
+impl StripeSet<'_> {
+    /// The stripes held, as a bit mask (stripe `i` is bit `i`).
+    pub(crate) fn mask(&self) -> u64 {
+        self.mask
+    }
+}
+
+impl Drop for StripeSet<'_> {
+    fn drop(&mut self) {
+        for i in set_bits(self.mask) {
+            // The lock this set took for stripe `i`, let go as its guard's drop does.
+            drop(StripeGuard {
+                stripe: &self.stripes.stripes[i],
+            });
+        }
+    }
+}
+
 impl Drop for StripeGuard<'_> {
     #[inline]
     fn drop(&mut self) {
@@ -313,6 +346,19 @@ impl Stripes {
     }
 }
 
+/// The indices of the bits set in `mask`, lowest first: the stripes a mask names, visited
+/// without a test of every stripe.
+pub(crate) fn set_bits(mask: u64) -> impl Iterator<Item = usize> {
+    let mut rest = mask;
+    std::iter::from_fn(move || {
+        (rest != 0).then(|| {
+            let i = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            i
+        })
+    })
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -406,10 +452,21 @@ mod tests {
     }
 
     #[test]
+    fn set_bits_visits_each_set_bit_lowest_first() {
+        assert_eq!(set_bits(0).count(), 0);
+        assert_eq!(set_bits(0b1010_0001).collect::<Vec<_>>(), [0, 5, 7]);
+        assert_eq!(set_bits(1 << 63).collect::<Vec<_>>(), [63]);
+        assert_eq!(
+            set_bits(u64::MAX).collect::<Vec<_>>(),
+            (0..64).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn lock_set_holds_its_stripes_and_no_other() {
         let stripes = Arc::new(Stripes::new(4));
         let held = stripes.lock_set(0b1010);
-        assert_eq!(held.len(), 2);
+        assert_eq!(held.mask(), 0b1010);
         // Stripes 0 and 2 are free, 1 and 3 are not.
         drop(stripes.lock(0));
         drop(stripes.lock(2));

@@ -19,6 +19,9 @@ use super::{Cceh, CcehError};
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SegmentSpan {
     line_mask: usize,
+    /// The last word of the pool a segment may start at (`pool words - segment words`), set
+    /// by [`SegmentSpan::in_pool`] (0 before).
+    last_start: usize,
 }
 
 impl SegmentSpan {
@@ -31,7 +34,19 @@ impl SegmentSpan {
         }
         let line_mask = (buckets - 1).checked_mul(WORDS_PER_BUCKET as usize)?;
         line_mask.checked_add(WORDS_PER_BUCKET as usize)?;
-        Some(SegmentSpan { line_mask })
+        Some(SegmentSpan {
+            line_mask,
+            last_start: 0,
+        })
+    }
+
+    /// This span, knowing that segments lie in a pool of `pool_words` words (for
+    /// [`SegmentView::new`]'s one compare); `None` if no segment fits in it.
+    pub(super) fn in_pool(self, pool_words: usize) -> Option<SegmentSpan> {
+        Some(SegmentSpan {
+            last_start: pool_words.checked_sub(self.words())?,
+            ..self
+        })
     }
 
     /// Words of a segment.
@@ -59,21 +74,24 @@ pub(super) struct SegmentView<'w> {
 impl<'w> SegmentView<'w> {
     /// The segment at pool offset `segment` (a directory entry's, 64-byte aligned: the low six
     /// bits are ignored) of `span`'s size, out of `words` ([`Cceh::pool_words`]); `None` if it
-    /// runs past the pool.
+    /// runs past the pool: one compare.
+    ///
+    /// # Safety
+    ///
+    /// `span` was made by [`SegmentSpan::in_pool`] for a pool of at most `words.len()` words.
     #[inline(always)]
-    pub(super) fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
-        let segment = segment & !63;
-        // In bytes, the segment's offset kept as it is: the word index below is then one
-        // shift (in words, the compiler merges the two masks into one constant that takes
-        // two instructions to make). A span is at most 2^26 bytes (`SegmentSpan::of`).
-        let end = segment.checked_add((span.words() as u64) * 8)?;
-        if end > (words.len() as u64) * 8 {
+    pub(super) unsafe fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
+        // The word index of the segment's first word (offsets are below 2^64 bytes, so the
+        // index fits a `usize` on 64-bit targets, and wraps harmlessly, refused below, on
+        // others).
+        let start = (segment >> 3) as usize & !7;
+        if start > span.last_start {
             return None;
         }
+        debug_assert!(start + span.words() <= words.len());
         Some(SegmentView {
             words,
-            // Below the view's length (checked above), so a `usize`.
-            start: (segment / 8) as usize,
+            start,
             line_mask: span.line_mask,
         })
     }

@@ -263,9 +263,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     ) -> Option<Option<u64>> {
         let key = probe.word();
         let h = hash(key);
-        let at = self.entry_fast(words, h)?;
+        let at = self.entry_cached(words, h);
         observe(LookupStep::Located);
-        let segment = SegmentView::new(words, Entry::from_word(at.entry).segment, self.span)?;
+        // SAFETY: `self.span` was made for this pool by `Cceh::with_shape`, and `words` is the
+        // whole pool's view, whose size never changes.
+        let segment =
+            unsafe { SegmentView::new(words, Entry::from_word(at.entry).segment, self.span) }?;
         // The home bucket's first word, before `SegmentView` wraps it into the segment (the
         // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
         // are wrapped away anyway.
@@ -291,8 +294,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             None
         };
         observe(LookupStep::Scanned);
-        // As in `lookup`: the key's entry unchanged means no split or doubling ran.
-        at.unchanged(words)?.then_some(found)
+        // As in `lookup`: the key's entry unchanged means no split or doubling ran, and the
+        // root naming the cached directory that this directory was current.
+        at.unchanged(words, self.directory_word).then_some(found)
+    }
+
+    /// `h`'s directory entry in the directory the handle caches (`directory_cache.rs`), with
+    /// no check: the cache names a directory whose entries lie inside the pool. For lookups,
+    /// which validate at their end that the root names that directory (they read it inside
+    /// their read section, as they would read the root: see `directory_cache.rs`).
+    #[inline(always)]
+    fn entry_cached(&self, words: Words<'_>, h: u64) -> CachedEntry {
+        let directory = self.directory_cache.load();
+        let entry_word = directory.entry_word(prefix(h, directory.depth));
+        // SAFETY: `prefix(h, depth) < 2^depth`, so the word is one of the cached directory's
+        // entries, which lie inside the whole pool's view (checked when cached); `words` is
+        // that view (`pool_words`), and a pool's size never changes.
+        let entry = unsafe { words.load_unchecked(entry_word) };
+        CachedEntry {
+            directory: directory.offset,
+            entry_word,
+            entry,
+        }
     }
 
     /// One pass from the root to `h`'s directory entry, for the fast paths of lookups and
@@ -429,6 +452,31 @@ pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
 #[inline(always)]
 pub(super) fn hit_mask(keys: &[u64; 4], key: u64) -> u32 {
     (0..SLOTS_PER_BUCKET as usize).fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s))
+}
+
+/// Where [`Cceh::entry_cached`] found a hash's directory entry, and the words it read there.
+pub(super) struct CachedEntry {
+    /// The cached directory's offset, as read.
+    directory: u64,
+    /// The entry's word among the pool's words.
+    entry_word: usize,
+    /// The entry, as read.
+    entry: u64,
+}
+
+impl CachedEntry {
+    /// Whether the root (its word among the pool's words: `root_word`) names the directory
+    /// read from the cache, and the entry still reads as it did: then no split or doubling
+    /// ran since.
+    #[inline(always)]
+    fn unchanged(&self, words: Words<'_>, root_word: usize) -> bool {
+        // SAFETY: the root's words are inside the pool (checked when the handle was made:
+        // `Cceh::with_shape`), and `words` is the whole pool's view.
+        let root = unsafe { words.load_unchecked(root_word) };
+        // SAFETY: an entry of the cached directory, inside the view (see `entry_cached`).
+        let entry = unsafe { words.load_unchecked(self.entry_word) };
+        root == self.directory && entry == self.entry
+    }
 }
 
 /// Where [`Cceh::entry_fast`] found a hash's directory entry, and the words it read there.

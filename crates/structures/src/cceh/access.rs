@@ -6,6 +6,7 @@
 
 use std::ops::Deref;
 
+use pmem_ordering::isa::KeySplat;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::Heap;
 
@@ -64,7 +65,7 @@ impl SegmentSpan {
 /// than a view of the segment: the range check is then one compare.
 #[derive(Clone, Copy)]
 pub(super) struct SegmentView<'w> {
-    /// Every word of the pool ([`Cceh::pool_words`]).
+    /// Every word of the pool ([`Cceh::pool_words`]), from its start.
     words: Words<'w>,
     /// The segment's first word among `words`: `start + line_mask + 8 <= words.len()`.
     start: usize,
@@ -120,6 +121,21 @@ impl<'w> SegmentView<'w> {
         // the view's length (checked in `new`).
         let keys = unsafe { self.words.keys_of_line_unchecked(self.start + first) };
         (first, keys)
+    }
+
+    /// [`SegmentView::bucket_keys`]'s first word of the bucket, and, instead of its keys, bit
+    /// `4 * s` set for each slot `s` whose key equals `key`'s (one vector compare: see
+    /// [`Words::key_hits_of_line_unchecked`]).
+    #[inline(always)]
+    pub(super) fn bucket_hits(&self, word: usize, key: KeySplat) -> (usize, u32) {
+        let first = word & self.line_mask;
+        // SAFETY: in the view as in `bucket_keys`; `start` and `first` are multiples of 8 in a
+        // view of the whole pool from its page-aligned start, so the line is 64-byte aligned.
+        let hits = unsafe {
+            self.words
+                .key_hits_of_line_unchecked(self.start + first, key)
+        };
+        (first, hits)
     }
 
     /// The word of the pool of slot `slot & 3`'s key in the bucket whose first word is `first`

@@ -13,6 +13,7 @@
 
 use std::ops::Deref;
 
+use pmem_ordering::isa::KeySplat;
 use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
@@ -273,12 +274,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
         // are wrapped away anyway.
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let splat = KeySplat::new(key);
         let found = 'scan: {
             for step in 0..PROBE_BUCKETS {
-                let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+                let (first, hits) =
+                    segment.bucket_hits(home_word.wrapping_add(bucket_word(step)), splat);
                 observe(LookupStep::BucketRead);
-                let slot = first_hit_without_branches(&keys, key);
-                if slot < SLOTS_PER_BUCKET as usize {
+                // The lowest slot holding the key (bit `4 * slot`), as `first_hit` tells; one
+                // branch, on whether the bucket holds it (see `hit_mask`).
+                if hits != 0 {
+                    let slot = (hits.trailing_zeros() / 4) as usize;
                     // As in `lookup`: value after key, key again after value.
                     let (value, again) = segment.value_then_key(first, slot);
                     observe(LookupStep::ValueRead);
@@ -432,18 +437,6 @@ pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
     slot
 }
 
-/// [`first_hit`] with a conditional move per compare and no branch (for the reason
-/// [`hit_mask`] gives), for the lookup's fast pass: the moves are marked unpredictable, or
-/// the compiler may turn them into branches inside a caller's loop.
-#[inline(always)]
-pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
-    let mut slot = SLOTS_PER_BUCKET as usize;
-    for s in (0..SLOTS_PER_BUCKET as usize).rev() {
-        slot = std::hint::select_unpredictable(keys[s] == key, s, slot);
-    }
-    slot
-}
-
 /// Bit `s` set for each slot `s` (0..4) of a bucket's four keys that holds `key`. The four
 /// keys are compared into a bit mask rather than branched on one by one: a branch on which slot
 /// holds the key would be mispredicted, and a mispredicted branch waiting on a cache miss keeps
@@ -528,11 +521,6 @@ mod tests {
                     mask.trailing_zeros() as usize
                 };
                 assert_eq!(first_hit(&keys, key), lowest, "{keys:?} {key}");
-                assert_eq!(
-                    first_hit_without_branches(&keys, key),
-                    lowest,
-                    "{keys:?} {key}"
-                );
             }
         }
     }

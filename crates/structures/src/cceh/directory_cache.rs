@@ -18,33 +18,51 @@ use pmem_ordering::Words;
 use super::layout::{pool_word, Directory};
 use super::MAX_DEPTH;
 
-/// Bits of the packed word that hold the global depth (at most [`MAX_DEPTH`] = 58 < 64).
+/// Bits of the packed word that hold `63 - depth` (depth at most [`MAX_DEPTH`] = 58 < 64).
 const DEPTH_BITS: u32 = 6;
 
-/// The packed `(offset << 6) | depth` of a directory whose depth word and `2^depth` entries
-/// all lie inside the pool's view it was checked against; the empty cache is `(0, 0)`,
-/// whose two words (the pool's first two) are inside any pool a table lives in (its root
-/// alone takes 32 bytes).
+/// The packed `(first entry's word << 6) | (63 - depth)` of a directory whose `2^depth`
+/// entries all lie inside the pool's view it was checked against (the shift a directory
+/// index takes from a hash, and where its entries start: [`CachedDirectory`]); the empty
+/// cache is a directory at offset 0 of depth 0, whose one entry (the pool's second word) is
+/// inside any pool a table lives in (its root alone takes 32 bytes).
 #[derive(Debug)]
 pub(super) struct DirectoryCache {
     packed: AtomicU64,
 }
 
-/// A directory as [`DirectoryCache::load`] read it.
+/// A directory as [`DirectoryCache::load`] read it: the packed word, unpacked where used
+/// (the shift by `x86-64`'s shift instruction, which takes its low six bits itself).
 #[derive(Clone, Copy)]
 pub(super) struct CachedDirectory {
-    /// The directory's offset (what the root holds while it is current).
-    pub(super) offset: u64,
-    pub(super) depth: u64,
+    packed: u64,
 }
 
 impl CachedDirectory {
-    /// The word among the pool's words of entry `index` (`index < 2^depth`): inside the view
-    /// the directory was checked against.
+    /// The directory's offset (what the root holds while it is current).
+    #[inline(always)]
+    pub(super) fn offset(self) -> u64 {
+        ((self.packed >> DEPTH_BITS) - 1) * 8
+    }
+
+    /// The global depth.
+    #[cfg(test)]
+    fn depth(self) -> u64 {
+        63 - (self.packed & 63)
+    }
+
+    /// The directory index of hash `h`: its top `depth` bits (as `prefix`).
+    #[inline(always)]
+    pub(super) fn index(self, h: u64) -> u64 {
+        // Two shifts, as in `prefix`: no shift by 64 at depth 0.
+        (h >> 1) >> (self.packed & 63)
+    }
+
+    /// The word among the pool's words of entry `index` (`index < 2^depth`, as
+    /// [`CachedDirectory::index`] gives): inside the view the directory was checked against.
     #[inline(always)]
     pub(super) fn entry_word(self, index: u64) -> usize {
-        // `offset` is a multiple of 8 (checked when cached); entry `i` is word `i + 1`.
-        (self.offset / 8 + 1 + index) as usize
+        ((self.packed >> DEPTH_BITS) + index) as usize
     }
 }
 
@@ -69,11 +87,9 @@ impl DirectoryCache {
             && pool_word(Directory::at(offset).entry(0))
                 .checked_add(1 << depth)
                 .is_some_and(|end| end <= words.len());
-        let packed = if inside {
-            (offset << DEPTH_BITS) | depth
-        } else {
-            0
-        };
+        let (offset, depth) = if inside { (offset, depth) } else { (0, 0) };
+        // The first entry is word `offset / 8 + 1`.
+        let packed = ((offset / 8 + 1) << DEPTH_BITS) | (63 - depth);
         // Release: a lookup that reads it reads the directory's words as written.
         self.packed.store(packed, Ordering::Release);
     }
@@ -81,16 +97,15 @@ impl DirectoryCache {
     /// The cached directory.
     #[inline(always)]
     pub(super) fn load(&self) -> CachedDirectory {
-        let packed = self.packed.load(Ordering::Acquire);
         CachedDirectory {
-            offset: packed >> DEPTH_BITS,
-            depth: packed & ((1 << DEPTH_BITS) - 1),
+            packed: self.packed.load(Ordering::Acquire),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::hashing::prefix;
     use super::super::test_heap::heap;
     use super::super::{access::whole_pool, Cceh, CcehConfig};
     use super::*;
@@ -102,17 +117,29 @@ mod tests {
         let len = words.len() as u64;
         let cache = DirectoryCache::new(words, 64, 3);
         let cached = cache.load();
-        assert_eq!((cached.offset, cached.depth), (64, 3));
+        assert_eq!((cached.offset(), cached.depth()), (64, 3));
         assert_eq!(cached.entry_word(7), 8 + 1 + 7);
+        for depth in [0, 1, 3, 16, MAX_DEPTH] {
+            let directory = CachedDirectory {
+                packed: (9 << DEPTH_BITS) | (63 - depth),
+            };
+            for h in [0, 1, u64::MAX, 1 << 63, 0x1234_5678_9abc_def0] {
+                assert_eq!(directory.index(h), prefix(h, depth), "depth {depth} {h:#x}");
+            }
+        }
         // Entries running one word past the end, a misaligned offset, a depth too large.
         for (offset, depth) in [((len - 8) * 8, 3), (64 + 4, 0), (64, MAX_DEPTH + 1)] {
             cache.set(words, offset, depth);
             let cached = cache.load();
-            assert_eq!((cached.offset, cached.depth), (0, 0), "{offset} {depth}");
+            assert_eq!(
+                (cached.offset(), cached.depth()),
+                (0, 0),
+                "{offset} {depth}"
+            );
         }
         // The last directory that fits.
         cache.set(words, (len - 9) * 8, 3);
-        assert_eq!(cache.load().offset, (len - 9) * 8);
+        assert_eq!(cache.load().offset(), (len - 9) * 8);
     }
 
     #[test]
@@ -125,8 +152,8 @@ mod tests {
         for k in 1..=2_000u64 {
             table.insert(k, k).unwrap();
             let cached = table.directory_cache.load();
-            assert_eq!(cached.offset, table.current_directory().unwrap().offset());
-            assert_eq!(cached.depth, table.global_depth().unwrap());
+            assert_eq!(cached.offset(), table.current_directory().unwrap().offset());
+            assert_eq!(cached.depth(), table.global_depth().unwrap());
         }
         assert!(table.global_depth().unwrap() >= 3, "the table doubled");
         let root = heap.pool().root_offset();
@@ -134,9 +161,9 @@ mod tests {
         let reopened = Cceh::open(&heap, root).unwrap();
         let cached = reopened.directory_cache.load();
         assert_eq!(
-            cached.offset,
+            cached.offset(),
             reopened.current_directory().unwrap().offset()
         );
-        assert_eq!(cached.depth, reopened.global_depth().unwrap());
+        assert_eq!(cached.depth(), reopened.global_depth().unwrap());
     }
 }

@@ -311,13 +311,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     #[inline(always)]
     fn entry_cached(&self, words: Words<'_>, h: u64) -> CachedEntry {
         let directory = self.directory_cache.load();
-        let entry_word = directory.entry_word(prefix(h, directory.depth));
-        // SAFETY: `prefix(h, depth) < 2^depth`, so the word is one of the cached directory's
+        let entry_word = directory.entry_word(directory.index(h));
+        // SAFETY: the index is below `2^depth` (the top `depth` bits of `h`), so the word is one of the cached directory's
         // entries, which lie inside the whole pool's view (checked when cached); `words` is
         // that view (`pool_words`), and a pool's size never changes.
         let entry = unsafe { words.load_unchecked(entry_word) };
         CachedEntry {
-            directory: directory.offset,
+            directory: directory.offset(),
             entry_word,
             entry,
         }

@@ -3,11 +3,12 @@
 //!
 //! A lookup takes no lock and never waits for a writer. It runs in a read section
 //! ([`ReadSection`]: two plain stores, no barrier; so no directory it loads is freed under it),
-//! reads the directory pointer and the key's entry,
-//! scans the probing window with acquire loads, loads a found key's value and then the key
-//! again (a slot reused in between means a rescan), and at the end checks that the directory
-//! pointer and the key's entry are the ones it started from: a split or doubling that ran
-//! meanwhile means a retry from the top. Why each writer's store order keeps this right is
+//! reads the current directory (its fast pass from the handle's cache, `directory_cache.rs`;
+//! its walk from the root) and the key's entry, scans the probing window (each bucket's keys
+//! in one vector compare: `Words::key_hits_of_line_unchecked`), loads a found key's value and
+//! then the key again (a slot reused in between means a rescan), and at the end checks that
+//! the root still names that directory and the key's entry is the one it started from: a
+//! split or doubling that ran meanwhile means a retry from the top. Why each writer's store order keeps this right is
 //! told where the stores are: `write.rs` (slot commits), `displace.rs` (moves), `split.rs`
 //! (splits and doublings); `interleaving.rs` checks it schedule by schedule.
 
@@ -251,10 +252,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// of the pool, a validation that failed (a split or doubling ran meanwhile) or a slot
     /// reused under the read (both rare). Having no loop of its own, the pass computes each
     /// bucket's address only when it gets there (in a loop, the compiler computes all four
-    /// ahead, as loop-invariant). The root's word is aligned (checked at create and open), the
-    /// directory's offset is checked for alignment once (entries are whole words after it),
-    /// the segment's range once ([`SegmentView`]: its buckets and slots are then read
-    /// unchecked).
+    /// ahead, as loop-invariant). The directory comes from the handle's cache, whose entries'
+    /// range was checked when cached; the root's word is in the pool (checked at create and
+    /// open); the segment's range is checked once ([`SegmentView`]: its buckets and slots are
+    /// then read unchecked).
     #[inline(always)]
     fn lookup_fast(
         &self,

@@ -80,6 +80,32 @@ impl<'a> Words<'a> {
         })
     }
 
+    /// Bit `4 * s` set for each of the four `(key, value)` pairs of the line at word `start`
+    /// whose key (word `start + 2 * s`) equals `key`'s ([`crate::isa::key_hits_of_line`]: one
+    /// vector compare on x86-64), the keys read in order as [`Words::keys_of_line_unchecked`]
+    /// reads them, without the range check.
+    ///
+    /// # Safety
+    ///
+    /// `start + 8 <= self.len()`, and word `start` is 16-byte aligned (an even word of a view
+    /// of a pool from its start: pools are page-aligned).
+    #[inline]
+    pub unsafe fn key_hits_of_line_unchecked(
+        &self,
+        start: usize,
+        key: crate::isa::KeySplat,
+    ) -> u32 {
+        debug_assert!(
+            start
+                .checked_add(8)
+                .is_some_and(|end| end <= self.words.len()),
+            "line at word {start} past the view"
+        );
+        // SAFETY: `start + 8 <= self.len()` (the caller's promise), so the line's 64 bytes are
+        // in the view, and 16-byte aligned (the caller's promise too).
+        unsafe { crate::isa::key_hits_of_line(self.words.as_ptr().add(start), key) }
+    }
+
     /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
     /// the end. A hint only: it reads and stores nothing.
     #[inline]

@@ -6,6 +6,7 @@
 
 use std::ops::Deref;
 
+use pmem_ordering::isa::KeySplat;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
 use pmem_undo_log::Heap;
 
@@ -19,6 +20,9 @@ use super::{Cceh, CcehError};
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SegmentSpan {
     line_mask: usize,
+    /// The last word of the pool a segment may start at (`pool words - segment words`), set
+    /// by [`SegmentSpan::in_pool`] (0 before).
+    last_start: usize,
 }
 
 impl SegmentSpan {
@@ -31,7 +35,19 @@ impl SegmentSpan {
         }
         let line_mask = (buckets - 1).checked_mul(WORDS_PER_BUCKET as usize)?;
         line_mask.checked_add(WORDS_PER_BUCKET as usize)?;
-        Some(SegmentSpan { line_mask })
+        Some(SegmentSpan {
+            line_mask,
+            last_start: 0,
+        })
+    }
+
+    /// This span, knowing that segments lie in a pool of `pool_words` words (for
+    /// [`SegmentView::new`]'s one compare); `None` if no segment fits in it.
+    pub(super) fn in_pool(self, pool_words: usize) -> Option<SegmentSpan> {
+        Some(SegmentSpan {
+            last_start: pool_words.checked_sub(self.words())?,
+            ..self
+        })
     }
 
     /// Words of a segment.
@@ -49,7 +65,7 @@ impl SegmentSpan {
 /// than a view of the segment: the range check is then one compare.
 #[derive(Clone, Copy)]
 pub(super) struct SegmentView<'w> {
-    /// Every word of the pool ([`Cceh::pool_words`]).
+    /// Every word of the pool ([`Cceh::pool_words`]), from its start.
     words: Words<'w>,
     /// The segment's first word among `words`: `start + line_mask + 8 <= words.len()`.
     start: usize,
@@ -59,21 +75,24 @@ pub(super) struct SegmentView<'w> {
 impl<'w> SegmentView<'w> {
     /// The segment at pool offset `segment` (a directory entry's, 64-byte aligned: the low six
     /// bits are ignored) of `span`'s size, out of `words` ([`Cceh::pool_words`]); `None` if it
-    /// runs past the pool.
+    /// runs past the pool: one compare.
+    ///
+    /// # Safety
+    ///
+    /// `span` was made by [`SegmentSpan::in_pool`] for a pool of at most `words.len()` words.
     #[inline(always)]
-    pub(super) fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
-        let segment = segment & !63;
-        // In bytes, the segment's offset kept as it is: the word index below is then one
-        // shift (in words, the compiler merges the two masks into one constant that takes
-        // two instructions to make). A span is at most 2^26 bytes (`SegmentSpan::of`).
-        let end = segment.checked_add((span.words() as u64) * 8)?;
-        if end > (words.len() as u64) * 8 {
+    pub(super) unsafe fn new(words: Words<'w>, segment: u64, span: SegmentSpan) -> Option<Self> {
+        // The word index of the segment's first word (offsets are below 2^64 bytes, so the
+        // index fits a `usize` on 64-bit targets, and wraps harmlessly, refused below, on
+        // others).
+        let start = (segment >> 3) as usize & !7;
+        if start > span.last_start {
             return None;
         }
+        debug_assert!(start + span.words() <= words.len());
         Some(SegmentView {
             words,
-            // Below the view's length (checked above), so a `usize`.
-            start: (segment / 8) as usize,
+            start,
             line_mask: span.line_mask,
         })
     }
@@ -102,6 +121,21 @@ impl<'w> SegmentView<'w> {
         // the view's length (checked in `new`).
         let keys = unsafe { self.words.keys_of_line_unchecked(self.start + first) };
         (first, keys)
+    }
+
+    /// [`SegmentView::bucket_keys`]'s first word of the bucket, and, instead of its keys, bit
+    /// `4 * s` set for each slot `s` whose key equals `key`'s (one vector compare: see
+    /// [`Words::key_hits_of_line_unchecked`]).
+    #[inline(always)]
+    pub(super) fn bucket_hits(&self, word: usize, key: KeySplat) -> (usize, u32) {
+        let first = word & self.line_mask;
+        // SAFETY: in the view as in `bucket_keys`; `start` and `first` are multiples of 8 in a
+        // view of the whole pool from its page-aligned start, so the line is 64-byte aligned.
+        let hits = unsafe {
+            self.words
+                .key_hits_of_line_unchecked(self.start + first, key)
+        };
+        (first, hits)
     }
 
     /// The word of the pool of slot `slot & 3`'s key in the bucket whose first word is `first`

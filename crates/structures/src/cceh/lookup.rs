@@ -3,16 +3,18 @@
 //!
 //! A lookup takes no lock and never waits for a writer. It runs in a read section
 //! ([`ReadSection`]: two plain stores, no barrier; so no directory it loads is freed under it),
-//! reads the directory pointer and the key's entry,
-//! scans the probing window with acquire loads, loads a found key's value and then the key
-//! again (a slot reused in between means a rescan), and at the end checks that the directory
-//! pointer and the key's entry are the ones it started from: a split or doubling that ran
-//! meanwhile means a retry from the top. Why each writer's store order keeps this right is
+//! reads the current directory (its fast pass from the handle's cache, `directory_cache.rs`;
+//! its walk from the root) and the key's entry, scans the probing window (each bucket's keys
+//! in one vector compare: `Words::key_hits_of_line_unchecked`), loads a found key's value and
+//! then the key again (a slot reused in between means a rescan), and at the end checks that
+//! the root still names that directory and the key's entry is the one it started from: a
+//! split or doubling that ran meanwhile means a retry from the top. Why each writer's store order keeps this right is
 //! told where the stores are: `write.rs` (slot commits), `displace.rs` (moves), `split.rs`
 //! (splits and doublings); `interleaving.rs` checks it schedule by schedule.
 
 use std::ops::Deref;
 
+use pmem_ordering::isa::KeySplat;
 use pmem_ordering::{Backend, Pool, Words};
 use pmem_undo_log::Heap;
 
@@ -250,10 +252,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// of the pool, a validation that failed (a split or doubling ran meanwhile) or a slot
     /// reused under the read (both rare). Having no loop of its own, the pass computes each
     /// bucket's address only when it gets there (in a loop, the compiler computes all four
-    /// ahead, as loop-invariant). The root's word is aligned (checked at create and open), the
-    /// directory's offset is checked for alignment once (entries are whole words after it),
-    /// the segment's range once ([`SegmentView`]: its buckets and slots are then read
-    /// unchecked).
+    /// ahead, as loop-invariant). The directory comes from the handle's cache, whose entries'
+    /// range was checked when cached; the root's word is in the pool (checked at create and
+    /// open); the segment's range is checked once ([`SegmentView`]: its buckets and slots are
+    /// then read unchecked).
     #[inline(always)]
     fn lookup_fast(
         &self,
@@ -263,19 +265,26 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     ) -> Option<Option<u64>> {
         let key = probe.word();
         let h = hash(key);
-        let at = self.entry_fast(words, h)?;
+        let at = self.entry_cached(words, h);
         observe(LookupStep::Located);
-        let segment = SegmentView::new(words, Entry::from_word(at.entry).segment, self.span)?;
+        // SAFETY: `self.span` was made for this pool by `Cceh::with_shape`, and `words` is the
+        // whole pool's view, whose size never changes.
+        let segment =
+            unsafe { SegmentView::new(words, Entry::from_word(at.entry).segment, self.span) }?;
         // The home bucket's first word, before `SegmentView` wraps it into the segment (the
         // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
         // are wrapped away anyway.
         let home_word = h.wrapping_mul(WORDS_PER_BUCKET) as usize;
+        let splat = KeySplat::new(key);
         let found = 'scan: {
             for step in 0..PROBE_BUCKETS {
-                let (first, keys) = segment.bucket_keys(home_word.wrapping_add(bucket_word(step)));
+                let (first, hits) =
+                    segment.bucket_hits(home_word.wrapping_add(bucket_word(step)), splat);
                 observe(LookupStep::BucketRead);
-                let slot = first_hit_without_branches(&keys, key);
-                if slot < SLOTS_PER_BUCKET as usize {
+                // The lowest slot holding the key (bit `4 * slot`), as `first_hit` tells; one
+                // branch, on whether the bucket holds it (see `hit_mask`).
+                if hits != 0 {
+                    let slot = (hits.trailing_zeros() / 4) as usize;
                     // As in `lookup`: value after key, key again after value.
                     let (value, again) = segment.value_then_key(first, slot);
                     observe(LookupStep::ValueRead);
@@ -291,8 +300,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             None
         };
         observe(LookupStep::Scanned);
-        // As in `lookup`: the key's entry unchanged means no split or doubling ran.
-        at.unchanged(words)?.then_some(found)
+        // As in `lookup`: the key's entry unchanged means no split or doubling ran, and the
+        // root naming the cached directory that this directory was current.
+        at.unchanged(words, self.directory_word).then_some(found)
+    }
+
+    /// `h`'s directory entry in the directory the handle caches (`directory_cache.rs`), with
+    /// no check: the cache names a directory whose entries lie inside the pool. For lookups,
+    /// which validate at their end that the root names that directory (they read it inside
+    /// their read section, as they would read the root: see `directory_cache.rs`).
+    #[inline(always)]
+    fn entry_cached(&self, words: Words<'_>, h: u64) -> CachedEntry {
+        let directory = self.directory_cache.load();
+        let entry_word = directory.entry_word(directory.index(h));
+        // SAFETY: the index is below `2^depth` (the top `depth` bits of `h`), so the word is one of the cached directory's
+        // entries, which lie inside the whole pool's view (checked when cached); `words` is
+        // that view (`pool_words`), and a pool's size never changes.
+        let entry = unsafe { words.load_unchecked(entry_word) };
+        CachedEntry {
+            directory: directory.offset(),
+            entry_word,
+            entry,
+        }
     }
 
     /// One pass from the root to `h`'s directory entry, for the fast paths of lookups and
@@ -409,18 +438,6 @@ pub(super) fn first_hit(keys: &[u64; 4], key: u64) -> usize {
     slot
 }
 
-/// [`first_hit`] with a conditional move per compare and no branch (for the reason
-/// [`hit_mask`] gives), for the lookup's fast pass: the moves are marked unpredictable, or
-/// the compiler may turn them into branches inside a caller's loop.
-#[inline(always)]
-pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
-    let mut slot = SLOTS_PER_BUCKET as usize;
-    for s in (0..SLOTS_PER_BUCKET as usize).rev() {
-        slot = std::hint::select_unpredictable(keys[s] == key, s, slot);
-    }
-    slot
-}
-
 /// Bit `s` set for each slot `s` (0..4) of a bucket's four keys that holds `key`. The four
 /// keys are compared into a bit mask rather than branched on one by one: a branch on which slot
 /// holds the key would be mispredicted, and a mispredicted branch waiting on a cache miss keeps
@@ -429,6 +446,31 @@ pub(super) fn first_hit_without_branches(keys: &[u64; 4], key: u64) -> usize {
 #[inline(always)]
 pub(super) fn hit_mask(keys: &[u64; 4], key: u64) -> u32 {
     (0..SLOTS_PER_BUCKET as usize).fold(0u32, |hits, s| hits | (u32::from(keys[s] == key) << s))
+}
+
+/// Where [`Cceh::entry_cached`] found a hash's directory entry, and the words it read there.
+pub(super) struct CachedEntry {
+    /// The cached directory's offset, as read.
+    directory: u64,
+    /// The entry's word among the pool's words.
+    entry_word: usize,
+    /// The entry, as read.
+    entry: u64,
+}
+
+impl CachedEntry {
+    /// Whether the root (its word among the pool's words: `root_word`) names the directory
+    /// read from the cache, and the entry still reads as it did: then no split or doubling
+    /// ran since.
+    #[inline(always)]
+    fn unchanged(&self, words: Words<'_>, root_word: usize) -> bool {
+        // SAFETY: the root's words are inside the pool (checked when the handle was made:
+        // `Cceh::with_shape`), and `words` is the whole pool's view.
+        let root = unsafe { words.load_unchecked(root_word) };
+        // SAFETY: an entry of the cached directory, inside the view (see `entry_cached`).
+        let entry = unsafe { words.load_unchecked(self.entry_word) };
+        root == self.directory && entry == self.entry
+    }
 }
 
 /// Where [`Cceh::entry_fast`] found a hash's directory entry, and the words it read there.
@@ -480,11 +522,6 @@ mod tests {
                     mask.trailing_zeros() as usize
                 };
                 assert_eq!(first_hit(&keys, key), lowest, "{keys:?} {key}");
-                assert_eq!(
-                    first_hit_without_branches(&keys, key),
-                    lowest,
-                    "{keys:?} {key}"
-                );
             }
         }
     }

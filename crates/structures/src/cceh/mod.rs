@@ -120,6 +120,7 @@
 mod access;
 mod batch;
 mod check;
+mod directory_cache;
 mod displace;
 mod hashing;
 #[cfg(test)]
@@ -153,6 +154,7 @@ use crate::sync::Stripes;
 use crate::u64map::ReservedKey;
 
 use access::SegmentSpan;
+use directory_cache::DirectoryCache;
 pub use hashing::hash;
 use layout::{Directory, Entry, Root, SegmentShape};
 pub(crate) use probe::{KeyWords, SlotProbe};
@@ -389,6 +391,9 @@ pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
     shape: SegmentShape,
     /// The shape's extent in words, for the lookup's unchecked reads inside a segment.
     span: SegmentSpan,
+    /// The current directory and its depth, for lookups (see `directory_cache.rs`): stored
+    /// by this handle's writers only, after the root.
+    directory_cache: DirectoryCache,
     structure: Mutex<()>,
     stripes: Stripes,
     /// The directory the last doubling replaced (also recorded in the root), until a later
@@ -470,15 +475,34 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         shape: SegmentShape,
         key_words: KeyWords,
     ) -> Result<Self, CcehError> {
-        let span = SegmentSpan::of(shape).ok_or_else(|| CcehError::InvalidConfig {
-            reason: format!("{} buckets per segment", shape.buckets()),
-        })?;
+        let words = access::whole_pool(heap.pool())?;
+        let span = SegmentSpan::of(shape)
+            .and_then(|span| span.in_pool(words.len()))
+            .ok_or_else(|| CcehError::InvalidConfig {
+                reason: format!(
+                    "{} buckets per segment in a pool of {} bytes",
+                    shape.buckets(),
+                    heap.pool().size()
+                ),
+            })?;
+        // The directory the root names, if its words can be read (else an empty cache: the
+        // open's own checks tell what is wrong).
+        // Lookups read the root's directory word unchecked.
+        if words.get(layout::pool_word(root.directory())).is_none() {
+            return Err(CcehError::InvalidConfig {
+                reason: format!("root {:#x} runs past the pool", root.offset()),
+            });
+        }
+        let directory = Cceh::<B, P, H>::peek(words, root.directory()).unwrap_or(0);
+        let depth = Cceh::<B, P, H>::peek(words, Directory::at(directory).depth()).unwrap_or(0);
+        let directory_cache = DirectoryCache::new(words, directory, depth);
         Ok(Cceh {
             heap,
             root,
             directory_word: layout::pool_word(root.directory()),
             shape,
             span,
+            directory_cache,
             structure: Mutex::new(()),
             stripes: Stripes::new(STRIPES),
             retired: Mutex::new(None),

@@ -145,7 +145,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             r.wait_until_reclaimable();
         }
         let previous = retired.as_ref().map(|r| r.directory);
-        self.heap.transaction(|tx| {
+        // Taken before the swap, so that nothing can fail between the swap and the cache.
+        let words = self.pool_words()?;
+        let directory = self.heap.transaction(|tx| {
             let directory = tx.alloc(new.len() as u64)?.offset();
             tx.write(directory, &new)?;
             // A lookup that loads the new pointer must see the new directory's entries.
@@ -155,8 +157,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             if let Some(previous) = previous {
                 tx.free(PPtr::<u8>::new(previous))?;
             }
-            Ok::<(), CcehError>(())
+            Ok::<u64, CcehError>(directory)
         })?;
+        // Committed: lookups may take the new directory from the cache, which must name it
+        // before the old one's grace period starts (see `directory_cache.rs`).
+        self.directory_cache.set(words, directory, depth + 1);
         write_step(WriteStep::DirectorySwapped);
         *retired = Some(Retired::new(place.directory.offset()));
         Ok(())

@@ -236,7 +236,7 @@ pub(crate) struct ReadSection {
     slot: &'static CachePadded<Slot>,
     /// What the section stores on exit: the next even number after the outermost section's
     /// odd one, or, for a nested section, the odd number it found (storing it back changes
-    /// nothing: the outer section goes on). One store either way, with no branch on nesting.
+    /// nothing: the outer section goes on). One store either way.
     /// Without [`CLAIMED`] for a slot claimed for this section alone (a thread whose own slot
     /// is already gone, in a thread-local destructor): the store gives it back.
     exit: u64,
@@ -286,20 +286,35 @@ impl ReadSection {
     /// reclaimer's barrier reaches every thread.
     #[inline(always)]
     fn announce(slot: &'static CachePadded<Slot>, borrowed: bool) -> ReadSection {
-        // Only this thread stores to its slot: the load reads its own last store. Inside a
-        // section already (odd), the store below rewrites the same odd number.
+        // Only this thread stores to its slot: the load reads its own last store.
         let now = slot.sequence.load(Ordering::Relaxed);
-        let inside = now | 1;
-        slot.sequence.store(inside, Ordering::Release);
+        if now & 1 == 1 {
+            return ReadSection::nested(slot, now, borrowed);
+        }
+        slot.sequence.store(now + 1, Ordering::Release);
         // The section's loads stay after the announcement in the compiled code (the CPU keeps
         // them after it where the reclaimer's barrier reaches it, or the fence of `on` does).
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        // `now` even: the next even number; `now` odd (nested): `now` itself. The claim bit
-        // above is kept (no carry reaches it: see `CLAIMED`), or dropped for a lent slot.
-        let exit = inside + 1 - (now & 1);
+        // The next even number. The claim bit above is kept (no carry reaches it: see
+        // `CLAIMED`), or dropped for a lent slot.
+        let exit = now + 2;
         ReadSection {
             slot,
             exit: if borrowed { exit & !CLAIMED } else { exit },
+            _not_send: PhantomData,
+        }
+    }
+
+    /// A section inside another of the same thread (the slot's word `now` is odd): it
+    /// announces nothing, and stores `now` back on exit, which changes nothing (the outer
+    /// section goes on). Out of line: lookups are seldom nested.
+    #[cold]
+    #[inline(never)]
+    fn nested(slot: &'static CachePadded<Slot>, now: u64, borrowed: bool) -> ReadSection {
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        ReadSection {
+            slot,
+            exit: if borrowed { now & !CLAIMED } else { now },
             _not_send: PhantomData,
         }
     }

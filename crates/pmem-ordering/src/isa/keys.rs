@@ -46,13 +46,14 @@ pub unsafe fn key_hits_of_line(line: *const AtomicU64, key: KeySplat) -> u32 {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         let lanes: u32;
-        // SAFETY: the caller's promise: 64 readable bytes at `line`, 16-byte aligned (`movdqa`
-        // and the memory operands of SSE2 instructions need it). The reads are inline
-        // assembly: each 16-byte read of an aligned pair of words reads each word as one
-        // 8-byte access (x86-64 reads an aligned 8-byte word at once, in a read of any size
-        // inside one cache line), in program order as every x86-64 read is, so it reads what
-        // acquire loads of the words would, with no data race in the language's sense (an
-        // assembly block is outside its memory model, like a foreign function).
+        // The reads are inline assembly: each 16-byte read of an aligned pair of words reads
+        // each word as one 8-byte access (x86-64 reads an aligned 8-byte word at once, in a
+        // read of any size inside one cache line), in program order as every x86-64 read is,
+        // so it reads what acquire loads of the words would, with no data race in the
+        // language's sense (an assembly block is outside its memory model, like a foreign
+        // function). `movdqa` and SSE2's memory operands need 16-byte alignment.
+        // SAFETY: the caller promises 64 readable bytes at `line`, 16-byte aligned; the block
+        // reads only those and writes only its declared registers.
         unsafe {
             std::arch::asm!(
                 // Keys 0 and 1, then 2 and 3, each in a 128-bit lane pair.

@@ -99,9 +99,10 @@ impl<'a, B: Backend> WordStores<'a, B> {
         second_value: u64,
     ) {
         debug_assert!(first.max(second) < self.len, "a store past the view");
-        // SAFETY: both indices are below `len` (the caller's promise), and the `len` words
-        // from `base` are 8-aligned and inside the mapping (checked at creation), which
-        // outlives the pool borrow `'a`.
+        // The `len` words from `base` are 8-aligned and inside the mapping (checked at
+        // creation), which outlives the pool borrow `'a`.
+        // SAFETY: both indices are below `len` (the caller's promise), so both words lie in
+        // that checked run.
         unsafe {
             self.pool
                 .backend

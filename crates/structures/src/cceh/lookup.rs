@@ -8,9 +8,14 @@
 //! in one vector compare: `Words::key_hits_of_line_unchecked`), loads a found key's value and
 //! then the key again (a slot reused in between means a rescan), and at the end checks that
 //! the root still names that directory and the key's entry is the one it started from: a
-//! split or doubling that ran meanwhile means a retry from the top. Why each writer's store order keeps this right is
-//! told where the stores are: `write.rs` (slot commits), `displace.rs` (moves), `split.rs`
-//! (splits and doublings); `interleaving.rs` checks it schedule by schedule.
+//! split or doubling that ran meanwhile means a retry from the top. Why each writer's store
+//! order keeps this right is told where the stores are: `write.rs` (slot commits),
+//! `displace.rs` (moves), `split.rs` (splits and doublings); `interleaving.rs` checks it
+//! schedule by schedule.
+//!
+//! One file past 600 lines on purpose: the fast pass, the retrying walk it falls back to and
+//! the path prefetch take the same steps under the same validation argument, which is easiest
+//! to check with all three side by side.
 
 use std::ops::Deref;
 
@@ -267,10 +272,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         let h = hash(key);
         let at = self.entry_cached(words, h);
         observe(LookupStep::Located);
+        let segment = Entry::from_word(at.entry).segment;
         // SAFETY: `self.span` was made for this pool by `Cceh::with_shape`, and `words` is the
         // whole pool's view, whose size never changes.
-        let segment =
-            unsafe { SegmentView::new(words, Entry::from_word(at.entry).segment, self.span) }?;
+        let segment = unsafe { SegmentView::new(words, segment, self.span) }?;
         // The home bucket's first word, before `SegmentView` wraps it into the segment (the
         // home bucket is the hash's low bits: `SegmentShape::home`); the high bits shifted out
         // are wrapped away anyway.
@@ -313,9 +318,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     fn entry_cached(&self, words: Words<'_>, h: u64) -> CachedEntry {
         let directory = self.directory_cache.load();
         let entry_word = directory.entry_word(directory.index(h));
-        // SAFETY: the index is below `2^depth` (the top `depth` bits of `h`), so the word is one of the cached directory's
-        // entries, which lie inside the whole pool's view (checked when cached); `words` is
-        // that view (`pool_words`), and a pool's size never changes.
+        // The index is below `2^depth` (the top `depth` bits of `h`), so the word is one of
+        // the cached directory's entries, checked to lie in the whole pool when cached.
+        // SAFETY: so the word is inside `words`, the whole pool's view (`pool_words`): a
+        // pool's size never changes.
         let entry = unsafe { words.load_unchecked(entry_word) };
         CachedEntry {
             directory: directory.offset(),

@@ -71,17 +71,9 @@ impl<'a, B: Backend> WordStores<'a, B> {
         if first.max(second) >= len {
             word_past_view(first.max(second), len);
         }
-        // SAFETY: both indices are below `len`, and the `len` words from `base` are 8-aligned
-        // and inside the mapping (checked at creation), which outlives the pool borrow `'a`.
-        unsafe {
-            self.pool
-                .backend
-                .store_u64(self.base.add(first), first_value);
-            self.pool
-                .backend
-                .store_u64(self.base.add(second), second_value);
-        }
-        self.uncounted.set(self.uncounted.get() + 2);
+        // SAFETY: both indices are below `len` (checked just above; `word_past_view` does not
+        // return).
+        unsafe { self.store_two_unchecked(first, first_value, second, second_value) }
     }
 
     /// [`WordStores::store_two`] without the range check: for a caller that checked the range

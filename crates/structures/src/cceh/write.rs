@@ -150,6 +150,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             return Err(CcehError::ReservedKey(RESERVED).into());
         }
         let h = hash(key);
+        let write = EntryWrite {
+            key,
+            value,
+            replace,
+        };
         // The common case in one straight pass: the fast walk to the stripe lock, and a window
         // with room. Its own branch (not a result merged with the slow walk's), so that the
         // place it found stays in registers.
@@ -161,18 +166,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     None => self.choose_in_full_window(place, probe, h)?,
                 };
                 if let Some(chosen) = chosen {
-                    let write = EntryWrite {
-                        key,
-                        value,
-                        replace,
-                    };
                     return self.commit(place.segment, chosen, &stripe, write, before_store);
                 }
                 true
             }
             None => false,
         };
-        self.put_slow(probe, h, value, replace, before_store, window_full)
+        self.put_slow(probe, h, write, before_store, window_full)
     }
 
     /// [`Cceh::put_probe`] the way that retries: after the fast pass found `h`'s window full
@@ -185,12 +185,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         &self,
         probe: &impl SlotProbe,
         h: u64,
-        value: u64,
-        replace: bool,
+        write: EntryWrite,
         before_store: impl FnOnce(Option<u64>) -> Result<(), E>,
         window_full: bool,
     ) -> Result<Option<u64>, E> {
-        let key = probe.word();
         let mut split_next = window_full;
         loop {
             // A full window is split under the structure mutex and the stripe lock (taken in
@@ -200,11 +198,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
             let structure = split_next.then(|| self.structure());
             let (place, stripe, chosen) = self.place_write(probe, h)?;
             if let Some(chosen) = chosen {
-                let write = EntryWrite {
-                    key,
-                    value,
-                    replace,
-                };
                 return self.commit(place.segment, chosen, &stripe, write, before_store);
             }
             if structure.is_some() {

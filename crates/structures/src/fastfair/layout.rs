@@ -523,6 +523,33 @@ impl<'a> NodeView<'a> {
         out.truncate(len);
     }
 
+    /// [`NodeView::entries_into`] for a node whose stripe the caller holds: such a node holds
+    /// no transient duplicate (a writer ends its shift before it lets the stripe go, and
+    /// recovery repairs those a crash left), so its used slots are copied as they are, with
+    /// no per-slot duplicate test. A split relies on this anyway: it rewrites only the slots
+    /// that change, counted from these entries.
+    pub(super) fn entries_locked_into(&self, out: &mut Vec<(u64, u64)>) {
+        let used = self.count();
+        out.clear();
+        // SAFETY: `slot < used <= self.capacity` (a count is at most the capacity).
+        out.extend(
+            (0..used).map(|slot| unsafe { (self.key_unchecked(slot), self.value_unchecked(slot)) }),
+        );
+        debug_assert!(
+            out.windows(2).all(|pair| pair[0].0 < pair[1].0),
+            "a locked node's keys ascend"
+        );
+    }
+
+    /// Whether every slot is used: its last slot is (used slots come first). One load, where
+    /// [`NodeView::count`] searches.
+    #[inline]
+    pub(super) fn is_full(&self) -> bool {
+        self.capacity
+            .checked_sub(1)
+            .is_none_or(|last| self.key(last) != EMPTY_KEY)
+    }
+
     /// The node as stored, a transient duplicate dropped (the right copy kept).
     pub(super) fn image(&self) -> NodeImage {
         let mut entries: Vec<(u64, u64)> = Vec::with_capacity(self.capacity);

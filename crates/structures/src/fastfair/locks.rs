@@ -124,6 +124,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// its sibling), and the structure version it was found under.
     pub(super) fn lock_free_path(&self, key: u64) -> Result<(Vec<u64>, u64), FastFairError> {
         let mut path = Vec::with_capacity(8);
+        let structure = self.lock_free_path_into(key, &mut path)?;
+        Ok((path, structure))
+    }
+
+    /// [`FastFair::lock_free_path`] into `path` (emptied first), whose buffer a split reuses:
+    /// returns the structure version.
+    pub(super) fn lock_free_path_into(
+        &self,
+        key: u64,
+        path: &mut Vec<u64>,
+    ) -> Result<u64, FastFairError> {
         'restart: loop {
             path.clear();
             let structure = self.structure_version.read_begin();
@@ -152,7 +163,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 }
                 path.push(node);
                 match (next, right) {
-                    (0, false) => return Ok((path, structure)),
+                    (0, false) => return Ok(structure),
                     (0, true) => {
                         return Err(
                             self.corrupt(format!("node {node:#x} has a null link for {key}"))

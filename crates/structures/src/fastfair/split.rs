@@ -13,8 +13,8 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, Tx};
 
 use super::layout::{
-    entry_offset, high_offset, node_words, push_entry_words, push_node_words, sibling_offset,
-    NodeHeader, NodeView, LINE,
+    entry_offset, high_offset, key_word, node_words, push_entry_words, push_node_words,
+    sibling_offset, NodeHeader, NodeView, LINE,
 };
 use super::locks::HeldStripes;
 use super::{FastFair, FastFairError, EMPTY_KEY};
@@ -36,6 +36,15 @@ struct Staged {
 }
 
 impl Staged {
+    /// Empty, with no buffers yet.
+    const fn new() -> Self {
+        Self {
+            words: Vec::new(),
+            writes: Vec::new(),
+            ranges: Vec::new(),
+        }
+    }
+
     /// Empty it, keeping its buffers.
     fn clear(&mut self) {
         self.words.clear();
@@ -80,6 +89,32 @@ impl Staged {
         push_entry_words(&mut self.words, entries, slots);
         self.end_logged_write(at);
     }
+
+    /// Slots `at..=old_len` of the node `view` shows at `offset`, which holds `old_len`
+    /// entries, once `entry` goes in at `at`: the new entry, then the node's entries from `at`
+    /// on, each one slot to the right. Read from the node itself, not from a copy of all its
+    /// entries: the caller holds its stripe, so it holds no transient duplicate (see
+    /// [`NodeView::entries_locked_into`]).
+    fn inserted(
+        &mut self,
+        offset: u64,
+        view: &NodeView<'_>,
+        at: usize,
+        old_len: usize,
+        entry: (u64, u64),
+    ) {
+        self.words.push(entry.0.to_le());
+        self.words.push(entry.1.to_le());
+        // Those entries are the node's words from slot `at`'s key to slot `old_len`'s, in
+        // order: copied as one run of known length.
+        self.words
+            .extend((key_word(at)..key_word(old_len)).map(|word| {
+                // SAFETY: `word < key_word(old_len) <= key_word(capacity) == view.words()` (the
+                // caller's `old_len` is a count of the node's entries, at most its capacity).
+                unsafe { view.word_unchecked(word) }.to_le()
+            }));
+        self.end_logged_write(entry_offset(offset, at));
+    }
 }
 
 /// A split's buffers, kept per thread between splits so that planning and logging a split
@@ -94,7 +129,17 @@ struct SplitScratch {
 thread_local! {
     /// This thread's [`SplitScratch`]: taken out for a split and put back after it, so a
     /// split run from inside another (a test hook's) finds it empty and uses fresh buffers.
-    static SCRATCH: Cell<SplitScratch> = Cell::new(SplitScratch::default());
+    /// Initialised as a constant: no lazy-initialisation check on each use.
+    static SCRATCH: Cell<SplitScratch> = const {
+        Cell::new(SplitScratch {
+            staged: Staged::new(),
+            entries: Vec::new(),
+        })
+    };
+
+    /// The buffer of this thread's last split path ([`LockedSplit`]), handed back when the
+    /// split drops it, so a split's path allocates nothing after the thread's first.
+    static PATH: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
 /// The writes in order, as (offset, bytes).
@@ -197,6 +242,13 @@ impl LockedSplit<'_> {
     }
 }
 
+impl Drop for LockedSplit<'_> {
+    fn drop(&mut self) {
+        // The path's buffer goes back to the thread for its next split.
+        PATH.set(std::mem::take(&mut self.path));
+    }
+}
+
 impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
     /// Lock the nodes a split of `key`'s (full) leaf would change, and nothing else: find the
     /// path without a lock, lock the stripes of the path from the highest node the split
@@ -205,8 +257,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// let go and start again). The caller holds no stripe. The leaf may have gained room
     /// meanwhile: the caller checks it under the lock before it splits.
     pub(super) fn lock_for_split(&self, key: u64) -> Result<LockedSplit<'_>, FastFairError> {
+        let mut path = PATH.take();
         loop {
-            let (path, structure) = self.lock_free_path(key)?;
+            let structure = self.lock_free_path_into(key, &mut path)?;
             let guess = self.split_top(&path, 0)?;
             #[cfg(test)]
             super::interleave::at(super::interleave::Point::SplitPlanned);
@@ -216,7 +269,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             }
             // Only the held nodes are read: the walk stops at `guess` at the latest.
             let top = self.split_top(&path, guess)?;
-            let top_full = self.view(path[top])?.count() >= self.capacity;
+            let top_full = self.view(path[top])?.is_full();
             if top_full && top > 0 {
                 // The split would now go above what is held: an ancestor filled meanwhile.
                 continue;
@@ -244,7 +297,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// changes its parent).
     fn split_top(&self, path: &[u64], floor: usize) -> Result<usize, FastFairError> {
         let mut top = path.len() - 1;
-        while top > floor && self.view(path[top])?.count() >= self.capacity {
+        while top > floor && self.view(path[top])?.is_full() {
             top -= 1;
         }
         Ok(top)
@@ -318,7 +371,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         // One buffer of entries, reused level by level up the path.
         entries.reserve(self.capacity + 1);
         let leaf = self.view(leaf_off)?;
-        leaf.entries_into(entries);
+        leaf.entries_locked_into(entries);
         let old_len = entries.len();
         let at = entries.partition_point(|&(k, _)| k < key);
         entries.insert(at, (key, value));
@@ -340,15 +393,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let mut carry = (separator, sibling);
         for &parent_off in path[..path.len() - 1].iter().rev() {
             let parent = self.view(parent_off)?;
-            parent.entries_into(entries);
+            let old_len = parent.count();
+            if old_len < self.capacity {
+                // Room: the separator goes in, the entries after it move one slot right
+                // (the slots `changed_slots` names), staged from the node itself.
+                let at = parent.lower_bound(carry.0);
+                staged.inserted(parent_off, &parent, at, old_len, carry);
+                return Ok(());
+            }
+            parent.entries_locked_into(entries);
             let old_len = entries.len();
             let at = entries.partition_point(|&(k, _)| k < carry.0);
             entries.insert(at, carry);
-            if entries.len() <= self.capacity {
-                let changed = changed_slots(old_len, at, entries.len());
-                staged.entries(parent_off, entries, changed);
-                return Ok(());
-            }
             let m = entries.len() / 2;
             let (up_key, mid_child) = entries[m];
             let sibling = self.split_node(

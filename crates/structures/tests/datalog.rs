@@ -467,6 +467,61 @@ fn a_compaction_without_room_fails_quietly_and_the_write_stands() {
     assert_eq!(contents(&store, b), model);
 }
 
+/// An entry that fills its log page to the last byte leaves the tail at the page's end, which
+/// is also where the next page of the pool starts. Here that next page is the file's head page
+/// (the second page, linked later, is one a removed file gave back, lying just below the
+/// head), and reopening must not read the tail as a place in the head page.
+#[test]
+fn a_tail_at_the_end_of_a_page_below_the_head_page_survives_reopening() {
+    use DatalogOp::{Create, Remove, Truncate, Write};
+    let embedded = Some(WriteMode::Embedded);
+    let ops = [
+        Create(0),
+        Create(1),
+        Write {
+            file: 1,
+            offset: 14336,
+            len: 2049,
+            mode: embedded,
+        },
+        Truncate(1, 12289),
+        Remove(0),
+        Write {
+            file: 1,
+            offset: 5639,
+            len: 2743,
+            mode: embedded,
+        },
+        Truncate(1, 20419),
+        // Its 1,136-byte embed entry ends exactly at its log page's end.
+        Write {
+            file: 1,
+            offset: 6933,
+            len: 1099,
+            mode: None,
+        },
+    ];
+    let mut heap = heap(16 << 20);
+    let root = heap.pool().root_offset();
+    let mut model = DatalogModel::new();
+    {
+        let config = DatalogConfig {
+            max_files: 4,
+            ..DatalogConfig::default()
+        };
+        let store = Datalog::create(&heap, root, config).unwrap();
+        for (index, op) in ops.iter().enumerate() {
+            op.run_checked(&store, index, &mut model).unwrap();
+        }
+    }
+    heap = reopen(heap);
+    let store = Datalog::open(&heap, root).unwrap();
+    assert_eq!(kit::contents(&store).unwrap(), model);
+    let report = store.verify();
+    assert!(report.is_healthy(), "{report}");
+    heap_matches(&heap, &store);
+}
+
 fn bytes_written(s: Stats) -> u64 {
     s.store_bytes + s.nt_bytes
 }

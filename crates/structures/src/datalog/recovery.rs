@@ -172,7 +172,7 @@ fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
         let mut entry =
             Entry::decode_header(&buf[..ENTRY_HEADER as usize]).map_err(|r| (pos, r))?;
         let bytes = entry.bytes();
-        if bytes > left || (LogPage::at(page).holds(tail) && pos + bytes > tail) {
+        if bytes > left || (LogPage::at(page).holds_tail(tail) && pos + bytes > tail) {
             return Err((pos, "the entry overlaps its page's end or the tail".into()));
         }
         let whole = &mut buf[..bytes as usize];

@@ -319,7 +319,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             Entry::decode_header(header).map_err(|reason| Problem::BadEntry { reason })?;
         let bytes = entry.bytes();
         let log_page = LogPage::at(page);
-        if bytes > log_page.room(pos) || (log_page.holds(tail) && pos + bytes > tail) {
+        if bytes > log_page.room(pos) || (log_page.holds_tail(tail) && pos + bytes > tail) {
             let reason = "it overlaps its page's end or the tail".to_string();
             return Err(Problem::BadEntry { reason });
         }

@@ -321,10 +321,13 @@ impl LogPage {
         pos + bytes <= self.at + PAGE
     }
 
-    /// Whether pool offset `pos` lies in the page.
+    /// Whether the log tail `tail` (the end of the last committed entry) lies in the page:
+    /// from its first entry's place through its very end, both included. A tail is never a
+    /// page's start, so a tail at the end of one page, where an entry filled it exactly, is not
+    /// taken for the start of another page that happens to follow it in the pool.
     #[inline]
-    pub(super) const fn holds(self, pos: u64) -> bool {
-        self.at <= pos && pos < self.at + PAGE
+    pub(super) const fn holds_tail(self, tail: u64) -> bool {
+        self.first_entry() <= tail && tail <= self.at + PAGE
     }
 
     /// Whether a page whose entries stop with `room` bytes left gets an end mark there. With

@@ -73,8 +73,10 @@ fn log_page_bounds() {
     assert_eq!(page.room(0x8000 + PAGE - 8), 8);
     assert!(page.fits(0x8000 + PAGE - 40, 40));
     assert!(!page.fits(0x8000 + PAGE - 40, 41));
-    assert!(page.holds(0x8000) && page.holds(0x8000 + PAGE - 1));
-    assert!(!page.holds(0x8000 + PAGE) && !page.holds(0x7fff));
+    assert!(page.holds_tail(0x8040) && page.holds_tail(0x8000 + PAGE));
+    assert!(!page.holds_tail(0x8000) && !page.holds_tail(0x8000 + PAGE + 8));
+    // A tail filling the page before it exactly is that page's, not this one's.
+    assert!(!page.holds_tail(0x8000) && LogPage::at(0x8000 - PAGE).holds_tail(0x8000));
     assert!(LogPage::takes_end_mark(ENTRY_HEADER));
     assert!(!LogPage::takes_end_mark(ENTRY_HEADER - 8));
     assert_eq!(LOG_PAGE_CAPACITY, 4032);

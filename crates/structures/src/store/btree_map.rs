@@ -13,7 +13,7 @@ use super::raw::SharedHeap;
 use super::record_map::RecordTreeCore;
 use super::typed::{decode, decode_word, encode_word};
 use super::typed_methods::typed_map_methods;
-use super::types::{Encode, Key, Value};
+use super::types::{Encode, Encoded, Key, Value};
 use crate::fastfair::FastFairConfig;
 use crate::records::tree::Scan;
 
@@ -85,20 +85,24 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
     /// and each key once. A scan of a map of records pins the epoch while it lives (see
     /// [`super::HashMap::iter`]).
     pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B, P> {
-        let encoded = |b: Bound<&A>| b.map(|a| a.encode().bytes().to_vec());
-        self.scan(encoded(range.start_bound()), encoded(range.end_bound()))
+        // Encoded in place (no allocation): a map of words takes the words, one of records
+        // copies what it keeps.
+        let (start, end) = (
+            range.start_bound().map(|a| a.encode()),
+            range.end_bound().map(|a| a.encode()),
+        );
+        self.scan(
+            start.as_ref().map(Encoded::bytes),
+            end.as_ref().map(Encoded::bytes),
+        )
     }
 
-    fn scan(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> BTreeIter<'_, K, V, B, P> {
+    fn scan(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> BTreeIter<'_, K, V, B, P> {
         let inner = match &self.repr {
-            TreeRepr::Words(core) => {
-                let word = |b: Bound<Vec<u8>>| b.map(|e| encode_word(&e));
-                TreeIterRepr::Words(core.range_entries((word(start), word(end))))
-            }
-            TreeRepr::Records(core) => TreeIterRepr::Records(core.raw.range(
-                start.as_ref().map(Vec::as_slice),
-                end.as_ref().map(Vec::as_slice),
-            )),
+            TreeRepr::Words(core) => TreeIterRepr::Words(
+                core.range_entries((start.map(encode_word), end.map(encode_word))),
+            ),
+            TreeRepr::Records(core) => TreeIterRepr::Records(core.raw.range(start, end)),
         };
         BTreeIter {
             inner,
@@ -113,16 +117,59 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
 pub struct BTreeIter<'a, K, V, B: Backend, P: Deref<Target = Pool<B>>> {
     inner: TreeIterRepr<'a, B, P>,
     name: &'a str,
+    /// A map of records' walk met an error (a map of words' entries stop by themselves).
     done: bool,
     types: PhantomData<fn() -> (K, V)>,
 }
 
-// The word tree's scan holds a leaf's pairs in place (no allocation per scan); an iterator is
-// made once per range and moved rarely, so the size difference is kept rather than boxed.
+// The word tree's scan (a walk, the leaf it stands in, a batch buffer) is the larger; an
+// iterator is made once per range and moved rarely, so the size difference is kept rather than
+// boxed.
 #[allow(clippy::large_enum_variant)]
 enum TreeIterRepr<'a, B: Backend, P: Deref<Target = Pool<B>>> {
     Words(BTreeEntries<'a, B, P>),
     Records(Scan<'a, B, P, SharedHeap<B, P>>),
+}
+
+/// The typed pair of a map of words' `(key, value)` words; an error ends the walk.
+#[inline(always)]
+fn decode_words<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>>(
+    entries: &mut BTreeEntries<'_, B, P>,
+    (k, v): (u64, u64),
+    name: &str,
+) -> Result<(K, V), Error> {
+    // Free for the integers: the word is the encoding (see `types::from_word`).
+    let pair = decode_word(k, "key", name).and_then(|k| Ok((k, decode_word(v, "value", name)?)));
+    if pair.is_err() {
+        entries.stop();
+    }
+    pair
+}
+
+impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeIter<'_, K, V, B, P> {
+    /// `next` past its inlined case: a new batch of a map of words, or a map of records.
+    #[inline(never)]
+    fn next_slow(&mut self) -> Option<Result<(K, V), Error>> {
+        match &mut self.inner {
+            TreeIterRepr::Words(entries) => match entries.next()? {
+                Ok(pair) => Some(decode_words(entries, pair, self.name)),
+                // The entries end after their error.
+                Err(e) => Some(Err(e)),
+            },
+            TreeIterRepr::Records(scan) => {
+                if self.done {
+                    return None;
+                }
+                let item = match scan.next()? {
+                    Ok((k, v)) => decode(k, "key", self.name)
+                        .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
+                    Err(e) => Err(e.into()),
+                };
+                self.done = item.is_err();
+                Some(item)
+            }
+        }
+    }
 }
 
 impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> Iterator
@@ -130,24 +177,14 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> Iterator
 {
     type Item = Result<(K, V), Error>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+        // The common case first: a pair of the batch a map of words holds.
+        if let TreeIterRepr::Words(entries) = &mut self.inner {
+            if let Some(pair) = entries.next_buffered() {
+                return Some(decode_words(entries, pair, self.name));
+            }
         }
-        let item = match &mut self.inner {
-            TreeIterRepr::Words(entries) => entries.next()?.and_then(|(k, v)| {
-                Ok((
-                    decode_word(k, "key", self.name)?,
-                    decode_word(v, "value", self.name)?,
-                ))
-            }),
-            TreeIterRepr::Records(scan) => match scan.next()? {
-                Ok((k, v)) => decode(k, "key", self.name)
-                    .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
-                Err(e) => Err(e.into()),
-            },
-        };
-        self.done = item.is_err();
-        Some(item)
+        self.next_slow()
     }
 }

@@ -1,8 +1,12 @@
 //! The maps' iterators: the structure's own, in the store's error type, followed by the key
-//! the structure reserves (whose value the catalog entry keeps) when it is in the map.
+//! the structure reserves (whose value the catalog entry keeps) when it is in the map. The
+//! ordered map's takes the tree's pairs in batches ([`BTreeEntries`]).
 
+use std::cell::Cell;
+use std::ops::Deref;
 use std::sync::Arc;
 
+use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::error::Error;
@@ -23,8 +27,8 @@ pub struct Entries<I> {
 /// The pairs of a [`HashMap`](super::HashMap), in no particular order.
 pub type HashEntries = Entries<cceh::Iter>;
 
-/// The pairs of a [`BTreeMap`](super::BTreeMap) in a range, in key order.
-pub type BTreeEntries<'a, B, P> = Entries<fastfair::Range<'a, B, P, Arc<Heap<B, P>>>>;
+/// The tree's own range scan, under the ordered map.
+type TreeRange<'a, B, P> = fastfair::Range<'a, B, P, Arc<Heap<B, P>>>;
 
 impl<I> Entries<I> {
     pub(crate) fn new(raw: I, last: Option<(u64, u64)>) -> Entries<I> {
@@ -57,6 +61,130 @@ where
                 self.done = true;
                 self.last.take().map(Ok)
             }
+        }
+    }
+}
+
+/// `(key, value)` pairs of a [`BTreeMap`](super::BTreeMap) in a range, in key order, each
+/// `Ok`, or an error that ends the walk; the reserved key (`u64::MAX`, the largest) last, when
+/// in the range.
+///
+/// The tree's pairs come in batches ([`fastfair::Range::next_into`]: one validated copy per
+/// leaf, where `next` checks each pair) into a buffer handed out one pair per call. A batch
+/// is read before its pairs are handed out, which a scan beside writers may do anyway: every
+/// key present for the scan's whole duration is still seen, and each once.
+pub struct BTreeEntries<'a, B: Backend, P: Deref<Target = Pool<B>>> {
+    raw: TreeRange<'a, B, P>,
+    /// The batch being handed out, from `at` on.
+    buf: Vec<(u64, u64)>,
+    at: usize,
+    /// Pairs the next batch asks for: growing, so a short scan reads few past what it takes.
+    batch: usize,
+    /// The tree's range gave its last batch (or failed).
+    raw_done: bool,
+    /// The tree's error, returned once the pairs read before it are handed out.
+    error: Option<Error>,
+    last: Option<(u64, u64)>,
+}
+
+/// The first batch's pairs.
+const FIRST_BATCH: usize = 16;
+/// The largest batch: `next_into` may read one pair past it (to see where to resume), so the
+/// buffer holds [`BUF_PAIRS`].
+const MAX_BATCH: usize = 63;
+/// The buffer's pairs: 1 KiB, a block glibc's per-thread cache still serves.
+const BUF_PAIRS: usize = MAX_BATCH + 1;
+
+thread_local! {
+    /// The buffer of the thread's last scan, for its next one: a scan then allocates nothing.
+    static SPARE: Cell<Vec<(u64, u64)>> = const { Cell::new(Vec::new()) };
+}
+
+impl<'a, B: Backend, P: Deref<Target = Pool<B>>> BTreeEntries<'a, B, P> {
+    pub(crate) fn new(raw: TreeRange<'a, B, P>, last: Option<(u64, u64)>) -> Self {
+        BTreeEntries {
+            raw,
+            buf: Vec::new(),
+            at: 0,
+            batch: FIRST_BATCH,
+            raw_done: false,
+            error: None,
+            last,
+        }
+    }
+
+    /// The next pair of the batch in hand, if any: the common case, inlined into the typed
+    /// iterator.
+    #[inline(always)]
+    pub(super) fn next_buffered(&mut self) -> Option<(u64, u64)> {
+        let pair = *self.buf.get(self.at)?;
+        self.at += 1;
+        Some(pair)
+    }
+
+    /// End the walk: nothing more comes (the typed iterator met a pair it cannot decode).
+    pub(super) fn stop(&mut self) {
+        self.buf.clear();
+        self.at = 0;
+        self.raw_done = true;
+        self.error = None;
+        self.last = None;
+    }
+
+    /// The next pair once the batch is handed out: the first of a new batch, else the tree's
+    /// error, else the reserved key's pair.
+    #[inline(never)]
+    fn refill(&mut self) -> Option<Result<(u64, u64), Error>> {
+        self.buf.clear();
+        self.at = 0;
+        if !self.raw_done {
+            if self.buf.capacity() == 0 {
+                self.buf = SPARE.try_with(Cell::take).unwrap_or_default();
+                self.buf.reserve_exact(BUF_PAIRS);
+            }
+            match self.raw.next_into(&mut self.buf, self.batch) {
+                // Fewer than asked for only at the range's end.
+                Ok(n) => self.raw_done = n < self.batch,
+                Err(e) => {
+                    // The pairs read before the error come first, as `next` hands them out.
+                    self.raw_done = true;
+                    self.error = Some(Error::from(e));
+                    self.last = None;
+                }
+            }
+            self.batch = (self.batch * 2).min(MAX_BATCH);
+            if let Some(&pair) = self.buf.first() {
+                self.at = 1;
+                return Some(Ok(pair));
+            }
+        }
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        self.last.take().map(Ok)
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for BTreeEntries<'_, B, P> {
+    type Item = Result<(u64, u64), Error>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_buffered() {
+            Some(pair) => Some(Ok(pair)),
+            None => self.refill(),
+        }
+    }
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>> Drop for BTreeEntries<'_, B, P> {
+    fn drop(&mut self) {
+        // Kept unless it grew past a batch (a leaf's transient duplicates, rarely).
+        if (1..=BUF_PAIRS).contains(&self.buf.capacity()) {
+            self.buf.clear();
+            let buf = std::mem::take(&mut self.buf);
+            // After the thread's slot is gone (its exit), the buffer is just freed.
+            let _ = SPARE.try_with(|spare| spare.set(buf));
         }
     }
 }

@@ -62,15 +62,17 @@ fn copy_pairs_portable(src: &[AtomicU64], dst: &mut [MaybeUninit<(u64, u64)>]) -
 fn copy_pairs_sse2(src: &[AtomicU64], dst: &mut [MaybeUninit<(u64, u64)>]) -> bool {
     let count = dst.len();
     let lanes: u32;
-    // The reads are inline assembly, as in `keys.rs`: each 16-byte read of a pair reads each
-    // of its 8-byte aligned words as one 8-byte access (x86-64 reads an aligned word at once in
-    // a read of any size), in program order as every x86-64 read is, so it reads what acquire
-    // loads of the words would, with no data race in the language's sense. `movdqu`: the
-    // words are 8-byte aligned, no more is promised.
-    // SAFETY: the block reads the `2 * count` words of `src` (at most its length, the caller's
-    // check) and writes the `count` 16-byte slots of `dst` (each a `(u64, u64)`: key, then
-    // value, the layout asserted above), and no other memory; it clobbers only its declared
-    // registers and the flags.
+    // The reads are inline assembly, as in `keys.rs`: a 16-byte read of a pair reads each of
+    // its two aligned 8-byte words at once, as `keys.rs` relies on too (x86-64 reads an aligned
+    // 8-byte word at once; a wider SSE read may be made as several accesses, Intel SDM vol. 3A
+    // "Guaranteed Atomic Operations"), in program order as every x86-64 read is, so it reads
+    // what acquire loads of the words would, with no data race in the language's sense.
+    // `movdqu`: the words are 8-byte aligned, no more is promised (a node's pairs are 16-byte
+    // aligned in practice).
+    // The block reads the `2 * count` words of `src` (at most its length, the caller's check)
+    // and writes the `count` 16-byte slots of `dst` (each a `(u64, u64)`: key, then value, the
+    // layout asserted above), and no other memory.
+    // SAFETY: in bounds as above; it clobbers only its declared registers and the flags.
     unsafe {
         std::arch::asm!(
             "pxor {acc}, {acc}",

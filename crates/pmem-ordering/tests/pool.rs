@@ -458,6 +458,40 @@ fn a_words_view_loads_what_the_pool_stored_and_refuses_bad_ranges() {
 }
 
 #[test]
+fn a_words_view_appends_its_pairs_and_tells_a_duplicate_key() {
+    let pool = Pool::anonymous("pairs", 1 << 20, &opts()).unwrap();
+    let base = pool.heap_offset();
+    // Pairs (key, value): keys 10, 20, 20, 30, 40 (a duplicate at pairs 1 and 2).
+    let pairs = [(10u64, 1u64), (20, 2), (20, 3), (30, 4), (40, 5)];
+    for (i, &(k, v)) in pairs.iter().enumerate() {
+        let _ = pool.store_u64(base + 16 * i as u64, k).unwrap();
+        let _ = pool.store_u64(base + 16 * i as u64 + 8, v).unwrap();
+    }
+    let words = pool.words(base, 10).unwrap();
+    let mut out = vec![(99, 99)];
+    // SAFETY: words 0..4 and 4..10 lie within the 10 words.
+    let (first, rest) = unsafe {
+        (
+            words.append_pairs_unchecked(0, 2, &mut out),
+            words.append_pairs_unchecked(4, 3, &mut out),
+        )
+    };
+    // The duplicate spans the two copies: neither sees it; each appends after what was there.
+    assert!(!first && !rest);
+    assert_eq!(out, [(99, 99), (10, 1), (20, 2), (20, 3), (30, 4), (40, 5)]);
+    let mut out = Vec::new();
+    // SAFETY: words 2..10 lie within the 10 words; a copy of none reads none.
+    let (across, none) = unsafe {
+        (
+            words.append_pairs_unchecked(2, 4, &mut out),
+            words.append_pairs_unchecked(10, 0, &mut out),
+        )
+    };
+    assert!(across && !none);
+    assert_eq!(out, pairs[1..].to_vec());
+}
+
+#[test]
 fn a_word_stores_view_stores_flushes_and_counts_as_the_pool_does() {
     use pmem_ordering::stats::thread_stats;
     let pool = Pool::anonymous("word-stores", 1 << 20, &opts()).unwrap();

@@ -17,11 +17,13 @@
 mod detect;
 mod flush;
 mod keys;
+mod pairs;
 mod stream;
 
 pub(crate) use flush::flush_lines_of;
 pub use flush::{flush_line, flush_lines, flush_range, mfence, prefetch_line, sfence};
 pub use keys::{key_hits_of_line, KeySplat};
+pub use pairs::copy_pairs;
 pub use stream::{movnti_u64, nt_copy};
 
 use std::fmt;

@@ -106,6 +106,38 @@ impl<'a> Words<'a> {
         unsafe { crate::isa::key_hits_of_line(self.words.as_ptr().add(start), key) }
     }
 
+    /// Append to `out` the `count` `(key, value)` pairs of words `start..start + 2 * count`
+    /// (a key word, then its value), read in order as acquire loads would read them
+    /// ([`crate::isa::copy_pairs`]: 16 bytes at a time on x86-64), without the range check;
+    /// returns whether two neighbouring pairs of the copy share a key.
+    ///
+    /// # Safety
+    ///
+    /// `start + 2 * count <= self.len()`.
+    #[inline(always)]
+    pub unsafe fn append_pairs_unchecked(
+        &self,
+        start: usize,
+        count: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        debug_assert!(
+            count
+                .checked_mul(2)
+                .and_then(|words| words.checked_add(start))
+                .is_some_and(|end| end <= self.words.len()),
+            "pairs from word {start} past the view"
+        );
+        out.reserve(count);
+        // SAFETY: `start + 2 * count <= len` (the caller's promise).
+        let src = unsafe { self.words.get_unchecked(start..start + 2 * count) };
+        let duplicate = crate::isa::copy_pairs(src, &mut out.spare_capacity_mut()[..count]);
+        // SAFETY: `copy_pairs` wrote each of the first `count` spare slots, within the capacity
+        // (reserved above).
+        unsafe { out.set_len(out.len() + count) };
+        duplicate
+    }
+
     /// Hint the CPU to bring the cache line holding word `index` into the cache; nothing past
     /// the end. A hint only: it reads and stores nothing.
     #[inline]

@@ -459,6 +459,28 @@ impl<'a> NodeView<'a> {
         unsafe { self.words.load_unchecked(key_word(slot) + 1) }
     }
 
+    /// Append slots `first..first + count` to `out` as [`Words::append_pairs_unchecked`] reads
+    /// them (16 bytes at a time on x86-64), without a range check; returns whether two
+    /// neighbours among them share a key.
+    ///
+    /// # Safety
+    ///
+    /// `first + count <= self.capacity()`.
+    #[inline(always)]
+    pub(super) unsafe fn append_slots_unchecked(
+        &self,
+        first: usize,
+        count: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        // SAFETY: `first + count <= capacity` (the caller's promise), so the slots' words end at
+        // `key_word(first + count) <= key_word(capacity) == words.len()`.
+        unsafe {
+            self.words
+                .append_pairs_unchecked(key_word(first), count, out)
+        }
+    }
+
     /// Word `word` of the node, read without a range check: for the in-node search, which
     /// walks key words (a key word's index fits an addressing mode, a slot's does not).
     ///

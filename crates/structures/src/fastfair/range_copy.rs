@@ -2,21 +2,19 @@
 //! `Range::next_into`), with the transient-duplicate rule applied to the copy.
 
 use super::super::layout::NodeView;
-use super::super::EMPTY_KEY;
 
 /// Append to `out` the entries of the node `view` shows with keys from `from` through `last`
-/// (below [`EMPTY_KEY`], so the copy also stops at the first free slot), a transient
-/// duplicate's right copy kept; of more than `limit` (at least 1) such slots, only the first
-/// `limit` are copied.
+/// (below [`EMPTY_KEY`](super::super::EMPTY_KEY), so the copy also stops at the first free
+/// slot), a transient duplicate's right copy kept; of more than `limit` (at least 1) such
+/// slots, only the first `limit` are copied.
 ///
 /// Two searches bound the slots to copy (the first skipped when the node's first key is
-/// already at or above `from`, as in every leaf of a scan after its first), so the copy is a
-/// loop of known length: two loads and two stores per entry, and a compare noting whether two
-/// neighbours share a key. Only then (rarely: an interrupted shift not yet repaired by an
-/// open, or a torn read the caller will discard) are the left copies dropped; if the copy was
-/// cut short by `limit`, the whole run is copied again first, so a duplicate cut at the
-/// boundary cannot leave its left copy (the caller asks for one pair more than it hands out
-/// to see such a cut).
+/// already at or above `from`, as in every leaf of a scan after its first), so the copy is
+/// one of known length, noting whether two neighbours share a key ([`copy_slots`]). Only then
+/// (rarely: an interrupted shift not yet repaired by an open, or a torn read the caller will
+/// discard) are the left copies dropped; if the copy was cut short by `limit`, the whole run
+/// is copied again first, so a duplicate cut at the boundary cannot leave its left copy (the
+/// caller asks for one pair more than it hands out to see such a cut).
 #[inline(always)]
 pub(super) fn append_entries(
     view: &NodeView<'_>,
@@ -49,31 +47,14 @@ pub(super) fn append_entries(
 }
 
 /// Append slots `first..first + count` of the node `view` shows to `out`; returns whether two
-/// neighbours among them share a key.
+/// neighbours among them share a key. On x86-64 one SSE2 pass (`pmem_ordering::isa::copy_pairs`):
+/// a 16-byte load and store per slot and a vector compare with the slot before.
 #[inline(always)]
 fn copy_slots(view: &NodeView<'_>, first: usize, count: usize, out: &mut Vec<(u64, u64)>) -> bool {
     debug_assert!(first + count <= view.capacity());
-    let mut duplicate = false;
-    let mut previous = EMPTY_KEY;
-    // An indexed loop (not a zipped iterator): one counter, its bound the slice's length.
-    out.reserve(count);
-    let spare = &mut out.spare_capacity_mut()[..count];
-    let mut i = 0;
-    while i < spare.len() {
-        // SAFETY: `first + i < first + count`, at most the capacity (the callers copy slots
-        // between two search bounds, each at most the capacity).
-        let key = unsafe { view.key_unchecked(first + i) };
-        // SAFETY: as above.
-        let value = unsafe { view.value_unchecked(first + i) };
-        spare[i].write((key, value));
-        duplicate |= key == previous;
-        previous = key;
-        i += 1;
-    }
-    // SAFETY: the loop above wrote each of the first `count` spare slots, within the capacity
-    // (reserved above).
-    unsafe { out.set_len(out.len() + count) };
-    duplicate
+    // SAFETY: `first + count` is at most the capacity (the callers copy slots between two
+    // search bounds, each at most the capacity).
+    unsafe { view.append_slots_unchecked(first, count, out) }
 }
 
 /// Of each run of equal neighbouring keys in `out`'s pairs from `start` on, keep the

@@ -22,7 +22,7 @@ pub(super) enum Point {
     /// It has read the node at this offset and not yet validated the read.
     Read(u64),
     /// A scan has read, in the leaf at this offset, a run's bounds or a pair to hand out in
-    /// place, and not yet validated the read.
+    /// place, or a run copied for a bulk read, and not yet validated the read.
     ScanRead(u64),
     /// It validated its last read: whether the read stands.
     Validated(bool),

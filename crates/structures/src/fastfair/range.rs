@@ -7,7 +7,9 @@
 //!   found. Nothing is copied, and a pair costs two loads, a look at the next key (for a
 //!   transient duplicate) and the version check.
 //! * `next_into` copies each leaf's run into the caller's buffer and keeps the copy only if
-//!   the stripe version then shows no change: one check per leaf.
+//!   the stripe version then shows no change: one check per leaf. It stops at `max` pairs,
+//!   inside a leaf, and resumes there (reading that leaf again); `next_leaves` copies whole
+//!   leaves only, so each leaf of a scan taken in batches is read once.
 
 use std::ops::{Bound, Deref, RangeBounds};
 
@@ -100,6 +102,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         let (level, high, sibling) = (view.level(), view.high(), view.sibling());
         let before = out.len();
         append_entries(&view, from, last, limit, out);
+        #[cfg(test)]
+        super::interleave::at(super::interleave::Point::ScanRead(node));
         if level == 0 && stripe.read_valid(seen) {
             return LeafRead::Read { high, sibling };
         }
@@ -460,15 +464,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
         if self.failed || max == 0 {
             return Ok(0);
         }
-        // A leaf `next` is handing out is read again from where it stands (and followed
-        // right if it split meanwhile).
-        if let Some(leaf) = self.leaf.take() {
-            if self.at < self.end {
-                self.walk.resume = Some(leaf.resume);
-                self.walk.hop = Some((leaf.node, leaf.structure));
-            }
-        }
-        (self.at, self.end) = (0, 0);
+        self.leave_in_place();
         let wanted = start + max;
         match self.walk.fill(out, wanted, true) {
             Ok(Some((leaf, structure))) => {
@@ -487,6 +483,48 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
             }
         }
         Ok(out.len() - start)
+    }
+
+    /// Append the pairs of whole leaves to `out` until at least `min` pairs were appended
+    /// (`min` 0 is taken as 1) or the range is done; returns how many (fewer than `min` only
+    /// at the end of the range, 0 only there). The pairs are those [`Iterator::next`] would
+    /// return, as with [`Self::next_into`], but no leaf is cut: past `min` the rest of the
+    /// last leaf's pairs in range come too, so the next call starts at the next leaf (along
+    /// its sibling link) instead of reading this one again to find where it stopped. `out`
+    /// grows by less than `min` plus [`FastFair::capacity`] pairs (one leaf's entries): a
+    /// caller reserving that much never reallocates. After an error the pairs read before it
+    /// stay in `out`, and the range returns nothing more.
+    pub fn next_leaves(
+        &mut self,
+        out: &mut Vec<(u64, u64)>,
+        min: usize,
+    ) -> Result<usize, FastFairError> {
+        let start = out.len();
+        if self.failed {
+            return Ok(0);
+        }
+        self.leave_in_place();
+        // Uncut, each leaf's copy is its whole run in range, a transient duplicate's left copy
+        // already dropped (`append_entries`), and the walk stands past the leaf.
+        if let Err(e) = self.walk.fill(out, start.saturating_add(min.max(1)), false) {
+            self.failed = true;
+            return Err(e);
+        }
+        Ok(out.len() - start)
+    }
+
+    /// Give back to the walk a leaf `next` is handing out in place, for a bulk read: it is
+    /// read again from the first key not handed out (and followed right if it split
+    /// meanwhile). A run handed out to its end leaves the walk past the leaf already.
+    #[inline(always)]
+    fn leave_in_place(&mut self) {
+        if let Some(leaf) = self.leaf.take() {
+            if self.at < self.end {
+                self.walk.resume = Some(leaf.resume);
+                self.walk.hop = Some((leaf.node, leaf.structure));
+            }
+        }
+        (self.at, self.end) = (0, 0);
     }
 
     /// `next` past its inlined case: a run's last pair, a left copy, a changed leaf, or the

@@ -1,8 +1,10 @@
-//! Unit tests of range scans: bulk reads cut around transient duplicates, bulk and single
-//! reads against a model, for the default and a larger node size, and writers run between a
-//! scan's read in place and its validation.
+//! Unit tests of range scans: bulk reads cut around transient duplicates, bulk, whole-leaf
+//! and single reads against a model, for small, default and larger node sizes, whole-leaf
+//! reads reading each leaf once, and writers run between a scan's read (in place or a bulk
+//! copy) and its validation.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use pmem_ordering::{Hardware, Pool};
@@ -132,6 +134,81 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, expected);
     }
 
+    /// Whole-leaf reads (`next_leaves`) of any minimum (0 included), mixed with `next_into`
+    /// chunks (which stop inside a leaf and resume there) and single `next`s, over a tree with
+    /// removed keys and a range of any bounds (empty ones, and ones starting and ending
+    /// inside leaves), return exactly the model's pairs of the range, then nothing more. Each
+    /// whole-leaf read appends at least its minimum unless the range ends, less than the
+    /// minimum plus a leaf's capacity, and stops at a leaf's end: the next pair of the range
+    /// lies in another leaf.
+    #[test]
+    fn whole_leaf_reads_return_the_range(
+        node_size in proptest::sample::select(vec![128u64, 512, 1024]),
+        keys in proptest::collection::vec(0u64..300, 0..150),
+        removed in proptest::collection::vec(0u64..300, 0..60),
+        start in 0u64..320,
+        end in 0u64..320,
+        (start_kind, end_kind) in (0u8..3, 0u8..3),
+        steps in proptest::collection::vec((0u8..4, 0usize..40), 1..12),
+    ) {
+        let heap = heap();
+        let config = FastFairConfig { node_size, policy: ShiftPolicy::Fast };
+        let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+        let mut model = BTreeMap::new();
+        for k in keys {
+            tree.upsert(k, k * 3).unwrap();
+            model.insert(k, k * 3);
+        }
+        for k in removed {
+            proptest::prop_assert_eq!(tree.remove(k).unwrap(), model.remove(&k));
+        }
+        let bound = |kind: u8, k: u64| match kind {
+            0 => Bound::Included(k),
+            1 => Bound::Excluded(k),
+            _ => Bound::Unbounded,
+        };
+        let bounds = (bound(start_kind, start), bound(end_kind, end));
+        let expected: Vec<(u64, u64)> =
+            model.iter().filter(|(k, _)| bounds.contains(*k)).map(|(&k, &v)| (k, v)).collect();
+        let mut range = tree.range(bounds);
+        let mut got = Vec::new();
+        for &(kind, n) in steps.iter().cycle() {
+            let before = got.len();
+            match kind {
+                // Whole leaves, twice as often as the others.
+                0 | 1 => {
+                    let added = range.next_leaves(&mut got, n).unwrap();
+                    proptest::prop_assert_eq!(got.len() - before, added);
+                    proptest::prop_assert!(added < n.max(1) + tree.capacity());
+                    if added < n.max(1) {
+                        break;
+                    }
+                    if let Some(&(next, _)) = expected.get(got.len()) {
+                        let (last, _) = got[got.len() - 1];
+                        proptest::prop_assert_ne!(
+                            tree.lock_free_leaf(last).unwrap().0,
+                            tree.lock_free_leaf(next).unwrap().0,
+                            "a read stopped between {} and {}, in one leaf", last, next
+                        );
+                    }
+                }
+                2 => {
+                    if range.next_into(&mut got, n).unwrap() < n {
+                        break;
+                    }
+                }
+                _ => match range.next() {
+                    Some(pair) => got.push(pair.unwrap()),
+                    None => break,
+                },
+            }
+        }
+        proptest::prop_assert!(range.next().is_none());
+        proptest::prop_assert_eq!(range.next_leaves(&mut got, 5).unwrap(), 0);
+        proptest::prop_assert_eq!(range.next_into(&mut got, 5).unwrap(), 0);
+        proptest::prop_assert_eq!(got, expected);
+    }
+
     /// Dropping left copies keeps, of each run of equal neighbouring keys after `start`,
     /// the rightmost pair, and leaves the pairs before `start` alone.
     #[test]
@@ -155,12 +232,41 @@ proptest::proptest! {
     }
 }
 
-/// A scan by `next`, over a tree of 128-byte nodes (four entries: many leaves), with a writer
-/// operation run at its `inject_at`th read in place (a run's bounds or a pair, before the
-/// read's validation): every pair handed out is one the model had before or after the
-/// writer, in ascending key order, and every key present both before and after is handed
-/// out. Returns whether the writer ran and whether it changed the node being read.
-fn scan_with_writer_at(policy: ShiftPolicy, writer: &Writer, inject_at: usize) -> (bool, bool) {
+/// How a scan under a writer takes its pairs.
+#[derive(Clone, Copy, Debug)]
+enum Scan {
+    /// One `next` per pair, read in place.
+    InPlace,
+    /// `next_into` chunks of this many pairs (cut inside leaves).
+    Chunks(usize),
+    /// `next_leaves` with this minimum (whole leaves).
+    Leaves(usize),
+}
+
+/// All pairs of `tree`, taken as `scan` says.
+fn scan_all(tree: &Tree, scan: Scan) -> Vec<(u64, u64)> {
+    let mut range = tree.range(..);
+    let mut got = Vec::new();
+    match scan {
+        Scan::InPlace => got.extend(range.map(Result::unwrap)),
+        Scan::Chunks(n) => while range.next_into(&mut got, n).unwrap() == n {},
+        Scan::Leaves(n) => while range.next_leaves(&mut got, n).unwrap() >= n.max(1) {},
+    }
+    got
+}
+
+/// A scan taking its pairs as `scan` says, over a tree of 128-byte nodes (four entries: many
+/// leaves), with a writer operation run at its `inject_at`th read (a run's bounds, a pair read
+/// in place, or a leaf's run copied, before the read's validation): every pair handed out is
+/// one the model had before or after the writer, in ascending key order, and every key
+/// present both before and after is handed out. Returns whether the writer ran and whether it
+/// changed the node being read.
+fn scan_with_writer_at(
+    policy: ShiftPolicy,
+    scan: Scan,
+    writer: &Writer,
+    inject_at: usize,
+) -> (bool, bool) {
     use std::cell::Cell;
     use std::rc::Rc;
 
@@ -197,9 +303,9 @@ fn scan_with_writer_at(policy: ShiftPolicy, writer: &Writer, inject_at: usize) -
             outcome.set((true, old != new));
         })
     };
-    let got: Vec<(u64, u64)> = with_hook(hook, || tree.range(..).map(Result::unwrap).collect());
+    let got = with_hook(hook, || scan_all(tree, scan));
     let after: BTreeMap<u64, u64> = tree.iter().map(Result::unwrap).collect();
-    let what = format!("{policy:?}, writer at read {inject_at}");
+    let what = format!("{policy:?}, {scan:?}, writer at read {inject_at}");
     assert!(
         got.windows(2).all(|w| w[0].0 < w[1].0),
         "{what}: not ascending: {got:?}"
@@ -225,14 +331,11 @@ type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap<Hardware, Arc<Pool>>>;
 /// A writer operation to run under a scan.
 type Writer = std::rc::Rc<dyn Fn(&Tree)>;
 
-/// Writers run between a scan's read in place and its validation, at every read of the
-/// scan: inserts that shift a leaf's entries or split it (up to a new root), removes that
-/// shift or merge leaves (down to a root collapse), and an upsert of a present key. The scan
-/// hands out each pair at most once, in order, only pairs the tree held, and every key held
-/// throughout.
-#[test]
-fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
-    let writers: Vec<Writer> = vec![
+/// The writer operations run under a scan: inserts that shift a leaf's entries or split it
+/// (up to a new root), removes that shift or merge leaves (down to a root collapse), and an
+/// upsert of a present key.
+fn writers() -> Vec<Writer> {
+    vec![
         std::rc::Rc::new(|t: &Tree| assert!(t.insert(15, 1).unwrap())),
         std::rc::Rc::new(|t: &Tree| assert!(t.insert(155, 1).unwrap())),
         std::rc::Rc::new(|t: &Tree| {
@@ -253,14 +356,21 @@ fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
             }
         }),
         std::rc::Rc::new(|t: &Tree| assert_eq!(t.upsert(160, 7).unwrap(), Some(160))),
-    ];
+    ]
+}
+
+/// Writers run between a scan's read in place and its validation, at every read of the
+/// scan ([`writers`]). The scan hands out each pair at most once, in order, only pairs the
+/// tree held, and every key held throughout.
+#[test]
+fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
     let (mut injected, mut changed) = (0, 0);
     for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
-        for writer in &writers {
+        for writer in &writers() {
             // A scan of the 30 keys reads in place about 40 times; past its last read the
             // writer never runs.
             for inject_at in 0..45 {
-                let (ran, under) = scan_with_writer_at(policy, writer, inject_at);
+                let (ran, under) = scan_with_writer_at(policy, Scan::InPlace, writer, inject_at);
                 injected += usize::from(ran);
                 changed += usize::from(under);
             }
@@ -273,5 +383,95 @@ fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
     assert!(
         changed > 50,
         "a writer changed the node being read in {changed} only"
+    );
+}
+
+/// Writers ([`writers`]) run between a bulk scan's copy of a leaf's run and its validation, at
+/// every copy of the scan: whole-leaf reads (`next_leaves`, of one leaf and of several a
+/// call) and chunks cut inside leaves (`next_into`). The scan hands out each pair at most
+/// once, in order, only pairs the tree held, and every key held throughout.
+#[test]
+fn a_writer_under_a_bulk_scan_is_caught_or_harmless() {
+    let (mut injected, mut changed) = (0, 0);
+    for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
+        for scan in [Scan::Leaves(1), Scan::Leaves(6), Scan::Chunks(3)] {
+            for writer in &writers() {
+                // A scan of the 30 keys copies fewer than 25 runs (chunks of 3 read a leaf
+                // again where one stopped); past its last copy the writer never runs.
+                for inject_at in 0..25 {
+                    let (ran, under) = scan_with_writer_at(policy, scan, writer, inject_at);
+                    injected += usize::from(ran);
+                    changed += usize::from(under);
+                }
+            }
+        }
+    }
+    assert!(
+        injected > 400,
+        "the writers ran in {injected} schedules only"
+    );
+    assert!(
+        changed > 50,
+        "a writer changed the node being read in {changed} only"
+    );
+}
+
+/// A scan taken in whole leaves (`next_leaves`, any minimum) copies each leaf of its range
+/// once, where chunks cut inside leaves (`next_into`) copy some twice: the tree of 128-byte
+/// nodes has many leaves.
+#[test]
+fn whole_leaf_reads_copy_each_leaf_once() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::super::interleave::{with_hook, Point};
+
+    let heap = heap();
+    let config = FastFairConfig {
+        node_size: 128,
+        policy: ShiftPolicy::Fast,
+    };
+    let tree = FastFair::create(&heap, heap.pool().root_offset(), config).unwrap();
+    for k in (10..=600).step_by(10) {
+        tree.insert(k, k).unwrap();
+    }
+    let expected: Vec<(u64, u64)> = tree.range(95..).map(Result::unwrap).collect();
+    // The leaves copied by a scan from 95 taking its pairs `take` at a time, `whole` or cut,
+    // in order of their copies.
+    let copies = |whole: bool, take: usize| {
+        let copied = Rc::new(RefCell::new(Vec::new()));
+        let hook = {
+            let copied = Rc::clone(&copied);
+            Box::new(move |point: Point| {
+                if let Point::ScanRead(node) = point {
+                    copied.borrow_mut().push(node);
+                }
+            })
+        };
+        let got = with_hook(hook, || {
+            let mut range = tree.range(95..);
+            let mut got = Vec::new();
+            if whole {
+                while range.next_leaves(&mut got, take).unwrap() >= take.max(1) {}
+            } else {
+                while range.next_into(&mut got, take).unwrap() == take {}
+            }
+            got
+        });
+        assert_eq!(got, expected, "whole {whole}, {take} at a time");
+        copied.take()
+    };
+    let once = copies(true, 1);
+    assert!(once.len() > 10, "only {} leaves copied", once.len());
+    let mut distinct = once.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), once.len(), "a leaf copied twice: {once:?}");
+    for take in [0, 3, 7, 16] {
+        assert_eq!(copies(true, take), once, "whole leaves, {take} at a time");
+    }
+    assert!(
+        copies(false, 3).len() > once.len(),
+        "chunks cut inside leaves copied no leaf twice"
     );
 }

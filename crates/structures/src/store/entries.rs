@@ -69,17 +69,22 @@ where
 /// `Ok`, or an error that ends the walk; the reserved key (`u64::MAX`, the largest) last, when
 /// in the range.
 ///
-/// The tree's pairs come in batches ([`fastfair::Range::next_into`]: one validated copy per
-/// leaf, where `next` checks each pair) into a buffer handed out one pair per call. A batch
-/// is read before its pairs are handed out, which a scan beside writers may do anyway: every
-/// key present for the scan's whole duration is still seen, and each once.
+/// The tree's pairs come in batches of whole leaves ([`fastfair::Range::next_leaves`]: one
+/// validated copy per leaf, where `next` checks each pair, and no leaf read twice, where
+/// batches cut at a count resume inside a leaf and read it again) into a buffer handed out
+/// one pair per call. A batch is read before its pairs are handed out, which a scan beside
+/// writers may do anyway: every key present for the scan's whole duration is still seen, and
+/// each once.
 pub struct BTreeEntries<'a, B: Backend, P: Deref<Target = Pool<B>>> {
     raw: TreeRange<'a, B, P>,
     /// The batch being handed out, from `at` on.
     buf: Vec<(u64, u64)>,
     at: usize,
-    /// Pairs the next batch asks for: growing, so a short scan reads few past what it takes.
+    /// Pairs the next batch asks for at least (it ends at a leaf's end): growing, so a short
+    /// scan reads few leaves past what it takes.
     batch: usize,
+    /// Pairs one leaf of the tree holds at most: the buffer holds a batch and one leaf.
+    leaf_pairs: usize,
     /// The tree's range gave its last batch (or failed).
     raw_done: bool,
     /// The tree's error, returned once the pairs read before it are handed out.
@@ -89,11 +94,10 @@ pub struct BTreeEntries<'a, B: Backend, P: Deref<Target = Pool<B>>> {
 
 /// The first batch's pairs.
 const FIRST_BATCH: usize = 16;
-/// The largest batch: `next_into` may read one pair past it (to see where to resume), so the
-/// buffer holds [`BUF_PAIRS`].
+/// The largest batch. `next_leaves` appends less than its minimum plus a leaf's pairs, so the
+/// buffer holds `MAX_BATCH - 1` plus a leaf's pairs (at most about 5 KiB, for the largest
+/// nodes) and is never reallocated.
 const MAX_BATCH: usize = 63;
-/// The buffer's pairs: 1 KiB, a block glibc's per-thread cache still serves.
-const BUF_PAIRS: usize = MAX_BATCH + 1;
 
 thread_local! {
     /// The buffer of the thread's last scan, for its next one: a scan then allocates nothing.
@@ -101,12 +105,19 @@ thread_local! {
 }
 
 impl<'a, B: Backend, P: Deref<Target = Pool<B>>> BTreeEntries<'a, B, P> {
-    pub(crate) fn new(raw: TreeRange<'a, B, P>, last: Option<(u64, u64)>) -> Self {
+    /// The pairs `raw` reads, in a tree whose leaves hold at most `leaf_pairs` pairs
+    /// ([`fastfair::FastFair::capacity`]), then `last`.
+    pub(crate) fn new(
+        raw: TreeRange<'a, B, P>,
+        leaf_pairs: usize,
+        last: Option<(u64, u64)>,
+    ) -> Self {
         BTreeEntries {
             raw,
             buf: Vec::new(),
             at: 0,
             batch: FIRST_BATCH,
+            leaf_pairs,
             raw_done: false,
             error: None,
             last,
@@ -140,9 +151,9 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> BTreeEntries<'a, B, P> {
         if !self.raw_done {
             if self.buf.capacity() == 0 {
                 self.buf = SPARE.try_with(Cell::take).unwrap_or_default();
-                self.buf.reserve_exact(BUF_PAIRS);
+                self.buf.reserve_exact(MAX_BATCH - 1 + self.leaf_pairs);
             }
-            match self.raw.next_into(&mut self.buf, self.batch) {
+            match self.raw.next_leaves(&mut self.buf, self.batch) {
                 // Fewer than asked for only at the range's end.
                 Ok(n) => self.raw_done = n < self.batch,
                 Err(e) => {
@@ -179,8 +190,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for BTreeEntries<'_, B, P>
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Drop for BTreeEntries<'_, B, P> {
     fn drop(&mut self) {
-        // Kept unless it grew past a batch (a leaf's transient duplicates, rarely).
-        if (1..=BUF_PAIRS).contains(&self.buf.capacity()) {
+        // Kept whenever allocated: it never grows past what `refill` reserved (a batch and a
+        // leaf), so a thread keeps at most one buffer of a few KiB.
+        if self.buf.capacity() > 0 {
             self.buf.clear();
             let buf = std::mem::take(&mut self.buf);
             // After the thread's slot is gone (its exit), the buffer is just freed.

@@ -178,6 +178,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> TreeCore<B, P> {
             Some(value) if range.contains(&reserved) => Some((reserved, value)),
             _ => None,
         };
-        BTreeEntries::new(self.raw.range(range), last)
+        BTreeEntries::new(self.raw.range(range), self.raw.capacity(), last)
     }
 }

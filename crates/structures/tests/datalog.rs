@@ -501,6 +501,33 @@ fn a_tail_at_the_end_of_a_page_below_the_head_page_survives_reopening() {
             mode: None,
         },
     ];
+    ops_match_a_model_and_survive_reopening(&ops).unwrap();
+}
+
+/// The store's names and files equal the model's, and its blocks are the heap's; `when` names
+/// the moment in the error.
+fn same_as_model(
+    store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>,
+    model: &DatalogModel,
+    when: &str,
+) -> Result<(), String> {
+    let names: Vec<String> = model.keys().cloned().collect();
+    if store.list() != names {
+        return Err(format!("{when}: names {:?}, model {names:?}", store.list()));
+    }
+    let contents = kit::contents(store).map_err(|e| format!("{when}: {e}"))?;
+    if &contents != model {
+        return Err(format!("{when}: the files' contents differ from the model"));
+    }
+    heap_matches(store.heap(), store);
+    Ok(())
+}
+
+/// Run `ops` on a new store of 4 files, each checked against the model (refused exactly when
+/// the model refuses it), then check every file read back, the names, the heap's blocks and,
+/// after reopening, all of them again and the verifier's report; the first mismatch is the
+/// error.
+fn ops_match_a_model_and_survive_reopening(ops: &[DatalogOp]) -> Result<(), String> {
     let mut heap = heap(16 << 20);
     let root = heap.pool().root_offset();
     let mut model = DatalogModel::new();
@@ -511,15 +538,18 @@ fn a_tail_at_the_end_of_a_page_below_the_head_page_survives_reopening() {
         };
         let store = Datalog::create(&heap, root, config).unwrap();
         for (index, op) in ops.iter().enumerate() {
-            op.run_checked(&store, index, &mut model).unwrap();
+            op.run_checked(&store, index, &mut model)?;
         }
+        same_as_model(&store, &model, "before reopening")?;
     }
     heap = reopen(heap);
-    let store = Datalog::open(&heap, root).unwrap();
-    assert_eq!(kit::contents(&store).unwrap(), model);
+    let store = Datalog::open(&heap, root).map_err(|e| format!("open: {e}"))?;
+    same_as_model(&store, &model, "after reopening")?;
     let report = store.verify();
-    assert!(report.is_healthy(), "{report}");
-    heap_matches(&heap, &store);
+    if !report.is_healthy() {
+        return Err(format!("after reopening: {report}"));
+    }
+    Ok(())
 }
 
 fn bytes_written(s: Stats) -> u64 {
@@ -586,27 +616,7 @@ proptest! {
     fn operation_sequences_match_a_model_and_survive_reopening(
         ops in proptest::collection::vec(DatalogOp::strategy(3, 5 * PAGE, 9000), 1..60),
     ) {
-        let mut heap = heap(16 << 20);
-        let root = heap.pool().root_offset();
-        let mut model = DatalogModel::new();
-        {
-            let config = DatalogConfig {
-                max_files: 4,
-                ..DatalogConfig::default()
-            };
-            let store = Datalog::create(&heap, root, config).unwrap();
-            for (index, op) in ops.iter().enumerate() {
-                let checked = op.run_checked(&store, index, &mut model);
-                prop_assert!(checked.is_ok(), "{}", checked.unwrap_err());
-            }
-            prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
-            prop_assert_eq!(&kit::contents(&store).unwrap(), &model);
-            heap_matches(&heap, &store);
-        }
-        heap = reopen(heap);
-        let store = Datalog::open(&heap, root).unwrap();
-        prop_assert_eq!(store.list(), model.keys().cloned().collect::<Vec<_>>());
-        prop_assert_eq!(&kit::contents(&store).unwrap(), &model);
-        heap_matches(&heap, &store);
+        let checked = ops_match_a_model_and_survive_reopening(&ops);
+        prop_assert!(checked.is_ok(), "{}", checked.unwrap_err());
     }
 }

@@ -359,23 +359,33 @@ fn writers() -> Vec<Writer> {
     ]
 }
 
+/// Every writer of [`writers`] at each of the first `injects` reads of each scan of `scans`,
+/// under both shift policies (each schedule checked by [`scan_with_writer_at`]): how many
+/// schedules ran their writer, and in how many it changed the node being read.
+fn schedules(scans: &[Scan], injects: usize) -> (usize, usize) {
+    let (mut injected, mut changed) = (0, 0);
+    for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
+        for &scan in scans {
+            for writer in &writers() {
+                for inject_at in 0..injects {
+                    let (ran, under) = scan_with_writer_at(policy, scan, writer, inject_at);
+                    injected += usize::from(ran);
+                    changed += usize::from(under);
+                }
+            }
+        }
+    }
+    (injected, changed)
+}
+
 /// Writers run between a scan's read in place and its validation, at every read of the
 /// scan ([`writers`]). The scan hands out each pair at most once, in order, only pairs the
 /// tree held, and every key held throughout.
 #[test]
 fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
-    let (mut injected, mut changed) = (0, 0);
-    for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
-        for writer in &writers() {
-            // A scan of the 30 keys reads in place about 40 times; past its last read the
-            // writer never runs.
-            for inject_at in 0..45 {
-                let (ran, under) = scan_with_writer_at(policy, Scan::InPlace, writer, inject_at);
-                injected += usize::from(ran);
-                changed += usize::from(under);
-            }
-        }
-    }
+    // A scan of the 30 keys reads in place about 40 times; past its last read the writer
+    // never runs.
+    let (injected, changed) = schedules(&[Scan::InPlace], 45);
     assert!(
         injected > 500,
         "the writers ran in {injected} schedules only"
@@ -392,20 +402,10 @@ fn a_writer_under_a_scan_in_place_is_caught_or_harmless() {
 /// once, in order, only pairs the tree held, and every key held throughout.
 #[test]
 fn a_writer_under_a_bulk_scan_is_caught_or_harmless() {
-    let (mut injected, mut changed) = (0, 0);
-    for policy in [ShiftPolicy::Fast, ShiftPolicy::PerShift] {
-        for scan in [Scan::Leaves(1), Scan::Leaves(6), Scan::Chunks(3)] {
-            for writer in &writers() {
-                // A scan of the 30 keys copies fewer than 25 runs (chunks of 3 read a leaf
-                // again where one stopped); past its last copy the writer never runs.
-                for inject_at in 0..25 {
-                    let (ran, under) = scan_with_writer_at(policy, scan, writer, inject_at);
-                    injected += usize::from(ran);
-                    changed += usize::from(under);
-                }
-            }
-        }
-    }
+    // A scan of the 30 keys copies fewer than 25 runs (chunks of 3 read a leaf again where
+    // one stopped); past its last copy the writer never runs.
+    let scans = [Scan::Leaves(1), Scan::Leaves(6), Scan::Chunks(3)];
+    let (injected, changed) = schedules(&scans, 25);
     assert!(
         injected > 400,
         "the writers ran in {injected} schedules only"

@@ -73,7 +73,7 @@ mod u64map;
 pub mod verify;
 
 pub use kind::StructureKind;
-pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};
+pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, WriteBatch};
 pub use verify::{Finding, Problem, Verification};
 
 // What a user of the `Store` needs, so this crate is the one dependency.

@@ -97,7 +97,7 @@ fn matching_slot(
 /// The stripe whose lock guards the segment at `segment`: the offset's Fibonacci hash (one
 /// multiply), its top bits picking one of [`STRIPES`].
 #[inline(always)]
-fn stripe_of(segment: u64) -> usize {
+pub(super) fn stripe_of(segment: u64) -> usize {
     const _: () = assert!(STRIPES.is_power_of_two() && STRIPES > 1);
     (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - STRIPES.trailing_zeros())) as usize
 }
@@ -263,7 +263,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// (so not freed), and an unchanged entry that it still maps `h` to this segment, which no
     /// split can change while the lock is held.
     #[inline(always)]
-    fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
+    pub(super) fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
         let words = self.pool_words()?;
         match self.lock_place_fast(words, h) {
             Some((place, _, stripe)) => Ok((place, stripe)),
@@ -527,6 +527,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 /// it is still there): `occupied` if it is not [`EMPTY_KEY`].
 #[inline(always)]
 fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, value: u64) {
+    fill_slot_unpersisted(stores, occupied, key, value);
+    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
+    let _ = stores.persist(0, 2);
+}
+
+/// The stores of [`fill_slot`], in its order, without the persist: a write batch's
+/// (`store_batch.rs`), which flushes the slot and leaves the fence to the batch.
+#[inline(always)]
+pub(super) fn fill_slot_unpersisted<B: Backend>(
+    stores: &WordStores<'_, B>,
+    occupied: bool,
+    key: u64,
+    value: u64,
+) {
     const KEY: usize = 0;
     const VALUE: usize = value_word(KEY);
     if occupied {
@@ -537,6 +551,4 @@ fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, v
     write_step(WriteStep::ValueStored);
     stores.store(KEY, key);
     write_step(WriteStep::KeyStored);
-    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
-    let _ = stores.persist(KEY, VALUE + 1);
 }

@@ -6,8 +6,12 @@ use crate::store::types::TypeCode;
 
 /// The header's magic: the root object holds a store catalog.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"PMCATLG1");
-/// The catalog format this code reads and writes.
+/// The catalog format of a store that has never committed a write batch.
 pub(super) const VERSION: u64 = 1;
+/// The catalog format of a store with a write-batch area (header word
+/// [`header::BATCH_AREA`]): a build that reads only [`VERSION`] refuses it, so it never
+/// opens a store whose last batch it would not finish.
+pub(super) const VERSION_WITH_BATCHES: u64 = 2;
 /// Bytes of the header.
 pub(super) const HEADER_BYTES: u64 = 64;
 /// Bytes of one entry: a line of fields and a line of name.
@@ -20,6 +24,9 @@ pub(super) mod header {
     pub const MAGIC: u64 = 0;
     pub const VERSION: u64 = 8;
     pub const CAPACITY: u64 = 16;
+    /// The write-batch area's block (0 for none; the store's batch log,
+    /// `crate::store::batch`).
+    pub const BATCH_AREA: u64 = 24;
 }
 
 /// Entry words, from the entry's start.

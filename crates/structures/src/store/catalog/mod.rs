@@ -47,6 +47,8 @@ pub(crate) struct Listed {
 pub(crate) struct Catalog {
     base: u64,
     entries: Vec<Option<EntryImage>>,
+    /// The write-batch area's block, 0 until the store's first batch makes it.
+    batch_area: u64,
 }
 
 impl Catalog {
@@ -74,6 +76,7 @@ impl Catalog {
         Ok(Catalog {
             base,
             entries: vec![None; capacity as usize],
+            batch_area: 0,
         })
     }
 
@@ -95,10 +98,17 @@ impl Catalog {
             )));
         }
         let version = pool.load_u64(base + header::VERSION)?;
-        if version != layout::VERSION {
+        if version != layout::VERSION && version != layout::VERSION_WITH_BATCHES {
             return Err(corrupt(format!(
-                "catalog format version {version}, but this library reads version {}",
-                layout::VERSION
+                "catalog format version {version}, but this library reads versions {} and {}",
+                layout::VERSION,
+                layout::VERSION_WITH_BATCHES
+            )));
+        }
+        let batch_area = pool.load_u64(base + header::BATCH_AREA)?;
+        if (version == layout::VERSION) != (batch_area == 0) {
+            return Err(corrupt(format!(
+                "catalog format version {version} with write-batch area {batch_area:#x}"
             )));
         }
         let capacity = pool.load_u64(base + header::CAPACITY)?;
@@ -111,6 +121,7 @@ impl Catalog {
         let mut catalog = Catalog {
             base,
             entries: Vec::with_capacity(capacity as usize),
+            batch_area,
         };
         for slot in 0..capacity {
             let mut bytes = [0u8; ENTRY_BYTES as usize];
@@ -129,6 +140,27 @@ impl Catalog {
             }
         }
         Ok(catalog)
+    }
+
+    /// The write-batch area's block, if the store has one.
+    pub(crate) fn batch_area(&self) -> Option<u64> {
+        (self.batch_area != 0).then_some(self.batch_area)
+    }
+
+    /// Record `area` as the store's write-batch area inside `tx` (the one that allocates it),
+    /// with the catalog version that says so.
+    pub(crate) fn set_batch_area_in<B: Backend>(
+        &self,
+        tx: &Tx<'_, B>,
+        area: u64,
+    ) -> Result<(), TxError> {
+        tx.write_value(self.base + header::BATCH_AREA, &area)?;
+        tx.write_value(self.base + header::VERSION, &layout::VERSION_WITH_BATCHES)
+    }
+
+    /// The area recorded, once the transaction of [`Catalog::set_batch_area_in`] committed.
+    pub(crate) fn batch_area_made(&mut self, area: u64) {
+        self.batch_area = area;
     }
 
     /// How many names the catalog can hold.
@@ -294,6 +326,15 @@ pub(crate) fn write_side<B: Backend>(
         entry_offset + entry::SIDE_PRESENT,
         bytemuck::cast_slice(&words),
     )
+}
+
+/// Where the reserved key's value of the map in entry `entry_offset` lives, and its bytes once
+/// set to `value`: what a write batch logs and stores.
+pub(crate) fn side_image(entry_offset: u64, value: Option<u64>) -> (u64, [u8; 16]) {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&u64::from(value.is_some()).to_le_bytes());
+    bytes[8..].copy_from_slice(&value.unwrap_or(0).to_le_bytes());
+    (entry_offset + entry::SIDE_PRESENT, bytes)
 }
 
 fn root_is_zero<B: Backend>(pool: &Pool<B>) -> Result<bool, Error> {

@@ -369,6 +369,7 @@ impl Records {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.intents.clear_torn(pool).map_err(TxError::from)?;
         Ok(resolved)
     }
 }

@@ -209,7 +209,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
         let pool = heap.pool();
         let mut log = Log::default();
         let mut plans = Vec::with_capacity(self.maps.len());
-        let cancel = |plans: Vec<Plan>| plans.into_iter().for_each(|p: Plan| p.cancel(heap));
+        let cancel = |plans: Vec<Plan>| {
+            plans.into_iter().for_each(|p: Plan| p.cancel(heap));
+            // Records written into the blocks given back were flushed and not fenced: fenced
+            // now, so the failed commit leaves no store in doubt (they are free blocks' bytes).
+            let _ = pool.sfence();
+        };
         for touched in &self.maps {
             match touched.plan(&mut log) {
                 Ok(plan) => plans.push(plan),

@@ -162,7 +162,7 @@ use layout::{Directory, Entry, Root, SegmentShape};
 pub(crate) use probe::{KeyWords, SlotProbe};
 use reclaim::Retired;
 pub use snapshot::Iter;
-pub(crate) use store_batch::{SlotChange, SlotWrite};
+pub(crate) use store_batch::SlotWrite;
 
 /// The reserved key that marks an empty slot.
 pub const EMPTY_KEY: u64 = 0;

@@ -67,7 +67,7 @@ use self::intent::{IntentArea, IntentLine, LayerWord, Named};
 use self::layout::Header;
 use self::limbo::Limbo;
 
-pub(crate) use batch::{RecordChange, RecordPlan};
+pub(crate) use batch::RecordPlan;
 pub use error::RecordMapError;
 pub use hash::RecordHashMap;
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};

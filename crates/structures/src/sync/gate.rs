@@ -274,6 +274,7 @@ impl WriterGate {
     }
 
     /// Whether the calling thread holds the gate closed.
+    #[cfg(test)]
     pub(crate) fn closed_by_this_thread(&self) -> bool {
         self.closer.load(Ordering::Relaxed) == this_thread()
     }

@@ -21,5 +21,5 @@ mod stripes;
 mod version;
 
 pub(crate) use stripes::{set_bits, StripeGuard, StripeReader, StripeReaders, StripeSet, Stripes};
-pub(crate) use gate::{GateClosedByThisThread, WriteSection, WriterGate};
+pub(crate) use gate::{WriteSection, WriterGate};
 pub(crate) use version::SeqVersion;

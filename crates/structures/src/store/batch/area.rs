@@ -196,11 +196,6 @@ impl Area {
         Ok(Area { offset, bytes })
     }
 
-    /// The area's block.
-    pub(crate) fn offset(&self) -> u64 {
-        self.offset
-    }
-
     /// The most bytes a log can take.
     pub(crate) fn capacity(&self) -> u64 {
         self.bytes - LOG_AT

@@ -37,7 +37,7 @@ use crate::records::hash::check_sizes;
 use crate::records::MAX_KEY_BYTES;
 use crate::sync::WriterGate;
 
-pub(crate) use area::{Area, Committed};
+pub(crate) use area::Area;
 pub(crate) use lock::{BatchHold, Batches};
 
 /// The most changes (distinct keys written, over all maps) one batch takes: past it a write

@@ -13,16 +13,19 @@
 //! left stale, that no earlier change of the batch took; if there is none the segment splits
 //! (its own transaction and fences, changing no key) and the plan starts again.
 
-use std::collections::HashSet;
 use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
+use rustc_hash::FxHashSet;
 
 use super::hashing::{belongs, hash, prefix};
-use super::layout::value_of;
-use super::write::{fill_slot_unpersisted, stripe_of};
+use super::layout::{segment_word_offset, value_of};
+use super::write::{fill_slot_unpersisted, stripe_of, Chosen};
 use super::{Cceh, CcehError, SlotProbe, EMPTY_KEY, PROBE_BUCKETS, RESERVED, SLOTS_PER_BUCKET};
+
+/// How many changes ahead the plan prefetches a window.
+const AHEAD: usize = 8;
 
 /// What a planned write stores into its slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,17 +77,38 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         &self,
         changes: &[(Pr, Option<u64>)],
     ) -> Result<Vec<SlotWrite>, CcehError> {
+        let words = self.pool_words()?;
         'plan: loop {
-            let mut taken = HashSet::new();
+            let mut taken = FxHashSet::default();
             let mut writes = Vec::with_capacity(changes.len());
-            for (probe, change) in changes {
+            for (i, (probe, change)) in changes.iter().enumerate() {
+                // The window of the change `AHEAD` on is fetched meanwhile: the batch's misses
+                // overlap, where a single write waits for each of its own.
+                if let Some((ahead, _)) = changes.get(i + AHEAD) {
+                    self.prefetch_path(words, hash(ahead.word()));
+                }
                 let word = probe.word();
                 if word == EMPTY_KEY {
                     return Err(CcehError::ReservedKey(RESERVED));
                 }
                 let h = hash(word);
                 let (place, stripe) = self.lock_place(h)?;
-                let found = self.find(&place, probe, h)?;
+                // A single write's choice first (the key's slot, else the window's first empty
+                // one); the full look only when that slot is one the batch took already.
+                let chosen = self.choose(self.writer_view(place.segment)?, probe, h)?;
+                let (found, free) = match chosen {
+                    Some(Chosen::Found { slot, old }) => {
+                        (Some((segment_word_offset(place.segment, slot), old)), None)
+                    }
+                    Some(Chosen::Free {
+                        slot,
+                        occupied: false,
+                        ..
+                    }) if !taken.contains(&segment_word_offset(place.segment, slot)) => {
+                        (None, Some((segment_word_offset(place.segment, slot), false)))
+                    }
+                    _ => (self.find(&place, probe, h)?, None),
+                };
                 let write = match (found, *change) {
                     (Some((slot, old)), Some(value)) => (old != value).then_some(SlotWrite {
                         segment: place.segment,
@@ -98,7 +122,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                     }),
                     (None, None) => None,
                     (None, Some(value)) => {
-                        match self.free_slot(place.segment, place.local_depth, h, &taken)? {
+                        let free = match free {
+                            Some(free) => Some(free),
+                            None => self.free_slot(place.segment, place.local_depth, h, &taken)?,
+                        };
+                        match free {
                             Some((slot, occupied)) => Some(SlotWrite {
                                 segment: place.segment,
                                 slot,
@@ -134,7 +162,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         segment: u64,
         local: u64,
         h: u64,
-        taken: &HashSet<u64>,
+        taken: &FxHashSet<u64>,
     ) -> Result<Option<(u64, bool)>, CcehError> {
         let pattern = prefix(h, local);
         let mut stale = None;

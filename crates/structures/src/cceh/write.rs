@@ -30,7 +30,7 @@ use crate::sync::StripeGuard;
 
 /// Where a write goes in its window, chosen under the segment's stripe lock. A slot is named by
 /// the word of its key among the segment's words.
-enum Chosen {
+pub(super) enum Chosen {
     /// The slot holding the probe's key, and its value.
     Found { slot: usize, old: u64 },
     /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
@@ -336,7 +336,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// caller holds the segment's stripe lock): the slot matching the probe, else the window's
     /// first empty slot. `None`: neither; [`Cceh::choose_in_full_window`] looks further.
     #[inline(always)]
-    fn choose(
+    pub(super) fn choose(
         &self,
         segment: SegmentView<'_>,
         probe: &impl SlotProbe,
@@ -377,7 +377,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// The words of the segment at `segment`, for a writer ([`SegmentView::alone`]).
     #[inline(always)]
-    fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
+    pub(super) fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
         match SegmentView::alone(self.pool_words()?, segment, self.span) {
             Some(view) => Ok(view),
             None => Err(self.bad_offset(segment, self.shape.bytes())),

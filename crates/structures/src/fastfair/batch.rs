@@ -86,33 +86,35 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// Plan `changes` (sorted by key, one per key, no key `u64::MAX`): the new bytes of every
     /// leaf they touch. A leaf they would overfill is split first ([`FastFair::split_leaf_at`],
     /// committed before this returns, changing no key), at the middle of what it would hold, and
-    /// the plan starts again. The caller holds the tree's writer gate: no other writer runs.
+    /// its changes are planned again (a split changes no other leaf, so the images planned
+    /// before it stand). The caller holds the tree's writer gate: no other writer runs.
     pub(crate) fn plan_batch(&self, changes: &[KeyChange]) -> Result<Vec<LeafImage>, FastFairError> {
         if changes.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(FastFairError::ReservedKey(RESERVED));
         }
         debug_assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "sorted, unique");
-        'plan: loop {
-            let mut images = Vec::new();
-            let mut at = 0;
-            while at < changes.len() {
-                match self.plan_leaf(&changes[at..])? {
-                    LeafPlan::Fits(image, taken) => {
-                        images.extend(image);
-                        at += taken;
-                    }
-                    LeafPlan::Split { key, separator } => {
-                        self.split_leaf_at(key, separator)?;
-                        continue 'plan;
-                    }
+        let mut images = Vec::new();
+        let mut old = Vec::with_capacity(self.capacity);
+        let mut at = 0;
+        while at < changes.len() {
+            match self.plan_leaf(&changes[at..], &mut old)? {
+                LeafPlan::Fits(image, taken) => {
+                    images.extend(image);
+                    at += taken;
                 }
+                LeafPlan::Split { key, separator } => self.split_leaf_at(key, separator)?,
             }
-            return Ok(images);
         }
+        Ok(images)
     }
 
-    /// Plan the changes that fall in the leaf of `changes[0]`'s key (a prefix of `changes`).
-    fn plan_leaf(&self, changes: &[KeyChange]) -> Result<LeafPlan, FastFairError> {
+    /// Plan the changes that fall in the leaf of `changes[0]`'s key (a prefix of `changes`),
+    /// reading the leaf's entries into `old`.
+    fn plan_leaf(
+        &self,
+        changes: &[KeyChange],
+        old: &mut Vec<(u64, u64)>,
+    ) -> Result<LeafPlan, FastFairError> {
         let first = changes[0].0;
         let (leaf, _) = self.lock_free_leaf_in(self.shape, first)?;
         let view = self.view(leaf)?;
@@ -123,9 +125,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         }
         let high = view.high();
         let taken = changes.partition_point(|&(k, _)| k < high);
-        let mut old = Vec::with_capacity(self.capacity);
-        view.entries_into(&mut old);
-        let (new, delta) = merged(&old, &changes[..taken]);
+        view.entries_into(old);
+        let (new, delta) = merged(old, &changes[..taken]);
         if new.len() > self.capacity {
             return Ok(LeafPlan::Split {
                 key: first,

@@ -211,7 +211,12 @@ impl Area {
     ) -> Result<(), Error> {
         debug_assert!(log.len() <= self.capacity());
         let bytes = log.as_bytes();
-        let written = pool.write(self.offset + LOG_AT, bytes)?;
+        // Streamed: no line of the log is read before the commit word is stored after it, and
+        // the fence below orders and persists it.
+        // SAFETY: the area is accessed only by the holder of the store's batch lock (this
+        // thread, in a commit) and by the store's load before the store is shared: no other
+        // thread can reach these bytes meanwhile (the streaming-store rule).
+        let streamed = unsafe { pool.nt_write(self.offset + LOG_AT, bytes) }?;
         let mut line = [0u8; 24];
         line[0..8].copy_from_slice(&sequence.to_le_bytes());
         line[8..16].copy_from_slice(&log.len().to_le_bytes());
@@ -219,7 +224,7 @@ impl Area {
         let head = pool.write(self.offset + COMMIT_LINE, &line)?;
         // The commit word after the rest of its line: stores to one line persist in order.
         let head = head.merge(pool.store_u64(self.offset + COMMIT_WORD, COMMITTED)?);
-        let flushed = pool.flush(written).and(pool.flush(head));
+        let flushed = pool.flush(head).and(streamed);
         let _ = pool.fence(flushed);
         Ok(())
     }

@@ -21,12 +21,12 @@ mod area;
 mod commit;
 mod lock;
 
-use std::collections::HashMap as StdHashMap;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use pmem_ordering::{Backend, Hardware, Pool};
+use rustc_hash::FxHashMap;
 
 use super::error::Error;
 use super::map::{HashCore, TreeCore};
@@ -99,9 +99,9 @@ struct Touched<B: Backend, P: Deref<Target = Pool<B>>> {
     /// The gate is closed (by the first read through the batch, or at commit).
     closed: bool,
     /// A map of words' changes: each key's new value, or `None` to remove it.
-    words: StdHashMap<u64, Option<u64>>,
+    words: FxHashMap<u64, Option<u64>>,
     /// A map of records' changes.
-    records: StdHashMap<Vec<u8>, Option<Vec<u8>>>,
+    records: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 /// Writes to a store's maps that become durable and visible together, or not at all.
@@ -219,8 +219,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
         self.maps.push(Touched {
             map,
             closed: false,
-            words: StdHashMap::new(),
-            records: StdHashMap::new(),
+            words: FxHashMap::default(),
+            records: FxHashMap::default(),
         });
         Ok(self.maps.len() - 1)
     }

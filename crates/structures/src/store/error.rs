@@ -45,9 +45,11 @@ pub enum Error {
         /// The store's layout.
         expected: &'static str,
     },
-    /// The store's creation was interrupted before its heap was formatted.
+    /// The file's creation as a store provably never finished: nothing after its pool header
+    /// was written (an earlier build formatted in place, and stopped or was refused).
     #[error(
-        "{path} holds a store whose creation was interrupted: remove the file and create it again"
+        "{path} holds a store whose creation never finished (nothing after its pool header was \
+         written): Store::open_or_create makes it again, or remove the file"
     )]
     Incomplete {
         /// The file.

@@ -77,8 +77,10 @@ impl Catalog {
         })
     }
 
-    /// Read the catalog, finish every removal a crash interrupted, and return it. An
-    /// all-zero root object (the store's creation stopped before its catalog) is formatted.
+    /// Read the catalog, finish every removal a crash interrupted, and return it. A catalog
+    /// that cannot be read (an all-zero root object included: a store is published only once
+    /// its catalog is written, so zeros there are damage) is refused with
+    /// [`Error::CorruptCatalog`] before anything is written.
     pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
         heap: &Heap<B, P>,
     ) -> Result<Catalog, Error> {
@@ -86,7 +88,17 @@ impl Catalog {
         let base = pool.root_offset();
         let magic = pool.load_u64(base + header::MAGIC)?;
         if magic == 0 && root_is_zero(pool)? {
-            return Catalog::format(heap);
+            let blocks = heap.check_heap().map(|b| b.len());
+            return Err(corrupt(format!(
+                "the root object holding it is all zero, and the heap holds {}: the catalog \
+                 was damaged (or an earlier build's creation of the store was interrupted \
+                 before it); nothing was written",
+                match blocks {
+                    Ok(1) => "1 block".to_string(),
+                    Ok(n) => format!("{n} blocks"),
+                    Err(e) => format!("blocks that do not check ({e})"),
+                }
+            )));
         }
         if magic != layout::MAGIC {
             return Err(corrupt(format!(

@@ -200,3 +200,43 @@ fn a_flipped_length_bit_in_an_ordered_record_is_never_served_as_absent() {
     every_length_bit(Kind::Tree, b"k7");
     every_length_bit(Kind::Tree, b"customer:0007");
 }
+
+/// The offsets of the 8-byte-aligned pairs of words `(first, second)` in `bytes`.
+fn find_pair(bytes: &[u8], first: u64, second: u64) -> Vec<usize> {
+    let mut pattern = first.to_le_bytes().to_vec();
+    pattern.extend_from_slice(&second.to_le_bytes());
+    (0..bytes.len() - 16)
+        .step_by(8)
+        .filter(|&at| bytes[at..at + 16] == pattern[..])
+        .collect()
+}
+
+#[test]
+fn a_hash_slot_naming_another_keys_record_is_reported_not_served_as_absent() {
+    use pmem_structures::records::hash::key_word;
+    let (_dir, path) = pool_path("pmem-record-header", "slot.pool");
+    let (key, other) = (b"customer:0007".as_slice(), b"customer:0008".as_slice());
+    let record = make(&path, Kind::Hash, key);
+    // The same store made again (same writes, same allocations): the other key's record.
+    let other_record = make(&path.with_file_name("probe.pool"), Kind::Hash, other);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let slots = find_pair(&bytes, key_word(key), record);
+    assert_eq!(slots.len(), 1, "the key's slot: {slots:?}");
+    // The slot's value word now names another key's (whole) record.
+    bytes[slots[0] + 8..slots[0] + 16].copy_from_slice(&other_record.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let store = Store::open_with(&path, &options()).unwrap();
+    let map = Map::of(&store, Kind::Hash);
+    let what = "a slot naming another key's record";
+    match map.get(key) {
+        Err(e) => assert!(e.to_string().contains("slot is damaged"), "{what}: {e}"),
+        Ok(found) => panic!("{what}: get served {found:?}"),
+    }
+    assert!(map.contains_key(key).is_err(), "{what}: contains_key");
+    let len = map.len();
+    assert!(map.insert(key, b"again").is_err(), "{what}: insert");
+    assert!(map.remove(key).is_err(), "{what}: remove");
+    assert_eq!(map.len(), len);
+    assert!(map.all().iter().any(Result::is_err), "{what}: iteration");
+    assert!(!store.verify().is_healthy(), "{what}: verify");
+}

@@ -446,12 +446,7 @@ where
 
     /// `Ok` if the whole record `r` of `other` (not the key looked for) may be at `spot`: a
     /// key going on past the same slice as the key looked for. Otherwise the entry is damaged.
-    fn another_keys_record(
-        &self,
-        spot: &Spot<'_, B, P, H>,
-        r: u64,
-        other: &[u8],
-    ) -> Result<()> {
+    fn another_keys_record(&self, spot: &Spot<'_, B, P, H>, r: u64, other: &[u8]) -> Result<()> {
         if goes_on(spot.word) && slice_word(other, spot.depth) == spot.word {
             return Ok(());
         }

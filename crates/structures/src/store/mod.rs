@@ -308,7 +308,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         name: &str,
         config: CcehConfig,
     ) -> Result<HashMap<K, V, B, P>, Error> {
-        let types = (K::CODE, V::CODE);
+        let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             HashRepr::Words(self.shared.open_or_create(name, config, types)?)
         } else {
@@ -328,7 +328,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         name: &str,
         config: FastFairConfig,
     ) -> Result<BTreeMap<K, V, B, P>, Error> {
-        let types = (K::CODE, V::CODE);
+        let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             TreeRepr::Words(self.shared.open_or_create(name, config, types)?)
         } else {
@@ -343,7 +343,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new
     /// (an existing one keeps the configuration recorded in the store).
     pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B, P>, Error> {
-        let untyped = (u64::CODE, u64::CODE);
+        let untyped = types::MapTypes::of::<u64, u64>();
         Ok(Datalog {
             core: self.shared.open_or_create(name, config, untyped)?,
         })

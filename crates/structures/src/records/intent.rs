@@ -123,28 +123,6 @@ impl IntentArea {
 }
 
 impl IntentArea {
-    /// Zero the block words of every line a crash tore (a block offset without its size, or
-    /// a size without its offset), persisted: such a line names a write whose first fence had
-    /// not passed, so nothing of it is in doubt, and once the lines are resolved at open it
-    /// names nothing worth keeping. Lines whole are left alone (no store, no fence).
-    pub(crate) fn clear_torn<B: Backend>(&self, pool: &Pool<B>) -> Result<(), PoolError> {
-        let mut bytes = vec![0u8; AREA_BYTES as usize];
-        pool.read_bytes(self.offset, &mut bytes)?;
-        let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8"));
-        for line in 0..LINES as usize {
-            let base = line * (LINE_BYTES as usize / 8);
-            let torn = [0, 2].into_iter().any(|pair| {
-                let (offset, size) = (word(base + pair), word(base + pair + 1));
-                (offset == 0) != (size == 0)
-            });
-            if torn {
-                let at = self.offset + line as u64 * LINE_BYTES;
-                let _ = pool.persist(pool.write(at, &[0u8; 32])?);
-            }
-        }
-        Ok(())
-    }
-
     /// Every nonzero layer word.
     pub(crate) fn layer_words<B: Backend>(
         &self,

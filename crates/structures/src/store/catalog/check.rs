@@ -16,13 +16,9 @@ impl Catalog {
         let mut findings = Vec::new();
         let mut report = |offset, problem| findings.push(StoreFinding { offset, problem });
         let capacity = self.capacity();
-        let version = match self.batch_area {
-            0 => layout::VERSION,
-            _ => layout::VERSION_WITH_BATCHES,
-        };
         for (word, expected, what) in [
             (header::MAGIC, layout::MAGIC, "magic"),
-            (header::VERSION, version, "version"),
+            (header::VERSION, self.version, "version"),
             (header::CAPACITY, capacity, "capacity"),
             (header::BATCH_AREA, self.batch_area, "write-batch area"),
         ] {
@@ -48,7 +44,7 @@ impl Catalog {
                 report(at, StoreProblem::BadCatalogEntry { slot, reason });
                 continue;
             }
-            let image = match EntryImage::decode(&bytes) {
+            let image = match EntryImage::decode(&bytes, self.version) {
                 Ok(image) => image,
                 Err(reason) => {
                     report(at, StoreProblem::BadCatalogEntry { slot, reason });

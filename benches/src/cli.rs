@@ -38,7 +38,7 @@ use pmem_ordering::Granularity;
 ///   with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of user:%011d keys (a
 ///   layered map), each beside the u64 -> u64 map of its kind: YCSB load, A, B, C (and E:
 ///   100-record range scans, ordered maps): ops/s, latency percentiles, fences, flushes and
-///   bytes per operation, the ratio to the u64 path, and issue 14's speed targets checked.
+///   bytes per operation, the ratio to the u64 path, and the byte-key speed targets checked.
 ///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an

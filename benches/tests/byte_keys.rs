@@ -43,7 +43,7 @@ fn the_byte_key_section_runs_quick_lists_its_rows_and_counts_fences_for_inserts(
     );
     assert!(stdout.contains("emulated granularity"), "{stdout}");
     assert!(stdout.contains("byte keys through the store"), "{stdout}");
-    assert!(stdout.contains("byte-key targets of issue 14"), "{stdout}");
+    assert!(stdout.contains("byte-key speed targets"), "{stdout}");
 
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("read the JSON output"))

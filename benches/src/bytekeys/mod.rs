@@ -2,7 +2,7 @@
 //!
 //! Issue 14 gave the store's maps typed keys and values; maps whose key or value does not fit
 //! 8 bytes keep each pair in a record of its own (an insert: record + intent line, a fence,
-//! then the allocation bit + slot, a fence). This section measures them at the issue's
+//! then the allocation bit + slot, a fence). This section measures them at the byte-key speed
 //! speed targets: 16-byte keys with 100-byte and 1 KiB values, on
 //! `store.hash_map_with::<Vec<u8>, Vec<u8>>` (CCEH, default configuration) and
 //! `store.btree_map::<Vec<u8>, Vec<u8>>` (FAST&FAIR, default configuration: FAST shifts), each
@@ -61,7 +61,7 @@ pub struct ByteKeyPlan {
 }
 
 impl ByteKeyPlan {
-    /// The default run: 1M records (the size the issue's targets are stated at), 1M
+    /// The default run: 1M records (the size the speed targets are stated at), 1M
     /// operations per point workload, 200 000 scans.
     pub fn full() -> ByteKeyPlan {
         ByteKeyPlan {

@@ -1,5 +1,5 @@
 //! What the byte-key section reports ([`ByteKeyResults`]: one [`ByteKeyRow`] per map and
-//! workload, and the issue's speed targets checked, [`TargetCheck`]) and why it fails
+//! workload, and the byte-key speed targets checked, [`TargetCheck`]) and why it fails
 //! ([`ByteKeyError`]).
 
 use serde::Serialize;
@@ -60,10 +60,10 @@ impl ByteKeyRow {
     }
 }
 
-/// One of the issue's speed targets, checked against a row of this run.
+/// One of the byte-key speed targets, checked against a row of this run.
 #[derive(Clone, Debug, Serialize)]
 pub struct TargetCheck {
-    /// What is measured, as the issue states it.
+    /// What is measured, as the target states it.
     pub target: String,
     /// The row it reads: map, keys and workload.
     pub row: String,
@@ -77,7 +77,7 @@ pub struct TargetCheck {
     pub met: bool,
 }
 
-/// The issue's targets (16-byte keys, 100-byte values, stated at 1M keys): what, on which map
+/// The byte-key speed targets (16-byte keys, 100-byte values, stated at 1M keys): what, on which map
 /// and workload, the figure read (`true`: median fences per call, else ops/s), the bound.
 pub const TARGETS: [(&str, MapKind, ByteWorkload, bool, f64); 6] = [
     (
@@ -173,7 +173,7 @@ pub struct ByteKeyResults {
     pub timer_ns: f64,
     /// One row per map and workload, in run order.
     pub rows: Vec<ByteKeyRow>,
-    /// The issue's targets against this run.
+    /// The byte-key speed targets against this run.
     pub targets: Vec<TargetCheck>,
     /// Wall time of the section, set-up included.
     pub total_seconds: f64,

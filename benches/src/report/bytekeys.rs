@@ -1,4 +1,4 @@
-//! The byte-key section ([`crate::bytekeys`]): one row per map and workload, then the issue's
+//! The byte-key section ([`crate::bytekeys`]): one row per map and workload, then the
 //! speed targets against this run.
 
 use super::block::{format_opt_ns, format_rate, Block};
@@ -56,7 +56,7 @@ fn legend(s: &ByteKeyResults) -> Vec<String> {
         format!(
             "x u64: ops/s over the u64 -> u64 map's ops/s, same map kind and workload; E: \
              range(key..) taking {SCAN_RECORDS} pairs from a uniformly chosen loaded key (the \
-             issue's 100-record scans; YCSB's E draws 1..100 with 5% inserts); user:%011d \
+             target's 100-record scans; YCSB's E draws 1..100 with 5% inserts); user:%011d \
              keys share their first 8 bytes, so the ordered map of them is layered"
         ),
         format!(
@@ -116,7 +116,7 @@ fn targets_block(s: &ByteKeyResults) -> Block {
     let missed = s.targets.iter().filter(|t| !t.met).count();
     Block {
         title: Some(format!(
-            "byte-key targets of issue 14 (stated at 1M keys; this run loaded {}): {} of {} met",
+            "byte-key speed targets (stated at 1M keys; this run loaded {}): {} of {} met",
             s.records,
             s.targets.len() - missed,
             s.targets.len()

@@ -38,7 +38,7 @@ fn current() -> Formats {
     Formats {
         pool: 1,
         heap: 4,
-        catalog: 1,
+        catalog: 2,
         cceh: "1".into(),
         fastfair: 1,
         records: 2,
@@ -204,9 +204,9 @@ fn versions_this_build_refuses_are_refused_with_their_message() {
         (
             "a newer catalog",
             catalog + 8,
-            2u64.to_le_bytes().to_vec(),
+            3u64.to_le_bytes().to_vec(),
             When::Open,
-            "catalog format version 2, but this library reads version 1",
+            "catalog format version 3, but this library reads versions 2 and 1",
         ),
         (
             "a hash map of records without checksums",

@@ -206,7 +206,7 @@ fn versions_this_build_refuses_are_refused_with_their_message() {
             catalog + 8,
             3u64.to_le_bytes().to_vec(),
             When::Open,
-            "catalog format version 3, but this library reads versions 2 and 1",
+            "catalog format version 3, but this library reads versions 1 and 2",
         ),
         (
             "a hash map of records without checksums",

@@ -21,7 +21,7 @@ where
     fn walk(&self) -> Result<(Vec<u64>, Vec<u64>)> {
         let mut records = Vec::new();
         let mut layers = Vec::new();
-        let mut pending = vec![&*self.top];
+        let mut pending = vec![super::LayerRef::Top(&self.top)];
         while let Some(layer) = pending.pop() {
             for entry in layer.range(..) {
                 let (_, value) = entry?;
@@ -61,7 +61,7 @@ where
         };
         let _guard = epoch::pin();
         let pool = self.heap.pool();
-        let mut pending = vec![(&*self.top, 0usize, Vec::<u8>::new())];
+        let mut pending = vec![(super::LayerRef::Top(&self.top), 0usize, Vec::<u8>::new())];
         let mut count = 0;
         while let Some((layer, depth, prefix)) = pending.pop() {
             layer.check()?;

@@ -36,6 +36,8 @@
 //! | 64..128 | layer 0's FAST&FAIR root object |
 
 mod check;
+#[cfg(test)]
+mod damaged_entry_tests;
 mod layers;
 mod scan;
 mod verify;
@@ -127,10 +129,33 @@ impl From<PoolError> for Attempt {
     }
 }
 
+/// A layer a walk is in: the top, borrowed from the map, or one below, held by its own `Arc`.
+///
+/// A layer below is reached through an entry read from the pool, which may be damaged and name
+/// a layer whose publication is failing right now (`push_down` then takes it out of the map's
+/// `layers` and drops it): the walk's own `Arc` keeps it alive whatever happens to the map's.
+enum LayerRef<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    Top(&'a Layer<B, P, H>),
+    Below(Arc<Layer<B, P, H>>),
+}
+
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Deref
+    for LayerRef<'_, B, P, H>
+{
+    type Target = Layer<B, P, H>;
+
+    fn deref(&self) -> &Layer<B, P, H> {
+        match self {
+            LayerRef::Top(layer) => layer,
+            LayerRef::Below(layer) => layer,
+        }
+    }
+}
+
 /// Where a descent for a key ended: the layer, its depth, the key's word there and the
 /// entry's value (a record), or no entry.
 struct Spot<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: &'a Layer<B, P, H>,
+    layer: LayerRef<'a, B, P, H>,
     depth: usize,
     word: u64,
     record: Option<u64>,
@@ -235,7 +260,7 @@ where
                     if let Some(s) = staged.take() {
                         s.abandon(heap);
                     }
-                    self.push_down(spot.layer, spot.depth, spot.word, r)
+                    self.push_down(&spot.layer, spot.depth, spot.word, r)
                         .map(|()| None)
                 }
                 Some(_) if !replace => {
@@ -378,26 +403,21 @@ where
         self.resolved
     }
 
-    /// The layer whose root object is at `root`.
-    fn layer(&self, root: u64) -> Result<&Layer<B, P, H>> {
+    /// The layer whose root object is at `root`, held by its own `Arc`: an entry that names
+    /// it may be damaged, and name a layer whose failed publication is taking it out of
+    /// `layers` (see [`LayerRef`]).
+    fn layer(&self, root: u64) -> Result<LayerRef<'_, B, P, H>> {
         let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
-        let layer: *const Layer<B, P, H> =
-            Arc::as_ptr(layers.get(&root).ok_or_else(|| RecordMapError::Corrupt {
-                root: self.root,
-                reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
-            })?);
-        drop(layers);
-        // The layer is in `layers`, which holds an `Arc` of it, and an entry named it (only
-        // entries lead here). A layer leaves `layers` only in `push_down`, when its publication
-        // failed: then no entry ever named it.
-        // SAFETY: so the `Arc` stays in `layers`, and the layer alive, as long as the map,
-        // which the returned reference borrows.
-        Ok(unsafe { &*layer })
+        let layer = layers.get(&root).ok_or_else(|| RecordMapError::Corrupt {
+            root: self.root,
+            reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
+        })?;
+        Ok(LayerRef::Below(layer.clone()))
     }
 
     /// Walk down the layers for `key` (the caller is pinned) to the entry of its word.
     fn descend(&self, key: &[u8]) -> Result<Spot<'_, B, P, H>> {
-        let mut layer: &Layer<B, P, H> = &self.top;
+        let mut layer = LayerRef::Top(&self.top);
         let mut depth = 0;
         loop {
             let word = slice_word(key, depth);

@@ -7,7 +7,7 @@ use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::{
-    is_layer, slice_word, Layer, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SCAN_BATCH,
+    is_layer, slice_word, LayerRef, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SCAN_BATCH,
     SLICE,
 };
 use crate::records::layout;
@@ -32,7 +32,7 @@ where
             start: start.map(<[u8]>::to_vec),
             end: end.map(<[u8]>::to_vec),
             stack: vec![Level {
-                layer: &self.top,
+                layer: LayerRef::Top(&self.top),
                 depth: 0,
                 on_start_path: true,
                 low,
@@ -54,7 +54,7 @@ where
 
 /// One layer of a scan in progress.
 struct Level<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: &'a Layer<B, P, H>,
+    layer: LayerRef<'a, B, P, H>,
     depth: usize,
     /// Whether the layer was reached by the start key's own path: only then does the start
     /// key's slice bound the layer's entries (another layer may hold the same slice word for

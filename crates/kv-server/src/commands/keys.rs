@@ -5,8 +5,10 @@ use std::hash::BuildHasher;
 use std::ops::Bound;
 
 use bytes::Bytes;
+use pmem_structures::Error;
 
 use super::{integer, store_error, syntax_error, with_map, Call};
+use crate::db::{prefix_end, Keyspace};
 use crate::reply::Reply;
 use crate::scan::Pattern;
 
@@ -52,22 +54,86 @@ pub(super) fn type_of(call: &mut Call) -> Reply {
     })
 }
 
-/// A key found from a random point in key order (the first key at or after 16 random bytes,
-/// else the first key): every key can come out, but a key after a wide gap in the order
-/// comes out more often than one in a dense run.
+/// A random key, found by a random descent of the keys' byte trie: at each depth, a byte
+/// drawn uniformly between the smallest and the largest next byte of the keys under the
+/// prefix so far (or the prefix itself, when it is a key), then deeper under it, or the
+/// next key when no key has it. Every key can come out, a few lookups per byte of the key
+/// (the map is ordered, not indexed by rank); keys in sparse parts of the trie come out
+/// more often than keys in dense parts.
 pub(super) fn randomkey(call: &mut Call) -> Reply {
     let state = RandomState::new();
-    let point: Vec<u8> = (0u64..2)
-        .flat_map(|half| state.hash_one(half).to_be_bytes())
-        .collect();
+    let mut draws = 0u64;
+    let mut below = |n: u64| {
+        draws += 1;
+        state.hash_one(draws) % n
+    };
     with_map(call.shared, |map| {
-        let from: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Included(&point), Bound::Unbounded);
-        let found = match map.range::<&[u8], _>(from).next() {
-            Some(entry) => Some(entry?.0),
-            None => map.iter().next().transpose()?.map(|(key, _)| key),
-        };
-        Ok(Reply::bulk_or_null(found))
+        random_key(map, &mut below).map(Reply::bulk_or_null)
     })
+}
+
+/// The first key at or after `from` and below `high`.
+fn first_key(map: &Keyspace, from: &[u8], high: &Bound<Vec<u8>>) -> Result<Option<Vec<u8>>, Error> {
+    let range: (Bound<&[u8]>, Bound<&[u8]>) =
+        (Bound::Included(from), high.as_ref().map(Vec::as_slice));
+    map.range::<&[u8], _>(range)
+        .next()
+        .transpose()
+        .map(|found| found.map(|(key, _)| key))
+}
+
+fn random_key(
+    map: &Keyspace,
+    below: &mut impl FnMut(u64) -> u64,
+) -> Result<Option<Vec<u8>>, Error> {
+    let mut prefix = Vec::new();
+    loop {
+        let high = prefix_end(&prefix);
+        let first = |from: &[u8]| first_key(map, from, &high);
+        let with_byte = |byte: u8| {
+            let mut key = prefix.clone();
+            key.push(byte);
+            key
+        };
+        let Some(lowest) = first(&prefix)? else {
+            return Ok(None);
+        };
+        let depth = prefix.len();
+        // The prefix is a key itself when the lowest key under it is the prefix.
+        let prefix_is_key = lowest.len() == depth;
+        let smallest = if prefix_is_key {
+            match first(&with_byte(0))? {
+                Some(next) => next[depth],
+                None => return Ok(Some(lowest)),
+            }
+        } else {
+            lowest[depth]
+        };
+        // The largest next byte: the largest b with a key at or after prefix + b.
+        let (mut low, mut high_byte) = (smallest, u8::MAX);
+        while low < high_byte {
+            let middle = low + (high_byte - low).div_ceil(2);
+            if first(&with_byte(middle))?.is_some() {
+                low = middle;
+            } else {
+                high_byte = middle - 1;
+            }
+        }
+        let choices = u64::from(low - smallest) + 1 + u64::from(prefix_is_key);
+        let pick = below(choices);
+        if prefix_is_key && pick == choices - 1 {
+            return Ok(Some(lowest));
+        }
+        let byte = smallest + pick as u8;
+        let deeper = with_byte(byte);
+        match first(&deeper)? {
+            Some(key) if key[depth] == byte => prefix = deeper,
+            // No key has this byte here: the next key after the gap.
+            Some(key) => return Ok(Some(key)),
+            // Deleted since the search: any key of the prefix will do.
+            None => return Ok(Some(lowest)),
+        }
+    }
 }
 
 /// KEYS: every key the pattern matches, in key order (Redis gives hash order).
@@ -158,7 +224,7 @@ pub(super) fn scan(call: &mut Call) -> Reply {
             }
             last_seen = Some(key);
         }
-        Ok::<_, pmem_structures::Error>(())
+        Ok::<_, Error>(())
     });
     match outcome {
         Ok(Ok(())) => {}

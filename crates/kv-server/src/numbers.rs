@@ -236,22 +236,19 @@ impl LongDouble {
 
 /// A float as Redis reads one (`string2ld`): the whole text as `strtold` takes it (decimal,
 /// hexadecimal `0x1.8p3`, `inf`/`infinity`, an optional sign), no leading space, not NaN, not
-/// out of range (an overflow or a non-zero value that rounds to zero), under 5 KiB. As in C,
-/// the text ends at a zero byte (so `"\0..."` reads as 0).
+/// out of range (an overflow or a non-zero value that rounds to zero), under 5 KiB. Every
+/// byte must be read (Redis checks that `strtold` stopped at the end, not at a zero byte).
 pub(crate) fn parse_long_double(text: &[u8]) -> Option<ParsedFloat> {
     if text.is_empty() || text.len() >= MAX_TEXT {
         return None;
     }
-    let text = &text[..text.iter().position(|&b| b == 0).unwrap_or(text.len())];
-    if text.first().is_some_and(|&b| is_c_space(b)) {
+    if is_c_space(text[0]) {
         return None;
     }
-    let (negative, body) = match text.first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        // An empty text (a leading zero byte): strtold reads nothing and stops at the end.
-        None => return Some(ParsedFloat::Finite(LongDouble::zero(false))),
-        Some(_) => (false, text),
+    let (negative, body) = match text[0] {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
     };
     if body.eq_ignore_ascii_case(b"inf") || body.eq_ignore_ascii_case(b"infinity") {
         return Some(ParsedFloat::Infinite);
@@ -450,8 +447,28 @@ mod tests {
     #[test]
     fn text_strtold_refuses_or_redis_refuses_is_not_a_float() {
         for text in [
-            "", " 1", "1 ", "abc", "1e", "1e+", "0x", "0xg", "nan", "NaN", "-nan", "1e5000",
-            "-1e5000", "1e-5000", "1..2", ".", "0x1p", "infinite", "++1",
+            "",
+            " 1",
+            "1 ",
+            "abc",
+            "1e",
+            "1e+",
+            "0x",
+            "0xg",
+            "nan",
+            "NaN",
+            "-nan",
+            "1e5000",
+            "-1e5000",
+            "1e-5000",
+            "1..2",
+            ".",
+            "0x1p",
+            "infinite",
+            "++1",
+            "1\0garbage",
+            "\0",
+            "\x001996",
         ] {
             assert!(
                 parse_long_double(text.as_bytes()).is_none(),
@@ -471,8 +488,6 @@ mod tests {
             "-Infinity",
             "0e99999",
             "00012",
-            "1\0garbage",
-            "\0",
         ] {
             assert!(parse_long_double(text.as_bytes()).is_some(), "{text:?}");
         }

@@ -48,8 +48,13 @@ pub(crate) fn render(shared: &Shared, asked: &[Bytes]) -> String {
         if !text.is_empty() {
             text.push_str("\r\n");
         }
+        // Redis's headings: `# Server`, ..., `# CPU`.
         let mut title = section.to_string();
-        title[..1].make_ascii_uppercase();
+        if section == "cpu" {
+            title.make_ascii_uppercase();
+        } else {
+            title[..1].make_ascii_uppercase();
+        }
         let _ = write!(text, "# {title}\r\n");
         for (field, value) in fields(shared, section) {
             let _ = write!(text, "{field}:{value}\r\n");

@@ -25,19 +25,23 @@ pub(crate) fn split(line: &[u8]) -> Option<Vec<Vec<u8>>> {
             return Some(args);
         }
         let mut current = Vec::new();
-        let (mut in_double, mut in_single) = (false, false);
+        // The quote the word is inside, if any.
+        let mut quote = None;
         loop {
             let byte = at(p);
-            if in_double {
-                if byte == b'\\'
-                    && at(p + 1) == b'x'
-                    && at(p + 2).is_ascii_hexdigit()
-                    && at(p + 3).is_ascii_hexdigit()
+            let escape_at = byte == b'\\' && p + 1 < line.len();
+            match quote {
+                Some(b'"')
+                    if escape_at
+                        && at(p + 1) == b'x'
+                        && at(p + 2).is_ascii_hexdigit()
+                        && at(p + 3).is_ascii_hexdigit() =>
                 {
                     let hex = |b: u8| char::from(b).to_digit(16).unwrap_or(0) as u8;
                     current.push(hex(at(p + 2)) * 16 + hex(at(p + 3)));
                     p += 3;
-                } else if byte == b'\\' && p + 1 < line.len() {
+                }
+                Some(b'"') if escape_at => {
                     p += 1;
                     current.push(match line[p] {
                         b'n' => b'\n',
@@ -47,43 +51,31 @@ pub(crate) fn split(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                         b'a' => b'\x07',
                         other => other,
                     });
-                } else if byte == b'"' {
-                    if p + 1 < line.len() && !is_blank(line[p + 1]) {
-                        return None;
-                    }
-                    p += 1;
-                    break;
-                } else if p == line.len() {
-                    return None;
-                } else {
-                    current.push(byte);
                 }
-            } else if in_single {
-                if byte == b'\\' && at(p + 1) == b'\'' {
+                Some(b'\'') if escape_at && at(p + 1) == b'\'' => {
                     p += 1;
                     current.push(b'\'');
-                } else if byte == b'\'' {
+                }
+                Some(closing) if byte == closing => {
+                    // A closing quote ends the word: a blank or the line's end must follow.
                     if p + 1 < line.len() && !is_blank(line[p + 1]) {
                         return None;
                     }
                     p += 1;
                     break;
-                } else if p == line.len() {
-                    return None;
-                } else {
-                    current.push(byte);
                 }
-            } else if p == line.len() || matches!(byte, b' ' | b'\n' | b'\r' | b'\t') {
-                // Only these end an unquoted word (a vertical tab or form feed is part of
-                // it, though the blanks before a word skip them); C steps past the end.
-                p = (p + 1).min(line.len());
-                break;
-            } else if byte == b'"' {
-                in_double = true;
-            } else if byte == b'\'' {
-                in_single = true;
-            } else {
-                current.push(byte);
+                // The line ended inside quotes.
+                Some(_) if p == line.len() => return None,
+                Some(_) => current.push(byte),
+                None if p == line.len() || matches!(byte, b' ' | b'\n' | b'\r' | b'\t') => {
+                    // Only these end an unquoted word (a vertical tab or form feed is part
+                    // of it, though the blanks before a word skip them); C steps past the
+                    // end.
+                    p = (p + 1).min(line.len());
+                    break;
+                }
+                None if byte == b'"' || byte == b'\'' => quote = Some(byte),
+                None => current.push(byte),
             }
             p += 1;
         }

@@ -282,7 +282,7 @@ fn info_has_the_fields_monitoring_tools_read() {
     );
     assert!(line("incr").ends_with("rejected_calls=0,failed_calls=1"));
     let all: String = redis::cmd("INFO").arg("all").query(&mut c).unwrap();
-    assert!(all.contains("# Commandstats") && all.contains("# Cpu") && all.contains("# Pool"));
+    assert!(all.contains("# Commandstats") && all.contains("# CPU") && all.contains("# Pool"));
 }
 
 #[test]

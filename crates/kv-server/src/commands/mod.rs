@@ -89,10 +89,18 @@ static BY_NAME: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
         .collect()
 });
 
+/// The longest name in the table is shorter: no lookup for longer ones.
+const MAX_NAME: usize = 32;
+
 /// The index of the command named `name` (any case), or of `container|sub`.
 pub(crate) fn index_of(name: &[u8]) -> Option<usize> {
-    let lower = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
-    BY_NAME.get(lower.as_str()).copied()
+    // Lower-cased on the stack: every request looks its name up.
+    let mut lower = [0u8; MAX_NAME];
+    let lower = lower.get_mut(..name.len())?;
+    for (to, from) in lower.iter_mut().zip(name) {
+        *to = from.to_ascii_lowercase();
+    }
+    BY_NAME.get(std::str::from_utf8(lower).ok()?).copied()
 }
 
 /// The command `args` ask for, or the error Redis gives when there is none.
@@ -227,6 +235,7 @@ mod tests {
         assert_eq!(BY_NAME.len(), COMMANDS.len(), "a name is listed twice");
         for command in COMMANDS {
             assert_eq!(command.name, command.name.to_ascii_lowercase());
+            assert!(command.name.len() <= MAX_NAME, "{}", command.name);
             if let Some((container, _)) = command.name.split_once('|') {
                 let container = &COMMANDS[index_of(container.as_bytes()).unwrap()];
                 assert!(container.subcommands().any(|sub| sub.name == command.name));

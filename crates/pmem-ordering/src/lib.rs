@@ -60,7 +60,7 @@ pub mod stats;
 pub use backend::{Backend, Granularity, Hardware};
 pub use barrier::{Durable, NtOrdering, NtPending, Pending, PersistModel, Written};
 pub use isa::{CopyKind, FlushKind, Isa};
-pub use pool::{MagicText, PPtr, Pool, PoolError, PoolOptions, WordStores, Words};
+pub use pool::{MagicText, PPtr, Pool, PoolError, PoolOptions, UnfinishedFile, WordStores, Words};
 pub use stats::{reset_thread_stats, thread_stats, Stats, XPBUFFER_XPLINES, XPLINE};
 
 /// The README's example, compiled and run as a doctest so it cannot go stale.

@@ -7,7 +7,7 @@ use pmem_ordering::Pool;
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig};
 use pmem_test_kit::cceh::{contents, crash_ops, run_all, CcehCrashOutcome, CcehModel, CcehOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
-use pmem_test_kit::{run_crash_test, History};
+use pmem_test_kit::{run_crash_test, structure_verifies, History};
 use pmem_undo_log::{FencePolicy, Heap};
 
 const CONFIG: CcehConfig = CcehConfig {
@@ -180,6 +180,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
         |pool, _crash| {
             let heap = Heap::open(pool).map_err(|e| e.to_string())?;
             let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
+            structure_verifies(table.verify())?;
             let now = contents(&table)?;
             // The batch is one operation: any prefix of its inserts may have completed.
             if !(0..=inserts.len()).any(|n| history.after(n) == &now) {

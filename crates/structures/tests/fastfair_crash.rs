@@ -9,7 +9,7 @@ use pmem_test_kit::fastfair::{
     contents, crash_ops, crash_ops_outcome, run_all, FastFairModel, FastFairOp,
 };
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
-use pmem_test_kit::run_crash_test;
+use pmem_test_kit::{run_crash_test, structure_verifies};
 use pmem_undo_log::{FencePolicy, Heap};
 
 const POOL_BYTES: u64 = 512 << 10;
@@ -234,6 +234,7 @@ fn recovery_survives_a_crash_of_its_own() {
                     return Err(format!("recovered {now:?}, expected {expected:?}"));
                 }
                 tree.check().map_err(|e| e.to_string())?;
+                structure_verifies(tree.verify())?;
                 Ok(())
             },
         );

@@ -14,7 +14,7 @@ use pmem_ordering::Pool;
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
-use pmem_test_kit::run_crash_test;
+use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
@@ -182,6 +182,7 @@ fn crash_run(
             store
                 .check_blocks()
                 .map_err(|e| format!("heap walk: {e}"))?;
+            store_verifies(&store)?;
             let now = observe(&store, which)?;
             let done = setup.len() + crash.operations_completed as usize;
             let admitted = &expected[done..(done + 2).min(expected.len())];

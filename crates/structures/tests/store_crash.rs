@@ -12,7 +12,7 @@ use pmem_structures::cceh::CcehConfig;
 use pmem_structures::datalog::DatalogConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions, StructureKind};
-use pmem_test_kit::run_crash_test;
+use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
@@ -251,6 +251,7 @@ fn crash_run(
             store
                 .check_blocks()
                 .map_err(|e| format!("heap walk: {e}"))?;
+            store_verifies(&store)?;
             let now = observe(&store)?;
             let done = setup.len() + crash.operations_completed as usize;
             let admitted = &expected[done..(done + 2).min(expected.len())];

@@ -37,7 +37,9 @@ struct Point3 {
 unsafe impl bytemuck::Zeroable for Point3 {}
 // SAFETY: as above; `Copy` and `'static`.
 unsafe impl bytemuck::Pod for Point3 {}
-impl PodValue for Point3 {}
+impl PodValue for Point3 {
+    const NAME: &'static str = "typed_maps::Point3";
+}
 
 #[test]
 fn signed_keys_walk_in_numeric_order_and_byte_keys_in_lexicographic_order() {

@@ -14,7 +14,10 @@ use pmem_undo_log::{FencePolicy, Heap};
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, refused, KeyValueIndex, PointOp};
 use crate::model::{agree, failed, run_each};
-use crate::{crash_test_outcome_with_recovery, History, ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{
+    crash_test_outcome_with_recovery, structure_verifies, History, ModelOp, ReservedKeyOp,
+    SplitMix64,
+};
 
 /// What a CCEH table must hold.
 pub type CcehModel = HashMap<u64, u64>;
@@ -283,7 +286,8 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 
 /// Checks a (recovered) table is consistent with itself and its heap: iteration lists each key
 /// once, `len` agrees, `get` finds every listed pair and agrees with iteration on the `probe`
-/// keys, and the heap holds exactly the table's directory and segments. Returns its contents.
+/// keys, the heap holds exactly the table's directory and segments, and `verify()` finds
+/// nothing. Returns its contents.
 pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
     table: &Cceh<B, P, H>,
@@ -317,6 +321,7 @@ pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Hea
     }
     let blocks = table.blocks().map_err(|e| failed("blocks", e))?;
     heap_holds_exactly(heap, &blocks, "table")?;
+    structure_verifies(table.verify())?;
     Ok(now)
 }
 

@@ -9,8 +9,11 @@
 //!
 //! [`SimConfig::torn`]: pmem_ordering::sim::SimConfig::torn
 
+use std::ops::Deref;
+
 use pmem_ordering::sim::{Crash, CrashFailure, CrashTest, Report, SimBackend};
-use pmem_ordering::Pool;
+use pmem_ordering::{Backend, Pool};
+use pmem_structures::{Store, Verification};
 
 /// Runs `test` (`setup` untraced, then `workload` traced, then `check` on every crash image) and
 /// returns its report. Panics with the harness's failure report (seed, event, lines, how to
@@ -82,4 +85,27 @@ fn checked_something(test: &CrashTest, report: &Report) {
          ({} recovery runs; {test:?})",
         report.recovery_runs,
     );
+}
+
+/// `Err` with the report if `verify()` of a recovered store finds anything. Recovery and the
+/// verifier must agree: what recovery accepts (and leaves as it found it, or repairs) holds
+/// nothing a verification may report, so every crash driver asks both.
+pub fn store_verifies<B: Backend, P: Deref<Target = Pool<B>>>(
+    store: &Store<B, P>,
+) -> Result<(), String> {
+    let report = store.verify();
+    if report.is_healthy() {
+        Ok(())
+    } else {
+        Err(format!("verify() after recovery: {report}"))
+    }
+}
+
+/// [`store_verifies`] for one raw structure's `verify()`.
+pub fn structure_verifies(report: Verification) -> Result<(), String> {
+    if report.is_healthy() {
+        Ok(())
+    } else {
+        Err(format!("verify() after recovery: {report}"))
+    }
 }

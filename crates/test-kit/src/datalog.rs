@@ -13,7 +13,7 @@ use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::model::{agree, failed, run_each};
-use crate::{crash_test_outcome_with_recovery, History, ModelOp, SplitMix64};
+use crate::{crash_test_outcome_with_recovery, structure_verifies, History, ModelOp, SplitMix64};
 
 /// What a datalog store must hold: each file's name and bytes.
 pub type DatalogModel = BTreeMap<String, Vec<u8>>;
@@ -302,14 +302,15 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
     Ok(out)
 }
 
-/// Checks a (recovered) store reads back in full and its heap holds exactly its blocks.
-/// Returns its contents.
+/// Checks a (recovered) store reads back in full, its heap holds exactly its blocks and
+/// `verify()` finds nothing. Returns its contents.
 pub fn check_store<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
     store: &Datalog<B, P, H>,
 ) -> Result<DatalogModel, String> {
     let now = contents(store)?;
     heap_holds_exactly(heap, &store.blocks(), "store")?;
+    structure_verifies(store.verify())?;
     Ok(now)
 }
 

@@ -12,7 +12,10 @@ use pmem_undo_log::{FencePolicy, Heap};
 use crate::fixture::{heap_holds_exactly, simulated_heap};
 use crate::key_value::{check_point, KeyValueIndex, PointOp};
 use crate::model::{agree, failed, run_each};
-use crate::{crash_test_outcome_with_recovery, History, ModelOp, ReservedKeyOp, SplitMix64};
+use crate::{
+    crash_test_outcome_with_recovery, structure_verifies, History, ModelOp, ReservedKeyOp,
+    SplitMix64,
+};
 
 /// What a FAST&FAIR tree must hold, in key order.
 pub type FastFairModel = BTreeMap<u64, u64>;
@@ -183,7 +186,7 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 
 /// Checks a (recovered) tree is well formed and consistent with its heap: the scan is strictly
 /// increasing, `check` counts as many keys, `get` finds every scanned pair, and the heap holds
-/// exactly the tree's nodes and redo area. Returns its contents.
+/// exactly the tree's nodes and redo area, and `verify()` finds nothing. Returns its contents.
 pub fn check_tree<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
     heap: &Heap<B, P>,
     tree: &FastFair<B, P, H>,
@@ -200,6 +203,7 @@ pub fn check_tree<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap
     }
     let blocks = tree.blocks().map_err(|e| failed("blocks", e))?;
     heap_holds_exactly(heap, &blocks, "tree")?;
+    structure_verifies(tree.verify())?;
     Ok(now)
 }
 

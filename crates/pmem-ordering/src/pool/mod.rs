@@ -40,6 +40,7 @@
 //! model, not persistence: ordering a streaming store for *durability* is still the business of
 //! a fence of the same thread ([`crate::barrier`]).
 
+mod create;
 #[cfg(target_os = "linux")]
 mod domain;
 mod error;
@@ -58,6 +59,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use create::UnfinishedFile;
 pub use error::PoolError;
 pub use header::Header;
 pub use magic::MagicText;
@@ -102,6 +104,8 @@ pub struct Pool<B: Backend = Hardware> {
     granularity_basis: Option<String>,
     /// Process-unique id, so tokens of one pool cannot be consumed by another.
     id: u64,
+    /// For a pool made by [`Pool::create_unpublished`]: where its file is until published.
+    staging: Option<create::Staging>,
 }
 
 impl<B: Backend> std::fmt::Debug for Pool<B> {
@@ -139,6 +143,7 @@ impl<B: Backend> Pool<B> {
             granularity,
             granularity_basis: None,
             id: next_pool_id(),
+            staging: None,
         }
     }
 

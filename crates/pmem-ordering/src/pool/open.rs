@@ -16,11 +16,11 @@ use crate::isa::Isa;
 /// How to create or open a pool.
 #[derive(Clone, Debug)]
 pub struct PoolOptions {
-    granularity: Option<Granularity>,
-    model: PersistModel,
-    isa: Isa,
-    root_size: u64,
-    page_size: PageSize,
+    pub(super) granularity: Option<Granularity>,
+    pub(super) model: PersistModel,
+    pub(super) isa: Isa,
+    pub(super) root_size: u64,
+    pub(super) page_size: PageSize,
 }
 
 impl Default for PoolOptions {
@@ -77,7 +77,7 @@ impl PoolOptions {
     }
 }
 
-fn random_identity() -> u64 {
+pub(super) fn random_identity() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(next_pool_id());
@@ -90,7 +90,7 @@ fn random_identity() -> u64 {
     h.finish()
 }
 
-fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError {
+pub(super) fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError {
     PoolError::Io {
         op,
         path: path.to_path_buf(),
@@ -98,22 +98,9 @@ fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> PoolError 
     }
 }
 
-/// Remove the file at `path` if it is still `file`, the one this process created: not a file
-/// someone put at the path since. (The check and the removal are two steps; a swap of the
-/// path in between is beyond what a pool can guard against.)
-fn remove_if_created(path: &Path, file: &File) {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(ours), Ok(at_path)) = (file.metadata(), std::fs::metadata(path)) else {
-        return;
-    };
-    if ours.dev() == at_path.dev() && ours.ino() == at_path.ino() {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
 /// How a pool file is opened.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(super) enum Access {
     /// To read its header only ([`Pool::inspect`]).
     ReadOnly,
     /// To map and write it ([`Pool::open`]).
@@ -122,7 +109,7 @@ enum Access {
 
 /// Open the existing pool file at `path`, with typed errors for a missing file, a directory
 /// and a read-only file.
-fn open_pool_file(path: &Path, access: Access) -> Result<File, PoolError> {
+pub(super) fn open_pool_file(path: &Path, access: Access) -> Result<File, PoolError> {
     let write = access == Access::ReadWrite;
     let meta = std::fs::metadata(path).map_err(|e| classify_open_error(path, e))?;
     if meta.is_dir() {
@@ -158,7 +145,7 @@ fn read_header(file: &File, path: &Path, layout: Option<&str>) -> Result<Header,
 }
 
 /// Map an error from opening `path` for writing to its typed form.
-fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
+pub(super) fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
     match e.kind() {
         std::io::ErrorKind::NotFound => PoolError::NotFound {
             path: path.to_path_buf(),
@@ -176,80 +163,24 @@ fn classify_open_error(path: &Path, e: std::io::Error) -> PoolError {
 }
 
 impl Pool<Hardware> {
-    /// Create a new pool file of `size` bytes at `path` holding `layout`.
+    /// Create a new pool file of `size` bytes at `path` holding `layout`: made and given its
+    /// header unpublished, then published ([`Pool::create_unpublished`], [`Pool::publish`]),
+    /// so the path names the pool only once its header is whole, and a failed create leaves
+    /// nothing behind.
     ///
-    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file. The file is locked
-    /// as soon as it exists, before it is sized or written, and stays locked until the pool
-    /// drops (see [`Pool`]): a concurrent [`Pool::open`] of the half-made file gets
-    /// [`PoolError::AlreadyOpen`]. The header is committed last (its magic is the final 8-byte
-    /// store), so a crash during creation leaves a file that `open` reports as
-    /// [`PoolError::Incomplete`]. If creation fails, the partial file is removed, unless
-    /// another open holds it, and only if the path still names the file this call created: a
-    /// failed create never removes a file another pool holds.
+    /// Fails with [`PoolError::AlreadyExists`] rather than overwrite a file, also when another
+    /// creator publishes its pool at the path first. The file is locked from the moment it is
+    /// made until the pool drops (see [`Pool`]): an open of the path after the pool is
+    /// published gets [`PoolError::AlreadyOpen`].
     pub fn create(
         path: impl AsRef<Path>,
         layout: &str,
         size: u64,
         options: &PoolOptions,
     ) -> Result<Pool<Hardware>, PoolError> {
-        let path = path.as_ref();
-        let header = Header::new(layout, size, options.root_size, random_identity())?;
-        if path.is_dir() {
-            return Err(PoolError::IsDirectory {
-                path: path.to_path_buf(),
-            });
-        }
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(PoolError::AlreadyExists {
-                    path: path.to_path_buf(),
-                })
-            }
-            Err(e) => return Err(classify_open_error(path, e)),
-        };
-        // Locked before anything is written. If another open holds the new file already (it
-        // opened the path in the instant since it was made), the file is left to it: that open
-        // finds an empty file and fails, and removing the path is its user's call.
-        if let Err(e) = lock_exclusive(&file, path) {
-            if !matches!(e, PoolError::AlreadyOpen { .. }) {
-                remove_if_created(path, &file);
-            }
-            return Err(e);
-        }
-        let result = (|| {
-            pages::check_file(&file, path, size, options.page_size)?;
-            file.set_len(size)
-                .map_err(|e| io_error("set the length of", path, e))?;
-            let (map, choice) = Mapping::file(&file, path, size, options.granularity)?;
-            let mut pool = Pool::from_parts(
-                map,
-                Hardware::new(options.isa, choice.granularity, options.model),
-                header,
-                Some(path.to_path_buf()),
-                choice.granularity,
-            );
-            pool.granularity_basis = Some(choice.basis);
-            pool.write_header()?;
-            Ok(pool)
-        })();
-        match result {
-            Ok(mut pool) => {
-                pool.file = Some(file);
-                Ok(pool)
-            }
-            Err(e) => {
-                // Creation failed part-way: leave no half-made pool behind. The lock is still
-                // held here (`file` is alive), so no other pool has the file.
-                remove_if_created(path, &file);
-                Err(e)
-            }
-        }
+        let pool = Pool::create_unpublished(path, layout, size, options)?;
+        pool.publish()?;
+        Ok(pool)
     }
 
     /// Open the pool at `path`, which must hold `layout`.

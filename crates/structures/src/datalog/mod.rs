@@ -70,6 +70,10 @@
 //! entry) is never read; a committed entry whose checksum fails marks the file damaged, and every
 //! operation on it returns [`DatalogError::CorruptEntry`] naming the file and the entry's offset.
 //! Reads check embedded entries' checksums again, so bytes corrupted later are reported too.
+//! The inodes themselves carry no checksum: a damaged head, tail or name is caught by the
+//! entries' checksums (seeded with the generation) or the checks of the open, but an inode
+//! whose generation word reads zero is a free slot, its file gone without an error; the log
+//! pages it owned are then blocks no structure reaches, which `Store::verify()` reports.
 //!
 //! Copy-on-write data pages are checked too (NOVA-Fortis (SOSP'17) checksums file data the same
 //! way): the CRC-32C of each page's bytes is computed from the DRAM copy that the non-temporal

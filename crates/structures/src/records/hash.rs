@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::ops::Deref;
 
 use crossbeam_epoch as epoch;
-use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
 use super::error::RecordMapError;
@@ -70,10 +70,16 @@ struct KeyProbe<'a, B: Backend> {
     key: &'a [u8],
     pool: &'a Pool<B>,
     matched: RefCell<Option<(u64, FirstLine)>>,
-    /// A record under the key's word that held another key and failed its checksum: the
-    /// key's own record, damaged (a 64-bit hash collision is far less likely), so a lookup
-    /// that finds no match reports it instead of "absent".
+    /// A record under the key's word that could not be read (its header impossible, or it
+    /// held another key and failed its checksum): most likely the key's own record, damaged (a
+    /// 64-bit hash collision is far less likely), so a lookup that finds no match reports it
+    /// instead of "absent", and a write refuses to add the key a second time.
     damaged: RefCell<Option<RecordMapError>>,
+    /// A whole record under the key's word whose key hashes to another word: the slot's
+    /// damage, if the slot held it (under the stripe lock, it did; a lock-free lookup may have
+    /// paired the word of a slot being reused with its next value, so [`KeyProbe::absent`]
+    /// looks for the pair once more before it believes it).
+    misfiled: RefCell<Option<(u64, Vec<u8>)>>,
 }
 
 impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
@@ -83,18 +89,42 @@ impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
     }
 
     /// `value` is a record offset; in a lock-free lookup it may be stale, so every read is
-    /// range-checked and a header that does not parse is no match.
+    /// range-checked. Stale or not, it names a whole record (one published before any slot
+    /// held it, and not reused while the caller is pinned or holds the stripe lock), so a
+    /// record that cannot be read is damage: noted, and no match.
     fn matches(&self, value: u64) -> bool {
-        let Ok(Some(line)) = layout::read_first_line(self.pool, value, u64::MAX) else {
-            return false;
+        let line = match layout::first_line(self.pool, value) {
+            Ok(line) => line,
+            Err(e) => {
+                self.note(e);
+                return false;
+            }
         };
-        let equal = line.key_equals(self.pool, value, self.key).unwrap_or(false);
-        if equal {
-            *self.matched.borrow_mut() = Some((value, line));
-        } else if let Err(e @ RecordMapError::CorruptRecord { .. }) = line.check(self.pool, value) {
-            *self.damaged.borrow_mut() = Some(e);
+        match line.key_equals(self.pool, value, self.key) {
+            Ok(true) => {
+                *self.matched.borrow_mut() = Some((value, line));
+                true
+            }
+            Ok(false) => {
+                // Another key's record, or this key's damaged: the checksum tells; a whole
+                // record of a key of another word means the slot's value word is damaged.
+                match line.checked_key_value(self.pool, value) {
+                    Err(e) => self.note(e),
+                    Ok((other, _)) if key_word(&other) != self.word => {
+                        self.misfiled.borrow_mut().get_or_insert((value, other));
+                    }
+                    Ok(_) => {}
+                }
+                false
+            }
+            Err(e) => {
+                self.note(RecordMapError::CorruptRecord {
+                    offset: value,
+                    reason: format!("its key cannot be read: {e}"),
+                });
+                false
+            }
         }
-        equal
     }
 }
 
@@ -110,25 +140,81 @@ impl<B: Backend> KeyProbe<'_, B> {
         value_at(self.pool, record)
     }
 
-    /// What a lookup that found no record for the key returns: the damage met on the way, or
-    /// none.
-    fn absent<T>(&self) -> Result<Option<T>> {
-        match self.damaged.borrow_mut().take() {
-            Some(e) => Err(e),
-            None => Ok(None),
+    /// Keep the first damage met.
+    fn note(&self, e: RecordMapError) {
+        self.damaged.borrow_mut().get_or_insert(e);
+    }
+
+    /// What a lock-free lookup of `table` that found no record for the key returns: the
+    /// damage met on the way, or none. A misfiled record counts once a validated lookup finds
+    /// a slot of the key's word naming it (the caller is still pinned, so it is the record
+    /// that was read).
+    fn absent<T, H: Deref<Target = Heap<B, P>>, P: Deref<Target = Pool<B>>>(
+        &self,
+        table: &Cceh<B, P, H>,
+    ) -> Result<Option<T>> {
+        if let Some(e) = self.damaged.borrow_mut().take() {
+            return Err(e);
         }
+        if let Some((record, key)) = self.misfiled.borrow_mut().take() {
+            let pair = OffsetProbe {
+                word: self.word,
+                offset: record,
+            };
+            if table.get_probe(&pair, |_| ())?.is_some() {
+                return Err(misfiled(record, &key, self.word));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `Err` with the damage met so far, if any, under the stripe lock (so a misfiled record
+    /// was the slot's own): a write that found no record for the key must not add one while
+    /// a record it could not read may be the key's.
+    fn undamaged(&self) -> Result<()> {
+        if let Some(e) = self.damaged.borrow_mut().take() {
+            return Err(e);
+        }
+        match self.misfiled.borrow_mut().take() {
+            Some((record, key)) => Err(misfiled(record, &key, self.word)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The error for the whole record at `record`, of key `key`, found under key word `word`,
+/// which is not its key's: a slot's damaged value or key word.
+fn misfiled(record: u64, key: &[u8], word: u64) -> RecordMapError {
+    RecordMapError::CorruptRecord {
+        offset: record,
+        reason: format!(
+            "a slot of key word {word:#x} names it, but its key hashes to {:#x}: the slot is \
+             damaged",
+            key_word(key)
+        ),
+    }
+}
+
+/// A probe for the slot of a key word that names one record.
+struct OffsetProbe {
+    word: u64,
+    offset: u64,
+}
+
+impl SlotProbe for OffsetProbe {
+    fn word(&self) -> u64 {
+        self.word
+    }
+
+    fn matches(&self, value: u64) -> bool {
+        value == self.offset
     }
 }
 
 /// The value of the record at `record`, checked, read inside a pinned epoch or under the lock
 /// that keeps it.
 fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
-    let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
-        offset: record,
-        len: layout::HEADER_BYTES,
-        size: pool.size(),
-    })?;
-    line.checked_value(pool, record)
+    layout::first_line(pool, record)?.checked_value(pool, record)
 }
 
 /// A CCEH hash map from byte strings to byte strings, in a heap (see the module docs).
@@ -175,9 +261,14 @@ where
             root,
             resolved: Resolved::default(),
         };
+        // A record is reachable if a slot of its key's word names it: told without reading
+        // any other record, so damage elsewhere does not stop the open.
         let resolved = map.records.resolve(map.table.heap(), |offset, key| {
-            let _guard = epoch::pin();
-            Ok::<_, RecordMapError>(map.record_of(key)? == Some(offset))
+            let probe = OffsetProbe {
+                word: key_word(key),
+                offset,
+            };
+            Ok::<_, RecordMapError>(map.table.get_probe(&probe, |_| ())?.is_some())
         })?;
         map.resolved = resolved;
         Ok(map)
@@ -212,6 +303,7 @@ where
             pool: self.heap().pool(),
             matched: RefCell::new(None),
             damaged: RefCell::new(None),
+            misfiled: RefCell::new(None),
         }
     }
 
@@ -222,7 +314,7 @@ where
         let probe = self.probe(key);
         match self.table.get_probe(&probe, |record| record)? {
             Some(record) => Ok(Some(record)),
-            None => probe.absent(),
+            None => probe.absent(&self.table),
         }
     }
 
@@ -241,7 +333,7 @@ where
             .get_probe(&probe, |record| probe.value_of(record))?
         {
             Some(value) => Ok(Some(value?)),
-            None => probe.absent(),
+            None => probe.absent(&self.table),
         }
     }
 
@@ -262,7 +354,9 @@ where
         let heap = self.heap();
         let mut staged = self.records.stage(heap, key, value, None)?;
         let new = staged.new_offset().expect("a staged insert has a record");
-        let put = self.table.put_probe(&self.probe(key), new, false, |old| {
+        let probe = self.probe(key);
+        let put = self.table.put_probe(&probe, new, false, |old| {
+            probe.undamaged()?;
             staged.commit(heap, old).map_err(RecordMapError::from)
         });
         match put {
@@ -293,7 +387,9 @@ where
         let mut staged = self.records.stage(heap, key, value, guess)?;
         let new = staged.new_offset().expect("a staged upsert has a record");
         let mut old_value = None;
-        let put = self.table.put_probe(&self.probe(key), new, true, |old| {
+        let probe = self.probe(key);
+        let put = self.table.put_probe(&probe, new, true, |old| {
+            probe.undamaged()?;
             if let Some(o) = old {
                 // Under the writer lock the old record is intact: read it before retiring it.
                 old_value = Some(value_at(pool, o)?);
@@ -328,7 +424,8 @@ where
         };
         let mut staged = self.records.stage_remove(heap, guess)?;
         let mut old_value = None;
-        let removed = self.table.remove_probe(&self.probe(key), |old| {
+        let probe = self.probe(key);
+        let removed = self.table.remove_probe(&probe, |old| {
             old_value = Some(value_at(pool, old)?);
             staged.commit(heap, Some(old)).map_err(RecordMapError::from)
         });
@@ -338,7 +435,9 @@ where
                 Ok(old_value)
             }
             Ok(None) => {
+                // Under the stripe lock: what the probe met was the slots' own.
                 staged.abandon(heap);
+                probe.undamaged()?;
                 Ok(None)
             }
             Err(e) => {
@@ -375,7 +474,6 @@ where
         let guard = epoch::pin();
         Iter {
             pool: self.heap().pool(),
-            root: self.root,
             slots: self.table.iter(),
             _guard: guard,
         }
@@ -483,7 +581,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
 /// The `(key, value)` pairs of a [`RecordHashMap`] ([`RecordHashMap::iter`]).
 pub struct Iter<'a, B: Backend> {
     pool: &'a Pool<B>,
-    root: u64,
     slots: cceh::Iter,
     _guard: epoch::Guard,
 }
@@ -492,18 +589,17 @@ impl<B: Backend> Iterator for Iter<'_, B> {
     type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let record = match self.slots.next()? {
-            Ok((_, record)) => record,
+        let (word, record) = match self.slots.next()? {
+            Ok(slot) => slot,
             Err(e) => return Some(Err(e.into())),
         };
-        let read = || -> Result<_> {
-            let line = layout::read_first_line(self.pool, record, u64::MAX)?.ok_or(
-                RecordMapError::Corrupt {
-                    root: self.root,
-                    reason: format!("the record at {record:#x} has a header that does not parse"),
-                },
-            )?;
-            line.checked_key_value(self.pool, record)
+        let read = || {
+            let (key, value) =
+                layout::first_line(self.pool, record)?.checked_key_value(self.pool, record)?;
+            if key_word(&key) != word {
+                return Err(misfiled(record, &key, word));
+            }
+            Ok((key, value))
         };
         Some(read())
     }

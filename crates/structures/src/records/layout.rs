@@ -244,6 +244,37 @@ pub(crate) fn read_first_line<B: Backend>(
     )
 }
 
+/// The first line of the record at `record`, which a slot or an entry names (so a record
+/// must be there): a header that cannot be one (lengths past the limits) or a record that
+/// does not fit in the pool is [`RecordMapError::CorruptRecord`], never "no record".
+pub(crate) fn first_line<B: Backend>(
+    pool: &Pool<B>,
+    record: u64,
+) -> Result<FirstLine, RecordMapError> {
+    let damaged = |reason: String| RecordMapError::CorruptRecord {
+        offset: record,
+        reason,
+    };
+    if pool.check_range(record, HEADER_BYTES).is_err() {
+        return Err(damaged(format!(
+            "its header lies outside the pool of {} bytes",
+            pool.size()
+        )));
+    }
+    match read_first_line(pool, record, u64::MAX)? {
+        Some(line) => Ok(line),
+        None => {
+            let mut bytes = [0u8; HEADER_BYTES as usize];
+            pool.read_bytes(record, &mut bytes)?;
+            let (key_len, value_len) = header_lengths(&bytes);
+            Err(damaged(format!(
+                "its header gives a {key_len}-byte key and a {value_len}-byte value, past \
+                 the limits ({MAX_KEY_BYTES} and {MAX_VALUE_BYTES} bytes)"
+            )))
+        }
+    }
+}
+
 impl FirstLine {
     /// The bytes of the record from `from` on that the line holds.
     fn held(&self, from: usize, count: usize) -> &[u8] {

@@ -28,12 +28,25 @@
 //! # Integrity
 //!
 //! Every read of a record checks its checksum: `get`, `iter`, scans, the old value an
-//! overwrite or remove returns, the key a layer push-down moves. A mismatch is
-//! [`RecordMapError::CorruptRecord`] naming the record's pool offset; a write that reads the
-//! damaged record (an overwrite, a remove) fails with it and changes nothing. At open, a
-//! record an intent line names that fails its checksum is not one a write left in doubt (see
-//! `intent.rs`) and is left alone. `verify()` on either map walks every block and record
-//! read-only and lists what is wrong ([`crate::Verification`]).
+//! overwrite or remove returns, the key a layer push-down moves. A mismatch, or a header whose
+//! lengths cannot be a record's, is [`RecordMapError::CorruptRecord`] naming the record's pool
+//! offset, never "absent"; a write that meets the damaged record (an insert of the key, an
+//! overwrite, a remove) fails with it and changes nothing, so a key is never added twice.
+//! Calls that read a key's bytes and not its value (`contains_key`, an insert of a present
+//! key) check the whole record when the key read differs from the one looked for.
+//!
+//! The index words that lead to records (the hash map's slots, the ordered map's entries) are
+//! those of the `u64` structures, with no checksum. What a read can tell from the record it
+//! reaches, it reports: a slot or entry naming a record whose key does not belong there (it
+//! hashes to another word; it is not in the entry's slice) is an error. What it cannot: a
+//! damaged key word makes the key's slot unreachable (the key reads as absent), and an entry
+//! naming another record of the same word and slice is taken for that key's. `verify()` on
+//! either map walks every block, slot, entry and record read-only and reports all of these
+//! ([`crate::Verification`]: keys filed under another hash or slice, records reached twice,
+//! blocks no slot reaches through `Store::verify()`). At open, a record an intent line names
+//! that fails its checksum is not one a write left in doubt (see `intent.rs`) and is left
+//! alone, and resolving one never reads another record, so damage elsewhere does not stop the
+//! open.
 //!
 //! | file | owns |
 //! |---|---|

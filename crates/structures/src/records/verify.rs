@@ -78,18 +78,26 @@ pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// What is wrong with an intent line's words `[new offset, new size, old offset, old size,
-/// layer, 0, 0, 0]`, if anything. A line may name a block freed since (lines are never
-/// cleared), so what it names is checked for shape only.
+/// layer, 0, 0, 0]`, if anything: what no write, whole or cut short, leaves there.
+///
+/// Lines are never cleared, and a crash in the middle of naming two blocks leaves each word
+/// holding its old value or its new one (the words are 8-byte stores; `Records::stage`), so a
+/// line may pair an offset with no size, or with the size of another write's block. Recovery
+/// takes such a pair for what its header says (`Records::resolve`), which is harmless, so it is
+/// no finding. Every offset a write names is a record block's (on a cache line, inside the
+/// pool) and every size a block's (at most the pool's size): a word that breaks that, a
+/// layer word at rest (set only while a layer is being made, and cleared at open), or an
+/// unused word that is not zero is damage.
 fn malformed_line<B: Backend>(pool: &Pool<B>, words: &[u64]) -> Option<&'static str> {
     for (offset, size) in [(words[0], words[1]), (words[2], words[3])] {
-        if (offset == 0) != (size == 0) {
-            return Some("it names a block offset without a size, or a size without an offset");
-        }
         if offset != 0 && !offset.is_multiple_of(RECORD_ALIGNMENT) {
             return Some("it names a block that is not on a cache line");
         }
-        if offset != 0 && pool.check_range(offset, size).is_err() {
+        if offset != 0 && pool.check_range(offset, HEADER_BYTES).is_err() {
             return Some("it names a block that is not inside the pool");
+        }
+        if size > pool.size() {
+            return Some("it names a block larger than the pool");
         }
     }
     if words[4] != 0 {
@@ -205,5 +213,42 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> RecordWalk<'h, B, P> {
             return None;
         }
         Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem_ordering::{Pool, PoolOptions};
+
+    #[test]
+    fn a_line_a_crash_can_leave_is_no_finding_and_damage_is() {
+        let pool = Pool::anonymous("intent-lines", 1 << 20, &PoolOptions::new()).unwrap();
+        let line = |w: [u64; 5]| [w[0], w[1], w[2], w[3], w[4], 0, 0, 0];
+        // Left by a crash while a line was named: an offset whose size is not written yet,
+        // an old size under a new offset, a new size under an old offset of none.
+        for torn in [
+            [0x4_0040, 0, 0, 0, 0],
+            [0x4_0040, 0x80, 0x5_0000, 0, 0],
+            [0, 0x40, 0, 0, 0],
+            [0x4_0040, 0x40, 0xf_ffc0, 0x4_0000, 0],
+        ] {
+            assert_eq!(malformed_line(&pool, &line(torn)), None, "{torn:x?}");
+        }
+        for (damaged, why) in [
+            ([0x4_0044, 0x40, 0, 0, 0], "not on a cache line"),
+            ([0x10_0000, 0x40, 0, 0, 0], "not inside the pool"),
+            ([0, 0, 0x4_0040, 0x10_0040, 0], "larger than the pool"),
+            ([0, 0, 0, 0, 0x8_0000], "layer word"),
+        ] {
+            let found = malformed_line(&pool, &line(damaged));
+            assert!(
+                found.is_some_and(|r| r.contains(why)),
+                "{damaged:x?}: {found:?}"
+            );
+        }
+        let mut unused = line([0; 5]);
+        unused[7] = 1;
+        assert!(malformed_line(&pool, &unused).is_some_and(|r| r.contains("unused")));
     }
 }

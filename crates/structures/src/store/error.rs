@@ -45,9 +45,11 @@ pub enum Error {
         /// The store's layout.
         expected: &'static str,
     },
-    /// The store's creation was interrupted before its heap was formatted.
+    /// The file's creation as a store provably never finished: nothing after its pool header
+    /// was written (an earlier build formatted in place, and stopped or was refused).
     #[error(
-        "{path} holds a store whose creation was interrupted: remove the file and create it again"
+        "{path} holds a store whose creation never finished (nothing after its pool header was \
+         written): Store::open_or_create makes it again, or remove the file"
     )]
     Incomplete {
         /// The file.
@@ -63,8 +65,12 @@ pub enum Error {
         /// What was asked for.
         wanted: StructureKind,
     },
-    /// A map opened with other key or value types than it was created with.
-    #[error("{name:?} maps {found_key} to {found_value}, not {wanted_key} to {wanted_value}")]
+    /// A map opened with other key or value types than it was created with: other codes, or
+    /// plain-data types of the same sizes under other names ([`PodValue::NAME`], told by the
+    /// fingerprints of the types the catalog records).
+    ///
+    /// [`PodValue::NAME`]: super::types::PodValue::NAME
+    #[error("{}", type_mismatch(name, *found_key, *found_value, *wanted_key, *wanted_value, *found_fingerprint, *wanted_fingerprint))]
     TypeMismatch {
         /// The name asked for.
         name: String,
@@ -76,6 +82,11 @@ pub enum Error {
         wanted_key: TypeCode,
         /// The value type asked for.
         wanted_value: TypeCode,
+        /// The fingerprint of the types the map was created with (0: made before the catalog
+        /// recorded fingerprints).
+        found_fingerprint: u32,
+        /// The fingerprint of the types asked for.
+        wanted_fingerprint: u32,
     },
     /// A key longer than the maps take ([`crate::records::MAX_KEY_BYTES`]); nothing changed.
     #[error("a key of {len} bytes is longer than the {max}-byte limit; nothing changed")]
@@ -167,6 +178,29 @@ pub enum Error {
     /// A map of byte-string records failed.
     #[error(transparent)]
     RecordMap(RecordMapError),
+}
+
+/// The message of [`Error::TypeMismatch`]: the codes when they differ, else the fingerprints
+/// of the plain-data types' names.
+fn type_mismatch(
+    name: &str,
+    found_key: TypeCode,
+    found_value: TypeCode,
+    wanted_key: TypeCode,
+    wanted_value: TypeCode,
+    found_fingerprint: u32,
+    wanted_fingerprint: u32,
+) -> String {
+    if (found_key, found_value) != (wanted_key, wanted_value) {
+        return format!(
+            "{name:?} maps {found_key} to {found_value}, not {wanted_key} to {wanted_value}"
+        );
+    }
+    format!(
+        "{name:?} maps {found_key} to {found_value}, but of other plain-data types than the ones \
+         asked for (their names' fingerprint is {found_fingerprint:#010x}, the types asked for \
+         give {wanted_fingerprint:#010x}: PodValue::NAME tells types of one size apart)"
+    )
 }
 
 /// `Debug` prints the message: `main() -> Result<(), Box<dyn Error>>` shows it to the user.

@@ -75,6 +75,47 @@ use crate::datalog::DatalogConfig;
 use crate::fastfair::FastFairConfig;
 use crate::kind::StructureKind;
 
+/// Whether an open's error says the file provably never finished creation (and may be made
+/// again by [`Store::open_or_create`], once [`Pool::claim_unfinished`] proves it under lock).
+fn never_finished(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Incomplete { .. }
+            | Error::Pool(PoolError::Incomplete { .. })
+            | Error::Pool(PoolError::TooShort { len: 0, .. })
+    )
+}
+
+/// The error for a store pool whose heap superblock reads all zero: [`Error::Incomplete`] if
+/// nothing past the pool's header was ever written (creation stopped before the heap), damage
+/// otherwise, since the heap then holds data no open may format over.
+fn unformatted_heap(pool: &Pool, path: &Path) -> Error {
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = pool.root_offset();
+    let mut written = false;
+    while at < pool.size() && !written {
+        let n = chunk.len().min((pool.size() - at) as usize);
+        if pool.read_bytes(at, &mut chunk[..n]).is_err() {
+            written = true;
+            break;
+        }
+        written = chunk[..n].iter().any(|&b| b != 0);
+        at += n as u64;
+    }
+    if written {
+        Error::Heap(TxError::BadSuperblock {
+            reason: "it is all zero, but the pool holds data after it: the superblock was \
+                     damaged (or an earlier build's creation of the store was interrupted); \
+                     the file was not changed"
+                .into(),
+        })
+    } else {
+        Error::Incomplete {
+            path: path.to_path_buf(),
+        }
+    }
+}
+
 /// The layout name of a store's pool file.
 pub const STORE_LAYOUT: &str = "pmem-store";
 
@@ -97,14 +138,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Store<B, P> {
 
 impl Store {
     /// Create a store of `size` bytes in a new file at `path`. Refused if the file exists.
+    ///
+    /// The path names the file only once the store in it is whole: the pool is made
+    /// unpublished, its heap and catalog formatted, then published with no-replace semantics
+    /// ([`Pool::publish`]). So a refused or failed create leaves nothing at the path, and a
+    /// create racing another one for the path gets [`PoolError::AlreadyExists`] from whichever
+    /// publishes second.
     pub fn create(
         path: impl AsRef<Path>,
         size: u64,
         options: &StoreOptions,
     ) -> Result<Store, Error> {
         let path = path.as_ref();
-        let pool = Pool::create(path, STORE_LAYOUT, size, &options.pool_options()?)?;
+        let pool = Pool::create_unpublished(path, STORE_LAYOUT, size, &options.pool_options()?)?;
         let store = Store::format(Arc::new(pool), options)?;
+        store.shared.heap.pool().publish()?;
         Ok(store)
     }
 
@@ -116,6 +164,11 @@ impl Store {
 
     /// Open the store at `path`; of `options`, only the granularity applies (everything the
     /// store records is read from the file).
+    ///
+    /// An open formats nothing: a heap or catalog it cannot read is refused with a typed error
+    /// ([`Error::Incomplete`] for a file whose creation provably never finished, which
+    /// [`Store::open_or_create`] makes again; [`Error::Heap`] or [`Error::CorruptCatalog`] for
+    /// damage), and the file is left as it was.
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Store, Error> {
         let path = path.as_ref();
         let pool =
@@ -127,25 +180,71 @@ impl Store {
                 },
                 other => Error::Pool(other),
             })?;
-        let heap = Heap::open(Arc::new(pool)).map_err(|e| match e {
-            TxError::NotFormatted => Error::Incomplete {
-                path: path.to_path_buf(),
-            },
+        let pool = Arc::new(pool);
+        let heap = Heap::open(pool.clone()).map_err(|e| match e {
+            TxError::NotFormatted => unformatted_heap(&pool, path),
             other => Error::from(other),
         })?;
+        drop(pool);
         Store::load(heap)
     }
 
-    /// Open the store at `path`, or create it (`size` bytes, `options`) if there is no file.
+    /// Open the store at `path`, or create it (`size` bytes, `options`) if there is no file,
+    /// or in place of a file whose creation provably never finished (one an earlier build
+    /// left: empty, or a store's pool header and nothing but zeros after it). Any other file
+    /// that does not open is refused as [`Store::open_with`] refuses it, and left as it was.
+    ///
+    /// Callers racing on one path end with one store there: each gets it or
+    /// [`PoolError::AlreadyOpen`] while another holds it, never a half-made file.
     pub fn open_or_create(
         path: impl AsRef<Path>,
         size: u64,
         options: &StoreOptions,
     ) -> Result<Store, Error> {
         let path = path.as_ref();
-        match Store::create(path, size, options) {
-            Err(Error::Pool(PoolError::AlreadyExists { .. })) => Store::open_with(path, options),
-            other => other,
+        // Each pass that does not return found the path changed by another caller (a file
+        // published, replaced or removed between two steps): look again, a few times.
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            match Store::create(path, size, options) {
+                Err(Error::Pool(PoolError::AlreadyExists { .. })) => {}
+                other => return other,
+            }
+            match Store::open_with(path, options) {
+                Err(Error::Pool(PoolError::NotFound { .. })) if passes < 4 => {}
+                Err(e) if never_finished(&e) => {
+                    if let Some(store) = Store::create_over_unfinished(path, size, options)? {
+                        return Ok(store);
+                    }
+                    // Not unfinished (any more): another caller replaced it, or it is a file
+                    // that must not be replaced; the next pass tells which.
+                    if passes >= 4 {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A new store in place of the file at `path` if it provably never finished creation
+    /// ([`Pool::claim_unfinished`]); `None` if it is not such a file or another file took its
+    /// place meanwhile.
+    fn create_over_unfinished(
+        path: &Path,
+        size: u64,
+        options: &StoreOptions,
+    ) -> Result<Option<Store>, Error> {
+        let Some(unfinished) = Pool::claim_unfinished(path, STORE_LAYOUT)? else {
+            return Ok(None);
+        };
+        let pool = Pool::create_replacement(path, STORE_LAYOUT, size, &options.pool_options()?)?;
+        let store = Store::format(Arc::new(pool), options)?;
+        match store.shared.heap.pool().publish_over(unfinished) {
+            Ok(()) => Ok(Some(store)),
+            Err(PoolError::AlreadyExists { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -209,7 +308,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         name: &str,
         config: CcehConfig,
     ) -> Result<HashMap<K, V, B, P>, Error> {
-        let types = (K::CODE, V::CODE);
+        let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             HashRepr::Words(self.shared.open_or_create(name, config, types)?)
         } else {
@@ -229,7 +328,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         name: &str,
         config: FastFairConfig,
     ) -> Result<BTreeMap<K, V, B, P>, Error> {
-        let types = (K::CODE, V::CODE);
+        let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             TreeRepr::Words(self.shared.open_or_create(name, config, types)?)
         } else {
@@ -244,7 +343,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new
     /// (an existing one keeps the configuration recorded in the store).
     pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B, P>, Error> {
-        let untyped = (u64::CODE, u64::CODE);
+        let untyped = types::MapTypes::of::<u64, u64>();
         Ok(Datalog {
             core: self.shared.open_or_create(name, config, untyped)?,
         })

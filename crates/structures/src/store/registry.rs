@@ -16,7 +16,7 @@ use super::catalog::{Catalog, Listed};
 use super::error::Error;
 use super::name::check_name;
 use super::raw::{SharedHeap, Structure};
-use super::types::TypeCode;
+use super::types::MapTypes;
 use crate::kind::StructureKind;
 use crate::verify::Verification;
 
@@ -115,12 +115,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
 
     /// The handle core of `name`: the one already open, else the structure opened from the
     /// catalog, else a new structure made with `config` and listed. `types` are a map's key
-    /// and value types (`u64` for other structures), checked against the catalog's.
+    /// and value types (`u64` for other structures), checked against the catalog's; an entry
+    /// that predates type fingerprints is given this one (its first open names its types).
     pub(crate) fn open_or_create<C>(
         self: &Arc<Self>,
         name: &str,
         config: <C::Raw as Structure<B, P>>::Config,
-        types: (TypeCode, TypeCode),
+        types: MapTypes,
     ) -> Result<Arc<C>, Error>
     where
         C: Core<B, P>,
@@ -131,6 +132,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         let (raw, listed) = match state.catalog.find(name) {
             Some(listed) => {
                 check_types(name, &listed, wanted, types)?;
+                if listed.fingerprint == 0 {
+                    state
+                        .catalog
+                        .record_fingerprint(&self.heap, listed.slot, types.fingerprint)?;
+                }
                 if let Some(core) = state.open.get(&listed.slot).and_then(C::recall) {
                     return Ok(core);
                 }
@@ -142,7 +148,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                     &self.heap,
                     name,
                     wanted,
-                    types,
+                    types.codes,
+                    types.fingerprint,
                     <C::Raw as Structure<B, P>>::ROOT_BYTES,
                     |root| C::Raw::create(heap, root, config),
                 )?
@@ -267,12 +274,14 @@ fn blocks_of<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// Whether the structure `listed` under `name` is the `wanted` kind with the `types` asked for.
 /// A map asked for with other types is a type mismatch, even when the other types would have
-/// made it the other kind of map (inline words or records).
+/// made it the other kind of map (inline words or records), or when they differ only by the
+/// names of plain-data types of the same sizes (the fingerprints; an entry without one, made
+/// before fingerprints, is taken at its codes' word).
 fn check_types(
     name: &str,
     listed: &Listed,
     wanted: StructureKind,
-    types: (TypeCode, TypeCode),
+    types: MapTypes,
 ) -> Result<(), Error> {
     let family = |kind| match kind {
         StructureKind::RecordHashMap => StructureKind::HashMap,
@@ -286,13 +295,16 @@ fn check_types(
             wanted,
         });
     }
-    if listed.types != types || listed.kind != wanted {
+    let other_names = listed.fingerprint != 0 && listed.fingerprint != types.fingerprint;
+    if listed.types != types.codes || listed.kind != wanted || other_names {
         return Err(Error::TypeMismatch {
             name: name.to_string(),
             found_key: listed.types.0,
             found_value: listed.types.1,
-            wanted_key: types.0,
-            wanted_value: types.1,
+            wanted_key: types.codes.0,
+            wanted_value: types.codes.1,
+            found_fingerprint: listed.fingerprint,
+            wanted_fingerprint: types.fingerprint,
         });
     }
     Ok(())

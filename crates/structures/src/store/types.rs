@@ -83,6 +83,9 @@ impl fmt::Display for TypeCode {
 pub trait Value: Sized + 'static {
     /// The catalog's code for the type.
     const CODE: TypeCode;
+    /// The name the catalog's type fingerprint records beside the code: a plain-data type's
+    /// [`PodValue::NAME`]; empty for the built-in types, which their code names alone.
+    const NAME: &'static str = "";
     /// Bytes of every encoding, for a fixed-size type; `None` for byte strings.
     const WIDTH: Option<usize>;
     /// The value the bytes `encoded` stand for, or `None` if they cannot be one (a wrong
@@ -259,10 +262,33 @@ impl<const N: usize> Encode<[u8; N]> for [u8; N] {
     }
 }
 
-/// A plain-data type stored as its bytes: implement this (nothing to write) for a
-/// `bytemuck::Pod` type to use it as a key or value through [`Pod`]. As a key, it sorts by
-/// its bytes in memory order, which is its numeric order only for big-endian fields.
-pub trait PodValue: bytemuck::Pod + 'static {}
+/// A plain-data type stored as its bytes: implement this for a `bytemuck::Pod` type to use it
+/// as a key or value through [`Pod`]. As a key, it sorts by its bytes in memory order, which is
+/// its numeric order only for big-endian fields.
+///
+/// ```
+/// # use pmem_structures::store::types::PodValue;
+/// #[derive(Clone, Copy)]
+/// #[repr(C)]
+/// struct Reading {
+///     celsius: f32,
+///     sensor: u32,
+/// }
+/// // SAFETY: two 4-byte fields, `repr(C)`, no padding: every bit pattern is a `Reading`.
+/// unsafe impl bytemuck::Zeroable for Reading {}
+/// // SAFETY: as above; `Copy` and `'static`.
+/// unsafe impl bytemuck::Pod for Reading {}
+/// impl PodValue for Reading {
+///     const NAME: &'static str = "sensors::Reading";
+/// }
+/// ```
+pub trait PodValue: bytemuck::Pod + 'static {
+    /// The type's name as the store records it: a map made with this type refuses to open
+    /// with another plain-data type of the same size ([`crate::Error::TypeMismatch`]) by
+    /// this name. Give each type its own, and keep it for as long as stores hold maps of it
+    /// (renaming or moving the type in code changes nothing, changing this does).
+    const NAME: &'static str;
+}
 
 /// A [`PodValue`] as a map key or value: `HashMap<u64, Pod<Point>>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -270,6 +296,7 @@ pub struct Pod<T>(pub T);
 
 impl<T: PodValue> Value for Pod<T> {
     const CODE: TypeCode = TypeCode::new(kind::POD, std::mem::size_of::<T>());
+    const NAME: &'static str = T::NAME;
     const WIDTH: Option<usize> = Some(std::mem::size_of::<T>());
     fn decode(encoded: &[u8]) -> Option<Self> {
         bytemuck::try_pod_read_unaligned(encoded).ok().map(Pod)
@@ -280,6 +307,41 @@ impl<T: PodValue> Key for Pod<T> {}
 impl<T: PodValue> Encode<Pod<T>> for Pod<T> {
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(bytemuck::bytes_of(&self.0))
+    }
+}
+
+/// A map's key and value types as the catalog records them: their codes and the fingerprint
+/// of their codes and names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MapTypes {
+    /// The key's and the value's [`Value::CODE`].
+    pub codes: (TypeCode, TypeCode),
+    /// [`fingerprint`] of both.
+    pub fingerprint: u32,
+}
+
+impl MapTypes {
+    /// The types of a map of `K -> V`.
+    pub(crate) fn of<K: Value, V: Value>() -> MapTypes {
+        MapTypes {
+            codes: (K::CODE, V::CODE),
+            fingerprint: fingerprint::<K, V>(),
+        }
+    }
+}
+
+/// The fingerprint the catalog records for a map of `K -> V`: the CRC-32C of both types'
+/// codes and names, never 0 (which marks an entry made before fingerprints).
+fn fingerprint<K: Value, V: Value>() -> u32 {
+    let mut bytes = Vec::new();
+    for (code, name) in [(K::CODE, K::NAME), (V::CODE, V::NAME)] {
+        bytes.extend_from_slice(&code.0.to_le_bytes());
+        bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(name.as_bytes());
+    }
+    match crc32c::crc32c(&bytes) {
+        0 => 1,
+        crc => crc,
     }
 }
 

@@ -13,7 +13,7 @@ use pmem_undo_log::Heap;
 use super::driver::{contents, HASH_NAME, TREE_NAME};
 use super::{RecordDriver, RecordModel, RecordOp, RecordSetup};
 use crate::model::{failed, run_each};
-use crate::{crash_test_outcome_with_recovery, History};
+use crate::{crash_test_outcome_with_recovery, store_verifies, History};
 
 type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 
@@ -22,7 +22,7 @@ type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 /// traced run). The workload checks every result against the model (a reopen is `Heap::open`
 /// and `Store::load` on the pool); every crash image must recover (`Heap::open`,
 /// `Store::load`) to a store whose heap holds exactly the structures' blocks
-/// (`check_blocks`), whose maps both check, and where each map holds the model after the
+/// (`check_blocks`), whose `verify()` finds nothing, whose maps both check, and where each map holds the model after the
 /// operations that returned, or after the interrupted one too; the ordered map, written after
 /// the hash map, never holds an operation the hash map lacks. Panics with the harness's report
 /// on a failure.
@@ -67,6 +67,7 @@ pub fn crash_record_ops_outcome(
             store
                 .check_blocks()
                 .map_err(|e| failed("check_blocks", e))?;
+            store_verifies(&store)?;
             let (hashed, walked) = contents(&store, &setup)?;
             let done = crash.operations_completed as usize;
             let at = |m: &RecordModel| {

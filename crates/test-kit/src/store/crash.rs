@@ -8,7 +8,7 @@ use pmem_undo_log::Heap;
 
 use super::{observe, StoreDriver, StoreModel, StoreOp, StoreSetup};
 use crate::model::failed;
-use crate::{crash_test_outcome_with_recovery, History};
+use crate::{crash_test_outcome_with_recovery, store_verifies, History};
 
 /// A simulated store: the pool's handle to it.
 pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
@@ -17,7 +17,7 @@ pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 /// must hold the catalog: [`StoreSetup::root_size`]). The workload checks every result against
 /// the model (a reopen is `Heap::open` and `Store::load` on the pool); every crash image must
 /// recover (`Heap::open`, `Store::load`) to a store whose heap holds exactly the structures'
-/// blocks (`check_blocks`) and whose names, kinds and pairs are the model's after the
+/// blocks (`check_blocks`), whose `verify()` finds nothing, and whose names, kinds and pairs are the model's after the
 /// operations that returned, or after the interrupted one too. Panics with the harness's
 /// report on a failure.
 pub fn crash_ops(test: &CrashTest, setup: StoreSetup, ops: &[StoreOp]) -> Report {
@@ -54,6 +54,7 @@ pub fn crash_ops_outcome(
             store
                 .check_blocks()
                 .map_err(|e| failed("check_blocks", e))?;
+            store_verifies(&store)?;
             let now = observe(&store, &setup)?;
             let done = crash.operations_completed as usize;
             let admitted = |n: usize| n <= ops.len() && history.after(n).catalog == now;

@@ -205,8 +205,11 @@ where
         *map.layers.get_mut().unwrap_or_else(|p| p.into_inner()) = layers;
         map.count = AtomicU64::new(count);
         map.free_unpublished_layers()?;
+        // A record is reachable if the descent for its key ends at it: told without reading
+        // any other record, so damage elsewhere does not stop the open.
         let resolved = map.records.resolve(&map.heap, |offset, key| {
-            Ok::<_, RecordMapError>(map.record_of(key)? == Some(offset))
+            let _guard = epoch::pin();
+            Ok::<_, RecordMapError>(map.descend(key)?.record == Some(offset))
         })?;
         map.resolved = resolved;
         Ok(map)
@@ -309,12 +312,12 @@ where
         loop {
             let _guard = epoch::pin();
             let spot = self.descend(key)?;
-            let Some(r) = spot
-                .record
-                .filter(|&r| self.holds(&spot, r, key).unwrap_or(false))
-            else {
+            let Some(r) = spot.record else {
                 return Ok(None);
             };
+            if !self.holds(&spot, r, key)? {
+                return Ok(None);
+            }
             let mut staged = self.records.stage_remove(heap, r)?;
             let mut old_value = None;
             let word = spot.word;
@@ -426,23 +429,43 @@ where
         Ok((spot, ours))
     }
 
-    /// Whether the record `r` at `spot` is `key`'s: a word of a key that ends here names one
-    /// key; a word of keys going on needs the record's key.
+    /// Whether the record `r` at `spot` is `key`'s, read from the record: a word of keys going
+    /// on may name another key's of that word; any other record there (another key's where
+    /// only the key looked for may be, or one of another word) is a damaged entry,
+    /// [`RecordMapError::Corrupt`].
     fn holds(&self, spot: &Spot<'_, B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
-        if goes_on(spot.word) {
-            self.record_has_key(r, key)
-        } else {
-            Ok(true)
+        let pool = self.heap.pool();
+        let line = layout::first_line(pool, r)?;
+        if line.key_equals(pool, r, key)? {
+            return Ok(true);
         }
+        let (other, _) = line.checked_key_value(pool, r)?;
+        self.another_keys_record(spot, r, &other)?;
+        Ok(false)
     }
 
-    /// Whether `record` holds `key`; a record that holds another key and fails its checksum
-    /// is [`RecordMapError::CorruptRecord`] (it may be `key`'s, damaged).
+    /// `Ok` if the whole record `r` of `other` (not the key looked for) may be at `spot`: a
+    /// key going on past the same slice as the key looked for. Otherwise the entry is damaged.
+    fn another_keys_record(&self, spot: &Spot<'_, B, P, H>, r: u64, other: &[u8]) -> Result<()> {
+        if goes_on(spot.word) && slice_word(other, spot.depth) == spot.word {
+            return Ok(());
+        }
+        Err(RecordMapError::Corrupt {
+            root: self.root,
+            reason: format!(
+                "the entry of word {:#x} of layer {} points at the record at {r:#x}, which \
+                 holds a key that does not belong there",
+                spot.word, spot.depth
+            ),
+        })
+    }
+
+    /// Whether `record` holds `key`; a record whose header is impossible, or that holds
+    /// another key and fails its checksum, is [`RecordMapError::CorruptRecord`] (it may be
+    /// `key`'s, damaged).
     fn record_has_key(&self, record: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
-        let Some(line) = layout::read_first_line(pool, record, u64::MAX)? else {
-            return Ok(false);
-        };
+        let line = layout::first_line(pool, record)?;
         if line.key_equals(pool, record, key)? {
             return Ok(true);
         }
@@ -472,30 +495,15 @@ where
         };
         // One line read decides and starts the copy.
         let pool = self.heap.pool();
-        let Some(line) = layout::read_first_line(pool, r, u64::MAX)? else {
-            return Err(RecordMapError::Corrupt {
-                root: self.root,
-                reason: format!("the record at {r:#x} does not parse"),
-            });
-        };
-        if !line.key_equals(pool, r, key)? {
-            // This key's record damaged, or (whole) another key's: one with the same first
-            // bytes going on, or, for a key that ends in its slice (the only key of its
-            // word), one a damaged entry points at.
-            line.check(pool, r)?;
-            if goes_on(spot.word) {
-                return Ok(None);
-            }
-            return Err(RecordMapError::Corrupt {
-                root: self.root,
-                reason: format!(
-                    "the entry of word {:#x} of layer {} points at the record at {r:#x}, which \
-                     holds another key",
-                    spot.word, spot.depth
-                ),
-            });
+        let line = layout::first_line(pool, r)?;
+        if line.key_equals(pool, r, key)? {
+            return Ok(Some(line.checked_value(pool, r)?));
         }
-        Ok(Some(line.checked_value(pool, r)?))
+        // This key's record damaged (its checksum fails), or a whole record of another key:
+        // one going on past the same slice, or one a damaged entry points at.
+        let (other, _) = line.checked_key_value(pool, r)?;
+        self.another_keys_record(&spot, r, &other)?;
+        Ok(None)
     }
 
     /// Whether `key` is present. Takes no lock.
@@ -529,12 +537,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
 
 /// The value of the record at `record`, checked.
 fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
-    let line = layout::read_first_line(pool, record, u64::MAX)?.ok_or(PoolError::OutOfBounds {
-        offset: record,
-        len: layout::HEADER_BYTES,
-        size: pool.size(),
-    })?;
-    line.checked_value(pool, record)
+    layout::first_line(pool, record)?.checked_value(pool, record)
 }
 
 #[cfg(test)]

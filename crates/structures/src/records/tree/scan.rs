@@ -158,12 +158,7 @@ where
                 });
                 continue;
             }
-            let line = layout::read_first_line(pool, value, u64::MAX)?.ok_or_else(|| {
-                RecordMapError::Corrupt {
-                    root: self.map.root,
-                    reason: format!("the record at {value:#x} does not parse"),
-                }
-            })?;
+            let line = layout::first_line(pool, value)?;
             // Read whole and checked before the bounds decide on the key: the range's first
             // layer starts at the start key's word, so few records are read only to be skipped.
             let (key, record_value) = line.checked_key_value(pool, value)?;

@@ -18,7 +18,7 @@ impl Catalog {
         let capacity = self.capacity();
         for (word, expected, what) in [
             (header::MAGIC, layout::MAGIC, "magic"),
-            (header::VERSION, layout::VERSION, "version"),
+            (header::VERSION, self.version, "version"),
             (header::CAPACITY, capacity, "capacity"),
         ] {
             let at = self.base + word;
@@ -43,7 +43,7 @@ impl Catalog {
                 report(at, StoreProblem::BadCatalogEntry { slot, reason });
                 continue;
             }
-            let image = match EntryImage::decode(&bytes) {
+            let image = match EntryImage::decode(&bytes, self.version) {
                 Ok(image) => image,
                 Err(reason) => {
                     report(at, StoreProblem::BadCatalogEntry { slot, reason });

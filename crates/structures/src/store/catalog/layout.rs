@@ -6,8 +6,13 @@ use crate::store::types::TypeCode;
 
 /// The header's magic: the root object holds a store catalog.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"PMCATLG1");
-/// The catalog format this code reads and writes.
-pub(super) const VERSION: u64 = 1;
+/// The catalog format this code writes: 2, each map's entry records a fingerprint of its key
+/// and value types' names (`entry::KIND`).
+pub(super) const VERSION: u64 = 2;
+/// The format before fingerprints, which this code reads: its maps' fingerprints are unknown,
+/// and the first one recorded (by a map's first open or a new structure) makes the catalog
+/// version 2, in the same transaction.
+pub(super) const VERSION_WITHOUT_FINGERPRINTS: u64 = 1;
 /// Bytes of the header.
 pub(super) const HEADER_BYTES: u64 = 64;
 /// Bytes of one entry: a line of fields and a line of name.
@@ -24,7 +29,8 @@ pub(super) mod header {
 
 /// Entry words, from the entry's start.
 pub(super) mod entry {
-    /// The structure's kind code; 0 marks a free entry.
+    /// Bits 0..8: the structure's kind code (0 marks a free entry); bits 32..64 (version 2):
+    /// the fingerprint of a map's key and value types ([`crate::store::types`]), 0 if unknown.
     pub const KIND: u64 = 0;
     /// [`super::State`] code.
     pub const STATE: u64 = 8;
@@ -94,6 +100,8 @@ pub(super) struct EntryImage {
     pub side: Option<u64>,
     /// A map's key and value types (`u64` for other structures).
     pub types: (TypeCode, TypeCode),
+    /// The fingerprint of the types' names; 0: unknown (an entry of a version 1 catalog).
+    pub fingerprint: u32,
 }
 
 impl EntryImage {
@@ -103,7 +111,10 @@ impl EntryImage {
         let mut put = |at: u64, v: u64| {
             b[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
         };
-        put(entry::KIND, self.kind.code());
+        put(
+            entry::KIND,
+            self.kind.code() | u64::from(self.fingerprint) << 32,
+        );
         put(entry::STATE, self.state.code());
         put(entry::ROOT, self.root);
         put(entry::REMOVAL_LIST, self.removal_list);
@@ -119,13 +130,23 @@ impl EntryImage {
         b
     }
 
-    /// Decode an entry's bytes: `Ok(None)` for a free entry, `Err` naming what is wrong.
-    pub(super) fn decode(b: &[u8; ENTRY_BYTES as usize]) -> Result<Option<EntryImage>, String> {
+    /// Decode an entry's bytes, read from a catalog of format `version`: `Ok(None)` for a
+    /// free entry, `Err` naming what is wrong.
+    pub(super) fn decode(
+        b: &[u8; ENTRY_BYTES as usize],
+        version: u64,
+    ) -> Result<Option<EntryImage>, String> {
         let word =
             |at: u64| u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap());
-        let code = word(entry::KIND);
-        if code == 0 {
+        let kind_word = word(entry::KIND);
+        if kind_word == 0 {
             return Ok(None);
+        }
+        let (code, fingerprint) = (kind_word & 0xffff_ffff, (kind_word >> 32) as u32);
+        if fingerprint != 0 && version == VERSION_WITHOUT_FINGERPRINTS {
+            return Err(format!(
+                "a type fingerprint in the kind word {kind_word:#x} of a version 1 catalog"
+            ));
         }
         let kind = StructureKind::from_code(code).ok_or(format!("unknown kind code {code}"))?;
         let state = State::from_code(word(entry::STATE))
@@ -160,6 +181,7 @@ impl EntryImage {
             name,
             side,
             types,
+            fingerprint,
         }))
     }
 }
@@ -182,9 +204,26 @@ mod tests {
                 <[u8; 16] as crate::store::types::Value>::CODE,
                 <String as crate::store::types::Value>::CODE,
             ),
+            fingerprint: 0xdead_beef,
         };
-        assert_eq!(EntryImage::decode(&image.bytes()), Ok(Some(image)));
-        assert_eq!(EntryImage::decode(&[0; ENTRY_BYTES as usize]), Ok(None));
+        assert_eq!(
+            EntryImage::decode(&image.bytes(), VERSION),
+            Ok(Some(image.clone()))
+        );
+        assert_eq!(
+            EntryImage::decode(&[0; ENTRY_BYTES as usize], VERSION),
+            Ok(None)
+        );
+        // A version 1 entry has no fingerprint: one there is damage.
+        assert!(EntryImage::decode(&image.bytes(), VERSION_WITHOUT_FINGERPRINTS).is_err());
+        let unknown = EntryImage {
+            fingerprint: 0,
+            ..image
+        };
+        assert_eq!(
+            EntryImage::decode(&unknown.bytes(), VERSION_WITHOUT_FINGERPRINTS),
+            Ok(Some(unknown))
+        );
     }
 
     #[test]
@@ -198,15 +237,25 @@ mod tests {
             name: "x".repeat(MAX_NAME_BYTES),
             side: None,
             types: (TypeCode::from_bits(0), TypeCode::from_bits(0)),
+            fingerprint: 7,
         }
         .bytes();
-        assert!(EntryImage::decode(&b).unwrap().is_some());
+        assert!(EntryImage::decode(&b, VERSION).unwrap().is_some());
         b[entry::NAME_LEN as usize] = 65;
-        assert_eq!(EntryImage::decode(&b), Err("name length 65".to_string()));
+        assert_eq!(
+            EntryImage::decode(&b, VERSION),
+            Err("name length 65".to_string())
+        );
         b[0] = 9;
         assert_eq!(
-            EntryImage::decode(&b),
+            EntryImage::decode(&b, VERSION),
             Err("unknown kind code 9".to_string())
+        );
+        b[0] = 1;
+        b[1] = 1;
+        assert_eq!(
+            EntryImage::decode(&b, VERSION),
+            Err("unknown kind code 257".to_string())
         );
     }
 }

@@ -41,11 +41,15 @@ pub(crate) struct Listed {
     pub entry: u64,
     /// A map's key and value types (`u64` for other structures).
     pub types: (TypeCode, TypeCode),
+    /// The fingerprint of the types' names ([`crate::store::types::fingerprint`]); 0 if the
+    /// entry predates fingerprints.
+    pub fingerprint: u32,
 }
 
-/// The catalog of a store: where it lives and a DRAM copy of its entries.
+/// The catalog of a store: where it lives, its format version and a DRAM copy of its entries.
 pub(crate) struct Catalog {
     base: u64,
+    version: u64,
     entries: Vec<Option<EntryImage>>,
 }
 
@@ -73,12 +77,15 @@ impl Catalog {
         })?;
         Ok(Catalog {
             base,
+            version: layout::VERSION,
             entries: vec![None; capacity as usize],
         })
     }
 
-    /// Read the catalog, finish every removal a crash interrupted, and return it. An
-    /// all-zero root object (the store's creation stopped before its catalog) is formatted.
+    /// Read the catalog, finish every removal a crash interrupted, and return it. A catalog
+    /// that cannot be read (an all-zero root object included: a store is published only once
+    /// its catalog is written, so zeros there are damage) is refused with
+    /// [`Error::CorruptCatalog`] before anything is written.
     pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
         heap: &Heap<B, P>,
     ) -> Result<Catalog, Error> {
@@ -86,7 +93,17 @@ impl Catalog {
         let base = pool.root_offset();
         let magic = pool.load_u64(base + header::MAGIC)?;
         if magic == 0 && root_is_zero(pool)? {
-            return Catalog::format(heap);
+            let blocks = heap.check_heap().map(|b| b.len());
+            return Err(corrupt(format!(
+                "the root object holding it is all zero, and the heap holds {}: the catalog \
+                 was damaged (or an earlier build's creation of the store was interrupted \
+                 before it); nothing was written",
+                match blocks {
+                    Ok(1) => "1 block".to_string(),
+                    Ok(n) => format!("{n} blocks"),
+                    Err(e) => format!("blocks that do not check ({e})"),
+                }
+            )));
         }
         if magic != layout::MAGIC {
             return Err(corrupt(format!(
@@ -95,9 +112,11 @@ impl Catalog {
             )));
         }
         let version = pool.load_u64(base + header::VERSION)?;
-        if version != layout::VERSION {
+        if version != layout::VERSION && version != layout::VERSION_WITHOUT_FINGERPRINTS {
             return Err(corrupt(format!(
-                "catalog format version {version}, but this library reads version {}",
+                "catalog format version {version}, but this library reads versions {} and {}: \
+                 open it with the library version that wrote it",
+                layout::VERSION_WITHOUT_FINGERPRINTS,
                 layout::VERSION
             )));
         }
@@ -110,12 +129,13 @@ impl Catalog {
         }
         let mut catalog = Catalog {
             base,
+            version,
             entries: Vec::with_capacity(capacity as usize),
         };
         for slot in 0..capacity {
             let mut bytes = [0u8; ENTRY_BYTES as usize];
             pool.read_bytes(catalog.entry_offset(slot), &mut bytes)?;
-            let image = EntryImage::decode(&bytes)
+            let image = EntryImage::decode(&bytes, version)
                 .map_err(|reason| corrupt(format!("entry {slot}: {reason}")))?;
             catalog.entries.push(image);
         }
@@ -153,6 +173,7 @@ impl Catalog {
             root: e.root,
             entry: self.entry_offset(slot),
             types: e.types,
+            fingerprint: e.fingerprint,
         })
     }
 
@@ -184,13 +205,16 @@ impl Catalog {
 
     /// List a new structure of `kind` under `name` (checked by the caller), in one
     /// transaction: allocate and zero a root block of `root_bytes`, run `create` on it (its own
-    /// transaction joins this one) and write the entry. Returns what `create` made.
+    /// transaction joins this one) and write the entry with its `types` and their
+    /// `fingerprint`. Returns what `create` made.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add<B: Backend, P: Deref<Target = Pool<B>>, S>(
         &mut self,
         heap: &Heap<B, P>,
         name: &str,
         kind: StructureKind,
         types: (TypeCode, TypeCode),
+        fingerprint: u32,
         root_bytes: u64,
         create: impl FnOnce(u64) -> Result<S, Error>,
     ) -> Result<(S, Listed), Error> {
@@ -221,19 +245,57 @@ impl Catalog {
                 name: name.to_string(),
                 side: None,
                 types,
+                fingerprint,
             };
             tx.write(entry_offset, &image.bytes())?;
+            self.upgrade_in(tx)?;
             Ok::<_, Error>((structure, image))
         })?;
+        self.version = layout::VERSION;
         let listed = Listed {
             slot,
             kind,
             root: image.root,
             entry: entry_offset,
             types,
+            fingerprint,
         };
         self.entries[slot as usize] = Some(image);
         Ok((structure, listed))
+    }
+
+    /// Record `fingerprint` for the structure in `slot`, whose entry has none (it predates
+    /// fingerprints): the types its first open names are taken for the ones it was made with.
+    pub(crate) fn record_fingerprint<B: Backend, P: Deref<Target = Pool<B>>>(
+        &mut self,
+        heap: &Heap<B, P>,
+        slot: u64,
+        fingerprint: u32,
+    ) -> Result<(), Error> {
+        let entry_offset = self.entry_offset(slot);
+        let Some(kind) = self.entries[slot as usize].as_ref().map(|e| e.kind) else {
+            return Ok(());
+        };
+        let kind_word = kind.code() | u64::from(fingerprint) << 32;
+        heap.transaction(|tx| {
+            tx.write_value(entry_offset + entry::KIND, &kind_word)?;
+            self.upgrade_in(tx)
+        })?;
+        if let Some(image) = self.entries[slot as usize].as_mut() {
+            image.fingerprint = fingerprint;
+        }
+        self.version = layout::VERSION;
+        Ok(())
+    }
+
+    /// Inside `tx`, which writes a fingerprint: make a version 1 catalog version 2 (a version
+    /// 1 reader would take the fingerprint for a kind code it does not know, and report the
+    /// catalog damaged; version 2 it refuses by name).
+    fn upgrade_in<B: Backend>(&self, tx: &Tx<'_, B>) -> Result<(), TxError> {
+        if self.version == layout::VERSION {
+            return Ok(());
+        }
+        tx.write_value(self.base + header::VERSION, &layout::VERSION)
     }
 
     /// Unlist the structure in `slot` and free its root block and `blocks`, which must be every

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
+use pmem_test_kit::fixture::scratch_dir;
 use pmem_test_kit::SplitMix64;
 
 type Bytes = Vec<u8>;
@@ -185,18 +186,6 @@ fn observe(store: &Store) -> (Model<Bytes, Bytes>, Model<Bytes, Bytes>) {
     (hashed, walked)
 }
 
-/// A directory for the store: on tmpfs when there is one (a persist is then a cache-line
-/// flush, not an msync).
-fn store_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 /// A running child and the acknowledgements its reader thread passes on.
 struct Running {
     child: Child,
@@ -305,7 +294,9 @@ fn record_maps_survive_sigkill_at_random_moments() {
             .expect("an operation index");
         child(Path::new(&path), start);
     }
-    let dir = store_dir();
+    // The store takes the granularity detected for its file: page on tmpfs (where an msync
+    // costs little), cache line or byte on a DAX mount that PMEM_TEST_POOL_DIR names.
+    let dir = scratch_dir("pmem-record-kill");
     let path = dir.path().join("records.pool");
     {
         let store = Store::create(&path, STORE_BYTES, &StoreOptions::new().max_structures(4))

@@ -42,6 +42,7 @@ fn current() -> Formats {
         cceh: "1".into(),
         fastfair: 1,
         records: 2,
+        record_tree: 3,
         datalog: "2".into(),
     }
 }
@@ -220,7 +221,14 @@ fn versions_this_build_refuses_are_refused_with_their_message() {
             file.root("sessions") + 8,
             1u64.to_le_bytes().to_vec(),
             When::Open,
-            "format version 1 (records without checksums), this build reads 2",
+            "format version 1 (records without checksums), this build reads 3",
+        ),
+        (
+            "a newer ordered map of records",
+            file.root("sessions") + 8,
+            4u64.to_le_bytes().to_vec(),
+            When::Open,
+            "format version 4, this build reads 3",
         ),
         (
             "a newer FAST&FAIR tree",

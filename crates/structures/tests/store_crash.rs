@@ -320,3 +320,26 @@ fn crashes_in_a_batched_removal_are_finished_by_open() {
     );
     assert!(points > 1000, "{points} crash points");
 }
+
+#[test]
+fn crashes_in_a_removal_listed_in_fresh_links_are_finished_by_open() {
+    // 3,000 keys in 128-byte nodes: about a thousand nodes, more than the tree's largest block
+    // (its 4 KiB redo area) can list, so the list takes a chain of fresh 4 KiB links, each
+    // freed once its blocks are.
+    let setup = [
+        vec![Op::Open("tree", StructureKind::BTreeMap)],
+        fill("tree", StructureKind::BTreeMap, 1, 3_000),
+    ]
+    .concat();
+    let points = crash_run(
+        "store-removal-links",
+        setup,
+        // More blocks than the redo area's 511 words list.
+        600,
+        vec![Op::Remove("tree")],
+        CrashPoints::Sample(400),
+        Images::Random(1),
+    );
+    // 400 seeded draws over the removal's events, a few of them repeated.
+    assert!(points >= 350, "{points} crash points");
+}

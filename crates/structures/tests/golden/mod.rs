@@ -15,7 +15,10 @@ pub struct Formats {
     pub catalog: u64,
     pub cceh: String,
     pub fastfair: u64,
+    /// The hash map of records ("users").
     pub records: u64,
+    /// The ordered map of records ("sessions"), whose layers have a format of their own.
+    pub record_tree: u64,
     pub datalog: String,
 }
 
@@ -23,13 +26,14 @@ impl Formats {
     /// The name of the golden file of these versions.
     pub fn file_name(&self) -> String {
         format!(
-            "pool{}-heap{}-catalog{}-cceh{}-fastfair{}-records{}-datalog{}.pool",
+            "pool{}-heap{}-catalog{}-cceh{}-fastfair{}-records{}-recordtree{}-datalog{}.pool",
             self.pool,
             self.heap,
             self.catalog,
             self.cceh,
             self.fastfair,
             self.records,
+            self.record_tree,
             self.datalog
         )
     }
@@ -113,6 +117,7 @@ impl StoreFile {
             cceh: cceh.strip_prefix("CCEH\\0v0").unwrap_or(&cceh).to_string(),
             fastfair: u64_at(bytes, self.root("orders") + 8),
             records: u64_at(bytes, self.root("users") + 8),
+            record_tree: u64_at(bytes, self.root("sessions") + 8),
             datalog: datalog
                 .strip_prefix("DATALOG")
                 .unwrap_or(&datalog)

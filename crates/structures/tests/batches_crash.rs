@@ -207,13 +207,21 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
         .map_err(e)?;
     m.check().map_err(e)?;
     state[2] = m.iter().collect::<Result<_, _>>().map_err(e)?;
-    let m = store.btree_map::<Bytes, Bytes>(MAPS[3], tree()).map_err(e)?;
+    let m = store
+        .btree_map::<Bytes, Bytes>(MAPS[3], tree())
+        .map_err(e)?;
     m.check().map_err(e)?;
     state[3] = m.iter().collect::<Result<_, _>>().map_err(e)?;
     for (i, map) in state.iter().enumerate() {
         let len = match i {
-            0 => store.hash_map_with::<u64, u64>(MAPS[0], TABLE).map_err(e)?.len(),
-            1 => store.btree_map::<u64, u64>(MAPS[1], tree()).map_err(e)?.len(),
+            0 => store
+                .hash_map_with::<u64, u64>(MAPS[0], TABLE)
+                .map_err(e)?
+                .len(),
+            1 => store
+                .btree_map::<u64, u64>(MAPS[1], tree())
+                .map_err(e)?
+                .len(),
             2 => store
                 .hash_map_with::<Bytes, Bytes>(MAPS[2], TABLE)
                 .map_err(e)?
@@ -224,7 +232,11 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                 .len(),
         };
         if len != map.len() as u64 {
-            return Err(format!("{} counts {len} keys, holds {}", MAPS[i], map.len()));
+            return Err(format!(
+                "{} counts {len} keys, holds {}",
+                MAPS[i],
+                map.len()
+            ));
         }
     }
     Ok(state)
@@ -374,7 +386,12 @@ fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool)
 fn blocks(store: &SimStore<'_>) -> Vec<usize> {
     let owned = store.owned_blocks().unwrap();
     MAPS.iter()
-        .map(|name| owned.iter().find(|(n, _)| n == name).map_or(0, |(_, b)| b.len()))
+        .map(|name| {
+            owned
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, b)| b.len())
+        })
         .collect()
 }
 
@@ -391,7 +408,12 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     // The u64 hash map splits its segment, the u64 tree its leaf, the byte hash map its
     // segment and gains records, the byte tree a layer (and records).
     for (i, name) in MAPS.iter().enumerate() {
-        assert!(after[i] > before[i], "{name}: {} -> {} blocks", before[i], after[i]);
+        assert!(
+            after[i] > before[i],
+            "{name}: {} -> {} blocks",
+            before[i],
+            after[i]
+        );
     }
     let expected = states(&setup, &steps);
     assert_eq!(observe(&store).unwrap(), expected[1]);
@@ -401,7 +423,10 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     let before = blocks(&store);
     run_step(&store, &steps[3]);
     let after = blocks(&store);
-    assert!(after[2] < before[2] && after[3] < before[3], "{before:?} -> {after:?}");
+    assert!(
+        after[2] < before[2] && after[3] < before[3],
+        "{before:?} -> {after:?}"
+    );
     for step in &steps[4..] {
         run_step(&store, step);
     }
@@ -411,7 +436,12 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
 
 #[test]
 fn every_event_of_batches_over_four_maps_recovers_all_or_nothing() {
-    let points = crash_steps("batches-every-event", CrashPoints::Every, Images::Extremes, true);
+    let points = crash_steps(
+        "batches-every-event",
+        CrashPoints::Every,
+        Images::Extremes,
+        true,
+    );
     assert!(points > 1000, "{points} crash points");
 }
 

@@ -38,7 +38,7 @@ fn current() -> Formats {
     Formats {
         pool: 1,
         heap: 4,
-        catalog: 2,
+        catalog: 3,
         cceh: "1".into(),
         fastfair: 1,
         records: 2,
@@ -205,9 +205,16 @@ fn versions_this_build_refuses_are_refused_with_their_message() {
         (
             "a newer catalog",
             catalog + 8,
-            3u64.to_le_bytes().to_vec(),
+            4u64.to_le_bytes().to_vec(),
             When::Open,
-            "catalog format version 3, but this library reads versions 1 and 2",
+            "catalog format version 4, but this library reads versions 1 to 3",
+        ),
+        (
+            "a catalog of version 2 naming a write-batch area",
+            catalog + 8,
+            2u64.to_le_bytes().to_vec(),
+            When::Open,
+            "catalog format version 2 with write-batch area",
         ),
         (
             "a hash map of records without checksums",

@@ -4,7 +4,9 @@
 //! datalog's policy), typed keys and values inline and in records (a value spanning chunks
 //! among them), byte keys deep enough to make trie layers, datalog files written both ways and
 //! truncated, renamed and removed files, the keys the `u64` structures reserve for
-//! themselves, and a catalog entry freed by a removed structure.
+//! themselves, and a catalog entry freed by a removed structure. The byte-key maps' first
+//! writes are write batches (which give the store its write-batch area), the same pairs as
+//! files written before batches existed hold by single writes.
 //!
 //! Changing what this file writes changes what every golden file must hold: add to it only
 //! together with a new golden file, and keep reading the old ones the same way.
@@ -204,18 +206,32 @@ pub fn write(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
         levels_map.upsert(k, v.expect("only upserts"))?;
     }
     let users_map = store.hash_map::<String, Vec<u8>>("users")?;
-    for (k, v) in users() {
-        match v {
-            Some(v) => users_map.upsert(&k, &v).map(drop)?,
-            None => users_map.remove(&k).map(drop)?,
-        }
-    }
     let sessions_config = FastFairConfig {
         node_size: 256,
         policy: ShiftPolicy::Fast,
     };
     let sessions_map = store.btree_map::<Vec<u8>, String>("sessions", sessions_config)?;
-    for (k, v) in sessions() {
+    // One batch over both byte-key maps: their first upserts (layers made for the batch's
+    // keys sharing 16 bytes); the rest one by one.
+    let (users_ops, sessions_ops) = (users(), sessions());
+    let (users_batched, users_single) = users_ops.split_at(60);
+    let (sessions_batched, sessions_single) = sessions_ops.split_at(80);
+    store.write(|batch| {
+        for (k, v) in users_batched {
+            users_map.put_in(batch, k, v.as_ref().expect("upserts first"))?;
+        }
+        for (k, v) in sessions_batched {
+            sessions_map.put_in(batch, k, v.as_ref().expect("upserts first"))?;
+        }
+        Ok::<_, pmem_structures::Error>(())
+    })?;
+    for (k, v) in users_single.iter().cloned() {
+        match v {
+            Some(v) => users_map.upsert(&k, &v).map(drop)?,
+            None => users_map.remove(&k).map(drop)?,
+        }
+    }
+    for (k, v) in sessions_single.iter().cloned() {
         match v {
             Some(v) => sessions_map.upsert(&k, &v).map(drop)?,
             None => sessions_map.remove(&k).map(drop)?,

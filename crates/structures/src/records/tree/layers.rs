@@ -182,8 +182,10 @@ where
         keys: &[&[u8]],
     ) -> std::result::Result<(), Attempt> {
         let parent_end = parent.start() + SLICE;
-        let (first, others) = keys.split_first().ok_or(Attempt::Retry)?;
-        let depth = others
+        let first: &[u8] = keys.first().copied().unwrap_or_default();
+        let depth = keys
+            .get(1..)
+            .unwrap_or_default()
             .iter()
             .filter_map(|other| {
                 let limit = first.len().max(other.len()) / SLICE + 1;
@@ -198,7 +200,7 @@ where
             .min()
             .ok_or_else(|| RecordMapError::Corrupt {
                 root: self.root,
-                reason: "a write batch holds one key twice".into(),
+                reason: "the new keys a write batch makes room for do not differ".into(),
             })?;
         let header = LayerHeader::new(depth, parent_end, first);
         let (layer, line) = self.make_layer(header, None)?;

@@ -322,12 +322,12 @@ fn random_store_op(rng: &mut SplitMix64, i: u64) -> StoreOp {
                 BatchChange {
                     name: NameId::new((key % VALID_NAMES as u64) as usize),
                     key,
-                    value: (j != 3 || i % 3 != 0).then_some(i * 10 + j),
+                    value: (j != 3 || !i.is_multiple_of(3)).then_some(i * 10 + j),
                 }
             };
             let changes = [change(0), change(1), change(2), change(3)];
             let len = (i / 25 % (BATCH_CHANGES as u64 + 1)) as u8;
-            StoreOp::Batch(changes, len, i % 5 != 0)
+            StoreOp::Batch(changes, len, !i.is_multiple_of(5))
         }
     }
 }

@@ -202,7 +202,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         };
         let leaf = *path.last().expect("a path ends at a leaf");
         let view = self.view(leaf)?;
-        if !(separator < view.high()) || view.level() != 0 {
+        if separator >= view.high() || view.level() != 0 {
             PATH.set(path);
             return Err(self.corrupt(format!(
                 "a split of leaf {leaf:#x} at {separator} outside its keys (high key {})",

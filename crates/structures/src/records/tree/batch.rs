@@ -156,7 +156,7 @@ where
                 }
                 targets.push(Some(target));
             }
-            for indices in empty_entries.values().filter(|indices| indices.len() > 1) {
+            if let Some(indices) = empty_entries.values().find(|indices| indices.len() > 1) {
                 let target = targets[indices[0]].as_ref().expect("a new key's descent");
                 let keys: Vec<&[u8]> = indices.iter().map(|&i| changes[i].0).collect();
                 settle(self.make_room_for(&target.layer, target.word, &keys))?;

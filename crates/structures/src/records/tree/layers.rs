@@ -14,12 +14,15 @@ use pmem_undo_log::Heap;
 use super::layout::LayerHeader;
 use super::retire::{extend_prefix, path_key};
 use super::{
-    is_layer, slice_word, Attempt, Layer, Layers, RecordMapError, RecordTreeMap, Result, LAYER_TAG,
-    SLICE,
+    is_layer, slice_word, Attempt, EmptyLayer, Layer, Layers, RecordMapError, RecordTreeMap,
+    Result, LAYER_TAG, SLICE,
 };
 use crate::fastfair::FastFair;
 use crate::records::intent::IntentLine;
 use crate::records::layout as record_layout;
+
+/// A layer made and not yet published, with the intent line whose layer word names it.
+type MadeLayer<'a, B, P, H> = (Arc<Layer<B, P, H>>, IntentLine<'a>);
 
 /// What the walk at open found.
 pub(super) struct Walked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
@@ -29,7 +32,7 @@ pub(super) struct Walked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     pub records: u64,
     /// Layers below the top holding no entry, each with a key of its path, in walk order
     /// (a layer before those below it).
-    pub empty: Vec<(Arc<Layer<B, P, H>>, Vec<u8>)>,
+    pub empty: Vec<EmptyLayer<B, P, H>>,
 }
 
 /// The number of leading bytes `a` and `b` share.
@@ -247,7 +250,7 @@ where
         &self,
         header: LayerHeader,
         entry: Option<(u64, u64)>,
-    ) -> std::result::Result<(Arc<Layer<B, P, H>>, IntentLine<'_>), Attempt> {
+    ) -> std::result::Result<MadeLayer<'_, B, P, H>, Attempt> {
         let line = self.records.claim_line();
         let (tree, root) = self.heap.transaction(|tx| -> Result<_> {
             let root = tx.alloc(header.block_bytes())?.offset();

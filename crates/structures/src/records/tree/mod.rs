@@ -94,6 +94,8 @@ const LAYER_TAG: u64 = 1;
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
 /// Layers below the top, by the offset of their block.
 type Layers<B, P, H> = HashMap<u64, Arc<Layer<B, P, H>>>;
+/// A layer below the top holding no entry, with a key of its path.
+type EmptyLayer<B, P, H> = (Arc<Layer<B, P, H>>, Vec<u8>);
 
 /// The slice word of `key` in a layer of depth `depth` (see the module docs).
 pub(crate) fn slice_word(key: &[u8], depth: usize) -> u64 {
@@ -181,7 +183,7 @@ pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     /// lead a reader to a layer no write names, and the reference [`Self::layer`] hands out
     /// must outlive the reader's pin. Keyed by a sequence number, which `withdrawn_limbo`
     /// hands back once those readers are gone.
-    withdrawn: Mutex<HashMap<u64, Arc<Layer<B, P, H>>>>,
+    withdrawn: Mutex<Layers<B, P, H>>,
     withdrawn_limbo: Limbo<u64>,
     withdrawn_seq: AtomicU64,
     count: AtomicU64,

@@ -19,8 +19,8 @@ use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_undo_log::Heap;
 
 use super::{
-    is_layer, slice_word, Attempt, Layer, RecordMapError, RecordTreeMap, Result, Retired,
-    LAYER_TAG, SLICE,
+    is_layer, slice_word, Attempt, EmptyLayer, Layer, RecordMapError, RecordTreeMap, Result,
+    Retired, LAYER_TAG, SLICE,
 };
 
 impl<B, P, H> RecordTreeMap<B, P, H>
@@ -223,7 +223,7 @@ where
 
     /// At open, with no reader or writer yet: retire the layers a crash left empty (each with
     /// a key of its path, deepest first), and free them at once.
-    pub(super) fn retire_at_open(&self, empty: Vec<(Arc<Layer<B, P, H>>, Vec<u8>)>) -> Result<()> {
+    pub(super) fn retire_at_open(&self, empty: Vec<EmptyLayer<B, P, H>>) -> Result<()> {
         for (layer, key) in empty.into_iter().rev() {
             if !layer.is_dead() {
                 self.retire_if_empty(layer, &key, true)?;

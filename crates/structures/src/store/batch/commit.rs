@@ -9,7 +9,7 @@ use pmem_undo_log::{Heap, RecordBlock};
 use super::area::{Area, Log};
 use super::{BatchMap, Touched, WriteBatch};
 use crate::cceh::SlotWrite;
-use crate::fastfair::LeafImage;
+use crate::fastfair::{KeyChange, LeafImage};
 use crate::records::RecordPlan;
 use crate::store::error::Error;
 use crate::store::map::MapCore;
@@ -40,7 +40,7 @@ impl Plan {
 fn split_reserved<B: Backend, P: Deref<Target = Pool<B>>>(
     touched: &Touched<B, P>,
     reserved: u64,
-) -> (Vec<(u64, Option<u64>)>, Option<Option<u64>>) {
+) -> (Vec<KeyChange>, Option<Option<u64>>) {
     let mut side = None;
     let mut changes = Vec::with_capacity(touched.words.len());
     for (&key, &value) in &touched.words {

@@ -7,8 +7,9 @@
 //! three catalog entries over eight names (five valid, then the empty name, one of 65 bytes and
 //! one with a control character): opening each kind of structure by name, `get`, `insert`,
 //! `upsert`, `remove` and range scans on the maps with keys 1..=32 and, one time in five, the
-//! reserved keys 0 and `u64::MAX`; dropping a name's handle, removing a structure, reopening
-//! the store and full checks. The committed seeds (fuzz/seeds/store_ops) are written by
+//! reserved keys 0 and `u64::MAX`; write batches of up to four changes over the maps,
+//! committed or dropped (a crash inside one must leave all of it or none); dropping a name's
+//! handle, removing a structure, reopening the store and full checks. The committed seeds (fuzz/seeds/store_ops) are written by
 //! `cargo run -p pmem-test-kit --example fuzz_seeds`.
 //!
 //! The kit's model predicts every result and every error (`InvalidName`, `CatalogFull`,

@@ -56,10 +56,12 @@
 //! The two `u64` maps, CCEH and FAST&FAIR, share one contract, [`U64Map`].
 //!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
-//! share one striped lock with reader versions (`sync`, private). `unsafe` appears in two
-//! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and the
-//! datalog's streaming of a copy-on-write block that no other thread can reach yet
-//! (`Pool::nt_write`, whose rule is stated in `pmem_ordering::pool`).
+//! share one striped lock with reader versions (`sync`, private). `unsafe` appears in three
+//! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and two
+//! streamings of bytes no other thread can reach (`Pool::nt_write`, whose rule is stated in
+//! `pmem_ordering::pool`): the datalog's copy-on-write blocks before they are published, and
+//! a write batch's log in the store's write-batch area, which only the batch lock's holder
+//! touches.
 #![deny(missing_docs)]
 
 pub mod cceh;
@@ -73,7 +75,7 @@ mod u64map;
 pub mod verify;
 
 pub use kind::StructureKind;
-pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions};
+pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, WriteBatch};
 pub use verify::{Finding, Problem, Verification};
 
 // What a user of the `Store` needs, so this crate is the one dependency.

@@ -4,7 +4,7 @@
 //! model after the last operation the child acknowledged, or after the one it was running.
 //!
 //! The child is this test binary re-executed with an environment variable naming the store and
-//! the first operation (no `fork` inside the multi-threaded libtest harness). It runs a fixed
+//! the first operation (the test kit's `kill` harness). It runs a fixed
 //! sequence of operations (inserts, overwrites with values growing to 40 KiB, removes) on keys
 //! sharing 7, 14 and 21-byte prefixes (layers of the ordered map), the empty key and 300-byte
 //! keys, each first on the hash map, then on the ordered map, and acknowledges each on its
@@ -20,16 +20,13 @@
 //! (`record_maps_crash.rs`) cover that.
 
 use std::collections::BTreeMap as Model;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
+use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir};
 use pmem_test_kit::SplitMix64;
 
 type Bytes = Vec<u8>;
@@ -52,9 +49,6 @@ const MAX_ACKS_BEFORE_KILL: u64 = 150;
 const MAX_PAUSE_US: u64 = 3000;
 /// The child stops by itself after this many operations (the parent kills it long before).
 const CHILD_MAX_OPS: u64 = 1_000_000;
-/// Bounds each wait for the child's progress, so a stuck child fails the test instead of
-/// hanging it.
-const DEADLINE: Duration = Duration::from_secs(20);
 const STORE_BYTES: u64 = 64 << 20;
 const HASH: &str = "hash";
 const TREE: &str = "tree";
@@ -152,8 +146,7 @@ fn child(path: &Path, start: u64) -> ! {
     let mut out = std::io::stdout().lock();
     for i in start..start + CHILD_MAX_OPS {
         run(&store, &op(&keys, i));
-        writeln!(out, "acknowledged {i}").expect("child: acknowledge");
-        out.flush().expect("child: acknowledge");
+        acknowledge(&mut out, i);
     }
     std::process::exit(0);
 }
@@ -183,113 +176,6 @@ fn observe(store: &Store) -> (Model<Bytes, Bytes>, Model<Bytes, Bytes>) {
         assert_eq!(tree.get(k).unwrap().as_ref(), Some(v), "tree get");
     }
     (hashed, walked)
-}
-
-/// A directory for the store: on tmpfs when there is one (a persist is then a cache-line
-/// flush, not an msync).
-fn store_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
-/// A running child and the acknowledgements its reader thread passes on.
-struct Running {
-    child: Child,
-    acks: mpsc::Receiver<u64>,
-    reader: std::thread::JoinHandle<Option<u64>>,
-    stderr: PathBuf,
-}
-
-fn spawn(path: &Path, start: u64, stderr: PathBuf) -> Running {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, path)
-        .env(START_ENV, start.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .expect("re-execute the test binary as the child");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, acks) = mpsc::channel();
-    // Reads the acknowledgements on another thread, so the wait for them can time out; returns
-    // the last one.
-    let reader = std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = Vec::new();
-        let mut last = None;
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            // A line cut short by the kill was not acknowledged.
-            let Some(text) = line.strip_suffix(b"\n") else {
-                break;
-            };
-            // libtest's own output may precede an acknowledgement on its line.
-            let text = String::from_utf8_lossy(text);
-            if let Some((_, i)) = text.split_once("acknowledged ") {
-                let i: u64 = i.trim().parse().expect("an operation index");
-                let expected = last.map_or(start, |l: u64| l + 1);
-                assert_eq!(i, expected, "operations are acknowledged in order");
-                last = Some(i);
-                let _ = tx.send(i);
-            }
-        }
-        last
-    });
-    Running {
-        child,
-        acks,
-        reader,
-        stderr,
-    }
-}
-
-/// Waits for acknowledgement `target`, pauses `pause`, kills the child with SIGKILL, and
-/// returns the number of operations done for sure (the last acknowledged index plus one).
-fn kill_after(mut running: Running, start: u64, target: u64, pause: Duration) -> u64 {
-    let started = Instant::now();
-    let mut seen = None;
-    while seen.is_none_or(|s| s < target) {
-        match running
-            .acks
-            .recv_timeout(DEADLINE.saturating_sub(started.elapsed()))
-        {
-            Ok(i) => seen = Some(i),
-            Err(why) => {
-                let _ = running.child.kill();
-                let _ = running.child.wait();
-                panic!(
-                    "the child acknowledged up to {seen:?} of {start}..={target} ({why:?}); its \
-                     stderr:\n{}",
-                    std::fs::read_to_string(&running.stderr).unwrap_or_default()
-                );
-            }
-        }
-    }
-    std::thread::sleep(pause);
-    assert!(
-        running.child.try_wait().unwrap().is_none(),
-        "the child stopped by itself; its stderr:\n{}",
-        std::fs::read_to_string(&running.stderr).unwrap_or_default()
-    );
-    running.child.kill().expect("SIGKILL the child");
-    let status = running.child.wait().unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "the child was killed, not finished: {status:?}"
-    );
-    let last = running.reader.join().expect("the reader thread");
-    last.map_or(start, |l| l + 1)
 }
 
 #[test]
@@ -325,7 +211,11 @@ fn record_maps_survive_sigkill_at_random_moments() {
         let target = done + rng.below(MAX_ACKS_BEFORE_KILL);
         let pause = Duration::from_micros(rng.below(MAX_PAUSE_US + 1));
         let stderr = dir.path().join(format!("child{round}.stderr"));
-        let running = spawn(&path, done, stderr);
+        let env = [
+            (CHILD_ENV, path.clone().into_os_string()),
+            (START_ENV, done.to_string().into()),
+        ];
+        let running = spawn(TEST_NAME, &env, done, stderr);
         let acknowledged = kill_after(running, done, target, pause);
         assert!(
             acknowledged > target,

@@ -21,7 +21,8 @@ use crate::records::{
     SHAPE_DRAWS, TAIL_ALPHABET, VALUE_DRAWS,
 };
 use crate::store::{
-    key_draw, NameId, StoreOp, StoreSetup, KEY_DRAWS, KINDS, NAME_DRAWS, STORE_OP_VARIANTS,
+    key_draw, NameId, StoreOp, StoreSetup, BATCH_CHANGES, KEY_DRAWS, KINDS, NAME_DRAWS,
+    STORE_OP_VARIANTS,
 };
 use crate::ReservedKeyOp;
 
@@ -476,6 +477,19 @@ impl FuzzEncode for StoreOp {
             StoreOp::RemoveStructure(name) => variant(out, 7, Some(name)),
             StoreOp::Reopen => variant(out, 8, None),
             StoreOp::Check => variant(out, 9, None),
+            StoreOp::Batch(changes, len, commit) => {
+                variant(out, 10, None);
+                for change in changes {
+                    change.name.encode(out);
+                    out.store_key(change.key);
+                    out.bool(change.value.is_some());
+                    if let Some(v) = change.value {
+                        out.u64(v);
+                    }
+                }
+                out.in_range(u64::from(len), 0, BATCH_CHANGES as u64);
+                out.bool(commit);
+            }
         }
     }
 }

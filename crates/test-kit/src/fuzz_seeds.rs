@@ -19,7 +19,10 @@ use crate::fuzz_input::{
 use crate::records::{
     BoundKind, KeyShape, RecordKey, RecordOp, RecordValue, MAX_TAIL, TAIL_ALPHABET, VALUE_CLASSES,
 };
-use crate::store::{NameId, StoreOp, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES, VALID_NAMES};
+use crate::store::{
+    BatchChange, NameId, StoreOp, BATCH_CHANGES, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES,
+    VALID_NAMES,
+};
 use crate::{ReservedKeyOp, SplitMix64};
 use pmem_structures::StructureKind;
 
@@ -300,8 +303,8 @@ fn random_store_op(rng: &mut SplitMix64, i: u64) -> StoreOp {
         1 => u64::MAX,
         _ => 1 + rng.below(STORE_KEYS),
     };
-    match i % 23 {
-        0..=2 => StoreOp::Open(name, KINDS[(i / 23 % 3) as usize]),
+    match i % 25 {
+        0..=2 => StoreOp::Open(name, KINDS[(i / 25 % 3) as usize]),
         3 | 4 => StoreOp::Get(name, key()),
         5..=8 => StoreOp::Insert(name, key(), i),
         9..=11 => StoreOp::Upsert(name, key(), i + 1000),
@@ -312,8 +315,21 @@ fn random_store_op(rng: &mut SplitMix64, i: u64) -> StoreOp {
         }
         16..=18 => StoreOp::DropHandles(name),
         19..=21 => StoreOp::RemoveStructure(name),
-        _ if i.is_multiple_of(2) => StoreOp::Reopen,
-        _ => StoreOp::Check,
+        22 if i.is_multiple_of(2) => StoreOp::Reopen,
+        22 => StoreOp::Check,
+        _ => {
+            let mut change = |j: u64| {
+                let key = key();
+                BatchChange {
+                    name: NameId::new((key % VALID_NAMES as u64) as usize),
+                    key,
+                    value: (j != 3 || i % 3 != 0).then_some(i * 10 + j),
+                }
+            };
+            let changes = [change(0), change(1), change(2), change(3)];
+            let len = (i / 25 % (BATCH_CHANGES as u64 + 1)) as u8;
+            StoreOp::Batch(changes, len, i % 5 != 0)
+        }
     }
 }
 

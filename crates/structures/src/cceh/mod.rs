@@ -112,6 +112,7 @@
 //! | `verify.rs` | [`Cceh::verify`]: the same walk, read-only, every violation listed as a typed finding |
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
+//! | `store_batch.rs` | a store write batch's changes: slot writes planned, room made by splits first, applied in a single write's order |
 //! | `interleaving/` | (tests) lookups stepped against writers, every schedule: the harness (`mod.rs`) and the scenarios (`scenarios.rs`) |
 //! | `probe_tests.rs` | (tests) colliding key words: splits, `before_store`, recovery, races |
 //! | `probe_crash_tests.rs` | (tests) colliding key words under simulated crashes |
@@ -136,6 +137,7 @@ mod reclaim;
 mod recovery;
 mod snapshot;
 mod split;
+mod store_batch;
 #[cfg(test)]
 mod test_heap;
 mod verify;
@@ -160,6 +162,7 @@ use layout::{Directory, Entry, Root, SegmentShape};
 pub(crate) use probe::{KeyWords, SlotProbe};
 use reclaim::Retired;
 pub use snapshot::Iter;
+pub(crate) use store_batch::SlotWrite;
 
 /// The reserved key that marks an empty slot.
 pub const EMPTY_KEY: u64 = 0;

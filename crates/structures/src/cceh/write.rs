@@ -30,7 +30,7 @@ use crate::sync::StripeGuard;
 
 /// Where a write goes in its window, chosen under the segment's stripe lock. A slot is named by
 /// the word of its key among the segment's words.
-enum Chosen {
+pub(super) enum Chosen {
     /// The slot holding the probe's key, and its value.
     Found { slot: usize, old: u64 },
     /// A free slot for a new entry. `vacated` says a displacement freed it: it still holds
@@ -97,7 +97,7 @@ fn matching_slot(
 /// The stripe whose lock guards the segment at `segment`: the offset's Fibonacci hash (one
 /// multiply), its top bits picking one of [`STRIPES`].
 #[inline(always)]
-fn stripe_of(segment: u64) -> usize {
+pub(super) fn stripe_of(segment: u64) -> usize {
     const _: () = assert!(STRIPES.is_power_of_two() && STRIPES > 1);
     (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - STRIPES.trailing_zeros())) as usize
 }
@@ -263,7 +263,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// (so not freed), and an unchanged entry that it still maps `h` to this segment, which no
     /// split can change while the lock is held.
     #[inline(always)]
-    fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
+    pub(super) fn lock_place(&self, h: u64) -> Result<(Place, StripeGuard<'_>), CcehError> {
         let words = self.pool_words()?;
         match self.lock_place_fast(words, h) {
             Some((place, _, stripe)) => Ok((place, stripe)),
@@ -336,7 +336,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// caller holds the segment's stripe lock): the slot matching the probe, else the window's
     /// first empty slot. `None`: neither; [`Cceh::choose_in_full_window`] looks further.
     #[inline(always)]
-    fn choose(
+    pub(super) fn choose(
         &self,
         segment: SegmentView<'_>,
         probe: &impl SlotProbe,
@@ -377,7 +377,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// The words of the segment at `segment`, for a writer ([`SegmentView::alone`]).
     #[inline(always)]
-    fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
+    pub(super) fn writer_view(&self, segment: u64) -> Result<SegmentView<'_>, CcehError> {
         match SegmentView::alone(self.pool_words()?, segment, self.span) {
             Some(view) => Ok(view),
             None => Err(self.bad_offset(segment, self.shape.bytes())),
@@ -527,6 +527,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 /// it is still there): `occupied` if it is not [`EMPTY_KEY`].
 #[inline(always)]
 fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, value: u64) {
+    fill_slot_unpersisted(stores, occupied, key, value);
+    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
+    let _ = stores.persist(0, 2);
+}
+
+/// The stores of [`fill_slot`], in its order, without the persist: a write batch's
+/// (`store_batch.rs`), which flushes the slot and leaves the fence to the batch.
+#[inline(always)]
+pub(super) fn fill_slot_unpersisted<B: Backend>(
+    stores: &WordStores<'_, B>,
+    occupied: bool,
+    key: u64,
+    value: u64,
+) {
     const KEY: usize = 0;
     const VALUE: usize = value_word(KEY);
     if occupied {
@@ -537,6 +551,4 @@ fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, v
     write_step(WriteStep::ValueStored);
     stores.store(KEY, key);
     write_step(WriteStep::KeyStored);
-    // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
-    let _ = stores.persist(KEY, VALUE + 1);
 }

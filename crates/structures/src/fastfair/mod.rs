@@ -16,6 +16,7 @@
 //! | `redo.rs` | redo-logged shifts: log, commit, apply, clear; replay at open |
 //! | `split.rs` | FAIR splits up to a new root: how a split is made crash-safe |
 //! | `merge.rs` | merges, borrows and root collapse: how a merge is made crash-safe |
+//! | `batch.rs` | a store write batch's changes: leaf images planned, room made by splits first, applied under the leaf's lock |
 //! | `recovery.rs` | open: root object checks, redo replay, duplicate repair, key count |
 //! | `check.rs` | the level-by-level walk and the whole-tree checks built on it |
 //! | `verify.rs` | [`FastFair::verify`]: every node walked read-only, every violation listed as a typed finding |
@@ -168,6 +169,7 @@ use crate::kind::{describe_magic, StructureKind};
 use crate::sync::{SeqVersion, Stripes};
 use crate::u64map::ReservedKey;
 
+mod batch;
 mod check;
 #[cfg(test)]
 mod hook_tests;
@@ -189,6 +191,7 @@ mod writer_interleave;
 
 use layout::{NodeImage, NodeShape, NodeView, RedoArea, RootFields, RootObject};
 
+pub(crate) use batch::{KeyChange, LeafImage};
 pub use range::Range;
 
 /// The reserved key that marks a free slot; it sorts after every valid key.

@@ -22,7 +22,7 @@ use super::{FastFair, FastFairError, EMPTY_KEY};
 /// Writes planned in order, over one buffer of words: a split is planned, then logged, then
 /// written. Planning a split allocates only these two buffers (and the entries' one).
 #[derive(Default)]
-struct Staged {
+pub(super) struct Staged {
     /// Every planned write's words, little-endian, back to back.
     words: Vec<u64>,
     /// Each write's pool offset and the end of its words in `words` (it starts where the
@@ -32,7 +32,7 @@ struct Staged {
     /// existing node is staged, so the writes are walked once, to write them. A new node's
     /// write has none: a fresh block needs no snapshot (it is unreachable if the split rolls
     /// back, and its allocation is undone).
-    ranges: Vec<(u64, u64)>,
+    pub(super) ranges: Vec<(u64, u64)>,
 }
 
 impl Staged {
@@ -46,14 +46,14 @@ impl Staged {
     }
 
     /// Empty it, keeping its buffers.
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.words.clear();
         self.writes.clear();
         self.ranges.clear();
     }
 
     /// Room for a split of `levels` nodes of `node_words` words each, without regrowing.
-    fn reserve(&mut self, levels: usize, node_words: usize) {
+    pub(super) fn reserve(&mut self, levels: usize, node_words: usize) {
         self.words.reserve(2 * levels * node_words + 2);
         self.writes.reserve(4 * levels + 2);
         self.ranges.reserve(4 * levels + 2);
@@ -120,17 +120,17 @@ impl Staged {
 /// A split's buffers, kept per thread between splits so that planning and logging a split
 /// allocate nothing once the thread's first split has sized them.
 #[derive(Default)]
-struct SplitScratch {
-    staged: Staged,
+pub(super) struct SplitScratch {
+    pub(super) staged: Staged,
     /// The entries of the node being split (plus the one going in), level by level.
-    entries: Vec<(u64, u64)>,
+    pub(super) entries: Vec<(u64, u64)>,
 }
 
 thread_local! {
     /// This thread's [`SplitScratch`]: taken out for a split and put back after it, so a
     /// split run from inside another (a test hook's) finds it empty and uses fresh buffers.
     /// Initialised as a constant: no lazy-initialisation check on each use.
-    static SCRATCH: Cell<SplitScratch> = const {
+    pub(super) static SCRATCH: Cell<SplitScratch> = const {
         Cell::new(SplitScratch {
             staged: Staged::new(),
             entries: Vec::new(),
@@ -139,7 +139,7 @@ thread_local! {
 
     /// The buffer of this thread's last split path ([`LockedSplit`]), handed back when the
     /// split drops it, so a split's path allocates nothing after the thread's first.
-    static PATH: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+    pub(super) static PATH: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
 /// The writes in order, as (offset, bytes).
@@ -157,7 +157,7 @@ impl<'a> IntoIterator for &'a Staged {
 }
 
 /// The iterator over a [`Staged`]'s writes.
-struct StagedWrites<'a> {
+pub(super) struct StagedWrites<'a> {
     staged: &'a Staged,
     /// Where the next write's words start.
     start: usize,
@@ -211,18 +211,18 @@ fn push_range(ranges: &mut Vec<(u64, u64)>, offset: u64, len: u64) {
 }
 
 /// One node's split, planned: what it keeps and what moves to its new sibling.
-struct NodeSplit<'a> {
+pub(super) struct NodeSplit<'a> {
     /// The node's offset.
-    offset: u64,
+    pub(super) offset: u64,
     /// The entries it keeps.
-    kept: &'a [(u64, u64)],
+    pub(super) kept: &'a [(u64, u64)],
     /// Its slots that change ([`changed_slots`]).
-    changed: Range<usize>,
+    pub(super) changed: Range<usize>,
     /// The sibling's entries, and its leftmost child (0 for a leaf).
-    right: &'a [(u64, u64)],
-    leftmost: u64,
+    pub(super) right: &'a [(u64, u64)],
+    pub(super) leftmost: u64,
     /// The node's new high key: every key of the sibling is at or above it.
-    separator: u64,
+    pub(super) separator: u64,
 }
 
 /// A split's path, checked and locked: the stripes of `path[top..]` are held, which are the
@@ -295,7 +295,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// The highest index of `path` a split of its leaf changes, looking no higher than
     /// `floor`: going up from the leaf while the node is full (a full node splits and so
     /// changes its parent).
-    fn split_top(&self, path: &[u64], floor: usize) -> Result<usize, FastFairError> {
+    pub(super) fn split_top(&self, path: &[u64], floor: usize) -> Result<usize, FastFairError> {
         let mut top = path.len() - 1;
         while top > floor && self.view(path[top])?.is_full() {
             top -= 1;
@@ -390,7 +390,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
                 separator,
             },
         )?;
-        let mut carry = (separator, sibling);
+        self.carry_up(tx, path, (separator, sibling), staged, entries)
+    }
+
+    /// The rest of a split whose leaf (the end of `path`) is planned and whose sibling and
+    /// separator are `carry`: the separator goes into the parent, which splits in turn if it is
+    /// full, up to a node with room or through `path[0]`, the root, to a new root.
+    pub(super) fn carry_up(
+        &self,
+        tx: &Tx<'_, B>,
+        path: &[u64],
+        mut carry: (u64, u64),
+        staged: &mut Staged,
+        entries: &mut Vec<(u64, u64)>,
+    ) -> Result<(), FastFairError> {
         for &parent_off in path[..path.len() - 1].iter().rev() {
             let parent = self.view(parent_off)?;
             let old_len = parent.count();
@@ -440,7 +453,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// FAIR's split of the node `view` shows, as `split` plans it: the sibling written in
     /// full, then linked with the node's new high key, then the node truncated. Returns the
     /// sibling.
-    fn split_node(
+    pub(super) fn split_node(
         &self,
         tx: &Tx<'_, B>,
         staged: &mut Staged,
@@ -457,7 +470,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         staged.node(sibling, header, split.right, self.capacity);
         staged.word(high_offset(split.offset), split.separator);
         staged.word(sibling_offset(split.offset), sibling);
-        staged.entries(split.offset, split.kept, split.changed);
+        // A split at a separator above every entry (a batch's, `split_leaf_at`) moves none.
+        if !split.changed.is_empty() {
+            staged.entries(split.offset, split.kept, split.changed);
+        }
         Ok(sibling)
     }
 }

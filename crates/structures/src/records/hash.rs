@@ -65,7 +65,7 @@ pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {
 
 /// A lookup's probe: the key's hash word, and its bytes to compare with a record's. The first
 /// line of the record that matched is kept, so the value is read without reading it again.
-struct KeyProbe<'a, B: Backend> {
+pub(super) struct KeyProbe<'a, B: Backend> {
     word: u64,
     key: &'a [u8],
     pool: &'a Pool<B>,
@@ -219,8 +219,8 @@ fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
 
 /// A CCEH hash map from byte strings to byte strings, in a heap (see the module docs).
 pub struct RecordHashMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    table: Cceh<B, P, H>,
-    records: Records,
+    pub(super) table: Cceh<B, P, H>,
+    pub(super) records: Records,
     root: u64,
     resolved: Resolved,
 }
@@ -296,7 +296,7 @@ where
         self.resolved
     }
 
-    fn probe<'a>(&'a self, key: &'a [u8]) -> KeyProbe<'a, B> {
+    pub(super) fn probe<'a>(&'a self, key: &'a [u8]) -> KeyProbe<'a, B> {
         KeyProbe {
             word: key_word(key),
             key,
@@ -310,7 +310,7 @@ where
     /// The offset of the record `key` has now, if any (lock-free; the caller pins the epoch,
     /// as the probe reads the keys of the records it meets); a damaged record under its word is
     /// [`RecordMapError::CorruptRecord`].
-    fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
+    pub(super) fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
         let probe = self.probe(key);
         match self.table.get_probe(&probe, |record| record)? {
             Some(record) => Ok(Some(record)),

@@ -53,13 +53,15 @@
 //! | `layout.rs` | a record's bytes: owner, lengths, key, value; limits |
 //! | `intent.rs` | intent lines: what a cut-short write leaves in doubt |
 //! | `limbo.rs` | retired blocks waiting for readers to leave |
+//! | `batch.rs` | a store write batch's changes: records staged, the structure's writes planned, applied |
 //! | `error.rs` | the maps' error |
 //! | `head.rs` | the head of both maps' root objects: magic, version, intent area |
 //! | `hash.rs` | the byte-key CCEH map |
 //! | `verify.rs` | what both maps' `verify()` check alike: the head, the intent lines, each record |
 //! | `tree/` | the byte-key ordered map: a trie of FAST&FAIR layers (`layers.rs`: making, opening and freeing layers; `scan.rs`: ordered scans; `check.rs`: walks and checks; `verify.rs`: its `verify()`) |
 
-mod error;
+pub(crate) mod batch;
+pub(crate) mod error;
 pub mod hash;
 mod head;
 pub(crate) mod intent;
@@ -78,6 +80,7 @@ use self::intent::{IntentArea, IntentLine, LayerWord, Named};
 use self::layout::Header;
 use self::limbo::Limbo;
 
+pub(crate) use batch::RecordPlan;
 pub use error::RecordMapError;
 pub use hash::RecordHashMap;
 pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
@@ -244,15 +247,7 @@ impl Records {
     ) -> Result<Staged<'_>, TxError> {
         let pool = heap.pool();
         let block = self.reserve(heap, layout::record_bytes(key.len(), value.len()))?;
-        let written = (|| -> Result<_, PoolError> {
-            let header = layout::header(self.owner, key, value);
-            let mut w = pool.write(block.offset, &header)?;
-            w = w.merge(pool.write(Header::key_at(block.offset), key)?);
-            let value_at = Header::key_at(block.offset) + key.len() as u64;
-            w = w.merge(pool.write(value_at, value)?);
-            Ok(pool.flush(w))
-        })();
-        let record = match written {
+        let record = match self.write_record(pool, block, key, value) {
             Ok(p) => p,
             Err(e) => {
                 let _ = heap.cancel_record(block);
@@ -280,6 +275,50 @@ impl Records {
             retired: None,
             committed: false,
         })
+    }
+
+    /// Write the record of `key -> value` into `block` and flush it (the caller fences).
+    fn write_record<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        block: RecordBlock,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<pmem_ordering::Pending, PoolError> {
+        let header = layout::header(self.owner, key, value);
+        let mut w = pool.write(block.offset, &header)?;
+        w = w.merge(pool.write(Header::key_at(block.offset), key)?);
+        let value_at = Header::key_at(block.offset) + key.len() as u64;
+        w = w.merge(pool.write(value_at, value)?);
+        Ok(pool.flush(w))
+    }
+
+    /// A write batch's record of `key -> value` (`batch.rs`): reserved, written and flushed,
+    /// with no intent line and no fence (the batch's log names it, and its commit fence makes
+    /// both durable). The block is the caller's to publish or cancel.
+    pub(crate) fn stage_for_batch<B: Backend, P: Deref<Target = Pool<B>>>(
+        &self,
+        heap: &Heap<B, P>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<RecordBlock, TxError> {
+        let block = self.reserve(heap, layout::record_bytes(key.len(), value.len()))?;
+        match self.write_record(heap.pool(), block, key, value) {
+            // Flushed; the batch's commit fence makes it durable.
+            Ok(_flushed) => Ok(block),
+            Err(e) => {
+                let _ = heap.cancel_record(block);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Hand blocks a write batch retired to the limbo, once the batch's last fence made the
+    /// retirement durable: they come back once readers pinned now have left.
+    pub(crate) fn defer_retired(&self, blocks: impl IntoIterator<Item = RecordBlock>) {
+        for block in blocks {
+            self.limbo.defer(block);
+        }
     }
 
     /// The first epoch of a remove: the intent line naming `old` durable.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::entries::BTreeEntries;
+use super::batch::{BatchMap, WriteBatch};
 use super::error::Error;
 use super::map::TreeCore;
 use super::raw::SharedHeap;
@@ -61,6 +62,14 @@ impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<K, V, B, P
 
 impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B, P> {
     typed_map_methods!(TreeRepr);
+
+    /// The map as a write batch names it.
+    fn batch_map(&self) -> BatchMap<B, P> {
+        match &self.repr {
+            TreeRepr::Words(core) => BatchMap::TreeWords(core.clone()),
+            TreeRepr::Records(core) => BatchMap::TreeRecords(core.clone()),
+        }
+    }
 
     /// The node size and shift policy the tree (each layer of a map of records) was created
     /// with (recorded in the store).

@@ -163,6 +163,36 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A write batch with more changes than a batch takes ([`crate::store::MAX_BATCH_CHANGES`]);
+    /// the change was not added, nothing changed.
+    #[error("a write batch takes at most {max} changes, and this one has {changes}; the change was not added, nothing changed")]
+    BatchTooLarge {
+        /// The changes the batch would have.
+        changes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A write batch whose log does not fit the store's write-batch area; nothing changed.
+    #[error("a write batch's log of {bytes} bytes does not fit the store's {max}-byte write-batch area (split the batch); nothing changed")]
+    BatchLogFull {
+        /// Bytes the log needs.
+        bytes: u64,
+        /// Bytes the area holds.
+        max: u64,
+    },
+    /// A single write (or a second batch) from the thread whose open write batch holds the map
+    /// (or the store): it would wait for itself. Write through the batch instead.
+    #[error("{name:?} is held by a write batch open on this thread: write through the batch (`insert_in`, `upsert_in`, ...), or commit it first")]
+    InBatch {
+        /// The map's name, or "the store" for a second batch.
+        name: String,
+    },
+    /// A map handle of another store passed to a write batch.
+    #[error("{name:?} belongs to another store than the write batch's")]
+    OtherStore {
+        /// The map's name.
+        name: String,
+    },
     /// The undo-log heap failed (log space, a damaged log or allocator); nothing changed.
     #[error(transparent)]
     Heap(TxError),

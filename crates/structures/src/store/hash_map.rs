@@ -7,6 +7,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::entries::HashEntries;
+use super::batch::{BatchMap, WriteBatch};
 use super::error::Error;
 use super::map::HashCore;
 use super::record_map::RecordHashCore;
@@ -59,6 +60,14 @@ impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<K, V, B, P>
 
 impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, P> {
     typed_map_methods!(HashRepr);
+
+    /// The map as a write batch names it.
+    fn batch_map(&self) -> BatchMap<B, P> {
+        match &self.repr {
+            HashRepr::Words(core) => BatchMap::HashWords(core.clone()),
+            HashRepr::Records(core) => BatchMap::HashRecords(core.clone()),
+        }
+    }
 
     /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the
     /// walk): a snapshot of each segment as it is read, so a write concurrent with the walk

@@ -18,6 +18,7 @@ use super::entries::{BTreeEntries, Entries, HashEntries};
 use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
 use super::registry::{Core, Opened, Shared};
+use crate::sync::{WriteSection, WriterGate};
 use crate::U64Map;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
@@ -30,7 +31,9 @@ pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
     reserved_writer: Mutex<()>,
     entry: u64,
     pub(super) name: String,
-    shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B, P>>,
+    /// Keeps single writers out while a write batch holds the map (`batch/`).
+    pub(super) gate: WriterGate,
 }
 
 pub(crate) type HashCore<B, P> = MapCore<HashTable<B, P>, B, P>;
@@ -53,6 +56,7 @@ where
             entry,
             name: name.to_string(),
             shared,
+            gate: WriterGate::new(),
         })
     }
 
@@ -86,7 +90,16 @@ where
         Ok(self.raw.get(key)?)
     }
 
+    /// Enter the map's writer gate for a single write (see `batch/`).
+    #[inline(always)]
+    pub(super) fn enter(&self) -> Result<WriteSection, Error> {
+        self.gate.enter().map_err(|_| Error::InBatch {
+            name: self.name.clone(),
+        })
+    }
+
     pub(super) fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
+        let _section = self.enter()?;
         if key != S::RESERVED_KEY {
             return Ok(self.raw.insert(key, value)?);
         }
@@ -99,6 +112,7 @@ where
     }
 
     pub(super) fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
+        let _section = self.enter()?;
         if key != S::RESERVED_KEY {
             return Ok(self.raw.upsert(key, value)?);
         }
@@ -109,6 +123,7 @@ where
     }
 
     pub(super) fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
+        let _section = self.enter()?;
         if key != S::RESERVED_KEY {
             return Ok(self.raw.remove(key)?);
         }
@@ -126,6 +141,20 @@ where
 
     pub(super) fn check(&self) -> Result<u64, Error> {
         Ok(self.raw.check()? + u64::from(self.reserved().is_some()))
+    }
+}
+
+impl<S, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
+    /// A write batch's new value of the reserved key: the catalog entry's bytes (where, and
+    /// what they become).
+    pub(super) fn side_image(&self, value: Option<u64>) -> (u64, [u8; 16]) {
+        catalog::side_image(self.entry, value)
+    }
+
+    /// A write batch's new value of the reserved key, for readers (once the batch is
+    /// committed: its apply stores the entry's bytes of [`MapCore::side_image`]).
+    pub(super) fn publish_reserved(&self, value: Option<u64>) {
+        self.reserved.store(value);
     }
 }
 

@@ -22,6 +22,7 @@
 //!   structures; `typed_methods`: the methods both handles share; `map`: the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their
 //!   iterators; `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
+//! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together.
 //! * `name`, `error`: valid names; the one [`Error`] type.
 //! * `verify`, `verification`: [`Store::verify`] and its report, [`verify_pool`] for a file.
 //!
@@ -29,6 +30,7 @@
 //! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
 //! store and every handle made from it are dropped.
 
+mod batch;
 mod btree_map;
 mod catalog;
 mod datalog;
@@ -55,6 +57,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
+pub use batch::{WriteBatch, MAX_BATCH_CHANGES};
 pub use btree_map::{BTreeIter, BTreeMap};
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
@@ -275,10 +278,32 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// in proportion to their records to load.
     pub fn load(heap: Heap<B, P>) -> Result<Store<B, P>, Error> {
         let catalog = Catalog::open(&heap)?;
+        // A write batch a crash cut short after its commit point: its bytes go back in before
+        // any structure opens (`batch/area.rs`, "Recovery").
+        let area = match catalog.batch_area() {
+            Some(offset) => Some(batch::Area::open(&heap, offset)?),
+            None => None,
+        };
+        let committed = match area {
+            Some(area) => area.committed(heap.pool())?,
+            None => None,
+        };
+        if let Some(committed) = &committed {
+            batch::Area::copy_in(heap.pool(), committed)?;
+        }
         let path = heap.pool().path().map(Path::to_path_buf);
         let shared = Arc::new(Shared::new(heap, catalog, path));
-        // Before anything allocates: what a crash left in doubt in the maps of records.
+        // Before anything allocates: what a crash left in doubt in the maps of records, then
+        // the blocks of the batch, then the record chunks a crash left empty go back.
         shared.resolve_records()?;
+        if let (Some(area), Some(committed)) = (area, &committed) {
+            batch::Area::resolve_blocks(&shared.heap, committed)?;
+            area.clear(shared.heap.pool())?;
+        }
+        shared.heap.trim_record_chunks()?;
+        if let Some(area) = area {
+            shared.batches.set_area(area);
+        }
         Ok(Store { shared })
     }
 
@@ -388,7 +413,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// Check that the heap's allocated blocks are exactly the blocks the structures own
     /// (nothing leaked, nothing shared): returns how many there are, or names the difference.
     pub fn check_blocks(&self) -> Result<u64, Error> {
-        let owned = self.owned_blocks()?;
+        let mut owned = self.owned_blocks()?;
+        owned.extend(self.store_blocks());
         let allocated = self.shared.heap.check_heap()?;
         let (findings, _) = verify::reachability(&allocated, &owned, true);
         if !findings.is_empty() {
@@ -404,6 +430,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
             });
         }
         Ok(allocated.len() as u64)
+    }
+
+    /// The store's own blocks besides the structures': the write-batch area, once made (as
+    /// `check_blocks` and `verify` list it).
+    pub(crate) fn store_blocks(&self) -> Vec<(String, Vec<u64>)> {
+        let area = self.shared.lock().catalog.batch_area();
+        area.map(|a| ("(the store's write-batch area)".to_string(), vec![a]))
+            .into_iter()
+            .collect()
     }
 
     /// The heap under the store: statistics, and the raw layer for those who build their own

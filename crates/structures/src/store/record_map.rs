@@ -9,13 +9,16 @@ use super::catalog::Listed;
 use super::error::Error;
 use super::raw::{RecordTable, RecordTree};
 use super::registry::{Core, Opened, Shared};
+use crate::sync::{WriteSection, WriterGate};
 
 /// A byte-key hash map's shared state.
 pub(crate) struct RecordHashCore<B: Backend, P: Deref<Target = Pool<B>>> {
     pub(super) raw: RecordTable<B, P>,
     pub(super) name: String,
     /// Keeps the store (heap, file, lock) alive as long as a handle is.
-    _shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B, P>>,
+    /// Keeps single writers out while a write batch holds the map (`batch/`).
+    pub(super) gate: WriterGate,
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordHashCore<B, P> {
@@ -29,7 +32,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordHashCore<B, P>
         Ok(RecordHashCore {
             raw,
             name: name.to_string(),
-            _shared: shared,
+            shared,
+            gate: WriterGate::new(),
         })
     }
     fn record(core: &Arc<Self>) -> Opened<B, P> {
@@ -51,7 +55,9 @@ pub(crate) struct RecordTreeCore<B: Backend, P: Deref<Target = Pool<B>>> {
     pub(super) raw: RecordTree<B, P>,
     pub(super) name: String,
     /// Keeps the store (heap, file, lock) alive as long as a handle is.
-    _shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B, P>>,
+    /// Keeps single writers out while a write batch holds the map (`batch/`).
+    pub(super) gate: WriterGate,
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P> {
@@ -65,7 +71,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P>
         Ok(RecordTreeCore {
             raw,
             name: name.to_string(),
-            _shared: shared,
+            shared,
+            gate: WriterGate::new(),
         })
     }
     fn record(core: &Arc<Self>) -> Opened<B, P> {
@@ -81,3 +88,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P>
         &self.raw
     }
 }
+
+/// Entering the writer gate of a map of records for a single write.
+macro_rules! enter_gate {
+    ($core:ident) => {
+        impl<B: Backend, P: Deref<Target = Pool<B>>> $core<B, P> {
+            /// Enter the map's writer gate for a single write (see `batch/`).
+            #[inline(always)]
+            pub(super) fn enter(&self) -> Result<WriteSection, Error> {
+                self.gate.enter().map_err(|_| Error::InBatch {
+                    name: self.name.clone(),
+                })
+            }
+        }
+    };
+}
+
+enter_gate!(RecordHashCore);
+enter_gate!(RecordTreeCore);

@@ -25,6 +25,8 @@ pub(crate) struct Shared<B: Backend, P: Deref<Target = Pool<B>>> {
     pub heap: SharedHeap<B, P>,
     pub path: Option<PathBuf>,
     state: Mutex<State<B, P>>,
+    /// Write batches: the lock, the readers' version, the area.
+    pub batches: super::batch::Batches,
 }
 
 pub(crate) struct State<B: Backend, P: Deref<Target = Pool<B>>> {
@@ -104,6 +106,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                 catalog,
                 open: HashMap::new(),
             }),
+            batches: super::batch::Batches::default(),
         }
     }
 
@@ -178,7 +181,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
     }
 
     /// Open every map of records once, so that each resolves what a crash left in doubt
-    /// before anything allocates ([`crate::records`]). Run when the store loads.
+    /// before anything allocates ([`crate::records`]). Run when the store loads, before the
+    /// record chunks a crash left empty are trimmed.
     pub(crate) fn resolve_records(&self) -> Result<(), Error> {
         use super::raw::{RecordTable, RecordTree};
         let state = self.lock();
@@ -193,9 +197,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                 _ => {}
             }
         }
-        // Record chunks a crash left empty go back to the free pool, now that no resolution
-        // needs them.
-        self.heap.trim_record_chunks()?;
         Ok(())
     }
 

@@ -38,7 +38,10 @@ macro_rules! typed_map_methods {
                 $repr::Words(core) => {
                     core.insert(encode_word(key.bytes()), encode_word(value.bytes()))
                 }
-                $repr::Records(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),
+                $repr::Records(core) => {
+                    let _section = core.enter()?;
+                    Ok(core.raw.insert(key.bytes(), value.bytes())?)
+                }
             }
         }
 
@@ -55,11 +58,13 @@ macro_rules! typed_map_methods {
                     .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
                     .map(|w| decode_word(w, "value", &core.name))
                     .transpose(),
-                $repr::Records(core) => core
-                    .raw
-                    .upsert(key.bytes(), value.bytes())?
-                    .map(|v| decode(v, "value", &core.name))
-                    .transpose(),
+                $repr::Records(core) => {
+                    let _section = core.enter()?;
+                    core.raw
+                        .upsert(key.bytes(), value.bytes())?
+                        .map(|v| decode(v, "value", &core.name))
+                        .transpose()
+                }
             }
         }
 
@@ -71,11 +76,13 @@ macro_rules! typed_map_methods {
                     .remove(encode_word(key.bytes()))?
                     .map(|w| decode_word(w, "value", &core.name))
                     .transpose(),
-                $repr::Records(core) => core
-                    .raw
-                    .remove(key.bytes())?
-                    .map(|v| decode(v, "value", &core.name))
-                    .transpose(),
+                $repr::Records(core) => {
+                    let _section = core.enter()?;
+                    core.raw
+                        .remove(key.bytes())?
+                        .map(|v| decode(v, "value", &core.name))
+                        .transpose()
+                }
             }
         }
 
@@ -107,6 +114,131 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => core.raw.verify(),
                 $repr::Records(core) => core.raw.verify(),
+            }
+        }
+
+        /// The value of `key` as `batch` would leave it: the batch's own write of it, else the
+        /// map's. From now until the batch ends, no single writer changes the map (they wait).
+        pub fn get_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+        ) -> Result<Option<V>, Error> {
+            let i = batch.touch(self.batch_map())?;
+            self.read_in(batch, i, key.encode().bytes())
+        }
+
+        /// Whether `key` is in the map as `batch` would leave it (see [`Self::get_in`]).
+        pub fn contains_key_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+        ) -> Result<bool, Error> {
+            Ok(self.get_in(batch, key)?.is_some())
+        }
+
+        /// [`Self::insert`] in `batch`: `true` (and the batch will insert it) if `key` is absent
+        /// as the batch would leave it, `false` (and nothing added) if present. Made durable by
+        /// the batch's commit, with its other writes.
+        pub fn insert_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+            value: impl Encode<V>,
+        ) -> Result<bool, Error> {
+            let (key, value) = (key.encode(), value.encode());
+            let i = batch.touch(self.batch_map())?;
+            if self.read_in(batch, i, key.bytes())?.is_some() {
+                return Ok(false);
+            }
+            self.write_in(batch, i, key.bytes(), Some(value.bytes()))?;
+            Ok(true)
+        }
+
+        /// [`Self::upsert`] in `batch`: the value `key` had as the batch would leave it.
+        pub fn upsert_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+            value: impl Encode<V>,
+        ) -> Result<Option<V>, Error> {
+            let (key, value) = (key.encode(), value.encode());
+            let i = batch.touch(self.batch_map())?;
+            let old = self.read_in(batch, i, key.bytes())?;
+            self.write_in(batch, i, key.bytes(), Some(value.bytes()))?;
+            Ok(old)
+        }
+
+        /// [`Self::remove`] in `batch`: the value `key` had as the batch would leave it.
+        pub fn remove_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+        ) -> Result<Option<V>, Error> {
+            let key = key.encode();
+            let i = batch.touch(self.batch_map())?;
+            let old = self.read_in(batch, i, key.bytes())?;
+            if old.is_some() {
+                self.write_in(batch, i, key.bytes(), None)?;
+            }
+            Ok(old)
+        }
+
+        /// Set `key -> value` in `batch` without reading it (RocksDB's `WriteBatch::put`): the
+        /// map is held only from the commit on, so a batch of these keeps single writers out
+        /// for the commit alone.
+        pub fn put_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+            value: impl Encode<V>,
+        ) -> Result<(), Error> {
+            let (key, value) = (key.encode(), value.encode());
+            let i = batch.touch(self.batch_map())?;
+            self.write_in(batch, i, key.bytes(), Some(value.bytes()))
+        }
+
+        /// Remove `key` in `batch` without reading it (see [`Self::put_in`]).
+        pub fn delete_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            key: impl Encode<K>,
+        ) -> Result<(), Error> {
+            let key = key.encode();
+            let i = batch.touch(self.batch_map())?;
+            self.write_in(batch, i, key.bytes(), None)
+        }
+
+        /// The value of the encoded `key` in map `i` of `batch`, as the batch would leave it.
+        fn read_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            i: usize,
+            key: &[u8],
+        ) -> Result<Option<V>, Error> {
+            match &self.repr {
+                $repr::Words(core) => batch
+                    .read_word(i, encode_word(key))?
+                    .map(|w| decode_word(w, "value", &core.name))
+                    .transpose(),
+                $repr::Records(core) => batch
+                    .read_record(i, key)?
+                    .map(|v| decode(v, "value", &core.name))
+                    .transpose(),
+            }
+        }
+
+        /// Write the encoded `key` (and `value`; `None` removes it) in map `i` of `batch`.
+        fn write_in(
+            &self,
+            batch: &mut WriteBatch<B, P>,
+            i: usize,
+            key: &[u8],
+            value: Option<&[u8]>,
+        ) -> Result<(), Error> {
+            match &self.repr {
+                $repr::Words(_) => batch.write_word(i, encode_word(key), value.map(encode_word)),
+                $repr::Records(_) => batch.write_record(i, key, value),
             }
         }
 

@@ -87,6 +87,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
             owned.push((name, blocks));
         }
         drop(state);
+        owned.extend(self.store_blocks());
         let mut report = StoreVerification {
             structures,
             findings,

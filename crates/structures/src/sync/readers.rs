@@ -119,7 +119,7 @@ thread_local! {
 
 /// How the barriers are issued, decided at the first use.
 #[cfg(not(loom))]
-mod barrier {
+pub(super) mod barrier {
     use std::sync::atomic::AtomicU8;
 
     use super::{fence, Ordering};
@@ -180,13 +180,13 @@ mod barrier {
 
     /// Whether readers may go without a fence: the reclaimer's barrier reaches every thread.
     /// True for good once true (the mode is decided once).
-    pub(super) fn readers_unfenced() -> bool {
+    pub(in crate::sync) fn readers_unfenced() -> bool {
         mode() == MEMBARRIER
     }
 
     /// The reader's side, after its announcement: nothing where the reclaimer's barrier
     /// reaches every thread, else a full fence.
-    pub(super) fn light() {
+    pub(in crate::sync) fn light() {
         if !readers_unfenced() {
             fence(Ordering::SeqCst);
         }
@@ -194,7 +194,7 @@ mod barrier {
 
     /// The reclaimer's side: a full barrier on every thread of the process, or this thread's
     /// own (which pairs with the readers' own fences).
-    pub(super) fn heavy() {
+    pub(in crate::sync) fn heavy() {
         if mode() == MEMBARRIER {
             let done = membarrier(CMD_PRIVATE_EXPEDITED);
             // The command was registered: it cannot fail but for a kernel bug. A full fence
@@ -212,18 +212,18 @@ mod barrier {
 /// Under loom, the barriers where `membarrier` is missing: loom cannot run a system call, and
 /// models the two sequentially consistent fences the argument above rests on.
 #[cfg(loom)]
-mod barrier {
+pub(super) mod barrier {
     use super::{fence, Ordering};
 
-    pub(super) fn readers_unfenced() -> bool {
+    pub(in crate::sync) fn readers_unfenced() -> bool {
         false
     }
 
-    pub(super) fn light() {
+    pub(in crate::sync) fn light() {
         fence(Ordering::SeqCst);
     }
 
-    pub(super) fn heavy() {
+    pub(in crate::sync) fn heavy() {
         fence(Ordering::SeqCst);
     }
 }

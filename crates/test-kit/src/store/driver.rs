@@ -9,7 +9,7 @@ use pmem_structures::{
     BTreeMap as TreeHandle, Datalog, Error, HashMap as HashHandle, Store, StructureKind,
 };
 
-use super::{Catalog, NameId, Refusal, StoreModel, StoreOp, StoreSetup};
+use super::{BatchChange, Catalog, NameId, Refusal, StoreModel, StoreOp, StoreSetup};
 use super::{CATALOG_CAPACITY, VALID_NAMES};
 use crate::model::{agree, failed, run_each};
 use crate::ModelOp;
@@ -96,8 +96,50 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
                 self.store = Some((self.reopen)().map_err(|e| failed("reopening the store", e))?);
             }
             StoreOp::Check => self.check(model)?,
+            StoreOp::Batch(changes, len, commit) => {
+                self.batch(&changes[..usize::from(len)], commit, model)?
+            }
         }
         op.apply(0, model);
+        Ok(())
+    }
+
+    /// A write batch of `changes` to the listed maps (the others left out), committed or
+    /// dropped. Its effect is checked by the operations and checks that follow.
+    fn batch(
+        &mut self,
+        changes: &[BatchChange],
+        commit: bool,
+        model: &StoreModel,
+    ) -> Result<(), String> {
+        for change in changes {
+            if let Some(kind) = model.map_kind(change.name) {
+                if !self.handles.contains_key(&change.name) {
+                    let handle = self.open_handle(change.name, kind).map_err(|e| {
+                        failed(&format!("opening the map {:?}", change.name.name()), e)
+                    })?;
+                    self.handles.insert(change.name, handle);
+                }
+            }
+        }
+        let store = self.store.as_ref().expect("the store is open");
+        let mut batch = store.batch().map_err(|e| failed("opening a batch", e))?;
+        for change in changes {
+            let Some(handle) = self.handles.get(&change.name) else {
+                continue;
+            };
+            if model.map_kind(change.name).is_none() {
+                continue;
+            }
+            let written = match change.value {
+                Some(v) => on_map!(handle, m => m.put_in(&mut batch, change.key, v)),
+                None => on_map!(handle, m => m.delete_in(&mut batch, change.key)),
+            };
+            written.map_err(|e| failed("a write through a batch", e))?;
+        }
+        if commit {
+            batch.commit().map_err(|e| failed("a batch's commit", e))?;
+        }
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! The `Store`'s catalog and map handles against a model: named structures of three kinds, the
 //! errors the catalog gives (invalid names, a full catalog, kind mismatches, removal of a
 //! missing or open structure), map operations through the handles (the reserved keys 0 and
-//! `u64::MAX` drawn often), dropped handles, reopened stores and full comparisons.
+//! `u64::MAX` drawn often), write batches over several maps (committed or dropped), dropped
+//! handles, reopened stores and full comparisons.
 //!
 //! The model ([`StoreModel`]) is the names with their kinds and (for maps) contents, plus the
 //! names whose handles the driver holds: it predicts every result and every error. The
@@ -193,10 +194,37 @@ pub enum StoreOp {
     Reopen,
     /// `check_blocks()`, the names and kinds, and every map's contents, length and `check()`.
     Check,
+    /// A write batch of the first `len` changes (`put_in`, or `delete_in` for `None`),
+    /// committed if the flag says so, else dropped (nothing may change). A change to a name
+    /// that is not a listed map is left out (a batch makes no map).
+    Batch(
+        [BatchChange; BATCH_CHANGES],
+        #[arbitrary(with = batch_len)] u8,
+        bool,
+    ),
 }
 
 /// The number of [`StoreOp`] variants (for the fuzz encoder).
-pub const STORE_OP_VARIANTS: u64 = 10;
+pub const STORE_OP_VARIANTS: u64 = 11;
+
+/// The most changes of a [`StoreOp::Batch`].
+pub const BATCH_CHANGES: usize = 4;
+
+/// One change of a [`StoreOp::Batch`]: `key` of the map named `name` set to `value`, or removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub struct BatchChange {
+    /// The map.
+    pub name: NameId,
+    /// The key.
+    #[arbitrary(with = fuzz_key)]
+    pub key: u64,
+    /// The new value, or `None` to remove the key.
+    pub value: Option<u64>,
+}
+
+fn batch_len(u: &mut Unstructured) -> arbitrary::Result<u8> {
+    u.int_in_range(0..=BATCH_CHANGES as u8)
+}
 
 impl StoreOp {
     /// Any operation, map operations the most, on names from [`NameId::strategy`] and keys
@@ -224,6 +252,15 @@ impl StoreOp {
             3 => name().prop_map(StoreOp::RemoveStructure),
             1 => Just(StoreOp::Reopen),
             1 => Just(StoreOp::Check),
+            3 => (
+                proptest::array::uniform4((name(), key(), proptest::option::of(any::<u64>()))),
+                0..=BATCH_CHANGES as u8,
+                prop_oneof![4 => Just(true), 1 => Just(false)],
+            )
+                .prop_map(|(changes, len, commit)| {
+                    let changes = changes.map(|(name, key, value)| BatchChange { name, key, value });
+                    StoreOp::Batch(changes, len, commit)
+                }),
         ]
     }
 }

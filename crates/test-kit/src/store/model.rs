@@ -155,6 +155,20 @@ impl ModelOp for StoreOp {
             }
             StoreOp::Reopen => model.live.clear(),
             StoreOp::Check => {}
+            StoreOp::Batch(changes, len, commit) => {
+                for change in &changes[..usize::from(len)] {
+                    // The batch opens the handle of each listed map it writes.
+                    let Some(pairs) = model.map_mut(change.name) else {
+                        continue;
+                    };
+                    if commit {
+                        match change.value {
+                            Some(v) => pairs.insert(change.key, v),
+                            None => pairs.remove(&change.key),
+                        };
+                    }
+                }
+            }
         }
     }
 }

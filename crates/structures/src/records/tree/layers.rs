@@ -86,18 +86,35 @@ where
         word: u64,
         record: u64,
     ) -> std::result::Result<(), Attempt> {
+        self.make_layer(parent, depth, word, Some(record))
+    }
+
+    /// Make a layer below `word` of layer `depth` (in `parent`): holding `record` (which the
+    /// entry holds now, [`RecordTreeMap::push_down`]), or empty where the entry is absent (a
+    /// write batch's room for two new keys sharing the word), and publish it in the entry.
+    /// `Retry` if the entry changed meanwhile (the new layer is freed again).
+    pub(super) fn make_layer(
+        &self,
+        parent: &Layer<B, P, H>,
+        depth: usize,
+        word: u64,
+        record: Option<u64>,
+    ) -> std::result::Result<(), Attempt> {
         let pool = self.heap.pool();
-        let key = {
-            // Pinned: the record may be retired meanwhile, but not reused while this reads it
-            // (the publish below then finds another value and retries).
-            let _guard = epoch::pin();
-            let header = layout::read_header(pool, record, u64::MAX)?.ok_or_else(|| {
-                RecordMapError::Corrupt {
-                    root: self.root,
-                    reason: format!("the record at {record:#x} does not parse"),
-                }
-            })?;
-            layout::read_checked_key(pool, record, &header)?
+        let key = match record {
+            Some(record) => {
+                // Pinned: the record may be retired meanwhile, but not reused while this reads
+                // it (the publish below then finds another value and retries).
+                let _guard = epoch::pin();
+                let header = layout::read_header(pool, record, u64::MAX)?.ok_or_else(|| {
+                    RecordMapError::Corrupt {
+                        root: self.root,
+                        reason: format!("the record at {record:#x} does not parse"),
+                    }
+                })?;
+                Some(layout::read_checked_key(pool, record, &header)?)
+            }
+            None => None,
         };
         let line = self.records.claim_line();
         let (layer, root) = self.heap.transaction(|tx| -> Result<_> {
@@ -107,14 +124,16 @@ where
             self.records.name_layer_in(tx, &line, root)?;
             Ok((layer, root))
         })?;
-        layer.insert(slice_word(&key, depth + 1), record)?;
+        if let (Some(key), Some(record)) = (&key, record) {
+            layer.insert(slice_word(key, depth + 1), record)?;
+        }
         let layer = Arc::new(layer);
         self.layers
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(root, layer.clone());
         let published = parent.put_with(word, root | LAYER_TAG, true, |old| {
-            if old == Some(record) {
+            if old == record {
                 Ok(())
             } else {
                 Err(Attempt::Retry)

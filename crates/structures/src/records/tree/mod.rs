@@ -35,6 +35,7 @@
 //! | 16 | the intent area's offset |
 //! | 64..128 | layer 0's FAST&FAIR root object |
 
+mod batch;
 mod check;
 mod layers;
 mod scan;

@@ -10,7 +10,7 @@ use super::Catalog;
 use crate::store::verification::{StoreFinding, StoreProblem};
 
 impl Catalog {
-    /// The header (magic, version, capacity) and each entry as the pool holds them now,
+    /// The header (magic, version, capacity, write-batch area) and each entry as the pool holds them now,
     /// against the copy read at open: entries that do not decode or differ, and names twice.
     pub(crate) fn verify<B: Backend>(&self, pool: &Pool<B>) -> Vec<StoreFinding> {
         let mut findings = Vec::new();
@@ -20,6 +20,7 @@ impl Catalog {
             (header::MAGIC, layout::MAGIC, "magic"),
             (header::VERSION, self.version, "version"),
             (header::CAPACITY, capacity, "capacity"),
+            (header::BATCH_AREA, self.batch_area, "write-batch area"),
         ] {
             let at = self.base + word;
             match pool.load_u64(at) {

@@ -13,6 +13,12 @@ pub(super) const VERSION: u64 = 2;
 /// and the first one recorded (by a map's first open or a new structure) makes the catalog
 /// version 2, in the same transaction.
 pub(super) const VERSION_WITHOUT_FINGERPRINTS: u64 = 1;
+/// The catalog format of a store with a write-batch area (header word
+/// [`header::BATCH_AREA`]), its entries as in [`VERSION`]'s: a build that reads only versions 1
+/// and 2 refuses it, so it never opens a store whose last batch it would not finish. The
+/// store's first batch makes it version 3 (from 1 or 2), in the transaction that makes the
+/// area.
+pub(super) const VERSION_WITH_BATCHES: u64 = 3;
 /// Bytes of the header.
 pub(super) const HEADER_BYTES: u64 = 64;
 /// Bytes of one entry: a line of fields and a line of name.
@@ -25,6 +31,9 @@ pub(super) mod header {
     pub const MAGIC: u64 = 0;
     pub const VERSION: u64 = 8;
     pub const CAPACITY: u64 = 16;
+    /// The write-batch area's block (0 for none; the store's batch log,
+    /// `crate::store::batch`).
+    pub const BATCH_AREA: u64 = 24;
 }
 
 /// Entry words, from the entry's start.

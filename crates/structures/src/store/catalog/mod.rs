@@ -51,6 +51,8 @@ pub(crate) struct Catalog {
     base: u64,
     version: u64,
     entries: Vec<Option<EntryImage>>,
+    /// The write-batch area's block, 0 until the store's first batch makes it.
+    batch_area: u64,
 }
 
 impl Catalog {
@@ -79,6 +81,7 @@ impl Catalog {
             base,
             version: layout::VERSION,
             entries: vec![None; capacity as usize],
+            batch_area: 0,
         })
     }
 
@@ -112,12 +115,24 @@ impl Catalog {
             )));
         }
         let version = pool.load_u64(base + header::VERSION)?;
-        if version != layout::VERSION && version != layout::VERSION_WITHOUT_FINGERPRINTS {
+        if ![
+            layout::VERSION_WITHOUT_FINGERPRINTS,
+            layout::VERSION,
+            layout::VERSION_WITH_BATCHES,
+        ]
+        .contains(&version)
+        {
             return Err(corrupt(format!(
-                "catalog format version {version}, but this library reads versions {} and {}: \
+                "catalog format version {version}, but this library reads versions {} to {}: \
                  open it with the library version that wrote it",
                 layout::VERSION_WITHOUT_FINGERPRINTS,
-                layout::VERSION
+                layout::VERSION_WITH_BATCHES
+            )));
+        }
+        let batch_area = pool.load_u64(base + header::BATCH_AREA)?;
+        if (version == layout::VERSION_WITH_BATCHES) == (batch_area == 0) {
+            return Err(corrupt(format!(
+                "catalog format version {version} with write-batch area {batch_area:#x}"
             )));
         }
         let capacity = pool.load_u64(base + header::CAPACITY)?;
@@ -131,6 +146,7 @@ impl Catalog {
             base,
             version,
             entries: Vec::with_capacity(capacity as usize),
+            batch_area,
         };
         for slot in 0..capacity {
             let mut bytes = [0u8; ENTRY_BYTES as usize];
@@ -149,6 +165,29 @@ impl Catalog {
             }
         }
         Ok(catalog)
+    }
+
+    /// The write-batch area's block, if the store has one.
+    pub(crate) fn batch_area(&self) -> Option<u64> {
+        (self.batch_area != 0).then_some(self.batch_area)
+    }
+
+    /// Record `area` as the store's write-batch area inside `tx` (the one that allocates it),
+    /// with the catalog version that says so (from version 1 too: its entries' fingerprints,
+    /// all unknown, read the same in version 3).
+    pub(crate) fn set_batch_area_in<B: Backend>(
+        &self,
+        tx: &Tx<'_, B>,
+        area: u64,
+    ) -> Result<(), TxError> {
+        tx.write_value(self.base + header::BATCH_AREA, &area)?;
+        tx.write_value(self.base + header::VERSION, &layout::VERSION_WITH_BATCHES)
+    }
+
+    /// The area recorded, once the transaction of [`Catalog::set_batch_area_in`] committed.
+    pub(crate) fn batch_area_made(&mut self, area: u64) {
+        self.batch_area = area;
+        self.version = layout::VERSION_WITH_BATCHES;
     }
 
     /// How many names the catalog can hold.
@@ -251,7 +290,7 @@ impl Catalog {
             self.upgrade_in(tx)?;
             Ok::<_, Error>((structure, image))
         })?;
-        self.version = layout::VERSION;
+        self.version = self.version.max(layout::VERSION);
         let listed = Listed {
             slot,
             kind,
@@ -284,7 +323,7 @@ impl Catalog {
         if let Some(image) = self.entries[slot as usize].as_mut() {
             image.fingerprint = fingerprint;
         }
-        self.version = layout::VERSION;
+        self.version = self.version.max(layout::VERSION);
         Ok(())
     }
 
@@ -292,7 +331,7 @@ impl Catalog {
     /// 1 reader would take the fingerprint for a kind code it does not know, and report the
     /// catalog damaged; version 2 it refuses by name).
     fn upgrade_in<B: Backend>(&self, tx: &Tx<'_, B>) -> Result<(), TxError> {
-        if self.version == layout::VERSION {
+        if self.version != layout::VERSION_WITHOUT_FINGERPRINTS {
             return Ok(());
         }
         tx.write_value(self.base + header::VERSION, &layout::VERSION)
@@ -356,6 +395,15 @@ pub(crate) fn write_side<B: Backend>(
         entry_offset + entry::SIDE_PRESENT,
         bytemuck::cast_slice(&words),
     )
+}
+
+/// Where the reserved key's value of the map in entry `entry_offset` lives, and its bytes once
+/// set to `value`: what a write batch logs and stores.
+pub(crate) fn side_image(entry_offset: u64, value: Option<u64>) -> (u64, [u8; 16]) {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&u64::from(value.is_some()).to_le_bytes());
+    bytes[8..].copy_from_slice(&value.unwrap_or(0).to_le_bytes());
+    (entry_offset + entry::SIDE_PRESENT, bytes)
 }
 
 fn root_is_zero<B: Backend>(pool: &Pool<B>) -> Result<bool, Error> {

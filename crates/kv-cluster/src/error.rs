@@ -69,22 +69,26 @@ pub enum ClusterError {
         /// What it says.
         found: LogId,
     },
-    /// A snapshot that would take the state machine back (or that it already holds).
-    #[error("a snapshot up to {offered:?} is not newer than what the state machine has applied ({applied:?}); refused, nothing changed")]
+    /// A snapshot that would take the state machine back.
+    #[error("a snapshot up to {offered:?} is older than what the state machine has applied ({applied:?}); refused, nothing changed")]
     StaleSnapshot {
         /// What the snapshot covers.
         offered: Option<LogId>,
         /// What the state machine has applied.
         applied: Option<LogId>,
     },
-    /// A snapshot file that is not a whole snapshot of this cluster.
-    #[error("the snapshot {path} is refused: {reason}; nothing changed")]
+    /// Bytes offered as a snapshot that are not a whole snapshot of what they claim to be.
+    #[error("the snapshot {snapshot} is refused: {reason}; nothing changed")]
     BadSnapshot {
-        /// The file.
-        path: PathBuf,
+        /// Which snapshot (what its sender said it covers).
+        snapshot: String,
         /// What is wrong with it.
         reason: String,
     },
+    /// A flush removed the keyspace and could not make it anew (the pool is full, say); the
+    /// state machine serves nothing until a restart makes it.
+    #[error("the keyspace is missing: a flush removed it and could not make it anew")]
+    KeyspaceGone,
     /// A file or socket operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -100,13 +104,6 @@ impl ClusterError {
     /// The typed error inside an `io::Error` made from one, if it is.
     pub fn in_io(error: &io::Error) -> Option<&ClusterError> {
         error.get_ref()?.downcast_ref::<ClusterError>()
-    }
-
-    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> ClusterError {
-        ClusterError::Io {
-            what: what.into(),
-            source,
-        }
     }
 }
 

@@ -17,9 +17,10 @@
 //! its own, with a typed error: Raft must never run on such a log.
 
 use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::Arc;
 
 use openraft::entry::RaftEntry;
-use pmem_structures::pmem_ordering::{Backend, Pool};
+use pmem_structures::pmem_ordering::{Backend, Hardware, Pool};
 use pmem_structures::{BTreeMap, FastFairConfig, HashMap, Store};
 
 use crate::error::{decode, encode, ClusterError};
@@ -35,7 +36,7 @@ const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
 
 /// The two maps, shared by the log store and its readers.
-pub struct LogMaps<B: Backend, P: Deref<Target = Pool<B>>> {
+pub struct LogMaps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
     log: BTreeMap<u64, Vec<u8>, B, P>,
     meta: HashMap<String, Vec<u8>, B, P>,
 }
@@ -58,7 +59,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogMaps<B, P> {
         })
     }
 
-    /// The entries present with indexes in `range`, in order, up to the first missing one.
+    /// The entries present with indexes in `range`, in order, from the first present one up
+    /// to the first missing one after it.
     pub fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, ClusterError> {
         let start = match range.start_bound() {
             Bound::Included(&i) => i,
@@ -70,14 +72,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogMaps<B, P> {
         };
         let end = range.end_bound().cloned();
         let mut entries = Vec::new();
-        let mut expected = start;
+        // The range may start below the first entry (purged or never written): the entries
+        // from the first present one on, as long as they are consecutive.
+        let mut expected = None;
         for pair in self.log.range((Bound::Included(start), end)) {
             let (index, bytes) = pair?;
-            if index != expected {
+            if expected.is_some_and(|e| e != index) {
                 break;
             }
             entries.push(decode_entry(index, &bytes)?);
-            expected = index + 1;
+            expected = Some(index + 1);
         }
         Ok(entries)
     }
@@ -118,7 +122,7 @@ fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, ClusterError> {
 }
 
 /// The log's writer: the maps and where the log starts and ends.
-pub struct LogCore<B: Backend, P: Deref<Target = Pool<B>>> {
+pub struct LogCore<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
     maps: LogMaps<B, P>,
     /// The last purged log id (entries up to it are gone).
     purged: Option<LogId>,
@@ -169,11 +173,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
         for index in leftovers {
             maps.log.remove(index)?;
         }
-        Ok(LogCore {
-            maps,
-            purged,
-            last,
-        })
+        Ok(LogCore { maps, purged, last })
     }
 
     /// The maps, for readers.

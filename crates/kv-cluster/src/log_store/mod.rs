@@ -19,7 +19,7 @@ use crate::types::{Entry, KvRaft, LogId, Vote};
 
 /// The Raft log and vote of a node, in its store.
 pub struct LogStore {
-    core: LogCore<pmem_structures::pmem_ordering::Hardware, std::sync::Arc<pmem_structures::pmem_ordering::Pool>>,
+    core: LogCore,
 }
 
 impl LogStore {
@@ -40,7 +40,7 @@ impl LogStore {
 /// Reads entries and the vote for openraft's replication tasks.
 #[derive(Clone)]
 pub struct LogReader {
-    maps: LogMaps<pmem_structures::pmem_ordering::Hardware, std::sync::Arc<pmem_structures::pmem_ordering::Pool>>,
+    maps: LogMaps,
 }
 
 impl RaftLogReader<KvRaft> for LogReader {

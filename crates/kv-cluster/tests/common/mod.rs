@@ -86,3 +86,49 @@ pub fn membership(term: u64, index: u64, nodes: &[u64]) -> Entry {
     let voters: BTreeSet<u64> = nodes.iter().copied().collect();
     openraft::testing::membership_ent::<KvRaft>(term, 1, index, vec![voters])
 }
+
+pub mod kv_model;
+
+/// `INCRBY key by`.
+pub fn incr(term: u64, index: u64, key: &str, by: i64) -> Entry {
+    normal(
+        term,
+        index,
+        Write::IncrBy {
+            key: key.as_bytes().to_vec(),
+            by,
+        },
+    )
+}
+
+/// `DEL keys...`.
+pub fn del(term: u64, index: u64, keys: &[&str]) -> Entry {
+    normal(
+        term,
+        index,
+        Write::Del {
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+        },
+    )
+}
+
+/// The state machine's whole state as the model holds it: last applied index, voters,
+/// pairs.
+pub fn observe_sm<B, P>(
+    sm: &pmem_kv_cluster::state_machine::core::SmCore<B, P>,
+) -> Result<kv_model::KvState, String>
+where
+    B: pmem_structures::pmem_ordering::Backend,
+    P: std::ops::Deref<Target = Pool<B>>,
+{
+    let (meta, pairs) = sm.maps().read_all().map_err(|e| e.to_string())?;
+    Ok(kv_model::KvState {
+        applied: meta.last_log_id.map(|l| l.index),
+        voters: meta
+            .last_membership
+            .membership()
+            .get_joint_config()
+            .to_vec(),
+        keys: pairs.into_iter().collect(),
+    })
+}

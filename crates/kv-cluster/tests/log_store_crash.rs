@@ -41,8 +41,8 @@ impl LogState {
         self.entries
             .values()
             .next_back()
-            .map(|e| e.log_id.clone())
-            .or_else(|| self.purged.clone())
+            .map(|e| e.log_id)
+            .or(self.purged)
     }
 
     /// Every state a crash in `op` may leave, the state after it last.
@@ -70,17 +70,17 @@ impl LogState {
             Op::Purge(upto) => {
                 let mut s = self.clone();
                 s.entries.retain(|&i, _| i > upto.index);
-                s.purged = Some(upto.clone());
+                s.purged = Some(*upto);
                 states.push(s);
             }
             Op::Vote(v) => {
                 let mut s = self.clone();
-                s.vote = Some(v.clone());
+                s.vote = Some(*v);
                 states.push(s);
             }
             Op::Committed(c) => {
                 let mut s = self.clone();
-                s.committed = c.clone();
+                s.committed = *c;
                 states.push(s);
             }
         }

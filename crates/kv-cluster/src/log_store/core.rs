@@ -230,7 +230,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
     /// Remove every entry after `keep` (all of them for `None`), last first (durable on
     /// return).
     pub fn truncate_after(&mut self, keep: Option<&LogId>) -> Result<(), ClusterError> {
-        let Some(last) = self.last.clone() else {
+        let Some(last) = self.last else {
             return Ok(());
         };
         let from = keep.map_or(0, |k| k.index() + 1);
@@ -245,9 +245,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
             index -= 1;
         }
         self.last = match keep {
-            Some(keep) if keep.index() >= floor && keep.index() < last.index() => {
-                Some(keep.clone())
-            }
+            Some(keep) if keep.index() >= floor && keep.index() < last.index() => Some(*keep),
             Some(_) if from > last.index() => Some(last),
             _ => None,
         };
@@ -261,8 +259,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
         }
         let from = self.purged.as_ref().map_or(0, |p| p.index() + 1);
         self.maps.set_marker(PURGED, upto)?;
-        self.purged = Some(upto.clone());
-        if let Some(last) = self.last.clone() {
+        self.purged = Some(*upto);
+        if let Some(last) = self.last {
             let to = upto.index().min(last.index());
             for index in from..=to {
                 self.maps.log.remove(index)?;

@@ -44,6 +44,9 @@ const APPLIED: &str = "applied";
 const MEMBERSHIP: &str = "membership";
 const FLUSHING: &str = "flushing";
 
+/// A keyspace's pairs, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The first bytes of an encoded snapshot.
 const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
 
@@ -73,7 +76,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for SmMaps<B, P> {
 #[derive(Serialize, Deserialize)]
 struct SnapshotBody {
     meta: SnapshotMeta,
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    pairs: Pairs,
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
@@ -105,14 +108,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
 
     /// Every pair of the keyspace with the applied state, as one batch left them (never a
     /// batch in part).
-    pub fn read_all(&self) -> Result<(SnapshotMeta, Vec<(Vec<u8>, Vec<u8>)>), ClusterError> {
+    pub fn read_all(&self) -> Result<(SnapshotMeta, Pairs), ClusterError> {
         self.with_keys(|keys| self.read_all_of(keys))
     }
 
-    fn read_all_of(
-        &self,
-        keys: &Keyspace<B, P>,
-    ) -> Result<(SnapshotMeta, Vec<(Vec<u8>, Vec<u8>)>), ClusterError> {
+    fn read_all_of(&self, keys: &Keyspace<B, P>) -> Result<(SnapshotMeta, Pairs), ClusterError> {
         let mut failure = None;
         let read = self.store.read_consistent(|| {
             let pairs = keys.iter().collect::<Result<Vec<_>, _>>()?;
@@ -179,10 +179,7 @@ fn unreachable_read<T>() -> Result<T, ClusterError> {
 }
 
 /// Decode and check an encoded snapshot that claims to cover `meta`.
-fn decode_snapshot(
-    meta: &SnapshotMeta,
-    bytes: &[u8],
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ClusterError> {
+fn decode_snapshot(meta: &SnapshotMeta, bytes: &[u8]) -> Result<Pairs, ClusterError> {
     let bad = |reason: String| ClusterError::BadSnapshot {
         snapshot: format!("up to {:?}", meta.last_log_id),
         reason,
@@ -263,7 +260,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
                 Ok(Outcome::Ok)
             }
             EntryPayload::Membership(membership) => {
-                let stored = StoredMembership::new(Some(log_id.clone()), membership.clone());
+                let stored = StoredMembership::new(Some(log_id), membership.clone());
                 maps.store.write(|batch| {
                     maps.set_marker_in(batch, APPLIED, &log_id)?;
                     maps.set_marker_in(batch, MEMBERSHIP, &stored)
@@ -345,7 +342,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
         let (applied, _) = self.maps.applied_state()?;
         if meta.last_log_id < applied {
             return Err(ClusterError::StaleSnapshot {
-                offered: meta.last_log_id.clone(),
+                offered: meta.last_log_id,
                 applied,
             });
         }

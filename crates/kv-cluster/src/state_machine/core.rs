@@ -113,28 +113,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
     }
 
     fn read_all_of(&self, keys: &Keyspace<B, P>) -> Result<(SnapshotMeta, Pairs), ClusterError> {
-        let mut failure = None;
-        let read = self.store.read_consistent(|| {
+        // The markers' own decoding errors ride inside the store's `Ok`.
+        self.store.read_consistent(|| {
             let pairs = keys.iter().collect::<Result<Vec<_>, _>>()?;
-            match self.applied_state() {
-                Ok((last_log_id, last_membership)) => Ok(Some((
-                    SnapshotMeta {
-                        last_log_id,
-                        last_membership,
-                    },
-                    pairs,
-                ))),
-                Err(e) => {
-                    failure = Some(e);
-                    Ok(None)
-                }
-            }
-        })?;
-        match (read, failure) {
-            (Some(read), _) => Ok(read),
-            (None, Some(e)) => Err(e),
-            (None, None) => unreachable_read(),
-        }
+            Ok(self.applied_state().map(|(last_log_id, last_membership)| {
+                let meta = SnapshotMeta {
+                    last_log_id,
+                    last_membership,
+                };
+                (meta, pairs)
+            }))
+        })?
     }
 
     /// A snapshot of the state machine: its metadata and its bytes (magic, CRC-32C of the
@@ -169,13 +158,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
         self.meta.put_in(batch, key, bytes)?;
         Ok(())
     }
-}
-
-/// `read_consistent`'s closure returns `None` only with a failure recorded.
-fn unreachable_read<T>() -> Result<T, ClusterError> {
-    Err(ClusterError::Store(Error::InvalidConfig {
-        reason: "the state machine's read returned nothing and no error".into(),
-    }))
 }
 
 /// Decode and check an encoded snapshot that claims to cover `meta`.

@@ -76,7 +76,7 @@ pub const REFERENCE: &str = "the FAST'19 authors' C++ CCEH (clflush + 3 mfence p
 an AMD EPYC VM (2 cores, DRAM), November 2026, not this run's machine: when the work was planned \
 1M keys 2.2 M inserts/s and 9.4 M lookups/s, 16M keys 1.6 M inserts/s and 4.7 M lookups/s, \
 about 32 bytes of table per key, PMDK hashmap_rp 0.52 M inserts/s at 1M keys; paired with this \
-workspace (issue 18) 10.55 M lookups/s at 1M keys and 4.84 M at 16M, 127 instructions per \
+workspace on that VM 10.55 M lookups/s at 1M keys and 4.84 M at 16M, 127 instructions per \
 lookup and 596 per insert";
 
 /// Keys per [`Cceh::get_batch`] call in the `get_batch` row.

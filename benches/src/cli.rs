@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
+use pmem_bench::bytekeys::{ByteKeyPlan, MapConfig, CONFIGS};
 use pmem_bench::report::PMDK_HINT;
 use pmem_bench::ycsb::{KeyDistribution, Matrix, Scale, Structure, Variant, Workload};
 use pmem_ordering::pool::PageSize;
@@ -34,11 +35,13 @@ use pmem_ordering::Granularity;
 ///   store/raw ratio per operation).
 ///
 /// * byte-keys: byte keys through the Store's typed maps beside the u64 path, one thread,
-///   1M records: hash_map::<Vec<u8>, Vec<u8>> and btree_map::<Vec<u8>, Vec<u8>> (FAST shifts)
-///   with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of user:%011d keys (a
-///   layered map), each beside the u64 -> u64 map of its kind: YCSB load, A, B, C (and E:
-///   100-record range scans, ordered maps): ops/s, latency percentiles, fences, flushes and
-///   bytes per operation, the ratio to the u64 path, and issue 14's speed targets checked.
+///   1M records (or --keys): hash_map::<Vec<u8>, Vec<u8>> and btree_map::<Vec<u8>, Vec<u8>>
+///   (FAST shifts) with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of
+///   user:%011d keys (a layered map), each beside the u64 -> u64 map of its kind, and LMDB
+///   (heed) and redb with the same keys, 100 B values and operations, one durable commit per
+///   write: YCSB load, A, B, C (and E: 100-record range scans, ordered maps): ops/s, latency
+///   percentiles, fences, flushes and bytes per operation, the ratio to the u64 path, ours
+///   over each peer, and the speed targets checked (--byte-key-map chooses the maps).
 ///
 /// * ycsb: YCSB-style workloads over every structure and variant: a load, then workloads A
 ///   (50% reads, 50% updates), B (95/5), C (reads only), E (short scans, B+-tree only) and an
@@ -76,8 +79,9 @@ use pmem_ordering::Granularity;
 ///   side by side with the same operations of ours.
 ///
 /// The default run takes about two minutes on a 2-core machine, about half a minute more for
-/// the store path comparison and about a minute and a half more for the byte keys (1M records
-/// in each of 7 maps), plus the service section (a few minutes); --quick under 40 seconds.
+/// the store path comparison and about four minutes more for the byte keys (1M records in
+/// each of 7 maps and the two peers, redb's per-commit writes the longest), plus the service
+/// section (a few minutes); --quick under a minute.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.
 #[derive(Debug, Parser)]
@@ -110,18 +114,28 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "WORKLOAD")]
     pub(crate) workload: Vec<Workload>,
 
+    /// Maps of the byte-keys section, comma-separated or repeated (default: all of them):
+    /// hash-u64, hash-100, hash-1024, ordered-u64, ordered-100, ordered-1024, ordered-user,
+    /// lmdb, redb (the number: bytes of a value under 16 random bytes of key). At 10M keys,
+    /// e.g. hash-100,ordered-100,lmdb,redb (the 1 KiB maps would not fit in memory).
+    #[arg(long, value_delimiter = ',', value_name = "MAP", value_parser = byte_key_map)]
+    pub(crate) byte_key_map: Vec<String>,
+
     /// YCSB key choice for reads, updates and scans, comma-separated or repeated (default:
     /// both).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "DISTRIBUTION")]
     pub(crate) distribution: Vec<KeyDistribution>,
 
-    /// Keys loaded into each structure: the YCSB records (default 200000; 20000 with --quick)
-    /// and the keys of the structures section's CCEH and FAST&FAIR tables (default 1000000;
-    /// 100000 with --quick; beyond the default, fewer rounds in proportion, at least one).
+    /// Keys loaded into each structure: the YCSB records (default 200000; 20000 with --quick),
+    /// the keys of the structures section's CCEH and FAST&FAIR tables (default 1000000;
+    /// 100000 with --quick; beyond the default, fewer rounds in proportion, at least one) and
+    /// the records of each byte-keys map (default 1000000; 20000 with --quick).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_RECORDS))]
     pub(crate) keys: Option<u64>,
 
-    /// YCSB operations of each workload run (default 200000; 20000 with --quick).
+    /// YCSB operations of each workload run (default 200000; 20000 with --quick), and the
+    /// byte-keys section's operations of A, B and C (default 1000000; 20000 with --quick; E
+    /// runs a fifth as many scans).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_YCSB_OPS))]
     pub(crate) ops: Option<u64>,
 
@@ -171,6 +185,19 @@ pub(crate) struct Cli {
     /// the primitives section (crossover.png).
     #[arg(long, value_name = "DIR")]
     pub(crate) plot: Option<PathBuf>,
+}
+
+/// A --byte-key-map name: one of the byte-key maps' slugs.
+fn byte_key_map(name: &str) -> Result<String, String> {
+    let names: Vec<String> = CONFIGS.iter().map(MapConfig::slug).collect();
+    if names.iter().any(|n| n == name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "no byte-key map {name}; the maps: {}",
+            names.join(", ")
+        ))
+    }
 }
 
 /// The largest --keys: a structure of this many records fits a 64 GiB pool.
@@ -283,6 +310,8 @@ pub(crate) struct Selection {
     pub(crate) structures: Vec<Structure>,
     /// The YCSB runs.
     pub(crate) matrix: Matrix,
+    /// The byte-keys section's plan.
+    pub(crate) byte_keys: ByteKeyPlan,
 }
 
 impl Selection {
@@ -366,10 +395,28 @@ impl Selection {
             matrix.threads = cli.threads.iter().map(|&t| t as usize).collect();
         }
         matrix.seed = cli.seed;
+        let mut byte_keys = if cli.quick {
+            ByteKeyPlan::quick()
+        } else {
+            ByteKeyPlan::full()
+        };
+        if let Some(keys) = cli.keys {
+            byte_keys = byte_keys.with_records(keys);
+        }
+        if let Some(ops) = cli.ops {
+            byte_keys = byte_keys.with_ops(ops);
+        }
+        if !cli.byte_key_map.is_empty() {
+            byte_keys.maps = CONFIGS
+                .into_iter()
+                .filter(|c| cli.byte_key_map.contains(&c.slug()))
+                .collect();
+        }
         Ok(Selection {
             sections,
             structures,
             matrix,
+            byte_keys,
         })
     }
 

@@ -54,7 +54,7 @@ pub const TOUCH_BYTES_PER_KEY: u64 = 20;
 pub const REFERENCE: &str = "the FAST'18 authors' C++ FAST_FAIR (clflush with an mfence on \
 each side, 512 B nodes) on an AMD EPYC VM (2 cores, DRAM), November 2026, not this run's \
 machine: 1M keys 0.94 M inserts/s and 3.16 M lookups/s; 16M keys 0.60 M inserts/s, 1.04 M \
-lookups/s, 315 K 100-key range scans/s; paired with this workspace (issue 18) 3.55 M lookups/s \
+lookups/s, 315 K 100-key range scans/s; paired with this workspace on that VM 3.55 M lookups/s \
 and 682 K 100-key scans/s at 1M keys, 373 instructions per lookup, 733 per insert, 1,842 per \
 scan; the EuroSys'22 artifact's per-shift baseline 0.28-0.35 M inserts/s and its redo-logged \
 variant 0.30-0.38";

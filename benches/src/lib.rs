@@ -24,8 +24,9 @@
 //! * [`storebench`]: CCEH and FAST&FAIR through a `Store`'s handles against the raw
 //!   structures, paired in one run (store/raw ratio per operation);
 //! * [`bytekeys`]: byte keys through the `Store` (16-byte keys, 100 B and 1 KiB values, a
-//!   layered `user:%011d` map) beside the `u64` path: YCSB load, A, B, C (and E on ordered
-//!   maps), with the speed targets checked;
+//!   layered `user:%011d` map) beside the `u64` path and beside LMDB and redb (same keys,
+//!   operations and durability per write): YCSB load, A, B, C (and E on ordered maps), ours
+//!   over each peer, with the speed targets checked;
 //! * [`phase`]: what the structure benchmarks accumulate per operation, and their timing
 //!   helpers;
 //! * [`report`]: the results as text tables, JSON and markdown;
@@ -63,8 +64,3 @@ pub mod service;
 pub mod storebench;
 pub mod txbench;
 pub mod ycsb;
-
-/// The README's example, compiled and run as a doctest so it cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

@@ -78,3 +78,30 @@ pub fn granularity_note(granularity: Granularity, tmpfs: Option<bool>) -> String
         }
     }
 }
+
+/// The 1, 5 and 15-minute load averages, from `/proc/loadavg` (`None` where it is missing or
+/// unreadable).
+pub fn load_average() -> Option<[f64; 3]> {
+    parse_load_average(&std::fs::read_to_string("/proc/loadavg").ok()?)
+}
+
+/// The first three numbers of a `/proc/loadavg` line.
+fn parse_load_average(line: &str) -> Option<[f64; 3]> {
+    let mut fields = line.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_averages_are_the_first_three_fields() {
+        assert_eq!(
+            parse_load_average("4.38 4.19 3.71 3/512 12345\n"),
+            Some([4.38, 4.19, 3.71])
+        );
+        assert_eq!(parse_load_average("4.38 x 3.71"), None);
+        assert_eq!(parse_load_average("4.38"), None);
+    }
+}

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use pmem_bench::allocbench::AllocBenchError;
-use pmem_bench::bytekeys::{self, ByteKeyError, ByteKeyPlan, MapKind};
+use pmem_bench::bytekeys::{self, ByteKeyError, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
@@ -194,26 +194,24 @@ impl Progress {
 
 fn run(cli: &Cli) -> Result<(), RunError> {
     let selection = Selection::from_cli(cli).map_err(RunError::Usage)?;
-    let (plan, mut cceh_plan, mut fastfair_plan, datalog_plan, store_plan, byte_key_plan) =
-        if cli.quick {
-            (
-                Plan::quick(),
-                CcehPlan::quick(),
-                FastFairPlan::quick(),
-                DatalogPlan::quick(),
-                StorePlan::quick(),
-                ByteKeyPlan::quick(),
-            )
-        } else {
-            (
-                Plan::full(),
-                CcehPlan::full(),
-                FastFairPlan::full(),
-                DatalogPlan::full(),
-                StorePlan::full(),
-                ByteKeyPlan::full(),
-            )
-        };
+    let (plan, mut cceh_plan, mut fastfair_plan, datalog_plan, store_plan) = if cli.quick {
+        (
+            Plan::quick(),
+            CcehPlan::quick(),
+            FastFairPlan::quick(),
+            DatalogPlan::quick(),
+            StorePlan::quick(),
+        )
+    } else {
+        (
+            Plan::full(),
+            CcehPlan::full(),
+            FastFairPlan::full(),
+            DatalogPlan::full(),
+            StorePlan::full(),
+        )
+    };
+    let byte_key_plan = &selection.byte_keys;
     if let Some(keys) = cli.keys {
         cceh_plan = cceh_plan.with_keys(keys);
         fastfair_plan = fastfair_plan.with_keys(keys);
@@ -402,7 +400,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
         progress.next();
         progress.line(&format!(
             "byte keys: {} maps x {} records (A, B, C {} ops, E {} scans), one thread",
-            bytekeys::CONFIGS.len(),
+            byte_key_plan.maps.len(),
             byte_key_plan.records,
             byte_key_plan.ops,
             byte_key_plan.scans
@@ -411,7 +409,7 @@ fn run(cli: &Cli) -> Result<(), RunError> {
             &dir,
             TX_POOL_PREFIX,
             granularity,
-            &byte_key_plan,
+            byte_key_plan,
             |r, n| progress.round(r, n),
         )?);
     }

@@ -473,9 +473,9 @@ mod tests {
                     p50_ns: Some(100.0),
                     p99_ns: Some(200.0),
                     p999_ns: Some(300.0),
-                    fences_per_op: 2.0,
-                    flushes_per_op: 4.0,
-                    media_bytes_per_op: 256.0,
+                    fences_per_op: Some(2.0),
+                    flushes_per_op: Some(4.0),
+                    media_bytes_per_op: Some(256.0),
                     median_call_fences: Some(2.0),
                     ratio_to_u64: None,
                 })

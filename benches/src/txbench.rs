@@ -6,7 +6,7 @@
 //!   [`pmem_undo_log::Tx::snapshot_many`] batch), then writes them
 //!   (K = 1, 2, 8, 32, 128), under the strict, batched and ideal fence policies. The K words are
 //!   drawn one from each of K equal slices of a 64 Ki-word (512 KiB) array, so they are distinct.
-//!   libpmemobj's figures for the same transaction are quoted in the README;
+//!   libpmemobj's figures for the same transaction are quoted in docs/results/README.md;
 //! * [`Section::ThemisWorkloads`]: the workloads of Themis, Table II
 //!   ([`pmem_themis_workloads`]), one transaction per operation, under the same three
 //!   policies, and again with one and two threads under strict and batched ([`threads`]);

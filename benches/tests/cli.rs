@@ -116,7 +116,7 @@ fn quick_run_writes_a_json_row_for_every_variant() {
     let store_rows = check_store_section(&report, &stdout);
     let ycsb_rows = check_ycsb_section(&report, &stdout, Scale::quick());
     // The byte-key section runs by default; its rows are checked in tests/byte_keys.rs.
-    let byte_key_lines = ["rows", "targets"]
+    let byte_key_lines = ["rows", "comparison", "targets"]
         .map(|table| {
             report["byte_keys"][table]
                 .as_array()
@@ -217,6 +217,7 @@ fn help_explains_every_option() {
         "--json",
         "--markdown",
         "--plot",
+        "--byte-key-map",
     ] {
         assert!(help.contains(option), "--help does not mention {option}");
     }

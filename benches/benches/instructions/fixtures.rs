@@ -1,7 +1,7 @@
 //! The set-up and the measured loops of the instruction-count benches (`instructions_*.rs`):
 //! instructions per operation under callgrind (iai-callgrind), deterministic, so a change's
 //! cost shows without timing noise. Needs valgrind and `iai-callgrind-runner` of the
-//! same version as the `iai-callgrind` dev-dependency (see the README).
+//! same version as the `iai-callgrind` dev-dependency (docs/pmem-bench.md).
 //!
 //! Every benchmark runs in its own process under valgrind. Its set-up, outside the measured
 //! region, opens a private copy of a pool of [`KEYS`] random keys loaded natively by the bench

@@ -1,27 +1,38 @@
 //! The maps of the byte-key section: which maps are measured ([`MapConfig`], [`CONFIGS`]),
-//! each a fresh store in its own pool file ([`with_map`]) holding one map, driven by record
-//! number through [`BenchMap`].
+//! each in fresh files of its own ([`with_map`]: ours a fresh store in its own pool file
+//! holding one map, a peer a fresh database of its own, see [`super::peers`]), driven by record
+//! number through [`BenchMap`], whose results every map checks alike ([`check_read`],
+//! [`ScanCheck`]).
 
+use std::path::Path;
+
+use pmem_ordering::Granularity;
 use pmem_structures::{BTreeMap, CcehConfig, FastFairConfig, HashMap};
 use serde::Serialize;
 
 use super::keyset::{fill_value, record_of_tag, tag_matches, tag_of, KeyKind, Keys, BYTE_KEY_LEN};
+use super::peers;
 use super::results::ByteKeyError;
+use super::workload::ByteWorkload;
 use crate::poolfile::StoreFile;
 
 /// The map's name in its store.
 const MAP_NAME: &str = "bytekeys";
 
 /// The byte that fills a value after its tag.
-const VALUE_FILL: u8 = 0xA5;
+pub const VALUE_FILL: u8 = 0xA5;
 
-/// Which of the store's maps.
+/// Which map: one of the store's, or a peer's database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum MapKind {
     /// `Store::hash_map_with` (CCEH, default configuration).
     Hash,
     /// `Store::btree_map` (FAST&FAIR, default configuration: FAST shifts).
     Ordered,
+    /// LMDB, through heed ([`peers::lmdb`]).
+    Lmdb,
+    /// redb ([`peers::redb`]).
+    Redb,
 }
 
 impl MapKind {
@@ -30,6 +41,21 @@ impl MapKind {
         match self {
             MapKind::Hash => "hash map",
             MapKind::Ordered => "ordered map",
+            MapKind::Lmdb => "LMDB",
+            MapKind::Redb => "redb",
+        }
+    }
+
+    /// Whether this is one of the store's maps (not a peer's database).
+    pub fn is_ours(self) -> bool {
+        matches!(self, MapKind::Hash | MapKind::Ordered)
+    }
+
+    /// Its workloads, in run order: every map but the hash map has an order, so E.
+    pub fn workloads(self) -> &'static [ByteWorkload] {
+        match self {
+            MapKind::Hash => &ByteWorkload::HASH,
+            MapKind::Ordered | MapKind::Lmdb | MapKind::Redb => &ByteWorkload::ORDERED,
         }
     }
 }
@@ -49,6 +75,21 @@ impl MapConfig {
     /// Whether this is the `u64 -> u64` path the others are compared with.
     pub fn is_u64(&self) -> bool {
         self.keys == KeyKind::U64
+    }
+
+    /// Its name on the command line: `hash-u64`, `ordered-100`, `ordered-user`, `lmdb`.
+    pub fn slug(&self) -> String {
+        let kind = match self.map {
+            MapKind::Hash => "hash",
+            MapKind::Ordered => "ordered",
+            MapKind::Lmdb => return "lmdb".to_string(),
+            MapKind::Redb => return "redb".to_string(),
+        };
+        match self.keys {
+            KeyKind::U64 => format!("{kind}-u64"),
+            KeyKind::Random16 => format!("{kind}-{}", self.value_bytes),
+            KeyKind::User => format!("{kind}-user"),
+        }
     }
 
     /// `u64 -> u64`, `16 random bytes -> 100 B`.
@@ -78,8 +119,9 @@ impl MapConfig {
     }
 }
 
-/// The maps measured, in report order: each kind's `u64` path first.
-pub const CONFIGS: [MapConfig; 7] = [
+/// The maps measured, in report order: each kind's `u64` path first, the peers last (with the
+/// keys and values of the rows they are compared with).
+pub const CONFIGS: [MapConfig; 9] = [
     MapConfig {
         map: MapKind::Hash,
         keys: KeyKind::U64,
@@ -115,6 +157,16 @@ pub const CONFIGS: [MapConfig; 7] = [
         keys: KeyKind::User,
         value_bytes: 100,
     },
+    MapConfig {
+        map: MapKind::Lmdb,
+        keys: KeyKind::Random16,
+        value_bytes: 100,
+    },
+    MapConfig {
+        map: MapKind::Redb,
+        keys: KeyKind::Random16,
+        value_bytes: 100,
+    },
 ];
 
 /// A map driven by record number: keys and values are made from the record (see
@@ -126,9 +178,83 @@ pub trait BenchMap {
     fn read(&mut self, record: usize) -> Result<bool, ByteKeyError>;
     /// Set record `record` to its value at `version`: whether a value was replaced.
     fn update(&mut self, record: usize, version: u32) -> Result<bool, ByteKeyError>;
-    /// Visit up to `len` pairs in key order from record `record`'s key (values checked): how
-    /// many. Hash maps have no order and refuse.
+    /// Visit up to `len` pairs in key order from record `record`'s key (checked by
+    /// [`ScanCheck`]): how many. Hash maps have no order and refuse.
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError>;
+}
+
+/// Check a value read for record `record`: `value_bytes` long, tagged with the record (at any
+/// version: the workloads' updates keep the record and change the version).
+pub fn check_read(record: usize, value: &[u8], value_bytes: usize) -> Result<(), ByteKeyError> {
+    match tag_of(value) {
+        Some(tag) if value.len() == value_bytes && tag_matches(tag, record) => Ok(()),
+        _ => Err(ByteKeyError::BadValue {
+            record,
+            len: value.len(),
+        }),
+    }
+}
+
+/// The checks of one scan's pairs, the same on every ordered map: the first key is the start
+/// key (a loaded key: the workloads never remove one), keys have its length and strictly
+/// ascend, and each value has the value size and a tag naming a loaded record (which record a
+/// scanned key is would take a search per pair).
+pub struct ScanCheck<'a> {
+    record: usize,
+    start: &'a [u8],
+    records: u64,
+    value_bytes: usize,
+    /// The last key visited (its first `start.len()` bytes), once one was.
+    previous: Option<[u8; BYTE_KEY_LEN]>,
+    visited: usize,
+}
+
+impl<'a> ScanCheck<'a> {
+    /// The checks of a scan from record `record`'s key `start` (at most [`BYTE_KEY_LEN`]
+    /// bytes), in a map of `records` records of `value_bytes`-byte values.
+    pub fn new(record: usize, start: &'a [u8], records: usize, value_bytes: usize) -> Self {
+        assert!(start.len() <= BYTE_KEY_LEN, "keys are at most 16 bytes");
+        ScanCheck {
+            record,
+            start,
+            records: records as u64,
+            value_bytes,
+            previous: None,
+            visited: 0,
+        }
+    }
+
+    /// Check the next pair visited.
+    pub fn pair(&mut self, key: &[u8], value: &[u8]) -> Result<(), ByteKeyError> {
+        let bad = |what: &'static str| ByteKeyError::BadScan {
+            record: self.record,
+            pair: self.visited,
+            what,
+        };
+        let len = self.start.len();
+        if key.len() != len {
+            return Err(bad("a key of another length"));
+        }
+        match &self.previous {
+            None if key != self.start => return Err(bad("the first key is not the start key")),
+            Some(previous) if key <= &previous[..len] => return Err(bad("keys out of order")),
+            _ => {}
+        }
+        match tag_of(value) {
+            Some(tag) if value.len() == self.value_bytes && record_of_tag(tag) < self.records => {}
+            _ => return Err(bad("a value not written for any record")),
+        }
+        let mut previous = [0u8; BYTE_KEY_LEN];
+        previous[..len].copy_from_slice(key);
+        self.previous = Some(previous);
+        self.visited += 1;
+        Ok(())
+    }
+
+    /// Pairs visited, all checked.
+    pub fn visited(&self) -> usize {
+        self.visited
+    }
 }
 
 /// A map of 16-byte keys and byte values.
@@ -138,18 +264,6 @@ struct BytesMap<M> {
     /// The value being written, refilled per call.
     value: Vec<u8>,
     value_bytes: usize,
-}
-
-impl<M> BytesMap<M> {
-    fn check(&self, record: usize, value: &[u8]) -> Result<(), ByteKeyError> {
-        match tag_of(value) {
-            Some(tag) if value.len() == self.value_bytes && tag_matches(tag, record) => Ok(()),
-            _ => Err(ByteKeyError::BadValue {
-                record,
-                len: value.len(),
-            }),
-        }
-    }
 }
 
 /// A map of `u64` keys and values (the tags themselves).
@@ -168,7 +282,7 @@ macro_rules! bytes_point_operations {
 
         fn read(&mut self, record: usize) -> Result<bool, ByteKeyError> {
             match self.map.get(&self.keys[record])? {
-                Some(value) => self.check(record, &value).map(|()| true),
+                Some(value) => check_read(record, &value, self.value_bytes).map(|()| true),
                 None => Ok(false),
             }
         }
@@ -225,25 +339,13 @@ impl BenchMap for BytesMap<BTreeMap<Vec<u8>, Vec<u8>>> {
     bytes_point_operations!();
 
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError> {
-        let mut visited = 0;
-        for pair in self.map.range(&self.keys[record][..]..).take(len) {
-            let (_key, value) = pair?;
-            // Which record a scanned key is would take a search per pair: the check is the
-            // value's size and that its tag names some record.
-            match tag_of(&value) {
-                Some(tag)
-                    if value.len() == self.value_bytes
-                        && record_of_tag(tag) < self.keys.len() as u64 => {}
-                _ => {
-                    return Err(ByteKeyError::BadValue {
-                        record,
-                        len: value.len(),
-                    })
-                }
-            }
-            visited += 1;
+        let start = &self.keys[record][..];
+        let mut check = ScanCheck::new(record, start, self.keys.len(), self.value_bytes);
+        for pair in self.map.range(start..).take(len) {
+            let (key, value) = pair?;
+            check.pair(&key, &value)?;
         }
-        Ok(visited)
+        Ok(check.visited())
     }
 }
 
@@ -251,21 +353,60 @@ impl BenchMap for WordsMap<BTreeMap<u64, u64>> {
     words_point_operations!();
 
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError> {
-        let mut visited = 0;
+        // The byte maps' checks, on the keys' big-endian bytes (their order is the keys').
+        let start = self.keys[record].to_be_bytes();
+        let mut check = ScanCheck::new(record, &start, self.keys.len(), 8);
         for pair in self.map.range(self.keys[record]..).take(len) {
-            let (_key, tag) = pair?;
-            if record_of_tag(tag) >= self.keys.len() as u64 {
-                return Err(ByteKeyError::BadValue { record, len: 8 });
-            }
-            visited += 1;
+            let (key, tag) = pair?;
+            check.pair(&key.to_be_bytes(), &tag.to_le_bytes())?;
         }
-        Ok(visited)
+        Ok(check.visited())
     }
 }
 
-/// Make a fresh store in `file` holding one empty map of `config` over `keys`, and call `f`
-/// on it.
+/// Where a map's files go and how ours are made.
+#[derive(Clone, Copy, Debug)]
+pub struct MapFiles<'a> {
+    /// The directory (the pool directory).
+    pub dir: &'a Path,
+    /// The stem of every file name: `{stem}.pool` (ours), `{stem}.lmdb/`, `{stem}.redb`.
+    pub stem: &'a str,
+    /// Our pools' granularity, forced (`None`: detected).
+    pub granularity: Option<Granularity>,
+    /// The most records the workloads' updates write beside the loaded ones (our pools are
+    /// sized for them).
+    pub new_records: u64,
+}
+
+/// Make a fresh, empty map of `config` over `keys` in fresh files of `files` (removed when
+/// `f` returns), and call `f` on it.
 pub fn with_map<R>(
+    files: MapFiles<'_>,
+    config: MapConfig,
+    keys: Keys,
+    f: impl FnOnce(&mut dyn BenchMap) -> Result<R, ByteKeyError>,
+) -> Result<R, ByteKeyError> {
+    if !config.map.is_ours() {
+        let Keys::Bytes(keys) = keys else {
+            return Err(ByteKeyError::PeerKeys(config.map.name()));
+        };
+        return match config.map {
+            MapKind::Lmdb => peers::lmdb::with_map(files, keys, config.value_bytes, f),
+            _ => peers::redb::with_map(files, keys, config.value_bytes, f),
+        };
+    }
+    let file = StoreFile::create(
+        files.dir,
+        &format!("{}.pool", files.stem),
+        config.pool_bytes(keys.len() as u64, files.new_records),
+        files.granularity,
+    )?;
+    with_store_map(&file, config, keys, f)
+}
+
+/// Make one empty map of `config` over `keys` in the fresh store of `file`, and call `f` on
+/// it.
+fn with_store_map<R>(
     file: &StoreFile,
     config: MapConfig,
     keys: Keys,
@@ -284,15 +425,75 @@ pub fn with_map<R>(
             value,
             value_bytes: config.value_bytes,
         }),
-        (MapKind::Ordered, Keys::Words(keys)) => f(&mut WordsMap {
+        // The ordered map ([`with_map`] hands the peers' kinds to their own modules).
+        (_, Keys::Words(keys)) => f(&mut WordsMap {
             map: store.btree_map::<u64, u64>(MAP_NAME, FastFairConfig::default())?,
             keys,
         }),
-        (MapKind::Ordered, Keys::Bytes(keys)) => f(&mut BytesMap {
+        (_, Keys::Bytes(keys)) => f(&mut BytesMap {
             map: store.btree_map::<Vec<u8>, Vec<u8>>(MAP_NAME, FastFairConfig::default())?,
             keys,
             value,
             value_bytes: config.value_bytes,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bytekeys::keyset::value_tag;
+
+    fn value(record: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![VALUE_FILL; len];
+        fill_value(&mut v, record, 3);
+        v
+    }
+
+    #[test]
+    fn a_read_must_be_its_records_value_of_the_right_size() {
+        assert!(check_read(5, &value(5, 100), 100).is_ok());
+        assert!(check_read(5, &value(6, 100), 100).is_err());
+        assert!(check_read(5, &value(5, 99), 100).is_err());
+        assert!(check_read(5, &[1, 2, 3], 100).is_err());
+    }
+
+    #[test]
+    fn a_scan_must_start_at_its_key_ascend_and_carry_loaded_records() {
+        let (a, b, c) = ([1u8; 16], [2u8; 16], [3u8; 16]);
+        let good = value(9, 100);
+        let mut check = ScanCheck::new(0, &a, 10, 100);
+        check.pair(&a, &good).unwrap();
+        check.pair(&b, &good).unwrap();
+        check.pair(&c, &good).unwrap();
+        assert_eq!(check.visited(), 3);
+        let fails = |pairs: &[(&[u8], Vec<u8>)]| {
+            let mut check = ScanCheck::new(0, &a, 10, 100);
+            pairs.iter().any(|(k, v)| check.pair(k, v).is_err())
+        };
+        assert!(fails(&[(&b, good.clone())]), "not the start key");
+        assert!(fails(&[(&a, good.clone()), (&a, good.clone())]), "a repeat");
+        assert!(fails(&[
+            (&a, good.clone()),
+            (&c, good.clone()),
+            (&b, good.clone())
+        ]));
+        assert!(fails(&[(&a[..8], good.clone())]), "a short key");
+        assert!(fails(&[(&a, value(10, 100))]), "no loaded record 10");
+        assert!(fails(&[(&a, value(1, 64))]), "a short value");
+        let words = ScanCheck::new(0, &[0u8; 8], 10, 8)
+            .pair(&[0u8; 8], &value_tag(3, 1).to_le_bytes())
+            .is_ok();
+        assert!(words, "u64 maps: 8-byte keys and tags");
+    }
+
+    #[test]
+    fn slugs_name_every_map_once() {
+        let slugs: std::collections::BTreeSet<String> =
+            CONFIGS.iter().map(MapConfig::slug).collect();
+        assert_eq!(slugs.len(), CONFIGS.len());
+        assert!(
+            slugs.contains("ordered-100") && slugs.contains("lmdb") && slugs.contains("hash-1024")
+        );
     }
 }

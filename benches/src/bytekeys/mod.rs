@@ -2,7 +2,7 @@
 //!
 //! Issue 14 gave the store's maps typed keys and values; maps whose key or value does not fit
 //! 8 bytes keep each pair in a record of its own (an insert: record + intent line, a fence,
-//! then the allocation bit + slot, a fence). This section measures them at the issue's
+//! then the allocation bit + slot, a fence). This section measures them at the byte-key speed
 //! speed targets: 16-byte keys with 100-byte and 1 KiB values, on
 //! `store.hash_map_with::<Vec<u8>, Vec<u8>>` (CCEH, default configuration) and
 //! `store.btree_map::<Vec<u8>, Vec<u8>>` (FAST&FAIR, default configuration: FAST shifts), each
@@ -22,19 +22,33 @@
 //! operation). Every result is checked (inserts inserted, reads found their record's value,
 //! updates replaced one, scans visited pairs).
 //!
-//! Files: `keyset.rs` (keys and values), `maps.rs` (the maps and how they are driven),
-//! `workload.rs` (operations and the timed run), `results.rs` (rows, targets, errors); this
-//! file runs them ([`measure`]).
+//! Beside them, the same workloads on two embedded stores ([`peers`]), LMDB (through heed) and
+//! redb, with the same 16-byte keys (the same key set: keys are drawn per kind of key, not per
+//! map), 100-byte values, operations and checks, each write durable before its call returns
+//! (ours: flushes and fences, emulated granularity on the pool directory; a peer: one write
+//! transaction committed per insert or update), each peer read a read transaction of its own
+//! (per get, per scan); the report gives ours over each peer's ops/s ([`PeerComparison`])
+//! with the conditions of the run ([`Conditions`]: pool directory, granularity, one thread,
+//! load averages before and after).
+//!
+//! Files: `keyset.rs` (keys and values), `maps.rs` (the maps and how they are driven, the
+//! checks of their results), `peers/` (LMDB and redb), `workload.rs` (operations and the timed
+//! run), `results.rs` (rows, comparisons, targets, errors); this file runs them
+//! ([`measure`]).
 //!
 //! [`StoreFile`]: crate::poolfile::StoreFile
 
 pub mod keyset;
 pub mod maps;
+pub mod peers;
 pub mod results;
 pub mod workload;
 
 pub use maps::{MapConfig, MapKind, CONFIGS};
-pub use results::{check_targets, ByteKeyError, ByteKeyResults, ByteKeyRow, TargetCheck};
+pub use results::{
+    check_targets, ByteKeyError, ByteKeyResults, ByteKeyRow, Conditions, PeerComparison,
+    TargetCheck,
+};
 pub use workload::{ByteWorkload, LATENCY_EVERY, SCAN_RECORDS};
 
 use std::path::Path;
@@ -42,13 +56,15 @@ use std::time::Instant;
 
 use pmem_ordering::Granularity;
 
+use crate::machine::{load_average, Machine};
 use crate::phase::{percentile, timer_overhead_ns};
-use crate::poolfile::StoreFile;
-use keyset::Keys;
+use crate::poolfile::is_tmpfs;
+use keyset::{KeyKind, Keys};
+use maps::MapFiles;
 use workload::{operations, run, Measured};
 
 /// How much the section measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ByteKeyPlan {
     /// Records loaded into each map.
     pub records: u64,
@@ -58,17 +74,20 @@ pub struct ByteKeyPlan {
     pub scans: u64,
     /// Seed of the keys and operations.
     pub seed: u64,
+    /// The maps measured, in run order (a subset of [`CONFIGS`]).
+    pub maps: Vec<MapConfig>,
 }
 
 impl ByteKeyPlan {
-    /// The default run: 1M records (the size the issue's targets are stated at), 1M
-    /// operations per point workload, 200 000 scans.
+    /// The default run: every map of [`CONFIGS`], 1M records (the size the speed targets are
+    /// stated at), 1M operations per point workload, 200 000 scans.
     pub fn full() -> ByteKeyPlan {
         ByteKeyPlan {
             records: 1_000_000,
             ops: 1_000_000,
             scans: 200_000,
             seed: 0xB17E,
+            maps: CONFIGS.to_vec(),
         }
     }
 
@@ -79,16 +98,29 @@ impl ByteKeyPlan {
             ops: 20_000,
             scans: 4_000,
             seed: 0xB17E,
+            maps: CONFIGS.to_vec(),
         }
     }
 
-    /// The workloads of a map of `kind`, with their operations.
+    /// This plan with `records` records per map.
+    pub fn with_records(mut self, records: u64) -> ByteKeyPlan {
+        self.records = records;
+        self
+    }
+
+    /// This plan with `ops` operations per point workload and a fifth as many scans (the
+    /// default runs' proportion), at least one.
+    pub fn with_ops(mut self, ops: u64) -> ByteKeyPlan {
+        self.ops = ops;
+        self.scans = (ops / 5).max(1);
+        self
+    }
+
+    /// The workloads of a map of `kind`, with their operations (the same for every map: they
+    /// depend on the workload, the records and the seed only).
     fn workloads(&self, kind: MapKind) -> Vec<(ByteWorkload, Vec<workload::Op>)> {
-        let list: &[ByteWorkload] = match kind {
-            MapKind::Hash => &ByteWorkload::HASH,
-            MapKind::Ordered => &ByteWorkload::ORDERED,
-        };
-        list.iter()
+        kind.workloads()
+            .iter()
             .map(|&w| {
                 let ops = if w == ByteWorkload::E {
                     self.scans
@@ -101,9 +133,15 @@ impl ByteKeyPlan {
     }
 }
 
-/// Measure every map of [`CONFIGS`] under `plan`, each in a fresh store in a pool file named
-/// `{prefix}-bytekeys.pool` in `dir` (removed when its map is done) with `granularity` forced
-/// (`None`: detected). `progress(done, maps)` is called after each map.
+/// The seed of the keys of `kind`: one key set per kind, so every map of 16 random bytes (ours
+/// and the peers') holds the same keys.
+fn key_seed(seed: u64, kind: KeyKind) -> u64 {
+    seed ^ (kind as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Measure every map of `plan` under it, each in fresh files named `{prefix}-bytekeys.*` in
+/// `dir` (removed when its map is done), ours with `granularity` forced (`None`: detected).
+/// `progress(done, maps)` is called after each map.
 pub fn measure(
     dir: &Path,
     prefix: &str,
@@ -112,22 +150,23 @@ pub fn measure(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ByteKeyResults, ByteKeyError> {
     let start = Instant::now();
+    let load_before = load_average();
     let timer_ns = timer_overhead_ns();
+    let stem = format!("{prefix}-bytekeys");
     let mut rows: Vec<ByteKeyRow> = Vec::new();
-    for (i, config) in CONFIGS.iter().enumerate() {
+    for (i, config) in plan.maps.iter().enumerate() {
         let workloads = plan.workloads(config.map);
-        let new_records: u64 = workloads
-            .iter()
-            .map(|(w, ops)| w.max_updates(ops.len() as u64))
-            .sum();
-        let keys = Keys::new(config.keys, plan.records, plan.seed ^ i as u64);
-        let file = StoreFile::create(
+        let files = MapFiles {
             dir,
-            &format!("{prefix}-bytekeys.pool"),
-            config.pool_bytes(plan.records, new_records),
+            stem: &stem,
             granularity,
-        )?;
-        let measured = maps::with_map(&file, *config, keys, |map| {
+            new_records: workloads
+                .iter()
+                .map(|(w, ops)| w.max_updates(ops.len() as u64))
+                .sum(),
+        };
+        let keys = Keys::new(config.keys, plan.records, key_seed(plan.seed, config.keys));
+        let measured = maps::with_map(files, *config, keys, |map| {
             workloads
                 .iter()
                 .map(|(w, ops)| {
@@ -137,27 +176,48 @@ pub fn measure(
                 })
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        drop(file);
         rows.extend(measured.iter().map(|(w, m)| row(config, *w, m)));
-        progress(i + 1, CONFIGS.len());
+        progress(i + 1, plan.maps.len());
     }
     add_ratios(&mut rows);
     let targets = check_targets(&rows);
+    let comparison = compare_with_peers(&rows);
+    let conditions = Conditions {
+        threads: 1,
+        dir: dir.to_path_buf(),
+        tmpfs: is_tmpfs(dir),
+        granularity: granularity.map_or_else(
+            || "detected (the report's header names it)".to_string(),
+            |g| g.name().to_string(),
+        ),
+        cores: Machine::detect().cores,
+        load_before,
+        load_after: load_average(),
+    };
     Ok(ByteKeyResults {
         records: plan.records,
         ops: plan.ops,
         scans: plan.scans,
         latency_every: LATENCY_EVERY,
         timer_ns,
+        conditions,
+        peers: plan
+            .maps
+            .iter()
+            .filter_map(|c| peers::describe(c.map))
+            .collect(),
         rows,
+        comparison,
         targets,
         total_seconds: start.elapsed().as_secs_f64(),
     })
 }
 
-/// The row of `workload` on a map of `config`, from what its run measured.
+/// The row of `workload` on a map of `config`, from what its run measured (a peer's has no
+/// persistence counters: they count our flushes and fences).
 fn row(config: &MapConfig, workload: ByteWorkload, m: &Measured) -> ByteKeyRow {
-    let per_op = |total: u64| total as f64 / m.ops.max(1) as f64;
+    let ours = config.map.is_ours();
+    let per_op = |total: u64| ours.then(|| total as f64 / m.ops.max(1) as f64);
     let latency = |q| (!m.latencies.is_empty()).then(|| percentile(&m.latencies, q));
     let fences: Vec<f64> = m.call_fences.iter().map(|&f| f as f64).collect();
     ByteKeyRow {
@@ -176,20 +236,21 @@ fn row(config: &MapConfig, workload: ByteWorkload, m: &Measured) -> ByteKeyRow {
         fences_per_op: per_op(m.stats.fences),
         flushes_per_op: per_op(m.stats.flushes),
         media_bytes_per_op: per_op(m.stats.bytes_to_media()),
-        median_call_fences: (!fences.is_empty()).then(|| percentile(&fences, 0.5)),
+        median_call_fences: (ours && !fences.is_empty()).then(|| percentile(&fences, 0.5)),
         ratio_to_u64: None,
     }
 }
 
-/// Set every byte-key row's ratio to the `u64` row of the same map kind and workload.
+/// Set every byte-key row of our maps' to its ratio to the `u64` row of the same map kind and
+/// workload.
 fn add_ratios(rows: &mut [ByteKeyRow]) {
     let u64_rates: Vec<(String, String, f64)> = rows
         .iter()
-        .filter(|r| r.keys == keyset::KeyKind::U64.name())
+        .filter(|r| r.keys == KeyKind::U64.name())
         .map(|r| (r.map.clone(), r.workload.clone(), r.ops_per_sec))
         .collect();
     for r in rows.iter_mut() {
-        if r.keys == keyset::KeyKind::U64.name() {
+        if r.keys == KeyKind::U64.name() {
             continue;
         }
         r.ratio_to_u64 = u64_rates
@@ -199,18 +260,59 @@ fn add_ratios(rows: &mut [ByteKeyRow]) {
     }
 }
 
+/// Ours against the peers, per workload, on the rows of the peers' keys and values (16 random
+/// bytes -> 100 B); empty when no peer was measured.
+fn compare_with_peers(rows: &[ByteKeyRow]) -> Vec<PeerComparison> {
+    let rate = |map: MapKind, workload: ByteWorkload| {
+        let config = MapConfig {
+            map,
+            keys: KeyKind::Random16,
+            value_bytes: 100,
+        };
+        rows.iter()
+            .find(|r| r.is(&config, workload))
+            .map(|r| r.ops_per_sec)
+    };
+    let over = |ours: Option<f64>, peer: Option<f64>| Some(ours? / peer?);
+    if rate(MapKind::Lmdb, ByteWorkload::Load).is_none()
+        && rate(MapKind::Redb, ByteWorkload::Load).is_none()
+    {
+        return Vec::new();
+    }
+    ByteWorkload::ORDERED
+        .iter()
+        .map(|&w| {
+            let (hash, ordered) = (rate(MapKind::Hash, w), rate(MapKind::Ordered, w));
+            let (lmdb, redb) = (rate(MapKind::Lmdb, w), rate(MapKind::Redb, w));
+            PeerComparison {
+                workload: w.name().to_string(),
+                operation: w.operation().to_string(),
+                hash,
+                ordered,
+                lmdb,
+                redb,
+                hash_over_lmdb: over(hash, lmdb),
+                ordered_over_lmdb: over(ordered, lmdb),
+                hash_over_redb: over(hash, redb),
+                ordered_over_redb: over(ordered, redb),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_map_runs_its_workloads_with_counters_and_ratios() {
+    fn every_map_runs_its_workloads_with_counters_ratios_and_peers() {
         let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
         let plan = ByteKeyPlan {
             records: 3_000,
             ops: 2_000,
             scans: 300,
             seed: 5,
+            maps: CONFIGS.to_vec(),
         };
         let mut calls = 0;
         let results = measure(
@@ -222,19 +324,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(calls, CONFIGS.len());
-        let hashes = CONFIGS.iter().filter(|c| c.map == MapKind::Hash).count();
-        let ordered = CONFIGS.len() - hashes;
-        assert_eq!(results.rows.len(), hashes * 4 + ordered * 5);
+        let expected: usize = CONFIGS.iter().map(|c| c.map.workloads().len()).sum();
+        assert_eq!(results.rows.len(), expected);
         for r in &results.rows {
+            let ours = r.map == "hash map" || r.map == "ordered map";
             assert!(r.ops_per_sec > 0.0 && r.p50_ns.is_some(), "{r:?}");
-            assert_eq!(r.ratio_to_u64.is_some(), r.keys != "u64", "{r:?}");
+            assert_eq!(r.ratio_to_u64.is_some(), ours && r.keys != "u64", "{r:?}");
+            assert_eq!(r.fences_per_op.is_some(), ours, "{r:?}");
             if r.workload == "load" {
                 assert_eq!(r.ops, 3_000);
-                assert!(r.fences_per_op >= 1.0, "an insert fences: {r:?}");
-                assert!(r.media_bytes_per_op > 0.0, "{r:?}");
+                if ours {
+                    assert!(r.fences_per_op >= Some(1.0), "an insert fences: {r:?}");
+                    assert!(r.media_bytes_per_op > Some(0.0), "{r:?}");
+                }
             }
-            if r.workload == "C" {
-                assert_eq!(r.fences_per_op, 0.0, "a lookup does not fence: {r:?}");
+            if r.workload == "C" && ours {
+                assert_eq!(r.fences_per_op, Some(0.0), "a lookup does not fence: {r:?}");
             }
         }
         assert!(results
@@ -247,9 +352,38 @@ mod tests {
             .any(|r| r.map == "hash map" && r.workload == "E"));
         assert_eq!(results.targets.len(), results::TARGETS.len());
         assert!(results.targets.iter().all(|t| t.measured.is_finite()));
+        assert_eq!(results.peers.len(), 2);
+        assert_eq!(results.comparison.len(), ByteWorkload::ORDERED.len());
+        for c in &results.comparison {
+            let scan = c.workload == "E";
+            assert!(c.lmdb.is_some() && c.redb.is_some(), "{c:?}");
+            assert!(c.ordered_over_lmdb.is_some() && c.ordered_over_redb.is_some());
+            assert_eq!(c.hash_over_lmdb.is_none(), scan, "{c:?}");
+            assert_eq!(c.hash_over_redb.is_none(), scan, "{c:?}");
+        }
+        assert_eq!(results.conditions.threads, 1);
+        assert!(results.conditions.granularity.starts_with("emulated"));
         assert!(
             std::fs::read_dir(dir.path()).unwrap().next().is_none(),
-            "pool files left behind"
+            "pool files or peer databases left behind"
+        );
+    }
+
+    #[test]
+    fn every_map_of_sixteen_random_bytes_gets_the_same_keys() {
+        let a = Keys::new(KeyKind::Random16, 100, key_seed(7, KeyKind::Random16));
+        let b = Keys::new(KeyKind::Random16, 100, key_seed(7, KeyKind::Random16));
+        let (Keys::Bytes(a), Keys::Bytes(b)) = (a, b) else {
+            panic!("random keys are bytes")
+        };
+        assert_eq!(a, b);
+        assert_ne!(key_seed(7, KeyKind::Random16), key_seed(7, KeyKind::User));
+        let plan = ByteKeyPlan::quick().with_records(50).with_ops(40);
+        assert_eq!((plan.records, plan.ops, plan.scans), (50, 40, 8));
+        assert_eq!(
+            plan.workloads(MapKind::Lmdb),
+            plan.workloads(MapKind::Ordered),
+            "a peer runs the ordered map's operations"
         );
     }
 }

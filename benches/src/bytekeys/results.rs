@@ -1,11 +1,15 @@
 //! What the byte-key section reports ([`ByteKeyResults`]: one [`ByteKeyRow`] per map and
-//! workload, and the issue's speed targets checked, [`TargetCheck`]) and why it fails
+//! workload, ours over the peers' figures ([`PeerComparison`]) with the run's conditions
+//! ([`Conditions`]), and the speed targets checked, [`TargetCheck`]) and why it fails
 //! ([`ByteKeyError`]).
+
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::keyset::KeyKind;
 use super::maps::{MapConfig, MapKind};
+use super::peers::PeerInfo;
 use super::workload::ByteWorkload;
 use crate::phase::CountError;
 use crate::poolfile::SetupError;
@@ -13,7 +17,7 @@ use crate::poolfile::SetupError;
 /// One workload on one map.
 #[derive(Clone, Debug, Serialize)]
 pub struct ByteKeyRow {
-    /// `hash map` or `ordered map`.
+    /// `hash map`, `ordered map`, or a peer: `LMDB`, `redb`.
     pub map: String,
     /// The keys (`u64`, `16 random bytes`, `user:%011d`).
     pub keys: String,
@@ -37,13 +41,16 @@ pub struct ByteKeyRow {
     pub p99_ns: Option<f64>,
     /// 99.9th percentile latency.
     pub p999_ns: Option<f64>,
-    /// Fences per operation, over the whole run.
-    pub fences_per_op: f64,
-    /// Cache lines flushed per operation.
-    pub flushes_per_op: f64,
-    /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes.
-    pub media_bytes_per_op: f64,
-    /// Median fences of the sampled calls: an insert without a split, for the load.
+    /// Fences per operation, over the whole run (`None` for a peer: its syncs are not ours
+    /// to count).
+    pub fences_per_op: Option<f64>,
+    /// Cache lines flushed per operation (`None` for a peer).
+    pub flushes_per_op: Option<f64>,
+    /// Bytes sent to persistent memory per operation: flushed lines plus non-temporal bytes
+    /// (`None` for a peer).
+    pub media_bytes_per_op: Option<f64>,
+    /// Median fences of the sampled calls: an insert without a split, for the load (`None`
+    /// for a peer).
     pub median_call_fences: Option<f64>,
     /// This map's ops/s over the `u64` path's for the same map kind and workload, measured in
     /// the same run (`None` for the `u64` rows themselves).
@@ -60,10 +67,10 @@ impl ByteKeyRow {
     }
 }
 
-/// One of the issue's speed targets, checked against a row of this run.
+/// One of the byte-key speed targets, checked against a row of this run.
 #[derive(Clone, Debug, Serialize)]
 pub struct TargetCheck {
-    /// What is measured, as the issue states it.
+    /// What is measured, as the target states it.
     pub target: String,
     /// The row it reads: map, keys and workload.
     pub row: String,
@@ -77,7 +84,7 @@ pub struct TargetCheck {
     pub met: bool,
 }
 
-/// The issue's targets (16-byte keys, 100-byte values, stated at 1M keys): what, on which map
+/// The byte-key speed targets (16-byte keys, 100-byte values, stated at 1M keys): what, on which map
 /// and workload, the figure read (`true`: median fences per call, else ops/s), the bound.
 pub const TARGETS: [(&str, MapKind, ByteWorkload, bool, f64); 6] = [
     (
@@ -157,6 +164,65 @@ pub fn check_targets(rows: &[ByteKeyRow]) -> Vec<TargetCheck> {
         .collect()
 }
 
+/// One workload on our maps and on the peers, 16 random bytes -> 100 B each, from one run:
+/// ops/s and ours over each peer's.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerComparison {
+    /// The workload's name (`load`, `A`, `B`, `C`, `E`).
+    pub workload: String,
+    /// What one operation is.
+    pub operation: String,
+    /// Our hash map's ops/s (`None`: not measured, or E, which it has not).
+    pub hash: Option<f64>,
+    /// Our ordered map's ops/s.
+    pub ordered: Option<f64>,
+    /// LMDB's ops/s.
+    pub lmdb: Option<f64>,
+    /// redb's ops/s.
+    pub redb: Option<f64>,
+    /// Hash map / LMDB.
+    pub hash_over_lmdb: Option<f64>,
+    /// Ordered map / LMDB.
+    pub ordered_over_lmdb: Option<f64>,
+    /// Hash map / redb.
+    pub hash_over_redb: Option<f64>,
+    /// Ordered map / redb.
+    pub ordered_over_redb: Option<f64>,
+}
+
+/// Under what conditions the section measured, printed with its numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Conditions {
+    /// Threads running the operations (the section runs one).
+    pub threads: usize,
+    /// Where every map's files were: the pool directory.
+    pub dir: PathBuf,
+    /// Whether that directory is on tmpfs (DRAM); `None`: unknown.
+    pub tmpfs: Option<bool>,
+    /// Our pools' granularity, by name (`emulated`: flushes and fences issued on DRAM).
+    pub granularity: String,
+    /// Logical cores of the machine.
+    pub cores: usize,
+    /// The 1, 5 and 15-minute load averages when the section started (`None`: unreadable).
+    pub load_before: Option<[f64; 3]>,
+    /// The same when it ended.
+    pub load_after: Option<[f64; 3]>,
+}
+
+impl Conditions {
+    /// The one-minute load average above which the machine counts as loaded: the section's
+    /// own thread accounts for about 1.
+    pub const LOADED_ABOVE: f64 = 1.5;
+
+    /// Whether other work ran beside the section: either one-minute load average above
+    /// [`Conditions::LOADED_ABOVE`] (`None`: unknown).
+    pub fn loaded(&self) -> Option<bool> {
+        let before = self.load_before?[0];
+        let after = self.load_after?[0];
+        Some(before.max(after) > Self::LOADED_ABOVE)
+    }
+}
+
 /// The byte-key section of a run.
 #[derive(Clone, Debug, Serialize)]
 pub struct ByteKeyResults {
@@ -171,9 +237,16 @@ pub struct ByteKeyResults {
     /// The median cost of one latency sample's two `Instant` reads, in nanoseconds (included
     /// in every latency).
     pub timer_ns: f64,
+    /// Under what conditions.
+    pub conditions: Conditions,
+    /// How each peer measured was built and driven.
+    pub peers: Vec<PeerInfo>,
     /// One row per map and workload, in run order.
     pub rows: Vec<ByteKeyRow>,
-    /// The issue's targets against this run.
+    /// Ours against the peers, per workload (empty when no peer, or none of ours of their
+    /// keys and values, was measured).
+    pub comparison: Vec<PeerComparison>,
+    /// The byte-key speed targets against this run.
     pub targets: Vec<TargetCheck>,
     /// Wall time of the section, set-up included.
     pub total_seconds: f64,
@@ -199,7 +272,44 @@ pub enum ByteKeyError {
         /// Bytes of the value read.
         len: usize,
     },
+    /// A scan visited a pair it should not have (a bug, not a measurement).
+    #[error("the scan from record {record}, pair {pair}: {what}")]
+    BadScan {
+        /// The scan's start.
+        record: usize,
+        /// Pairs visited before the bad one.
+        pair: usize,
+        /// What was wrong.
+        what: &'static str,
+    },
     /// A scan on a hash map (a bug of the section's plan).
     #[error("a hash map has no ordered scan")]
     NoScan,
+    /// A peer was given `u64` keys (a bug of the section's plan).
+    #[error("{0} is measured with byte keys only")]
+    PeerKeys(&'static str),
+    /// A peer's database file or directory could not be made fresh.
+    #[error("cannot make the peer database {path} fresh: {source}")]
+    PeerFile {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// LMDB (through heed) failed: the section fails rather than leave the peer out.
+    #[error("LMDB (heed) failed to {what}: {source}")]
+    Lmdb {
+        /// What it was doing.
+        what: &'static str,
+        /// What heed reported.
+        source: heed::Error,
+    },
+    /// redb failed: the section fails rather than leave the peer out.
+    #[error("redb failed to {what}: {source}")]
+    Redb {
+        /// What it was doing.
+        what: &'static str,
+        /// What redb reported.
+        source: redb::Error,
+    },
 }

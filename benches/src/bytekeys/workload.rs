@@ -11,7 +11,7 @@ use super::results::ByteKeyError;
 use crate::keys::{below, SplitMix64};
 use crate::phase::{check_count, ns};
 
-/// Records each scan of workload E visits (the target is stated for 100-record scans).
+/// Records each scan of workload E visits (the scan target is stated for 100-record scans).
 pub const SCAN_RECORDS: usize = 100;
 
 /// Every this many calls, one is timed on its own (and its fences counted) for the latency

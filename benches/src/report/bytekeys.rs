@@ -1,9 +1,11 @@
-//! The byte-key section ([`crate::bytekeys`]): one row per map and workload, then the issue's
-//! speed targets against this run.
+//! The byte-key section ([`crate::bytekeys`]): one row per map and workload, ours against the
+//! peers (LMDB, redb) with the run's conditions, then the speed targets against this run.
 
 use super::block::{format_opt_ns, format_rate, Block};
 use super::{Report, ReportSection};
-use crate::bytekeys::{ByteKeyResults, ByteKeyRow, TargetCheck, SCAN_RECORDS};
+use crate::bytekeys::{
+    ByteKeyResults, ByteKeyRow, Conditions, PeerComparison, TargetCheck, SCAN_RECORDS,
+};
 
 /// The byte-key tables.
 pub(super) struct ByteKeys;
@@ -12,11 +14,51 @@ fn title(s: &ByteKeyResults) -> String {
     format!(
         "byte keys through the store: one thread, each map a fresh Store (Store::create in its \
          own pool file, batched fences, default configurations: CCEH, FAST&FAIR with FAST \
-         shifts) beside the u64 -> u64 map of the same kind in the same run; {} records \
+         shifts) beside the u64 -> u64 map of the same kind in the same run{}; {} records \
          loaded (one insert each, keys in a random order), then A, B, C with {} operations \
-         each and E with {} scans, uniform keys",
-        s.records, s.ops, s.scans
+         each and E with {} scans, uniform keys; {}",
+        if s.peers.is_empty() {
+            ""
+        } else {
+            ", and the peers (below) with the same keys and operations"
+        },
+        s.records,
+        s.ops,
+        s.scans,
+        conditions(&s.conditions)
     )
+}
+
+/// The conditions every number of the section was measured under, in one phrase.
+fn conditions(c: &Conditions) -> String {
+    let medium = match c.tmpfs {
+        Some(true) => "tmpfs, i.e. DRAM",
+        Some(false) => "not tmpfs",
+        None => "medium unknown",
+    };
+    let load =
+        |l: Option<[f64; 3]>| l.map_or_else(|| "unknown".to_string(), |l| format!("{:.2}", l[0]));
+    let state = match c.loaded() {
+        Some(true) => "loaded by other work",
+        Some(false) => "otherwise idle",
+        None => "load unknown",
+    };
+    format!(
+        "{} thread, files in {} ({medium}), our pools' granularity: {} (NOT persistent \
+         memory unless the pool directory is on a DAX device), machine {state}: 1-minute load \
+         average {} at the start, {} at the end, {} cores",
+        c.threads,
+        c.dir.display(),
+        c.granularity,
+        load(c.load_before),
+        load(c.load_after),
+        c.cores
+    )
+}
+
+/// `x` formatted, or `-`.
+fn optional(x: Option<f64>, format: impl Fn(f64) -> String) -> String {
+    x.map_or_else(|| "-".to_string(), format)
 }
 
 fn row_cells(r: &ByteKeyRow) -> Vec<String> {
@@ -33,11 +75,10 @@ fn row_cells(r: &ByteKeyRow) -> Vec<String> {
         format_opt_ns(r.p50_ns),
         format_opt_ns(r.p99_ns),
         format_opt_ns(r.p999_ns),
-        format!("{:.2}", r.fences_per_op),
-        r.median_call_fences
-            .map_or_else(|| "-".to_string(), |f| format!("{f:.0}")),
-        format!("{:.2}", r.flushes_per_op),
-        format!("{:.0}", r.media_bytes_per_op),
+        optional(r.fences_per_op, |f| format!("{f:.2}")),
+        optional(r.median_call_fences, |f| format!("{f:.0}")),
+        optional(r.flushes_per_op, |f| format!("{f:.2}")),
+        optional(r.media_bytes_per_op, |b| format!("{b:.0}")),
         r.ratio_to_u64
             .map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
     ]
@@ -50,13 +91,13 @@ fn legend(s: &ByteKeyResults) -> Vec<String> {
              included); median fences/call: the median of those calls' fences (for the load, \
              an insert without a split); fences, flushes and bytes (flushed lines + \
              non-temporal bytes sent to the media) per operation: the thread's counters over \
-             the whole run",
+             the whole run (ours only: a peer's syncs are not counted, shown -)",
             s.latency_every, s.timer_ns
         ),
         format!(
             "x u64: ops/s over the u64 -> u64 map's ops/s, same map kind and workload; E: \
              range(key..) taking {SCAN_RECORDS} pairs from a uniformly chosen loaded key (the \
-             issue's 100-record scans; YCSB's E draws 1..100 with 5% inserts); user:%011d \
+             target's 100-record scans; YCSB's E draws 1..100 with 5% inserts); user:%011d \
              keys share their first 8 bytes, so the ordered map of them is layered"
         ),
         format!(
@@ -91,6 +132,74 @@ fn rows_block(s: &ByteKeyResults) -> Block {
     }
 }
 
+fn ratio(x: Option<f64>) -> String {
+    optional(x, |x| format!("{x:.2}x"))
+}
+
+fn comparison_cells(c: &PeerComparison) -> Vec<String> {
+    let rate = |x: Option<f64>| optional(x, format_rate);
+    vec![
+        format!("{} ({})", c.workload, c.operation),
+        rate(c.hash),
+        rate(c.ordered),
+        rate(c.lmdb),
+        rate(c.redb),
+        ratio(c.hash_over_lmdb),
+        ratio(c.ordered_over_lmdb),
+        ratio(c.hash_over_redb),
+        ratio(c.ordered_over_redb),
+    ]
+}
+
+fn peers_block(s: &ByteKeyResults) -> Option<Block> {
+    if s.comparison.is_empty() {
+        return None;
+    }
+    let mut legend = vec![
+        "ops/s over each whole run, as in the table above (the same rows); ours / peer: our \
+         map's ops/s over the peer's, same workload, same run"
+            .to_string(),
+        "ours: every insert and upsert durable when the call returns (its flushes and fences \
+         issued); gets: get(key), an owned value; scans: the ordered map's range(key..) \
+         taking 100 pairs, owned keys and values"
+            .to_string(),
+    ];
+    legend.extend(s.peers.iter().map(|p| {
+        format!(
+            "{} ({}): writes {}; reads: {}",
+            p.engine, p.version, p.writes, p.reads
+        )
+    }));
+    legend.push(format!(
+        "every result checked alike: inserts inserted, gets found their record's value, \
+         updates replaced one, scans start at their key, ascend, and carry values written for \
+         loaded records; {}",
+        conditions(&s.conditions)
+    ));
+    Some(Block {
+        title: Some(format!(
+            "byte keys beside LMDB and redb: 16 random bytes -> 100 B, the same {} keys, the \
+             same operations in the same order on each, one thread",
+            s.records
+        )),
+        header: vec![
+            "workload",
+            "ours, hash",
+            "ours, ordered",
+            "LMDB",
+            "redb",
+            "hash / LMDB",
+            "ordered / LMDB",
+            "hash / redb",
+            "ordered / redb",
+        ],
+        rows: s.comparison.iter().map(comparison_cells).collect(),
+        text_columns: &[0],
+        group_gaps: false,
+        legend,
+    })
+}
+
 fn target_cells(t: &TargetCheck) -> Vec<String> {
     let figure = |x: f64| {
         if t.at_most {
@@ -116,7 +225,7 @@ fn targets_block(s: &ByteKeyResults) -> Block {
     let missed = s.targets.iter().filter(|t| !t.met).count();
     Block {
         title: Some(format!(
-            "byte-key targets of issue 14 (stated at 1M keys; this run loaded {}): {} of {} met",
+            "byte-key speed targets (stated at 1M keys; this run loaded {}): {} of {} met",
             s.records,
             s.targets.len() - missed,
             s.targets.len()
@@ -137,7 +246,11 @@ impl ReportSection for ByteKeys {
         report
             .byte_keys
             .iter()
-            .flat_map(|s| [rows_block(s), targets_block(s)])
+            .flat_map(|s| {
+                std::iter::once(rows_block(s))
+                    .chain(peers_block(s))
+                    .chain(std::iter::once(targets_block(s)))
+            })
             .collect()
     }
 }

@@ -65,7 +65,7 @@ fn legend(s: &StorePathResults) -> Vec<String> {
             "store/raw: store ops/s over raw ops/s, the median of the repetitions' ratios, \
              each the median of its {} chunks' ratios (raw time over store time, the same \
              operations); raw and store ops/s: the operations over the chunks' summed time; \
-             the issue's target is \"within 3%\": at least {:.2}",
+             the target is \"within 3%\": at least {:.2}",
             CHUNKS, s.target_ratio
         ),
         format!(

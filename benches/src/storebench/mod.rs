@@ -1,6 +1,6 @@
 //! The store path against the raw structures, paired in one run.
 //!
-//! The speed requirement: the `Store` path costs nothing measurable; CCEH and
+//! The speed requirement: the `Store` path costs nothing measurable; CCEH and
 //! FAST&FAIR through a [`Store`](pmem_structures::Store)'s handles run within 3% of the raw
 //! structures ([`TARGET_RATIO`]). [`measure`] runs every operation both ways in the same run,
 //! interleaved, and reports store ops/s over raw ops/s per operation.

@@ -13,7 +13,7 @@ use crate::ycsb::{Scale, YcsbError};
 use pmem_structures::cceh::CcehError;
 use pmem_structures::fastfair::FastFairError;
 
-/// The target: store ops/s at least this fraction of raw ops/s ("within 3%").
+/// The target: store ops/s at least this fraction of raw ops/s ("within 3%").
 pub const TARGET_RATIO: f64 = 0.97;
 
 /// Chunks each phase is cut into, each run on both sides back to back.

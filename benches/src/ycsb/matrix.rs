@@ -17,7 +17,7 @@ pub struct Scale {
 
 impl Default for Scale {
     /// The default run: 200 000 records, 200 000 operations per workload run (the whole
-    /// matrix of [`Matrix::new`] takes about 25 s on the 2-core VM of the README).
+    /// matrix of [`Matrix::new`] takes about 25 s on the 2-core VM of docs/results).
     fn default() -> Scale {
         Scale {
             records: 200_000,

@@ -4,14 +4,22 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use redis_protocol::resp2::encode::extend_encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::commands::{self, After};
+use crate::commands;
 use crate::framing::{Framer, Next};
+use crate::reply::Reply;
 use crate::server::Shared;
+use crate::session::Session;
+
+/// What the connection does after replying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum After {
+    Continue,
+    Close,
+}
 
 /// Bytes a read asks for at least.
 const READ_CHUNK: usize = 16 << 10;
@@ -24,8 +32,9 @@ pub(crate) async fn serve(
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut framer = Framer::default();
+    let mut session = shared.new_session(socket.peer_addr().ok());
     loop {
-        let after = run_buffered(shared, &mut framer, &mut input, &mut output);
+        let after = run_buffered(shared, &mut session, &mut framer, &mut input, &mut output);
         if !output.is_empty() {
             if socket.write_all(&output).await.is_err() {
                 return;
@@ -83,6 +92,7 @@ async fn close_lingering(socket: &mut TcpStream) {
 /// the connection (QUIT, a request that cannot be read past) or the rest is incomplete.
 pub(crate) fn run_buffered(
     shared: &Shared,
+    session: &mut Session,
     framer: &mut Framer,
     input: &mut BytesMut,
     output: &mut BytesMut,
@@ -90,24 +100,19 @@ pub(crate) fn run_buffered(
     loop {
         match framer.next(input, &shared.limits) {
             Next::Request(args) => {
-                shared.db.counters.command();
-                let (reply, after) = commands::execute(shared, &args);
-                encode(output, &reply);
-                if after == After::Close {
+                let reply = commands::execute(shared, session, &args);
+                reply.encode(session.protocol, output);
+                if session.closing {
                     return After::Close;
                 }
             }
             Next::Incomplete => return After::Continue,
             Next::Fatal(message) => {
-                encode(output, &commands::error(&format!("ERR {message}")));
+                let mut text = b"ERR Protocol error: ".to_vec();
+                text.extend_from_slice(&message);
+                Reply::error(text).encode(session.protocol, output);
                 return After::Close;
             }
         }
     }
-}
-
-fn encode(output: &mut BytesMut, reply: &redis_protocol::resp2::types::BytesFrame) {
-    // Encoding a frame into a growable buffer has no failure case but the frame's own
-    // shape, and every frame here is built by the commands.
-    let _ = extend_encode(output, reply, false);
 }

@@ -15,8 +15,9 @@ use crate::counters::Counters;
 /// The map's name in the store.
 pub(crate) const KEYSPACE: &str = "db0";
 
-/// Key stripes: writes to keys of one stripe are serialized, so INCR, SET NX/XX and MSET see
-/// no write slip in between their read and their write.
+/// Key stripes: writes to keys of one stripe are serialized, so the read-modify-writes (INCR,
+/// INCRBYFLOAT, APPEND, SETRANGE, SETNX, SET NX/XX/GET) and MSET see no write slip in
+/// between their read and their write.
 const STRIPES: usize = 1024;
 
 /// The byte-string map commands run on.
@@ -102,20 +103,63 @@ impl Db {
     /// Remove every key: the map is removed from the store and made anew, so the keys' space
     /// is freed in one crash-safe step (a crash in between leaves no map, and the next open
     /// makes an empty one). Waits for the commands running on the old map.
+    ///
+    /// Removing a large map records the list of its blocks first, in its own largest block
+    /// when the list fits there and otherwise in a fresh block, which a full pool cannot give.
+    /// Then the keys are deleted one by one (each delete frees its record and allocates
+    /// nothing; a crash part-way keeps the keys not yet deleted) and the emptied map, now a
+    /// few blocks, is removed. Whatever fails, the keyspace is left open and usable.
     pub(crate) fn flush(&self) -> Result<(), DbError> {
-        let mut map = self
+        let mut slot = self
             .map
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let _all = self.stripes.iter().map(Mutex::lock).collect::<Vec<_>>();
-        if map.take().is_some() {
-            self.store.remove_structure(KEYSPACE)?;
+        // The store removes no map with a live handle.
+        drop(slot.take());
+        match self.store.remove_structure(KEYSPACE) {
+            // Not found: an earlier flush removed it and could not make the new one.
+            Ok(()) | Err(Error::NotFound { .. }) => {}
+            Err(Error::PoolFull { .. }) => {
+                let map = self.open_map()?;
+                if let Err(error) = delete_every_key(&map) {
+                    *slot = Some(map);
+                    return Err(error.into());
+                }
+                drop(map);
+                // The emptied map stays if it cannot go: it holds no key either way.
+                let _ = self.store.remove_structure(KEYSPACE);
+            }
+            Err(error) => {
+                *slot = self.open_map().ok();
+                return Err(error.into());
+            }
         }
-        let fresh = self
-            .store
-            .btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())?;
-        *map = Some(fresh);
+        *slot = Some(self.open_map()?);
         Ok(())
+    }
+
+    fn open_map(&self) -> Result<Keyspace, Error> {
+        self.store
+            .btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())
+    }
+}
+
+/// Delete the keys of `map` a batch at a time (a batch read, then deleted).
+fn delete_every_key(map: &Keyspace) -> Result<(), Error> {
+    const BATCH: usize = 1024;
+    loop {
+        let keys = map
+            .iter()
+            .take(BATCH)
+            .map(|entry| entry.map(|(key, _)| key))
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        for key in keys {
+            map.remove(&key[..])?;
+        }
     }
 }
 

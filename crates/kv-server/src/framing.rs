@@ -1,11 +1,13 @@
 //! Requests out of a connection's read buffer.
 //!
-//! A request is a RESP2 array of bulk strings (what every client sends) or an inline command
-//! (a line of text, as `telnet` sends). Decoding is the `redis-protocol` codec's; before it
-//! runs, a guard walks the headers of the request under way (counts and lengths only,
-//! resuming where the last read stopped) and holds them to the [`Limits`]: so the codec
-//! never waits on a bulk string larger than the server accepts, nor recurses into nested
-//! arrays (no client sends them, and a deep enough nest would overflow the stack).
+//! A request is a RESP array of bulk strings (what every client sends, in RESP2 and RESP3
+//! alike) or an inline command (a line of text, as `telnet` sends; split by [`crate::inline`]).
+//! Decoding is the `redis-protocol` codec's; before it runs, a guard walks the headers of the
+//! request under way (counts and lengths only, resuming where the last read stopped), reads
+//! their integers as Redis does (no `+`, no leading zeros) and holds them to the [`Limits`]:
+//! so the codec never waits on a bulk string larger than the server accepts, nor recurses
+//! into nested arrays (no client sends them, and a deep enough nest would overflow the
+//! stack). A request refused here gets Redis's error text and closes the connection.
 
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes_mut;
@@ -20,8 +22,9 @@ pub(crate) enum Next {
     Request(Vec<Bytes>),
     /// Not a whole request yet: read more.
     Incomplete,
-    /// A request the connection cannot be read past: reply with this message and close.
-    Fatal(String),
+    /// A request the connection cannot be read past: reply with this message (after
+    /// `ERR Protocol error: `) and close.
+    Fatal(Vec<u8>),
 }
 
 /// How far the guard has checked the request at the head of the buffer.
@@ -67,22 +70,21 @@ impl Framer {
                         match item {
                             BytesFrame::BulkString(bytes) => args.push(bytes),
                             other => {
-                                return Next::Fatal(format!(
-                                    "Protocol error: expected a bulk string, got {:?}",
-                                    other.kind()
-                                ))
+                                return Next::Fatal(
+                                    format!("expected a bulk string, got {:?}", other.kind())
+                                        .into_bytes(),
+                                )
                             }
                         }
                     }
                     Next::Request(args)
                 }
-                Ok(Some((other, _, _))) => Next::Fatal(format!(
-                    "Protocol error: expected an array, got {:?}",
-                    other.kind()
-                )),
+                Ok(Some((other, _, _))) => {
+                    Next::Fatal(format!("expected an array, got {:?}", other.kind()).into_bytes())
+                }
                 // The guard saw a whole array of bulk strings: the codec must agree.
-                Ok(None) => Next::Fatal("Protocol error: a request the codec cannot frame".into()),
-                Err(error) => Next::Fatal(format!("Protocol error: {}", error.details())),
+                Ok(None) => Next::Fatal(b"a request the codec cannot frame".to_vec()),
+                Err(error) => Next::Fatal(error.details().as_bytes().to_vec()),
             };
         }
     }
@@ -93,17 +95,16 @@ impl Framer {
             let Some((count, len)) = header(buf, b'*') else {
                 return incomplete_or_overlong(buf, "multibulk");
             };
+            // Redis's words for a count it cannot read and for one over its limit alike.
+            let invalid = || Guard::Fatal(b"invalid multibulk length".to_vec());
             let Ok(count) = count else {
-                return Guard::Fatal("Protocol error: invalid multibulk length".into());
+                return invalid();
             };
             if count <= 0 {
                 return Guard::Empty(len);
             }
             if count as u64 > limits.max_args as u64 {
-                return Guard::Fatal(format!(
-                    "Protocol error: a request of {count} arguments is over the limit of {} (--max-args)",
-                    limits.max_args
-                ));
+                return invalid();
             }
             self.checked = len;
             self.remaining = Some(count as usize);
@@ -114,31 +115,28 @@ impl Framer {
                 None => return Guard::Incomplete,
                 Some(b'$') => {}
                 Some(&other) => {
-                    return Guard::Fatal(format!(
-                        "Protocol error: expected '$', got '{}'",
-                        char::from(other).escape_default()
-                    ))
+                    let mut message = b"expected '$', got '".to_vec();
+                    message.extend([other, b'\'']);
+                    return Guard::Fatal(message);
                 }
             }
             let Some((bulk, len)) = header(rest, b'$') else {
                 return incomplete_or_overlong(rest, "bulk");
             };
+            // Unreadable, negative, or over the limit (Redis's words for all three).
             let bulk = match bulk {
-                Ok(bulk) if bulk >= 0 => bulk as u64,
-                _ => return Guard::Fatal("Protocol error: invalid bulk length".into()),
+                Ok(bulk) if bulk >= 0 && bulk as u64 <= limits.max_value_bytes as u64 => {
+                    bulk as u64
+                }
+                _ => return Guard::Fatal(b"invalid bulk length".to_vec()),
             };
-            if bulk > limits.max_value_bytes as u64 {
-                return Guard::Fatal(format!(
-                    "Protocol error: a bulk string of {bulk} bytes is over the limit of {} bytes (--max-value-bytes)",
-                    limits.max_value_bytes
-                ));
-            }
             let end = len + bulk as usize;
             if rest.len() < end + 2 {
                 return Guard::Incomplete;
             }
+            // Redis skips these two bytes unread; a client whose length is wrong is told.
             if &rest[end..end + 2] != b"\r\n" {
-                return Guard::Fatal("Protocol error: a bulk string not ended by CRLF".into());
+                return Guard::Fatal(b"a bulk string not ended by CRLF".to_vec());
             }
             self.checked += end + 2;
             self.remaining = Some(remaining - 1);
@@ -153,28 +151,29 @@ enum Guard {
     /// An array of no elements, this many bytes long.
     Empty(usize),
     Incomplete,
-    Fatal(String),
+    Fatal(Vec<u8>),
 }
 
 /// The longest header line (`*` or `$`, a 64-bit count, CRLF) worth waiting for.
 const MAX_HEADER: usize = 32;
 
-/// A header line `<tag><integer>\r\n` at the head of `buf`: its integer (or `Err` if it is
-/// none) and its length; `None` until the CRLF has arrived.
+/// A header line `<tag><integer>\r\n` at the head of `buf`: its integer as Redis reads one
+/// (or `Err` if it is none) and its length; `None` until the CRLF has arrived.
 fn header(buf: &[u8], tag: u8) -> Option<(Result<i64, ()>, usize)> {
     debug_assert_eq!(buf.first(), Some(&tag));
     let end = buf.iter().take(MAX_HEADER).position(|&b| b == b'\n')?;
-    let line = buf[1..end].strip_suffix(b"\r");
-    let value = line
-        .and_then(|digits| std::str::from_utf8(digits).ok())
-        .and_then(|digits| digits.parse::<i64>().ok())
+    let value = buf[1..end]
+        .strip_suffix(b"\r")
+        .and_then(crate::numbers::parse_i64)
         .ok_or(());
     Some((value, end + 1))
 }
 
+/// A header still without its line end: wait for it, unless it is already longer than any
+/// count could be (Redis would wait longer for the line end, then refuse the count).
 fn incomplete_or_overlong(buf: &[u8], what: &str) -> Guard {
     if buf.len() >= MAX_HEADER {
-        Guard::Fatal(format!("Protocol error: invalid {what} length"))
+        Guard::Fatal(format!("invalid {what} length").into_bytes())
     } else {
         Guard::Incomplete
     }
@@ -183,13 +182,13 @@ fn incomplete_or_overlong(buf: &[u8], what: &str) -> Guard {
 /// What an inline command line gave.
 enum Inline {
     Request(Vec<Bytes>),
-    /// A line of nothing but spaces: skipped.
+    /// A line of nothing but blanks: skipped.
     Blank,
     Incomplete,
-    Fatal(String),
+    Fatal(Vec<u8>),
 }
 
-/// An inline command: one line, arguments split on spaces and tabs (no quoting).
+/// An inline command: one line, split as Redis splits it.
 fn inline(buf: &mut BytesMut, limits: &Limits) -> Inline {
     let Some(end) = buf
         .iter()
@@ -197,32 +196,23 @@ fn inline(buf: &mut BytesMut, limits: &Limits) -> Inline {
         .position(|&b| b == b'\n')
     else {
         return if buf.len() > limits.max_inline_bytes {
-            Inline::Fatal(format!(
-                "Protocol error: an inline request longer than {} bytes",
-                limits.max_inline_bytes
-            ))
+            Inline::Fatal(b"too big inline request".to_vec())
         } else {
             Inline::Incomplete
         };
     };
-    let line = buf.split_to(end + 1).freeze();
+    let line = buf.split_to(end + 1);
     let text = line[..end].strip_suffix(b"\r").unwrap_or(&line[..end]);
-    let args: Vec<Bytes> = text
-        .split(|b| *b == b' ' || *b == b'\t')
-        .filter(|word| !word.is_empty())
-        .map(|word| line.slice_ref(word))
-        .collect();
+    let Some(args) = crate::inline::split(text) else {
+        return Inline::Fatal(b"unbalanced quotes in request".to_vec());
+    };
     if args.is_empty() {
         return Inline::Blank;
     }
     if args.len() > limits.max_args {
-        return Inline::Fatal(format!(
-            "Protocol error: a request of {} arguments is over the limit of {} (--max-args)",
-            args.len(),
-            limits.max_args
-        ));
+        return Inline::Fatal(b"invalid multibulk length".to_vec());
     }
-    Inline::Request(args)
+    Inline::Request(args.into_iter().map(Bytes::from).collect())
 }
 
 #[cfg(test)]
@@ -230,6 +220,7 @@ mod tests {
     use super::*;
 
     fn frames(input: &[u8], limits: &Limits) -> (Vec<Vec<Vec<u8>>>, Option<String>, usize) {
+        let fatal = |message: Vec<u8>| String::from_utf8_lossy(&message).into_owned();
         let mut buf = BytesMut::from(input);
         let mut framer = Framer::default();
         let mut requests = Vec::new();
@@ -239,7 +230,7 @@ mod tests {
                     requests.push(args.iter().map(|a| a.to_vec()).collect());
                 }
                 Next::Incomplete => return (requests, None, buf.len()),
-                Next::Fatal(message) => return (requests, Some(message), buf.len()),
+                Next::Fatal(message) => return (requests, Some(fatal(message)), buf.len()),
             }
         }
     }
@@ -282,11 +273,33 @@ mod tests {
             ..Limits::default()
         };
         let (_, fatal, _) = frames(b"*2\r\n$3\r\nGET\r\n$11\r\n", &limits);
-        assert!(fatal.unwrap().contains("11 bytes is over the limit of 10"));
+        assert_eq!(fatal.as_deref(), Some("invalid bulk length"));
+        let (requests, fatal, _) = frames(b"*2\r\n$3\r\nGET\r\n$10\r\n0123456789\r\n", &limits);
+        assert_eq!((requests.len(), fatal), (1, None));
         let (_, fatal, _) = frames(b"*5\r\n", &limits);
-        assert!(fatal
-            .unwrap()
-            .contains("5 arguments is over the limit of 4"));
+        assert_eq!(fatal.as_deref(), Some("invalid multibulk length"));
+        let (_, fatal, _) = frames(b"a b c d e\r\n", &limits);
+        assert_eq!(fatal.as_deref(), Some("invalid multibulk length"));
+    }
+
+    #[test]
+    fn header_integers_are_read_as_redis_reads_them() {
+        let limits = Limits::default();
+        for (input, expected) in [
+            (&b"*01\r\n"[..], "invalid multibulk length"),
+            (b"*+1\r\n", "invalid multibulk length"),
+            (b"*-0\r\n", "invalid multibulk length"),
+            (b"* 1\r\n", "invalid multibulk length"),
+            (b"*1\r\n$04\r\nPING\r\n", "invalid bulk length"),
+            (b"*1\r\n$+4\r\nPING\r\n", "invalid bulk length"),
+            (b"*1\r\n$-0\r\n", "invalid bulk length"),
+        ] {
+            let (requests, fatal, _) = frames(input, &limits);
+            assert!(requests.is_empty());
+            assert_eq!(fatal.as_deref(), Some(expected), "{input:?}");
+        }
+        let (requests, fatal, _) = frames(b"*1\r\n$4\r\nPING\r\n*0\r\n*-1\r\n", &limits);
+        assert_eq!((requests.len(), fatal), (1, None));
     }
 
     #[test]
@@ -295,6 +308,7 @@ mod tests {
         for (input, expected) in [
             (&b"*x\r\n"[..], "invalid multibulk length"),
             (b"*1\r\n:5\r\n", "expected '$', got ':'"),
+            (b"*1\r\n\xff", "expected '$', got '\u{fffd}'"),
             (b"*1\r\n$-2\r\n", "invalid bulk length"),
             (b"*1\r\n$2\r\nabcd\r\n", "not ended by CRLF"),
             (b"*1\r\n*1\r\n$1\r\na\r\n", "expected '$', got '*'"),
@@ -311,14 +325,20 @@ mod tests {
     }
 
     #[test]
-    fn an_inline_line_past_the_limit_is_fatal() {
+    fn inline_lines_past_the_limit_or_with_unbalanced_quotes_are_fatal() {
         let limits = Limits {
             max_inline_bytes: 16,
             ..Limits::default()
         };
         let (_, fatal, _) = frames(&[b'a'; 17], &limits);
-        assert!(fatal.unwrap().contains("longer than 16 bytes"));
+        assert_eq!(fatal.as_deref(), Some("too big inline request"));
         let (requests, fatal, _) = frames(b"GET 0123456789\n", &limits);
         assert_eq!((requests.len(), fatal), (1, None));
+        let (requests, fatal, _) = frames(b"SET a \"b c\"\r\nGET 'x\n", &Limits::default());
+        assert_eq!(
+            requests,
+            vec![vec![b"SET".to_vec(), b"a".to_vec(), b"b c".to_vec()]]
+        );
+        assert_eq!(fatal.as_deref(), Some("unbalanced quotes in request"));
     }
 }

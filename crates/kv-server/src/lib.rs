@@ -1,5 +1,5 @@
-//! A durable key-value service speaking RESP2, the Redis protocol, over a
-//! [`pmem_structures::Store`].
+//! A durable key-value service speaking the Redis protocol (RESP2, and RESP3 after `HELLO 3`)
+//! over a [`pmem_structures::Store`], with Redis 7's replies and error texts.
 //!
 //! Keys and values are byte strings in one ordered map of the store (a FAST&FAIR B+-tree of
 //! records), so `SCAN` walks keys in order. Every write is durable before its reply is sent:
@@ -7,10 +7,15 @@
 //! same instructions run with the emulated granularity and only a process crash is
 //! survived). Connections are tasks on a multi-threaded runtime, one worker per core.
 //!
-//! Commands: `PING`, `ECHO`, `GET`, `SET` (`NX`, `XX`, `GET`), `DEL`, `EXISTS`, `INCR`,
-//! `INCRBY`, `DECR`, `DECRBY`, `MGET`, `MSET`, `DBSIZE`, `SCAN` (`MATCH` prefix patterns,
-//! `COUNT`, `TYPE`), `FLUSHDB`/`FLUSHALL`, `SELECT 0`, `INFO`, `CONFIG GET` (no parameters),
-//! `QUIT`. Keys never expire.
+//! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`KEEPTTL`, `SETNX`, `APPEND`,
+//! `STRLEN`, `SETRANGE`, `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`,
+//! `INCRBYFLOAT`, `MGET`, `MSET`), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
+//! `RANDOMKEY`, `KEYS` and `SCAN` with Redis's glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`),
+//! the connection (`PING`, `ECHO`, `HELLO`, `AUTH`, `CLIENT ID|GETNAME|SETNAME|SETINFO|INFO`,
+//! `SELECT 0`, `RESET`, `QUIT`) and the server (`INFO`, `CONFIG GET`, `COMMAND` and its
+//! `COUNT`/`DOCS`/`INFO`/`LIST`). Keys never expire. `MULTI`, `EXEC`, `DISCARD` and `WATCH`
+//! are refused, and so is every command between a `MULTI` and its `EXEC` or `DISCARD`, so a
+//! transaction a client sends applies nothing.
 //!
 //! ```no_run
 //! use pmem_kv_server::{Server, ServerConfig};
@@ -32,11 +37,16 @@ mod counters;
 mod db;
 mod error;
 mod framing;
+mod glob;
 mod info;
+mod inline;
+mod numbers;
 #[doc(hidden)]
 pub mod offline;
+mod reply;
 mod scan;
 mod server;
+mod session;
 
 pub use config::{Limits, ServerConfig};
 pub use error::ServerError;

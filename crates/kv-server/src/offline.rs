@@ -6,17 +6,18 @@ use std::net::{Ipv4Addr, SocketAddr};
 use bytes::BytesMut;
 use pmem_structures::{Store, StoreOptions};
 
-use crate::commands::After;
 use crate::config::Limits;
-use crate::connection::run_buffered;
+use crate::connection::{run_buffered, After};
 use crate::db::Db;
 use crate::error::ServerError;
 use crate::framing::Framer;
 use crate::server::Shared;
+use crate::session::Session;
 
 /// One connection's worth of state over an anonymous store.
 pub struct Offline {
     shared: Shared,
+    session: Session,
     framer: Framer,
     input: BytesMut,
 }
@@ -31,8 +32,10 @@ impl Offline {
         })?;
         let granularity = db.store().heap().pool().granularity();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let shared = Shared::new(db, limits, addr, granularity, 1);
         Ok(Offline {
-            shared: Shared::new(db, limits, addr, granularity, 1),
+            session: shared.new_session(None),
+            shared,
             framer: Framer::default(),
             input: BytesMut::new(),
         })
@@ -43,11 +46,18 @@ impl Offline {
     pub fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, bool) {
         self.input.extend_from_slice(bytes);
         let mut output = BytesMut::new();
-        let after = run_buffered(&self.shared, &mut self.framer, &mut self.input, &mut output);
+        let after = run_buffered(
+            &self.shared,
+            &mut self.session,
+            &mut self.framer,
+            &mut self.input,
+            &mut output,
+        );
         let closed = after == After::Close;
         if closed {
             self.input.clear();
             self.framer = Framer::default();
+            self.session = self.shared.new_session(None);
         }
         (output.to_vec(), closed)
     }

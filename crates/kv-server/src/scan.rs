@@ -1,4 +1,4 @@
-//! SCAN in key order: MATCH patterns and the cursors that resume a scan.
+//! SCAN and KEYS in key order: MATCH patterns and the cursors that resume a scan.
 //!
 //! Clients treat a cursor as a decimal number (redis-cli parses it with `strtoull`), but a
 //! scan of an ordered map resumes after a key, and keys are up to 64 KiB. So the server keeps
@@ -11,47 +11,42 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Bound;
 
 use crate::db::prefix_end;
+use crate::glob::{self, Rest};
 
-/// What a MATCH pattern selects: keys with a prefix, or one key.
+/// A MATCH pattern: Redis's glob, and the key range its literal prefix bounds (so `user:*`
+/// walks the `user:` keys alone, and a pattern without wildcards looks up one key).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Pattern {
-    /// Keys starting with these bytes (`user:*`; `*` is the empty prefix).
-    Prefix(Vec<u8>),
-    /// Exactly this key (a pattern without wildcards).
-    Exact(Vec<u8>),
+pub(crate) struct Pattern {
+    glob: Vec<u8>,
+    prefix: Vec<u8>,
+    rest: Rest,
 }
 
 impl Pattern {
-    /// Parse a Redis glob pattern made of literal bytes (`\` escapes the next one) and at
-    /// most one `*`, at the end; any other wildcard is refused with the reason.
-    pub(crate) fn parse(glob: &[u8]) -> Result<Pattern, String> {
-        let mut literal = Vec::with_capacity(glob.len());
-        let mut bytes = glob.iter().copied().enumerate();
-        while let Some((at, byte)) = bytes.next() {
-            match byte {
-                b'\\' => match bytes.next() {
-                    Some((_, escaped)) => literal.push(escaped),
-                    None => literal.push(b'\\'),
-                },
-                b'*' if at + 1 == glob.len() => return Ok(Pattern::Prefix(literal)),
-                b'*' | b'?' | b'[' => {
-                    return Err(format!(
-                        "MATCH takes prefix patterns only (literal bytes, then one '*' at the end, such as user:*): '{}' has '{}' at byte {at}",
-                        String::from_utf8_lossy(glob),
-                        char::from(byte)
-                    ))
-                }
-                literal_byte => literal.push(literal_byte),
-            }
+    pub(crate) fn new(glob: &[u8]) -> Pattern {
+        let (prefix, rest) = glob::literal_prefix(glob);
+        Pattern {
+            glob: glob.to_vec(),
+            prefix,
+            rest,
         }
-        Ok(Pattern::Exact(literal))
+    }
+
+    /// Every key: `*` alone (which, unlike other patterns, matches the empty key too).
+    pub(crate) fn all() -> Pattern {
+        Pattern::new(b"*")
+    }
+
+    pub(crate) fn matches(&self, key: &[u8]) -> bool {
+        self.glob == b"*" || glob::matches(&self.glob, key)
     }
 
     /// The key range the pattern covers, starting after `resume` when there is one.
     pub(crate) fn range(&self, resume: Option<&[u8]>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-        let (low, high) = match self {
-            Pattern::Prefix(prefix) => (Bound::Included(prefix.clone()), prefix_end(prefix)),
-            Pattern::Exact(key) => (Bound::Included(key.clone()), Bound::Included(key.clone())),
+        let low = Bound::Included(self.prefix.clone());
+        let high = match self.rest {
+            Rest::Nothing => Bound::Included(self.prefix.clone()),
+            Rest::Stars | Rest::Wildcards => prefix_end(&self.prefix),
         };
         match resume {
             Some(after) if !below_low(after, &low) => (Bound::Excluded(after.to_vec()), high),
@@ -132,29 +127,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_and_exact_patterns_parse_and_wildcards_elsewhere_are_refused() {
+    fn patterns_bound_their_range_by_their_literal_prefix() {
+        let range = |glob: &[u8]| Pattern::new(glob).range(None);
         assert_eq!(
-            Pattern::parse(b"user:*"),
-            Ok(Pattern::Prefix(b"user:".to_vec()))
-        );
-        assert_eq!(Pattern::parse(b"*"), Ok(Pattern::Prefix(Vec::new())));
-        assert_eq!(
-            Pattern::parse(b"a\\*b"),
-            Ok(Pattern::Exact(b"a*b".to_vec()))
+            range(b"user:*"),
+            (
+                Bound::Included(b"user:".to_vec()),
+                Bound::Excluded(b"user;".to_vec())
+            )
         );
         assert_eq!(
-            Pattern::parse(b"a\\**"),
-            Ok(Pattern::Prefix(b"a*".to_vec()))
+            range(b"user:*:name"),
+            (
+                Bound::Included(b"user:".to_vec()),
+                Bound::Excluded(b"user;".to_vec())
+            )
         );
-        for glob in [&b"*a"[..], b"a?*", b"a[bc]*", b"a**"] {
-            let error = Pattern::parse(glob).unwrap_err();
-            assert!(error.contains("prefix patterns only"), "{error}");
-        }
+        assert_eq!(
+            range(b"a\\*b"),
+            (
+                Bound::Included(b"a*b".to_vec()),
+                Bound::Included(b"a*b".to_vec())
+            )
+        );
+        assert_eq!(range(b"*"), (Bound::Included(Vec::new()), Bound::Unbounded));
+        assert_eq!(
+            range(b"?x"),
+            (Bound::Included(Vec::new()), Bound::Unbounded)
+        );
+        assert!(Pattern::all().matches(b""));
+        assert!(!Pattern::new(b"**").matches(b""));
+        assert!(Pattern::new(b"user:*:name").matches(b"user:7:name"));
+        assert!(!Pattern::new(b"user:*:name").matches(b"user:7:mail"));
     }
 
     #[test]
     fn a_resumed_range_starts_after_the_resume_key_but_never_below_the_prefix() {
-        let pattern = Pattern::Prefix(b"b".to_vec());
+        let pattern = Pattern::new(b"b*");
         assert_eq!(
             pattern.range(Some(b"a")),
             (

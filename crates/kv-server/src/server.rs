@@ -1,7 +1,7 @@
 //! Starting and stopping the server: the store, the listener, the connection tasks.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -18,6 +18,7 @@ use crate::connection;
 use crate::db::Db;
 use crate::error::ServerError;
 use crate::scan::Cursors;
+use crate::session::Session;
 
 /// What every connection shares.
 pub(crate) struct Shared {
@@ -30,6 +31,10 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     /// Connections being served.
     pub(crate) clients: AtomicUsize,
+    /// Connections accepted and served since the start (the last one's `CLIENT ID`).
+    pub(crate) connections_received: AtomicU64,
+    /// Connections refused at the limit.
+    pub(crate) rejected_connections: AtomicU64,
 }
 
 impl Shared {
@@ -49,14 +54,22 @@ impl Shared {
             threads,
             started: Instant::now(),
             clients: AtomicUsize::new(0),
+            connections_received: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
         }
+    }
+
+    /// A new connection's state, with the next client id.
+    pub(crate) fn new_session(&self, peer: Option<SocketAddr>) -> Session {
+        let id = self.connections_received.fetch_add(1, Ordering::Relaxed) + 1;
+        Session::new(id, peer)
     }
 }
 
 /// How long a stop waits for connections to finish the requests they have read.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// The RESP2 server over a store.
+/// The Redis-protocol server (RESP2 and RESP3) over a store.
 pub struct Server;
 
 impl Server {
@@ -213,6 +226,7 @@ async fn serve(
 
 async fn admit(mut socket: TcpStream, shared: &Arc<Shared>, closing: &watch::Receiver<bool>) {
     if shared.clients.load(Ordering::Relaxed) >= shared.limits.max_connections {
+        shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
         let _ = socket
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;

@@ -233,15 +233,14 @@ fn scan_walks_keys_in_order_with_prefix_patterns_and_counts() {
 }
 
 #[test]
-fn scan_refuses_unknown_cursors_and_patterns_it_cannot_bound() {
+fn scan_refuses_unknown_cursors_and_bad_options() {
     let server = TestServer::start();
     let mut c = server.client();
     for (args, expected) in [
         (vec!["12345"], "invalid cursor"),
         (vec!["x"], "invalid cursor"),
-        (vec!["0", "MATCH", "*a"], "prefix patterns only"),
-        (vec!["0", "MATCH", "a?b*"], "prefix patterns only"),
-        (vec!["0", "COUNT", "0"], "COUNT must be at least 1"),
+        (vec!["0", "COUNT", "0"], "syntax error"),
+        (vec!["0", "COUNT", "01"], "not an integer"),
         (vec!["0", "COUNT"], "syntax error"),
         (vec!["0", "BOGUS", "1"], "syntax error"),
     ] {
@@ -295,7 +294,6 @@ fn info_reports_keys_pool_use_and_persists_per_write() {
         let _: () = c.set(format!("key{i}"), "value").unwrap();
     }
     let info: String = cmd("INFO").query(&mut c).unwrap();
-    assert_eq!(field(&info, "keys"), "100");
     assert_eq!(field(&info, "db0"), "keys=100,expires=0,avg_ttl=0");
     assert_eq!(field(&info, "keys_written"), "100");
     let fences: f64 = field(&info, "fences_per_write").parse().unwrap();
@@ -428,15 +426,11 @@ fn keys_and_values_over_the_limits_are_refused_and_nothing_changes() {
     // A bulk string over --max-value-bytes: refused from its header, the connection closed
     // (the rest of the request cannot be told from the next one).
     let mut raw = server.raw();
+    // Redis's words for a length over the limit.
     let reply = exchange(&mut raw, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$102401\r\n");
-    assert!(
-        reply.starts_with(
-            "-ERR Protocol error: a bulk string of 102401 bytes is over the limit of 102400 bytes"
-        ),
-        "{reply}"
-    );
+    assert_eq!(reply, "-ERR Protocol error: invalid bulk length\r\n");
     let reply = exchange(&mut server.raw(), b"*2000000\r\n");
-    assert!(reply.contains("over the limit of 1048576"), "{reply}");
+    assert_eq!(reply, "-ERR Protocol error: invalid multibulk length\r\n");
     assert_eq!(cmd("DBSIZE").query::<u64>(&mut c).unwrap(), 0);
 }
 
@@ -466,13 +460,19 @@ fn malformed_resp_gets_a_protocol_error_and_the_server_goes_on() {
     let deep = b"*1\r\n".repeat(200_000);
     let reply = exchange(&mut server.raw(), &deep);
     assert!(reply.starts_with("-ERR Protocol error"), "{reply:?}");
-    // Inline commands, as telnet sends them.
+    // Inline commands, as telnet sends them, quoted as Redis reads them.
     let reply = exchange(
         &mut server.raw(),
-        b"SET inline  yes\r\nGET inline\nQUIT\r\n",
+        b"SET inline  yes\r\nGET inline\nSET \"two words\" 'it\\'s'\nGET \"two\\x20words\"\nQUIT\r\n",
     );
-    assert_eq!(reply, "+OK\r\n$3\r\nyes\r\n+OK\r\n");
+    assert_eq!(reply, "+OK\r\n$3\r\nyes\r\n+OK\r\n$4\r\nit's\r\n+OK\r\n");
     assert_eq!(server.client().get::<_, String>("inline").unwrap(), "yes");
+    let reply = exchange(&mut server.raw(), b"SET a \"b\r\nGET a\r\n");
+    assert_eq!(
+        reply,
+        "-ERR Protocol error: unbalanced quotes in request\r\n"
+    );
+    assert!(!server.client().exists::<_, bool>("a").unwrap());
 }
 
 #[test]

@@ -10,7 +10,7 @@ use pmem_ordering::{FlushKind, Pool, PoolError};
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_bad_magic_prints_as_text() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "other.pool");
     patch(&path, 0, b"NOTAPOOL");
     let err = Pool::open(&path, LAYOUT, &opts()).unwrap_err();
@@ -28,7 +28,7 @@ fn a_bad_magic_prints_as_text() {
 #[test]
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn already_open_says_what_to_do() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("held.pool");
     let _pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let err = Pool::open(&path, LAYOUT, &opts()).unwrap_err();

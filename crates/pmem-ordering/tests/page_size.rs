@@ -1,6 +1,9 @@
 //! Pools mapped with 4 KiB or 2 MiB pages: the options are checked, a 2 MiB pool is mapped
 //! 2 MiB-aligned, and the pages the kernel gives are read back.
 
+mod common;
+
+use common::scratch_dir;
 use pmem_ordering::pool::pages::{thp_unavailable_reason, HUGE_PAGE_BYTES};
 use pmem_ordering::pool::PageSize;
 use pmem_ordering::{Pool, PoolError, PoolOptions};
@@ -29,7 +32,7 @@ fn a_huge_page_pool_whose_size_is_not_whole_huge_pages_is_refused() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_huge_page_pool_file_off_hugetlbfs_is_refused_and_left_behind_by_no_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("huge.pool");
     let err = Pool::create(&path, "pages", POOL_BYTES, &huge()).unwrap_err();
     match err {
@@ -45,7 +48,7 @@ fn a_huge_page_pool_file_off_hugetlbfs_is_refused_and_left_behind_by_no_file() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_base_page_pool_file_reads_back_four_kib_pages() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("base.pool");
     let pool = Pool::create(&path, "pages", POOL_BYTES, &PoolOptions::new()).unwrap();
     let pages = pool.pages().unwrap();

@@ -150,7 +150,7 @@ fn a_root_type_larger_than_the_root_is_root_too_small() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_root_object_survives_close_and_reopen() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("p.pool");
     let value: [u64; 6] = [1, 2, 3, u64::MAX, 0xdead_beef, 42];
     let heap_bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
@@ -185,39 +185,41 @@ fn a_root_object_survives_close_and_reopen() {
 
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
-fn a_pool_file_in_the_temp_dir_has_page_granularity() {
-    let dir = tempfile::tempdir().unwrap();
+fn a_pool_file_gets_the_granularity_of_its_file_system() {
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
-    assert_eq!(pool.granularity(), Granularity::Page);
-    let basis = pool
-        .granularity_basis()
-        .expect("a file pool says how it was chosen");
-    assert!(basis.contains("MAP_SYNC was refused"), "{basis}");
+    assert_detected_granularity(&pool, &path);
     drop(pool);
 
-    // Forcing cache-line granularity on a file that is not on DAX fails, on open and create.
-    match Pool::open(&path, LAYOUT, &opts().granularity(Granularity::CacheLine)) {
-        Err(e @ PoolError::GranularityUnavailable { .. }) => {
-            let PoolError::GranularityUnavailable { requested, .. } = &e else {
-                unreachable!()
-            };
-            assert_eq!(*requested, "cache-line");
-            assert_message_names(&e, &[&show(&path), "MAP_SYNC"]);
-        }
-        other => panic!("expected GranularityUnavailable, got {other:?}"),
-    }
+    // Forcing cache-line granularity needs MAP_SYNC: refused on open and create where the file
+    // is not on DAX; on DAX it holds, whatever the region's persistence domain.
+    let forced = opts().granularity(Granularity::CacheLine);
     let new = dir.path().join("forced.pool");
-    assert!(matches!(
-        Pool::create(
-            &new,
-            LAYOUT,
-            SIZE,
-            &opts().granularity(Granularity::CacheLine)
-        ),
-        Err(PoolError::GranularityUnavailable { .. })
-    ));
-    assert!(!new.exists(), "a failed create left its file behind");
+    if is_dax_file(&path) {
+        let pool = Pool::open(&path, LAYOUT, &forced).unwrap();
+        assert_eq!(pool.granularity(), Granularity::CacheLine);
+        assert_eq!(pool.granularity_basis(), Some("forced by the caller"));
+        drop(pool);
+        let pool = Pool::create(&new, LAYOUT, SIZE, &forced).unwrap();
+        assert_eq!(pool.granularity(), Granularity::CacheLine);
+    } else {
+        match Pool::open(&path, LAYOUT, &forced) {
+            Err(e @ PoolError::GranularityUnavailable { .. }) => {
+                let PoolError::GranularityUnavailable { requested, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(*requested, "cache-line");
+                assert_message_names(&e, &[&show(&path), "MAP_SYNC"]);
+            }
+            other => panic!("expected GranularityUnavailable, got {other:?}"),
+        }
+        assert!(matches!(
+            Pool::create(&new, LAYOUT, SIZE, &forced),
+            Err(PoolError::GranularityUnavailable { .. })
+        ));
+        assert!(!new.exists(), "a failed create left its file behind");
+    }
 
     for g in [Granularity::Emulated, Granularity::Byte, Granularity::Page] {
         let pool = Pool::open(&path, LAYOUT, &opts().granularity(g)).unwrap();
@@ -292,7 +294,7 @@ fn anonymous_pools_work_and_are_emulated() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn persistent_pointers_round_trip_through_a_pool() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("p.pool");
     let target = {
         let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
@@ -362,7 +364,7 @@ fn every_supported_flush_and_copy_kind_writes_the_right_bytes() {
     let flushes = Isa::supported_flushes();
     let copies = Isa::supported_copies();
     assert!(!flushes.is_empty() && !copies.is_empty());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let mut seed = 1000;
     for &flush in &flushes {
         for &copy in &copies {
@@ -403,11 +405,16 @@ fn every_supported_flush_and_copy_kind_writes_the_right_bytes() {
             assert_eq!(back, expect, "{isa}: reopened bytes differ");
         }
     }
-    // The msync path (page granularity), once.
+    // The msync path (page granularity, forced: on DAX the file would get cache line), and
+    // the granularity the file system gives, once each.
     let path = dir.path().join("page.pool");
-    let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+    let pool = Pool::create(&path, LAYOUT, SIZE, &opts().granularity(Granularity::Page)).unwrap();
     assert_eq!(pool.granularity(), Granularity::Page);
     exercise(&pool, 7);
+    let path = dir.path().join("detected.pool");
+    let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
+    assert_detected_granularity(&pool, &path);
+    exercise(&pool, 8);
 }
 
 #[test]

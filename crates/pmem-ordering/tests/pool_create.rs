@@ -25,7 +25,7 @@ fn entries(dir: &Path) -> Vec<String> {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn an_unpublished_pool_is_invisible_and_leaves_nothing_when_dropped() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("staged.pool");
     let pool = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     assert_eq!(pool.path(), Some(path.as_path()));
@@ -43,7 +43,7 @@ fn an_unpublished_pool_is_invisible_and_leaves_nothing_when_dropped() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn publish_puts_the_pool_at_its_path_locked_and_whole() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("published.pool");
     let pool = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     let stored = pool.store_u64(pool.root_offset(), 42).unwrap();
@@ -63,7 +63,7 @@ fn publish_puts_the_pool_at_its_path_locked_and_whole() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn the_second_of_two_creators_is_refused_at_publish_and_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("raced.pool");
     let first = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     let second = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
@@ -100,7 +100,7 @@ fn unfinished(dir: &Path, name: &str, torn: bool) -> std::path::PathBuf {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn only_a_provably_unfinished_file_is_claimed() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let empty = dir.path().join("empty.pool");
     fs::File::create(&empty).unwrap();
     assert!(Pool::claim_unfinished(&empty, LAYOUT).unwrap().is_some());
@@ -133,7 +133,7 @@ fn only_a_provably_unfinished_file_is_claimed() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_claimed_file_is_replaced_only_while_the_path_still_names_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = unfinished(dir.path(), "replace.pool", true);
     let claim = Pool::claim_unfinished(&path, LAYOUT).unwrap().unwrap();
     let pool = Pool::create_replacement(&path, LAYOUT, SIZE, &opts()).unwrap();

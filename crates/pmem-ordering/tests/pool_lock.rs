@@ -54,7 +54,7 @@ fn assert_already_open(result: Result<Pool, PoolError>, path: &Path) {
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn a_created_pool_cannot_be_opened_again_until_it_drops() {
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("held.pool");
     let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let root = pool.root::<u64>().unwrap();
@@ -79,7 +79,7 @@ fn a_created_pool_cannot_be_opened_again_until_it_drops() {
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn an_opened_pool_cannot_be_opened_again_until_it_drops() {
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "held.pool");
     let before = fs::read(&path).unwrap();
     let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
@@ -106,7 +106,7 @@ fn an_opened_pool_cannot_be_opened_again_until_it_drops() {
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn the_lock_is_on_the_file_not_the_path() {
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "held.pool");
     let link = dir.path().join("link.pool");
     std::os::unix::fs::symlink(&path, &link).unwrap();
@@ -118,7 +118,7 @@ fn the_lock_is_on_the_file_not_the_path() {
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn a_create_over_a_held_pool_fails_and_leaves_the_pool_in_place() {
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("held.pool");
     let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let before = fs::read(&path).unwrap();
@@ -181,7 +181,7 @@ fn a_pool_held_by_one_process_cannot_be_opened_by_another() {
         return;
     }
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("shared.pool");
     let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let before = fs::read(&path).unwrap();
@@ -205,7 +205,7 @@ fn a_pool_held_by_one_process_cannot_be_opened_by_another() {
 #[cfg_attr(miri, ignore = "maps and locks a file, which Miri cannot")]
 fn a_second_mapping_shares_the_lock_and_the_bytes() {
     let _serial = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("shared.pool");
     let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let other = pool

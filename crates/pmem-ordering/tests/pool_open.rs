@@ -15,7 +15,7 @@ use pmem_ordering::{Pool, PoolError};
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_missing_file_is_not_found() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("absent.pool");
     match Pool::open(&path, LAYOUT, &opts()) {
         Err(e @ PoolError::NotFound { .. }) => {
@@ -43,7 +43,7 @@ fn a_missing_file_is_not_found() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_directory_is_reported_as_such() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().to_path_buf();
     match Pool::open(&path, LAYOUT, &opts()) {
         Err(e @ PoolError::IsDirectory { .. }) => assert_message_names(&e, &[&show(&path)]),
@@ -63,7 +63,7 @@ fn a_directory_is_reported_as_such() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_file_shorter_than_a_header_is_too_short() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     for len in [0usize, 7, 100, 128, 4095] {
         let path = dir.path().join(format!("short-{len}"));
         fs::write(&path, &noise(len.max(1), len as u64 + 1)[..len]).unwrap();
@@ -91,7 +91,7 @@ fn a_file_shorter_than_a_header_is_too_short() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn another_magic_is_bad_magic() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("noise.bin");
     let bytes = noise(SIZE as usize, 99);
     fs::write(&path, &bytes).unwrap();
@@ -127,7 +127,7 @@ fn another_magic_is_bad_magic() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_zeroed_magic_is_an_incomplete_pool() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     patch(&path, 0, &[0; 8]);
     match Pool::open(&path, LAYOUT, &opts()) {
@@ -146,7 +146,7 @@ fn a_zeroed_magic_is_an_incomplete_pool() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn another_format_version_is_a_version_mismatch() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     let other = FORMAT_VERSION + 41;
     patch(&path, 8, &other.to_le_bytes());
@@ -176,7 +176,7 @@ fn another_format_version_is_a_version_mismatch() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn another_layout_is_a_layout_mismatch_naming_both() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     match Pool::open(&path, "some-other-layout", &opts()) {
         Err(e @ PoolError::LayoutMismatch { .. }) => {
@@ -203,7 +203,7 @@ fn another_layout_is_a_layout_mismatch_naming_both() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_corrupted_covered_field_is_a_checksum_mismatch() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     // Reserved byte 12, a layout byte, a size byte, the pool identity, reserved 88..120 and the
     // checksum itself: all pass the magic and version checks, all are covered.
     for at in [12usize, 13, 16, 20, 47, 50, 85, 88, 100, 119, 120, 123] {
@@ -237,7 +237,7 @@ fn a_corrupted_covered_field_is_a_checksum_mismatch() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_resized_file_is_a_size_mismatch() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     for new_len in [SIZE + 4096, SIZE + 1, SIZE - 4096, HEADER_PAGE] {
         let path = make_pool(dir.path(), &format!("p{new_len}.pool"));
         fs::OpenOptions::new()
@@ -270,7 +270,7 @@ fn a_resized_file_is_a_size_mismatch() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn a_read_only_file_is_read_only() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     let before = fs::read(&path).unwrap();
     fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
@@ -289,7 +289,7 @@ fn a_read_only_file_is_read_only() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn create_over_an_existing_file_fails_and_leaves_it_untouched() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = make_pool(dir.path(), "p.pool");
     let before = fs::read(&path).unwrap();
     match Pool::create(&path, LAYOUT, SIZE, &opts()) {
@@ -310,7 +310,7 @@ fn create_over_an_existing_file_fails_and_leaves_it_untouched() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn invalid_layout_names_are_rejected_and_leave_no_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let long32 = "x".repeat(32);
     let long40 = "y".repeat(40);
     for (i, name) in ["", long32.as_str(), long40.as_str(), "a\0b", "\0"]
@@ -347,7 +347,7 @@ fn invalid_layout_names_are_rejected_and_leave_no_file() {
 #[test]
 #[cfg_attr(miri, ignore = "maps a file, which Miri cannot")]
 fn invalid_sizes_are_rejected_and_leave_no_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let cases = [
         (SIZE + 1, opts()),
         (4096 * 3 + 100, opts()),

@@ -12,6 +12,8 @@
 //! * the other slot holds, word by word, the previous version or the next one (a torn write in
 //!   progress).
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -19,7 +21,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use pmem_ordering::{Granularity, Pool, PoolOptions};
+use common::{assert_detected_granularity, scratch_dir};
+use pmem_ordering::{Pool, PoolOptions};
 
 const CHILD_ENV: &str = "PMEM_ORDERING_PROCESS_CRASH_CHILD";
 /// This test's name, so the child runs it (and only it) again.
@@ -82,11 +85,12 @@ fn a_process_killed_mid_write_leaves_a_pool_that_reopens_intact() {
         child(Path::new(&path));
     }
     let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch_dir();
     let path = dir.path().join("crash.pool");
     let header = {
         let pool = Pool::create(&path, LAYOUT, SIZE, &PoolOptions::new()).unwrap();
-        assert_eq!(pool.granularity(), Granularity::Page);
+        // Page granularity (msync) on a page-cache file, cache line or byte on DAX.
+        assert_detected_granularity(&pool, &path);
         pool.header().clone()
     };
 

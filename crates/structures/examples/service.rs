@@ -1,11 +1,18 @@
 //! A service's life with a store: open or create it, fill two named maps from two spawned
 //! threads, drop everything (the file closes and unlocks), reopen and read it all back.
-//! `cargo run --release -p pmem-structures --example service`
+//! `cargo run --release -p pmem-structures --example service [-- PATH]`: by default on tmpfs
+//! (emulated granularity); a PATH, e.g. on a DAX mount, gets the granularity detected there.
 use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = "/dev/shm/pmem-example-service.pool";
-    let options = StoreOptions::new().granularity(Granularity::Emulated); // tmpfs: StoreOptions
+    let (path, options) = match std::env::args().nth(1) {
+        Some(path) => (path, StoreOptions::new()),
+        None => (
+            "/dev/shm/pmem-example-service.pool".to_string(),
+            StoreOptions::new().granularity(Granularity::Emulated), // tmpfs: StoreOptions
+        ),
+    };
+    let path = path.as_str();
     let store = Store::open_or_create(path, 64 << 20, &options)?;
     let users = store.hash_map::<u64, u64>("users")?;
     let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;

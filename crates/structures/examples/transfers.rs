@@ -13,7 +13,11 @@ const OPENING: u64 = 1_000;
 #[derive(Debug)]
 enum TransferError {
     Store(Error),
-    Overdraft { from: String, balance: u64, amount: u64 },
+    Overdraft {
+        from: String,
+        balance: u64,
+        amount: u64,
+    },
 }
 
 impl From<Error> for TransferError {
@@ -82,9 +86,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                                 from,
                                 balance,
                                 amount,
-                            }) => refused.lock().unwrap().push(format!(
-                                "{from} holds {balance}, {amount} asked"
-                            )),
+                            }) => refused
+                                .lock()
+                                .unwrap()
+                                .push(format!("{from} holds {balance}, {amount} asked")),
                             Err(TransferError::Store(e)) => panic!("a transfer failed: {e}"),
                         }
                     }
@@ -93,7 +98,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.spawn(|| {
                 for _ in 0..200 {
                     let total = audit().expect("an audit");
-                    assert_eq!(total, ACCOUNTS * OPENING, "an audit saw a transfer half done");
+                    assert_eq!(
+                        total,
+                        ACCOUNTS * OPENING,
+                        "an audit saw a transfer half done"
+                    );
                 }
             });
         });
@@ -112,7 +121,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::open_with(path, &options)?;
     let balances = store.hash_map::<String, u64>("balances")?;
     let ledger = store.btree_map::<u64, u64>("ledger", FastFairConfig::default())?;
-    let total: u64 = balances.iter().map(|p| p.map(|(_, v)| v)).sum::<Result<_, _>>()?;
+    let total: u64 = balances
+        .iter()
+        .map(|p| p.map(|(_, v)| v))
+        .sum::<Result<_, _>>()?;
     assert_eq!((total, ledger.len()), (ACCOUNTS * OPENING, done));
     println!("reopened: {done} transfers, total {total}");
     std::fs::remove_file(path)?;

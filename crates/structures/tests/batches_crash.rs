@@ -207,13 +207,21 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
         .map_err(e)?;
     m.check().map_err(e)?;
     state[2] = m.iter().collect::<Result<_, _>>().map_err(e)?;
-    let m = store.btree_map::<Bytes, Bytes>(MAPS[3], tree()).map_err(e)?;
+    let m = store
+        .btree_map::<Bytes, Bytes>(MAPS[3], tree())
+        .map_err(e)?;
     m.check().map_err(e)?;
     state[3] = m.iter().collect::<Result<_, _>>().map_err(e)?;
     for (i, map) in state.iter().enumerate() {
         let len = match i {
-            0 => store.hash_map_with::<u64, u64>(MAPS[0], TABLE).map_err(e)?.len(),
-            1 => store.btree_map::<u64, u64>(MAPS[1], tree()).map_err(e)?.len(),
+            0 => store
+                .hash_map_with::<u64, u64>(MAPS[0], TABLE)
+                .map_err(e)?
+                .len(),
+            1 => store
+                .btree_map::<u64, u64>(MAPS[1], tree())
+                .map_err(e)?
+                .len(),
             2 => store
                 .hash_map_with::<Bytes, Bytes>(MAPS[2], TABLE)
                 .map_err(e)?
@@ -224,7 +232,11 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                 .len(),
         };
         if len != map.len() as u64 {
-            return Err(format!("{} counts {len} keys, holds {}", MAPS[i], map.len()));
+            return Err(format!(
+                "{} counts {len} keys, holds {}",
+                MAPS[i],
+                map.len()
+            ));
         }
     }
     Ok(state)
@@ -284,9 +296,11 @@ fn setup_store(pool: &Pool<SimBackend>, setup: &[Change], warm_area: bool) {
     }
 }
 
-/// The test's steps: a batch over all four maps that splits, makes layers, publishes and
-/// retires records and writes the reserved keys; single writes after it; a batch of removes
-/// and overwrites; an abandoned batch; a batch too large for the pool.
+/// The test's steps: a batch over all four maps that splits, makes layers (pushed down,
+/// compressed, split, made empty for two new keys), publishes and retires records and writes
+/// the reserved keys; single writes after it; a batch of removes and overwrites; a batch
+/// emptying every layer of the ordered map of records; an abandoned batch; a batch too large
+/// for the pool.
 fn workload() -> (Vec<Change>, Vec<Step>) {
     let text = |s: &str| s.as_bytes().to_vec();
     let setup = vec![
@@ -296,6 +310,7 @@ fn workload() -> (Vec<Change>, Vec<Step>) {
         Change(2, text("a"), Some(text("alpha"))),
         Change(3, text("user:0001"), Some(text("ada"))),
         Change(3, text("b"), Some(text("beta"))),
+        Change(3, text("session:user:000001"), Some(text("s1"))),
     ];
     let mut first = Vec::new();
     for k in 2..20u64 {
@@ -318,6 +333,13 @@ fn workload() -> (Vec<Change>, Vec<Step>) {
         Change(3, text("user:0002"), Some(text("grace"))),
         Change(3, text("user:0003"), Some(text("alan"))),
         Change(3, text("b"), None),
+        // A compressed layer (depth 2, skipping ":user:0") pushed down from the record of
+        // the setup, then split by a key leaving its skipped bytes; an empty layer made for
+        // two new keys reaching one empty entry.
+        Change(3, text("session:user:000002"), Some(text("s2"))),
+        Change(3, text("session:zz"), Some(text("zz"))),
+        Change(3, text("new:aaaaaaa1"), Some(text("n1"))),
+        Change(3, text("new:aaaaaaa2"), Some(text("n2"))),
     ]);
     let second = vec![
         Change(0, w(2 * 7919), None),
@@ -327,11 +349,23 @@ fn workload() -> (Vec<Change>, Vec<Step>) {
         Change(3, text("user:0001"), Some(text("ADA"))),
         Change(3, text("user:0002"), None),
     ];
+    // Every key under the text map's layers removed: the layers it empties are retired.
+    let emptying = [
+        "user:0001",
+        "user:0003",
+        "session:user:000001",
+        "session:user:000002",
+    ]
+    .iter()
+    .chain(&["session:zz", "new:aaaaaaa1", "new:aaaaaaa2"])
+    .map(|k| Change(3, text(k), None))
+    .collect();
     let steps = vec![
         Step::Batch(first),
         Step::Single(Change(0, w(1), Some(w(12)))),
         Step::Single(Change(3, text("user:0003"), Some(text("turing")))),
         Step::Batch(second),
+        Step::Batch(emptying),
         Step::Abandoned(vec![
             Change(1, w(9), Some(w(9))),
             Change(2, text("z"), Some(text("zeta"))),
@@ -374,7 +408,12 @@ fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool)
 fn blocks(store: &SimStore<'_>) -> Vec<usize> {
     let owned = store.owned_blocks().unwrap();
     MAPS.iter()
-        .map(|name| owned.iter().find(|(n, _)| n == name).map_or(0, |(_, b)| b.len()))
+        .map(|name| {
+            owned
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, b)| b.len())
+        })
         .collect()
 }
 
@@ -391,7 +430,12 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     // The u64 hash map splits its segment, the u64 tree its leaf, the byte hash map its
     // segment and gains records, the byte tree a layer (and records).
     for (i, name) in MAPS.iter().enumerate() {
-        assert!(after[i] > before[i], "{name}: {} -> {} blocks", before[i], after[i]);
+        assert!(
+            after[i] > before[i],
+            "{name}: {} -> {} blocks",
+            before[i],
+            after[i]
+        );
     }
     let expected = states(&setup, &steps);
     assert_eq!(observe(&store).unwrap(), expected[1]);
@@ -401,8 +445,24 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     let before = blocks(&store);
     run_step(&store, &steps[3]);
     let after = blocks(&store);
-    assert!(after[2] < before[2] && after[3] < before[3], "{before:?} -> {after:?}");
-    for step in &steps[4..] {
+    assert!(
+        after[2] < before[2] && after[3] < before[3],
+        "{before:?} -> {after:?}"
+    );
+    // The batch emptying the text map's layers: each is retired, and the map holds its top
+    // layer's blocks alone, as a map whose keys were all written in its top layer.
+    let with_layers = blocks(&store)[3];
+    run_step(&store, &steps[4]);
+    let emptied = blocks(&store)[3];
+    assert!(emptied < with_layers, "{with_layers} -> {emptied}");
+    assert_eq!(
+        store
+            .btree_map::<Vec<u8>, Vec<u8>>("text", tree())
+            .unwrap()
+            .len(),
+        0
+    );
+    for step in &steps[5..] {
         run_step(&store, step);
     }
     assert_eq!(&observe(&store).unwrap(), expected.last().unwrap());
@@ -411,7 +471,12 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
 
 #[test]
 fn every_event_of_batches_over_four_maps_recovers_all_or_nothing() {
-    let points = crash_steps("batches-every-event", CrashPoints::Every, Images::Extremes, true);
+    let points = crash_steps(
+        "batches-every-event",
+        CrashPoints::Every,
+        Images::Extremes,
+        true,
+    );
     assert!(points > 1000, "{points} crash points");
 }
 

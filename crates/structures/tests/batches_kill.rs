@@ -151,7 +151,7 @@ fn acknowledged_batches_survive_sigkill_whole() {
             .expect("a batch index");
         child(Path::new(&path), start);
     }
-    let dir = store_dir();
+    let dir = store_dir("pmem-batch-kill");
     let path = dir.path().join("batches.pool");
     drop(Store::create(&path, STORE_BYTES, &StoreOptions::new().max_structures(4)).unwrap());
     let mut rng = SplitMix64::new(SEED);
@@ -167,7 +167,10 @@ fn acknowledged_batches_survive_sigkill_whole() {
             (START_ENV, done.to_string().into()),
         ];
         let acknowledged = kill_after(spawn(TEST_NAME, &env, done, stderr), done, target, pause);
-        assert!(acknowledged > target, "round {round}: acknowledged {acknowledged}");
+        assert!(
+            acknowledged > target,
+            "round {round}: acknowledged {acknowledged}"
+        );
         while done < acknowledged {
             apply(&mut model, &batch(done));
             done += 1;

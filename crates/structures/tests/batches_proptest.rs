@@ -108,7 +108,10 @@ fn key_of(map: usize, k: usize) -> Bytes {
 
 fn value_of(map: usize, v: u16) -> Bytes {
     if map < 2 {
-        u64::from(v).wrapping_mul(0x9E37_79B9).to_be_bytes().to_vec()
+        u64::from(v)
+            .wrapping_mul(0x9E37_79B9)
+            .to_be_bytes()
+            .to_vec()
     } else {
         vec![v as u8; usize::from(v % 300)]
     }
@@ -280,14 +283,15 @@ fn run(path: &Path, steps: &[Step]) {
                         assert!(matches!(result, Err(Error::InvalidConfig { .. })));
                     }
                     Ending::Panic => {
-                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            store.write(|batch| {
-                                fill(batch, &mut after);
-                                panic!("a batch's closure panics");
-                                #[allow(unreachable_code)]
-                                Ok::<(), Error>(())
-                            })
-                        }));
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                store.write(|batch| {
+                                    fill(batch, &mut after);
+                                    panic!("a batch's closure panics");
+                                    #[allow(unreachable_code)]
+                                    Ok::<(), Error>(())
+                                })
+                            }));
                         assert!(outcome.is_err());
                     }
                     Ending::Drop => {

@@ -1,4 +1,4 @@
-//! The bit-flip experiment (issue 17), for every kind of structure a `Store` holds: a store
+//! The bit-flip experiment, for every kind of structure a `Store` holds: a store
 //! file is written and closed; then copies of it, each with one random bit flipped in a live
 //! line of that structure (a line of a block it owns), are opened, read in full (a `get` of
 //! every key or a read of every file, and a full iteration) and verified (`Store::verify`).

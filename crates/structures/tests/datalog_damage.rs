@@ -435,12 +435,7 @@ fn a_format_1_store_is_refused_with_its_version() {
 
 #[test]
 fn a_store_file_with_a_damaged_cow_page_reports_it_through_the_store_error() {
-    let dir = tempfile::tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
-    })
-    .unwrap();
+    let dir = pmem_test_kit::fixture::scratch_dir("pmem-datalog-damage");
     let path = dir.path().join("damaged.pool");
     let options = StoreOptions::new().granularity(Granularity::Emulated);
     {

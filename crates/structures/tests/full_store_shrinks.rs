@@ -1,4 +1,4 @@
-//! A full store can always shrink (issue 17): every structure kind in a `Store` is filled
+//! A full store can always shrink: every structure kind in a `Store` is filled
 //! until the pool reports `PoolFull`, then shrunk with each operation that frees space
 //! (datalog truncate and file remove, map removes, `remove_structure`). Each shrink succeeds,
 //! the contents equal a std model, the heap walk passes, and afterwards there is room again.

@@ -191,7 +191,9 @@ fn record_maps_survive_sigkill_at_random_moments() {
             .expect("an operation index");
         child(Path::new(&path), start);
     }
-    let dir = store_dir();
+    // The store takes the granularity detected for its file: page on tmpfs (where an msync
+    // costs little), cache line or byte on a DAX mount that PMEM_TEST_POOL_DIR names.
+    let dir = store_dir("pmem-record-kill");
     let path = dir.path().join("records.pool");
     {
         let store = Store::create(&path, STORE_BYTES, &StoreOptions::new().max_structures(4))

@@ -342,7 +342,7 @@ fn open_of_another_kind_names_both_kinds_in_words() {
         );
     }
     assert_eq!(pairings, 6);
-    // The message the issue names, in full.
+    // The message in full.
     let fastfair_root = root(&heap, 1);
     assert_eq!(
         open_refusal(&heap, StructureKind::HashMap, fastfair_root).message,

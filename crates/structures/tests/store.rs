@@ -8,10 +8,12 @@ use pmem_structures::cceh::CcehConfig;
 use pmem_structures::datalog::DatalogConfig;
 use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
 use pmem_structures::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, StructureKind};
-use pmem_test_kit::fixture::pool_path;
+use pmem_test_kit::fixture::{file_pool_options, file_store_options, pool_path};
 
+/// Emulated granularity, or the one detected for the file where `PMEM_TEST_POOL_DIR` points
+/// the tests at a file system of interest (the test kit's `file_granularity`).
 fn options() -> StoreOptions {
-    StoreOptions::new().granularity(Granularity::Emulated)
+    file_store_options()
 }
 
 const SIZE: u64 = 32 << 20;
@@ -326,13 +328,8 @@ fn removing_a_structure_frees_every_block_it_owned() {
 fn a_pool_of_another_layout_is_not_a_store() {
     let (_dir, path) = pool_path("pmem-store-test", "other.pool");
     drop(
-        pmem_ordering::Pool::create(
-            &path,
-            "something-else",
-            1 << 20,
-            &pmem_ordering::PoolOptions::new().granularity(Granularity::Emulated),
-        )
-        .unwrap(),
+        pmem_ordering::Pool::create(&path, "something-else", 1 << 20, &file_pool_options())
+            .unwrap(),
     );
     let err = Store::open_with(&path, &options()).err().unwrap();
     assert!(matches!(err, Error::NotAStore { .. }), "{err}");

@@ -62,10 +62,7 @@ proptest! {
 
     #[test]
     fn sequences_on_a_file_store_agree_with_the_model(ops in ops(120)) {
-        let dir = tempfile::Builder::new()
-            .prefix("pmem-store-proptest")
-            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })
-            .unwrap();
+        let dir = pmem_test_kit::fixture::scratch_dir("pmem-store-proptest");
         let path = dir.path().join("store.pool");
         let setup = StoreSetup::default();
         let options = setup.options().granularity(Granularity::Emulated);

@@ -12,17 +12,19 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::store::{verify_pool, StoreProblem, StoreVerification};
 use pmem_structures::{
-    DatalogConfig, Error, Granularity, PoolError, Problem, Store, StoreOptions, StructureKind,
+    DatalogConfig, Error, PoolError, Problem, Store, StoreOptions, StructureKind,
 };
-use pmem_test_kit::fixture::pool_path;
+use pmem_test_kit::fixture::{file_store_options, pool_path};
 use pmem_test_kit::SplitMix64;
 
 /// The catalog: header bytes (entry 0 follows), the root word of an entry.
 const CATALOG_HEADER: u64 = 64;
 const ENTRY_ROOT: u64 = 16;
 
+/// Emulated granularity, or the one detected for the file where `PMEM_TEST_POOL_DIR` points
+/// the tests at a file system of interest (the test kit's `file_granularity`).
 fn options() -> StoreOptions {
-    StoreOptions::new().granularity(Granularity::Emulated)
+    file_store_options()
 }
 
 /// Every kind of structure, written, shrunk and partly removed; one structure removed whole.

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pmem_ordering::sim::{SimBackend, SimConfig};
-use pmem_ordering::{Backend, Pool, PoolOptions};
+use pmem_ordering::{Backend, Granularity, Pool, PoolOptions};
+use pmem_structures::StoreOptions;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, Layout};
 
 /// The heap of the functional tests on anonymous pools: two lanes (the tests run two writers)
@@ -179,18 +180,58 @@ pub fn heap_holds_exactly<B: Backend, P: Deref<Target = Pool<B>>>(
     Ok(())
 }
 
-/// A fresh directory for pool files, removed when the guard drops: on tmpfs (`/dev/shm`) when
-/// the machine has one, else in the system's temporary directory.
+/// The variable naming a directory for the tests' pool files (a DAX mount, a disk, a tmpfs):
+/// the persistent-memory check (`.ci/dax/run`) points the tests at each in turn.
+pub const POOL_DIR_ENV: &str = "PMEM_TEST_POOL_DIR";
+
+/// The directory `PMEM_TEST_POOL_DIR` names, if it is set and not empty.
+pub fn pool_dir_setting() -> Option<PathBuf> {
+    std::env::var_os(POOL_DIR_ENV)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A fresh directory for pool files, removed when the guard drops: in the directory
+/// `PMEM_TEST_POOL_DIR` names when it is set, else on tmpfs (`/dev/shm`) when the machine has
+/// one, else in the system's temporary directory.
 pub fn scratch_dir(prefix: &str) -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
+    let parent = match pool_dir_setting() {
+        Some(dir) => dir,
+        None if shm.is_dir() => shm.to_path_buf(),
+        None => std::env::temp_dir(),
+    };
     tempfile::Builder::new()
         .prefix(prefix)
-        .tempdir_in(if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        })
-        .expect("a temporary directory")
+        .tempdir_in(&parent)
+        .unwrap_or_else(|e| panic!("a temporary directory in {}: {e}", parent.display()))
+}
+
+/// The granularity the tests force on their pool files: emulated (flushes as on persistent
+/// memory, no `msync`, fast on tmpfs), unless `PMEM_TEST_POOL_DIR` names a directory, whose
+/// file system is then the point: `None`, the granularity detected for the file (cache line
+/// or byte on DAX, page with `msync` elsewhere).
+pub fn file_granularity() -> Option<Granularity> {
+    match pool_dir_setting() {
+        Some(_) => None,
+        None => Some(Granularity::Emulated),
+    }
+}
+
+/// Store options for a test's pool file: [`file_granularity`] applied to the defaults.
+pub fn file_store_options() -> StoreOptions {
+    match file_granularity() {
+        Some(granularity) => StoreOptions::new().granularity(granularity),
+        None => StoreOptions::new(),
+    }
+}
+
+/// Pool options for a test's pool file: [`file_granularity`] applied to the defaults.
+pub fn file_pool_options() -> PoolOptions {
+    match file_granularity() {
+        Some(granularity) => PoolOptions::new().granularity(granularity),
+        None => PoolOptions::new(),
+    }
 }
 
 /// A path named `name` in a fresh [`scratch_dir`] (removed with the returned guard).

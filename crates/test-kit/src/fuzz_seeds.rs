@@ -20,8 +20,7 @@ use crate::records::{
     BoundKind, KeyShape, RecordKey, RecordOp, RecordValue, MAX_TAIL, TAIL_ALPHABET, VALUE_CLASSES,
 };
 use crate::store::{
-    BatchChange, NameId, StoreOp, BATCH_CHANGES, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES,
-    VALID_NAMES,
+    BatchChange, NameId, StoreOp, BATCH_CHANGES, FUZZ_KEYS as STORE_KEYS, KINDS, NAMES, VALID_NAMES,
 };
 use crate::{ReservedKeyOp, SplitMix64};
 use pmem_structures::StructureKind;

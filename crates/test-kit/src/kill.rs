@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -117,7 +117,11 @@ pub fn kill_after(mut running: Running, start: u64, target: u64, pause: Duration
     }
     std::thread::sleep(pause);
     assert!(
-        running.child.try_wait().expect("the child's status").is_none(),
+        running
+            .child
+            .try_wait()
+            .expect("the child's status")
+            .is_none(),
         "the child stopped by itself; its stderr:\n{}",
         std::fs::read_to_string(&running.stderr).unwrap_or_default()
     );
@@ -132,14 +136,9 @@ pub fn kill_after(mut running: Running, start: u64, target: u64, pause: Duration
     last.map_or(start, |l| l + 1)
 }
 
-/// A directory for the store: on tmpfs when there is one (a persist is then a cache-line
-/// flush, not an msync).
-pub fn store_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::tempdir_in(shm) {
-            return dir;
-        }
-    }
-    tempfile::tempdir().expect("a temporary directory")
+/// A directory for the store, named from `prefix`: the test kit's scratch directory
+/// ([`crate::fixture::scratch_dir`]), so a kill test runs on the directory
+/// `PMEM_TEST_POOL_DIR` names (a DAX mount) when it is set, else on tmpfs when there is one.
+pub fn store_dir(prefix: &str) -> tempfile::TempDir {
+    crate::fixture::scratch_dir(prefix)
 }

@@ -47,8 +47,11 @@ pub use crash::{
 pub use model::{History, ModelOp, ReservedKeyOp};
 pub use pmem_ordering::sim::SplitMix64;
 
-/// The repository README's examples (the `Store`, then the crash simulator), compiled and run
-/// as doctests.
+/// The repository README's example (the `Store`), compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct RootReadmeDoctest;
+/// The crash simulator's example of docs/crash-testing.md, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/crash-testing.md")]
+pub struct CrashTestingDoctest;

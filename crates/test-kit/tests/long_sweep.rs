@@ -8,8 +8,9 @@ use std::time::Instant;
 use pmem_ordering::sim::{CrashPoints, Images};
 use pmem_test_kit::cases;
 
+// `.ci/run` runs every other ignored test of the workspace and skips this one by its name.
 #[test]
-#[ignore = "the long sweep: hours; run by hand (see the README)"]
+#[ignore = "the long sweep: hours; run by hand (docs/crash-testing.md)"]
 fn a_million_crash_images_per_structure_and_policy() {
     let only = std::env::var("CRASH_SWEEP").unwrap_or_default();
     let target: u64 = std::env::var("CRASH_SWEEP_IMAGES")

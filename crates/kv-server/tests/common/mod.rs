@@ -55,6 +55,10 @@ impl TestServer {
         self.dir.path().join("kv.pool")
     }
 
+    pub fn addr(&self) -> SocketAddr {
+        self.server.as_ref().unwrap().local_addr()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://{}/", self.server.as_ref().unwrap().local_addr())
     }
@@ -131,4 +135,99 @@ pub fn spawn_binary(pool: &Path, mib: u64) -> (Child, SocketAddr) {
         .find_map(|word| word.trim_end_matches(',').parse::<SocketAddr>().ok())
         .unwrap_or_else(|| panic!("no address in the server's first line: {line:?}"));
     (child, addr)
+}
+
+/// `args` as a RESP array of bulk strings, as clients send requests.
+pub fn encode_request(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Read one whole reply (RESP2 or RESP3) and return its bytes as they came.
+pub fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    read_reply_into(reader, &mut out)?;
+    Ok(out)
+}
+
+fn read_reply_into(reader: &mut impl BufRead, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let start = out.len();
+    if reader.read_until(b'\n', out)? == 0 || !out.ends_with(b"\r\n") {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let line = &out[start..out.len() - 2];
+    let tag = line[0];
+    let count: i64 = std::str::from_utf8(&line[1..])
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    match tag {
+        // Blobs: the bytes and a CRLF.
+        b'$' | b'=' | b'!' if count >= 0 => {
+            let mut blob = vec![0u8; count as usize + 2];
+            reader.read_exact(&mut blob)?;
+            out.extend_from_slice(&blob);
+        }
+        // Aggregates: their elements (a map's, twice as many).
+        b'*' | b'~' | b'>' | b'%' | b'|' if count >= 0 => {
+            let items = if matches!(tag, b'%' | b'|') {
+                2 * count
+            } else {
+                count
+            };
+            for _ in 0..items {
+                read_reply_into(reader, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// One connection driven request by request, replies read whole and kept as bytes.
+pub struct Raw {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Raw {
+    pub fn connect(addr: SocketAddr) -> Raw {
+        let socket = TcpStream::connect(addr).expect("a connection");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Raw {
+            reader: BufReader::new(socket.try_clone().unwrap()),
+            writer: socket,
+        }
+    }
+
+    /// Send a request and read its reply.
+    pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_bytes(&encode_request(args));
+        self.reply()
+    }
+
+    /// `call` with text arguments, the reply as (lossy) text.
+    pub fn call_text(&mut self, args: &[&str]) -> String {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        String::from_utf8_lossy(&self.call(&args)).into_owned()
+    }
+
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    pub fn reply(&mut self) -> Vec<u8> {
+        read_reply(&mut self.reader).expect("a whole reply")
+    }
+
+    pub fn reply_text(&mut self) -> String {
+        String::from_utf8_lossy(&self.reply()).into_owned()
+    }
 }

@@ -109,7 +109,8 @@ impl Backend for Hardware {
 
     #[inline]
     unsafe fn store(&self, dst: *mut u8, src: &[u8]) {
-        // SAFETY: in range by the trait's contract.
+        // SAFETY: in the mapping by the trait's contract, and so are the words containing the
+        // range's ends (the mapping is a whole number of aligned words).
         unsafe { crate::mem::store_bytes(dst, src) }
     }
 
@@ -141,7 +142,8 @@ impl Backend for Hardware {
     unsafe fn nt_store(&self, dst: *mut u8, src: &[u8]) {
         match self.granularity {
             Granularity::Page => {
-                // SAFETY: in range by the trait's contract.
+                // SAFETY: in the mapping by the trait's contract, with its ends' words (as for
+                // `store`).
                 unsafe { crate::mem::store_bytes(dst, src) };
                 Hardware::msync(dst, src.len());
             }

@@ -62,10 +62,12 @@ pub trait Backend: sealed::Sealed + Send + Sync + 'static {
     /// The persistency model this backend's code is written for.
     fn model(&self) -> PersistModel;
 
-    /// A temporal (cached) store of `src` at `dst`.
+    /// A temporal (cached) store of `src` at `dst`, made of whole-word atomic accesses (the
+    /// ragged ends merged into their words: [one access size per word](crate::pool#one-access-size-per-word)).
     ///
     /// # Safety
-    /// `dst .. dst + src.len()` lies inside the pool's mapping.
+    /// `dst .. dst + src.len()` lies inside the pool's mapping (which holds the whole 8-byte
+    /// words containing its ends too: the mapping is word-aligned and a whole number of words).
     unsafe fn store(&self, dst: *mut u8, src: &[u8]);
 
     /// A failure-atomic 8-byte store with release ordering.
@@ -85,7 +87,9 @@ pub trait Backend: sealed::Sealed + Send + Sync + 'static {
         new: u64,
     ) -> Result<u64, u64>;
 
-    /// A non-temporal store of `src` at `dst`: it may be made of non-atomic streaming stores.
+    /// A non-temporal store of `src` at `dst`: it may be made of non-atomic streaming stores
+    /// (whole aligned words inside the range; its ragged ends are merged into their words
+    /// atomically, as [`Backend::store`] does).
     ///
     /// # Safety
     /// `dst .. dst + src.len()` lies inside the pool's mapping, and no other thread accesses it

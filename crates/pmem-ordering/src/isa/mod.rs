@@ -317,10 +317,13 @@ mod tests {
             for flush in Isa::supported_flushes() {
                 for copy in Isa::supported_copies() {
                     let isa = Isa::detected().with_flush(flush).unwrap().with_copy(copy).unwrap();
-                    let mut buf = vec![0xAAu8; 1024];
-                    // SAFETY: offset + data.len() < 1024 and buf does not overlap data.
-                    unsafe { nt_copy(isa, buf.as_mut_ptr().add(offset), &data) };
+                    // Words, so the words holding the range's ends are in the buffer.
+                    let mut words = vec![u64::from_ne_bytes([0xAA; 8]); 128];
+                    // SAFETY: offset + data.len() < 1024 bytes of whole words, which do not
+                    // overlap data.
+                    unsafe { nt_copy(isa, words.as_mut_ptr().cast::<u8>().add(offset), &data) };
                     sfence();
+                    let buf: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
                     prop_assert!(buf[..offset].iter().all(|&b| b == 0xAA));
                     prop_assert_eq!(&buf[offset..offset + data.len()], &data[..]);
                     prop_assert!(buf[offset + data.len()..].iter().all(|&b| b == 0xAA));

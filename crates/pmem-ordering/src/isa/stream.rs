@@ -39,13 +39,15 @@ pub unsafe fn movnti_u64(dst: *mut u64, value: u64) {
 /// Copy `src` to `dst` with non-temporal stores, using the streaming width of `isa`.
 ///
 /// Bytes that do not fill an aligned 8-byte word (a ragged head or tail) cannot be streamed
-/// without rewriting their neighbours, so they are stored temporally and flushed with the
+/// without rewriting their neighbours, so they are merged into their word with an atomic
+/// compare-exchange (a temporal store, as the pool's writes make them) and flushed with the
 /// `isa`'s flush instruction; after the next `sfence` the whole range is durable either way.
 ///
 /// # Safety
-/// `dst .. dst + src.len()` must be mapped, writable, and not overlap `src`; no other thread may
-/// access the range concurrently with the copy
-/// ([the rule](crate::pool#streaming-stores-and-other-threads)).
+/// `dst .. dst + src.len()` must be mapped, writable, and not overlap `src`, and so must the
+/// whole 8-byte words containing its ends; no other thread may access the range concurrently
+/// with the copy ([the rule](crate::pool#streaming-stores-and-other-threads)), and every
+/// access to the rest of those end words must be an 8-byte atomic one.
 pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
     // Pointer arithmetic rather than integer addresses, so the pointers keep their provenance.
     let mut d = dst;
@@ -53,7 +55,7 @@ pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
     // Ragged head up to the next 8-byte boundary.
     let head = ((8 - d.addr() % 8) % 8).min(s.len());
     if head > 0 {
-        // SAFETY: in range by the caller's contract.
+        // SAFETY: the head's containing word is mapped and writable by the caller's contract.
         unsafe { store_ragged(isa, d, &s[..head]) };
         d = d.wrapping_add(head);
         s = &s[head..];
@@ -81,7 +83,7 @@ pub unsafe fn nt_copy(isa: Isa, dst: *mut u8, src: &[u8]) {
         s = &s[8..];
     }
     if !s.is_empty() {
-        // SAFETY: in range by the caller's contract.
+        // SAFETY: the tail's containing word is mapped and writable by the caller's contract.
         unsafe { store_ragged(isa, d, s) };
     }
 }
@@ -93,9 +95,10 @@ fn read_u64(s: &[u8]) -> u64 {
 /// Temporal store of fewer than 8 bytes inside one word, then a flush of its line.
 ///
 /// # Safety
-/// `dst .. dst + bytes.len()` must be mapped and writable.
+/// The 8-byte word containing `dst .. dst + bytes.len()` must be mapped and writable.
 unsafe fn store_ragged(isa: Isa, dst: *mut u8, bytes: &[u8]) {
-    // SAFETY: in range by the caller's contract; the store is made of atomic accesses.
+    // SAFETY: the containing word is valid by the caller's contract; the store is one atomic
+    // compare-exchange of that word.
     unsafe {
         crate::mem::store_bytes(dst, bytes);
         flush_range(isa, dst, bytes.len());

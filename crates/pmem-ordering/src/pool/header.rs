@@ -216,6 +216,15 @@ impl Header {
                 file: file_len,
             });
         }
+        // Every pool this library makes is a whole number of header pages; a size that is not
+        // even a whole number of 8-byte words would leave the last bytes without the containing
+        // word every access to them uses (`mem.rs`).
+        if !header.size.is_multiple_of(8) {
+            return Err(corrupt(format!(
+                "pool size {} is not a multiple of 8 bytes",
+                header.size
+            )));
+        }
         let root_end = header.root_offset.checked_add(header.root_size);
         let consistent = header.root_offset >= HEADER_PAGE
             && root_end.is_some_and(|end| end <= header.heap_offset)
@@ -243,6 +252,15 @@ mod tests {
         let bytes = h.encode();
         let back = Header::decode(Path::new("p"), &bytes, 1 << 20, Some("kv-store")).unwrap();
         assert_eq!(back, h);
+    }
+
+    #[test]
+    fn a_size_that_is_not_whole_words_is_refused() {
+        let mut h = Header::new("kv", 1 << 16, 64, 7).unwrap();
+        h.size = (1 << 16) + 3;
+        let err = Header::decode(Path::new("p"), &h.encode(), h.size, Some("kv")).unwrap_err();
+        assert!(matches!(err, PoolError::CorruptHeader { .. }), "{err:?}");
+        assert!(err.to_string().contains("not a multiple of 8"), "{err}");
     }
 
     proptest! {

@@ -16,12 +16,25 @@
 //! is used only when the caller forces it with [`PoolOptions::granularity`]; a forced
 //! granularity is never overridden by detection.
 //!
-//! # Streaming stores and other threads
+//! # One access size per word
 //!
-//! A pool is shared between threads, and every access the safe API makes is atomic: temporal
-//! stores and byte copies are relaxed atomic accesses (8-byte words, single bytes at the ragged
-//! edges), 8-byte stores and loads are release/acquire atomics. Threads may therefore read bytes
-//! another thread is writing (FAIR's lock-free readers do) without a data race.
+//! A pool is shared between threads, and every access the safe API makes is atomic, and made
+//! to whole, aligned 8-byte words: 8-byte stores and loads ([`Pool::store_u64`],
+//! [`Pool::load_u64`], the [`Words`] and [`WordStores`] views) are release/acquire atomics;
+//! byte copies ([`Pool::write`], [`Pool::read_bytes`]) are relaxed atomic accesses of the words
+//! they cover, the ragged ends of a range loaded as their whole word and stored by merging the
+//! new bytes into it with a compare-exchange, which keeps the word's other bytes as another
+//! thread may be storing them. No access is ever one or a few bytes wide: Rust's memory model
+//! makes overlapping atomic accesses of different sizes undefined behaviour when they race
+//! (Miri refuses them), and a byte store racing with another thread's 8-byte load of its word
+//! would be one. Threads may therefore read bytes another thread is writing (FAIR's lock-free
+//! readers do) without a data race or mixed-size access.
+//!
+//! The mapping is page-aligned and a pool's size is a whole number of words (a header page for
+//! every pool this library makes; a header read from a file whose size is not a multiple of 8
+//! is refused), so the word containing any byte of the pool lies in the pool.
+//!
+//! # Streaming stores and other threads
 //!
 //! Streaming stores are the exception. `movnti` and the SSE2/AVX/AVX-512 streaming stores are
 //! plain, non-atomic writes in Rust's memory model, so [`Pool::nt_write`] (and the primitives

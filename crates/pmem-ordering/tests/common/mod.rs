@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use pmem_ordering::{Pool, PoolError, PoolOptions};
+use pmem_ordering::{Granularity, Pool, PoolError, PoolOptions};
 
 pub const LAYOUT: &str = "pool-tests";
 pub const SIZE: u64 = 64 * 1024;
@@ -52,4 +52,80 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out[0] = 0x5a;
     out
+}
+
+/// The variable naming a directory for the tests' pool files (a DAX mount, a disk, a tmpfs):
+/// the persistent-memory check (`.ci/dax/run`) points the tests at each in turn. The test
+/// kit reads the same variable; this crate's tests cannot use the kit (it depends on them).
+pub const POOL_DIR_ENV: &str = "PMEM_TEST_POOL_DIR";
+
+/// A fresh directory for pool files, removed when the guard drops: in the directory
+/// `PMEM_TEST_POOL_DIR` names, else in the system's temporary directory.
+pub fn scratch_dir() -> tempfile::TempDir {
+    match std::env::var_os(POOL_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => tempfile::tempdir_in(&dir).unwrap_or_else(|e| {
+            panic!(
+                "a temporary directory in {}: {e}",
+                Path::new(&dir).display()
+            )
+        }),
+        None => tempfile::tempdir().expect("a temporary directory"),
+    }
+}
+
+/// Whether the kernel accesses the file at `path` directly, without the page cache (DAX), by
+/// its own account (`statx`'s `STATX_ATTR_DAX`, Linux 5.8 on): a witness independent of the
+/// pool's `MAP_SYNC` test. `false` where the kernel does not say.
+#[cfg(target_os = "linux")]
+pub fn is_dax_file(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path without NUL");
+    // SAFETY: statx is plain data, valid when zeroed.
+    let mut stat: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a NUL-terminated path and `stat` a writable statx buffer, both live
+    // for the call.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            0,
+            libc::STATX_BASIC_STATS,
+            &mut stat,
+        )
+    };
+    let dax = libc::STATX_ATTR_DAX as u64;
+    rc == 0 && stat.stx_attributes_mask & dax != 0 && stat.stx_attributes & dax != 0
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn is_dax_file(_path: &Path) -> bool {
+    false
+}
+
+/// Asserts that `pool`, opened from `path` with the granularity left to detection, got the one
+/// its file system gives: cache line or byte (by its region's persistence domain) on DAX,
+/// whose basis names the `persistence_domain` it read or the regions it found; page, with
+/// `MAP_SYNC` refused, anywhere else.
+pub fn assert_detected_granularity(pool: &Pool, path: &Path) {
+    let basis = pool
+        .granularity_basis()
+        .expect("a file pool says how its granularity was chosen");
+    if is_dax_file(path) {
+        assert!(
+            matches!(
+                pool.granularity(),
+                Granularity::CacheLine | Granularity::Byte
+            ),
+            "{} is a DAX file but got {:?} granularity: {basis}",
+            path.display(),
+            pool.granularity()
+        );
+        assert!(
+            basis.contains("persistence_domain") || basis.contains("region"),
+            "{basis}"
+        );
+    } else {
+        assert_eq!(pool.granularity(), Granularity::Page, "{basis}");
+        assert!(basis.contains("MAP_SYNC was refused"), "{basis}");
+    }
 }

@@ -104,9 +104,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                         slot,
                         occupied: false,
                         ..
-                    }) if !taken.contains(&segment_word_offset(place.segment, slot)) => {
-                        (None, Some((segment_word_offset(place.segment, slot), false)))
-                    }
+                    }) if !taken.contains(&segment_word_offset(place.segment, slot)) => (
+                        None,
+                        Some((segment_word_offset(place.segment, slot), false)),
+                    ),
                     _ => (self.find(&place, probe, h)?, None),
                 };
                 let write = match (found, *change) {

@@ -88,11 +88,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     /// committed before this returns, changing no key), at the middle of what it would hold, and
     /// its changes are planned again (a split changes no other leaf, so the images planned
     /// before it stand). The caller holds the tree's writer gate: no other writer runs.
-    pub(crate) fn plan_batch(&self, changes: &[KeyChange]) -> Result<Vec<LeafImage>, FastFairError> {
+    pub(crate) fn plan_batch(
+        &self,
+        changes: &[KeyChange],
+    ) -> Result<Vec<LeafImage>, FastFairError> {
         if changes.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(FastFairError::ReservedKey(RESERVED));
         }
-        debug_assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "sorted, unique");
+        debug_assert!(
+            changes.windows(2).all(|w| w[0].0 < w[1].0),
+            "sorted, unique"
+        );
         let mut images = Vec::new();
         let mut old = Vec::with_capacity(self.capacity);
         let mut at = 0;
@@ -149,11 +155,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
             delta,
         };
         Ok(LeafPlan::Fits(Some(image), taken))
-    }
-
-    /// The offset of the tree's root object (where it was created).
-    pub(crate) fn root_object(&self) -> u64 {
-        self.meta.0
     }
 
     /// Write `image` into its leaf under the leaf's lock, marked as a change for lock-free
@@ -281,7 +282,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         )?;
         self.carry_up(tx, path, (separator, sibling), staged, entries)
     }
-
 }
 
 #[cfg(test)]
@@ -291,11 +291,20 @@ mod tests {
     #[test]
     fn merging_applies_puts_and_removes_in_key_order() {
         let old = [(1, 10), (3, 30), (5, 50)];
-        let changes = [(0, Some(1)), (3, None), (4, Some(40)), (5, Some(55)), (9, None)];
+        let changes = [
+            (0, Some(1)),
+            (3, None),
+            (4, Some(40)),
+            (5, Some(55)),
+            (9, None),
+        ];
         let (new, delta) = merged(&old, &changes);
         assert_eq!(new, [(0, 1), (1, 10), (4, 40), (5, 55)]);
         assert_eq!(delta, 1);
         assert_eq!(merged(&[], &[]), (vec![], 0));
-        assert_eq!(merged(&old, &[(1, None), (3, None), (5, None)]), (vec![], -3));
+        assert_eq!(
+            merged(&old, &[(1, None), (3, None), (5, None)]),
+            (vec![], -3)
+        );
     }
 }

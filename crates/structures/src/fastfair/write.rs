@@ -213,6 +213,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
         Ok(Some(old))
     }
 
+    /// Run `f` under the lock of the tree's only leaf if the tree is that one leaf and holds
+    /// no key, and return what it returned; `false` (and `f` not run) otherwise. While `f`
+    /// runs no insert can: every key's leaf is the locked one, and neither a split nor a root
+    /// change can move that without its lock. The ordered byte-key map retires an emptied
+    /// layer this way: `f` marks the layer dead, and every insert's hook checks the mark
+    /// under the same lock.
+    pub(crate) fn if_empty_locked(&self, f: impl FnOnce() -> bool) -> Result<bool, FastFairError> {
+        let locked = self.lock_leaf(self.shape, 0)?;
+        if locked.view.count() != 0 || locked.leaf != self.root_node()? {
+            return Ok(false);
+        }
+        Ok(f())
+    }
+
     /// The tree's node shape in a writer's copy for the default node size (`DEFAULT`: a
     /// constant) or for any other (as loaded).
     #[inline(always)]

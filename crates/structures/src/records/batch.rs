@@ -15,7 +15,6 @@
 
 use std::ops::Deref;
 
-use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, RecordBlock};
 
@@ -41,6 +40,9 @@ pub(crate) struct RecordPlan {
     pub retire: Vec<RecordBlock>,
     /// Keys added minus keys removed.
     pub delta: i64,
+    /// An ordered map's layers below the top that the batch removes keys from (by block
+    /// offset), each with one of those keys: retired after the batch if it leaves them empty.
+    pub removed_from: Vec<(u64, Vec<u8>)>,
 }
 
 impl RecordPlan {
@@ -131,7 +133,7 @@ where
             }
             check_sizes(key, value.unwrap_or_default())?;
             let old = {
-                let _guard = epoch::pin();
+                let _guard = self.records.pin();
                 self.record_of(key)?
             };
             if let Some(old) = old {
@@ -151,8 +153,8 @@ where
                 None => {}
             }
         }
-        // Pinned while the plan's probes read the records they meet.
-        let _guard = epoch::pin();
+        // Pinned (the map's own epoch) while the plan's probes read the records they meet.
+        let _guard = self.records.pin();
         plan.slots = self.table.plan_batch(&writes)?;
         Ok(())
     }
@@ -160,7 +162,10 @@ where
     /// Apply `plan` (after the batch's commit point): publish, store the slots, retire; every
     /// store flushed, the batch's fence makes them durable. Returns the retired blocks for
     /// [`RecordHashMap::defer_batch_retired`].
-    pub(crate) fn apply_batch(&self, plan: &RecordPlan) -> Result<Vec<RecordBlock>, RecordMapError> {
+    pub(crate) fn apply_batch(
+        &self,
+        plan: &RecordPlan,
+    ) -> Result<Vec<RecordBlock>, RecordMapError> {
         let heap = self.heap();
         plan.publish_all(heap)?;
         for write in &plan.slots {

@@ -18,7 +18,6 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
@@ -253,7 +252,7 @@ where
     /// in doubt is resolved. Must run before anything else allocates from the heap after a
     /// crash (the [`crate::Store`] opens its record maps when it loads).
     pub fn open(heap: H, root: u64) -> Result<Self> {
-        let area = head::read_head(&heap, root, StructureKind::RecordHashMap)?;
+        let (area, _) = head::read_head(&heap, root, StructureKind::RecordHashMap)?;
         let table = Cceh::open_hashed(heap, root + TABLE_AT)?;
         let mut map = RecordHashMap {
             table,
@@ -326,7 +325,7 @@ where
         // Pinned while the lookup matches and reads: a record it reaches is not handed out
         // again while it is copied (a writer that retires it defers the block's reuse past the
         // epoch). The table's own read section protects only its directories.
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         let probe = self.probe(key);
         match self
             .table
@@ -343,7 +342,7 @@ where
             return Ok(false);
         }
         // Pinned: the lookup reads the keys of the records it meets.
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         Ok(self.record_of(key)?.is_some())
     }
 
@@ -381,7 +380,7 @@ where
         let heap = self.heap();
         let pool = heap.pool();
         let guess = {
-            let _guard = epoch::pin();
+            let _guard = self.records.pin();
             self.record_of(key)?
         };
         let mut staged = self.records.stage(heap, key, value, guess)?;
@@ -416,7 +415,7 @@ where
         let heap = self.heap();
         let pool = heap.pool();
         let guess = {
-            let _guard = epoch::pin();
+            let _guard = self.records.pin();
             self.record_of(key)?
         };
         let Some(guess) = guess else {
@@ -468,10 +467,12 @@ where
 
     /// Every `(key, value)`, in no particular order: the table's slots, a segment snapshot at
     /// a time, whose records are read as the iterator goes, inside one pinned epoch (so records
-    /// retired meanwhile stay readable; a key written meanwhile may be missed). Blocks of records
-    /// retired while it lives are reused only once it is dropped.
+    /// retired meanwhile stay readable; a key written meanwhile may be missed). The epoch is this
+    /// map's own: blocks of records this map retires while the iterator lives are reused only
+    /// once it is dropped (so an idle iterator lets the map grow by every record overwritten or
+    /// removed meanwhile), while other maps reuse theirs as usual.
     pub fn iter(&self) -> Iter<'_, B> {
-        let guard = epoch::pin();
+        let guard = self.records.pin();
         Iter {
             pool: self.heap().pool(),
             slots: self.table.iter(),
@@ -481,7 +482,7 @@ where
 
     /// Every heap block the map owns: the table's, the intent area and each record.
     pub fn blocks(&self) -> Result<Vec<u64>> {
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         let mut blocks = self.table.blocks()?;
         blocks.push(self.records.intent_area());
         blocks.extend(self.record_offsets()?);
@@ -498,7 +499,7 @@ where
             root: self.root,
             reason,
         };
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         for slot in self.table.iter() {
             let (word, record) = slot?;
             let block = heap.record_block(record).ok_or_else(|| {
@@ -544,10 +545,16 @@ where
     /// checksum right) and its key hashing to the slot's key word. For a healthy map,
     /// `blocks_walked` is the length of [`RecordHashMap::blocks`].
     pub fn verify(&self) -> Verification {
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         let heap = self.heap();
         let mut report = Verification::new(StructureKind::RecordHashMap, self.root);
-        verify::verify_head(heap, &mut report, self.root, StructureKind::RecordHashMap);
+        verify::verify_head(
+            heap,
+            &mut report,
+            self.root,
+            StructureKind::RecordHashMap,
+            &[],
+        );
         let mut live = Vec::new();
         let table = self
             .table
@@ -582,7 +589,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
 pub struct Iter<'a, B: Backend> {
     pool: &'a Pool<B>,
     slots: cceh::Iter,
-    _guard: epoch::Guard,
+    _guard: crossbeam_epoch::Guard,
 }
 
 impl<B: Backend> Iterator for Iter<'_, B> {

@@ -14,11 +14,15 @@
 //! reused by another structure is left alone, and one reused by this structure is allocated
 //! exactly when it is reachable, which is already so.
 //!
-//! Each line is one cache line: `[new offset, new size, old offset, old size, layer]` (0 for
-//! none). The *layer word* is the ordered map's (`tree.rs`): the root of a layer it made and
-//! has not published yet. Unlike the record words, it is written inside the transaction that
-//! makes the layer and cleared once the layer is published or freed, so it never names a
-//! freed layer.
+//! Each line is one cache line: `[new offset, new size, old offset, old size, layer, retire]`
+//! (0 for none; the last two words are 0). The *layer word* and the *retire word* are the
+//! ordered map's (`tree/layout.rs`): the layer word names a layer a writer made and has not
+//! published yet, the retire word a layer emptied by removes that is being unlinked or waits,
+//! unlinked, for its readers to leave. Unlike the record words, they are cleared in the
+//! transaction that frees their layer, or once it is published (or, for a retire word whose
+//! unlink failed, kept), so they never name a freed layer. A line's retire word is held apart
+//! from the line itself ([`IntentArea::claim_retire_word`]): a retired layer waits for readers
+//! while the line serves other writes.
 //! A torn line names a block of a write whose first fence had not passed: nothing of that write
 //! is in doubt yet, and resolving whatever the line names changes nothing.
 
@@ -39,6 +43,8 @@ pub(crate) const AREA_BYTES: u64 = LINES * LINE_BYTES;
 pub(crate) type Named = (u64, u64);
 /// Where the layer word sits in a line.
 const LAYER_WORD: u64 = 32;
+/// Where the retire word sits in a line.
+const RETIRE_WORD: u64 = 40;
 
 /// A layer an intent line's layer word names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +59,8 @@ pub(crate) struct LayerWord {
 pub(crate) struct IntentArea {
     offset: u64,
     held: Vec<CachePadded<AtomicBool>>,
+    /// Which lines' retire words name a layer now.
+    retire_held: Vec<AtomicBool>,
 }
 
 /// A line held by one writer until dropped.
@@ -77,6 +85,7 @@ impl IntentArea {
             held: (0..LINES)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
+            retire_held: (0..LINES).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -123,21 +132,48 @@ impl IntentArea {
 }
 
 impl IntentArea {
-    /// Every nonzero layer word.
+    /// Every nonzero layer word and retire word.
     pub(crate) fn layer_words<B: Backend>(
         &self,
         pool: &Pool<B>,
     ) -> Result<Vec<LayerWord>, PoolError> {
         let mut words = Vec::new();
         for line in 0..LINES {
-            let at = self.offset + line * LINE_BYTES + LAYER_WORD;
-            let layer = pool.load_u64(at)?;
-            if layer != 0 {
-                words.push(LayerWord { at, layer });
+            for word in [LAYER_WORD, RETIRE_WORD] {
+                let at = self.offset + line * LINE_BYTES + word;
+                let layer = pool.load_u64(at)?;
+                if layer != 0 {
+                    words.push(LayerWord { at, layer });
+                }
             }
         }
         Ok(words)
     }
+
+    /// Hold a retire word that names nothing, if one is free (its index).
+    pub(crate) fn claim_retire_word(&self) -> Option<usize> {
+        self.retire_held.iter().position(|held| {
+            held.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// The offset of retire word `index`.
+    pub(crate) fn retire_word(&self, index: usize) -> u64 {
+        self.offset + index as u64 * LINE_BYTES + RETIRE_WORD
+    }
+
+    /// Let retire word `index` go (it names nothing again).
+    pub(crate) fn release_retire_word(&self, index: usize) {
+        self.retire_held[index].store(false, Ordering::Release);
+    }
+}
+
+/// Store `layer` in the word at `at` (a retire word), persisted.
+pub(crate) fn name_layer<B: Backend>(pool: &Pool<B>, at: u64, layer: u64) -> Result<(), PoolError> {
+    let w = pool.store_u64(at, layer)?;
+    let _ = pool.persist(w);
+    Ok(())
 }
 
 /// Clear a layer word (persisted: a layer it named is published or freed).

@@ -23,7 +23,8 @@
 //!
 //! The old record is freed on the media in the same epoch as the slot change, but readers
 //! that loaded the slot before may still be copying it: the heap keeps the block out of use
-//! until an epoch has passed (`limbo.rs`).
+//! until an epoch has passed (`limbo.rs`). The epoch is the map's own (`reclaim.rs`): a reader
+//! of one map holds back nothing of another.
 //!
 //! # Integrity
 //!
@@ -54,6 +55,7 @@
 //! | `intent.rs` | intent lines: what a cut-short write leaves in doubt |
 //! | `limbo.rs` | retired blocks waiting for readers to leave |
 //! | `batch.rs` | a store write batch's changes: records staged, the structure's writes planned, applied |
+//! | `reclaim.rs` | each map's own epoch, which its readers pin |
 //! | `error.rs` | the maps' error |
 //! | `head.rs` | the head of both maps' root objects: magic, version, intent area |
 //! | `hash.rs` | the byte-key CCEH map |
@@ -67,18 +69,20 @@ mod head;
 pub(crate) mod intent;
 pub(crate) mod layout;
 mod limbo;
+mod reclaim;
 pub mod tree;
 mod verify;
 
 use std::ops::Deref;
 
-use crossbeam_epoch as epoch;
+use crossbeam_epoch::Guard;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, RecordBlock, Tx, TxError};
 
 use self::intent::{IntentArea, IntentLine, LayerWord, Named};
 use self::layout::Header;
 use self::limbo::Limbo;
+use self::reclaim::Reclaim;
 
 pub(crate) use batch::RecordPlan;
 pub use error::RecordMapError;
@@ -87,15 +91,17 @@ pub use layout::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use tree::RecordTreeMap;
 
 /// How long a reservation that finds the heap full waits, at most, for this structure's retired
-/// records to come back (they do once every reader pinned before their retirement has left: a
-/// long scan on another thread holds them back) before it reports the heap full.
+/// records to come back (they do once every reader of this map pinned before their retirement
+/// has left: a hash map iterator alive on another thread holds them back) before it reports
+/// the heap full.
 const FULL_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// A structure's record machinery: its owner field, intent lines and retired blocks.
+/// A structure's record machinery: its owner field, intent lines, epoch and retired blocks.
 pub(crate) struct Records {
     owner: u64,
     intents: IntentArea,
-    limbo: Limbo,
+    reclaim: Reclaim,
+    limbo: Limbo<RecordBlock>,
 }
 
 /// A record written and persisted, not yet published: the write's first epoch is done.
@@ -124,8 +130,16 @@ impl Records {
         Records {
             owner: layout::owner_of(root),
             intents: IntentArea::at(area),
+            reclaim: Reclaim::default(),
             limbo: Limbo::default(),
         }
+    }
+
+    /// Pin the map's epoch: records (and layers) it retires from now on are not reused until
+    /// the guard is dropped. Readers pin around every read of a slot and what it points at.
+    #[inline]
+    pub(crate) fn pin(&self) -> Guard {
+        self.reclaim.pin()
     }
 
     /// The intent area's offset (a block the structure owns).
@@ -171,7 +185,49 @@ impl Records {
         intent::clear_layer_word_in(tx, line.layer_word())
     }
 
-    /// Every layer a layer word names (at open).
+    /// Hold a retire word (for a layer of the ordered map being retired), if one is free.
+    pub(crate) fn claim_retire_word(&self) -> Option<usize> {
+        self.intents.claim_retire_word()
+    }
+
+    /// Name `layer` in retire word `index`, persisted.
+    pub(crate) fn name_retired<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: usize,
+        layer: u64,
+    ) -> Result<(), PoolError> {
+        intent::name_layer(pool, self.intents.retire_word(index), layer)
+    }
+
+    /// Clear retire word `index`, persisted (its layer stays: its unlink failed), and let it
+    /// go.
+    pub(crate) fn clear_retired<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        index: usize,
+    ) -> Result<(), PoolError> {
+        intent::clear_layer_word(pool, self.intents.retire_word(index))?;
+        self.intents.release_retire_word(index);
+        Ok(())
+    }
+
+    /// Clear retire word `index` inside the transaction that frees its layer; the caller lets
+    /// it go ([`Records::release_retire_word`]) once the transaction committed.
+    pub(crate) fn clear_retired_in<B: Backend>(
+        &self,
+        tx: &Tx<'_, B>,
+        index: usize,
+    ) -> Result<(), TxError> {
+        intent::clear_layer_word_in(tx, self.intents.retire_word(index))
+    }
+
+    /// Let retire word `index` go: it names nothing.
+    pub(crate) fn release_retire_word(&self, index: usize) {
+        self.intents.release_retire_word(index);
+    }
+
+    /// Every layer a layer word or a retire word names (at open).
     pub(crate) fn layer_words<B: Backend>(
         &self,
         pool: &Pool<B>,
@@ -226,7 +282,7 @@ impl Records {
                 // one of this structure's has (or the wait is over), then try again once.
                 let deadline = std::time::Instant::now() + FULL_WAIT;
                 while self.limbo.waiting() > 0 && std::time::Instant::now() < deadline {
-                    epoch::pin().flush();
+                    self.pin().flush();
                     std::thread::yield_now();
                 }
                 self.release_ready(heap);
@@ -316,8 +372,11 @@ impl Records {
     /// Hand blocks a write batch retired to the limbo, once the batch's last fence made the
     /// retirement durable: they come back once readers pinned now have left.
     pub(crate) fn defer_retired(&self, blocks: impl IntoIterator<Item = RecordBlock>) {
+        // Pinned after the retirement: the readers this waits for include every one that
+        // could have reached the blocks.
+        let guard = self.pin();
         for block in blocks {
-            self.limbo.defer(block);
+            self.limbo.defer(block.offset, block, &guard);
         }
     }
 
@@ -431,7 +490,8 @@ impl Staged<'_> {
     /// The structure's slot store is done: the old record waits for its readers to leave.
     pub(crate) fn finish(self) {
         if let Some(retired) = self.retired {
-            self.records.limbo.defer(retired);
+            let guard = self.records.pin();
+            self.records.limbo.defer(retired.offset, retired, &guard);
         }
     }
 

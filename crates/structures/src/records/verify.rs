@@ -10,7 +10,7 @@ use std::ops::Deref;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
-use super::head::VERSION;
+use super::head;
 use super::intent::{AREA_BYTES, LINE_BYTES};
 use super::layout::{self, HEADER_BYTES};
 use crate::kind::StructureKind;
@@ -27,12 +27,14 @@ pub(super) fn absorb(report: &mut Verification, part: Verification) {
 }
 
 /// Check the head of the map of `kind` at `root`: magic, version, the intent area (an
-/// allocated block, counted as walked) and each of its lines.
+/// allocated block, counted as walked) and each of its lines, whose retire words may name only
+/// the layers of `retiring` (an ordered map's layers retired and not freed yet).
 pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
     heap: &Heap<B, P>,
     report: &mut Verification,
     root: u64,
     kind: StructureKind,
+    retiring: &[u64],
 ) {
     let pool = heap.pool();
     let mut head = [0u8; 24];
@@ -44,12 +46,12 @@ pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
     if word(0) != kind.magic() {
         report.report(root, Problem::WrongMagic { found: word(0) });
     }
-    if word(1) != VERSION {
+    if word(1) != head::version_of(kind) {
         report.report(
             root + 8,
             Problem::WrongVersion {
                 found: word(1),
-                expected: VERSION,
+                expected: head::version_of(kind),
             },
         );
     }
@@ -67,7 +69,7 @@ pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
             .collect();
-        if let Some(reason) = malformed_line(pool, &words) {
+        if let Some(reason) = malformed_line(pool, &words, retiring) {
             let line = line as u64;
             report.report(
                 area + line * LINE_BYTES,
@@ -78,7 +80,7 @@ pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// What is wrong with an intent line's words `[new offset, new size, old offset, old size,
-/// layer, 0, 0, 0]`, if anything: what no write, whole or cut short, leaves there.
+/// layer, retire, 0, 0]`, if anything: what no write, whole or cut short, leaves there.
 ///
 /// Lines are never cleared, and a crash in the middle of naming two blocks leaves each word
 /// holding its old value or its new one (the words are 8-byte stores; `Records::stage`), so a
@@ -86,9 +88,13 @@ pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
 /// takes such a pair for what its header says (`Records::resolve`), which is harmless, so it is
 /// no finding. Every offset a write names is a record block's (on a cache line, inside the
 /// pool) and every size a block's (at most the pool's size): a word that breaks that, a
-/// layer word at rest (set only while a layer is being made, and cleared at open), or an
-/// unused word that is not zero is damage.
-fn malformed_line<B: Backend>(pool: &Pool<B>, words: &[u64]) -> Option<&'static str> {
+/// layer word at rest (set only while a layer is being made, and cleared at open), a retire
+/// word naming no layer being retired, or an unused word that is not zero is damage.
+fn malformed_line<B: Backend>(
+    pool: &Pool<B>,
+    words: &[u64],
+    retiring: &[u64],
+) -> Option<&'static str> {
     for (offset, size) in [(words[0], words[1]), (words[2], words[3])] {
         if offset != 0 && !offset.is_multiple_of(RECORD_ALIGNMENT) {
             return Some("it names a block that is not on a cache line");
@@ -105,7 +111,11 @@ fn malformed_line<B: Backend>(pool: &Pool<B>, words: &[u64]) -> Option<&'static 
         // at open): a map at rest has none.
         return Some("its layer word names a layer that was never published");
     }
-    if words[5..].iter().any(|&w| w != 0) {
+    if words[5] != 0 && !retiring.contains(&words[5]) {
+        // Set only while a layer is retired, cleared once it is freed (and at open).
+        return Some("its retire word names a layer that is not being retired");
+    }
+    if words[6..].iter().any(|&w| w != 0) {
         return Some("its unused words are not zero");
     }
     None
@@ -233,7 +243,7 @@ mod tests {
             [0, 0x40, 0, 0, 0],
             [0x4_0040, 0x40, 0xf_ffc0, 0x4_0000, 0],
         ] {
-            assert_eq!(malformed_line(&pool, &line(torn)), None, "{torn:x?}");
+            assert_eq!(malformed_line(&pool, &line(torn), &[]), None, "{torn:x?}");
         }
         for (damaged, why) in [
             ([0x4_0044, 0x40, 0, 0, 0], "not on a cache line"),
@@ -241,7 +251,7 @@ mod tests {
             ([0, 0, 0x4_0040, 0x10_0040, 0], "larger than the pool"),
             ([0, 0, 0, 0, 0x8_0000], "layer word"),
         ] {
-            let found = malformed_line(&pool, &line(damaged));
+            let found = malformed_line(&pool, &line(damaged), &[]);
             assert!(
                 found.is_some_and(|r| r.contains(why)),
                 "{damaged:x?}: {found:?}"
@@ -249,6 +259,6 @@ mod tests {
         }
         let mut unused = line([0; 5]);
         unused[7] = 1;
-        assert!(malformed_line(&pool, &unused).is_some_and(|r| r.contains("unused")));
+        assert!(malformed_line(&pool, &unused, &[]).is_some_and(|r| r.contains("unused")));
     }
 }

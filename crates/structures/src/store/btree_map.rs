@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use pmem_ordering::{Backend, Hardware, Pool};
 
-use super::entries::BTreeEntries;
 use super::batch::{BatchMap, WriteBatch};
+use super::entries::BTreeEntries;
 use super::error::Error;
 use super::map::TreeCore;
 use super::raw::SharedHeap;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use pmem_ordering::{Backend, Hardware, Pool};
 
-use super::entries::HashEntries;
 use super::batch::{BatchMap, WriteBatch};
+use super::entries::HashEntries;
 use super::error::Error;
 use super::map::HashCore;
 use super::record_map::RecordHashCore;

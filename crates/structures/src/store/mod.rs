@@ -293,8 +293,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         }
         let path = heap.pool().path().map(Path::to_path_buf);
         let shared = Arc::new(Shared::new(heap, catalog, path));
-        // Before anything allocates: what a crash left in doubt in the maps of records, then
-        // the blocks of the batch, then the record chunks a crash left empty go back.
+        // Before anything allocates: removals a crash stopped while they emptied their
+        // structure (they only free), then what a crash left in doubt in the maps of records,
+        // then the blocks of the batch, then the record chunks a crash left empty go back.
+        shared.finish_drains()?;
         shared.resolve_records()?;
         if let (Some(area), Some(committed)) = (area, &committed) {
             batch::Area::resolve_blocks(&shared.heap, committed)?;
@@ -397,9 +399,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// [`Error::InvalidName`] for a name no structure can have.
     /// Crash-safe: a removal a crash interrupts is finished by the next open. It allocates
     /// nothing when the list of the structure's other blocks fits in its largest block (always
-    /// for a `u64` hash map, whose directory has a word per segment), so a full pool can drop
-    /// it; otherwise the list takes a fresh block, which a full pool refuses with
-    /// [`Error::PoolFull`], changing nothing.
+    /// for a `u64` hash map, whose directory has a word per segment, while the list fits a
+    /// transaction's log: tables of up to about 8,000 segments with the default 64 KiB log);
+    /// otherwise the list takes small fresh blocks. On a pool too full for those, the
+    /// structure is first emptied by its own removes, which allocate nothing (its name is gone
+    /// from then on, and a crash meanwhile is finished by the next open), then removed: every
+    /// kind but the `u64` hash map, whose removes free nothing, is removed this way on a full
+    /// pool. A `u64` hash map too large for its directory to hold its list in one transaction
+    /// is refused on a full pool with [`Error::PoolFull`], changing nothing.
     pub fn remove_structure(&self, name: &str) -> Result<(), Error> {
         self.shared.remove(name)
     }

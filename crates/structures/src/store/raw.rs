@@ -34,6 +34,32 @@ pub(crate) trait Structure<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
     fn blocks(&self) -> Result<Vec<u64>, Error>;
     /// Walk it read-only and report every violation found.
     fn verify(&self) -> Verification;
+    /// Whether [`Structure::drain`] frees blocks: whether emptying it makes it small enough
+    /// to list on a full pool.
+    const DRAINS: bool;
+    /// Empty it by its own crash-safe removes, which allocate nothing (for a removal that
+    /// found no room for the list of its blocks: `catalog/removal.rs`).
+    fn drain(&self) -> Result<(), Error>;
+}
+
+/// Keys a drain takes from a map at a time.
+const DRAIN_BATCH: usize = 256;
+
+/// Remove every key of a map a batch at a time: `batch` lists the first keys left (empty
+/// when none is), `remove` removes one.
+fn drain_keys<K>(
+    mut batch: impl FnMut() -> Result<Vec<K>, Error>,
+    mut remove: impl FnMut(&K) -> Result<(), Error>,
+) -> Result<(), Error> {
+    loop {
+        let keys = batch()?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        for key in &keys {
+            remove(key)?;
+        }
+    }
 }
 
 /// The CCEH table as the store holds it.
@@ -63,6 +89,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for HashTable<B, P>
     fn verify(&self) -> Verification {
         Cceh::verify(self)
     }
+    // A table's removes free no segment: there is nothing to gain.
+    const DRAINS: bool = false;
+    fn drain(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
@@ -80,6 +111,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Tree<B, P> {
     }
     fn verify(&self) -> Verification {
         FastFair::verify(self)
+    }
+    // Its removes merge and free nodes down to one leaf.
+    const DRAINS: bool = true;
+    fn drain(&self) -> Result<(), Error> {
+        drain_keys(
+            || {
+                let keys = self.range(..).take(DRAIN_BATCH).map(|e| e.map(|(k, _)| k));
+                Ok(keys.collect::<Result<Vec<u64>, _>>()?)
+            },
+            |&k| FastFair::remove(self, k).map(drop).map_err(Error::from),
+        )
     }
 }
 
@@ -99,6 +141,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for Files<B, P> {
     fn verify(&self) -> Verification {
         Datalog::verify(self)
     }
+    // Removing its files frees their pages.
+    const DRAINS: bool = true;
+    fn drain(&self) -> Result<(), Error> {
+        for name in self.list() {
+            Datalog::remove(self, &name)?;
+        }
+        Ok(())
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, P> {
@@ -117,6 +167,21 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTable<B, 
     fn verify(&self) -> Verification {
         RecordHashMap::verify(self)
     }
+    // Its removes free its records (its segments stay: few and large).
+    const DRAINS: bool = true;
+    fn drain(&self) -> Result<(), Error> {
+        drain_keys(
+            || {
+                let pairs = self.iter().take(DRAIN_BATCH).map(|e| e.map(|(k, _)| k));
+                Ok(pairs.collect::<Result<Vec<Vec<u8>>, _>>()?)
+            },
+            |k| {
+                RecordHashMap::remove(self, k)
+                    .map(drop)
+                    .map_err(Error::from)
+            },
+        )
+    }
 }
 
 impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P> {
@@ -134,5 +199,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Structure<B, P> for RecordTree<B, P
     }
     fn verify(&self) -> Verification {
         RecordTreeMap::verify(self)
+    }
+    // Its removes free its records and layers.
+    const DRAINS: bool = true;
+    fn drain(&self) -> Result<(), Error> {
+        drain_keys(
+            || {
+                let pairs = self.iter().take(DRAIN_BATCH).map(|e| e.map(|(k, _)| k));
+                Ok(pairs.collect::<Result<Vec<Vec<u8>>, _>>()?)
+            },
+            |k| {
+                RecordTreeMap::remove(self, k)
+                    .map(drop)
+                    .map_err(Error::from)
+            },
+        )
     }
 }

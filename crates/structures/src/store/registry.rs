@@ -177,7 +177,25 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         }
         state.open.remove(&listed.slot);
         let blocks = blocks_of(&self.heap, &listed)?;
-        state.catalog.remove(&self.heap, listed.slot, &blocks)
+        match state.catalog.remove(&self.heap, listed.slot, &blocks) {
+            // No room for the list of its blocks: empty it first, by its own removes (which
+            // allocate nothing), with its entry `Draining` so that a crash finishes the job.
+            Err(Error::PoolFull { .. }) if drains::<B, P>(listed.kind) => {
+                state.catalog.mark_draining(&self.heap, listed.slot)?;
+                drain_and_remove(&self.heap, &mut state.catalog, &listed)
+            }
+            other => other,
+        }
+    }
+
+    /// Finish every removal a crash stopped while it emptied its structure (`Draining`). Run
+    /// when the store loads, before anything allocates (the drains only free).
+    pub(crate) fn finish_drains(&self) -> Result<(), Error> {
+        let mut state = self.lock();
+        for listed in state.catalog.draining() {
+            drain_and_remove(&self.heap, &mut state.catalog, &listed)?;
+        }
+        Ok(())
     }
 
     /// Open every map of records once, so that each resolves what a crash left in doubt
@@ -252,6 +270,45 @@ fn walk_closed<B: Backend, P: Deref<Target = Pool<B>>>(
         StructureKind::BTreeMap => walk(&Tree::open(heap, root)?),
         StructureKind::Datalog => walk(&Files::open(heap, root)?),
     })
+}
+
+/// Whether structures of `kind` shrink when emptied ([`Structure::DRAINS`]).
+fn drains<B: Backend, P: Deref<Target = Pool<B>>>(kind: StructureKind) -> bool {
+    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    match kind {
+        StructureKind::RecordBTreeMap => <RecordTree<B, P> as Structure<B, P>>::DRAINS,
+        StructureKind::RecordHashMap => <RecordTable<B, P> as Structure<B, P>>::DRAINS,
+        StructureKind::HashMap => <HashTable<B, P> as Structure<B, P>>::DRAINS,
+        StructureKind::BTreeMap => <Tree<B, P> as Structure<B, P>>::DRAINS,
+        StructureKind::Datalog => <Files<B, P> as Structure<B, P>>::DRAINS,
+    }
+}
+
+/// Empty the structure `listed` (no handle has it open; its entry is `Draining`) by its own
+/// removes, opening it (which recovers it), then remove it.
+fn drain_and_remove<B: Backend, P: Deref<Target = Pool<B>>>(
+    heap: &SharedHeap<B, P>,
+    catalog: &mut Catalog,
+    listed: &Listed,
+) -> Result<(), Error> {
+    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    fn drained<B: Backend, P: Deref<Target = Pool<B>>, S: Structure<B, P>>(
+        heap: &SharedHeap<B, P>,
+        root: u64,
+    ) -> Result<Vec<u64>, Error> {
+        let structure = S::open(heap.clone(), root)?;
+        structure.drain()?;
+        structure.blocks()
+    }
+    let root = listed.root;
+    let blocks = match listed.kind {
+        StructureKind::RecordBTreeMap => drained::<B, P, RecordTree<B, P>>(heap, root)?,
+        StructureKind::RecordHashMap => drained::<B, P, RecordTable<B, P>>(heap, root)?,
+        StructureKind::HashMap => drained::<B, P, HashTable<B, P>>(heap, root)?,
+        StructureKind::BTreeMap => drained::<B, P, Tree<B, P>>(heap, root)?,
+        StructureKind::Datalog => drained::<B, P, Files<B, P>>(heap, root)?,
+    };
+    catalog.remove(heap, listed.slot, &blocks)
 }
 
 /// The blocks of a structure no handle has open, through a handle made for the walk.

@@ -69,10 +69,11 @@ fn claim_slot() -> &'static CachePadded<WriterSlot> {
             return slot;
         }
     }
-    let slot: &'static CachePadded<WriterSlot> = Box::leak(Box::new(CachePadded::new(WriterSlot {
-        gate: AtomicU64::new(0),
-        claimed: AtomicBool::new(true),
-    })));
+    let slot: &'static CachePadded<WriterSlot> =
+        Box::leak(Box::new(CachePadded::new(WriterSlot {
+            gate: AtomicU64::new(0),
+            claimed: AtomicBool::new(true),
+        })));
     all.push(slot);
     slot
 }

@@ -20,6 +20,6 @@ pub(crate) mod readers;
 mod stripes;
 mod version;
 
-pub(crate) use stripes::{set_bits, StripeGuard, StripeReader, StripeReaders, StripeSet, Stripes};
 pub(crate) use gate::{WriteSection, WriterGate};
+pub(crate) use stripes::{set_bits, StripeGuard, StripeReader, StripeReaders, StripeSet, Stripes};
 pub(crate) use version::SeqVersion;

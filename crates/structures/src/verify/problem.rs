@@ -381,6 +381,18 @@ pub enum Problem {
         /// Whether another entry reached it first (else the map does not know it).
         reached_twice: bool,
     },
+    /// An ordered map's layer that cannot sit under the entry naming it: not deeper than the
+    /// layer of the entry, or skipping key bytes from before that layer's slice ends.
+    LayerOutOfPlace {
+        /// The layer's block.
+        layer: u64,
+        /// Its depth in the trie.
+        depth: u64,
+        /// The first key byte it skips.
+        skip_from: u64,
+        /// The depth of the layer holding the entry.
+        parent_depth: u64,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -610,6 +622,16 @@ impl fmt::Display for Problem {
                 layer,
                 reached_twice: false,
             } => write!(f, "entry names layer {layer:#x}, not a layer of the map"),
+            Problem::LayerOutOfPlace {
+                layer,
+                depth,
+                skip_from,
+                parent_depth,
+            } => write!(
+                f,
+                "entry of a layer of depth {parent_depth} names layer {layer:#x} of depth \
+                 {depth} skipping key bytes from {skip_from}: it cannot sit there"
+            ),
         }
     }
 }

@@ -1,36 +1,37 @@
 //! A write batch's changes to the ordered map of records (see `records/batch.rs` for the
-//! record side): room made first (a layer where two of the batch's new keys, or a new key
-//! and a present one, share a word that goes on), then each layer's changes planned as leaf
-//! images ([`crate::fastfair::LeafImage`]), then applied.
+//! record side): room made first, then each layer's changes planned as leaf images
+//! ([`crate::fastfair::LeafImage`]), then applied; layers the batch's removes leave empty are
+//! retired after the batch, as a single remove retires the layer it empties.
 //!
-//! Making room changes no key: a layer is made and published the way a single write's
-//! push-down does it (its own transaction and fences), holding the record it takes over, or
-//! nothing where the entry was absent. Once no two new keys share an entry, each change is one
-//! entry of one layer: a record's offset stored under its word, or the word removed.
+//! Making room changes no key, and uses the single write's steps (`layers.rs`), each its own
+//! transaction and fences: a key meeting another key's record goes down with it to a layer at
+//! the first slice where the two differ (`push_down`); a key leaving the bytes a compressed
+//! layer skips splits it (`split`); two or more new keys of the batch reaching one empty entry
+//! get an empty layer at the first slice where they differ (`make_room_for`). Each step starts
+//! the descents again from the top, as does a layer found dead (being retired). Once no two
+//! new keys share an entry, each change is one entry of one layer: a record's offset stored
+//! under its word, or the word removed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, RecordBlock};
 
-use super::{Attempt, Layer, RecordTreeMap, Result, TOP_AT};
+use super::write::Target;
+use super::{goes_on, Attempt, Layer, RecordTreeMap, Result};
 use crate::fastfair::KeyChange;
 use crate::records::batch::{published, RecordChange, RecordPlan};
-use crate::records::error::RecordMapError;
 use crate::records::hash::check_sizes;
 use crate::records::layout::MAX_KEY_BYTES;
 
-/// The new keys a batch puts under one entry, as [`RecordTreeMap::make_room`] finds them.
-struct Entry {
-    depth: usize,
-    /// The record the entry holds now, if any.
-    record: Option<u64>,
-    /// How many of the batch's new values go there.
-    puts: usize,
-    /// Whether the record is one of those keys'.
-    ours: bool,
+/// One layer's share of a plan: the layer, its changes, and a key the batch removes from it.
+struct LayerChanges<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: Arc<Layer<B, P, H>>,
+    changes: Vec<KeyChange>,
+    removed: Option<Vec<u8>>,
 }
 
 impl<B, P, H> RecordTreeMap<B, P, H>
@@ -60,26 +61,13 @@ where
                 check_sizes(key, value)?;
             }
         }
-        self.make_room(changes)?;
+        let targets = self.make_room(changes)?;
         let heap = &*self.heap;
-        let mut by_layer: BTreeMap<u64, Vec<KeyChange>> = BTreeMap::new();
-        for &(key, value) in changes {
-            if key.len() > MAX_KEY_BYTES {
-                // A remove of a key no map can hold.
-                continue;
-            }
-            let (spot, ours) = self.find(key)?;
-            let old = spot.record.filter(|_| ours);
-            if spot.record.is_some() && !ours && value.is_some() {
-                return Err(RecordMapError::Corrupt {
-                    root: self.root,
-                    reason: format!(
-                        "entry {:#x} of layer {} holds another key's record after the batch \
-                         made room",
-                        spot.word, spot.depth
-                    ),
-                });
-            }
+        let mut by_layer: BTreeMap<u64, LayerChanges<B, P, H>> = BTreeMap::new();
+        for (&(key, value), target) in changes.iter().zip(targets) {
+            // `None`: a remove of a key no map can hold.
+            let Some(target) = target else { continue };
+            let old = target.record.filter(|_| target.ours);
             let change = match value {
                 Some(value) => {
                     let block = self.records.stage_for_batch(heap, key, value)?;
@@ -96,78 +84,143 @@ where
             if let Some(old) = old {
                 plan.retire.push(published(heap, old)?);
             }
-            by_layer
-                .entry(spot.layer.root_object())
-                .or_default()
-                .push((spot.word, change));
+            let share = by_layer
+                .entry(target.layer.root)
+                .or_insert_with(|| LayerChanges {
+                    layer: target.layer.clone(),
+                    changes: Vec::new(),
+                    removed: None,
+                });
+            share.changes.push((target.word, change));
+            if change.is_none() && share.removed.is_none() {
+                share.removed = Some(key.to_vec());
+            }
         }
-        for (root, mut layer_changes) in by_layer {
-            layer_changes.sort_unstable_by_key(|&(word, _)| word);
-            let images = self.layer_at(root)?.plan_batch(&layer_changes)?;
-            plan.leaves.extend(images.into_iter().map(|image| (root, image)));
+        for (root, mut share) in by_layer {
+            share.changes.sort_unstable_by_key(|&(word, _)| word);
+            let images = share.layer.tree.plan_batch(&share.changes)?;
+            plan.leaves
+                .extend(images.into_iter().map(|image| (root, image)));
+            if let Some(key) = share.removed {
+                if !Arc::ptr_eq(&share.layer, &self.top) {
+                    plan.removed_from.push((root, key));
+                }
+            }
         }
         Ok(())
     }
 
-    /// Make a layer under every entry where the batch's new keys would meet another key (one
-    /// of the batch's, or the record the entry holds), until none do.
-    fn make_room(&self, changes: &[RecordChange<'_>]) -> Result<()> {
+    /// Make room until no new key of the batch meets another key in an entry, and return each
+    /// change's descent (`None` for a remove of a key longer than any map holds): every
+    /// descent ends in a live layer, a new key's at an empty entry of its own or at its own
+    /// record.
+    fn make_room(&self, changes: &[RecordChange<'_>]) -> Result<Vec<Option<Target<B, P, H>>>> {
         'again: loop {
-            let mut entries: HashMap<(u64, u64), Entry> = HashMap::new();
-            for &(key, value) in changes {
-                if value.is_none() {
+            let mut targets = Vec::with_capacity(changes.len());
+            // The new keys reaching each empty entry of a word that goes on, by layer and word.
+            let mut empty_entries: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
+            for (i, &(key, value)) in changes.iter().enumerate() {
+                if key.len() > MAX_KEY_BYTES {
+                    targets.push(None);
                     continue;
                 }
-                let (spot, ours) = self.find(key)?;
-                let entry = entries
-                    .entry((spot.layer.root_object(), spot.word))
-                    .or_insert(Entry {
-                        depth: spot.depth,
-                        record: spot.record,
-                        puts: 0,
-                        ours: false,
-                    });
-                entry.puts += 1;
-                entry.ours |= ours;
-            }
-            for ((root, word), entry) in entries {
-                let shared = entry.puts >= 2 || (entry.record.is_some() && !entry.ours);
-                if !shared {
-                    continue;
+                let target = self.target(key)?;
+                if target.layer.is_dead() {
+                    // Being retired: its retirer unlinks it, then the descent finds the entry
+                    // gone.
+                    std::thread::yield_now();
+                    continue 'again;
                 }
-                let parent = self.layer_at(root)?;
-                match self.make_layer(parent, entry.depth, word, entry.record) {
-                    Ok(()) | Err(Attempt::Retry) => continue 'again,
-                    Err(Attempt::Fail(e)) => return Err(e),
+                if value.is_some() {
+                    let attempt = if let Some(below) = &target.diverged {
+                        Some(self.split(&target.layer, target.word, below, key))
+                    } else {
+                        match target.record {
+                            Some(r) if !target.ours => {
+                                Some(self.push_down(&target.layer, target.word, r, key))
+                            }
+                            None if goes_on(target.word) => {
+                                empty_entries
+                                    .entry((target.layer.root, target.word))
+                                    .or_default()
+                                    .push(i);
+                                None
+                            }
+                            _ => None,
+                        }
+                    };
+                    if let Some(attempt) = attempt {
+                        settle(attempt)?;
+                        continue 'again;
+                    }
                 }
+                targets.push(Some(target));
             }
-            return Ok(());
+            for indices in empty_entries.values().filter(|indices| indices.len() > 1) {
+                let target = targets[indices[0]].as_ref().expect("a new key's descent");
+                let keys: Vec<&[u8]> = indices.iter().map(|&i| changes[i].0).collect();
+                settle(self.make_room_for(&target.layer, target.word, &keys))?;
+                continue 'again;
+            }
+            return Ok(targets);
         }
     }
 
-    /// The layer whose root object is at `root`: the top, or one below it.
-    fn layer_at(&self, root: u64) -> Result<&Layer<B, P, H>> {
-        if root == self.root + TOP_AT {
-            return Ok(&self.top);
+    /// The layer whose block is at `root`: the top, or one below it.
+    fn layer_by_root(&self, root: u64) -> Result<Arc<Layer<B, P, H>>> {
+        if root == self.top.root {
+            return Ok(self.top.clone());
         }
-        self.layer(root)
+        self.owned_at(root, &self.records.pin())
     }
 
     /// Apply `plan` (after the batch's commit point): publish, write the leaves, retire;
     /// every store flushed, the batch's fence makes them durable. Returns the retired blocks
-    /// for [`RecordTreeMap::defer_batch_retired`].
+    /// for [`RecordTreeMap::finish_batch`].
     pub(crate) fn apply_batch(&self, plan: &RecordPlan) -> Result<Vec<RecordBlock>> {
         let heap = &*self.heap;
         plan.publish_all(heap)?;
         for (root, image) in &plan.leaves {
-            self.layer_at(*root)?.apply_leaf_image(image)?;
+            self.layer_by_root(*root)?.tree.apply_leaf_image(image)?;
         }
         self.count.fetch_add(plan.delta as u64, Ordering::Relaxed);
         plan.retire_all(heap)
     }
 
-    /// Hand the blocks a batch retired to the limbo (after its last fence).
-    pub(crate) fn defer_batch_retired(&self, blocks: Vec<RecordBlock>) {
+    /// After the batch's last fence, with the map's gate still held: hand the blocks it
+    /// retired to the limbo, and retire the layers its removes left empty, each as a single
+    /// remove retires the layer it empties (its own transactions; a layer that cannot be
+    /// retired now, every retire word in use or an error, stays, empty, until the next open
+    /// retires it).
+    pub(crate) fn finish_batch(&self, blocks: Vec<RecordBlock>, plan: &RecordPlan) {
         self.records.defer_retired(blocks);
+        let mut retired_any = false;
+        for (root, key) in &plan.removed_from {
+            // Gone already if a deeper layer's retirement emptied and retired it.
+            let Ok(layer) = self.layer_by_root(*root) else {
+                continue;
+            };
+            if layer.tree.is_empty() {
+                // Exclusive: the batch holds the map's gate, so no single writer runs.
+                let _ = self.retire_if_empty(layer, key, true);
+                retired_any = true;
+            }
+        }
+        if retired_any {
+            self.settle_retired();
+        }
+    }
+}
+
+/// A step of making room done (`Ok`, or `Retry`: another writer changed the entry, so the
+/// descents start again), or its error.
+fn settle(attempt: std::result::Result<(), Attempt>) -> Result<()> {
+    match attempt {
+        Ok(()) => Ok(()),
+        Err(Attempt::Retry) => {
+            std::thread::yield_now();
+            Ok(())
+        }
+        Err(Attempt::Fail(e)) => Err(e),
     }
 }

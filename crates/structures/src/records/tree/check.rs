@@ -2,10 +2,11 @@
 
 use std::ops::Deref;
 
-use crossbeam_epoch as epoch;
+use crossbeam_epoch::Guard;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
+use super::retire::extend_prefix;
 use super::{
     goes_on, is_layer, slice_word, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SLICE,
 };
@@ -17,18 +18,18 @@ where
     P: Deref<Target = Pool<B>>,
     H: Deref<Target = Heap<B, P>>,
 {
-    /// The offsets of every record and every layer below the top.
-    fn walk(&self) -> Result<(Vec<u64>, Vec<u64>)> {
+    /// The offsets of every record and every layer below the top reached from it.
+    fn walk(&self, guard: &Guard) -> Result<(Vec<u64>, Vec<u64>)> {
         let mut records = Vec::new();
         let mut layers = Vec::new();
         let mut pending = vec![&*self.top];
         while let Some(layer) = pending.pop() {
-            for entry in layer.range(..) {
+            for entry in layer.tree.range(..) {
                 let (_, value) = entry?;
                 if is_layer(value) {
                     let root = value & !LAYER_TAG;
                     layers.push(root);
-                    pending.push(self.layer(root)?);
+                    pending.push(self.layer(root, guard)?);
                 } else {
                     records.push(value);
                 }
@@ -37,16 +38,17 @@ where
         Ok((records, layers))
     }
 
-    /// Every heap block the map owns: each layer's (its root object and its tree's), the
-    /// intent area and every record.
+    /// Every heap block the map owns: each layer's (its block and its tree's, retired layers
+    /// not freed yet included), the intent area and every record.
     pub fn blocks(&self) -> Result<Vec<u64>> {
-        let _guard = epoch::pin();
-        let (records, layers) = self.walk()?;
-        let mut blocks = self.top.blocks()?;
+        let guard = self.records.pin();
+        let (records, layers) = self.walk(&guard)?;
+        let mut blocks = self.top.tree.blocks()?;
         for root in layers {
             blocks.push(root);
-            blocks.extend(self.layer(root)?.blocks()?);
+            blocks.extend(self.layer(root, &guard)?.tree.blocks()?);
         }
+        blocks.extend(self.retiring_blocks()?);
         blocks.push(self.records.intent_area());
         blocks.extend(records);
         Ok(blocks)
@@ -59,13 +61,14 @@ where
             root: self.root,
             reason,
         };
-        let _guard = epoch::pin();
+        let guard = self.records.pin();
         let pool = self.heap.pool();
-        let mut pending = vec![(&*self.top, 0usize, Vec::<u8>::new())];
+        let mut pending = vec![(&*self.top, Vec::<u8>::new())];
         let mut count = 0;
-        while let Some((layer, depth, prefix)) = pending.pop() {
-            layer.check()?;
-            for entry in layer.range(..) {
+        while let Some((layer, prefix)) = pending.pop() {
+            let depth = layer.depth();
+            layer.tree.check()?;
+            for entry in layer.tree.range(..) {
                 let (word, value) = entry?;
                 if is_layer(value) {
                     if !goes_on(word) {
@@ -73,9 +76,18 @@ where
                             "word {word:#x} of layer {depth} names a layer but ends its keys"
                         )));
                     }
-                    let mut deeper = prefix.clone();
-                    deeper.extend_from_slice(&word.to_be_bytes()[..SLICE]);
-                    pending.push((self.layer(value & !LAYER_TAG)?, depth + 1, deeper));
+                    let child = self.layer(value & !LAYER_TAG, &guard)?;
+                    let parent_end = layer.start() + SLICE;
+                    if child.depth() <= depth || child.header.skip_from > parent_end {
+                        return Err(corrupt(format!(
+                            "layer {:#x} of depth {} skipping from byte {} sits under a layer \
+                             of depth {depth}",
+                            child.root,
+                            child.depth(),
+                            child.header.skip_from
+                        )));
+                    }
+                    pending.push((child, extend_prefix(&prefix, word, parent_end, child)));
                     continue;
                 }
                 let block = self.heap.record_block(value).ok_or_else(|| {

@@ -1,64 +1,84 @@
 //! The byte-key ordered map: a trie of FAST&FAIR trees, each keyed by 7 bytes of the key
-//! (the layering of EuroSys'12 Masstree, Sec. 4), whose entries point at records.
+//! (the layering of EuroSys'12 Masstree, Sec. 4), whose entries point at records, with long
+//! shared runs of key bytes compressed into one layer (path compression, as Masstree's and
+//! ART's, ICDE'13 ART, Sec. III-E).
 //!
 //! # Layers
 //!
-//! Layer `l` is a `u64 -> u64` FAST&FAIR tree keyed by the *slice word* of key bytes
-//! `7l .. 7l + 7`: those bytes big-endian, padded with zeros, then one byte saying how many of
-//! them the key has (0 to 7) or 8 if the key goes on past them. Words sort as the keys do
-//! (a key that ends sorts before its extensions), and never reach `u64::MAX` (the tree's free
-//! slot). An entry's value is a record (a key ending in this slice is the only key with its
-//! word; a key going on is the only one *so far*), or, tagged with bit 0, the root of the next
-//! layer, which holds every key going on past this slice. A key that meets another going on
-//! with the same 7 bytes moves the other into a new layer, then goes down to it. Layers are
-//! never taken apart: a layer left with one key, or none, stays (one node and its redo area).
+//! A layer of *depth* `d` is a `u64 -> u64` FAST&FAIR tree keyed by the *slice word* of key
+//! bytes `7d .. 7d + 7`: those bytes big-endian, padded with zeros, then one byte saying how
+//! many of them the key has (0 to 7) or 8 if the key goes on past them. Words sort as the keys
+//! do (a key that ends sorts before its extensions), and never reach `u64::MAX` (the tree's
+//! free slot). An entry's value is a record (a key ending in this slice is the only key with its
+//! word; a key going on is the only one *so far*), or, tagged with bit 0, the root of a deeper
+//! layer, which holds every key going on past this slice with these bytes.
+//!
+//! A layer's depth need not be its parent's plus one: it may *skip* the key bytes between the
+//! two slices, which all its keys share and its header holds (`layout.rs`). When a key meets
+//! another going on with the same word, the two move into one new layer at the first slice
+//! where they differ (`layers.rs`, `push_down`): two keys sharing 64 KiB make one layer, not
+//! 9,000. When a key reaches a layer whose skipped bytes it does not share, a layer is made at
+//! the first slice where it leaves them, holding the old layer and then the key (`split`). So
+//! an insert makes at most one layer and compares each key byte a bounded number of times:
+//! time and space linear in the key.
+//!
+//! A layer emptied by removes is unlinked from its parent and freed (`retire.rs`), and so is a
+//! parent left empty by that: a map emptied by removes holds nothing but its top layer.
 //!
 //! Random 16-byte keys nearly all end their walk in layer 0: a lookup is one FAST&FAIR lookup
-//! and one record read. Keys with a long common prefix (`user:0000001`) go down one layer per
-//! 7 shared bytes.
+//! and one record read. Keys with a long common prefix (`user:0000001`) go down one layer.
 //!
 //! # Crash consistency
 //!
 //! Record writes follow [`super`] (two fences, intent lines, resolution at open). A new layer
 //! is made in one transaction that also names it in the writer's intent line (its *layer
-//! word*); the record it takes over is then entered in it, and the layer is published by one
-//! 8-byte store of the parent entry's value. The layer word is cleared after. At open, a layer
-//! the word names and no walk reaches (a crash before the publish) is freed; one it reaches is
-//! kept. A layer word never names a freed layer: the freeing transaction clears it.
+//! word*); the record or layer it takes over is then entered in it, and the layer is published
+//! by one 8-byte store of the parent entry's value. The layer word is cleared after. An emptied
+//! layer is named in a *retire word* before the remove of its parent entry unlinks it, and
+//! freed, with the word cleared, in one transaction once its readers are gone. At open, a
+//! layer a word names and no walk reaches (a crash before the publish, or after the unlink) is
+//! freed; one it reaches is kept. A word never names a freed layer: the freeing transaction
+//! clears it. Empty layers a crash left linked are retired at open.
 //!
-//! # Root object ([`ROOT_BYTES`], 64-byte aligned)
+//! # Readers
 //!
-//! | offset | field |
-//! |---|---|
-//! | 0 | magic ([`StructureKind::RecordBTreeMap`]) |
-//! | 8 | format version |
-//! | 16 | the intent area's offset |
-//! | 64..128 | layer 0's FAST&FAIR root object |
+//! Lookups take no lock and pin the map's epoch (`super::reclaim`); a layer leaves the map's
+//! DRAM index, and its blocks the heap, only once every reader pinned when it was unlinked has
+//! unpinned. Writers pin while they touch a layer and first check that it is not dead (being
+//! retired); scans pin per batch (`scan.rs`).
 
 mod batch;
 mod check;
+#[cfg(test)]
+mod damaged_entry_tests;
+mod layer;
 mod layers;
+pub(crate) mod layout;
+mod retire;
 mod scan;
 mod verify;
+mod write;
 
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crossbeam_epoch as epoch;
+use crossbeam_epoch::Guard;
 use crossbeam_utils::sync::ShardedLock;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
-use super::hash::check_sizes;
-use super::layout::{self, MAX_KEY_BYTES};
+use super::layout::{self as record_layout, MAX_KEY_BYTES};
+use super::limbo::Limbo;
 use super::{Records, Resolved};
 
 use crate::fastfair::{FastFair, FastFairConfig, FastFairError};
 use crate::kind::StructureKind;
 pub use scan::Scan;
 
+use self::layer::Layer;
+use self::layout::LayerHeader;
 use super::error::RecordMapError;
 use super::head;
 
@@ -70,17 +90,14 @@ const TOP_AT: u64 = 64;
 const SLICE: usize = 7;
 /// The tag of an entry value naming a layer (records and layer roots are 64-byte aligned).
 const LAYER_TAG: u64 = 1;
-/// Entries a scan takes from a layer per descent.
-const SCAN_BATCH: usize = 64;
 
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
-type Layer<B, P, H> = FastFair<B, P, H>;
-/// Layers below the top, by the offset of their root object.
+/// Layers below the top, by the offset of their block.
 type Layers<B, P, H> = HashMap<u64, Arc<Layer<B, P, H>>>;
 
-/// The slice word of `key` in layer `layer` (see the module docs).
-pub(crate) fn slice_word(key: &[u8], layer: usize) -> u64 {
-    let rest = &key[(layer * SLICE).min(key.len())..];
+/// The slice word of `key` in a layer of depth `depth` (see the module docs).
+pub(crate) fn slice_word(key: &[u8], depth: usize) -> u64 {
+    let rest = &key[(depth * SLICE).min(key.len())..];
     let take = rest.len().min(SLICE);
     let mut bytes = [0u8; 8];
     bytes[..take].copy_from_slice(&rest[..take]);
@@ -95,6 +112,13 @@ fn goes_on(word: u64) -> bool {
 
 fn is_layer(value: u64) -> bool {
     value & LAYER_TAG != 0
+}
+
+/// A layer retired: unlinked, waiting for its readers, named in retire word `slot`.
+#[derive(Clone, Copy, Debug)]
+struct Retired {
+    root: u64,
+    slot: usize,
 }
 
 /// Why one try at a write must start again from the top.
@@ -128,13 +152,14 @@ impl From<PoolError> for Attempt {
     }
 }
 
-/// Where a descent for a key ended: the layer, its depth, the key's word there and the
-/// entry's value (a record), or no entry.
+/// Where a descent for a key ended: the layer, the key's word there and the entry's value (a
+/// record), or no entry; or the layer below whose skipped bytes the key does not share.
 struct Spot<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     layer: &'a Layer<B, P, H>,
-    depth: usize,
     word: u64,
     record: Option<u64>,
+    /// The entry names this layer, which the key does not belong under.
+    diverged: Option<&'a Layer<B, P, H>>,
 }
 
 /// A FAST&FAIR ordered map from byte strings to byte strings, in a heap (see the module docs).
@@ -144,12 +169,21 @@ pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     config: FastFairConfig,
     records: Records,
     top: Arc<Layer<B, P, H>>,
-    /// Every layer below the top, by root offset: readers that meet a layer entry find it here
-    /// (a new layer is entered before it is published). Sharded: every descent past the top
-    /// reads it, on every core, and only a new layer writes it. A layer leaves it only when
-    /// its publication failed (no entry ever named it), so a layer reached through an entry
-    /// lives as long as the map.
+    /// Every layer below the top a reader may reach, by block offset: readers that meet a
+    /// layer entry find it here (a new layer is entered before it is published, and a retired
+    /// one leaves only once the readers pinned when it was unlinked are gone). Sharded: every
+    /// descent past the top reads it, on every core.
     layers: ShardedLock<Layers<B, P, H>>,
+    /// Layers unlinked and waiting for their readers before their blocks are freed.
+    retiring: Limbo<Retired>,
+    /// Layers taken out of `layers` (a failed publication, a retirement), each kept alive
+    /// until the readers pinned when it was taken out are gone: an entry may be damaged and
+    /// lead a reader to a layer no write names, and the reference [`Self::layer`] hands out
+    /// must outlive the reader's pin. Keyed by a sequence number, which `withdrawn_limbo`
+    /// hands back once those readers are gone.
+    withdrawn: Mutex<HashMap<u64, Arc<Layer<B, P, H>>>>,
+    withdrawn_limbo: Limbo<u64>,
+    withdrawn_seq: AtomicU64,
     count: AtomicU64,
     resolved: Resolved,
 }
@@ -169,127 +203,68 @@ where
             let top = FastFair::create(heap.clone(), root + TOP_AT, config)?;
             Ok((top, area))
         })?;
-        Ok(RecordTreeMap {
+        Ok(RecordTreeMap::with_parts(heap, root, config, area, top))
+    }
+
+    /// The map's DRAM state around its top layer.
+    fn with_parts(
+        heap: H,
+        root: u64,
+        config: FastFairConfig,
+        area: u64,
+        top: FastFair<B, P, H>,
+    ) -> Self {
+        let top_header = LayerHeader {
+            depth: 0,
+            skip_from: 0,
+            skipped: Vec::new(),
+        };
+        RecordTreeMap {
             heap,
             root,
             config,
             records: Records::new(root, area),
-            top: Arc::new(top),
+            top: Arc::new(Layer::new(top, root + TOP_AT, top_header)),
             layers: ShardedLock::new(HashMap::new()),
+            retiring: Limbo::default(),
+            withdrawn: Mutex::new(HashMap::new()),
+            withdrawn_limbo: Limbo::default(),
+            withdrawn_seq: AtomicU64::new(0),
             count: AtomicU64::new(0),
             resolved: Resolved::default(),
-        })
+        }
     }
 
     /// Open the map at `root`: every layer recovers (FAST&FAIR's open), layers a crash left
-    /// unpublished are freed, and every record an interrupted write left in doubt is
-    /// resolved. Must run before anything else allocates from the heap after a crash.
+    /// unpublished or unlinked are freed, every record an interrupted write left in doubt is
+    /// resolved, and layers a crash left empty are retired. Must run before anything else
+    /// allocates from the heap after a crash. A map of format version 2 is upgraded to 3
+    /// (`layout.rs`).
     pub fn open(heap: H, root: u64) -> Result<Self> {
-        let area = head::read_head(&heap, root, StructureKind::RecordBTreeMap)?;
+        let (area, version) = head::read_head(&heap, root, StructureKind::RecordBTreeMap)?;
         let top = FastFair::open(heap.clone(), root + TOP_AT)?;
         let config = FastFairConfig {
             node_size: top.node_size(),
             policy: top.policy(),
         };
-        let mut map = RecordTreeMap {
-            heap,
-            root,
-            config,
-            records: Records::new(root, area),
-            top: Arc::new(top),
-            layers: ShardedLock::new(HashMap::new()),
-            count: AtomicU64::new(0),
-            resolved: Resolved::default(),
-        };
+        let mut map = RecordTreeMap::with_parts(heap, root, config, area, top);
         // Every layer reached from the top, opened (recovered) once; the records counted.
-        let (layers, count) = map.walk_layers()?;
-        *map.layers.get_mut().unwrap_or_else(|p| p.into_inner()) = layers;
-        map.count = AtomicU64::new(count);
-        map.free_unpublished_layers()?;
+        let walked = map.walk_layers()?;
+        *map.layers.get_mut().unwrap_or_else(|p| p.into_inner()) = walked.layers;
+        map.count = AtomicU64::new(walked.records);
+        map.free_unlinked_layers()?;
         // A record is reachable if the descent for its key ends at it: told without reading
         // any other record, so damage elsewhere does not stop the open.
         let resolved = map.records.resolve(&map.heap, |offset, key| {
-            let _guard = epoch::pin();
-            Ok::<_, RecordMapError>(map.descend(key)?.record == Some(offset))
+            let guard = map.records.pin();
+            Ok::<_, RecordMapError>(map.descend(key, &guard)?.record == Some(offset))
         })?;
         map.resolved = resolved;
-        Ok(map)
-    }
-
-    fn put(&self, key: &[u8], value: &[u8], replace: bool) -> Result<(bool, Option<Vec<u8>>)> {
-        check_sizes(key, value)?;
-        let heap = &*self.heap;
-        let pool = heap.pool();
-        let mut staged: Option<super::Staged<'_>> = None;
-        loop {
-            // The descent and the record reads it decides on are pinned, so those records
-            // cannot be reused under it. The rest is not: a reservation on a full heap waits
-            // for retired records, which a pinned thread would hold back; under the leaf lock
-            // of the write, the entry's record cannot be retired by anyone else.
-            let (spot, ours) = self.find(key)?;
-            let attempt = match spot.record {
-                Some(r) if !ours => {
-                    // Another key going on with the same 7 bytes: both go down a layer. A record
-                    // staged by an earlier try is given back first, so that no writer holds an
-                    // intent line while it waits for another (`push_down` claims one): with
-                    // every line held that way, writers would wait for each other forever.
-                    if let Some(s) = staged.take() {
-                        s.abandon(heap);
-                    }
-                    self.push_down(spot.layer, spot.depth, spot.word, r)
-                        .map(|()| None)
-                }
-                Some(_) if !replace => {
-                    if let Some(s) = staged.take() {
-                        super::Staged::abandon(s, heap);
-                    }
-                    return Ok((false, None));
-                }
-                found => {
-                    let s = match staged.as_mut() {
-                        Some(s) => s,
-                        None => staged.insert(self.records.stage(heap, key, value, found)?),
-                    };
-                    let new = s.new_offset().expect("a staged put has a record");
-                    let mut old_value = None;
-                    let word = spot.word;
-                    let put = spot.layer.put_with(word, new, replace, |old| {
-                        if let Some(o) = old {
-                            if is_layer(o) || (goes_on(word) && !self.record_has_key(o, key)?) {
-                                return Err(Attempt::Retry);
-                            }
-                            old_value = Some(read_value(pool, o)?);
-                        }
-                        s.commit(heap, old).map_err(Attempt::from)
-                    });
-                    match put {
-                        Ok(None) => {
-                            self.count.fetch_add(1, Ordering::Relaxed);
-                            Ok(Some((true, None)))
-                        }
-                        Ok(Some(_)) if !replace => Err(Attempt::Retry),
-                        Ok(Some(_)) => Ok(Some((true, old_value))),
-                        Err(e) => Err(e),
-                    }
-                }
-            };
-            match attempt {
-                Ok(Some(done)) => {
-                    if let Some(s) = staged.take() {
-                        s.finish();
-                    }
-                    return Ok(done);
-                }
-                Ok(None) | Err(Attempt::Retry) => continue,
-                Err(Attempt::Fail(e)) => {
-                    if let Some(s) = staged.take() {
-                        // A split that found the heap full left the tree as it was.
-                        let _ = s.undo(heap);
-                    }
-                    return Err(e);
-                }
-            }
+        map.retire_at_open(walked.empty)?;
+        if version == layout::VERSION_WITHOUT_COMPRESSION {
+            head::upgrade_version(map.heap.pool(), root, layout::VERSION)?;
         }
+        Ok(map)
     }
 
     /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
@@ -301,55 +276,6 @@ where
     /// Insert or overwrite `key -> value`; the old value if there was one.
     pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.put(key, value, true)?.1)
-    }
-
-    /// Remove `key`; its value if it was there.
-    pub fn remove(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if key.len() > MAX_KEY_BYTES {
-            return Ok(None);
-        }
-        let heap = &*self.heap;
-        let pool = heap.pool();
-        loop {
-            let _guard = epoch::pin();
-            let spot = self.descend(key)?;
-            let Some(r) = spot.record else {
-                return Ok(None);
-            };
-            if !self.holds(&spot, r, key)? {
-                return Ok(None);
-            }
-            let mut staged = self.records.stage_remove(heap, r)?;
-            let mut old_value = None;
-            let word = spot.word;
-            let removed = spot.layer.remove_with(word, |old| {
-                if is_layer(old) || (goes_on(word) && !self.record_has_key(old, key)?) {
-                    return Err(Attempt::Retry);
-                }
-                old_value = Some(read_value(pool, old)?);
-                staged.commit(heap, Some(old)).map_err(Attempt::from)
-            });
-            match removed {
-                Ok(Some(_)) => {
-                    self.count.fetch_sub(1, Ordering::Relaxed);
-                    staged.finish();
-                    return Ok(old_value);
-                }
-                Ok(None) => {
-                    staged.abandon(heap);
-                    return Ok(None);
-                }
-                Err(Attempt::Retry) => {
-                    staged.abandon(heap);
-                    continue;
-                }
-                Err(Attempt::Fail(e)) => {
-                    // A merge whose transaction failed left the tree as it was.
-                    let _ = staged.undo(heap);
-                    return Err(e);
-                }
-            }
-        }
     }
 }
 
@@ -379,8 +305,9 @@ where
         self.resolved
     }
 
-    /// The layer whose root object is at `root`.
-    fn layer(&self, root: u64) -> Result<&Layer<B, P, H>> {
+    /// The layer whose block is at `root`, for a reader pinned by `_guard` that found `root`
+    /// in an entry while pinned.
+    fn layer<'g>(&'g self, root: u64, _guard: &'g Guard) -> Result<&'g Layer<B, P, H>> {
         let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
         let layer: *const Layer<B, P, H> =
             Arc::as_ptr(layers.get(&root).ok_or_else(|| RecordMapError::Corrupt {
@@ -388,46 +315,92 @@ where
                 reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
             })?);
         drop(layers);
-        // The layer is in `layers`, which holds an `Arc` of it, and an entry named it (only
-        // entries lead here). A layer leaves `layers` only in `push_down`, when its publication
-        // failed: then no entry ever named it.
-        // SAFETY: so the `Arc` stays in `layers`, and the layer alive, as long as the map,
-        // which the returned reference borrows.
+        // The layer was in `layers`, which holds an `Arc` of it, while the caller was pinned.
+        // Every way out of `layers` goes through `withdraw_layer`, which keeps an `Arc` until
+        // every reader pinned at that moment has unpinned: whatever entry led here, damaged
+        // or not, the layer lives at least as long as the caller's pin.
+        // SAFETY: so the layer stays alive as long as the guard, which the returned reference
+        // borrows.
         Ok(unsafe { &*layer })
     }
 
-    /// Walk down the layers for `key` (the caller is pinned) to the entry of its word.
-    fn descend(&self, key: &[u8]) -> Result<Spot<'_, B, P, H>> {
+    /// Take the layer at `root` out of `layers` (`None` if it is not there), keeping it alive
+    /// for the readers pinned now (see `withdrawn`); the caller gets its `Arc`.
+    fn withdraw_layer(&self, root: u64) -> Option<Arc<Layer<B, P, H>>> {
+        let layer = self
+            .layers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&root)?;
+        let mut withdrawn = self.withdrawn.lock().unwrap_or_else(|p| p.into_inner());
+        for id in self.withdrawn_limbo.drain() {
+            withdrawn.remove(&id);
+        }
+        let id = self.withdrawn_seq.fetch_add(1, Ordering::Relaxed);
+        withdrawn.insert(id, Arc::clone(&layer));
+        drop(withdrawn);
+        // Pinned after the removal: the readers this waits for include every one that could
+        // have found the layer in `layers`.
+        self.withdrawn_limbo.defer(id, id, &self.records.pin());
+        Some(layer)
+    }
+
+    /// An owned handle of the layer at `root`, for a reader pinned by `_guard` that found
+    /// `root` in an entry while pinned.
+    fn owned_at(&self, root: u64, _guard: &Guard) -> Result<Arc<Layer<B, P, H>>> {
+        let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
+        layers
+            .get(&root)
+            .cloned()
+            .ok_or_else(|| RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
+            })
+    }
+
+    /// An owned handle of `layer` (one of the map's, reached while pinned).
+    fn owned(&self, layer: &Layer<B, P, H>) -> Result<Arc<Layer<B, P, H>>> {
+        if std::ptr::eq(layer, &*self.top) {
+            return Ok(self.top.clone());
+        }
+        let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
+        layers
+            .get(&layer.root)
+            .cloned()
+            .ok_or_else(|| RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!("layer {:#x} is not one of the map's", layer.root),
+            })
+    }
+
+    /// Walk down the layers for `key` (pinned by `guard`) to the entry of its word.
+    fn descend<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Result<Spot<'g, B, P, H>> {
         let mut layer: &Layer<B, P, H> = &self.top;
-        let mut depth = 0;
         loop {
-            let word = slice_word(key, depth);
-            match layer.get(word)? {
+            let word = slice_word(key, layer.depth());
+            match layer.tree.get(word)? {
                 Some(v) if is_layer(v) => {
-                    layer = self.layer(v & !LAYER_TAG)?;
-                    depth += 1;
+                    let child = self.layer(v & !LAYER_TAG, guard)?;
+                    if !child.admits(key, layer.start() + SLICE) {
+                        return Ok(Spot {
+                            layer,
+                            word,
+                            record: None,
+                            diverged: Some(child),
+                        });
+                    }
+                    layer = child;
                 }
                 record => {
                     return Ok(Spot {
                         layer,
-                        depth,
                         word,
                         record,
+                        diverged: None,
                     })
                 }
             }
         }
-    }
-
-    /// The descent for `key`, pinned, and whether the record it ends at (if any) is `key`'s.
-    fn find(&self, key: &[u8]) -> Result<(Spot<'_, B, P, H>, bool)> {
-        let _guard = epoch::pin();
-        let spot = self.descend(key)?;
-        let ours = match spot.record {
-            Some(r) => self.holds(&spot, r, key)?,
-            None => false,
-        };
-        Ok((spot, ours))
     }
 
     /// Whether the record `r` at `spot` is `key`'s, read from the record: a word of keys going
@@ -436,7 +409,7 @@ where
     /// [`RecordMapError::Corrupt`].
     fn holds(&self, spot: &Spot<'_, B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
-        let line = layout::first_line(pool, r)?;
+        let line = record_layout::first_line(pool, r)?;
         if line.key_equals(pool, r, key)? {
             return Ok(true);
         }
@@ -448,15 +421,16 @@ where
     /// `Ok` if the whole record `r` of `other` (not the key looked for) may be at `spot`: a
     /// key going on past the same slice as the key looked for. Otherwise the entry is damaged.
     fn another_keys_record(&self, spot: &Spot<'_, B, P, H>, r: u64, other: &[u8]) -> Result<()> {
-        if goes_on(spot.word) && slice_word(other, spot.depth) == spot.word {
+        let depth = spot.layer.depth();
+        if goes_on(spot.word) && slice_word(other, depth) == spot.word {
             return Ok(());
         }
         Err(RecordMapError::Corrupt {
             root: self.root,
             reason: format!(
-                "the entry of word {:#x} of layer {} points at the record at {r:#x}, which \
+                "the entry of word {:#x} of layer {depth} points at the record at {r:#x}, which \
                  holds a key that does not belong there",
-                spot.word, spot.depth
+                spot.word
             ),
         })
     }
@@ -466,7 +440,7 @@ where
     /// `key`'s, damaged).
     fn record_has_key(&self, record: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
-        let line = layout::first_line(pool, record)?;
+        let line = record_layout::first_line(pool, record)?;
         if line.key_equals(pool, record, key)? {
             return Ok(true);
         }
@@ -476,8 +450,8 @@ where
 
     /// The record `key` has now, if any.
     fn record_of(&self, key: &[u8]) -> Result<Option<u64>> {
-        let _guard = epoch::pin();
-        let spot = self.descend(key)?;
+        let guard = self.records.pin();
+        let spot = self.descend(key, &guard)?;
         match spot.record {
             Some(r) if self.holds(&spot, r, key)? => Ok(Some(r)),
             _ => Ok(None),
@@ -489,14 +463,14 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(None);
         }
-        let _guard = epoch::pin();
-        let spot = self.descend(key)?;
+        let guard = self.records.pin();
+        let spot = self.descend(key, &guard)?;
         let Some(r) = spot.record else {
             return Ok(None);
         };
         // One line read decides and starts the copy.
         let pool = self.heap.pool();
-        let line = layout::first_line(pool, r)?;
+        let line = record_layout::first_line(pool, r)?;
         if line.key_equals(pool, r, key)? {
             return Ok(Some(line.checked_value(pool, r)?));
         }
@@ -530,15 +504,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
     for RecordTreeMap<B, P, H>
 {
     /// No handle, so no reader, is left: records retired by this map go back to the heap now
-    /// instead of after an epoch no one will wait for.
+    /// instead of after an epoch no one will wait for, and so do retired layers (a layer whose
+    /// free fails stays named in its retire word, and the next open frees it).
     fn drop(&mut self) {
         self.records.release_all(&self.heap);
+        for retired in self.retiring.take_all() {
+            let _ = self.free_retired(retired);
+        }
     }
 }
 
 /// The value of the record at `record`, checked.
 fn read_value<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
-    layout::first_line(pool, record)?.checked_value(pool, record)
+    record_layout::first_line(pool, record)?.checked_value(pool, record)
 }
 
 #[cfg(test)]

@@ -1,16 +1,32 @@
-//! Ordered scans across layers: a stack of layers, each read a batch of entries at a time.
+//! Ordered scans across layers: a stack of layers, each read a batch of entries at a time,
+//! the records of a batch copied out inside the pin that read their entries.
+//!
+//! A scan pins the map's epoch only while it refills (inside `next`), never between calls: an
+//! idle scan holds back no block the map retires, and a scan that reads slowly holds back
+//! only what was retired during one refill. What it keeps between refills is owned: copied
+//! pairs, and the layers on its stack, held by `Arc` and checked at each refill (a layer found
+//! dead was emptied and unlinked since: nothing is left in it to see, and its blocks may be
+//! freed already, so it is not read again).
 
+use std::collections::VecDeque;
 use std::ops::{Bound, Deref};
+use std::sync::Arc;
 
-use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
-use super::{
-    is_layer, slice_word, Layer, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SCAN_BATCH,
-    SLICE,
-};
+use super::{is_layer, slice_word, Layer, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SLICE};
 use crate::records::layout;
+
+/// Entries a refill takes from a layer, at most.
+const SCAN_BATCH: usize = 64;
+/// The first refill of a layer: small, so that a short scan reads few records it does not
+/// return; doubling up to [`SCAN_BATCH`].
+const FIRST_BATCH: usize = 8;
+/// Bytes of pairs a refill copies before it stops (it copies at least one pair).
+const REFILL_BYTES: usize = 1 << 20;
+/// Records prefetched ahead of the one a refill reads: their cache misses overlap.
+const PREFETCH_AHEAD: usize = 8;
 
 impl<B, P, H> RecordTreeMap<B, P, H>
 where
@@ -20,8 +36,8 @@ where
 {
     /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
     /// of a layer at a time without a lock, so a scan beside writers sees every key present
-    /// for its whole duration, once. The iterator pins the epoch while it lives (see
-    /// [`crate::records::RecordHashMap::iter`]).
+    /// for its whole duration, once (with the value it had at some moment of the scan). The
+    /// scan pins the map's epoch only inside `next` (see the module docs).
     pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
         let low = match start {
             Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),
@@ -31,18 +47,9 @@ where
             map: self,
             start: start.map(<[u8]>::to_vec),
             end: end.map(<[u8]>::to_vec),
-            stack: vec![Level {
-                layer: &self.top,
-                depth: 0,
-                on_start_path: true,
-                low,
-                buffer: Vec::new(),
-                next: 0,
-                exhausted: false,
-                batch: FIRST_BATCH,
-            }],
-            _guard: epoch::pin(),
-            done: false,
+            stack: vec![Level::new(self.top.clone(), low)],
+            ready: VecDeque::new(),
+            finished: false,
         }
     }
 
@@ -53,36 +60,41 @@ where
 }
 
 /// One layer of a scan in progress.
-struct Level<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: &'a Layer<B, P, H>,
-    depth: usize,
+struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+    layer: Arc<Layer<B, P, H>>,
     /// Whether the layer was reached by the start key's own path: only then does the start
     /// key's slice bound the layer's entries (another layer may hold the same slice word for
     /// other keys, all of which sort after the start key).
     on_start_path: bool,
     /// The lowest word still to read.
     low: Bound<u64>,
-    buffer: Vec<(u64, u64)>,
-    next: usize,
     exhausted: bool,
-    /// Entries the next refill takes: small first (a short scan returns early), doubling up
-    /// to [`SCAN_BATCH`].
+    /// Entries the next refill takes.
     batch: usize,
 }
 
-/// Records prefetched ahead of the one a scan reads: their cache misses overlap.
-const PREFETCH_AHEAD: usize = 8;
-/// The first refill of a layer.
-const FIRST_BATCH: usize = 16;
+impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Level<B, P, H> {
+    fn new(layer: Arc<Layer<B, P, H>>, low: Bound<u64>) -> Self {
+        Level {
+            layer,
+            on_start_path: low != Bound::Unbounded,
+            low,
+            exhausted: false,
+            batch: FIRST_BATCH,
+        }
+    }
+}
 
 /// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
 pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
     map: &'a RecordTreeMap<B, P, H>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
-    stack: Vec<Level<'a, B, P, H>>,
-    _guard: epoch::Guard,
-    done: bool,
+    stack: Vec<Level<B, P, H>>,
+    /// Pairs copied and not handed out yet, in key order.
+    ready: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// No refill is left to do (the end bound is passed, or every layer read, or an error).
+    finished: bool,
 }
 
 impl<B, P, H> Scan<'_, B, P, H>
@@ -91,96 +103,121 @@ where
     P: Deref<Target = Pool<B>>,
     H: Deref<Target = Heap<B, P>>,
 {
-    /// The next entry of the innermost layer, refilling its buffer from the tree.
-    fn next_entry(&mut self) -> Result<Option<(usize, bool, u64, u64)>> {
-        let Some(level) = self.stack.last_mut() else {
-            return Ok(None);
-        };
-        if level.next == level.buffer.len() {
-            if level.exhausted {
-                self.stack.pop();
-                return self.next_entry();
-            }
-            level.buffer.clear();
-            level.next = 0;
-            for entry in level
-                .layer
-                .range((level.low, Bound::Unbounded))
-                .take(level.batch)
-            {
-                level.buffer.push(entry?);
-            }
-            level.exhausted = level.buffer.len() < level.batch;
-            level.batch = (level.batch * 2).min(SCAN_BATCH);
-            if let Some(&(last, _)) = level.buffer.last() {
-                level.low = Bound::Excluded(last);
-            }
-            if level.buffer.is_empty() {
-                self.stack.pop();
-                return self.next_entry();
-            }
-            for &(_, value) in level.buffer.iter().take(PREFETCH_AHEAD) {
-                prefetch_record(self.map, value);
-            }
+    fn after_start(&self, key: &[u8]) -> bool {
+        match &self.start {
+            Bound::Included(s) => key >= s.as_slice(),
+            Bound::Excluded(s) => key > s.as_slice(),
+            Bound::Unbounded => true,
         }
-        let (word, value) = level.buffer[level.next];
-        if let Some(&(_, ahead)) = level.buffer.get(level.next + PREFETCH_AHEAD) {
-            prefetch_record(self.map, ahead);
-        }
-        level.next += 1;
-        Ok(Some((level.depth, level.on_start_path, word, value)))
     }
 
-    fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let pool = self.map.heap.pool();
-        while let Some((depth, on_start_path, word, value)) = self.next_entry()? {
+    fn before_end(&self, key: &[u8]) -> bool {
+        match &self.end {
+            Bound::Included(e) => key <= e.as_slice(),
+            Bound::Excluded(e) => key < e.as_slice(),
+            Bound::Unbounded => true,
+        }
+    }
+
+    /// Where a scan of the layer `child`, named in `parent` by `word`, starts: `None` if all
+    /// its keys sort before the start key.
+    fn child_start(
+        &self,
+        parent: &Level<B, P, H>,
+        word: u64,
+        child: &Layer<B, P, H>,
+    ) -> Option<Bound<u64>> {
+        let key = match &self.start {
+            Bound::Included(k) | Bound::Excluded(k) if parent.on_start_path => k,
+            _ => return Some(Bound::Unbounded),
+        };
+        let depth = parent.layer.depth();
+        if slice_word(key, depth) != word {
+            // The level starts at the start key's word: this one is above it.
+            return Some(Bound::Unbounded);
+        }
+        match child.compare_skipped(key, parent.layer.start() + SLICE) {
+            std::cmp::Ordering::Equal => Some(Bound::Included(slice_word(key, child.depth()))),
+            std::cmp::Ordering::Less => Some(Bound::Unbounded),
+            std::cmp::Ordering::Greater => None,
+        }
+    }
+
+    /// Read the next batch of the innermost layer, pinned: its records' pairs go to `ready`
+    /// (up to the end bound), and a layer entry ends the batch and goes on the stack.
+    fn refill(&mut self) -> Result<()> {
+        let map = self.map;
+        let pool = map.heap.pool();
+        let guard = map.records.pin();
+        let Some(level) = self.stack.last() else {
+            self.finished = true;
+            return Ok(());
+        };
+        if level.exhausted || level.layer.is_dead() {
+            self.stack.pop();
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(level.batch);
+        for entry in level
+            .layer
+            .tree
+            .range((level.low, Bound::Unbounded))
+            .take(level.batch)
+        {
+            let (word, value) = entry?;
+            entries.push((word, value));
             if is_layer(value) {
-                // Inside a layer the start bound cuts only where the path is the start key's.
-                let low = match &self.start {
-                    Bound::Included(k) | Bound::Excluded(k)
-                        if on_start_path
-                            && slice_word(k, depth) == word
-                            && k.len() > (depth + 1) * SLICE =>
-                    {
-                        Bound::Included(slice_word(k, depth + 1))
-                    }
-                    _ => Bound::Unbounded,
-                };
-                self.stack.push(Level {
-                    layer: self.map.layer(value & !LAYER_TAG)?,
-                    depth: depth + 1,
-                    on_start_path: low != Bound::Unbounded,
-                    low,
-                    buffer: Vec::new(),
-                    next: 0,
-                    exhausted: false,
-                    batch: FIRST_BATCH,
-                });
-                continue;
+                break;
+            }
+        }
+        let ran_out = entries.len() < level.batch && entries.last().is_none_or(|e| !is_layer(e.1));
+        for &(_, value) in entries.iter().take(PREFETCH_AHEAD) {
+            prefetch_record(map, value);
+        }
+        let mut low = level.low;
+        let mut bytes = 0;
+        let mut child = None;
+        let mut stopped = false;
+        for (i, &(word, value)) in entries.iter().enumerate() {
+            if let Some(&(_, ahead)) = entries.get(i + PREFETCH_AHEAD) {
+                prefetch_record(map, ahead);
+            }
+            low = Bound::Excluded(word);
+            if is_layer(value) {
+                let level = self.stack.last().expect("the level refilled");
+                let layer = map.owned_at(value & !LAYER_TAG, &guard)?;
+                if let Some(start) = self.child_start(level, word, &layer) {
+                    child = Some(Level::new(layer, start));
+                }
+                break;
             }
             let line = layout::first_line(pool, value)?;
             // Read whole and checked before the bounds decide on the key: the range's first
             // layer starts at the start key's word, so few records are read only to be skipped.
             let (key, record_value) = line.checked_key_value(pool, value)?;
-            let after_start = match &self.start {
-                Bound::Included(s) => key >= *s,
-                Bound::Excluded(s) => key > *s,
-                Bound::Unbounded => true,
-            };
-            if !after_start {
+            if !self.after_start(&key) {
                 continue;
             }
-            let before_end = match &self.end {
-                Bound::Included(e) => key <= *e,
-                Bound::Excluded(e) => key < *e,
-                Bound::Unbounded => true,
-            };
-            if !before_end {
-                return Ok(None);
+            if !self.before_end(&key) {
+                self.finished = true;
+                return Ok(());
             }
-            return Ok(Some((key, record_value)));
+            bytes += key.len() + record_value.len();
+            self.ready.push_back((key, record_value));
+            if bytes >= REFILL_BYTES && i + 1 < entries.len() {
+                stopped = true;
+                break;
+            }
         }
-        Ok(None)
+        let level = self.stack.last_mut().expect("the level refilled");
+        level.low = low;
+        level.exhausted = ran_out && !stopped;
+        level.batch = (level.batch * 2).min(SCAN_BATCH);
+        drop(guard);
+        if let Some(child) = child {
+            self.stack.push(child);
+        }
+        Ok(())
     }
 }
 
@@ -206,18 +243,17 @@ where
     type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.advance() {
-            Ok(Some(pair)) => Some(Ok(pair)),
-            Ok(None) => {
-                self.done = true;
-                None
+        loop {
+            if let Some(pair) = self.ready.pop_front() {
+                return Some(Ok(pair));
             }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
+            if self.finished {
+                return None;
+            }
+            if let Err(e) = self.refill() {
+                self.finished = true;
+                self.ready.clear();
+                return Some(Err(e));
             }
         }
     }

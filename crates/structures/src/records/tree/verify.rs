@@ -9,10 +9,10 @@ use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crossbeam_epoch as epoch;
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
 
+use super::retire::extend_prefix;
 use super::{goes_on, is_layer, slice_word, Layer, RecordTreeMap, LAYER_TAG, SLICE};
 use crate::kind::StructureKind;
 use crate::records::verify::{self, RecordWalk};
@@ -21,8 +21,8 @@ use crate::verify::{readable_block, Problem, Verification};
 /// A layer's leaf entries as its verification found them, `(node, word, value)`, in order.
 type Entries = Vec<(u64, u64, u64)>;
 
-/// A layer of the walk: its entries, the next one to take, its depth and the key bytes of the
-/// layers above.
+/// A layer of the walk: its entries, the next one to take, its depth and the key bytes before
+/// its slice.
 struct Frame {
     entries: Entries,
     next: usize,
@@ -40,25 +40,46 @@ where
     /// Reads only: it changes nothing and takes no lock, so call it with no writers running.
     ///
     /// Checked: the head (magic, format version, the intent area an allocated block, each
-    /// intent line well-formed, no layer word set); every layer's FAST&FAIR tree
+    /// intent line well-formed, no layer word set, no retire word set but those of layers
+    /// retired and waiting for readers); every layer's FAST&FAIR tree
     /// ([`FastFair::verify`](crate::fastfair::FastFair::verify), whose findings name the
-    /// layer) and root object (an allocated block); each layer entry under a slice word whose
-    /// keys go on, naming a layer of the map reached from no other entry; each record (on a
+    /// layer) and block (an allocated block of its header's size); each layer entry under a
+    /// slice word whose keys go on, naming a layer of the map reached from no other entry,
+    /// deeper than the entry's layer and skipping no byte of that layer's slice; each record (on a
     /// cache line, inside the pool, reached once, a published record block, its lengths within
     /// it, of this map, its checksum right), its key under the entry that points at it (the
     /// bytes of the layers above, its slice word at this one) and above the key before it
     /// across the whole trie; and the records counted against [`RecordTreeMap::len`]. For a
     /// healthy map, `blocks_walked` is the length of [`RecordTreeMap::blocks`].
     pub fn verify(&self) -> Verification {
-        let _guard = epoch::pin();
+        let _guard = self.records.pin();
         let heap = &*self.heap;
         let mut report = Verification::new(StructureKind::RecordBTreeMap, self.root);
-        verify::verify_head(heap, &mut report, self.root, StructureKind::RecordBTreeMap);
+        let retiring = self.retiring_roots();
+        verify::verify_head(
+            heap,
+            &mut report,
+            self.root,
+            StructureKind::RecordBTreeMap,
+            &retiring,
+        );
+        for root in &retiring {
+            // Unlinked, not freed yet: its blocks are still the map's.
+            if let Some(layer) = self
+                .layers
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(root)
+            {
+                report.blocks_walked += 1;
+                verify::absorb(&mut report, layer.tree.verify());
+            }
+        }
         let mut records = RecordWalk::new(heap, self.records.owner());
         let mut layers_walked = HashSet::new();
         let mut previous: Option<(u64, Vec<u8>)> = None;
         let mut stack = vec![Frame {
-            entries: Self::verify_layer(&mut report, &self.top),
+            entries: Self::verify_layer(&mut report, &self.top.tree),
             next: 0,
             depth: 0,
             prefix: Vec::new(),
@@ -81,12 +102,24 @@ where
                 ) else {
                     continue;
                 };
-                let mut prefix = frame.prefix.clone();
-                prefix.extend_from_slice(&word.to_be_bytes()[..SLICE]);
+                let parent_end = SLICE * (depth + 1);
+                if found.depth() <= depth || found.header.skip_from > parent_end {
+                    report.report(
+                        node,
+                        Problem::LayerOutOfPlace {
+                            layer,
+                            depth: found.depth() as u64,
+                            skip_from: found.header.skip_from as u64,
+                            parent_depth: depth as u64,
+                        },
+                    );
+                    continue;
+                }
+                let prefix = extend_prefix(&frame.prefix, word, parent_end, &found);
                 stack.push(Frame {
-                    entries: Self::verify_layer(&mut report, &found),
+                    entries: Self::verify_layer(&mut report, &found.tree),
                     next: 0,
-                    depth: depth + 1,
+                    depth: found.depth(),
                     prefix,
                 });
                 continue;
@@ -163,7 +196,7 @@ where
             );
             return None;
         };
-        let root_bytes = crate::fastfair::ROOT_BYTES;
+        let root_bytes = found.header.block_bytes();
         if readable_block(&self.heap, report, layer, root_bytes, 64) {
             report.blocks_walked += 1;
         }
@@ -171,7 +204,10 @@ where
     }
 
     /// Verify one layer's tree into `report`; its leaf entries.
-    fn verify_layer(report: &mut Verification, layer: &Layer<B, P, H>) -> Entries {
+    fn verify_layer(
+        report: &mut Verification,
+        layer: &crate::fastfair::FastFair<B, P, H>,
+    ) -> Entries {
         let mut entries = Vec::new();
         let walk =
             layer.verify_visiting(&mut |node, word, value| entries.push((node, word, value)));

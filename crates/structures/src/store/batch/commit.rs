@@ -142,11 +142,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Touched<B, P> {
         }
     }
 
-    /// Hand `retired` record blocks to the map's limbo (after the batch's last fence).
-    fn defer_retired(&self, retired: Vec<RecordBlock>) {
-        match &self.map {
-            BatchMap::HashRecords(core) => core.raw.defer_batch_retired(retired),
-            BatchMap::TreeRecords(core) => core.raw.defer_batch_retired(retired),
+    /// After the batch's last fence: hand `retired` record blocks to the map's limbo, and
+    /// retire the layers of an ordered map of records that `plan`'s removes left empty.
+    fn finish(&self, retired: Vec<RecordBlock>, plan: &Plan) {
+        match (&self.map, plan) {
+            (BatchMap::HashRecords(core), _) => core.raw.defer_batch_retired(retired),
+            (BatchMap::TreeRecords(core), Plan::Records(plan)) => {
+                core.raw.finish_batch(retired, plan)
+            }
             _ => debug_assert!(retired.is_empty()),
         }
     }
@@ -250,8 +253,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
         let retired = applied?;
         let _ = pool.sfence();
         area.clear(pool)?;
-        for (touched, retired) in self.maps.iter().zip(retired) {
-            touched.defer_retired(retired);
+        for ((touched, retired), plan) in self.maps.iter().zip(retired).zip(&plans) {
+            touched.finish(retired, plan);
         }
         Ok(())
     }

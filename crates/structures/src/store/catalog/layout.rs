@@ -45,9 +45,9 @@ pub(super) mod entry {
     pub const STATE: u64 = 8;
     /// The structure's root block.
     pub const ROOT: u64 = 16;
-    /// While removing: the block listing what is left to free (count, then offsets).
+    /// While removing: the block listing what is left to free (`removal.rs` has its format).
     pub const REMOVAL_LIST: u64 = 24;
-    /// While removing: how many listed blocks are freed already.
+    /// While removing: how many blocks of that list are freed already.
     pub const REMOVAL_CURSOR: u64 = 32;
     /// Bits 0..8: bytes of the name; bits 8..32 and 32..56: a map's key and value type codes
     /// ([`crate::store::types::TypeCode`]; 0 is `u64`, so entries written before typed maps
@@ -73,11 +73,16 @@ pub(super) fn capacity_of(root_bytes: u64) -> u64 {
 
 /// The lifecycle of an entry in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum State {
+pub(crate) enum State {
     /// The structure is live.
     Live,
     /// The structure is being freed, batch by batch; open finishes the job.
     Removing,
+    /// The structure is being emptied by its own crash-safe removes, to be removed once it
+    /// is small (its removal on a full pool found no room for the list of its blocks); the
+    /// store's open finishes the job, opening it. Its name is taken, but no handle reaches
+    /// it. (A build that predates this state refuses the catalog, naming the state code.)
+    Draining,
 }
 
 impl State {
@@ -85,6 +90,7 @@ impl State {
         match self {
             State::Live => 1,
             State::Removing => 2,
+            State::Draining => 3,
         }
     }
 
@@ -92,6 +98,7 @@ impl State {
         match code {
             1 => Some(State::Live),
             2 => Some(State::Removing),
+            3 => Some(State::Draining),
             _ => None,
         }
     }

@@ -9,6 +9,9 @@
 //! creation (its transaction joins this one) and the entry, so a crash can leave neither an
 //! entry without a structure nor a structure no entry owns. Removal is a sequence of bounded
 //! transactions recorded in the entry (`removal`), finished by the next open if a crash stops it.
+//! A structure too large to list on a full pool is first emptied by its own removes, its entry
+//! `Draining` meanwhile; the store finishes a draining removal a crash stopped when it loads
+//! (it alone can open the structure).
 //!
 //! The catalog keeps a DRAM copy of its entries; the store serialises changes with a lock.
 
@@ -85,10 +88,10 @@ impl Catalog {
         })
     }
 
-    /// Read the catalog, finish every removal a crash interrupted, and return it. A catalog
-    /// that cannot be read (an all-zero root object included: a store is published only once
-    /// its catalog is written, so zeros there are damage) is refused with
-    /// [`Error::CorruptCatalog`] before anything is written.
+    /// Read the catalog, finish every removal a crash interrupted (but the draining ones: see
+    /// [`Catalog::draining`]), and return it. A catalog that cannot be read (an all-zero root
+    /// object included: a store is published only once its catalog is written, so zeros there
+    /// are damage) is refused with [`Error::CorruptCatalog`] before anything is written.
     pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
         heap: &Heap<B, P>,
     ) -> Result<Catalog, Error> {
@@ -195,35 +198,75 @@ impl Catalog {
         self.entries.len() as u64
     }
 
+    /// The live entries.
+    fn live(&self) -> impl Iterator<Item = &EntryImage> {
+        self.entries
+            .iter()
+            .flatten()
+            .filter(|e| e.state == State::Live)
+    }
+
     /// The structure listed under `name`.
     pub(crate) fn find(&self, name: &str) -> Option<Listed> {
-        let slot = self
-            .entries
-            .iter()
-            .position(|e| e.as_ref().is_some_and(|e| e.name == name))?;
+        let slot = self.entries.iter().position(|e| {
+            e.as_ref()
+                .is_some_and(|e| e.name == name && e.state == State::Live)
+        })?;
         self.listed_at(slot as u64)
     }
 
-    /// The structure listed in entry `slot`, if any.
+    /// The structure listed in entry `slot`, if any and live.
     fn listed_at(&self, slot: u64) -> Option<Listed> {
-        self.entries[slot as usize].as_ref().map(|e| Listed {
+        self.entries[slot as usize]
+            .as_ref()
+            .filter(|e| e.state == State::Live)
+            .map(|e| self.listed_of(slot, e))
+    }
+
+    fn listed_of(&self, slot: u64, e: &EntryImage) -> Listed {
+        Listed {
             slot,
             kind: e.kind,
             root: e.root,
             entry: self.entry_offset(slot),
             types: e.types,
             fingerprint: e.fingerprint,
-        })
+        }
+    }
+
+    /// The structures being emptied before their removal (a crash stopped it), which the store
+    /// finishes when it loads.
+    pub(crate) fn draining(&self) -> Vec<Listed> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, e)| {
+                let e = e.as_ref().filter(|e| e.state == State::Draining)?;
+                Some(self.listed_of(slot as u64, e))
+            })
+            .collect()
+    }
+
+    /// Mark the structure in `slot` `Draining` (one transaction): no handle reaches it from
+    /// now on, and the store empties it before it removes it.
+    pub(crate) fn mark_draining<B: Backend, P: Deref<Target = Pool<B>>>(
+        &mut self,
+        heap: &Heap<B, P>,
+        slot: u64,
+    ) -> Result<(), Error> {
+        let entry_offset = self.entry_offset(slot);
+        heap.transaction(|tx| {
+            tx.write_value(entry_offset + entry::STATE, &State::Draining.code())
+        })?;
+        if let Some(e) = self.entries[slot as usize].as_mut() {
+            e.state = State::Draining;
+        }
+        Ok(())
     }
 
     /// Every name with its kind, sorted by name.
     pub(crate) fn list(&self) -> Vec<(String, StructureKind)> {
-        let mut names: Vec<_> = self
-            .entries
-            .iter()
-            .flatten()
-            .map(|e| (e.name.clone(), e.kind))
-            .collect();
+        let mut names: Vec<_> = self.live().map(|e| (e.name.clone(), e.kind)).collect();
         names.sort();
         names
     }
@@ -337,8 +380,9 @@ impl Catalog {
         tx.write_value(self.base + header::VERSION, &layout::VERSION)
     }
 
-    /// Unlist the structure in `slot` and free its root block and `blocks`, which must be every
-    /// block it owns. Crash-safe: see `removal`.
+    /// Unlist the structure in `slot` (live or draining) and free its root block and
+    /// `blocks`, which must be every block it owns. Crash-safe: see `removal`. A full pool
+    /// with no room for the list of `blocks` is [`Error::PoolFull`], with nothing changed.
     pub(crate) fn remove<B: Backend, P: Deref<Target = Pool<B>>>(
         &mut self,
         heap: &Heap<B, P>,

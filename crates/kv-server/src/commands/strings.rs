@@ -1,0 +1,335 @@
+//! String values: reads, writes, and the read-modify-writes (INCR family, INCRBYFLOAT,
+//! APPEND, SETRANGE, SETNX, SET NX/XX), each of which holds its key's stripe from its read to
+//! its durable write, so no other command on the key slips in between.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use pmem_structures::Error;
+
+use super::{integer, not_an_integer, store_error, syntax_error, with_map, wrong_arity, Call};
+use crate::db::DbError;
+use crate::numbers::{parse_long_double, LongDouble, ParsedFloat};
+use crate::reply::Reply;
+
+pub(super) fn get(call: &mut Call) -> Reply {
+    let key = &call.args[1][..];
+    with_map(call.shared, |map| map.get(key).map(Reply::bulk_or_null))
+}
+
+/// What a read-modify-write decided: the value to store (if any) and the reply.
+type Update = Result<(Option<Vec<u8>>, Reply), Reply>;
+
+/// Run `decide` on the current value of `key` with the key's stripe held, store what it
+/// returns (durably, before the reply) and answer its reply.
+fn update(call: &Call, key: &[u8], decide: impl FnOnce(Option<Vec<u8>>) -> Update) -> Reply {
+    let db = &call.shared.db;
+    let _locks = db.lock_keys(std::iter::once(key));
+    let outcome = db.with_map(|map| -> Result<Result<Reply, Reply>, Error> {
+        let (value, reply) = match decide(map.get(key)?) {
+            Ok(decided) => decided,
+            Err(reply) => return Ok(Err(reply)),
+        };
+        if let Some(value) = value {
+            db.counted_write(1, || map.upsert(key, &value[..]))?;
+        }
+        Ok(Ok(reply))
+    });
+    match outcome {
+        Ok(Ok(Ok(reply) | Err(reply))) => reply,
+        Ok(Err(error)) => store_error(DbError::Store(error)),
+        Err(error) => store_error(error),
+    }
+}
+
+/// SET's options as Redis reads them: later options may not contradict earlier ones.
+#[derive(Default)]
+struct SetOptions {
+    only_if_absent: bool,
+    only_if_present: bool,
+    get: bool,
+    keep_ttl: bool,
+    /// An expiry option and its argument.
+    expiry: Option<(&'static str, Bytes)>,
+}
+
+fn set_options(options: &[Bytes]) -> Result<SetOptions, Reply> {
+    let mut parsed = SetOptions::default();
+    let mut at = 0;
+    while at < options.len() {
+        let option = options[at].to_ascii_uppercase();
+        let next = options.get(at + 1);
+        let expiry_name = match option.as_slice() {
+            b"EX" => Some("EX"),
+            b"PX" => Some("PX"),
+            b"EXAT" => Some("EXAT"),
+            b"PXAT" => Some("PXAT"),
+            _ => None,
+        };
+        match (option.as_slice(), expiry_name, next) {
+            (b"NX", ..) if !parsed.only_if_present => parsed.only_if_absent = true,
+            (b"XX", ..) if !parsed.only_if_absent => parsed.only_if_present = true,
+            (b"GET", ..) => parsed.get = true,
+            (b"KEEPTTL", ..) if parsed.expiry.is_none() => parsed.keep_ttl = true,
+            // An expiry option may repeat (the last counts) but not meet another, nor KEEPTTL.
+            (_, Some(name), Some(value))
+                if !parsed.keep_ttl
+                    && parsed.expiry.as_ref().is_none_or(|(seen, _)| *seen == name) =>
+            {
+                parsed.expiry = Some((name, value.clone()));
+                at += 1;
+            }
+            _ => return Err(syntax_error()),
+        }
+        at += 1;
+    }
+    Ok(parsed)
+}
+
+/// An expiry Redis would accept is refused with the reason; one it would refuse gets its
+/// error (so clients see the same replies for bad arguments).
+fn refuse_expiry(option: &str, value: &[u8]) -> Reply {
+    let invalid = || Reply::error("ERR invalid expire time in 'set' command");
+    let n = match integer(value) {
+        Ok(n) => n,
+        Err(reply) => return reply,
+    };
+    let seconds = option == "EX" || option == "EXAT";
+    if n <= 0 || (seconds && n > i64::MAX / 1000) {
+        return invalid();
+    }
+    let millis = if seconds { n * 1000 } else { n };
+    if option == "EX" || option == "PX" {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        if millis.checked_add(now).is_none_or(|at| at <= 0) {
+            return invalid();
+        }
+    }
+    Reply::error(format!(
+        "ERR SET {option} is not supported: this server keeps no expiry times"
+    ))
+}
+
+pub(super) fn set(call: &mut Call) -> Reply {
+    let options = match set_options(&call.args[3..]) {
+        Ok(options) => options,
+        Err(reply) => return reply,
+    };
+    if let Some((option, value)) = &options.expiry {
+        return refuse_expiry(option, value);
+    }
+    // KEEPTTL keeps the key's expiry time, and no key has one.
+    let _ = options.keep_ttl;
+    let value = call.args[2].to_vec();
+    update(call, &call.args[1], |old| {
+        let write = (!options.only_if_absent || old.is_none())
+            && (!options.only_if_present || old.is_some());
+        let reply = match (options.get, write) {
+            (true, _) => Reply::bulk_or_null(old),
+            (false, true) => Reply::ok(),
+            (false, false) => Reply::Null,
+        };
+        Ok((write.then_some(value), reply))
+    })
+}
+
+pub(super) fn setnx(call: &mut Call) -> Reply {
+    let value = call.args[2].to_vec();
+    update(call, &call.args[1], |old| {
+        Ok(match old {
+            Some(_) => (None, Reply::Integer(0)),
+            None => (Some(value), Reply::Integer(1)),
+        })
+    })
+}
+
+/// Redis's check of a string's length after a write, against `--max-value-bytes`.
+fn check_length(call: &Call, length: u64) -> Result<(), Reply> {
+    if length > call.shared.limits.max_value_bytes as u64 {
+        Err(Reply::error(
+            "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn append(call: &mut Call) -> Reply {
+    let suffix = &call.args[2];
+    update(call, &call.args[1], |old| {
+        let mut value = old.unwrap_or_default();
+        check_length(call, value.len() as u64 + suffix.len() as u64)?;
+        value.extend_from_slice(suffix);
+        let length = value.len() as i64;
+        Ok((Some(value), Reply::Integer(length)))
+    })
+}
+
+pub(super) fn strlen(call: &mut Call) -> Reply {
+    let key = &call.args[1][..];
+    with_map(call.shared, |map| {
+        Ok(Reply::Integer(map.get(key)?.map_or(0, |v| v.len() as i64)))
+    })
+}
+
+pub(super) fn setrange(call: &mut Call) -> Reply {
+    let offset = match integer(&call.args[2]) {
+        Ok(offset) if offset < 0 => return Reply::error("ERR offset is out of range"),
+        Ok(offset) => offset as u64,
+        Err(reply) => return reply,
+    };
+    let patch = &call.args[3];
+    update(call, &call.args[1], |old| {
+        if patch.is_empty() {
+            // Nothing to write: the length as it is (0 for no key, which stays absent).
+            return Ok((None, Reply::Integer(old.map_or(0, |v| v.len() as i64))));
+        }
+        check_length(call, offset + patch.len() as u64)?;
+        let mut value = old.unwrap_or_default();
+        let end = offset as usize + patch.len();
+        if value.len() < end {
+            value.resize(end, 0);
+        }
+        value[offset as usize..end].copy_from_slice(patch);
+        let length = value.len() as i64;
+        Ok((Some(value), Reply::Integer(length)))
+    })
+}
+
+/// GETRANGE and SUBSTR: Redis's index rules (negative from the end, clamped, empty when
+/// both are negative and out of order).
+pub(super) fn getrange(call: &mut Call) -> Reply {
+    let (start, end) = match (integer(&call.args[2]), integer(&call.args[3])) {
+        (Ok(start), Ok(end)) => (start, end),
+        (Err(reply), _) | (_, Err(reply)) => return reply,
+    };
+    let key = &call.args[1][..];
+    with_map(call.shared, |map| {
+        let value = map.get(key)?.unwrap_or_default();
+        Ok(Reply::bulk(substring(&value, start, end).to_vec()))
+    })
+}
+
+fn substring(value: &[u8], start: i64, end: i64) -> &[u8] {
+    let length = value.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return &[];
+    }
+    let start = if start < 0 { length + start } else { start }.max(0);
+    let end = if end < 0 { length + end } else { end }.max(0);
+    let end = end.min(length - 1);
+    if start > end || length == 0 {
+        return &[];
+    }
+    &value[start as usize..=end as usize]
+}
+
+fn incr_by(call: &Call, by: i64) -> Reply {
+    update(call, &call.args[1], |old| {
+        let current = match old {
+            Some(text) => crate::numbers::parse_i64(&text).ok_or_else(not_an_integer)?,
+            None => 0,
+        };
+        let next = current
+            .checked_add(by)
+            .ok_or_else(|| Reply::error("ERR increment or decrement would overflow"))?;
+        Ok((Some(next.to_string().into_bytes()), Reply::Integer(next)))
+    })
+}
+
+pub(super) fn incr(call: &mut Call) -> Reply {
+    incr_by(call, 1)
+}
+
+pub(super) fn decr(call: &mut Call) -> Reply {
+    incr_by(call, -1)
+}
+
+pub(super) fn incrby(call: &mut Call) -> Reply {
+    match integer(&call.args[2]) {
+        Ok(by) => incr_by(call, by),
+        Err(reply) => reply,
+    }
+}
+
+pub(super) fn decrby(call: &mut Call) -> Reply {
+    match integer(&call.args[2]) {
+        Ok(i64::MIN) => Reply::error("ERR decrement would overflow"),
+        Ok(by) => incr_by(call, -by),
+        Err(reply) => reply,
+    }
+}
+
+pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
+    let by = call.args[2].clone();
+    update(call, &call.args[1], |old| {
+        let not_a_float = || Reply::error("ERR value is not a valid float");
+        let current = match old {
+            Some(text) => parse_long_double(&text).ok_or_else(not_a_float)?,
+            None => ParsedFloat::Finite(LongDouble::default()),
+        };
+        let by = parse_long_double(&by).ok_or_else(not_a_float)?;
+        let sum = match (current, by) {
+            (ParsedFloat::Finite(a), ParsedFloat::Finite(b)) => a.checked_add(b),
+            _ => None,
+        }
+        .ok_or_else(|| Reply::error("ERR increment would produce NaN or Infinity"))?;
+        let text = sum.to_redis_string();
+        Ok((Some(text.clone().into_bytes()), Reply::bulk(text)))
+    })
+}
+
+pub(super) fn mget(call: &mut Call) -> Reply {
+    let keys = &call.args[1..];
+    with_map(call.shared, |map| {
+        keys.iter()
+            .map(|key| map.get(&key[..]).map(Reply::bulk_or_null))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Reply::Array)
+    })
+}
+
+/// MSET holds every key's stripe while it writes, so no client sees some of its keys new
+/// and others old; a crash part-way may keep some of its keys and not others (each key is
+/// durable on its own; the reply, sent after the last, acknowledges them all).
+pub(super) fn mset(call: &mut Call) -> Reply {
+    if call.args.len().is_multiple_of(2) {
+        return wrong_arity("mset");
+    }
+    let pairs = &call.args[1..];
+    let db = &call.shared.db;
+    let _locks = db.lock_keys(pairs.iter().step_by(2).map(|k| &k[..]));
+    with_map(call.shared, |map| {
+        for pair in pairs.chunks_exact(2) {
+            db.counted_write(1, || map.upsert(&pair[0][..], &pair[1][..]))?;
+        }
+        Ok(Reply::ok())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn substrings_follow_redis_index_rules() {
+        let s = b"Hello World";
+        for (start, end, expected) in [
+            (0, 3, &b"Hell"[..]),
+            (-3, -1, b"rld"),
+            (0, -1, b"Hello World"),
+            (10, 100, b"d"),
+            (5, 3, b""),
+            (-1, -5, b""),
+            (-100, 2, b"Hel"),
+            (0, -100, b"H"),
+            (i64::MIN, i64::MAX, b"Hello World"),
+            (20, 30, b""),
+        ] {
+            assert_eq!(substring(s, start, end), expected, "{start} {end}");
+        }
+        assert_eq!(substring(b"", 0, -1), b"");
+    }
+}

@@ -16,7 +16,7 @@ use openraft::raft::{
 };
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::AnyError;
-use openraft::Config;
+use openraft::{Config, SnapshotPolicy};
 use pmem_kv_cluster::state_machine::core::SmMaps;
 use pmem_kv_cluster::state_machine::{Snapshot, SnapshotData};
 use pmem_kv_cluster::types::Vote;
@@ -119,20 +119,32 @@ impl RaftNetworkFactory<KvRaft> for Network {
     }
 }
 
-fn config() -> Arc<Config> {
-    let config = Config {
+/// Short timeouts; `snapshot_every`: a snapshot after that many entries, and the log purged
+/// up to it (none: openraft's defaults).
+fn config(snapshot_every: Option<u64>) -> Arc<Config> {
+    let mut config = Config {
         cluster_name: "kv-cluster-test".into(),
         heartbeat_interval: 50,
         election_timeout_min: 300,
         election_timeout_max: 600,
         ..Default::default()
     };
+    if let Some(every) = snapshot_every {
+        config.snapshot_policy = SnapshotPolicy::LogsSinceLast(every);
+        config.max_in_snapshot_log_to_keep = 0;
+        config.purge_batch_size = 1;
+    }
     Arc::new(config.validate().expect("a valid config"))
 }
 
 /// Start node `id` on the store at `path` (made if new) and put it on the network; its
 /// state machine's maps for reading what it applied.
-async fn start(router: &Router, id: NodeId, path: &Path) -> (Raft, SmMaps) {
+async fn start(
+    router: &Router,
+    id: NodeId,
+    path: &Path,
+    snapshot_every: Option<u64>,
+) -> (Raft, SmMaps) {
     let store = if path.exists() {
         Store::open(path).expect("reopen the node's pool")
     } else {
@@ -145,7 +157,7 @@ async fn start(router: &Router, id: NodeId, path: &Path) -> (Raft, SmMaps) {
         router: router.clone(),
         from: id,
     };
-    let raft = Raft::new(id, config(), network, log, sm)
+    let raft = Raft::new(id, config(snapshot_every), network, log, sm)
         .await
         .expect("start the node");
     router.nodes.lock().unwrap().insert(id, raft.clone());
@@ -225,7 +237,7 @@ async fn acknowledged_writes_survive_the_leaders_death_and_reach_its_restart() {
     let router = Router::default();
     let mut nodes = BTreeMap::new();
     for id in 1..=3 {
-        nodes.insert(id, start(&router, id, &path(id)).await);
+        nodes.insert(id, start(&router, id, &path(id), None).await);
     }
     let members: BTreeMap<NodeId, Member> = (1..=3).map(|id| (id, Member::default())).collect();
     nodes[&1]
@@ -263,7 +275,7 @@ async fn acknowledged_writes_survive_the_leaders_death_and_reach_its_restart() {
     }
 
     // The old leader comes back from its pool file and catches up.
-    let (raft, maps) = start(&router, first, &path(first)).await;
+    let (raft, maps) = start(&router, first, &path(first), None).await;
     has_every_write(
         &raft,
         &maps,
@@ -285,4 +297,60 @@ async fn acknowledged_writes_survive_the_leaders_death_and_reach_its_restart() {
         raft.shutdown().await.unwrap();
     }
     raft.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_while_the_log_is_purged_catches_up_by_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = Router::default();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3 {
+        let path = dir.path().join(format!("node{id}.pool"));
+        nodes.insert(id, start(&router, id, &path, Some(10)).await);
+    }
+    let members: BTreeMap<NodeId, Member> = (1..=3).map(|id| (id, Member::default())).collect();
+    nodes[&1]
+        .0
+        .initialize(members)
+        .await
+        .expect("initialize the cluster");
+    let leader = wait_for_leader(&nodes[&1].0, None).await;
+    let mut acked = BTreeMap::new();
+    let mut last = set(&router, leader, "before", "cut").await;
+    acked.insert("before".to_string(), "cut".to_string());
+
+    // A follower is cut off (its RPCs unreachable both ways) while 60 writes go in and the
+    // two others snapshot and purge their logs past what it has.
+    let cut = (1..=3).find(|&id| id != leader).unwrap();
+    let cut_raft = router.nodes.lock().unwrap().remove(&cut).unwrap();
+    for i in 0..60 {
+        let (key, value) = (format!("k{}", i % 25), format!("v{i}"));
+        last = set(&router, leader, &key, &value).await;
+        acked.insert(key, value);
+    }
+    let metrics = nodes[&leader]
+        .0
+        .wait(Some(Duration::from_secs(20)))
+        .metrics(
+            |m| m.purged.is_some_and(|p| p.index > 20),
+            "the leader purges its log",
+        )
+        .await
+        .expect("the leader purges its log past the cut node's");
+    assert!(metrics.snapshot.is_some(), "a purge follows a snapshot");
+
+    // Back on the network: the entries it lacks are gone, so it takes the leader's snapshot.
+    router.nodes.lock().unwrap().insert(cut, cut_raft);
+    for (id, (raft, maps)) in &nodes {
+        has_every_write(raft, maps, last, &acked, &format!("node {id}")).await;
+    }
+    let cut_metrics = nodes[&cut].0.metrics().borrow_watched().clone();
+    assert!(
+        cut_metrics.snapshot.is_some_and(|s| s.index > 1),
+        "node {cut} caught up without a snapshot: {:?}",
+        cut_metrics.snapshot
+    );
+    for (_, (raft, _)) in nodes {
+        raft.shutdown().await.unwrap();
+    }
 }

@@ -151,3 +151,20 @@ proptest! {
         prop_assert_eq!(meta.last_log_id, Some(id(1, 6)));
     }
 }
+
+#[test]
+fn appends_and_purges_past_one_batch_keep_the_log_whole() {
+    let store = Store::anonymous(32 << 20, &StoreOptions::new()).unwrap();
+    let mut log = LogCore::open(&store).unwrap();
+    let entries: Vec<Entry> = (1..=300)
+        .map(|i| set(1, i, &format!("k{i}"), "v"))
+        .collect();
+    log.append(entries.iter().cloned()).unwrap();
+    assert_eq!(log.maps().entries(..).unwrap(), entries);
+    log.purge(&id(1, 290)).unwrap();
+    assert_eq!(log.maps().entries(..).unwrap(), entries[290..].to_vec());
+    let log = LogCore::open(&store).unwrap();
+    assert_eq!(log.purged().copied(), Some(id(1, 290)));
+    assert_eq!(log.last().copied(), Some(id(1, 300)));
+    assert_eq!(log.maps().entries(..).unwrap(), entries[290..].to_vec());
+}

@@ -6,12 +6,14 @@
 //! write is durable when the store call returns, so every method below is durable when it
 //! returns. What keeps the log free of holes across a crash at any point:
 //!
-//! * **append** takes only the entry after the last (a gap or an overwrite is refused) and
-//!   writes the entries in index order: a crash keeps a prefix of them;
+//! * **append** takes only entries that follow the last (a gap or an overwrite is refused
+//!   before anything is written) and writes them in index order, one alone as a single
+//!   write, more in write batches of up to 128 (each all or nothing): a crash keeps a prefix;
 //! * **truncate** removes from the last index down: a crash keeps a prefix of the log;
 //! * **purge** makes the new "last purged" durable first, then removes from the first index
-//!   up: a crash leaves entries at or below the marker, which [`LogCore::open`] removes (they
-//!   are not part of the log any more) before anything reads the log.
+//!   up in batches of up to 128: a crash leaves entries at or below the marker, which
+//!   [`LogCore::open`] removes (they are not part of the log any more) before anything reads
+//!   the log.
 //!
 //! [`LogCore::open`] refuses a log with a hole, or an entry stored under another index than
 //! its own, with a typed error: Raft must never run on such a log.
@@ -31,12 +33,17 @@ pub const LOG_MAP: &str = "raft.log";
 /// The log's small map of markers.
 pub const META_MAP: &str = "raft.meta";
 
+/// The most entries one write batch appends or purges (well under the store's batch limits
+/// for the smallest batch area).
+const CHUNK: usize = 128;
+
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
 
 /// The two maps, shared by the log store and its readers.
 pub struct LogMaps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
+    store: Store<B, P>,
     log: BTreeMap<u64, Vec<u8>, B, P>,
     meta: HashMap<String, Vec<u8>, B, P>,
 }
@@ -44,6 +51,7 @@ pub struct LogMaps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<
 impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for LogMaps<B, P> {
     fn clone(&self) -> Self {
         LogMaps {
+            store: self.store.clone(),
             log: self.log.clone(),
             meta: self.meta.clone(),
         }
@@ -54,6 +62,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogMaps<B, P> {
     /// The maps of `store`, made if new.
     pub fn open(store: &Store<B, P>) -> Result<LogMaps<B, P>, ClusterError> {
         Ok(LogMaps {
+            store: store.clone(),
             log: store.btree_map(LOG_MAP, FastFairConfig::default())?,
             meta: store.hash_map(META_MAP)?,
         })
@@ -211,18 +220,39 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
     /// index is refused (a gap, or an overwrite that must be a truncation first); the entries
     /// before it stay appended.
     pub fn append(&mut self, entries: impl IntoIterator<Item = Entry>) -> Result<(), ClusterError> {
-        for entry in entries {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        // All checked before any is written: a refused append changes nothing.
+        let mut next = self.last().map(|last| last.index() + 1);
+        let mut encoded = Vec::with_capacity(entries.len());
+        for entry in &entries {
             let index = entry.index();
-            let next = self.last().map_or(index, |last| last.index() + 1);
-            if index != next {
+            if next.is_some_and(|n| n != index) {
                 return Err(ClusterError::LogGap {
-                    present: next.wrapping_sub(1),
+                    present: next.unwrap_or(0).wrapping_sub(1),
                     next: index,
                 });
             }
-            let bytes = encode(&entry, || format!("the Raft log entry at index {index}"))?;
-            self.maps.log.upsert(index, bytes)?;
-            self.last = Some(entry.log_id());
+            next = Some(index + 1);
+            encoded.push((
+                index,
+                encode(entry, || format!("the Raft log entry at index {index}"))?,
+            ));
+        }
+        // One entry is one single write (its fences); more go in batches (three fences each,
+        // whatever their size), lowest first, so a crash keeps a prefix of them.
+        for (chunk, written) in encoded.chunks(CHUNK).zip(entries.chunks(CHUNK)) {
+            if let [(index, bytes)] = chunk {
+                self.maps.log.upsert(*index, bytes)?;
+            } else {
+                let log = &self.maps.log;
+                self.maps.store.write(|batch| {
+                    for (index, bytes) in chunk {
+                        log.put_in(batch, *index, bytes)?;
+                    }
+                    Ok::<_, ClusterError>(())
+                })?;
+            }
+            self.last = written.last().map(|e| e.log_id());
         }
         Ok(())
     }
@@ -257,13 +287,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
         if self.purged.as_ref().is_some_and(|p| p >= upto) {
             return Ok(());
         }
-        let from = self.purged.as_ref().map_or(0, |p| p.index() + 1);
+        // The first entry present (the log may start above the last purge, or above 0).
+        let first = match self.maps.log.iter().next() {
+            Some(pair) => Some(pair?.0),
+            None => None,
+        };
         self.maps.set_marker(PURGED, upto)?;
         self.purged = Some(*upto);
-        if let Some(last) = self.last {
+        if let (Some(last), Some(from)) = (self.last, first) {
             let to = upto.index().min(last.index());
-            for index in from..=to {
-                self.maps.log.remove(index)?;
+            // In batches, lowest first: what a crash leaves below the marker, the next open
+            // removes.
+            let mut low = from;
+            while low <= to {
+                let high = to.min(low + CHUNK as u64 - 1);
+                let log = &self.maps.log;
+                self.maps.store.write(|batch| {
+                    for index in low..=high {
+                        log.delete_in(batch, index)?;
+                    }
+                    Ok::<_, ClusterError>(())
+                })?;
+                low = high + 1;
             }
             if upto.index() >= last.index() {
                 self.last = None;

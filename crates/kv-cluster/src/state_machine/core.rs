@@ -290,7 +290,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             // The store removes no map with a handle open: this one goes first, and the
-            // builders' and readers' wait on the lock.
+            // snapshot builders and readers wait on the lock meanwhile.
             drop(keys.take());
             match self.maps.store.remove_structure(KEYSPACE) {
                 Ok(()) | Err(Error::NotFound { .. }) => {}

@@ -24,15 +24,17 @@ pub(crate) enum After {
 /// Bytes a read asks for at least.
 const READ_CHUNK: usize = 16 << 10;
 
+/// Serve one client: `session` was made when the connection was accepted, so client ids
+/// follow the order of accepts, as Redis's do.
 pub(crate) async fn serve(
     mut socket: TcpStream,
+    mut session: Session,
     shared: &Shared,
     mut closing: watch::Receiver<bool>,
 ) {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut framer = Framer::default();
-    let mut session = shared.new_session(socket.peer_addr().ok());
     loop {
         let after = run_buffered(shared, &mut session, &mut framer, &mut input, &mut output);
         if !output.is_empty() {

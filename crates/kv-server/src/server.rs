@@ -234,10 +234,11 @@ async fn admit(mut socket: TcpStream, shared: &Arc<Shared>, closing: &watch::Rec
     }
     shared.clients.fetch_add(1, Ordering::Relaxed);
     let _ = socket.set_nodelay(true);
+    let session = shared.new_session(socket.peer_addr().ok());
     let shared = shared.clone();
     let closing = closing.clone();
     tokio::spawn(async move {
-        connection::serve(socket, &shared, closing).await;
+        connection::serve(socket, session, &shared, closing).await;
         shared.clients.fetch_sub(1, Ordering::Release);
     });
 }

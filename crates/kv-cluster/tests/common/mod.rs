@@ -1,0 +1,134 @@
+//! What the crash tests of the log store and the state machine share: a small store on a
+//! simulated pool, opened as a restart opens it, and entries to feed them.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+
+use openraft::EntryPayload;
+use pmem_kv_cluster::types::{Entry, LogId};
+use pmem_kv_cluster::{Condition, KvRaft, Write};
+use pmem_structures::pmem_ordering::sim::SimBackend;
+use pmem_structures::pmem_ordering::Pool;
+use pmem_structures::pmem_undo_log::Heap;
+use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::{FencePolicy, HeapConfig, Store, StoreOptions};
+
+/// A store on a simulated pool.
+pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+
+/// The pool's layout, size and root size for `CrashTest::pool`.
+pub const LAYOUT: &str = STORE_LAYOUT;
+pub const POOL_BYTES: u64 = 2 << 20;
+pub const ROOT_BYTES: u64 = 64 + 6 * 128;
+
+/// Small lanes and chunks: a few writes reach every path.
+pub fn options() -> StoreOptions {
+    StoreOptions::new()
+        .max_structures(6)
+        .fence_policy(FencePolicy::Batched)
+        .heap(HeapConfig {
+            lanes: 2,
+            lane_log_bytes: 16 << 10,
+            chunk_size: 16 << 10,
+        })
+}
+
+/// The store on `pool`, opened as a restart would (the heap's recovery, then the store's).
+pub fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, String> {
+    let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+    SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
+}
+
+/// The heap walk and `verify` of a recovered store.
+pub fn store_is_whole(store: &SimStore<'_>) -> Result<(), String> {
+    store
+        .check_blocks()
+        .map_err(|e| format!("heap walk: {e}"))?;
+    pmem_test_kit::store_verifies(store)
+}
+
+/// A log id of `term` (leader node 1) at `index`.
+pub fn id(term: u64, index: u64) -> LogId {
+    openraft::testing::log_id::<KvRaft>(term, 1, index)
+}
+
+/// An entry at `(term, index)` carrying `write`.
+pub fn normal(term: u64, index: u64, write: Write) -> Entry {
+    Entry {
+        log_id: id(term, index),
+        payload: EntryPayload::Normal(write),
+    }
+}
+
+/// A `SET key value` entry.
+pub fn set(term: u64, index: u64, key: &str, value: &str) -> Entry {
+    normal(
+        term,
+        index,
+        Write::Set {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            when: Condition::Always,
+            get: false,
+            integer_reply: false,
+        },
+    )
+}
+
+/// A blank entry (a new leader's first).
+pub fn blank(term: u64, index: u64) -> Entry {
+    openraft::testing::blank_ent::<KvRaft>(term, 1, index)
+}
+
+/// A membership entry of voters `nodes`.
+pub fn membership(term: u64, index: u64, nodes: &[u64]) -> Entry {
+    let voters: BTreeSet<u64> = nodes.iter().copied().collect();
+    openraft::testing::membership_ent::<KvRaft>(term, 1, index, vec![voters])
+}
+
+pub mod kv_model;
+
+/// `INCRBY key by`.
+pub fn incr(term: u64, index: u64, key: &str, by: i64) -> Entry {
+    normal(
+        term,
+        index,
+        Write::IncrBy {
+            key: key.as_bytes().to_vec(),
+            by,
+        },
+    )
+}
+
+/// `DEL keys...`.
+pub fn del(term: u64, index: u64, keys: &[&str]) -> Entry {
+    normal(
+        term,
+        index,
+        Write::Del {
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+        },
+    )
+}
+
+/// The state machine's whole state as the model holds it: last applied index, voters,
+/// pairs.
+pub fn observe_sm<B, P>(
+    sm: &pmem_kv_cluster::state_machine::core::SmCore<B, P>,
+) -> Result<kv_model::KvState, String>
+where
+    B: pmem_structures::pmem_ordering::Backend,
+    P: std::ops::Deref<Target = Pool<B>>,
+{
+    let (meta, pairs) = sm.maps().read_all().map_err(|e| e.to_string())?;
+    Ok(kv_model::KvState {
+        applied: meta.last_log_id.map(|l| l.index),
+        voters: meta
+            .last_membership
+            .membership()
+            .get_joint_config()
+            .to_vec(),
+        keys: pairs.into_iter().collect(),
+    })
+}

@@ -22,6 +22,9 @@ fn map() -> Map {
 }
 
 #[test]
+// Under Miri's Stacked Borrows, crossbeam-epoch's pin fails inside crossbeam itself (as CCEH's
+// pool-driven tests do), and every map operation pins the map's epoch.
+#[cfg_attr(miri, ignore)]
 fn a_layer_reached_through_a_damaged_entry_outlives_its_removal_from_the_map() {
     let map = map();
     // Two keys going on with the same first slice: the second pushes both down a layer.

@@ -120,10 +120,10 @@ pub fn with_map<R>(
     let map_size = (keys.len() * MAP_BYTES_PER_RECORD + MAP_MARGIN).next_multiple_of(1 << 20);
     let mut options = EnvOpenOptions::new();
     options.map_size(map_size);
-    // SAFETY: heed's `open` is unsafe because a memory-mapped file modified behind LMDB's
-    // back (in or out of the process) is undefined behaviour. The directory was made empty
-    // just now under a name of this run, only this call opens it, and nothing else writes
-    // its files until the environment is dropped below, before the directory is removed.
+    // heed's `open` is unsafe because a memory-mapped file modified behind LMDB's back (in or
+    // out of the process) is undefined behaviour.
+    // SAFETY: the directory was made empty just now under a name of this run, only this call
+    // opens it, and nothing else writes its files until the environment is dropped below.
     let env = unsafe { options.open(dir.path()) }.map_err(lmdb_error("open the environment"))?;
     let write = env.write_txn().map_err(lmdb_error("begin a write"))?;
     let db: Database<'_, Bytes, Bytes> = env

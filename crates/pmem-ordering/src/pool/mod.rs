@@ -1,5 +1,8 @@
 //! Pools: a memory-mapped file (or anonymous region) with a header, a root object and a heap.
 //!
+//! One file past 600 lines: the `Pool` type's safe accessors share one contract (bounds checks,
+//! one access size per word), stated once here beside them.
+//!
 //! Persistent pointers are offsets from the pool's base ([`PPtr`]), since the mapping moves
 //! between runs. Every access is bounds-checked and returns [`PoolError::OutOfBounds`] rather
 //! than touching memory outside the pool, so an offset read from a corrupted pool cannot cause

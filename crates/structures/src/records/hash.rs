@@ -1,5 +1,9 @@
 //! The byte-key hash map: a CCEH table whose slots hold `(hash of the key, record offset)`.
 //!
+//! One file past 600 lines: the map's open, reads and writes each follow the record protocol's
+//! steps in the same order (stage, name in an intent line, fence, publish in the slot, fence),
+//! and read best side by side.
+//!
 //! The slot's key word is the key's 64-bit hash (XXH3, never 0): a *fingerprint* good enough
 //! that a lookup reads a record only for the key it looks for, except on a full 64-bit
 //! collision, which the table allows (its `Hashed` mode) and tells apart by the record's key.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use common::{blank, id, load, membership, options, set, store_is_whole, SimStore};
 use pmem_kv_cluster::log_store::core::LogCore;
 use pmem_kv_cluster::types::{Entry, LogId, Vote};
-use pmem_structures::pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
+use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
 use pmem_structures::pmem_ordering::Pool;
 use pmem_test_kit::run_crash_test;
 
@@ -163,13 +163,7 @@ fn states(ops: &[Op]) -> Vec<LogState> {
 fn the_history_reaches_the_models_state_without_a_crash() {
     let ops = history();
     let expected = states(&ops);
-    let pool = Pool::<SimBackend>::simulated(
-        common::LAYOUT,
-        common::POOL_BYTES,
-        common::ROOT_BYTES,
-        SimConfig::x86(),
-    )
-    .unwrap();
+    let pool = common::simulated_pool();
     let store = SimStore::format(&pool, &options()).unwrap();
     let mut log = LogCore::open(&store).unwrap();
     for (done, op) in ops.iter().enumerate() {
@@ -187,12 +181,7 @@ fn the_history_reaches_the_models_state_without_a_crash() {
 fn crash_history(name: &str, points: CrashPoints, images: Images, seed: u64) -> u64 {
     let ops = history();
     let expected = states(&ops);
-    let test = CrashTest::new(name, SimConfig::x86())
-        .pool(common::LAYOUT, common::POOL_BYTES, common::ROOT_BYTES)
-        .points(points)
-        .images(images)
-        .fail_on_unpersisted(true)
-        .seed(seed);
+    let test = common::crash_test(name, points, images, seed);
     let report = run_crash_test(
         &test,
         |pool| {

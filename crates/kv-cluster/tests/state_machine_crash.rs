@@ -16,7 +16,7 @@ use common::{
 use pmem_kv_cluster::state_machine::core::SmCore;
 use pmem_kv_cluster::types::{Entry, SnapshotMeta};
 use pmem_kv_cluster::{Condition, Write};
-use pmem_structures::pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
+use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
 use pmem_structures::pmem_ordering::Pool;
 use pmem_structures::{Store, StoreOptions};
 use pmem_test_kit::run_crash_test;
@@ -115,13 +115,7 @@ fn run(sm: &mut SmCore<SimBackend, &Pool<SimBackend>>, step: &Step) {
 #[test]
 fn the_history_reaches_the_models_states_without_a_crash() {
     let (steps, states) = history();
-    let pool = Pool::<SimBackend>::simulated(
-        common::LAYOUT,
-        common::POOL_BYTES,
-        common::ROOT_BYTES,
-        SimConfig::x86(),
-    )
-    .unwrap();
+    let pool = common::simulated_pool();
     let store = SimStore::format(&pool, &options()).unwrap();
     let mut sm = SmCore::open(&store).unwrap();
     for (done, step) in steps.iter().enumerate() {
@@ -136,12 +130,7 @@ fn the_history_reaches_the_models_states_without_a_crash() {
 
 fn crash_history(name: &str, points: CrashPoints, images: Images, seed: u64) -> u64 {
     let (steps, states) = history();
-    let test = CrashTest::new(name, SimConfig::x86())
-        .pool(common::LAYOUT, common::POOL_BYTES, common::ROOT_BYTES)
-        .points(points)
-        .images(images)
-        .fail_on_unpersisted(true)
-        .seed(seed);
+    let test = common::crash_test(name, points, images, seed);
     let report = run_crash_test(
         &test,
         |pool| {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use openraft::EntryPayload;
 use pmem_kv_cluster::types::{Entry, LogId};
 use pmem_kv_cluster::{Condition, KvRaft, Write};
-use pmem_structures::pmem_ordering::sim::SimBackend;
+use pmem_structures::pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_structures::pmem_ordering::Pool;
 use pmem_structures::pmem_undo_log::Heap;
 use pmem_structures::store::STORE_LAYOUT;
@@ -21,6 +21,22 @@ pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
 pub const LAYOUT: &str = STORE_LAYOUT;
 pub const POOL_BYTES: u64 = 2 << 20;
 pub const ROOT_BYTES: u64 = 64 + 6 * 128;
+
+/// A simulated pool of the size above, for running a history without crashes.
+pub fn simulated_pool() -> Pool<SimBackend> {
+    Pool::<SimBackend>::simulated(LAYOUT, POOL_BYTES, ROOT_BYTES, SimConfig::x86())
+        .expect("a simulated pool")
+}
+
+/// A crash test of a store on the pool above, failing on a store left unpersisted at the end.
+pub fn crash_test(name: &str, points: CrashPoints, images: Images, seed: u64) -> CrashTest {
+    CrashTest::new(name, SimConfig::x86())
+        .pool(LAYOUT, POOL_BYTES, ROOT_BYTES)
+        .points(points)
+        .images(images)
+        .fail_on_unpersisted(true)
+        .seed(seed)
+}
 
 /// Small lanes and chunks: a few writes reach every path.
 pub fn options() -> StoreOptions {

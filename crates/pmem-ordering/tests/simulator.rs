@@ -7,7 +7,8 @@ use pmem_ordering::sim::{
 use pmem_ordering::{FlushKind, NtPending, Pool, PoolError};
 use proptest::prelude::*;
 
-type SimPool = Pool<SimBackend>;
+/// The pool as the crash harness hands it to a workload or a check.
+type SimPool = std::sync::Arc<Pool<SimBackend>>;
 
 /// [`Pool::nt_write`] for this file's tests.
 fn nt_write(pool: &SimPool, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {

@@ -10,6 +10,7 @@ use super::MagicText;
 ///
 /// `Debug` prints the same message as `Display`: `fn main() -> Result<(), Box<dyn Error>>`
 /// reports an error with `Debug`, and a user should read a sentence there, not a struct dump.
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum PoolError {
     /// The pool file does not exist.

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use super::event::Event;
 use super::report::{Crash, CrashFailure, ImageKind, RecoveryCrash, Report};
@@ -97,9 +98,9 @@ struct RecoveryCrashes {
 }
 
 /// The invariant check: runs recovery on a crash image and judges the state it reaches.
-type Check<'a> = dyn Fn(&Pool<SimBackend>, &Crash) -> Result<(), String> + 'a;
+type Check<'a> = dyn Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String> + 'a;
 /// Recovery alone (what a restart does before serving), run traced to be crashed in turn.
-type Recover<'a> = dyn Fn(&Pool<SimBackend>) -> Result<(), String> + 'a;
+type Recover<'a> = dyn Fn(&Arc<Pool<SimBackend>>) -> Result<(), String> + 'a;
 /// What [`explore`] hands each distinct image: the state, the point, the image's index and
 /// kind, its choice and its bytes.
 type Visit<'a> = dyn FnMut(&PersistState, u64, u64, ImageKind, &Choice, &[u8]) -> Result<(), Box<CrashFailure>>
@@ -198,6 +199,9 @@ impl CrashTest {
 
     /// Run `workload` from a fresh pool, then check every crash.
     ///
+    /// Each closure gets the pool as an `Arc`: a clone of it is an owned handle to give a heap
+    /// or a structure, as a program gives the pool it opened.
+    ///
     /// `check` gets a pool holding the crash image: it runs the structure's real recovery on it
     /// and returns `Err` with a message if the recovered state breaks the invariant (a panic
     /// counts as a failure too). That pool writes memory like any other but records no trace,
@@ -207,8 +211,8 @@ impl CrashTest {
     /// A run that checks no crash point or no image (points past the workload's end) fails.
     pub fn run(
         &self,
-        workload: impl FnOnce(&Pool<SimBackend>),
-        check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+        workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+        check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
     ) -> Result<Report, Box<CrashFailure>> {
         self.run_with_setup(|_| {}, workload, check)
     }
@@ -217,9 +221,9 @@ impl CrashTest {
     /// tracing starts (its crashes are not under test).
     pub fn run_with_setup(
         &self,
-        setup: impl FnOnce(&Pool<SimBackend>),
-        workload: impl FnOnce(&Pool<SimBackend>),
-        check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+        setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+        workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+        check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
     ) -> Result<Report, Box<CrashFailure>> {
         self.run_inner(setup, workload, None, &check)
     }
@@ -230,18 +234,18 @@ impl CrashTest {
     /// must recover on its own as before; `recover` is run only for crashes of recovery.
     pub fn run_with_recovery(
         &self,
-        setup: impl FnOnce(&Pool<SimBackend>),
-        workload: impl FnOnce(&Pool<SimBackend>),
-        recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
-        check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+        setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+        workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+        recover: impl Fn(&Arc<Pool<SimBackend>>) -> Result<(), String>,
+        check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
     ) -> Result<Report, Box<CrashFailure>> {
         self.run_inner(setup, workload, Some(&recover), &check)
     }
 
     fn run_inner(
         &self,
-        setup: impl FnOnce(&Pool<SimBackend>),
-        workload: impl FnOnce(&Pool<SimBackend>),
+        setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+        workload: impl FnOnce(&Arc<Pool<SimBackend>>),
         recover: Option<&Recover<'_>>,
         check: &Check<'_>,
     ) -> Result<Report, Box<CrashFailure>> {
@@ -255,6 +259,7 @@ impl CrashTest {
             ));
         }
         let pool = Pool::simulated(&self.layout, self.pool_size, self.root_size, self.config)
+            .map(Arc::new)
             .map_err(|e| {
                 self.failure(
                     None,
@@ -361,13 +366,15 @@ impl CrashTest {
         check: &Check<'_>,
         report: &mut Report,
     ) -> Result<(), Box<CrashFailure>> {
-        let pool = Pool::from_image(image, Some(&self.layout), self.config).map_err(|e| {
-            self.failure(
-                Some(first.clone()),
-                Vec::new(),
-                format!("cannot load the crash image to run recovery on: {e}"),
-            )
-        })?;
+        let pool = Pool::from_image(image, Some(&self.layout), self.config)
+            .map(Arc::new)
+            .map_err(|e| {
+                self.failure(
+                    Some(first.clone()),
+                    Vec::new(),
+                    format!("cannot load the crash image to run recovery on: {e}"),
+                )
+            })?;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| recover(&pool)));
         let message = match outcome {
             Ok(Ok(())) => None,
@@ -441,8 +448,9 @@ impl CrashTest {
         recent: Vec<Event>,
         check: &Check<'_>,
     ) -> Result<(), Box<CrashFailure>> {
-        let pool =
-            Pool::for_recovery(image, &self.layout, self.config).map_err(|e: PoolError| {
+        let pool = Pool::for_recovery(image, &self.layout, self.config)
+            .map(Arc::new)
+            .map_err(|e: PoolError| {
                 self.failure(
                     Some(crash.clone()),
                     recent.clone(),

@@ -8,6 +8,7 @@ use pmem_ordering::PoolError;
 ///
 /// `Debug` prints the same message as `Display`: `fn main() -> Result<(), Box<dyn Error>>`
 /// reports an error with `Debug`, and a user should read a sentence there, not a struct dump.
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum TxError {
     /// An access of the pool failed (out of bounds, misaligned, ...).

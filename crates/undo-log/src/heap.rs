@@ -8,7 +8,6 @@
 mod records;
 
 use std::cell::RefCell;
-use std::ops::Deref;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,7 +98,7 @@ fn next_heap_id() -> u64 {
 ///
 /// let pool = Pool::anonymous("bank", 4 << 20, &PoolOptions::new())?;
 /// let config = HeapConfig { lanes: 2, lane_log_bytes: 4096, chunk_size: 64 << 10 };
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), config, FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, config, FencePolicy::Batched)?;
 /// let accounts = heap.pool().root_offset();
 /// heap.transaction(|tx| {
 ///     tx.write_value(accounts, &100u64)?;
@@ -116,10 +115,18 @@ fn next_heap_id() -> u64 {
 /// # Ok::<(), TxError>(())
 /// ```
 ///
-/// The heap holds its pool through `P`: an `Arc<Pool<B>>` by default, or a plain `&Pool<B>`
-/// (what the crash harness hands a workload).
-pub struct Heap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    pool: P,
+/// A `Heap` is a handle: cloning it is cheap and gives another handle to the same heap (one
+/// allocator, one set of lanes, one pool), so structures each hold their own clone, with no
+/// lifetime tying them to the first handle. The pool lives until the last handle (and the
+/// last other owner of the pool) is dropped.
+pub struct Heap<B: Backend = Hardware> {
+    /// Inline beside the shared part: every access to the heap's data goes through it.
+    pool: Arc<Pool<B>>,
+    shared: Arc<HeapShared>,
+}
+
+/// What every handle of one heap shares.
+struct HeapShared {
     layout: Layout,
     policy: FencePolicy,
     allocator: Allocator,
@@ -129,10 +136,25 @@ pub struct Heap<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>
     id: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
+impl<B: Backend> Clone for Heap<B> {
+    fn clone(&self) -> Self {
+        Heap {
+            pool: self.pool.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Heap<B> {
     /// Format `pool` (from its heap offset on) with `config`, record `policy` in its superblock,
     /// and open it. Fails with [`TxError::AlreadyFormatted`] rather than format a pool twice.
-    pub fn create(pool: P, config: HeapConfig, policy: FencePolicy) -> Result<Heap<B, P>, TxError> {
+    /// `pool` is a pool or a shared one (`Arc<Pool<B>>`).
+    pub fn create(
+        pool: impl Into<Arc<Pool<B>>>,
+        config: HeapConfig,
+        policy: FencePolicy,
+    ) -> Result<Heap<B>, TxError> {
+        let pool = pool.into();
         let layout = Layout::plan(pool.heap_offset(), pool.size(), &config)?;
         match Layout::read(&pool, layout.superblock) {
             Err(TxError::NotFormatted) => {}
@@ -143,30 +165,33 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         // leaves a pool that reads as not formatted.
         Allocator::format(&pool, &layout)?;
         layout.format(&pool, policy)?;
-        Heap::open(pool)
+        Heap::open(pool.clone())
     }
 
     /// Open the heap in `pool` under the fence policy its superblock records: roll back every
     /// lane's unfinished transaction, then rebuild the allocator's DRAM state from its
-    /// persistent metadata.
-    pub fn open(pool: P) -> Result<Heap<B, P>, TxError> {
+    /// persistent metadata. `pool` is a pool or a shared one (`Arc<Pool<B>>`).
+    pub fn open(pool: impl Into<Arc<Pool<B>>>) -> Result<Heap<B>, TxError> {
+        let pool = pool.into();
         let (layout, policy) = Layout::read(&pool, pool.heap_offset())?;
         for lane in 0..layout.lanes as usize {
             layout.lane(lane).recover(&pool)?;
         }
         let allocator = Allocator::open(&pool, layout)?;
         Ok(Heap {
-            lanes: Mutex::new(LanePool {
-                free: (0..layout.lanes as usize).rev().collect(),
-                waiting: 0,
-            }),
-            lane_freed: Condvar::new(),
             pool,
-            layout,
-            policy,
-            allocator,
-            counters: Counters::default(),
-            id: next_heap_id(),
+            shared: Arc::new(HeapShared {
+                lanes: Mutex::new(LanePool {
+                    free: (0..layout.lanes as usize).rev().collect(),
+                    waiting: 0,
+                }),
+                lane_freed: Condvar::new(),
+                layout,
+                policy,
+                allocator,
+                counters: Counters::default(),
+                id: next_heap_id(),
+            }),
         })
     }
 
@@ -181,8 +206,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         &self.pool
     }
 
-    /// Give the pool back (e.g. to reopen it).
-    pub fn into_pool(self) -> P {
+    /// Give this handle's share of the pool back (e.g. to reopen it once every other handle
+    /// is dropped).
+    pub fn into_pool(self) -> Arc<Pool<B>> {
         self.pool
     }
 
@@ -190,42 +216,42 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     pub(crate) fn parts(&self) -> HeapRef<'_, B> {
         HeapRef {
             pool: &self.pool,
-            policy: self.policy,
-            allocator: &self.allocator,
+            policy: self.shared.policy,
+            allocator: &self.shared.allocator,
         }
     }
 
     /// Where the heap's parts are.
     pub fn layout(&self) -> &Layout {
-        &self.layout
+        &self.shared.layout
     }
 
     /// The fence policy the heap's superblock records.
     pub fn policy(&self) -> FencePolicy {
-        self.policy
+        self.shared.policy
     }
 
     /// Allocator usage.
     pub fn alloc_stats(&self) -> AllocStats {
-        self.allocator.stats()
+        self.shared.allocator.stats()
     }
 
     /// Walk the heap and check its metadata against itself and the DRAM state; returns every
     /// committed block (published record blocks included) as `(offset, size)`.
     pub fn check_heap(&self) -> Result<Vec<(u64, u64)>, TxError> {
-        self.allocator.check(&*self.pool)
+        self.shared.allocator.check(&self.pool)
     }
 
     /// The size of the block a committed transaction allocated (or the published record
     /// block) at `offset`, or `None` if no block starts there: lets a structure check, at open,
     /// that the offsets it reads from the pool name blocks it owns.
     pub fn block_size(&self, offset: u64) -> Option<u64> {
-        self.allocator.block_size(offset)
+        self.shared.allocator.block_size(offset)
     }
 
-    /// Totals over this handle's transactions.
+    /// Totals over this heap's transactions (those of every handle to it).
     pub fn tx_stats(&self) -> TxStats {
-        let c = &self.counters;
+        let c = &self.shared.counters;
         TxStats {
             committed: c.committed.load(Ordering::Relaxed),
             aborted: c.aborted.load(Ordering::Relaxed),
@@ -235,13 +261,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     }
 
     fn acquire_lane(&self) -> usize {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.shared.lanes.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(lane) = lanes.free.pop() {
                 return lane;
             }
             lanes.waiting += 1;
             lanes = self
+                .shared
                 .lane_freed
                 .wait(lanes)
                 .unwrap_or_else(|p| p.into_inner());
@@ -250,11 +277,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     }
 
     fn release_lane(&self, lane: usize) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.shared.lanes.lock().unwrap_or_else(|p| p.into_inner());
         lanes.free.push(lane);
         // Waking costs a system call: only when a thread waits for a lane.
         if lanes.waiting > 0 {
-            self.lane_freed.notify_one();
+            self.shared.lane_freed.notify_one();
         }
     }
 
@@ -272,7 +299,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         let nested = ACTIVE.with(|a| {
             a.borrow()
                 .iter()
-                .find(|(id, _)| *id == self.id)
+                .find(|(id, _)| *id == self.shared.id)
                 .map(|(_, s)| s.clone())
         });
         if let Some(state) = nested {
@@ -290,7 +317,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
         }
 
         let lane = self.acquire_lane();
-        let state = match fresh_state(self.layout.lane(lane), &*self.pool) {
+        let state = match fresh_state(self.shared.layout.lane(lane), &self.pool) {
             Ok(state) => state,
             Err(e) => {
                 self.release_lane(lane);
@@ -298,14 +325,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
             }
         };
         let before = thread_stats();
-        ACTIVE.with(|a| a.borrow_mut().push((self.id, state.clone())));
+        ACTIVE.with(|a| a.borrow_mut().push((self.shared.id, state.clone())));
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             f(&Tx {
                 heap: self.parts(),
                 state: state.clone(),
             })
         }));
-        ACTIVE.with(|a| a.borrow_mut().retain(|(id, _)| *id != self.id));
+        ACTIVE.with(|a| a.borrow_mut().retain(|(id, _)| *id != self.shared.id));
         let mut st = state.borrow_mut();
         let result = match outcome {
             Ok(Ok(value)) if !st.doomed => match tx::commit(self.parts(), &mut st) {
@@ -344,7 +371,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
 
     fn finish(&self, lane: usize, before: pmem_ordering::Stats, nt_t_fences: u64, committed: bool) {
         let delta = thread_stats() - before;
-        let c = &self.counters;
+        let c = &self.shared.counters;
         if committed {
             c.committed.fetch_add(1, Ordering::Relaxed);
         } else {

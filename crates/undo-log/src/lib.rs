@@ -8,7 +8,7 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = Pool::anonymous("accounts", 8 << 20, &PoolOptions::new())?;
-//! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+//! let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 //! let (a, b) = (heap.pool().root_offset(), heap.pool().root_offset() + 8);
 //! heap.transaction(|tx| tx.write_value(a, &100u64))?;
 //! // Move 30 from one account to the other: both writes persist, or neither does.

@@ -9,19 +9,13 @@
 //!   fresh), swing the slot to it with one logged 8-byte write, free the old block, all in one
 //!   transaction; only the pointer and the allocator's metadata are logged.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, PPtr, Pool};
+use pmem_ordering::{Backend, PPtr};
 
 use crate::{Heap, TxError};
 
 /// Allocate an object holding `bytes` and store its pointer in the slot at `slot`, in one
 /// transaction. The slot's old pointer is overwritten, not freed.
-pub fn create<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    slot: u64,
-    bytes: &[u8],
-) -> Result<PPtr<u8>, TxError> {
+pub fn create<B: Backend>(heap: &Heap<B>, slot: u64, bytes: &[u8]) -> Result<PPtr<u8>, TxError> {
     heap.transaction(|tx| {
         let object = tx.alloc(bytes.len() as u64)?;
         tx.write(object.offset(), bytes)?;
@@ -32,11 +26,7 @@ pub fn create<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// Replace the contents of the object the slot at `slot` points to, in place under the undo
 /// log. `bytes` must fit the object's block (the caller knows its size).
-pub fn update_in_place<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    slot: u64,
-    bytes: &[u8],
-) -> Result<(), TxError> {
+pub fn update_in_place<B: Backend>(heap: &Heap<B>, slot: u64, bytes: &[u8]) -> Result<(), TxError> {
     heap.transaction(|tx| {
         let object: PPtr<u8> = tx.get(PPtr::new(slot))?;
         tx.write(object.offset(), bytes)
@@ -49,8 +39,8 @@ pub fn update_in_place<B: Backend, P: Deref<Target = Pool<B>>>(
 /// The free comes first (it takes effect at commit either way) so that its intents are in the
 /// log before the pointer's write, whose fence orders them before the commit's metadata writes:
 /// the transaction then issues no fence for the allocator (`alloc/publish.rs`).
-pub fn update_out_of_place<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub fn update_out_of_place<B: Backend>(
+    heap: &Heap<B>,
     slot: u64,
     bytes: &[u8],
 ) -> Result<PPtr<u8>, TxError> {

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{
     CrashFailure, CrashPoints, CrashTest, Finding, Images, Report, SimConfig,
@@ -75,7 +76,7 @@ fn run(
             simulated_heap_with(pool, ALLOC_HEAP, policy);
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             for (t, toggles) in transactions.iter().enumerate() {
                 let before = states.borrow().last().unwrap().clone();
                 let result = heap.transaction(|tx| {
@@ -155,7 +156,7 @@ fn check_findings(report: &Report, aborted: &[u64]) {
 }
 
 fn check<B: Backend>(
-    pool: &Pool<B>,
+    pool: &Arc<Pool<B>>,
     crash: &pmem_ordering::sim::Crash,
     policy: FencePolicy,
     states: &[Slots],
@@ -471,11 +472,13 @@ fn large_workload_sampled_themis_under_themis() {
 /// What `workload` reaches on an anonymous pool of the crash tests' size: (transactions that met
 /// a full pool, the most runs live at once, blocks freed).
 fn reached_states(workload: &[Vec<Toggle>]) -> (u64, usize, u64) {
-    let pool = Pool::anonymous("crash-alloc", POOL_SIZE, &{
-        pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
-    })
-    .unwrap();
-    let heap = Heap::create(&pool, ALLOC_HEAP, FencePolicy::Batched).unwrap();
+    let pool = Arc::new(
+        Pool::anonymous("crash-alloc", POOL_SIZE, &{
+            pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
+        })
+        .unwrap(),
+    );
+    let heap = Heap::create(pool.clone(), ALLOC_HEAP, FencePolicy::Batched).unwrap();
     let mut slots: Slots = vec![None; SLOTS];
     let (mut full, mut runs, mut frees) = (0, 0, 0);
     for toggles in workload {

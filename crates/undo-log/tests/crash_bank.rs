@@ -6,6 +6,7 @@ use pmem_ordering::Pool;
 use pmem_test_kit::crash_test_outcome;
 use pmem_test_kit::fixture::{heap_config, recover_heap, simulated_heap_with};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use std::sync::Arc;
 
 const ACCOUNTS: u64 = 6;
 const START: u64 = 1000;
@@ -28,7 +29,7 @@ fn balances_after(n: usize) -> Vec<u64> {
     b
 }
 
-fn account(pool: &Pool<SimBackend>, i: u64) -> u64 {
+fn account(pool: &Arc<Pool<SimBackend>>, i: u64) -> u64 {
     // Accounts a cache line apart, so their stores persist independently.
     pool.root_offset() + 64 * i
 }
@@ -51,7 +52,7 @@ fn run(policy: FencePolicy, sim: SimConfig) -> Result<(), String> {
             .unwrap();
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             for (from, to, amount) in transfers() {
                 heap.transaction(|tx| {
                     let a: u64 = tx.read(account(pool, from))?;

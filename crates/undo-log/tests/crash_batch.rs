@@ -92,7 +92,7 @@ fn run(policy: FencePolicy, sim: SimConfig) -> Result<(), String> {
             simulated_heap_with(pool, BATCH_HEAP, policy);
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             let root = pool.root_offset();
             for (i, spec) in specs().iter().enumerate() {
                 let result = heap.transaction(|tx| {

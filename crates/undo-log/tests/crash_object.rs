@@ -4,6 +4,7 @@
 //! and nothing else, so neither the old nor the new copy leaks.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{Crash, CrashFailure, CrashPoints, CrashTest, Images, Report, SimConfig};
 use pmem_ordering::{Backend, Pool};
@@ -68,7 +69,7 @@ fn run(
             pointers.borrow_mut().push(p.offset());
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             for (i, update) in UPDATES.iter().enumerate() {
                 let new = version(i as u64 + 1, size);
                 let at = match update {
@@ -89,7 +90,7 @@ fn run(
 }
 
 fn check<B: Backend>(
-    pool: &Pool<B>,
+    pool: &Arc<Pool<B>>,
     crash: &Crash,
     policy: FencePolicy,
     size: u64,

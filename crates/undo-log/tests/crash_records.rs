@@ -17,6 +17,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
 use pmem_ordering::{Backend, PPtr, Pool};
@@ -118,13 +119,7 @@ fn write_intent<B: Backend>(
 }
 
 /// Run one operation on the heap; returns the slots after it.
-fn apply<B: Backend>(
-    heap: &Heap<B, &Pool<B>>,
-    pool: &Pool<B>,
-    op: Op,
-    seq: u64,
-    before: &Slots,
-) -> Slots {
+fn apply<B: Backend>(heap: &Heap<B>, pool: &Pool<B>, op: Op, seq: u64, before: &Slots) -> Slots {
     let mut next = before.clone();
     match op {
         Op::Put { slot, size } => {
@@ -231,7 +226,7 @@ fn run(
             simulated_heap_with(pool, HEAP, FencePolicy::Batched);
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             for (seq, &op) in ops.iter().enumerate() {
                 let before = states.borrow().last().unwrap().clone();
                 let after = apply(&heap, pool, op, seq as u64 + 1, &before);
@@ -244,10 +239,7 @@ fn run(
 }
 
 /// Recover as a map would: resolve the blocks each intent names that the map owns.
-fn resolve_intents(
-    heap: &Heap<SimBackend, &Pool<SimBackend>>,
-    slots: &[u64],
-) -> Result<(), String> {
+fn resolve_intents(heap: &Heap<SimBackend>, slots: &[u64]) -> Result<(), String> {
     let pool = heap.pool();
     for map in 0..MAPS {
         let intent: [u64; 4] = pool.read(intent_offset(pool, map)).unwrap();
@@ -271,7 +263,7 @@ fn resolve_intents(
     Ok(())
 }
 
-fn check(pool: &Pool<SimBackend>, done: usize, states: &[Slots]) -> Result<(), String> {
+fn check(pool: &Arc<Pool<SimBackend>>, done: usize, states: &[Slots]) -> Result<(), String> {
     let heap = recover_heap(pool)?;
     let slots: Vec<u64> = (0..SLOTS)
         .map(|i| pool.read::<u64>(slot_offset(pool, i)).unwrap())
@@ -431,11 +423,13 @@ type Intents = [[u64; 4]; MAPS];
 /// The slots, the intent lines and the record chunks after each operation of `ops`, on an
 /// anonymous pool.
 fn replay(ops: &[Op]) -> Vec<(Slots, Intents, u64)> {
-    let pool = Pool::anonymous("crash-records", POOL_SIZE, &{
-        pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
-    })
-    .unwrap();
-    let heap = Heap::create(&pool, HEAP, FencePolicy::Batched).unwrap();
+    let pool = Arc::new(
+        Pool::anonymous("crash-records", POOL_SIZE, &{
+            pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
+        })
+        .unwrap(),
+    );
+    let heap = Heap::create(pool.clone(), HEAP, FencePolicy::Batched).unwrap();
     let mut slots: Slots = vec![None; SLOTS];
     let mut out = Vec::new();
     for (seq, &op) in ops.iter().enumerate() {
@@ -538,11 +532,13 @@ fn the_random_workload_fills_the_pool_and_reuses_space() {
 /// (operations that met a full pool, the most record runs live at once, stale intents naming
 /// a block in use, summed over the operations).
 fn reached(seed: u64) -> (u64, u64, u64) {
-    let pool = Pool::anonymous("crash-records", POOL_SIZE, &{
-        pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
-    })
-    .unwrap();
-    let heap = Heap::create(&pool, HEAP, FencePolicy::Batched).unwrap();
+    let pool = Arc::new(
+        Pool::anonymous("crash-records", POOL_SIZE, &{
+            pmem_ordering::PoolOptions::new().root_size(ROOT_SIZE)
+        })
+        .unwrap(),
+    );
+    let heap = Heap::create(pool.clone(), HEAP, FencePolicy::Batched).unwrap();
     let mut slots: Slots = vec![None; SLOTS];
     let (mut full, mut runs, mut stale) = (0, 0, 0);
     for (seq, op) in random_ops(seed, 150).into_iter().enumerate() {

@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{Crash, CrashPoints, CrashTest, Images, SimConfig};
 use pmem_ordering::{Backend, PPtr, Pool};
@@ -110,7 +111,7 @@ fn run(policy: FencePolicy, sim: SimConfig, specs: &[TxSpec], points: usize) -> 
             states.borrow_mut().push(read_state(pool));
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             let root = pool.root_offset();
             for spec in specs {
                 let before = states.borrow().last().unwrap().clone();
@@ -166,7 +167,7 @@ fn run(policy: FencePolicy, sim: SimConfig, specs: &[TxSpec], points: usize) -> 
 }
 
 fn check<B: Backend>(
-    pool: &Pool<B>,
+    pool: &Arc<Pool<B>>,
     crash: &Crash,
     policy: FencePolicy,
     states: &[State],

@@ -14,14 +14,12 @@
 //! At open, before anything allocates: [`Heap::resolve_record`] for each block an intent
 //! names, then [`Heap::trim_record_chunks`].
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pending, Pool};
+use pmem_ordering::{Backend, Pending};
 
 use super::Heap;
 use crate::{RecordBlock, TxError};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
+impl<B: Backend> Heap<B> {
     /// Reserve a block of at least `size` bytes for a record, in DRAM only: nothing is
     /// written but, once per chunk, the formatting of a record chunk taken from the free pool
     /// (its empty bitmap, then its chunk word, each persisted: an empty record chunk is
@@ -39,7 +37,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
     ///
     /// let pool = Pool::anonymous("records", 4 << 20, &PoolOptions::new())?;
-    /// let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    /// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
     /// let (pool, slot) = (heap.pool(), heap.pool().root_offset());
     /// // Epoch 1: the record written and flushed (a map writes its intent line here too); a fence.
     /// let record = heap.reserve_record(11)?;
@@ -53,7 +51,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reserve_record(&self, size: u64) -> Result<RecordBlock, TxError> {
-        self.allocator.reserve_record(&self.pool, size)
+        self.shared.allocator.reserve_record(&self.pool, size)
     }
 
     /// Give back a reservation that will not be published (e.g. the key already existed).
@@ -61,7 +59,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// Fails with [`TxError::InvalidRecord`] unless `block` is a reservation of this heap not
     /// yet published or cancelled.
     pub fn cancel_record(&self, block: RecordBlock) -> Result<(), TxError> {
-        self.allocator.cancel_record(&self.pool, block)
+        self.shared.allocator.cancel_record(&self.pool, block)
     }
 
     /// Mark reserved `block` allocated on the media: store its bitmap word (a run: its chunk
@@ -69,7 +67,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// the one fence that also makes the slot publishing the record durable. Fails with
     /// [`TxError::InvalidRecord`] unless `block` is a reservation of this heap.
     pub fn publish_record(&self, block: RecordBlock) -> Result<Pending, TxError> {
-        self.allocator.publish_record(&self.pool, block)
+        self.shared.allocator.publish_record(&self.pool, block)
     }
 
     /// Mark the published record block at `offset` free on the media (store and flush, **no
@@ -78,7 +76,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// [`TxError::InvalidFree`] if `offset` is not a published record block (a transaction's
     /// block, a reserved or retired record, one a transaction is freeing, or no block).
     pub fn retire_record(&self, offset: u64) -> Result<(RecordBlock, Pending), TxError> {
-        self.allocator.retire_record(&self.pool, offset)
+        self.shared.allocator.retire_record(&self.pool, offset)
     }
 
     /// Let a retired block be handed out again, once its retirement is durable (the caller's
@@ -86,14 +84,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// the free pool (one persisted store). Fails with [`TxError::InvalidRecord`] unless
     /// `block` is retired.
     pub fn release_record(&self, block: RecordBlock) -> Result<(), TxError> {
-        self.allocator.release_record(&self.pool, block)
+        self.shared.allocator.release_record(&self.pool, block)
     }
 
     /// Undo [`Heap::retire_record`] of `block` (the structure's change that was to unlink it
     /// failed, so the block is still reachable): store and flush its allocation again, **no
     /// fence**. Fails with [`TxError::InvalidRecord`] unless `block` is retired.
     pub fn restore_record(&self, block: RecordBlock) -> Result<Pending, TxError> {
-        self.allocator.restore_record(&self.pool, block)
+        self.shared.allocator.restore_record(&self.pool, block)
     }
 
     /// Resolve a block an intent line names, after a crash: if `offset` is the start of a
@@ -113,7 +111,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// **Call it at open, before anything else reserves or allocates**: a block this session
     /// reserved, retired or is freeing is refused with [`TxError::InvalidRecord`].
     pub fn resolve_record(&self, offset: u64, size: u64, allocated: bool) -> Result<bool, TxError> {
-        self.allocator
+        self.shared
+            .allocator
             .resolve_record(&self.pool, offset, size, allocated)
     }
 
@@ -122,11 +121,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Heap<B, P> {
     /// resolved (resolution may allocate a block in an empty record chunk), or any time for
     /// the space: record chunks emptied while the heap is open return at once.
     pub fn trim_record_chunks(&self) -> Result<u64, TxError> {
-        self.allocator.trim_record_chunks(&self.pool)
+        self.shared.allocator.trim_record_chunks(&self.pool)
     }
 
     /// The published record block starting at `offset`, with its size, if there is one.
     pub fn record_block(&self, offset: u64) -> Option<RecordBlock> {
-        self.allocator.record_block(offset)
+        self.shared.allocator.record_block(offset)
     }
 }

@@ -79,7 +79,7 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
         assert_ne!(bytes(pool, root, 1024), original);
     }
     let pool = Pool::open(&path, "semantics-lanes", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
+    let heap: Heap = Heap::open(pool).unwrap();
     assert_eq!(bytes(heap.pool(), root, 1024), original);
     // The lanes are clean: nothing is rolled back a second time.
     let layout = *heap.layout();
@@ -95,15 +95,20 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
     heap.transaction(|tx| tx.write(root, &[1; 8])).unwrap();
     drop(heap);
     let pool = Pool::open(&path, "semantics-lanes", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
+    let heap: Heap = Heap::open(pool).unwrap();
     assert_eq!(bytes(heap.pool(), root, 8), [1; 8]);
     assert_eq!(bytes(heap.pool(), root + 8, 1016), original[8..]);
 }
 
 #[test]
 fn the_scan_stops_at_a_torn_or_stale_entry() {
-    let pool = Pool::anonymous("lane-scan", 1 << 20, &PoolOptions::new()).unwrap();
-    let heap = Heap::create(&pool, config(1, 1024, 16 << 10), FencePolicy::Batched).unwrap();
+    let pool = Arc::new(Pool::anonymous("lane-scan", 1 << 20, &PoolOptions::new()).unwrap());
+    let heap = Heap::create(
+        pool.clone(),
+        config(1, 1024, 16 << 10),
+        FencePolicy::Batched,
+    )
+    .unwrap();
     let root = pool.root_offset();
     let lane = heap.layout().lane(0);
     let log = heap.layout().lane_log(0);
@@ -133,8 +138,13 @@ fn the_scan_stops_at_a_torn_or_stale_entry() {
 
 #[test]
 fn a_batch_is_one_group_and_a_torn_entry_drops_the_whole_group() {
-    let pool = Pool::anonymous("lane-group", 1 << 20, &PoolOptions::new()).unwrap();
-    let heap = Heap::create(&pool, config(1, 1024, 16 << 10), FencePolicy::Batched).unwrap();
+    let pool = Arc::new(Pool::anonymous("lane-group", 1 << 20, &PoolOptions::new()).unwrap());
+    let heap = Heap::create(
+        pool.clone(),
+        config(1, 1024, 16 << 10),
+        FencePolicy::Batched,
+    )
+    .unwrap();
     let root = pool.root_offset();
     let lane = heap.layout().lane(0);
     let log = heap.layout().lane_log(0);

@@ -56,7 +56,7 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
     };
 
     let pool = Pool::open(&path, "semantics-reopen", &file_options()).unwrap();
-    let heap: Heap = Heap::open(Arc::new(pool)).unwrap();
+    let heap: Heap = Heap::open(pool).unwrap();
     assert_eq!(
         heap.policy(),
         FencePolicy::Strict,
@@ -96,34 +96,47 @@ fn a_file_pool_reopens_with_the_same_data_and_blocks() {
 #[test]
 fn open_and_create_refuse_the_wrong_kind_of_pool() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    match Heap::open(&*pool) {
+    match Heap::open(pool.clone()) {
         Err(e @ TxError::NotFormatted) => assert!(e.to_string().contains("Heap::create")),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened an unformatted pool"),
     }
-    let heap = Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap();
+    let heap = Heap::create(
+        pool.clone(),
+        heap_config(2, 4096, 16 << 10),
+        FencePolicy::Batched,
+    )
+    .unwrap();
     drop(heap);
-    match Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched) {
+    match Heap::create(
+        pool.clone(),
+        heap_config(2, 4096, 16 << 10),
+        FencePolicy::Batched,
+    ) {
         Err(TxError::AlreadyFormatted) => {}
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("formatted a pool twice"),
     }
     // Another configuration does not make it formattable either.
     assert!(matches!(
-        Heap::create(&*pool, heap_config(4, 1024, 4096), FencePolicy::Batched),
+        Heap::create(
+            pool.clone(),
+            heap_config(4, 1024, 4096),
+            FencePolicy::Batched
+        ),
         Err(TxError::AlreadyFormatted)
     ));
-    assert!(Heap::open(&*pool).is_ok());
+    assert!(Heap::open(pool.clone()).is_ok());
 }
 
 #[test]
 fn open_reads_the_fence_policy_create_recorded() {
     for policy in FencePolicy::ALL {
         let pool = anonymous_pool(LAYOUT, 1 << 20);
-        let created = Heap::create(&*pool, heap_config(2, 4096, 16 << 10), policy).unwrap();
+        let created = Heap::create(pool.clone(), heap_config(2, 4096, 16 << 10), policy).unwrap();
         assert_eq!(created.policy(), policy);
         drop(created);
-        let reopened = Heap::open(&*pool).unwrap();
+        let reopened = Heap::open(pool.clone()).unwrap();
         assert_eq!(
             reopened.policy(),
             policy,
@@ -147,9 +160,16 @@ fn set_superblock_version(pool: &Pool, version: u32) {
 #[test]
 fn a_version_1_superblock_without_a_policy_is_refused_as_outdated() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Strict).unwrap());
+    drop(
+        Heap::create(
+            pool.clone(),
+            heap_config(2, 4096, 16 << 10),
+            FencePolicy::Strict,
+        )
+        .unwrap(),
+    );
     set_superblock_version(&pool, 1);
-    match Heap::open(&*pool) {
+    match Heap::open(pool.clone()) {
         Err(
             e @ TxError::OutdatedSuperblock {
                 found: 1,
@@ -169,9 +189,16 @@ fn a_version_1_superblock_without_a_policy_is_refused_as_outdated() {
 #[test]
 fn a_version_2_heap_whose_logs_hold_no_intents_is_refused_as_outdated() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
+    drop(
+        Heap::create(
+            pool.clone(),
+            heap_config(2, 4096, 16 << 10),
+            FencePolicy::Batched,
+        )
+        .unwrap(),
+    );
     set_superblock_version(&pool, 2);
-    match Heap::open(&*pool) {
+    match Heap::open(pool.clone()) {
         Err(
             e @ TxError::OutdatedLogFormat {
                 found: 2,
@@ -186,9 +213,16 @@ fn a_version_2_heap_whose_logs_hold_no_intents_is_refused_as_outdated() {
 #[test]
 fn a_version_3_heap_whose_entries_carry_their_own_checksums_is_refused_as_outdated() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
+    drop(
+        Heap::create(
+            pool.clone(),
+            heap_config(2, 4096, 16 << 10),
+            FencePolicy::Batched,
+        )
+        .unwrap(),
+    );
     set_superblock_version(&pool, 3);
-    match Heap::open(&*pool) {
+    match Heap::open(pool.clone()) {
         Err(
             e @ TxError::OutdatedLogFormat {
                 found: 3,
@@ -203,13 +237,20 @@ fn a_version_3_heap_whose_entries_carry_their_own_checksums_is_refused_as_outdat
 #[test]
 fn a_superblock_policy_code_that_names_no_policy_is_refused() {
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Strict).unwrap());
+    drop(
+        Heap::create(
+            pool.clone(),
+            heap_config(2, 4096, 16 << 10),
+            FencePolicy::Strict,
+        )
+        .unwrap(),
+    );
     let at = pool.heap_offset();
     let w = pool.write(at + 64, &9u64.to_le_bytes()).unwrap();
     let _ = pool.persist(w);
     // A valid checksum over the bad code, so the code itself is what is refused.
     set_superblock_version(&pool, 4);
-    match Heap::open(&*pool) {
+    match Heap::open(pool.clone()) {
         Err(e @ TxError::BadSuperblock { .. }) => {
             assert!(e.to_string().contains("fence policy code 9"), "{e}")
         }
@@ -223,12 +264,19 @@ fn a_damaged_superblock_is_refused() {
     // Bytes of the magic, version, lane count, allocator offset, chunk size, policy and checksum.
     for byte in [0u64, 7, 8, 16, 20, 40, 56, 64, 120, 123] {
         let pool = anonymous_pool(LAYOUT, 1 << 20);
-        drop(Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched).unwrap());
+        drop(
+            Heap::create(
+                pool.clone(),
+                heap_config(2, 4096, 16 << 10),
+                FencePolicy::Batched,
+            )
+            .unwrap(),
+        );
         let at = pool.heap_offset() + byte;
         let old: u8 = pool.read(at).unwrap();
         let w = pool.write(at, &[old ^ 0x5A]).unwrap();
         let _ = pool.persist(w);
-        match Heap::open(&*pool) {
+        match Heap::open(pool.clone()) {
             Err(e @ TxError::BadSuperblock { .. }) => {
                 assert!(e.to_string().contains("superblock"), "{e}")
             }
@@ -237,7 +285,11 @@ fn a_damaged_superblock_is_refused() {
         }
         // Nor is it formatted over.
         assert!(matches!(
-            Heap::create(&*pool, heap_config(2, 4096, 16 << 10), FencePolicy::Batched),
+            Heap::create(
+                pool.clone(),
+                heap_config(2, 4096, 16 << 10),
+                FencePolicy::Batched
+            ),
             Err(TxError::AlreadyFormatted)
         ));
     }
@@ -279,16 +331,20 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     ];
     for (what, words) in cases {
         let pool = anonymous_pool(LAYOUT, 1 << 20);
-        let layout = *Heap::create(&*pool, heap_config(1, 4096, chunk), FencePolicy::Batched)
-            .unwrap()
-            .layout();
+        let layout = *Heap::create(
+            pool.clone(),
+            heap_config(1, 4096, chunk),
+            FencePolicy::Batched,
+        )
+        .unwrap()
+        .layout();
         let first = chunk_table_chunks(&layout);
         for (c, word) in words {
             let c = if c == u64::MAX { 0 } else { first + c };
             let w = pool.store_u64(layout.alloc_offset + 8 * c, word).unwrap();
             let _ = pool.persist(w);
         }
-        match Heap::open(&*pool) {
+        match Heap::open(pool.clone()) {
             Err(e @ TxError::CorruptHeap { .. }) => {
                 assert!(e.to_string().contains("corrupted"), "{e}")
             }
@@ -299,7 +355,12 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     // A bitmap marking an object past a small chunk's last: 64-byte class in a 16 KiB chunk
     // holds 255 objects (one 64-byte line of bitmap), so bit 255 must be clear.
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    let heap = Heap::create(&*pool, heap_config(1, 4096, chunk), FencePolicy::Batched).unwrap();
+    let heap = Heap::create(
+        pool.clone(),
+        heap_config(1, 4096, chunk),
+        FencePolicy::Batched,
+    )
+    .unwrap();
     let p = heap.transaction(|tx| tx.alloc(64)).unwrap();
     let layout = *heap.layout();
     drop(heap);
@@ -312,7 +373,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
     let w = pool.store_u64(chunk_start + 24, 1 << 63).unwrap();
     let _ = pool.persist(w);
     assert!(matches!(
-        Heap::open(&*pool),
+        Heap::open(pool.clone()),
         Err(TxError::CorruptHeap { .. })
     ));
 }
@@ -340,7 +401,7 @@ fn invalid_configurations_are_refused() {
     ];
     for (size, cfg) in cases {
         let pool = anonymous_pool(LAYOUT, size);
-        match Heap::create(&*pool, cfg, FencePolicy::Batched) {
+        match Heap::create(pool.clone(), cfg, FencePolicy::Batched) {
             Err(e @ TxError::InvalidConfig { .. }) => {
                 assert!(e.to_string().contains("invalid heap configuration"), "{e}")
             }
@@ -349,18 +410,23 @@ fn invalid_configurations_are_refused() {
         }
         // Nothing was formatted.
         assert!(
-            matches!(Heap::open(&*pool), Err(TxError::NotFormatted)),
+            matches!(Heap::open(pool.clone()), Err(TxError::NotFormatted)),
             "{cfg:?}"
         );
     }
     // The smallest valid values work.
     let pool = anonymous_pool(LAYOUT, 1 << 20);
-    let heap = Heap::create(&*pool, heap_config(1, 256, 4096), FencePolicy::Batched).unwrap();
+    let heap = Heap::create(
+        pool.clone(),
+        heap_config(1, 256, 4096),
+        FencePolicy::Batched,
+    )
+    .unwrap();
     heap.transaction(|tx| tx.write(pool.root_offset(), &[1; 232]))
         .unwrap();
     let two_chunk_pool = anonymous_pool(LAYOUT, one_chunk_pool + 4096);
     assert!(Heap::create(
-        &*two_chunk_pool,
+        two_chunk_pool,
         heap_config(1, 1024, 4096),
         FencePolicy::Batched
     )

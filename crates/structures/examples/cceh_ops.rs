@@ -28,7 +28,6 @@
 //! call.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Instant;
 
 use pmem_ordering::pool::PageSize;
@@ -36,7 +35,7 @@ use pmem_ordering::{Hardware, Pool, PoolOptions};
 use pmem_structures::cceh::{Cceh, CcehConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-type Table<'h> = Cceh<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+type Table = Cceh<Hardware>;
 
 #[path = "support/splitmix.rs"]
 mod splitmix;
@@ -51,7 +50,7 @@ fn keys(count: usize, seed: u64) -> Vec<u64> {
 /// `Result` test and the count), so that the count of this function is nearly all `get`'s:
 /// the loop's own share is counted from this function's lines (see the module docs).
 #[inline(never)]
-fn measured_gets(table: &Table<'_>, keys: &[u64], calls: usize) -> usize {
+fn measured_gets(table: &Table, keys: &[u64], calls: usize) -> usize {
     let mut found = 0;
     let mut left = calls;
     while left > 0 && !keys.is_empty() {
@@ -70,7 +69,7 @@ fn measured_gets(table: &Table<'_>, keys: &[u64], calls: usize) -> usize {
 /// As [`measured_gets`], through [`Cceh::get_batch`] in batches of [`BATCH`] keys, each
 /// lookup prefetching the path of the key `ahead` places on.
 #[inline(never)]
-fn measured_batch_gets(table: &Table<'_>, keys: &[u64], calls: usize, ahead: usize) -> usize {
+fn measured_batch_gets(table: &Table, keys: &[u64], calls: usize, ahead: usize) -> usize {
     let mut found = 0;
     let mut left = calls;
     while left > 0 && !keys.is_empty() {
@@ -102,7 +101,7 @@ fn cpu_seconds() -> f64 {
 }
 
 #[inline(never)]
-fn measured_inserts(table: &Table<'_>, keys: &[u64]) -> usize {
+fn measured_inserts(table: &Table, keys: &[u64]) -> usize {
     let mut inserted = 0;
     for &key in keys {
         if table.insert(black_box(key), key).expect("insert") {
@@ -128,8 +127,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let options = PoolOptions::new().page_size(pages);
     let pool = Pool::anonymous("cceh-ops", pool_bytes, &options)?;
-    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
-    let table: Table<'_> = Cceh::create(&heap, heap.pool().root_offset(), CcehConfig::default())?;
+    let heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
+    let table: Table = Cceh::create(&heap, heap.pool().root_offset(), CcehConfig::default())?;
     let present = keys(prefill, 1);
     let (load_start, load_cpu_start) = (Instant::now(), cpu_seconds());
     for &k in &present {

@@ -26,14 +26,13 @@
 //! added its key.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Instant;
 
 use pmem_ordering::{Hardware, Pool, PoolOptions};
 use pmem_structures::fastfair::{FastFair, FastFairConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-type Tree<'h> = FastFair<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+type Tree = FastFair<Hardware>;
 
 /// Pairs a scan asks for.
 const SCAN_KEYS: usize = 100;
@@ -47,7 +46,7 @@ fn keys(count: usize, seed: u64) -> Vec<u64> {
 }
 
 #[inline(never)]
-fn measured_gets(tree: &Tree<'_>, keys: &[u64], calls: usize) -> usize {
+fn measured_gets(tree: &Tree, keys: &[u64], calls: usize) -> usize {
     let mut found = 0;
     for i in 0..calls {
         let key = keys[i % keys.len()];
@@ -62,7 +61,7 @@ fn measured_gets(tree: &Tree<'_>, keys: &[u64], calls: usize) -> usize {
 /// is kept to a compare and two adds (the values are summed, and the sum made opaque once, so
 /// no pair's read is optimised away), so that the count is mostly the range's.
 #[inline(never)]
-fn measured_scans(tree: &Tree<'_>, starts: &[u64], calls: usize) -> usize {
+fn measured_scans(tree: &Tree, starts: &[u64], calls: usize) -> usize {
     let mut pairs = 0;
     let mut values = 0u64;
     for i in 0..calls {
@@ -90,7 +89,7 @@ fn measured_scans(tree: &Tree<'_>, starts: &[u64], calls: usize) -> usize {
 /// cache, as a caller's would be: a buffer of every scan's pairs would time page faults and
 /// memory writes, not the scan.
 #[inline(never)]
-fn measured_bulk_scans(tree: &Tree<'_>, starts: &[u64], seen: &mut Vec<(usize, u64, u64)>) {
+fn measured_bulk_scans(tree: &Tree, starts: &[u64], seen: &mut Vec<(usize, u64, u64)>) {
     let mut out = Vec::with_capacity(SCAN_KEYS + 1);
     for i in 0..seen.capacity() {
         let start = starts[i % starts.len()];
@@ -131,7 +130,7 @@ fn check_bulk_scans(starts: &[u64], sorted: &[u64], seen: &[(usize, u64, u64)]) 
 
 /// Inserts of keys not in the tree: the count of those inserted.
 #[inline(never)]
-fn measured_inserts(tree: &Tree<'_>, keys: &[u64]) -> usize {
+fn measured_inserts(tree: &Tree, keys: &[u64]) -> usize {
     let mut inserted = 0;
     for &key in keys {
         if tree.insert(black_box(key), key).expect("insert") {
@@ -150,9 +149,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let prefill: usize = std::env::var("KEYS").map_or(Ok(1_000_000), |k| k.parse())?;
     let pool_bytes = (prefill as u64 * 128).next_power_of_two().max(64 << 20);
     let pool = Pool::anonymous("fastfair-ops", pool_bytes, &PoolOptions::new())?;
-    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
-    let tree: Tree<'_> =
-        FastFair::create(&heap, heap.pool().root_offset(), FastFairConfig::default())?;
+    let heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
+    let tree: Tree = FastFair::create(&heap, heap.pool().root_offset(), FastFairConfig::default())?;
     let present = keys(prefill, 1);
     for &k in &present {
         tree.insert(k, k)?;

@@ -10,7 +10,6 @@
 //! A measurement driver, not a test: it checks only that the tree holds every distinct key at
 //! the end.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use pmem_ordering::{Pool, PoolOptions};
@@ -41,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let total = writers as usize * per_writer;
     let pool_bytes = (total as u64 * 128).max(64 << 20);
     let pool = Pool::anonymous("fastfair-writers", pool_bytes, &PoolOptions::new())?;
-    let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
     let tree = FastFair::create(&heap, heap.pool().root_offset(), FastFairConfig::default())?;
     let key_sets: Vec<Vec<u64>> = (0..writers).map(|w| keys(per_writer, w, writers)).collect();
     let start = Instant::now();

@@ -1,7 +1,7 @@
 //! Byte-string keys and values: user profiles by name in a hash map, and an ordered index of
 //! "team:user" keys scanned by prefix; both reopened from the file with nothing passed again.
 //! `cargo run --release -p pmem-structures --example profiles`
-use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
+use pmem_structures::{Granularity, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path =
@@ -10,7 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         let store = Store::create(&path, 64 << 20, &options)?;
         let profiles = store.hash_map::<String, Vec<u8>>("profiles")?;
-        let members = store.btree_map::<String, u64>("members", FastFairConfig::default())?;
+        let members = store.btree_map::<String, u64>("members")?;
         for (i, (team, user)) in [
             ("red", "ada"),
             ("blue", "alan"),
@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let store = Store::open_with(&path, &options)?;
     let profiles = store.hash_map::<String, Vec<u8>>("profiles")?;
-    let members = store.btree_map::<String, u64>("members", FastFairConfig::default())?;
+    let members = store.btree_map::<String, u64>("members")?;
     for pair in members.range("red:".."red;") {
         let (member, since) = pair?;
         let user = member.trim_start_matches("red:");

@@ -1,7 +1,7 @@
 //! An ordered map as a secondary index: keys `customer << 32 | order`, so one customer's
 //! orders are one contiguous range, scanned in key order.
 //! `cargo run --release -p pmem-structures --example range_scan`
-use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
+use pmem_structures::{Granularity, Store, StoreOptions};
 
 fn key(customer: u64, order: u64) -> u64 {
     customer << 32 | order
@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         32 << 20,
         &StoreOptions::new().granularity(Granularity::Emulated),
     )?;
-    let orders = store.btree_map::<u64, u64>("orders-by-customer", FastFairConfig::default())?;
+    let orders = store.btree_map::<u64, u64>("orders-by-customer")?;
     for customer in 0..1_000u64 {
         for order in 0..20u64 {
             orders.insert(key(customer, order), customer * 1_000 + order)?;

@@ -2,7 +2,7 @@
 //! threads, drop everything (the file closes and unlocks), reopen and read it all back.
 //! `cargo run --release -p pmem-structures --example service [-- PATH]`: by default on tmpfs
 //! (emulated granularity); a PATH, e.g. on a DAX mount, gets the granularity detected there.
-use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
+use pmem_structures::{Granularity, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (path, options) = match std::env::args().nth(1) {
@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = path.as_str();
     let store = Store::open_or_create(path, 64 << 20, &options)?;
     let users = store.hash_map::<u64, u64>("users")?;
-    let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
+    let orders = store.btree_map::<u64, u64>("orders")?;
     let workers = [0, 1].map(|t| {
         let (users, orders) = (users.clone(), orders.clone());
         std::thread::spawn(move || {
@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop((store, users, orders)); // the last handle closes the file and releases its lock
     let store = Store::open_with(path, &options)?;
     let users = store.hash_map::<u64, u64>("users")?;
-    let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
+    let orders = store.btree_map::<u64, u64>("orders")?;
     for k in 0..100_000 {
         assert_eq!((users.get(k)?, orders.get(k)?), (Some(k * 10), Some(k + 1)));
     }

@@ -4,7 +4,7 @@
 //! that would overdraw fails and changes nothing, and an auditor reads every balance at once
 //! with `read_consistent`, which never sees a transfer half done: the total never moves.
 //! `cargo run --release -p pmem-structures --example transfers`
-use pmem_structures::{Error, FastFairConfig, Granularity, Store, StoreOptions};
+use pmem_structures::{Error, Granularity, Store, StoreOptions};
 
 const ACCOUNTS: u64 = 16;
 const OPENING: u64 = 1_000;
@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::create(path, 64 << 20, &options)?;
     let balances = store.hash_map::<String, u64>("balances")?;
     // Ledger: transfer number -> amount (a real one would keep the accounts too).
-    let ledger = store.btree_map::<u64, u64>("ledger", FastFairConfig::default())?;
+    let ledger = store.btree_map::<u64, u64>("ledger")?;
     store.write(|batch| {
         for i in 0..ACCOUNTS {
             balances.insert_in(batch, account(i), OPENING)?;
@@ -120,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop((store, balances, ledger));
     let store = Store::open_with(path, &options)?;
     let balances = store.hash_map::<String, u64>("balances")?;
-    let ledger = store.btree_map::<u64, u64>("ledger", FastFairConfig::default())?;
+    let ledger = store.btree_map::<u64, u64>("ledger")?;
     let total: u64 = balances
         .iter()
         .map(|p| p.map(|(_, v)| v))

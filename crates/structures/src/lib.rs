@@ -8,7 +8,7 @@
 //! let options = StoreOptions::new().granularity(Granularity::Emulated);
 //! let store = Store::anonymous(16 << 20, &options)?;
 //! let users = store.hash_map::<u64, u64>("users")?;
-//! let orders = store.btree_map::<u64, u64>("orders", FastFairConfig::default())?;
+//! let orders = store.btree_map::<u64, u64>("orders")?;
 //! users.insert(7, 700)?; // durable when it returns
 //! for order in [30, 10, 20] {
 //!     orders.insert(order, order * 2)?;
@@ -19,7 +19,7 @@
 //! assert_eq!(store.names(), ["orders", "users"]);
 //!
 //! // Byte strings and other wide types live in out-of-line records.
-//! let sessions = store.btree_map::<String, Vec<u8>>("sessions", FastFairConfig::default())?;
+//! let sessions = store.btree_map::<String, Vec<u8>>("sessions")?;
 //! sessions.insert("user:ada", b"token-1")?;
 //! sessions.insert("user:alan", b"token-2")?;
 //! sessions.insert("admin:root", b"token-0")?;

@@ -13,10 +13,7 @@
 //! without a lock; CCEH yields a consistent snapshot in no particular order (an error taking
 //! the snapshot is its only item).
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use crate::cceh::{self, Cceh, CcehError};
 use crate::fastfair::{self, FastFair, FastFairError};
@@ -73,11 +70,9 @@ pub trait U64Map {
     fn check(&self) -> Result<u64, Self::Error>;
 }
 
-impl<B, P, H> U64Map for Cceh<B, P, H>
+impl<B> U64Map for Cceh<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     type Error = CcehError;
     type Iter<'a>
@@ -116,15 +111,13 @@ where
     }
 }
 
-impl<B, P, H> U64Map for FastFair<B, P, H>
+impl<B> U64Map for FastFair<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     type Error = FastFairError;
     type Iter<'a>
-        = fastfair::Range<'a, B, P, H>
+        = fastfair::Range<'a, B>
     where
         Self: 'a;
 
@@ -150,7 +143,7 @@ where
         FastFair::len(self)
     }
 
-    fn iter(&self) -> fastfair::Range<'_, B, P, H> {
+    fn iter(&self) -> fastfair::Range<'_, B> {
         FastFair::iter(self)
     }
 

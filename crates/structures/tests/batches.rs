@@ -37,13 +37,13 @@ fn a_batch_writes_all_four_kinds_of_maps_and_reads_its_own_writes() {
         .hash_map_with::<u64, u64>("words", SMALL_TABLE)
         .unwrap();
     let ordered = store
-        .btree_map::<u64, u64>("ordered", small_tree())
+        .btree_map_with::<u64, u64>("ordered", small_tree())
         .unwrap();
     let bytes = store
         .hash_map_with::<Vec<u8>, Vec<u8>>("bytes", SMALL_TABLE)
         .unwrap();
     let text = store
-        .btree_map::<String, String>("text", small_tree())
+        .btree_map_with::<String, String>("text", small_tree())
         .unwrap();
     words.insert(1, 10).unwrap();
     ordered.insert(1, 10).unwrap();
@@ -116,7 +116,9 @@ fn pairs(map: &pmem_structures::BTreeMap<u64, u64>) -> Model<u64, u64> {
 #[test]
 fn a_batch_that_fails_or_is_dropped_changes_nothing() {
     let store = store(16 << 20);
-    let map = store.btree_map::<u64, u64>("map", small_tree()).unwrap();
+    let map = store
+        .btree_map_with::<u64, u64>("map", small_tree())
+        .unwrap();
     let names = store.hash_map::<String, String>("names").unwrap();
     for k in 0..50 {
         map.insert(k, k).unwrap();
@@ -193,13 +195,9 @@ fn a_full_pool_fails_the_commit_and_changes_nothing() {
 fn a_batch_costs_three_fences_whatever_its_size() {
     let store = store(32 << 20);
     let words = store.hash_map::<u64, u64>("words").unwrap();
-    let ordered = store
-        .btree_map::<u64, u64>("ordered", FastFairConfig::default())
-        .unwrap();
+    let ordered = store.btree_map::<u64, u64>("ordered").unwrap();
     let bytes = store.hash_map::<Vec<u8>, Vec<u8>>("bytes").unwrap();
-    let text = store
-        .btree_map::<Vec<u8>, Vec<u8>>("text", FastFairConfig::default())
-        .unwrap();
+    let text = store.btree_map::<Vec<u8>, Vec<u8>>("text").unwrap();
     // Room first (segments, leaves, the area, record chunks), so the counted batches need
     // no structural change: the keys go to the same leaves and segments again.
     let fill = |batch: &mut pmem_structures::WriteBatch, round: u64| {
@@ -294,7 +292,7 @@ fn a_single_writer_waits_for_the_batch_that_holds_its_map() {
 fn batches_taking_the_same_keys_in_opposite_orders_serialize_without_losing_updates() {
     let store = store(16 << 20);
     let a = store.hash_map::<u64, u64>("a").unwrap();
-    let b = store.btree_map::<u64, u64>("b", small_tree()).unwrap();
+    let b = store.btree_map_with::<u64, u64>("b", small_tree()).unwrap();
     a.insert(1, 0).unwrap();
     b.insert(1, 0).unwrap();
     const ROUNDS: u64 = 200;
@@ -333,7 +331,7 @@ fn batches_taking_the_same_keys_in_opposite_orders_serialize_without_losing_upda
 fn a_consistent_read_never_sees_half_a_batch() {
     let store = store(16 << 20);
     let a = store.hash_map::<u64, u64>("a").unwrap();
-    let b = store.btree_map::<u64, u64>("b", small_tree()).unwrap();
+    let b = store.btree_map_with::<u64, u64>("b", small_tree()).unwrap();
     for k in 0..32 {
         a.insert(k, 0).unwrap();
         b.insert(k, 0).unwrap();
@@ -390,7 +388,9 @@ fn a_store_reopened_after_batches_holds_them() {
     let options = StoreOptions::new().granularity(Granularity::Emulated);
     {
         let store = Store::create(&path, 16 << 20, &options).unwrap();
-        let map = store.btree_map::<String, u64>("m", small_tree()).unwrap();
+        let map = store
+            .btree_map_with::<String, u64>("m", small_tree())
+            .unwrap();
         for round in 0..5u64 {
             store
                 .write(|batch| {
@@ -403,7 +403,9 @@ fn a_store_reopened_after_batches_holds_them() {
         }
     }
     let store = Store::open_with(&path, &options).unwrap();
-    let map = store.btree_map::<String, u64>("m", small_tree()).unwrap();
+    let map = store
+        .btree_map_with::<String, u64>("m", small_tree())
+        .unwrap();
     assert_eq!(map.len(), 50);
     assert_eq!(map.get("key/0049").unwrap(), Some(4));
     store.check_blocks().unwrap();
@@ -442,10 +444,10 @@ fn layered_keys(round: u32) -> Vec<Vec<u8>> {
 fn batches_make_the_layers_single_writes_make_and_give_back_the_ones_they_empty() {
     let store = store(16 << 20);
     let batched = store
-        .btree_map::<Vec<u8>, Vec<u8>>("batched", small_tree())
+        .btree_map_with::<Vec<u8>, Vec<u8>>("batched", small_tree())
         .unwrap();
     let single = store
-        .btree_map::<Vec<u8>, Vec<u8>>("single", small_tree())
+        .btree_map_with::<Vec<u8>, Vec<u8>>("single", small_tree())
         .unwrap();
     // The first batch makes the store's write-batch area: made before anything is measured.
     store

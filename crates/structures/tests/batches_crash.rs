@@ -7,6 +7,7 @@
 //! single write.
 
 use std::collections::BTreeMap as Model;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Pool;
@@ -17,7 +18,7 @@ use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{crash_test_outcome_with_recovery, run_crash_test};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+type SimStore = Store<SimBackend>;
 type Bytes = Vec<u8>;
 
 /// Four-bucket segments and 128-byte nodes (four entries): a few keys split them.
@@ -88,8 +89,8 @@ fn states(setup: &[Change], steps: &[Step]) -> Vec<State> {
 
 /// Write `changes` into `batch` through the maps' handles.
 fn write_all<'p>(
-    store: &SimStore<'p>,
-    batch: &mut pmem_structures::WriteBatch<SimBackend, &'p Pool<SimBackend>>,
+    store: &SimStore,
+    batch: &mut pmem_structures::WriteBatch<SimBackend>,
     changes: &[Change],
 ) -> Result<(), Error> {
     for Change(map, key, value) in changes {
@@ -103,7 +104,7 @@ fn write_all<'p>(
                         None => m.delete_in(batch, k)?,
                     }
                 } else {
-                    let m = store.btree_map::<u64, u64>(MAPS[1], tree())?;
+                    let m = store.btree_map_with::<u64, u64>(MAPS[1], tree())?;
                     match v {
                         Some(v) => m.put_in(batch, k, v)?,
                         None => drop(m.remove_in(batch, k)?),
@@ -118,7 +119,7 @@ fn write_all<'p>(
                 }
             }
             _ => {
-                let m = store.btree_map::<Bytes, Bytes>(MAPS[3], tree())?;
+                let m = store.btree_map_with::<Bytes, Bytes>(MAPS[3], tree())?;
                 match value {
                     Some(v) => drop(m.upsert_in(batch, key, v)?),
                     None => m.delete_in(batch, key)?,
@@ -129,7 +130,7 @@ fn write_all<'p>(
     Ok(())
 }
 
-fn single(store: &SimStore<'_>, change: &Change) -> Result<(), Error> {
+fn single(store: &SimStore, change: &Change) -> Result<(), Error> {
     let Change(map, key, value) = change;
     match map {
         0 => {
@@ -140,7 +141,7 @@ fn single(store: &SimStore<'_>, change: &Change) -> Result<(), Error> {
             }
         }
         1 => {
-            let m = store.btree_map::<u64, u64>(MAPS[1], tree())?;
+            let m = store.btree_map_with::<u64, u64>(MAPS[1], tree())?;
             match value {
                 Some(v) => drop(m.upsert(word(key), word(v))?),
                 None => drop(m.remove(word(key))?),
@@ -154,7 +155,7 @@ fn single(store: &SimStore<'_>, change: &Change) -> Result<(), Error> {
             }
         }
         _ => {
-            let m = store.btree_map::<Bytes, Bytes>(MAPS[3], tree())?;
+            let m = store.btree_map_with::<Bytes, Bytes>(MAPS[3], tree())?;
             match value {
                 Some(v) => drop(m.upsert(key, v)?),
                 None => drop(m.remove(key)?),
@@ -164,7 +165,7 @@ fn single(store: &SimStore<'_>, change: &Change) -> Result<(), Error> {
     Ok(())
 }
 
-fn run_step(store: &SimStore<'_>, step: &Step) {
+fn run_step(store: &SimStore, step: &Step) {
     match step {
         Step::Batch(changes) => store
             .write(|batch| write_all(store, batch, changes))
@@ -187,7 +188,7 @@ fn run_step(store: &SimStore<'_>, step: &Step) {
 }
 
 /// The four maps' pairs, each map checked (`check`, `len`) on the way.
-fn observe(store: &SimStore<'_>) -> Result<State, String> {
+fn observe(store: &SimStore) -> Result<State, String> {
     let e = |e: Error| e.to_string();
     let mut state: State = Default::default();
     let m = store.hash_map_with::<u64, u64>(MAPS[0], TABLE).map_err(e)?;
@@ -196,7 +197,9 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
         let (k, v) = pair.map_err(e)?;
         state[0].insert(w(k), w(v));
     }
-    let m = store.btree_map::<u64, u64>(MAPS[1], tree()).map_err(e)?;
+    let m = store
+        .btree_map_with::<u64, u64>(MAPS[1], tree())
+        .map_err(e)?;
     m.check().map_err(e)?;
     for pair in m.iter() {
         let (k, v) = pair.map_err(e)?;
@@ -208,7 +211,7 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
     m.check().map_err(e)?;
     state[2] = m.iter().collect::<Result<_, _>>().map_err(e)?;
     let m = store
-        .btree_map::<Bytes, Bytes>(MAPS[3], tree())
+        .btree_map_with::<Bytes, Bytes>(MAPS[3], tree())
         .map_err(e)?;
     m.check().map_err(e)?;
     state[3] = m.iter().collect::<Result<_, _>>().map_err(e)?;
@@ -219,7 +222,7 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                 .map_err(e)?
                 .len(),
             1 => store
-                .btree_map::<u64, u64>(MAPS[1], tree())
+                .btree_map_with::<u64, u64>(MAPS[1], tree())
                 .map_err(e)?
                 .len(),
             2 => store
@@ -227,7 +230,7 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
                 .map_err(e)?
                 .len(),
             _ => store
-                .btree_map::<Bytes, Bytes>(MAPS[3], tree())
+                .btree_map_with::<Bytes, Bytes>(MAPS[3], tree())
                 .map_err(e)?
                 .len(),
         };
@@ -254,14 +257,18 @@ fn options() -> StoreOptions {
 }
 
 /// The store on `pool`, opened as a restart would.
-fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, String> {
-    let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
     SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
 }
 
 /// The check of every crash image: recovery, the heap walk, `verify`, and the maps all at the
 /// model's state after `done` steps or `done + 1`.
-fn check_image(pool: &Pool<SimBackend>, done: usize, expected: &[State]) -> Result<(), String> {
+fn check_image(
+    pool: &Arc<Pool<SimBackend>>,
+    done: usize,
+    expected: &[State],
+) -> Result<(), String> {
     let store = load(pool)?;
     store
         .check_blocks()
@@ -280,8 +287,8 @@ fn check_image(pool: &Pool<SimBackend>, done: usize, expected: &[State]) -> Resu
     Ok(())
 }
 
-fn setup_store(pool: &Pool<SimBackend>, setup: &[Change], warm_area: bool) {
-    let store = SimStore::format(pool, &options()).expect("format the store");
+fn setup_store(pool: &Arc<Pool<SimBackend>>, setup: &[Change], warm_area: bool) {
+    let store = SimStore::format(pool.clone(), &options()).expect("format the store");
     for change in setup {
         single(&store, change).expect("a setup write");
     }
@@ -405,7 +412,7 @@ fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool)
 }
 
 /// Each map's blocks (as `owned_blocks` lists them) in a store.
-fn blocks(store: &SimStore<'_>) -> Vec<usize> {
+fn blocks(store: &SimStore) -> Vec<usize> {
     let owned = store.owned_blocks().unwrap();
     MAPS.iter()
         .map(|name| {
@@ -421,6 +428,7 @@ fn blocks(store: &SimStore<'_>) -> Vec<usize> {
 fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     let (setup, steps) = workload();
     let pool = Pool::<SimBackend>::simulated(STORE_LAYOUT, 2 << 20, 64 + 4 * 128, SimConfig::x86())
+        .map(Arc::new)
         .unwrap();
     setup_store(&pool, &setup, true);
     let store = load(&pool).unwrap();
@@ -457,7 +465,7 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     assert!(emptied < with_layers, "{with_layers} -> {emptied}");
     assert_eq!(
         store
-            .btree_map::<Vec<u8>, Vec<u8>>("text", tree())
+            .btree_map_with::<Vec<u8>, Vec<u8>>("text", tree())
             .unwrap()
             .len(),
         0

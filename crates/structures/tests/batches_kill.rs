@@ -84,9 +84,9 @@ fn word(b: &[u8]) -> u64 {
 
 fn commit(store: &Store, changes: &[Change]) -> Result<(), Error> {
     let hash = store.hash_map_with::<u64, u64>("hash", TABLE)?;
-    let ordered = store.btree_map::<u64, u64>("ordered", tree())?;
+    let ordered = store.btree_map_with::<u64, u64>("ordered", tree())?;
     let bytes = store.hash_map_with::<Bytes, Bytes>("bytes", TABLE)?;
-    let text = store.btree_map::<Bytes, Bytes>("text", tree())?;
+    let text = store.btree_map_with::<Bytes, Bytes>("text", tree())?;
     store.write(|batch| {
         for (map, key, value) in changes {
             match (map, value) {
@@ -118,9 +118,11 @@ fn observe(store: &Store) -> State {
     let w = |v: u64| v.to_be_bytes().to_vec();
     let mut state: State = Default::default();
     let hash = store.hash_map_with::<u64, u64>("hash", TABLE).unwrap();
-    let ordered = store.btree_map::<u64, u64>("ordered", tree()).unwrap();
+    let ordered = store.btree_map_with::<u64, u64>("ordered", tree()).unwrap();
     let bytes = store.hash_map_with::<Bytes, Bytes>("bytes", TABLE).unwrap();
-    let text = store.btree_map::<Bytes, Bytes>("text", tree()).unwrap();
+    let text = store
+        .btree_map_with::<Bytes, Bytes>("text", tree())
+        .unwrap();
     for pair in hash.iter() {
         let (k, v) = pair.unwrap();
         state[0].insert(w(k), w(v));

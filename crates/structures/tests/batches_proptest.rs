@@ -152,9 +152,9 @@ struct Maps {
 fn maps(store: &Store) -> Maps {
     Maps {
         hash: store.hash_map_with("hash", TABLE).unwrap(),
-        tree: store.btree_map("tree", tree()).unwrap(),
+        tree: store.btree_map_with("tree", tree()).unwrap(),
         bytes: store.hash_map_with("bytes", TABLE).unwrap(),
-        text: store.btree_map("text", tree()).unwrap(),
+        text: store.btree_map_with("text", tree()).unwrap(),
     }
 }
 

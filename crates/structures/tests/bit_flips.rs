@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 
 use pmem_ordering::Granularity;
 use pmem_structures::datalog::{DatalogConfig, Policy, WriteMode};
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::fixture::scratch_dir;
 use pmem_test_kit::SplitMix64;
@@ -138,23 +137,8 @@ fn u64_hash() -> Subject {
 fn u64_tree() -> Subject {
     Subject {
         label: "u64 ordered map (FAST&FAIR)",
-        fill: |store| {
-            fill_map!(
-                store
-                    .btree_map::<u64, u64>(NAME, FastFairConfig::default())
-                    .unwrap(),
-                |k| k,
-                |v| v
-            )
-        },
-        read: |store| {
-            read_map!(
-                store.btree_map::<u64, u64>(NAME, FastFairConfig::default())?,
-                |k| k,
-                words,
-                words
-            )
-        },
+        fill: |store| fill_map!(store.btree_map::<u64, u64>(NAME).unwrap(), |k| k, |v| v),
+        read: |store| read_map!(store.btree_map::<u64, u64>(NAME)?, |k| k, words, words),
         cover: |_, _| Cover::Unchecked,
     }
 }
@@ -195,16 +179,14 @@ fn bytes_tree() -> Subject {
         label: "byte-key ordered map (records)",
         fill: |store| {
             fill_map!(
-                store
-                    .btree_map::<Vec<u8>, Vec<u8>>(NAME, FastFairConfig::default())
-                    .unwrap(),
+                store.btree_map::<Vec<u8>, Vec<u8>>(NAME).unwrap(),
                 key_bytes,
                 value_bytes
             )
         },
         read: |store| {
             read_map!(
-                store.btree_map::<Vec<u8>, Vec<u8>>(NAME, FastFairConfig::default())?,
+                store.btree_map::<Vec<u8>, Vec<u8>>(NAME)?,
                 key_bytes,
                 |k: Vec<u8>| k,
                 |v: Vec<u8>| v

@@ -3,7 +3,6 @@
 //! the heap holds exactly the table's directory and segments.
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_ordering::Pool;
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig};
 use pmem_test_kit::cceh::{contents, crash_ops, run_all, CcehCrashOutcome, CcehModel, CcehOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
@@ -22,8 +21,7 @@ const WIDE: CcehConfig = CcehConfig {
 
 const POOL_BYTES: u64 = 256 << 10;
 
-type SimTable<'h, 'p> =
-    Cceh<SimBackend, &'p Pool<SimBackend>, &'h Heap<SimBackend, &'p Pool<SimBackend>>>;
+type SimTable<'h, 'p> = Cceh<SimBackend>;
 
 fn run(
     policy: FencePolicy,
@@ -168,7 +166,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
             Cceh::create(&heap, pool.root_offset(), CONFIG).unwrap();
         },
         |pool| {
-            let heap = Heap::open(pool).unwrap();
+            let heap = Heap::open(pool.clone()).unwrap();
             let table = Cceh::open(&heap, pool.root_offset()).unwrap();
             let options = BatchOptions {
                 helper: true,
@@ -178,7 +176,7 @@ fn a_batch_with_the_helper_thread_recovers_at_every_crash() {
             table.insert_batch(&items, options).unwrap();
         },
         |pool, _crash| {
-            let heap = Heap::open(pool).map_err(|e| e.to_string())?;
+            let heap = Heap::open(pool.clone()).map_err(|e| e.to_string())?;
             let table = Cceh::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
             structure_verifies(table.verify())?;
             let now = contents(&table)?;

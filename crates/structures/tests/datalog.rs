@@ -4,9 +4,8 @@
 //! datalog_model.rs).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use pmem_ordering::{reset_thread_stats, thread_stats, Pool, Stats};
+use pmem_ordering::{reset_thread_stats, thread_stats, Stats};
 use pmem_structures::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE,
 };
@@ -19,11 +18,11 @@ fn heap(size: u64) -> Heap {
     anonymous_heap("datalog", size)
 }
 
-fn contents(store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>, id: FileId) -> Vec<u8> {
+fn contents(store: &Datalog<pmem_ordering::Hardware>, id: FileId) -> Vec<u8> {
     file_contents(store, id).unwrap()
 }
 
-fn heap_matches(heap: &Heap, store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>) {
+fn heap_matches(heap: &Heap, store: &Datalog<pmem_ordering::Hardware>) {
     heap_holds_exactly(heap, &store.blocks(), "store").unwrap();
 }
 

@@ -1,13 +1,9 @@
 //! The datalog store against a model of its files, through reopening: random operation
 //! sequences, and the sequences they found wrong once.
 
-use std::sync::Arc;
-
-use pmem_ordering::Pool;
 use pmem_structures::datalog::{Datalog, DatalogConfig, WriteMode, PAGE};
 use pmem_test_kit::datalog::{self as kit, DatalogModel, DatalogOp};
 use pmem_test_kit::fixture::{anonymous_heap, heap_holds_exactly, reopen};
-use pmem_undo_log::Heap;
 use proptest::prelude::*;
 
 /// An entry that fills its log page to the last byte leaves the tail at the page's end, which
@@ -50,7 +46,7 @@ fn a_tail_at_the_end_of_a_page_below_the_head_page_survives_reopening() {
 /// The store's names and files equal the model's, and its blocks are the heap's; `when` names
 /// the moment in the error.
 fn same_as_model(
-    store: &Datalog<pmem_ordering::Hardware, Arc<Pool>, &Heap>,
+    store: &Datalog<pmem_ordering::Hardware>,
     model: &DatalogModel,
     when: &str,
 ) -> Result<(), String> {

@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use pmem_ordering::{reset_thread_stats, thread_stats, Pool};
+use pmem_ordering::{reset_thread_stats, thread_stats};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_test_kit::fastfair::{contents, FastFairModel, FastFairOp};
 use pmem_test_kit::fixture::{anonymous_heap, anonymous_heap_with, heap_blocks, reopen, SIM_HEAP};
@@ -21,9 +20,9 @@ fn config(node_size: u64, policy: ShiftPolicy) -> FastFairConfig {
     FastFairConfig { node_size, policy }
 }
 
-type Tree<'h> = FastFair<pmem_ordering::Hardware, Arc<Pool>, &'h Heap>;
+type Tree = FastFair<pmem_ordering::Hardware>;
 
-fn all(tree: &Tree<'_>) -> FastFairModel {
+fn all(tree: &Tree) -> FastFairModel {
     contents(tree).unwrap()
 }
 

@@ -223,14 +223,14 @@ fn recovery_survives_a_crash_of_its_own() {
                 }
             },
             |pool| {
-                let heap = Heap::open(pool).unwrap();
+                let heap = Heap::open(pool.clone()).unwrap();
                 let tree = FastFair::open(&heap, pool.root_offset()).unwrap();
                 let now = contents(&tree).unwrap();
                 assert_eq!(now, expected, "recovery without a crash");
                 pool.operation_completed();
             },
             |pool, _crash| {
-                let heap = Heap::open(pool).map_err(|e| e.to_string())?;
+                let heap = Heap::open(pool.clone()).map_err(|e| e.to_string())?;
                 let tree = FastFair::open(&heap, pool.root_offset()).map_err(|e| e.to_string())?;
                 let now = contents(&tree)?;
                 // The redo entry was durable before recovery began: replayed, whatever the

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_ordering::{Granularity, Pool};
+use pmem_ordering::Granularity;
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::datalog::{DatalogConfig, PAGE};
 use pmem_structures::fastfair::FastFairConfig;
@@ -22,8 +22,8 @@ fn is_full(e: &Error) -> bool {
 
 /// Write 4 KiB pages into the file `id` of `files` until the pool is full: no free chunk and
 /// no free 4 KiB block is left (the size of a link of a removal's list).
-fn fill_with_pages<B: pmem_ordering::Backend, P: std::ops::Deref<Target = Pool<B>>>(
-    files: &Datalog<B, P>,
+fn fill_with_pages<B: pmem_ordering::Backend>(
+    files: &Datalog<B>,
     id: pmem_structures::datalog::FileId,
 ) {
     for p in 0u64.. {
@@ -60,9 +60,7 @@ fn every_kind_is_removed_from_a_store_with_no_room() {
                 Box::new(move |i| m.insert(i, i).map(drop))
             }
             "b" => {
-                let m = store
-                    .btree_map::<u64, u64>("b", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<u64, u64>("b").unwrap();
                 Box::new(move |i| m.insert(i, i).map(drop))
             }
             "rh" => {
@@ -70,9 +68,7 @@ fn every_kind_is_removed_from_a_store_with_no_room() {
                 Box::new(move |i| m.insert(key_bytes(i), b"v").map(drop))
             }
             "rb" => {
-                let m = store
-                    .btree_map::<Vec<u8>, Vec<u8>>("rb", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<Vec<u8>, Vec<u8>>("rb").unwrap();
                 Box::new(move |i| m.insert(key_bytes(i), b"v").map(drop))
             }
             _ => {
@@ -111,7 +107,7 @@ fn every_kind_is_removed_from_a_store_with_no_room() {
     }
 }
 
-type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+type SimStore = Store<SimBackend>;
 
 /// 4-bucket segments: records and segments outnumber what the map's largest block (its
 /// intent area) can list.
@@ -126,14 +122,14 @@ enum Victim {
     RecordTree,
 }
 
-fn victim_map(store: &SimStore<'_>, victim: Victim) -> Result<Model<Vec<u8>, Vec<u8>>, Error> {
+fn victim_map(store: &SimStore, victim: Victim) -> Result<Model<Vec<u8>, Vec<u8>>, Error> {
     match victim {
         Victim::RecordHash => store
             .hash_map_with::<Vec<u8>, Vec<u8>>("victim", TABLE)?
             .iter()
             .collect(),
         Victim::RecordTree => store
-            .btree_map::<Vec<u8>, Vec<u8>>(
+            .btree_map_with::<Vec<u8>, Vec<u8>>(
                 "victim",
                 FastFairConfig {
                     node_size: 128,
@@ -182,7 +178,7 @@ fn crash_removal(
     let report = run_crash_test(
         &test,
         |pool| {
-            let store = SimStore::format(pool, &options).expect("format the store");
+            let store = SimStore::format(pool.clone(), &options).expect("format the store");
             if batch_area {
                 let batched = store.hash_map::<Vec<u8>, Vec<u8>>(BATCHED).unwrap();
                 store
@@ -204,7 +200,7 @@ fn crash_removal(
                         .insert(k, v)
                         .map(drop),
                     Victim::RecordTree => store
-                        .btree_map::<Vec<u8>, Vec<u8>>("victim", FastFairConfig::default())
+                        .btree_map::<Vec<u8>, Vec<u8>>("victim")
                         .unwrap()
                         .insert(k, v)
                         .map(drop),
@@ -216,12 +212,12 @@ fn crash_removal(
             fill_with_pages(&files, pages);
         },
         |pool| {
-            let store = SimStore::load(Heap::open(pool).unwrap()).expect("load the store");
+            let store = SimStore::load(Heap::open(pool.clone()).unwrap()).expect("load the store");
             store.remove_structure("victim").expect("remove the map");
             pool.operation_completed();
         },
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
             let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
             store
                 .check_blocks()

@@ -7,7 +7,6 @@ use std::collections::BTreeMap as Model;
 
 use pmem_ordering::Granularity;
 use pmem_structures::datalog::{DatalogConfig, Policy, WriteMode, PAGE};
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 
 /// A small pool, so that filling it is quick.
@@ -64,9 +63,7 @@ fn a_full_u64_hash_map_removes_keys_and_has_room_again() {
 #[test]
 fn a_full_u64_btree_map_removes_keys_and_has_room_again() {
     let store = store();
-    let map = store
-        .btree_map::<u64, u64>("b", FastFairConfig::default())
-        .unwrap();
+    let map = store.btree_map::<u64, u64>("b").unwrap();
     let (mut model, refused) = fill(|i| map.insert(i, i + 7).map(|_| (i, i + 7)));
     assert!(model.len() > 1000, "the pool held {} keys", model.len());
     // Every other key, then a whole range: merges as leaves empty.
@@ -102,9 +99,7 @@ fn full_byte_key_maps_remove_keys_and_have_room_again() {
     for ordered in [false, true] {
         let store = store();
         let (map_insert, map_remove, map_get): (InsertBytes, ReadBytes, ReadBytes) = if ordered {
-            let m = store
-                .btree_map::<Vec<u8>, Vec<u8>>("r", FastFairConfig::default())
-                .unwrap();
+            let m = store.btree_map::<Vec<u8>, Vec<u8>>("r").unwrap();
             let (a, b, c) = (m.clone(), m.clone(), m);
             (
                 Box::new(move |k, v| a.insert(k, v)),
@@ -314,13 +309,9 @@ fn a_full_store_removes_each_kind_of_structure_and_has_room_again() {
     for victim in ["h", "b", "rh", "rb", "d"] {
         let store = store();
         let h = store.hash_map::<u64, u64>("h").unwrap();
-        let b = store
-            .btree_map::<u64, u64>("b", FastFairConfig::default())
-            .unwrap();
+        let b = store.btree_map::<u64, u64>("b").unwrap();
         let rh = store.hash_map::<Vec<u8>, Vec<u8>>("rh").unwrap();
-        let rb = store
-            .btree_map::<Vec<u8>, Vec<u8>>("rb", FastFairConfig::default())
-            .unwrap();
+        let rb = store.btree_map::<Vec<u8>, Vec<u8>>("rb").unwrap();
         let d = store.datalog("d", DatalogConfig::default()).unwrap();
         let f = d.create_file("f").unwrap();
         // Fill in turns, so every structure holds part of the pool.
@@ -360,9 +351,7 @@ fn a_full_store_removes_each_kind_of_structure_and_has_room_again() {
                 (0..1000).for_each(|k| assert!(m.insert(k, k).unwrap()));
             }
             "b" => {
-                let m = store
-                    .btree_map::<u64, u64>("b", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<u64, u64>("b").unwrap();
                 (0..1000).for_each(|k| assert!(m.insert(k, k).unwrap()));
             }
             "rh" => {
@@ -370,9 +359,7 @@ fn a_full_store_removes_each_kind_of_structure_and_has_room_again() {
                 (0..100).for_each(|k| assert!(m.insert(key_bytes(k), value_bytes(k)).unwrap()));
             }
             "rb" => {
-                let m = store
-                    .btree_map::<Vec<u8>, Vec<u8>>("rb", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<Vec<u8>, Vec<u8>>("rb").unwrap();
                 (0..100).for_each(|k| assert!(m.insert(key_bytes(k), value_bytes(k)).unwrap()));
             }
             _ => {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use golden::contents;
 use golden::{Formats, StoreFile};
 use pmem_structures::datalog::DatalogConfig;
-use pmem_structures::{Error, FastFairConfig, Store};
+use pmem_structures::{Error, Store};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -152,9 +152,7 @@ fn refusal(path: &Path, when: &When) -> String {
     match *when {
         When::Open => "no error".to_string(),
         When::HashMap(name) => error_text(store.hash_map::<u64, u64>(name)),
-        When::BTreeMap(name) => {
-            error_text(store.btree_map::<i64, u32>(name, FastFairConfig::default()))
-        }
+        When::BTreeMap(name) => error_text(store.btree_map::<i64, u32>(name)),
         When::Datalog(name) => error_text(store.datalog(name, DatalogConfig::default())),
     }
 }

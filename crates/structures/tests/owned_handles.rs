@@ -1,19 +1,19 @@
-//! Handles that own their heap holder: each structure over an `Arc<Heap>` is `Send + Sync +
+//! Handles that own a clone of their heap: each structure is `Send + Sync +
 //! 'static`, so an `Arc` of it goes to `std::thread::spawn` threads, and they really work there.
 
 use std::sync::Arc;
 use std::thread;
 
-use pmem_ordering::{Hardware, Pool};
+use pmem_ordering::Hardware;
 use pmem_structures::cceh::{Cceh, CcehConfig};
 use pmem_structures::datalog::{Datalog, DatalogConfig, Policy};
 use pmem_structures::fastfair::{FastFair, FastFairConfig};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_undo_log::Heap;
 
-type OwnedCceh = Cceh<Hardware, Arc<Pool>, Arc<Heap>>;
-type OwnedFastFair = FastFair<Hardware, Arc<Pool>, Arc<Heap>>;
-type OwnedDatalog = Datalog<Hardware, Arc<Pool>, Arc<Heap>>;
+type OwnedCceh = Cceh<Hardware>;
+type OwnedFastFair = FastFair<Hardware>;
+type OwnedDatalog = Datalog<Hardware>;
 
 /// Compiles only for types a spawned thread may own.
 fn assert_send_sync_static<T: Send + Sync + 'static>() {}
@@ -25,8 +25,8 @@ fn owned_handles_are_send_sync_and_static() {
     assert_send_sync_static::<Arc<OwnedDatalog>>();
 }
 
-fn shared_heap(layout: &str) -> Arc<Heap> {
-    Arc::new(anonymous_heap(layout, 16 << 20))
+fn shared_heap(layout: &str) -> Heap {
+    anonymous_heap(layout, 16 << 20)
 }
 
 /// Keys `1..=2000` split between two spawned threads: odd keys to one, even to the other.
@@ -55,13 +55,13 @@ fn insert_from_two_threads<T: Send + Sync + 'static>(
 }
 
 #[test]
-fn a_cceh_table_over_an_arc_heap_takes_inserts_from_spawned_threads() {
+fn a_cceh_table_over_a_shared_heap_takes_inserts_from_spawned_threads() {
     let heap = shared_heap("owned-cceh");
     let root = heap.pool().root_offset();
     let config = CcehConfig {
         buckets_per_segment: 4,
     };
-    let table: Arc<OwnedCceh> = Arc::new(Cceh::create(Arc::clone(&heap), root, config).unwrap());
+    let table: Arc<OwnedCceh> = Arc::new(Cceh::create(&heap, root, config).unwrap());
     insert_from_two_threads(&table, |t, k, v| t.insert(k, v).unwrap());
     assert_eq!(table.len(), KEYS);
     for key in 1..=KEYS {
@@ -71,35 +71,34 @@ fn a_cceh_table_over_an_arc_heap_takes_inserts_from_spawned_threads() {
         table.global_depth().unwrap() > 0,
         "the inserts split segments"
     );
-    assert!(std::ptr::eq(table.heap(), &*heap));
+    assert!(std::ptr::eq(table.heap().pool(), heap.pool()));
 }
 
 #[test]
-fn a_fastfair_tree_over_an_arc_heap_takes_inserts_from_spawned_threads() {
+fn a_fastfair_tree_over_a_shared_heap_takes_inserts_from_spawned_threads() {
     let heap = shared_heap("owned-fastfair");
     let root = heap.pool().root_offset();
     let config = FastFairConfig {
         node_size: 128,
         ..FastFairConfig::default()
     };
-    let tree: Arc<OwnedFastFair> =
-        Arc::new(FastFair::create(Arc::clone(&heap), root, config).unwrap());
+    let tree: Arc<OwnedFastFair> = Arc::new(FastFair::create(&heap, root, config).unwrap());
     insert_from_two_threads(&tree, |t, k, v| t.insert(k, v).unwrap());
     assert_eq!(tree.len(), KEYS);
     let pairs: Vec<(u64, u64)> = tree.range(..).map(Result::unwrap).collect();
     let expected: Vec<(u64, u64)> = (1..=KEYS).map(|k| (k, k * 10)).collect();
     assert_eq!(pairs, expected);
     assert!(tree.height().unwrap() > 1, "the inserts split leaves");
-    assert!(std::ptr::eq(tree.heap(), &*heap));
+    assert!(std::ptr::eq(tree.heap().pool(), heap.pool()));
 }
 
 #[test]
-fn a_datalog_store_over_an_arc_heap_takes_writes_from_spawned_threads() {
+fn a_datalog_store_over_a_shared_heap_takes_writes_from_spawned_threads() {
     let heap = shared_heap("owned-datalog");
     let root = heap.pool().root_offset();
     let store: Arc<OwnedDatalog> = Arc::new(
         Datalog::create(
-            Arc::clone(&heap),
+            &heap,
             root,
             DatalogConfig {
                 max_files: 4,
@@ -137,5 +136,5 @@ fn a_datalog_store_over_an_arc_heap_takes_writes_from_spawned_threads() {
             assert!(chunk.iter().all(|&b| b == byte), "{name} block {block}");
         }
     }
-    assert!(std::ptr::eq(store.heap(), &*heap));
+    assert!(std::ptr::eq(store.heap().pool(), heap.pool()));
 }

@@ -8,7 +8,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::fixture::pool_path;
 
@@ -37,7 +36,7 @@ impl Map {
     fn of(store: &Store, kind: Kind) -> Map {
         match kind {
             Kind::Hash => Map::Hash(store.hash_map(NAME).unwrap()),
-            Kind::Tree => Map::Tree(store.btree_map(NAME, FastFairConfig::default()).unwrap()),
+            Kind::Tree => Map::Tree(store.btree_map(NAME).unwrap()),
         }
     }
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {

@@ -13,14 +13,13 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_ordering::Pool;
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+type SimStore = Store<SimBackend>;
 type Bytes = Vec<u8>;
 
 /// Four buckets per segment: a handful of keys split a segment and double the directory.
@@ -71,7 +70,7 @@ fn states(ops: &[Op]) -> Vec<Model<Bytes, Bytes>> {
 }
 
 /// One operation on the map, through the store's handle.
-fn apply(store: &SimStore<'_>, which: Which, op: &Op) -> Result<(), Error> {
+fn apply(store: &SimStore, which: Which, op: &Op) -> Result<(), Error> {
     match which {
         Which::Hash => {
             let m = store.hash_map_with::<Bytes, Bytes>("records", TABLE)?;
@@ -82,7 +81,7 @@ fn apply(store: &SimStore<'_>, which: Which, op: &Op) -> Result<(), Error> {
             }
         }
         Which::Tree => {
-            let m = store.btree_map::<Bytes, Bytes>("records", tree_config())?;
+            let m = store.btree_map_with::<Bytes, Bytes>("records", tree_config())?;
             match op {
                 Op::Insert(k, v) => m.insert(k, v).map(drop),
                 Op::Upsert(k, v) => m.upsert(k, v).map(drop),
@@ -93,7 +92,7 @@ fn apply(store: &SimStore<'_>, which: Which, op: &Op) -> Result<(), Error> {
 }
 
 /// What the recovered map holds, checked three ways: `check`, a walk, and a lookup per key.
-fn observe(store: &SimStore<'_>, which: Which) -> Result<Model<Bytes, Bytes>, String> {
+fn observe(store: &SimStore, which: Which) -> Result<Model<Bytes, Bytes>, String> {
     let e = |e: Error| e.to_string();
     let (n, len, contents, lookups) = match which {
         Which::Hash => {
@@ -111,7 +110,7 @@ fn observe(store: &SimStore<'_>, which: Which) -> Result<Model<Bytes, Bytes>, St
         }
         Which::Tree => {
             let m = store
-                .btree_map::<Bytes, Bytes>("records", tree_config())
+                .btree_map_with::<Bytes, Bytes>("records", tree_config())
                 .map_err(e)?;
             let n = m.check().map_err(|e| format!("check: {e}"))?;
             let walk: Vec<(Bytes, Bytes)> = m.iter().collect::<Result<_, _>>().map_err(e)?;
@@ -167,20 +166,20 @@ fn crash_run(
     let report = run_crash_test(
         &test,
         |pool| {
-            let store = SimStore::format(pool, &options).expect("format the store");
+            let store = SimStore::format(pool.clone(), &options).expect("format the store");
             for op in &setup {
                 apply(&store, which, op).expect("a setup operation");
             }
         },
         |pool| {
-            let store = SimStore::load(Heap::open(pool).unwrap()).expect("load the store");
+            let store = SimStore::load(Heap::open(pool.clone()).unwrap()).expect("load the store");
             for op in &ops {
                 apply(&store, which, op).expect("an operation");
                 pool.operation_completed();
             }
         },
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
             let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
             store
                 .check_blocks()

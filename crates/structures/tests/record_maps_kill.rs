@@ -121,7 +121,7 @@ fn apply(model: &mut Model<Bytes, Bytes>, op: &Op) {
 fn run(store: &Store, op: &Op) {
     let hash = store.hash_map_with::<Bytes, Bytes>(HASH, TABLE).unwrap();
     let tree = store
-        .btree_map::<Bytes, Bytes>(TREE, tree_config())
+        .btree_map_with::<Bytes, Bytes>(TREE, tree_config())
         .unwrap();
     match op {
         Op::Insert(k, v) => {
@@ -156,7 +156,7 @@ fn child(path: &Path, start: u64) -> ! {
 fn observe(store: &Store) -> (Model<Bytes, Bytes>, Model<Bytes, Bytes>) {
     let hash = store.hash_map::<Bytes, Bytes>(HASH).unwrap();
     let tree = store
-        .btree_map::<Bytes, Bytes>(TREE, tree_config())
+        .btree_map_with::<Bytes, Bytes>(TREE, tree_config())
         .unwrap();
     let hashed: Model<Bytes, Bytes> = hash.iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(hash.check().unwrap(), hashed.len() as u64, "hash check");
@@ -200,7 +200,7 @@ fn record_maps_survive_sigkill_at_random_moments() {
             .expect("create the store");
         store.hash_map_with::<Bytes, Bytes>(HASH, TABLE).unwrap();
         store
-            .btree_map::<Bytes, Bytes>(TREE, tree_config())
+            .btree_map_with::<Bytes, Bytes>(TREE, tree_config())
             .unwrap();
     }
     let keys = keys();

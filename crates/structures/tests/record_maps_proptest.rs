@@ -86,7 +86,7 @@ proptest! {
         let path = dir.path().join("records.pool");
         let store = Store::create(&path, 16 << 20, &options()).unwrap();
         let hash = store.hash_map_with::<Bytes, Bytes>("hash", TABLE).unwrap();
-        let tree = store.btree_map::<Bytes, Bytes>("tree", tree_config()).unwrap();
+        let tree = store.btree_map_with::<Bytes, Bytes>("tree", tree_config()).unwrap();
         let mut unordered: Unordered<Bytes, Bytes> = Unordered::new();
         let mut ordered: Ordered<Bytes, Bytes> = Ordered::new();
         for op in &ops {
@@ -142,7 +142,7 @@ proptest! {
         let store = Store::open(&path).unwrap();
         store.check_blocks().unwrap();
         let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
-        let tree = store.btree_map::<Bytes, Bytes>("tree", tree_config()).unwrap();
+        let tree = store.btree_map_with::<Bytes, Bytes>("tree", tree_config()).unwrap();
         let hashed: Unordered<Bytes, Bytes> = hash.iter().collect::<Result<_, _>>().unwrap();
         prop_assert_eq!(&hashed, &unordered);
         let walked: Ordered<Bytes, Bytes> = tree.iter().collect::<Result<_, _>>().unwrap();

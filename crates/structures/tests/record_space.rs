@@ -5,7 +5,6 @@
 //! store removes any key and any structure, even one whose list of blocks fits nowhere.
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::records::MAX_KEY_BYTES;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_undo_log::HeapConfig;
@@ -42,9 +41,7 @@ fn an_ordered_map_emptied_by_removes_gives_back_its_layers() {
     // 8 MiB: before layers were freed, 1 KiB keys sharing all but their last byte left about
     // 700 KiB of layers behind per round, and the store filled in a dozen rounds.
     let store = store(8 << 20);
-    let map = store
-        .btree_map::<Vec<u8>, Vec<u8>>("t", FastFairConfig::default())
-        .unwrap();
+    let map = store.btree_map::<Vec<u8>, Vec<u8>>("t").unwrap();
     let (empty_bytes, empty_blocks) = (used(&store), owned(&store, "t"));
     for round in 0..200u32 {
         let mut prefix = format!("{round:05}").into_bytes();
@@ -105,9 +102,7 @@ fn cost_of_long_keys(n: usize) -> (u64, usize) {
             }),
     )
     .unwrap();
-    let map = store
-        .btree_map::<Vec<u8>, Vec<u8>>("t", FastFairConfig::default())
-        .unwrap();
+    let map = store.btree_map::<Vec<u8>, Vec<u8>>("t").unwrap();
     map.insert(b"short", b"").unwrap();
     let (bytes, blocks) = (used(&store), owned(&store, "t"));
     let mut run = vec![b'k'; n - 1];
@@ -152,9 +147,7 @@ fn a_key_costs_blocks_and_bytes_linear_in_its_length() {
 fn overwrite_big_values(store: &Store, ordered: bool) {
     let value = |i: u8| vec![i; 1 << 20];
     let upsert: Box<dyn Fn(u8) -> Result<(), Error>> = if ordered {
-        let m = store
-            .btree_map::<Vec<u8>, Vec<u8>>("big", FastFairConfig::default())
-            .unwrap();
+        let m = store.btree_map::<Vec<u8>, Vec<u8>>("big").unwrap();
         Box::new(move |i| m.upsert(b"k", value(i)).map(drop))
     } else {
         let m = store.hash_map::<Vec<u8>, Vec<u8>>("big").unwrap();
@@ -168,9 +161,7 @@ fn overwrite_big_values(store: &Store, ordered: bool) {
 #[test]
 fn an_idle_iterator_holds_back_no_other_map() {
     let elsewhere = store(4 << 20);
-    let tree = elsewhere
-        .btree_map::<Vec<u8>, Vec<u8>>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = elsewhere.btree_map::<Vec<u8>, Vec<u8>>("t").unwrap();
     let hash = elsewhere.hash_map::<Vec<u8>, Vec<u8>>("h").unwrap();
     for i in 0..10u8 {
         tree.insert([i], [i]).unwrap();
@@ -206,9 +197,7 @@ fn an_idle_iterator_holds_back_no_other_map() {
 #[test]
 fn an_idle_ordered_map_iterator_holds_back_nothing_of_its_own_map() {
     let store = store(32 << 20);
-    let map = store
-        .btree_map::<Vec<u8>, Vec<u8>>("big", FastFairConfig::default())
-        .unwrap();
+    let map = store.btree_map::<Vec<u8>, Vec<u8>>("big").unwrap();
     for i in 0..200u32 {
         map.insert(i.to_be_bytes(), [1u8; 8]).unwrap();
     }
@@ -228,9 +217,7 @@ fn key_bytes(i: u64) -> Vec<u8> {
 /// share the heap's record chunks.
 fn full_store_of_small_records(pool: u64) -> (Store, u64) {
     let store = store(pool);
-    let big = store
-        .btree_map::<Vec<u8>, Vec<u8>>("big", FastFairConfig::default())
-        .unwrap();
+    let big = store.btree_map::<Vec<u8>, Vec<u8>>("big").unwrap();
     let filler = store.hash_map::<Vec<u8>, Vec<u8>>("filler").unwrap();
     let mut full = [false; 2];
     let mut i = 0;
@@ -273,9 +260,7 @@ fn every_kind_of_large_structure_in_a_full_store_is_removed() {
                 Box::new(move |i| m.insert(i, i).map(drop))
             }
             "b" => {
-                let m = store
-                    .btree_map::<u64, u64>("b", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<u64, u64>("b").unwrap();
                 Box::new(move |i| m.insert(i, i).map(drop))
             }
             "rh" => {
@@ -283,9 +268,7 @@ fn every_kind_of_large_structure_in_a_full_store_is_removed() {
                 Box::new(move |i| m.insert(key_bytes(i), b"v").map(drop))
             }
             _ => {
-                let m = store
-                    .btree_map::<Vec<u8>, Vec<u8>>("rb", FastFairConfig::default())
-                    .unwrap();
+                let m = store.btree_map::<Vec<u8>, Vec<u8>>("rb").unwrap();
                 Box::new(move |i| m.insert(key_bytes(i), b"v").map(drop))
             }
         };
@@ -308,9 +291,7 @@ fn every_kind_of_large_structure_in_a_full_store_is_removed() {
 #[test]
 fn every_key_of_a_full_ordered_map_is_removed() {
     let (store, keys) = full_store_of_small_records(8 << 20);
-    let big = store
-        .btree_map::<Vec<u8>, Vec<u8>>("big", FastFairConfig::default())
-        .unwrap();
+    let big = store.btree_map::<Vec<u8>, Vec<u8>>("big").unwrap();
     let filler = store.hash_map::<Vec<u8>, Vec<u8>>("filler").unwrap();
     for i in 0..keys {
         big.remove(key_bytes(i))

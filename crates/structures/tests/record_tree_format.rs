@@ -8,7 +8,6 @@ use std::collections::BTreeMap as Model;
 use std::path::{Path, PathBuf};
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 
 /// The golden file: a 512 KiB store holding one ordered byte-key map, "tree", made by the
@@ -49,9 +48,7 @@ fn open(path: &Path) -> Result<Store, Error> {
 }
 
 fn contents(store: &Store) -> Model<Vec<u8>, Vec<u8>> {
-    let tree = store
-        .btree_map::<Vec<u8>, Vec<u8>>("tree", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<Vec<u8>, Vec<u8>>("tree").unwrap();
     tree.iter().collect::<Result<_, _>>().unwrap()
 }
 
@@ -84,9 +81,7 @@ fn a_format_2_map_opens_with_every_pair_and_is_upgraded() {
     assert!(store.verify().is_healthy(), "{:?}", store.verify());
     store.check_blocks().unwrap();
     // Compressed layers from now on: keys sharing 300 bytes, one leaving the run half way.
-    let tree = store
-        .btree_map::<Vec<u8>, Vec<u8>>("tree", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<Vec<u8>, Vec<u8>>("tree").unwrap();
     let mut model = golden_model();
     for tail in [&b"1"[..], b"2"] {
         let key = [vec![b'y'; 300], tail.to_vec()].concat();
@@ -121,10 +116,7 @@ fn an_unknown_format_is_refused_and_left_as_it_was() {
         let _ = pool.persist(w);
     }
     let before = std::fs::read(&path).unwrap();
-    let refused = open(&path).and_then(|s| {
-        s.btree_map::<Vec<u8>, Vec<u8>>("tree", FastFairConfig::default())
-            .map(drop)
-    });
+    let refused = open(&path).and_then(|s| s.btree_map::<Vec<u8>, Vec<u8>>("tree").map(drop));
     let message = refused.expect_err("format 9 refused").to_string();
     assert!(
         message.contains("format version 9") && message.contains("reads 3"),

@@ -6,7 +6,6 @@
 //! more than a small bound: nothing (layers, records, nodes, retired blocks) accumulates.
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::Heap;
@@ -83,9 +82,7 @@ fn store() -> Store {
 #[test]
 fn the_ordered_byte_key_map_reaches_a_steady_size() {
     let store = store();
-    let map = store
-        .btree_map::<Vec<u8>, Vec<u8>>("t", FastFairConfig::default())
-        .unwrap();
+    let map = store.btree_map::<Vec<u8>, Vec<u8>>("t").unwrap();
     assert_steady(
         &store,
         "ordered byte-key map",
@@ -118,9 +115,7 @@ fn the_byte_key_hash_map_reaches_a_steady_size() {
 fn the_u64_maps_reach_a_steady_size() {
     let store = store();
     let hash = store.hash_map::<u64, u64>("h").unwrap();
-    let tree = store
-        .btree_map::<u64, u64>("b", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("b").unwrap();
     let key = |k: usize| (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     assert_steady(
         &store,

@@ -38,7 +38,9 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
     {
         let store = Store::create(&path, SIZE, &options()).unwrap();
         let users = store.hash_map::<u64, u64>("users").unwrap();
-        let orders = store.btree_map::<u64, u64>("orders", tree_config).unwrap();
+        let orders = store
+            .btree_map_with::<u64, u64>("orders", tree_config)
+            .unwrap();
         let files = store.datalog("files", DatalogConfig::default()).unwrap();
         for k in 0..2_000u64 {
             assert!(users.insert(k, k + 1).unwrap());
@@ -59,9 +61,7 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
     );
     let users = store.hash_map::<u64, u64>("users").unwrap();
     // The default configuration passed here is not applied: the tree keeps its own.
-    let orders = store
-        .btree_map::<u64, u64>("orders", FastFairConfig::default())
-        .unwrap();
+    let orders = store.btree_map::<u64, u64>("orders").unwrap();
     assert_eq!(orders.config(), tree_config);
     assert_eq!(users.len(), 2_000);
     assert_eq!(orders.len(), 2_000);
@@ -129,9 +129,7 @@ fn a_second_open_is_refused_until_the_last_handle_drops() {
 fn every_u64_is_a_key_in_both_maps() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
     let hash = store.hash_map::<u64, u64>("h").unwrap();
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     let keys = [0, 1, u64::MAX - 1, u64::MAX];
     for (i, &k) in keys.iter().enumerate() {
         let v = i as u64 + 100;
@@ -186,7 +184,7 @@ fn reserved_keys_survive_a_reopen() {
             .insert(0, 9)
             .unwrap();
         store
-            .btree_map::<u64, u64>("t", FastFairConfig::default())
+            .btree_map::<u64, u64>("t")
             .unwrap()
             .insert(u64::MAX, 8)
             .unwrap();
@@ -196,9 +194,7 @@ fn reserved_keys_survive_a_reopen() {
         store.hash_map::<u64, u64>("h").unwrap().get(0).unwrap(),
         Some(9)
     );
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     assert_eq!(tree.get(u64::MAX).unwrap(), Some(8));
     assert_eq!(tree.len(), 1);
 }
@@ -207,7 +203,7 @@ fn reserved_keys_survive_a_reopen() {
 fn names_are_one_kind_and_checked() {
     let store = Store::anonymous(SIZE, &options().max_structures(3)).unwrap();
     store.hash_map::<u64, u64>("users").unwrap();
-    match store.btree_map::<u64, u64>("users", FastFairConfig::default()) {
+    match store.btree_map::<u64, u64>("users") {
         Err(Error::KindMismatch {
             name,
             found: StructureKind::HashMap,
@@ -254,12 +250,8 @@ fn names_are_one_kind_and_checked() {
 #[test]
 fn one_name_gives_one_shared_structure() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
-    let a = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
-    let b = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let a = store.btree_map::<u64, u64>("t").unwrap();
+    let b = store.btree_map::<u64, u64>("t").unwrap();
     a.insert(1, 1).unwrap();
     assert_eq!(b.get(1).unwrap(), Some(1));
     assert_eq!(b.len(), 1);
@@ -290,7 +282,7 @@ fn removing_a_structure_frees_every_block_it_owned() {
                 )
                 .unwrap();
             let tree = store
-                .btree_map::<u64, u64>(&format!("{name}-tree"), FastFairConfig::default())
+                .btree_map::<u64, u64>(&format!("{name}-tree"))
                 .unwrap();
             let files = store
                 .datalog(&format!("{name}-files"), DatalogConfig::default())
@@ -379,9 +371,7 @@ fn a_pool_of_another_layout_is_not_a_store() {
 fn handles_work_from_spawned_threads() {
     let store = Store::anonymous(SIZE, &options()).unwrap();
     let map = store.hash_map::<u64, u64>("m").unwrap();
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     drop(store);
     let workers: Vec<_> = (0..2u64)
         .map(|t| {

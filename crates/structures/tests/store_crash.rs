@@ -7,7 +7,6 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_ordering::Pool;
 use pmem_structures::cceh::CcehConfig;
 use pmem_structures::datalog::DatalogConfig;
 use pmem_structures::fastfair::FastFairConfig;
@@ -15,7 +14,7 @@ use pmem_structures::{Store, StoreOptions, StructureKind};
 use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+type SimStore = Store<SimBackend>;
 
 /// Tiny segments and nodes: a few hundred keys make enough blocks for a batched removal.
 const TABLE: CcehConfig = CcehConfig {
@@ -85,7 +84,7 @@ fn states(ops: &[Op]) -> Vec<State> {
     all
 }
 
-fn apply(store: &SimStore<'_>, op: &Op) {
+fn apply(store: &SimStore, op: &Op) {
     match op {
         Op::Open(name, StructureKind::HashMap) => {
             store
@@ -94,7 +93,7 @@ fn apply(store: &SimStore<'_>, op: &Op) {
         }
         Op::Open(name, StructureKind::BTreeMap) => {
             store
-                .btree_map::<u64, u64>(name, tree_config())
+                .btree_map_with::<u64, u64>(name, tree_config())
                 .expect("open a tree");
         }
         Op::Open(name, _) => {
@@ -111,7 +110,7 @@ fn apply(store: &SimStore<'_>, op: &Op) {
                     .unwrap();
             } else {
                 store
-                    .btree_map::<u64, u64>(name, tree_config())
+                    .btree_map_with::<u64, u64>(name, tree_config())
                     .unwrap()
                     .upsert(*key, *value)
                     .unwrap();
@@ -130,7 +129,7 @@ fn apply(store: &SimStore<'_>, op: &Op) {
                     .unwrap();
             } else {
                 store
-                    .btree_map::<u64, u64>(name, tree_config())
+                    .btree_map_with::<u64, u64>(name, tree_config())
                     .unwrap()
                     .remove(*key)
                     .unwrap();
@@ -140,7 +139,7 @@ fn apply(store: &SimStore<'_>, op: &Op) {
     }
 }
 
-fn is_hash(store: &SimStore<'_>, name: &str) -> bool {
+fn is_hash(store: &SimStore, name: &str) -> bool {
     store
         .structures()
         .iter()
@@ -156,7 +155,7 @@ fn fill(name: &'static str, kind: StructureKind, from: u64, to: u64) -> Vec<Op> 
 }
 
 /// What the recovered store holds.
-fn observe(store: &SimStore<'_>) -> Result<State, String> {
+fn observe(store: &SimStore) -> Result<State, String> {
     let mut state = State::new();
     for (name, kind) in store.structures() {
         let contents: Model<u64, u64> = match kind {
@@ -176,7 +175,7 @@ fn observe(store: &SimStore<'_>) -> Result<State, String> {
             }
             StructureKind::BTreeMap => {
                 let map = store
-                    .btree_map::<u64, u64>(&name, tree_config())
+                    .btree_map_with::<u64, u64>(&name, tree_config())
                     .map_err(|e| e.to_string())?;
                 let n = map.check().map_err(|e| e.to_string())?;
                 let c: Model<u64, u64> = map
@@ -226,7 +225,7 @@ fn crash_run(
     let report = run_crash_test(
         &test,
         |pool| {
-            let store = SimStore::format(pool, &options).expect("format the store");
+            let store = SimStore::format(pool.clone(), &options).expect("format the store");
             for op in &setup {
                 apply(&store, op);
             }
@@ -239,14 +238,14 @@ fn crash_run(
             }
         },
         |pool| {
-            let store = SimStore::load(Heap::open(pool).unwrap()).expect("load the store");
+            let store = SimStore::load(Heap::open(pool.clone()).unwrap()).expect("load the store");
             for op in &ops {
                 apply(&store, op);
                 pool.operation_completed();
             }
         },
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
             let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
             store
                 .check_blocks()

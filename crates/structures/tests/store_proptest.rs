@@ -10,6 +10,7 @@ use pmem_structures::{ShiftPolicy, Store};
 use pmem_test_kit::fuzz_input::CCEH_FENCE_POLICIES;
 use pmem_test_kit::store::{crash_ops, load, StoreDriver, StoreModel, StoreOp, StoreSetup};
 use proptest::prelude::*;
+use std::sync::Arc;
 
 const STORE_BYTES: u64 = 1 << 20;
 
@@ -47,8 +48,9 @@ proptest! {
             setup.root_size().unwrap(),
             setup.sim(),
         )
+        .map(Arc::new)
         .unwrap();
-        let store = Store::format(&pool, &setup.options()).unwrap();
+        let store = Store::format(pool.clone(), &setup.options()).unwrap();
         let mut driver = StoreDriver::new(store, setup, || load(&pool))
             .map_err(TestCaseError::fail)?;
         let mut model = StoreModel::default();

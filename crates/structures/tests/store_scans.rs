@@ -7,7 +7,6 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{BTreeMap, Store, StoreOptions};
 
 const SIZE: u64 = 32 << 20;
@@ -31,9 +30,7 @@ fn modelled<R: RangeBounds<u64>>(model: &Model<u64, u64>, range: R) -> Vec<(u64,
 #[test]
 fn ranges_over_many_batches_match_the_model_with_the_reserved_key_last() {
     let store = store();
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     assert_eq!(tree.iter().count(), 0, "an empty map");
     assert!(tree.insert(u64::MAX, 1).unwrap());
     assert_eq!(
@@ -92,12 +89,8 @@ fn ranges_over_many_batches_match_the_model_with_the_reserved_key_last() {
 #[test]
 fn signed_and_narrow_keys_scan_in_their_order_across_batches() {
     let store = store();
-    let signed = store
-        .btree_map::<i64, i32>("s", FastFairConfig::default())
-        .unwrap();
-    let narrow = store
-        .btree_map::<u32, u8>("n", FastFairConfig::default())
-        .unwrap();
+    let signed = store.btree_map::<i64, i32>("s").unwrap();
+    let narrow = store.btree_map::<u32, u8>("n").unwrap();
     for k in -400i64..400 {
         assert!(signed.insert(k, k as i32 * 3).unwrap());
         assert!(narrow.insert(k as u32, k as u8).unwrap());
@@ -124,9 +117,7 @@ fn signed_and_narrow_keys_scan_in_their_order_across_batches() {
 #[test]
 fn scans_interleaved_on_one_thread_each_see_their_own_pairs() {
     let store = store();
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     let model: Model<u64, u64> = (0..1_000u64).map(|k| (k, k + 7)).collect();
     for (&k, &v) in &model {
         assert!(tree.insert(k, v).unwrap());
@@ -152,9 +143,7 @@ fn scans_interleaved_on_one_thread_each_see_their_own_pairs() {
 #[test]
 fn a_scan_beside_writers_sees_each_lasting_key_once_in_order() {
     let store = store();
-    let tree = store
-        .btree_map::<u64, u64>("t", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("t").unwrap();
     // Even keys stay for the whole test; writers insert and remove the odd ones (splitting
     // and merging leaves under the scans).
     for k in (0..4_000u64).step_by(2) {

@@ -7,7 +7,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use pmem_ordering::{Granularity, Pool};
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::store::types::{Pod, PodValue};
 use pmem_structures::store::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
@@ -71,9 +70,7 @@ fn a_map_of_one_plain_data_type_refuses_another_of_the_same_size() {
         let store = Store::create(&path, SIZE, &options()).unwrap();
         let inline = store.hash_map::<u64, Pod<Celsius>>("inline").unwrap();
         inline.insert(1u64, Pod(Celsius(21))).unwrap();
-        let records = store
-            .btree_map::<Pod<Span>, u64>("records", FastFairConfig::default())
-            .unwrap();
+        let records = store.btree_map::<Pod<Span>, u64>("records").unwrap();
         records
             .insert(Pod(Span { start: 1, end: 2 }), 3u64)
             .unwrap();
@@ -85,16 +82,12 @@ fn a_map_of_one_plain_data_type_refuses_another_of_the_same_size() {
     let store = Store::open_with(&path, &options()).unwrap();
     let e = store.hash_map::<u64, Pod<Fahrenheit>>("inline").map(drop);
     assert!(e.as_ref().is_err_and(is_type_mismatch), "{e:?}");
-    let e = store
-        .btree_map::<Pod<Pair>, u64>("records", FastFairConfig::default())
-        .map(drop);
+    let e = store.btree_map::<Pod<Pair>, u64>("records").map(drop);
     assert!(e.as_ref().is_err_and(is_type_mismatch), "{e:?}");
     // The types they were made with still open them.
     let inline = store.hash_map::<u64, Pod<Celsius>>("inline").unwrap();
     assert_eq!(inline.get(1u64).unwrap(), Some(Pod(Celsius(21))));
-    let records = store
-        .btree_map::<Pod<Span>, u64>("records", FastFairConfig::default())
-        .unwrap();
+    let records = store.btree_map::<Pod<Span>, u64>("records").unwrap();
     assert_eq!(
         records.get(Pod(Span { start: 1, end: 2 })).unwrap(),
         Some(3)

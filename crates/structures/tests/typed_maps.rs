@@ -44,7 +44,7 @@ impl PodValue for Point3 {
 #[test]
 fn signed_keys_walk_in_numeric_order_and_byte_keys_in_lexicographic_order() {
     let store = store(32 << 20);
-    let signed = store.btree_map::<i64, i32>("signed", tree()).unwrap();
+    let signed = store.btree_map_with::<i64, i32>("signed", tree()).unwrap();
     for k in [5i64, -1, i64::MIN, 0, 42, -300, i64::MAX] {
         assert!(signed.insert(k, k as i32).unwrap());
     }
@@ -53,7 +53,9 @@ fn signed_keys_walk_in_numeric_order_and_byte_keys_in_lexicographic_order() {
     let window: Vec<i64> = signed.range(-5i64..=5).map(|p| p.unwrap().0).collect();
     assert_eq!(window, [-1, 0, 5]);
 
-    let words = store.btree_map::<String, u64>("words", tree()).unwrap();
+    let words = store
+        .btree_map_with::<String, u64>("words", tree())
+        .unwrap();
     for (i, w) in [
         "pear",
         "",
@@ -99,7 +101,7 @@ fn wide_fixed_size_types_go_to_records_and_keep_their_order() {
     assert_eq!(ids.get([7u8; 16]).unwrap(), Some(Pod(p)));
     assert_eq!(ids.get([8u8; 16]).unwrap(), None);
 
-    let big = store.btree_map::<u128, u64>("big", tree()).unwrap();
+    let big = store.btree_map_with::<u128, u64>("big", tree()).unwrap();
     for k in [u128::MAX, 1, 1 << 64, 0, (1 << 64) - 1] {
         big.insert(k, 9u64).unwrap();
     }
@@ -129,7 +131,9 @@ fn a_map_opened_with_other_types_is_refused_by_name() {
         as_bytes.unwrap_err(),
         "\"users\" maps String to byte string, not byte string to byte string"
     );
-    let as_tree = store.btree_map::<String, Bytes>("users", tree()).map(drop);
+    let as_tree = store
+        .btree_map_with::<String, Bytes>("users", tree())
+        .map(drop);
     assert!(
         matches!(as_tree, Err(Error::KindMismatch { .. })),
         "{as_tree:?}"
@@ -141,7 +145,9 @@ fn a_map_opened_with_other_types_is_refused_by_name() {
 fn keys_and_values_over_the_limits_are_refused_and_change_nothing() {
     let store = store(32 << 20);
     let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
-    let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
+    let tree = store
+        .btree_map_with::<Bytes, Bytes>("tree", tree())
+        .unwrap();
     let long_key = vec![1u8; MAX_KEY_BYTES + 1];
     // Zeroed allocations are lazily mapped: a gibibyte that is never touched costs nothing.
     let long_value = vec![0u8; MAX_VALUE_BYTES + 1];
@@ -185,7 +191,9 @@ fn keys_and_values_over_the_limits_are_refused_and_change_nothing() {
 fn values_of_several_mebibytes_round_trip_and_free_their_chunks() {
     let store = store(64 << 20);
     let hash = store.hash_map::<String, Bytes>("hash").unwrap();
-    let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
+    let tree = store
+        .btree_map_with::<String, Bytes>("tree", tree())
+        .unwrap();
     let before = store.space();
     let big: Bytes = (0..(3 << 20)).map(|i: u32| (i % 251) as u8).collect();
     hash.insert("big", &big).unwrap();
@@ -219,7 +227,9 @@ fn a_full_pool_refuses_the_write_and_leaves_the_map_as_it_was() {
     for kind in ["hash", "tree"] {
         let store = Store::anonymous(4 << 20, &options).unwrap();
         let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
-        let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
+        let tree = store
+            .btree_map_with::<Bytes, Bytes>("tree", tree())
+            .unwrap();
         let put = |k: &[u8], v: &[u8]| match kind {
             "hash" => hash.upsert(k, v),
             _ => tree.upsert(k, v),
@@ -282,7 +292,9 @@ fn a_full_pool_refuses_the_write_and_leaves_the_map_as_it_was() {
 fn writers_and_readers_on_threads_agree_with_a_model() {
     let store = store(64 << 20);
     let hash = store.hash_map::<String, Bytes>("hash").unwrap();
-    let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
+    let tree = store
+        .btree_map_with::<String, Bytes>("tree", tree())
+        .unwrap();
     let threads = 4;
     let per_thread = 1_500;
     let mut handles = Vec::new();
@@ -354,7 +366,9 @@ fn a_record_write_without_a_split_costs_two_fences() {
     use pmem_ordering::{reset_thread_stats, thread_stats};
     let store = store(32 << 20);
     let hash = store.hash_map::<Bytes, Bytes>("hash").unwrap();
-    let tree = store.btree_map::<Bytes, Bytes>("tree", tree()).unwrap();
+    let tree = store
+        .btree_map_with::<Bytes, Bytes>("tree", tree())
+        .unwrap();
     // The first records of a size class format their chunk (two fences, once per chunk):
     // warm both up with a record of the size measured (a 16-byte key, a 100-byte value).
     const WARM: &[u8; 16] = b"warm-up-key-0000";
@@ -394,7 +408,9 @@ fn removing_a_map_of_records_frees_every_record() {
     let before = store.space();
     {
         let hash = store.hash_map::<String, Bytes>("hash").unwrap();
-        let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
+        let tree = store
+            .btree_map_with::<String, Bytes>("tree", tree())
+            .unwrap();
         // Hundreds of records: more blocks than one removal transaction frees.
         for i in 0..600u32 {
             let key = format!("user:{i:08}");
@@ -420,7 +436,7 @@ fn more_writers_than_intent_lines_on_one_ordered_map_all_finish() {
     // 24 threads, more than the 16 intent lines, racing to push keys of one 7-byte slice down
     // into new layers: none may wait for a line another waiting writer holds.
     let store = store(64 << 20);
-    let tree = store.btree_map::<String, u64>("tree", tree()).unwrap();
+    let tree = store.btree_map_with::<String, u64>("tree", tree()).unwrap();
     let threads: Vec<_> = (0..24u64)
         .map(|t| {
             let tree = tree.clone();

@@ -2,9 +2,8 @@
 //! FAST&FAIR, through the `U64Map` trait, and both refuse their reserved key the same way.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use pmem_ordering::{Hardware, Pool};
+use pmem_ordering::Hardware;
 use pmem_structures::cceh::{Cceh, CcehConfig, CcehError};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError};
 use pmem_structures::{ReservedKey, U64Map};
@@ -16,14 +15,14 @@ fn heap(layout: &str) -> Heap {
     anonymous_heap(layout, 16 << 20)
 }
 
-fn small_cceh(heap: &Heap) -> Cceh<Hardware, Arc<Pool>, &Heap> {
+fn small_cceh(heap: &Heap) -> Cceh<Hardware> {
     let config = CcehConfig {
         buckets_per_segment: 4,
     };
     Cceh::create(heap, heap.pool().root_offset(), config).unwrap()
 }
 
-fn small_fastfair(heap: &Heap) -> FastFair<Hardware, Arc<Pool>, &Heap> {
+fn small_fastfair(heap: &Heap) -> FastFair<Hardware> {
     let config = FastFairConfig {
         node_size: 128,
         ..FastFairConfig::default()
@@ -147,7 +146,7 @@ fn fastfair_iterates_in_key_order() {
 fn cceh_refuses_key_zero_and_says_why() {
     let heap = heap("u64map-cceh-reserved");
     let table = small_cceh(&heap);
-    assert_eq!(<Cceh<_, _, &Heap> as U64Map>::RESERVED_KEY, 0);
+    assert_eq!(<Cceh<Hardware> as U64Map>::RESERVED_KEY, 0);
     refuses_its_reserved_key(&table, |e| match e {
         CcehError::ReservedKey(r) => Some(*r),
         _ => None,
@@ -164,7 +163,7 @@ fn cceh_refuses_key_zero_and_says_why() {
 fn fastfair_refuses_key_u64_max_and_says_why() {
     let heap = heap("u64map-fastfair-reserved");
     let tree = small_fastfair(&heap);
-    assert_eq!(<FastFair<_, _, &Heap> as U64Map>::RESERVED_KEY, u64::MAX);
+    assert_eq!(<FastFair<Hardware> as U64Map>::RESERVED_KEY, u64::MAX);
     refuses_its_reserved_key(&tree, |e| match e {
         FastFairError::ReservedKey(r) => Some(*r),
         _ => None,

@@ -31,12 +31,12 @@ const TAG: u64 = 32;
 const ENTRIES: u64 = 64;
 const NODE_SIZE: u64 = 256;
 
-type Table<'h> = Cceh<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
-type Tree<'h> = FastFair<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
+type Table = Cceh<pmem_ordering::Hardware>;
+type Tree = FastFair<pmem_ordering::Hardware>;
 
 // ---------------------------------------------------------------------------------- CCEH
 
-fn table(heap: &Heap) -> Table<'_> {
+fn table(heap: &Heap) -> Table {
     let config = CcehConfig {
         buckets_per_segment: BUCKETS,
     };
@@ -44,13 +44,13 @@ fn table(heap: &Heap) -> Table<'_> {
 }
 
 /// A table through many splits and doublings, a third of its keys removed.
-fn grown_table(heap: &Heap) -> Table<'_> {
+fn grown_table(heap: &Heap) -> Table {
     let table = table(heap);
     grow_table(&table);
     table
 }
 
-fn grow_table(table: &Table<'_>) {
+fn grow_table(table: &Table) {
     for k in 1..=4000 {
         assert!(table.insert(k, k * 2).unwrap());
     }
@@ -239,7 +239,7 @@ fn a_bad_depth_or_directory_pointer_is_reported() {
 
 // ---------------------------------------------------------------------------- FAST&FAIR
 
-fn tree(heap: &Heap) -> Tree<'_> {
+fn tree(heap: &Heap) -> Tree {
     let config = FastFairConfig {
         node_size: NODE_SIZE,
         policy: ShiftPolicy::Fast,
@@ -248,13 +248,13 @@ fn tree(heap: &Heap) -> Tree<'_> {
 }
 
 /// A tree of three levels or more, grown by splits, then shrunk by merges.
-fn grown_tree(heap: &Heap) -> Tree<'_> {
+fn grown_tree(heap: &Heap) -> Tree {
     let tree = tree(heap);
     grow_tree(&tree);
     tree
 }
 
-fn grow_tree(tree: &Tree<'_>) {
+fn grow_tree(tree: &Tree) {
     let mut rng = SplitMix64::new(17);
     for _ in 0..6000 {
         let key = rng.below(1 << 40);

@@ -25,7 +25,7 @@ const INODE_BYTES: u64 = 128;
 const LOG_HEADER: u64 = 64;
 const EXTENT_BLOCK: u64 = 32;
 
-type Files<'h> = Datalog<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
+type Files = Datalog<pmem_ordering::Hardware>;
 
 /// Inode `slot`'s (head, tail).
 fn log_of(heap: &Heap, slot: u64) -> (u64, u64) {
@@ -36,7 +36,7 @@ fn log_of(heap: &Heap, slot: u64) -> (u64, u64) {
     )
 }
 
-fn create(heap: &Heap, mode: WriteMode) -> Files<'_> {
+fn create(heap: &Heap, mode: WriteMode) -> Files {
     let config = DatalogConfig {
         max_files: 8,
         policy: Policy::with_mode(mode),
@@ -44,7 +44,7 @@ fn create(heap: &Heap, mode: WriteMode) -> Files<'_> {
     Datalog::create(heap, heap.pool().root_offset(), config).unwrap()
 }
 
-fn assert_healthy(files: &Files<'_>) {
+fn assert_healthy(files: &Files) {
     let report = files.verify();
     assert!(report.is_healthy(), "{report}");
     assert_eq!(report.structure, StructureKind::Datalog);
@@ -53,7 +53,7 @@ fn assert_healthy(files: &Files<'_>) {
 }
 
 /// Files written both ways, overwritten until cleaning runs, truncated, renamed and removed.
-fn busy(files: &Files<'_>) {
+fn busy(files: &Files) {
     let a = files.create_file("a").unwrap();
     let b = files.create_file("b").unwrap();
     let gone = files.create_file("gone").unwrap();

@@ -28,10 +28,8 @@ const KEY_AT: u64 = 16;
 const VERSION_AT: u64 = 8;
 const ROOT_BYTES: u64 = 128;
 
-type HashMap<'h> =
-    RecordHashMap<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
-type TreeMap<'h> =
-    RecordTreeMap<pmem_ordering::Hardware, std::sync::Arc<pmem_ordering::Pool>, &'h Heap>;
+type HashMap = RecordHashMap<pmem_ordering::Hardware>;
+type TreeMap = RecordTreeMap<pmem_ordering::Hardware>;
 
 /// An allocated, zeroed root object for a map.
 fn new_root(heap: &Heap) -> u64 {
@@ -78,7 +76,7 @@ trait Map {
     fn words_of(&self, key: &[u8]) -> Vec<u64>;
 }
 
-impl Map for HashMap<'_> {
+impl Map for HashMap {
     fn upsert(&self, key: &[u8], value: &[u8]) {
         RecordHashMap::upsert(self, key, value).unwrap();
     }
@@ -105,7 +103,7 @@ impl Map for HashMap<'_> {
     }
 }
 
-impl Map for TreeMap<'_> {
+impl Map for TreeMap {
     fn upsert(&self, key: &[u8], value: &[u8]) {
         RecordTreeMap::upsert(self, key, value).unwrap();
     }
@@ -144,14 +142,14 @@ impl Map for TreeMap<'_> {
     }
 }
 
-fn hash_map(heap: &Heap, root: u64) -> HashMap<'_> {
+fn hash_map(heap: &Heap, root: u64) -> HashMap {
     let config = CcehConfig {
         buckets_per_segment: 16,
     };
     RecordHashMap::create(heap, root, config).unwrap()
 }
 
-fn tree_map(heap: &Heap, root: u64) -> TreeMap<'_> {
+fn tree_map(heap: &Heap, root: u64) -> TreeMap {
     let config = FastFairConfig {
         node_size: 256,
         ..FastFairConfig::default()
@@ -244,8 +242,8 @@ fn healthy_maps_verify_clean_after_overwrites_removes_and_a_reopen() {
         (hash_model, tree_model)
     };
     let heap = reopen(heap);
-    let hash: HashMap<'_> = RecordHashMap::open(&heap, hash_root).unwrap();
-    let tree: TreeMap<'_> = RecordTreeMap::open(&heap, tree_root).unwrap();
+    let hash: HashMap = RecordHashMap::open(&heap, hash_root).unwrap();
+    let tree: TreeMap = RecordTreeMap::open(&heap, tree_root).unwrap();
     assert_healthy(&hash, &hash_model);
     assert_healthy(&tree, &tree_model);
     let report = tree.verify();

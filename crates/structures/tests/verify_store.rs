@@ -10,7 +10,6 @@
 use pmem_undo_log::Heap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::store::{verify_pool, StoreProblem, StoreVerification};
 use pmem_structures::{
     DatalogConfig, Error, PoolError, Problem, Store, StoreOptions, StructureKind,
@@ -31,13 +30,9 @@ fn options() -> StoreOptions {
 /// Every kind of structure, written, shrunk and partly removed; one structure removed whole.
 fn fill(store: &Store) {
     let words = store.hash_map::<u64, u64>("words").unwrap();
-    let tree = store
-        .btree_map::<u64, u64>("tree", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<u64, u64>("tree").unwrap();
     let records = store.hash_map::<String, Vec<u8>>("records").unwrap();
-    let sorted = store
-        .btree_map::<String, u64>("sorted", FastFairConfig::default())
-        .unwrap();
+    let sorted = store.btree_map::<String, u64>("sorted").unwrap();
     let files = store.datalog("files", DatalogConfig::default()).unwrap();
     let doomed = store.hash_map::<u64, u64>("doomed").unwrap();
     for k in 0..3000u64 {
@@ -242,13 +237,9 @@ fn random_bit_flips_in_live_lines_never_make_verify_panic() {
     // Every structure open, so that verify walks through the handles and opens nothing.
     let _handles = (
         store.hash_map::<u64, u64>("words").unwrap(),
-        store
-            .btree_map::<u64, u64>("tree", FastFairConfig::default())
-            .unwrap(),
+        store.btree_map::<u64, u64>("tree").unwrap(),
         store.hash_map::<String, Vec<u8>>("records").unwrap(),
-        store
-            .btree_map::<String, u64>("sorted", FastFairConfig::default())
-            .unwrap(),
+        store.btree_map::<String, u64>("sorted").unwrap(),
         store.datalog("files", DatalogConfig::default()).unwrap(),
     );
     let pool = engine(&store).pool();

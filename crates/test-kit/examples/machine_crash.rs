@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pmem_structures::{FastFairConfig, Store, StoreOptions};
+use pmem_structures::{Store, StoreOptions};
 use pmem_test_kit::SplitMix64;
 
 const STORE_BYTES: u64 = 64 << 20;
@@ -89,9 +89,9 @@ impl Maps {
     fn open(store: &Store) -> Result<Maps, pmem_structures::Error> {
         Ok(Maps {
             words: store.hash_map(MAPS[0])?,
-            ordered_words: store.btree_map(MAPS[1], FastFairConfig::default())?,
+            ordered_words: store.btree_map(MAPS[1])?,
             records: store.hash_map(MAPS[2])?,
-            ordered_records: store.btree_map(MAPS[3], FastFairConfig::default())?,
+            ordered_records: store.btree_map(MAPS[3])?,
         })
     }
 

@@ -2,8 +2,8 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
@@ -117,13 +117,9 @@ impl ModelOp for CcehOp {
 impl CcehOp {
     /// Runs the operation on `table`, checks its result and the table's length against
     /// `model`, then applies it to `model`.
-    pub fn run_checked<
-        B: Backend,
-        P: Deref<Target = Pool<B>> + Sync,
-        H: Deref<Target = Heap<B, P>> + Sync,
-    >(
+    pub fn run_checked<B: Backend>(
         &self,
-        table: &Cceh<B, P, H>,
+        table: &Cceh<B>,
         model: &mut CcehModel,
     ) -> Result<(), String> {
         let point = match *self {
@@ -200,12 +196,8 @@ impl CcehOp {
 
 /// Runs `batch` on `table` and checks how many keys it inserted against `model` (or, with key 0
 /// in it, that it was refused).
-fn check_batch<
-    B: Backend,
-    P: Deref<Target = Pool<B>> + Sync,
-    H: Deref<Target = Heap<B, P>> + Sync,
->(
-    table: &Cceh<B, P, H>,
+fn check_batch<B: Backend>(
+    table: &Cceh<B>,
     batch: &Batch,
     model: &CcehModel,
 ) -> Result<(), String> {
@@ -234,9 +226,7 @@ fn check_batch<
     agree(what, inserted, expected)
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyValueIndex
-    for Cceh<B, P, H>
-{
+impl<B: Backend> KeyValueIndex for Cceh<B> {
     type Error = CcehError;
     const RESERVED_KEY: u64 = 0;
 
@@ -259,12 +249,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyV
 
 /// Runs `ops` in order on `table`, each checked against `model` ([`CcehOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<
-    B: Backend,
-    P: Deref<Target = Pool<B>> + Sync,
-    H: Deref<Target = Heap<B, P>> + Sync,
->(
-    table: &Cceh<B, P, H>,
+pub fn run_all<B: Backend>(
+    table: &Cceh<B>,
     pool: &Pool<B>,
     ops: &[CcehOp],
     model: &mut CcehModel,
@@ -275,9 +261,7 @@ pub fn run_all<
 }
 
 /// What `table` holds, by iteration.
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-) -> Result<CcehModel, String> {
+pub fn contents<B: Backend>(table: &Cceh<B>) -> Result<CcehModel, String> {
     table
         .iter()
         .collect::<Result<_, _>>()
@@ -288,9 +272,9 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 /// once, `len` agrees, `get` finds every listed pair and agrees with iteration on the `probe`
 /// keys, the heap holds exactly the table's directory and segments, and `verify()` finds
 /// nothing. Returns its contents.
-pub fn check_table<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    heap: &Heap<B, P>,
-    table: &Cceh<B, P, H>,
+pub fn check_table<B: Backend>(
+    heap: &Heap<B>,
+    table: &Cceh<B>,
     probe: impl IntoIterator<Item = u64>,
 ) -> Result<CcehModel, String> {
     let now = contents(table)?;
@@ -364,13 +348,13 @@ pub fn crash_ops_outcome(
             Cceh::create(&heap, pool.root_offset(), config).expect("create the table");
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             let table = Cceh::open(&heap, pool.root_offset()).expect("open the table");
             run_all(&table, pool, ops, &mut CcehModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
         recover,
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
             let table =
                 Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
             if table.repaired_at_open() > 0 {
@@ -402,8 +386,8 @@ pub fn crash_ops_outcome(
 
 /// CCEH's recovery, as a restart runs it: open the heap (rolling back an interrupted
 /// transaction), then the table (finishing an interrupted split).
-pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
-    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+pub fn recover<B: Backend>(pool: &Arc<Pool<B>>) -> Result<(), String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
     Cceh::open(&heap, pool.root_offset()).map_err(|e| failed("Cceh::open", e))?;
     Ok(())
 }

@@ -9,20 +9,19 @@
 //!
 //! [`SimConfig::torn`]: pmem_ordering::sim::SimConfig::torn
 
-use std::ops::Deref;
-
 use pmem_ordering::sim::{Crash, CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::{Backend, Pool};
 use pmem_structures::{Store, Verification};
+use std::sync::Arc;
 
 /// Runs `test` (`setup` untraced, then `workload` traced, then `check` on every crash image) and
 /// returns its report. Panics with the harness's failure report (seed, event, lines, how to
 /// replay) if a check fails, and if the test checked no crash point or no image.
 pub fn run_crash_test(
     test: &CrashTest,
-    setup: impl FnOnce(&Pool<SimBackend>),
-    workload: impl FnOnce(&Pool<SimBackend>),
-    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+    setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+    workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+    check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
 ) -> Report {
     crash_test_outcome(test, setup, workload, check).unwrap_or_else(|failure| panic!("{failure}"))
 }
@@ -31,9 +30,9 @@ pub fn run_crash_test(
 /// panicking. A passing run must still have checked something.
 pub fn crash_test_outcome(
     test: &CrashTest,
-    setup: impl FnOnce(&Pool<SimBackend>),
-    workload: impl FnOnce(&Pool<SimBackend>),
-    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+    setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+    workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+    check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
 ) -> Result<Report, Box<CrashFailure>> {
     let report = test.run_with_setup(setup, workload, check)?;
     checked_something(test, &report);
@@ -45,10 +44,10 @@ pub fn crash_test_outcome(
 /// image of those crashes must pass `check` as well.
 pub fn run_crash_test_with_recovery(
     test: &CrashTest,
-    setup: impl FnOnce(&Pool<SimBackend>),
-    workload: impl FnOnce(&Pool<SimBackend>),
-    recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
-    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+    setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+    workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+    recover: impl Fn(&Arc<Pool<SimBackend>>) -> Result<(), String>,
+    check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
 ) -> Report {
     crash_test_outcome_with_recovery(test, setup, workload, recover, check)
         .unwrap_or_else(|failure| panic!("{failure}"))
@@ -58,10 +57,10 @@ pub fn run_crash_test_with_recovery(
 /// panicking.
 pub fn crash_test_outcome_with_recovery(
     test: &CrashTest,
-    setup: impl FnOnce(&Pool<SimBackend>),
-    workload: impl FnOnce(&Pool<SimBackend>),
-    recover: impl Fn(&Pool<SimBackend>) -> Result<(), String>,
-    check: impl Fn(&Pool<SimBackend>, &Crash) -> Result<(), String>,
+    setup: impl FnOnce(&Arc<Pool<SimBackend>>),
+    workload: impl FnOnce(&Arc<Pool<SimBackend>>),
+    recover: impl Fn(&Arc<Pool<SimBackend>>) -> Result<(), String>,
+    check: impl Fn(&Arc<Pool<SimBackend>>, &Crash) -> Result<(), String>,
 ) -> Result<Report, Box<CrashFailure>> {
     let report = test.run_with_recovery(setup, workload, recover, check)?;
     checked_something(test, &report);
@@ -90,9 +89,7 @@ fn checked_something(test: &CrashTest, report: &Report) {
 /// `Err` with the report if `verify()` of a recovered store finds anything. Recovery and the
 /// verifier must agree: what recovery accepts (and leaves as it found it, or repairs) holds
 /// nothing a verification may report, so every crash driver asks both.
-pub fn store_verifies<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Store<B, P>,
-) -> Result<(), String> {
+pub fn store_verifies<B: Backend>(store: &Store<B>) -> Result<(), String> {
     let report = store.verify();
     if report.is_healthy() {
         Ok(())

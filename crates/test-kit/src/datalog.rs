@@ -1,7 +1,7 @@
 //! Datalog operations against a model of `Vec<u8>` files.
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
+use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
@@ -133,9 +133,9 @@ impl DatalogOp {
     /// Runs the operation, the `index`-th of its sequence, on `store`, and checks it worked
     /// exactly when the model says it should, a refusal being `NotFound` or `Exists`; then
     /// applies it to `model`.
-    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    pub fn run_checked<B: Backend>(
         &self,
-        store: &Datalog<B, P, H>,
+        store: &Datalog<B>,
         index: usize,
         model: &mut DatalogModel,
     ) -> Result<(), String> {
@@ -153,11 +153,7 @@ impl DatalogOp {
         Ok(())
     }
 
-    fn run<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-        &self,
-        store: &Datalog<B, P, H>,
-        index: usize,
-    ) -> Result<(), DatalogError> {
+    fn run<B: Backend>(&self, store: &Datalog<B>, index: usize) -> Result<(), DatalogError> {
         match *self {
             DatalogOp::Create(f) => store.create_file(&file_name(f)).map(|_| ()),
             DatalogOp::Write {
@@ -260,8 +256,8 @@ pub fn write_into(file: &mut Vec<u8>, offset: u64, data: &[u8]) {
 
 /// Runs `ops` in order on `store`, each checked against `model` ([`DatalogOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    store: &Datalog<B, P, H>,
+pub fn run_all<B: Backend>(
+    store: &Datalog<B>,
     pool: &Pool<B>,
     ops: &[DatalogOp],
     model: &mut DatalogModel,
@@ -273,10 +269,7 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B,
 
 /// The bytes of file `id`, read with a buffer longer than the file: the read must stop at the
 /// file's length.
-pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    store: &Datalog<B, P, H>,
-    id: FileId,
-) -> Result<Vec<u8>, String> {
+pub fn file_contents<B: Backend>(store: &Datalog<B>, id: FileId) -> Result<Vec<u8>, String> {
     let len = store.len(id).map_err(|e| failed("len", e))?;
     let mut buf = vec![0xAA; len as usize + 7];
     let got = store
@@ -290,9 +283,7 @@ pub fn file_contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = H
 }
 
 /// Every file of `store`, read in full ([`file_contents`]).
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    store: &Datalog<B, P, H>,
-) -> Result<DatalogModel, String> {
+pub fn contents<B: Backend>(store: &Datalog<B>) -> Result<DatalogModel, String> {
     let mut out = DatalogModel::new();
     for name in store.list() {
         let id = store.open_file(&name).map_err(|e| failed("open_file", e))?;
@@ -304,10 +295,7 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 
 /// Checks a (recovered) store reads back in full, its heap holds exactly its blocks and
 /// `verify()` finds nothing. Returns its contents.
-pub fn check_store<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    heap: &Heap<B, P>,
-    store: &Datalog<B, P, H>,
-) -> Result<DatalogModel, String> {
+pub fn check_store<B: Backend>(heap: &Heap<B>, store: &Datalog<B>) -> Result<DatalogModel, String> {
     let now = contents(store)?;
     heap_holds_exactly(heap, &store.blocks(), "store")?;
     structure_verifies(store.verify())?;
@@ -355,7 +343,7 @@ pub fn crash_ops_outcome(
             .expect("create the store");
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             let store = Datalog::open(&heap, pool.root_offset()).expect("open the store");
             run_each(pool, ops, &mut DatalogModel::new(), |index, op, model| {
                 op.run_checked(&store, index, model)?;
@@ -365,7 +353,7 @@ pub fn crash_ops_outcome(
         },
         recover,
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
             let store =
                 Datalog::open(&heap, pool.root_offset()).map_err(|e| failed("Datalog::open", e))?;
             if store.policy() != policy {
@@ -398,8 +386,8 @@ pub fn crash_ops_outcome(
 
 /// The datalog's recovery, as a restart runs it: open the heap (rolling back an interrupted
 /// transaction), then the store (scanning the logs, dropping uncommitted entries).
-pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
-    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+pub fn recover<B: Backend>(pool: &Arc<Pool<B>>) -> Result<(), String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
     Datalog::open(&heap, pool.root_offset()).map_err(|e| failed("Datalog::open", e))?;
     Ok(())
 }

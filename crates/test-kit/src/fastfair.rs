@@ -1,7 +1,7 @@
 //! FAST&FAIR operations against a `BTreeMap` model.
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
+use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
@@ -67,9 +67,7 @@ impl ModelOp for FastFairOp {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyValueIndex
-    for FastFair<B, P, H>
-{
+impl<B: Backend> KeyValueIndex for FastFair<B> {
     type Error = FastFairError;
     const RESERVED_KEY: u64 = u64::MAX;
 
@@ -93,9 +91,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> KeyV
 impl FastFairOp {
     /// Runs the operation on `tree`, checks its result and the tree's length against `model`,
     /// then applies it to `model`.
-    pub fn run_checked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
+    pub fn run_checked<B: Backend>(
         &self,
-        tree: &FastFair<B, P, H>,
+        tree: &FastFair<B>,
         model: &mut FastFairModel,
     ) -> Result<(), String> {
         let point = match *self {
@@ -158,8 +156,8 @@ impl FastFairOp {
 
 /// Runs `ops` in order on `tree`, each checked against `model` ([`FastFairOp::run_checked`]),
 /// telling the pool after each that an operation returned.
-pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    tree: &FastFair<B, P, H>,
+pub fn run_all<B: Backend>(
+    tree: &FastFair<B>,
     pool: &Pool<B>,
     ops: &[FastFairOp],
     model: &mut FastFairModel,
@@ -168,9 +166,7 @@ pub fn run_all<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B,
 }
 
 /// What `tree` holds, by a full scan, which must be strictly increasing in key.
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    tree: &FastFair<B, P, H>,
-) -> Result<FastFairModel, String> {
+pub fn contents<B: Backend>(tree: &FastFair<B>) -> Result<FastFairModel, String> {
     let scan: Vec<(u64, u64)> = tree
         .range(..)
         .collect::<Result<_, _>>()
@@ -187,10 +183,7 @@ pub fn contents<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
 /// Checks a (recovered) tree is well formed and consistent with its heap: the scan is strictly
 /// increasing, `check` counts as many keys, `get` finds every scanned pair, and the heap holds
 /// exactly the tree's nodes and redo area, and `verify()` finds nothing. Returns its contents.
-pub fn check_tree<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    heap: &Heap<B, P>,
-    tree: &FastFair<B, P, H>,
-) -> Result<FastFairModel, String> {
+pub fn check_tree<B: Backend>(heap: &Heap<B>, tree: &FastFair<B>) -> Result<FastFairModel, String> {
     let now = contents(tree)?;
     let keys = tree.check().map_err(|e| failed("check", e))?;
     if keys != now.len() as u64 {
@@ -248,13 +241,13 @@ pub fn crash_ops_outcome(
             FastFair::create(&heap, pool.root_offset(), config).expect("create the tree");
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             let tree = FastFair::open(&heap, pool.root_offset()).expect("open the tree");
             run_all(&tree, pool, ops, &mut FastFairModel::new()).unwrap_or_else(|e| panic!("{e}"));
         },
         recover,
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
             let tree = FastFair::open(&heap, pool.root_offset())
                 .map_err(|e| failed("FastFair::open", e))?;
             let done = crash.operations_completed as usize;
@@ -274,8 +267,8 @@ pub fn crash_ops_outcome(
 
 /// FAST&FAIR's recovery, as a restart runs it: open the heap (rolling back an interrupted
 /// transaction), then the tree (replaying a committed redo log of shifts).
-pub fn recover<B: Backend>(pool: &Pool<B>) -> Result<(), String> {
-    let heap = Heap::open(pool).map_err(|e| failed("Heap::open", e))?;
+pub fn recover<B: Backend>(pool: &Arc<Pool<B>>) -> Result<(), String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
     FastFair::open(&heap, pool.root_offset()).map_err(|e| failed("FastFair::open", e))?;
     Ok(())
 }

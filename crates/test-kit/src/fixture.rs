@@ -2,7 +2,6 @@
 //! for crash tests and fuzzing, each heap with a small test configuration.
 
 use std::collections::BTreeSet;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -80,41 +79,44 @@ pub fn reopen(heap: Heap) -> Heap {
 }
 
 /// A simulated pool of `size` bytes with a `root_size`-byte root object.
-pub fn simulated_pool(layout: &str, size: u64, root_size: u64, sim: SimConfig) -> Pool<SimBackend> {
+pub fn simulated_pool(
+    layout: &str,
+    size: u64,
+    root_size: u64,
+    sim: SimConfig,
+) -> Arc<Pool<SimBackend>> {
     Pool::simulated(layout, size, root_size, sim)
+        .map(Arc::new)
         .unwrap_or_else(|e| panic!("a simulated pool of {size} bytes: {e}"))
 }
 
 /// A fresh heap ([`SIM_HEAP`]) on a simulated pool.
-pub fn simulated_heap(
-    pool: &Pool<SimBackend>,
-    policy: FencePolicy,
-) -> Heap<SimBackend, &Pool<SimBackend>> {
+pub fn simulated_heap(pool: &Arc<Pool<SimBackend>>, policy: FencePolicy) -> Heap<SimBackend> {
     simulated_heap_with(pool, SIM_HEAP, policy)
 }
 
 /// [`simulated_heap`] with another heap configuration.
 pub fn simulated_heap_with(
-    pool: &Pool<SimBackend>,
+    pool: &Arc<Pool<SimBackend>>,
     config: HeapConfig,
     policy: FencePolicy,
-) -> Heap<SimBackend, &Pool<SimBackend>> {
-    Heap::create(pool, config, policy)
+) -> Heap<SimBackend> {
+    Heap::create(pool.clone(), config, policy)
         .unwrap_or_else(|e| panic!("format a heap on the simulated pool: {e}"))
 }
 
 /// The heap on `pool` after a crash, recovered as a restart would (`Heap::open`); an `Err` names
 /// the recovery's failure, for a crash check to return.
-pub fn recover_heap<B: Backend>(pool: &Pool<B>) -> Result<Heap<B, &Pool<B>>, String> {
-    Heap::open(pool).map_err(|e| format!("recovery failed: {e}"))
+pub fn recover_heap<B: Backend>(pool: &Arc<Pool<B>>) -> Result<Heap<B>, String> {
+    Heap::open(pool.clone()).map_err(|e| format!("recovery failed: {e}"))
 }
 
 /// A heap recovered on a crash image, with the blocks its walk found.
-pub type RecoveredHeap<'p, B> = (Heap<B, &'p Pool<B>>, Vec<(u64, u64)>);
+pub type RecoveredHeap<B> = (Heap<B>, Vec<(u64, u64)>);
 
 /// [`recover_heap`], then the heap walk: the recovered heap and its committed blocks as
 /// `(offset, size)`, by offset.
-pub fn recover_and_walk_heap<B: Backend>(pool: &Pool<B>) -> Result<RecoveredHeap<'_, B>, String> {
+pub fn recover_and_walk_heap<B: Backend>(pool: &Arc<Pool<B>>) -> Result<RecoveredHeap<B>, String> {
     let heap = recover_heap(pool)?;
     let blocks = heap
         .check_heap()
@@ -130,10 +132,7 @@ pub fn chunk_table_chunks(layout: &Layout) -> u64 {
 /// Checks that no chunk is lost: the free chunks are all those that hold none of the live
 /// `blocks` (`(offset, size)`, as the heap walk returns them) and are not the chunk table (a
 /// small chunk whose last block is freed returns to the free pool, so none sits empty).
-pub fn check_chunks<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    blocks: &[(u64, u64)],
-) -> Result<(), String> {
+pub fn check_chunks<B: Backend>(heap: &Heap<B>, blocks: &[(u64, u64)]) -> Result<(), String> {
     let layout = heap.layout();
     let total = layout.alloc_size / layout.chunk_size;
     let table = chunk_table_chunks(layout);
@@ -156,9 +155,7 @@ pub fn check_chunks<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// The offsets of the blocks the heap's allocator holds allocated, in order: a structure must
 /// own exactly these (nothing leaked, nothing freed twice).
-pub fn heap_blocks<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-) -> Result<Vec<u64>, String> {
+pub fn heap_blocks<B: Backend>(heap: &Heap<B>) -> Result<Vec<u64>, String> {
     let blocks = heap
         .check_heap()
         .map_err(|e| format!("the heap check fails: {e}"))?;
@@ -166,8 +163,8 @@ pub fn heap_blocks<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// Checks that the heap holds exactly the structure's `blocks` (`what` names the structure).
-pub fn heap_holds_exactly<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub fn heap_holds_exactly<B: Backend>(
+    heap: &Heap<B>,
     blocks: &[u64],
     what: &str,
 ) -> Result<(), String> {

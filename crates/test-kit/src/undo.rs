@@ -5,6 +5,7 @@
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::{PPtr, Pool};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
+use std::sync::Arc;
 
 use crate::fixture::{heap_config, recover_and_walk_heap, recover_heap, simulated_heap_with};
 use crate::{crash_test_outcome_with_recovery, SplitMix64};
@@ -22,12 +23,12 @@ const ACCOUNTS: u64 = 6;
 const START: u64 = 1000;
 const SLOTS: usize = 8;
 
-fn account(pool: &Pool<SimBackend>, i: u64) -> u64 {
+fn account(pool: &Arc<Pool<SimBackend>>, i: u64) -> u64 {
     // A cache line apart, so their stores persist independently.
     pool.root_offset() + 64 * i
 }
 
-fn slot(pool: &Pool<SimBackend>, i: usize) -> u64 {
+fn slot(pool: &Arc<Pool<SimBackend>>, i: usize) -> u64 {
     pool.root_offset() + 512 + 8 * i as u64
 }
 
@@ -76,7 +77,7 @@ pub fn crash_transfers(
             .expect("fund the accounts");
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             for &(from, to, amount) in &transfers {
                 heap.transaction(|tx| {
                     let a: u64 = tx.read(account(pool, from))?;
@@ -145,7 +146,7 @@ pub fn crash_allocations(
             simulated_heap_with(pool, HEAP, policy);
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             for (t, &(i, size)) in toggles.iter().enumerate() {
                 heap.transaction(|tx| {
                     let at = slot(pool, i);

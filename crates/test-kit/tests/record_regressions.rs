@@ -3,7 +3,6 @@
 
 use std::ops::Bound;
 
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
 
 /// The ordered map's scan (`records::tree::Scan::advance`) cut a layer at the start key's next
@@ -18,9 +17,7 @@ use pmem_structures::{Store, StoreOptions};
 #[test]
 fn a_scan_from_a_key_that_shares_a_slice_off_its_path_skips_no_key() {
     let store = Store::anonymous(4 << 20, &StoreOptions::new()).unwrap();
-    let tree = store
-        .btree_map::<Vec<u8>, Vec<u8>>("tree", FastFairConfig::default())
-        .unwrap();
+    let tree = store.btree_map::<Vec<u8>, Vec<u8>>("tree").unwrap();
     let key = |last: u8| [&b"c"[..], &[b'x'; 13], &[last]].concat();
     tree.insert(key(b'a'), b"1").unwrap();
     tree.insert(key(b'b'), b"2").unwrap();

@@ -4,11 +4,8 @@
 //! pool's offset, alignment and size checks, and the same acquire load as [`Pool::load_u64`]. Bulk copies (a whole segment
 //! or directory for a split, a doubling or recovery) go through [`Pool::read_bytes`].
 
-use std::ops::Deref;
-
 use pmem_ordering::isa::KeySplat;
 use pmem_ordering::{Backend, Pool, PoolError, Words};
-use pmem_undo_log::Heap;
 
 use super::layout::{key_word, pool_word, value_word, Directory, SegmentShape, WORDS_PER_BUCKET};
 use super::{Cceh, CcehError};
@@ -182,7 +179,7 @@ pub(super) fn whole_pool<B: Backend>(pool: &Pool<B>) -> Result<Words<'_>, PoolEr
     pool.words(0, pool_word(pool.size()))
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Every whole word of the pool, range-checked once. The view borrows the heap through
     /// `self`, so the handle (which owns its heap holder) cannot keep one: a hot path takes it
     /// once per operation and passes it to the `_in` reads below; colder paths read through

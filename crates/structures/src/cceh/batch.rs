@@ -3,17 +3,15 @@
 //! inserting thread and prefetches it. It only loads and prefetches (no store, no lock), so it
 //! can change how fast a batch runs, never what it does.
 
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::hashing::hash;
 use super::{BatchOptions, Cceh, CcehError, KeyWords, EMPTY_KEY, RESERVED};
 use crate::sync::affinity::{current_cpu, pin_away_from};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Insert every pair, as [`Cceh::insert`] would one after the other; returns how many keys
     /// were new. Key 0 anywhere in the batch is refused before anything is written, and so is
     /// a batch for a table whose key words are hashes of byte keys
@@ -31,11 +29,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
         &self,
         items: &[(u64, u64)],
         options: BatchOptions,
-    ) -> Result<u64, CcehError>
-    where
-        P: Sync,
-        H: Sync,
-    {
+    ) -> Result<u64, CcehError> {
         if items.iter().any(|&(k, _)| k == EMPTY_KEY) {
             return Err(CcehError::ReservedKey(RESERVED));
         }

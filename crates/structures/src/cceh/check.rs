@@ -2,16 +2,14 @@
 //! lookups rely on, with a typed error (never a panic) for the first violation found.
 
 use std::collections::HashSet;
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::hashing::{belongs, hash};
 use super::layout::{slots_of, Directory, Entry};
 use super::{Cceh, CcehError, KeyWords, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Check the whole table and return the number of keys. Taken under the structure mutex
     /// and every stripe lock, like [`Cceh::iter`] (writers wait meanwhile; lookups do not).
     ///
@@ -139,6 +137,7 @@ mod tests {
     use super::super::test_heap::{heap, keys_at_home};
     use super::super::CcehConfig;
     use super::*;
+    use pmem_undo_log::Heap;
 
     fn buckets(buckets_per_segment: u64) -> CcehConfig {
         CcehConfig {

@@ -8,11 +8,9 @@
 //! key, which [`Cceh::open`] reduces to one (`recovery.rs`).
 
 use std::cell::Cell;
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::hashing::{hash, prefix};
 use super::layout::{bucket_word, line_key, value_of, SegmentShape};
@@ -59,8 +57,8 @@ struct NearBucket {
 }
 
 impl Neighbourhood {
-    fn read<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-        table: &Cceh<B, P, H>,
+    fn read<B: Backend>(
+        table: &Cceh<B>,
         place: &Place,
         h: u64,
     ) -> Result<Neighbourhood, CcehError> {
@@ -141,7 +139,7 @@ impl Neighbourhood {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Make room in `h`'s full window by moving keys further along their own windows: a key
     /// of the window moves to a later bucket of its window, where room may in turn be made
     /// the same way, up to [`DISPLACEMENT_HOPS`] moves deep, the shortest chain first. Returns

@@ -17,11 +17,8 @@
 //! the path prefetch take the same steps under the same validation argument, which is easiest
 //! to check with all three side by side.
 
-use std::ops::Deref;
-
 use pmem_ordering::isa::KeySplat;
-use pmem_ordering::{Backend, Pool, Words};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, Words};
 
 use crate::sync::readers::ReadSection;
 
@@ -48,7 +45,7 @@ pub(super) enum LookupStep {
     Scanned,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// The values of `keys`, in order ([`Cceh::get`] for each), with the lookup path of the
     /// key `ahead` places on prefetched before each lookup, so the cache misses of several
     /// lookups overlap (the inline prefetch of [`super::BatchOptions::inline_prefetch`], for

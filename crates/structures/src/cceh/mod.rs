@@ -144,11 +144,10 @@ mod verify;
 mod write;
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_ordering::{Backend, PoolError};
 use pmem_undo_log::{Heap, TxError};
 
 use crate::kind::{describe_magic, StructureKind};
@@ -184,6 +183,7 @@ pub const MAX_DEPTH: u64 = 58;
 const STRIPES: usize = 64;
 
 /// What can go wrong with a CCEH table.
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum CcehError {
     /// Key 0 ([`EMPTY_KEY`]) is reserved: it marks an empty slot.
@@ -366,9 +366,8 @@ impl Place {
 
 /// A CCEH table in a heap.
 ///
-/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
-/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
-/// another thread.
+/// The handle holds its own clone of the heap (a [`Heap`] is a shared handle), so it is
+/// `Send + Sync + 'static` and can live beside the heap or go to another thread.
 ///
 /// Operations take `&self` and are safe to call from several threads. The locks live in DRAM,
 /// never in the pool, so a crash cannot leave one held:
@@ -385,8 +384,8 @@ impl Place {
 ///   key's directory entry are unchanged (a split or doubling that ran meanwhile means a retry
 ///   from the top). The section keeps a directory that a doubling retired from being freed
 ///   while they read it.
-pub struct Cceh<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    heap: H,
+pub struct Cceh<B: Backend> {
+    heap: Heap<B>,
     root: Root,
     /// The index among the pool's words of the root's directory word (the root is 64-byte
     /// aligned: checked at create and open), for the lookups' unchecked alignment.
@@ -416,25 +415,29 @@ fn valid_bucket_count(buckets: u64) -> bool {
     buckets.is_power_of_two() && (PROBE_BUCKETS..=1 << 20).contains(&buckets)
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Make an empty table with its root at `root` (64-byte aligned, 32 bytes, e.g. in the pool's
     /// root object), recording `config` there for [`Cceh::open`]. The root and first segment
     /// are written in one transaction. A root in use (a non-zero magic word) is refused with
     /// [`CcehError::AlreadyExists`], and left as it is.
-    pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+    pub fn create(heap: &Heap<B>, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
         Cceh::create_in_mode(heap, root, config, KeyWords::Unique)
     }
 
     /// [`Cceh::create`] for a byte-key table: key words are hashes of keys, shared by the
     /// entries of colliding keys, which [`SlotProbe::matches`] tells apart by their values. The
     /// mode is not recorded in the root: open the table with [`Cceh::open_hashed`].
-    pub(crate) fn create_hashed(heap: H, root: u64, config: CcehConfig) -> Result<Self, CcehError> {
+    pub(crate) fn create_hashed(
+        heap: &Heap<B>,
+        root: u64,
+        config: CcehConfig,
+    ) -> Result<Self, CcehError> {
         Cceh::create_in_mode(heap, root, config, KeyWords::Hashed)
     }
 
     /// [`Cceh::create`] with key words of the given mode.
     fn create_in_mode(
-        heap: H,
+        heap: &Heap<B>,
         root: u64,
         config: CcehConfig,
         key_words: KeyWords,
@@ -473,7 +476,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// The in-DRAM state of the table at `root`, with no key counted and nothing retired.
     fn with_shape(
-        heap: H,
+        heap: &Heap<B>,
         root: Root,
         shape: SegmentShape,
         key_words: KeyWords,
@@ -496,11 +499,11 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
                 reason: format!("root {:#x} runs past the pool", root.offset()),
             });
         }
-        let directory = Cceh::<B, P, H>::peek(words, root.directory()).unwrap_or(0);
-        let depth = Cceh::<B, P, H>::peek(words, Directory::at(directory).depth()).unwrap_or(0);
+        let directory = Cceh::<B>::peek(words, root.directory()).unwrap_or(0);
+        let depth = Cceh::<B>::peek(words, Directory::at(directory).depth()).unwrap_or(0);
         let directory_cache = DirectoryCache::new(words, directory, depth);
         Ok(Cceh {
-            heap,
+            heap: heap.clone(),
             root,
             directory_word: layout::pool_word(root.directory()),
             shape,
@@ -524,7 +527,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
 
     /// The heap the table lives in (through whatever holder it was given: a borrow, an
     /// `Arc`, ...).
-    pub fn heap(&self) -> &Heap<B, P> {
+    pub fn heap(&self) -> &Heap<B> {
         &self.heap
     }
 

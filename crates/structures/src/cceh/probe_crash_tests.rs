@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_ordering::Pool;
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_test_kit::run_crash_test;
 use pmem_undo_log::{FencePolicy, Heap};
@@ -78,8 +77,7 @@ impl Op {
     }
 }
 
-type SimTable<'h, 'p> =
-    Cceh<SimBackend, &'p Pool<SimBackend>, &'h Heap<SimBackend, &'p Pool<SimBackend>>>;
+type SimTable<'h, 'p> = Cceh<SimBackend>;
 
 /// Ids 1..=36 inserted (six per key word), every third updated, every fourth removed, a few
 /// of those inserted again.
@@ -126,7 +124,7 @@ fn crash_every_event(name: &str, config: CcehConfig, ops: &[Op]) -> u64 {
             Cceh::create_hashed(&heap, pool.root_offset(), config).expect("create the table");
         },
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             let table = Cceh::open_hashed(&heap, pool.root_offset()).expect("open the table");
             for (op, before) in ops.iter().zip(&history) {
                 op.run(&table, before).unwrap_or_else(|e| panic!("{e}"));
@@ -134,7 +132,7 @@ fn crash_every_event(name: &str, config: CcehConfig, ops: &[Op]) -> u64 {
             }
         },
         |pool, crash| {
-            let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
             let table = Cceh::open_hashed(&heap, pool.root_offset())
                 .map_err(|e| format!("Cceh::open_hashed: {e}"))?;
             let now = entries(&table)?;

@@ -4,9 +4,8 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use super::lookup::LookupStep;
@@ -35,45 +34,29 @@ fn buckets(buckets_per_segment: u64) -> CcehConfig {
 }
 
 /// Insert `key` with `payload` unless present: the present entry's payload if it was.
-fn insert<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-    key: Colliding,
-    with: u32,
-) -> Option<u32> {
+fn insert<B: Backend>(table: &Cceh<B>, key: Colliding, with: u32) -> Option<u32> {
     let old = table.put_probe(&key, key.value(with), false, |_| Ok::<(), CcehError>(()));
     old.unwrap().map(payload)
 }
 
 /// Insert or replace `key`'s entry: the old payload if it was present.
-fn upsert<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-    key: Colliding,
-    with: u32,
-) -> Option<u32> {
+fn upsert<B: Backend>(table: &Cceh<B>, key: Colliding, with: u32) -> Option<u32> {
     let old = table.put_probe(&key, key.value(with), true, |_| Ok::<(), CcehError>(()));
     old.unwrap().map(payload)
 }
 
-fn get<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-    key: Colliding,
-) -> Option<u32> {
+fn get<B: Backend>(table: &Cceh<B>, key: Colliding) -> Option<u32> {
     table.get_probe(&key, payload).unwrap()
 }
 
-fn remove<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-    key: Colliding,
-) -> Option<u32> {
+fn remove<B: Backend>(table: &Cceh<B>, key: Colliding) -> Option<u32> {
     let old = table.remove_probe(&key, |_| Ok::<(), CcehError>(()));
     old.unwrap().map(payload)
 }
 
 /// The table's entries as `id -> (key word, payload)`, by iteration; an id listed twice is an
 /// error.
-pub(super) fn entries<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>>(
-    table: &Cceh<B, P, H>,
-) -> Result<BTreeMap<u64, (u64, u32)>, String> {
+pub(super) fn entries<B: Backend>(table: &Cceh<B>) -> Result<BTreeMap<u64, (u64, u32)>, String> {
     let mut out = BTreeMap::new();
     for pair in table.iter() {
         let (word, value) = pair.map_err(|e| format!("iter: {e}"))?;

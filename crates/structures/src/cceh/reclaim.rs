@@ -101,7 +101,7 @@ mod tests {
             table.insert(key, key).unwrap();
             key += 1;
         }
-        let blocks = |table: &Cceh<_, _, _>| {
+        let blocks = |table: &Cceh<_>| {
             let owned: Vec<u64> = heap
                 .check_heap()
                 .unwrap()

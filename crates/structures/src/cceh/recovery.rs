@@ -6,9 +6,7 @@
 //! transaction had not committed, and a doubling. What is left for this file is a split that
 //! had passed its transaction: see `split.rs` for the steps.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, PPtr, Pool};
+use pmem_ordering::{Backend, PPtr};
 use pmem_undo_log::Heap;
 
 use super::hashing::{belongs, hash};
@@ -17,7 +15,7 @@ use super::SLOTS_PER_BUCKET as SLOTS;
 use super::{valid_bucket_count, Cceh, CcehError, KeyWords, EMPTY_KEY, MAX_DEPTH};
 use crate::kind::describe_magic;
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Open the table whose root is at `root`, with the configuration its root records. A root
     /// that holds anything else is refused with [`CcehError::WrongKind`]. The heap has already
     /// rolled back a doubling, or a split whose transaction, a crash interrupted; this finishes
@@ -25,7 +23,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// counts the keys (keeping one copy of a key a crash left twice by a displacement) and
     /// frees the directory a doubling retired (no lookup of an earlier run can still be reading
     /// it).
-    pub fn open(heap: H, root: u64) -> Result<Self, CcehError> {
+    pub fn open(heap: &Heap<B>, root: u64) -> Result<Self, CcehError> {
         Cceh::open_in_mode(heap, root, KeyWords::Unique)
     }
 
@@ -33,12 +31,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh
     /// word are distinct unless their values are equal too (only those are copies a crash
     /// left mid-displacement, of which one is kept). Opening such a table with
     /// [`Cceh::open`] is a bug of the caller (it would keep one entry per key word).
-    pub(crate) fn open_hashed(heap: H, root: u64) -> Result<Self, CcehError> {
+    pub(crate) fn open_hashed(heap: &Heap<B>, root: u64) -> Result<Self, CcehError> {
         Cceh::open_in_mode(heap, root, KeyWords::Hashed)
     }
 
     /// [`Cceh::open`] with key words of the given mode.
-    fn open_in_mode(heap: H, root: u64, key_words: KeyWords) -> Result<Self, CcehError> {
+    fn open_in_mode(heap: &Heap<B>, root: u64, key_words: KeyWords) -> Result<Self, CcehError> {
         let pool = heap.pool();
         let corrupt = |reason: String| CcehError::Corrupt { root, reason };
         // As at create: lookups read the root's words without an alignment check.

@@ -1,15 +1,12 @@
 //! Walks of the whole table: each segment once, its live slots, and the blocks it owns.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::hashing::belongs;
 use super::layout::{slots_of, Entry};
 use super::{Cceh, CcehError, EMPTY_KEY};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
     /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not) when
     /// this is called. The items are `Result`s, the shape of [`crate::fastfair::FastFair::iter`]

@@ -27,18 +27,16 @@
 //! directory nor frees the live one. A lookup that read the old pointer finds it changed at its
 //! final check and retries; the old directory stays allocated until no lookup can read it.
 
-use std::ops::Deref;
 use std::sync::atomic::{fence, Ordering};
 
-use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, PPtr};
 
 use super::hashing::{belongs, hash, moves_at_split};
 use super::layout::{set_slot_of, slots_of, Directory, Entry};
 use super::reclaim::Retired;
 use super::{write_step, Cceh, CcehError, Place, WriteStep, EMPTY_KEY, MAX_DEPTH};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Split the segment at `place`, doubling the directory first if it has to.
     pub(super) fn split(&self, place: &Place) -> Result<(), CcehError> {
         if place.local_depth == place.global_depth {

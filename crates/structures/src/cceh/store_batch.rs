@@ -13,10 +13,7 @@
 //! left stale, that no earlier change of the batch took; if there is none the segment splits
 //! (its own transaction and fences, changing no key) and the plan starts again.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 use rustc_hash::FxHashSet;
 
 use super::hashing::{belongs, hash, prefix};
@@ -68,7 +65,7 @@ impl SlotWrite {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Plan `changes` (one per key: the probe, and the new value or `None` to remove it) as
     /// slot writes, in order. The caller holds the table's writer gate. A key whose window has
     /// no slot left splits its segment first ([`Cceh::split`], committed before this returns,

@@ -1,8 +1,6 @@
 //! A small heap, key generators and a probe of colliding keys for the unit tests of this
 //! folder.
 
-use std::sync::Arc;
-
 use pmem_ordering::{Pool, PoolOptions};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
@@ -17,7 +15,7 @@ pub(super) fn heap() -> Heap {
         lane_log_bytes: 16 << 10,
         chunk_size: 16 << 10,
     };
-    Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+    Heap::create(pool, config, FencePolicy::Batched).unwrap()
 }
 
 /// Keys whose hash starts with the given bit, from `from` on.

@@ -8,10 +8,8 @@
 //! the walk panic or loop.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::hashing::{belongs, hash};
 use super::layout::{slots_of, Directory, Entry, ROOT_MAGIC, SLOT_BYTES};
@@ -19,7 +17,7 @@ use super::{Cceh, EMPTY_KEY, MAX_DEPTH, PROBE_BUCKETS, SLOTS_PER_BUCKET};
 use crate::kind::StructureKind;
 use crate::verify::{readable_block, Problem, Verification};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Walk the whole table and report every violation found, with the blocks and live keys
     /// walked. Reads only: it changes nothing and takes no lock, so call it with no writers
     /// (a checker on a table just opened, or between batches); a writer running meanwhile can

@@ -13,11 +13,9 @@
 //! away. A byte-key map passes a probe that reads the record a value points at, and a
 //! `before_store` that makes the record's allocation durable with the slot's own fence.
 
-use std::ops::Deref;
 use std::sync::MutexGuard;
 
-use pmem_ordering::{Backend, Pool, WordStores, Words};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, WordStores, Words};
 
 use super::access::SegmentView;
 use super::hashing::{belongs, hash, prefix};
@@ -102,7 +100,7 @@ pub(super) fn stripe_of(segment: u64) -> usize {
     (segment.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - STRIPES.trailing_zeros())) as usize
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Cceh<B, P, H> {
+impl<B: Backend> Cceh<B> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {

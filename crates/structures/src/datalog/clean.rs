@@ -4,10 +4,9 @@
 //! or the new, never a mix, and a failure changes nothing (it is counted and tried again).
 
 use std::collections::HashSet;
-use std::ops::Deref;
 
 use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::{Heap, TxError};
+use pmem_undo_log::TxError;
 
 use super::entry::Entry;
 use super::index::FileState;
@@ -17,7 +16,7 @@ use super::read::embed_payload;
 use super::recovery::replay;
 use super::{CleaningStats, Datalog, DatalogError, FileId, MAX_EXTENT_PAGES};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// payload that fails its checksum) changes nothing and must not report the committed
     /// operation as failed: it is counted, and cleaning runs again after the next operation.
     pub(super) fn clean_after(

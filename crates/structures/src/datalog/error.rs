@@ -9,6 +9,7 @@ use super::MAX_FILE_SIZE;
 use crate::kind::StructureKind;
 
 /// What can go wrong with a datalog store.
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum DatalogError {
     /// A transaction failed (allocation, log space, pool access); nothing changed.

@@ -15,10 +15,8 @@
 //!   their own, before the entries that need them are written: a crash leaves them linked past
 //!   the tail, owned by the log and reused, never leaked.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, PPtr, Pending, Pool, PoolError};
-use pmem_undo_log::{Heap, TxError};
+use pmem_ordering::{Backend, PPtr, Pending, PoolError};
+use pmem_undo_log::TxError;
 
 use super::entry::{page_checksum, Entry};
 use super::index::FileState;
@@ -116,7 +114,7 @@ impl Plan {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Append the plan's entries and commit them with one tail store; update the index.
     pub(super) fn commit(
         &self,

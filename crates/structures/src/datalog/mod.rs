@@ -162,7 +162,7 @@
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 //!
 //! let pool = Pool::anonymous("datalog", 8 << 20, &PoolOptions::new())?;
-//! let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+//! let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 //! let root = heap.pool().root_offset();
 //! let config = DatalogConfig { max_files: 16, policy: Policy::default() };
 //! let store = Datalog::create(&heap, root, config)?;
@@ -192,10 +192,9 @@ mod verify;
 mod write;
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 pub use error::DatalogError;
@@ -284,11 +283,10 @@ impl Inner {
 
 /// A datalog store in a heap.
 ///
-/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
-/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
-/// another thread.
-pub struct Datalog<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    heap: H,
+/// The handle holds its own clone of the heap (a [`Heap`] is a shared handle), so it is
+/// `Send + Sync + 'static` and can live beside the heap or go to another thread.
+pub struct Datalog<B: Backend> {
+    heap: Heap<B>,
     root: u64,
     table: InodeTable,
     max_files: u64,
@@ -296,10 +294,10 @@ pub struct Datalog<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Hea
     inner: Mutex<Inner>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// The heap the store lives in (through whatever holder it was given: a borrow, an
     /// `Arc`, ...).
-    pub fn heap(&self) -> &Heap<B, P> {
+    pub fn heap(&self) -> &Heap<B> {
         &self.heap
     }
 

@@ -2,10 +2,9 @@
 //! renaming and removing files. The inode table is the namespace; every change to it is one
 //! undo-log transaction, so after a crash it is as before or as after the operation.
 
-use std::ops::Deref;
 use std::sync::Mutex;
 
-use pmem_ordering::{Backend, PPtr, Pool};
+use pmem_ordering::{Backend, PPtr};
 use pmem_undo_log::{Heap, TxError};
 
 use super::index::FileState;
@@ -13,12 +12,12 @@ use super::layout::{Inode, InodeTable, LogPage, NameImage, Root, MAX_NAME, PAGE,
 use super::{Datalog, DatalogConfig, DatalogError, FileId, Inner};
 use crate::kind::describe_magic;
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Make an empty store with its root at `root` (8-byte aligned, [`ROOT_BYTES`], e.g. the
     /// pool's root object), recording `config` (inodes and policy) there for
     /// [`Datalog::open`]. One transaction. A root in use (a non-zero magic word) is refused
     /// with [`DatalogError::AlreadyExists`], and left as it is.
-    pub fn create(heap: H, root: u64, config: DatalogConfig) -> Result<Self, DatalogError> {
+    pub fn create(heap: &Heap<B>, root: u64, config: DatalogConfig) -> Result<Self, DatalogError> {
         config.check()?;
         let DatalogConfig { max_files, policy } = config;
         if !root.is_multiple_of(8) {
@@ -42,7 +41,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             Ok::<InodeTable, TxError>(table)
         })?;
         Ok(Datalog {
-            heap,
+            heap: heap.clone(),
             root,
             table,
             max_files,

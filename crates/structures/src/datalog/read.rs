@@ -6,10 +6,7 @@
 //! written are reported ([`DatalogError::CorruptData`], [`DatalogError::CorruptEntry`]), never
 //! returned.
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
 
 use super::entry::{checksum_holds, page_checksum};
 use super::index::{BaseRef, EmbedRef, FileState};
@@ -17,7 +14,7 @@ use super::layout::{data_page, embed_entry_bytes, EntryImage, PAGE};
 use super::namespace::file;
 use super::{Datalog, DatalogError, FileId};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (0 at or past the
     /// end). Embedded bytes are merged over their base page, their checksums and the base
     /// page's checked; after an error `buf` may hold part of the file, but never bytes of an

@@ -7,10 +7,9 @@
 //! makes no sense, a broken chain, or a base page outside the heap's blocks marks the file
 //! damaged: it is listed, and every operation on it returns [`DatalogError::CorruptEntry`].
 
-use std::ops::Deref;
 use std::sync::Mutex;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use crate::kind::describe_magic;
@@ -23,14 +22,14 @@ use super::layout::{
 };
 use super::{Datalog, DatalogError, Inner, Policy, MAX_FILES};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Open the store whose root is at `root`, with the inodes and policy its root records (a
     /// root that holds anything else is refused with [`DatalogError::WrongKind`]): the heap
     /// has already rolled back any transaction a crash interrupted; this reads the inode table
     /// and replays every file's log into the DRAM index. A file whose log holds a corrupted
     /// committed entry opens as *damaged*: it is listed, and every operation on it returns
     /// [`DatalogError::CorruptEntry`].
-    pub fn open(heap: H, root: u64) -> Result<Self, DatalogError> {
+    pub fn open(heap: &Heap<B>, root: u64) -> Result<Self, DatalogError> {
         let pool = heap.pool();
         let corrupt = |reason: String| DatalogError::Corrupt { root, reason };
         pool.check_range(root, ROOT_BYTES)?;
@@ -89,7 +88,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             inner.slots[slot as usize] = Some(state);
         }
         Ok(Datalog {
-            heap,
+            heap: heap.clone(),
             root,
             table,
             max_files,
@@ -101,8 +100,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
 
 /// Rebuild a file's DRAM state by scanning its log from `head` to `tail`. A bad chain or a bad
 /// committed entry leaves the file damaged (returned as such); only an unreadable pool fails.
-pub(super) fn replay<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(super) fn replay<B: Backend>(
+    heap: &Heap<B>,
     name: String,
     generation: u64,
     inode: Inode,
@@ -119,8 +118,8 @@ pub(super) fn replay<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// Replay the log from `head` to `tail` into `f`, then take in the spare pages linked past the
 /// tail's; the first thing wrong is returned as (pool offset, reason).
-fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+fn scan<B: Backend>(
+    heap: &Heap<B>,
     f: &mut FileState,
     head: u64,
     tail: u64,

@@ -10,10 +10,8 @@
 //! CRC-32Cs, the file size) and against the DRAM index the store keeps.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::entry::{checksum_holds, page_checksum, Entry};
 use super::index::FileState;
@@ -58,7 +56,7 @@ struct FileWalk {
     complete: bool,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Walk the whole store and report every violation found, with the blocks walked and the
     /// files found (as `keys`). Reads only: it changes nothing; it holds the store's lock, so
     /// operations wait for it.

@@ -4,10 +4,7 @@
 //! with folding: a page that has collected too many embedded entries goes copy-on-write again.
 //! The resulting [`Plan`] is committed by the `file` module.
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
 
 use super::file::Plan;
 use super::index::FileState;
@@ -16,7 +13,7 @@ use super::namespace::file;
 use super::read::materialize;
 use super::{Datalog, DatalogError, FileId, Policy, WriteMode, MAX_FILE_SIZE};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Datalog<B, P, H> {
+impl<B: Backend> Datalog<B> {
     /// Write `data` at `offset` with the store's write mode. Atomic and durable when it
     /// returns; writing past the end extends the file (with zeros in any gap).
     pub fn write_at(&self, id: FileId, offset: u64, data: &[u8]) -> Result<(), DatalogError> {
@@ -89,7 +86,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
 
     /// Whether a piece of `len` bytes of page `p` is embedded under `mode`.
     fn embeds(&self, f: &FileState, p: u64, len: u64, mode: WriteMode) -> bool {
-        Datalog::<B, P, H>::embeds_under(&self.policy, f, p, len, mode)
+        Datalog::<B>::embeds_under(&self.policy, f, p, len, mode)
     }
 
     /// Whether such a piece is embedded under `policy` (its folding thresholds included).
@@ -119,7 +116,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Data
             fold_after_bytes: u64::MAX,
             ..self.policy
         };
-        let no_fold = Datalog::<B, P, H>::embeds_under(&unfolded, f, p, len, mode);
+        let no_fold = Datalog::<B>::embeds_under(&unfolded, f, p, len, mode);
         no_fold && !self.embeds(f, p, len, mode)
     }
 

@@ -12,10 +12,8 @@
 //! Merges are not made: a batch's removes may leave a leaf underfull, or empty, which the
 //! tree allows (a later single remove merges it).
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::{Heap, Tx};
+use pmem_ordering::Backend;
+use pmem_undo_log::Tx;
 
 use super::layout::{entry_offset, entry_range_bytes, node_words};
 use super::split::{NodeSplit, SplitScratch, Staged, PATH, SCRATCH};
@@ -82,7 +80,7 @@ fn merged(old: &[(u64, u64)], changes: &[KeyChange]) -> (Vec<(u64, u64)>, i64) {
     (out, delta)
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Plan `changes` (sorted by key, one per key, no key `u64::MAX`): the new bytes of every
     /// leaf they touch. A leaf they would overfill is split first ([`FastFair::split_leaf_at`],
     /// committed before this returns, changing no key), at the middle of what it would hold, and

@@ -1,15 +1,12 @@
 //! The level-by-level walk along the sibling links that recovery and the whole-tree checks
 //! share, and those checks ([`FastFair::check`], [`FastFair::blocks`]).
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::layout::{level_word, NodeImage, NODE_TAG};
 use super::{FastFair, FastFairError, EMPTY_KEY};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Visit every node level by level along the sibling links, checking it; `visit` gets the
     /// offset, the number of used slots as stored, and the node with duplicates dropped.
     /// Returns every node's offset.

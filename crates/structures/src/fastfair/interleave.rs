@@ -66,16 +66,15 @@ mod tests {
     use std::cell::Cell;
     use std::collections::BTreeMap;
     use std::rc::Rc;
-    use std::sync::Arc;
 
-    use pmem_ordering::{Hardware, Pool};
+    use pmem_ordering::Hardware;
     use pmem_undo_log::Heap;
 
     use super::super::test_heap::heap;
     use super::super::{FastFair, FastFairConfig, ShiftPolicy};
     use super::*;
 
-    type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap>;
+    type Tree = FastFair<Hardware>;
     /// A node's offset and its bytes.
     type NodeBytes = (u64, Vec<u8>);
 
@@ -145,7 +144,7 @@ mod tests {
 
     /// A tree of 128-byte nodes (four entries: three levels for the keys below) and its model.
     fn tree(policy: ShiftPolicy) -> (&'static Tree, BTreeMap<u64, u64>) {
-        let heap: &'static Heap<Hardware, Arc<Pool>> = Box::leak(Box::new(heap()));
+        let heap: &'static Heap<Hardware> = Box::leak(Box::new(heap()));
         let config = FastFairConfig {
             node_size: 128,
             policy,

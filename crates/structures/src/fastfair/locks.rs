@@ -31,10 +31,7 @@
 //! [`Stripes::lock_set`]: crate::sync::Stripes::lock_set
 //! [`SeqVersion::change_begin`]: crate::sync::SeqVersion::change_begin
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool, PoolError};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, PoolError};
 
 use super::layout::{NodeImage, NodeShape, NodeView, LINE};
 use super::{FastFair, FastFairError, LANES};
@@ -63,7 +60,7 @@ impl HeldStripes<'_> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// The stripe (lock, reader version, key count share and redo lane) of the node at `node`.
     #[inline]
     pub(super) fn stripe_index(node: u64) -> usize {

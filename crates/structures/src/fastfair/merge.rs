@@ -7,10 +7,8 @@
 //! nodes only and plans again under the locks ([`FastFair::lock_for_merge`]): writers of
 //! other leaves go on meanwhile.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::{Heap, Tx, TxError};
+use pmem_ordering::{Backend, PPtr};
+use pmem_undo_log::{Tx, TxError};
 
 use super::layout::NodeImage;
 use super::locks::HeldStripes;
@@ -87,7 +85,7 @@ impl LockedMerge<'_> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Lock every node a remove of `key` that leaves its leaf underfull reads or changes, and
     /// plan the merge under those locks. The merge is planned first without locks, from node
     /// images each read whole ([`FastFair::read_node_settled`]), only to learn which stripes

@@ -160,7 +160,6 @@
 //!   crate's shared ones (`sync`).
 
 use std::fmt;
-use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, TxError};
@@ -255,6 +254,7 @@ impl ShiftPolicy {
 }
 
 /// What can go wrong with a FAST&FAIR tree.
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum FastFairError {
     /// `u64::MAX` ([`EMPTY_KEY`]) is reserved: it marks a free slot.
@@ -335,14 +335,13 @@ impl Default for FastFairConfig {
 
 /// A FAST&FAIR B+-tree in a heap.
 ///
-/// The heap is held through `H`: a borrow (`&Heap`) ties the handle to it; an `Arc<Heap>` gives
-/// an owned handle that is `Send + Sync + 'static` and can live beside its heap or go to
-/// another thread.
+/// The handle holds its own clone of the heap (a [`Heap`] is a shared handle), so it is
+/// `Send + Sync + 'static` and can live beside the heap or go to another thread.
 ///
 /// Operations take `&self` and are safe to call from several threads: lookups and scans take
 /// no lock, writers of different leaves run in parallel (see the module docs).
-pub struct FastFair<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    heap: H,
+pub struct FastFair<B: Backend> {
+    heap: Heap<B>,
     meta: RootObject,
     node_size: u64,
     /// Words and entries per node, for node views.
@@ -370,12 +369,16 @@ fn misaligned_root(root: u64) -> FastFairError {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Make an empty tree with its root object at `root` (64-byte aligned, [`ROOT_BYTES`]
     /// bytes), recording `config` there for [`FastFair::open`]. The root object, the redo area
     /// and the first leaf are written in one transaction. A root in use (a non-zero magic word)
     /// is refused with [`FastFairError::AlreadyExists`], and left as it is.
-    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self, FastFairError> {
+    pub fn create(
+        heap: &Heap<B>,
+        root: u64,
+        config: FastFairConfig,
+    ) -> Result<Self, FastFairError> {
         if !valid_node_size(config.node_size) {
             return Err(FastFairError::InvalidConfig {
                 reason: format!(
@@ -430,10 +433,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
     }
 
     /// The DRAM handle of a tree whose root object is checked: no lock held, versions zero.
-    fn handle(heap: H, meta: u64, node_size: u64, policy: ShiftPolicy, redo: RedoArea) -> Self {
+    fn handle(
+        heap: &Heap<B>,
+        meta: u64,
+        node_size: u64,
+        policy: ShiftPolicy,
+        redo: RedoArea,
+    ) -> Self {
         let step_limit = heap.pool().size() / node_size + 64;
         FastFair {
-            heap,
+            heap: heap.clone(),
             meta: RootObject(meta),
             node_size,
             shape: NodeShape::of(node_size),
@@ -448,7 +457,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 
     /// The heap the tree lives in (through whatever holder it was given: a borrow, an
     /// `Arc`, ...).
-    pub fn heap(&self) -> &Heap<B, P> {
+    pub fn heap(&self) -> &Heap<B> {
         &self.heap
     }
 
@@ -520,12 +529,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Fast
 mod test_heap {
     //! A small anonymous heap for the unit tests of this module's files.
 
-    use std::sync::Arc;
-
     use pmem_ordering::{Hardware, Pool, PoolOptions};
     use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-    pub(super) fn heap() -> Heap<Hardware, Arc<Pool>> {
+    pub(super) fn heap() -> Heap<Hardware> {
         // Miri interprets every byte the heap formats: its one test here needs only a few nodes.
         let size = if cfg!(miri) { 64 << 10 } else { 4 << 20 };
         let pool = Pool::anonymous("fastfair-unit", size, &PoolOptions::new()).unwrap();
@@ -534,6 +541,6 @@ mod test_heap {
             lane_log_bytes: 16 << 10,
             chunk_size: 4096,
         };
-        Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap()
+        Heap::create(pool, config, FencePolicy::Batched).unwrap()
     }
 }

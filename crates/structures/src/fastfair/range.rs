@@ -11,10 +11,9 @@
 //!   inside a leaf, and resumes there (reading that leaf again); `next_leaves` copies whole
 //!   leaves only, so each leaf of a scan taken in batches is read once.
 
-use std::ops::{Bound, Deref, RangeBounds};
+use std::ops::{Bound, RangeBounds};
 
-use pmem_ordering::{Backend, Pool, Words};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, Words};
 
 use super::layout::{self, NodeShape, NodeView};
 use super::search::{by_shape, whole_pool};
@@ -24,16 +23,16 @@ use copy::append_entries;
 #[cfg(test)]
 use copy::keep_right_copies;
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::U64Map`]).
-    pub fn iter(&self) -> Range<'_, B, P, H> {
+    pub fn iter(&self) -> Range<'_, B> {
         self.range(..)
     }
 
     /// The pairs with keys in `range`, in key order, read without a lock: leaf by leaf along
     /// the sibling links. Each leaf is read consistently; a scan running beside writers sees
     /// every key that was present for its whole duration.
-    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> Range<'_, B, P, H> {
+    pub fn range<R: RangeBounds<u64>>(&self, range: R) -> Range<'_, B> {
         let start = match range.start_bound() {
             Bound::Included(&k) => Some(k),
             Bound::Excluded(&k) => k.checked_add(1),
@@ -132,8 +131,8 @@ enum LeafRead {
 }
 
 /// An iterator over the pairs of a key range, in key order (see [`FastFair::range`]).
-pub struct Range<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    walk: Walk<'t, B, P, H>,
+pub struct Range<'t, B: Backend> {
+    walk: Walk<'t, B>,
     /// The leaf whose run of pairs `next` is handing out in place, if one is (the walk then
     /// stands past it: at its high key and sibling).
     leaf: Option<InPlace<'t>>,
@@ -253,8 +252,8 @@ impl InPlace<'_> {
 }
 
 /// Where a scan stands in the tree: what the next leaf read needs.
-struct Walk<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    tree: &'t FastFair<B, P, H>,
+struct Walk<'t, B: Backend> {
+    tree: &'t FastFair<B>,
     /// The whole pool's words ([`whole_pool`]), checked once per scan.
     pool_words: Option<Words<'t>>,
     /// The tree's stripes, taken once per scan.
@@ -267,7 +266,7 @@ struct Walk<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B
     hop: Option<(u64, u64)>,
 }
 
-impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Walk<'t, B, P, H> {
+impl<'t, B: Backend> Walk<'t, B> {
     /// The next leaf's run of slots in range from `resume` on, to hand out in place, its
     /// bounds read and validated; the walk then stands past the leaf (at its high key and
     /// sibling), and the key words of its first slot and one past its last. `None` when the
@@ -304,7 +303,7 @@ impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> 
                 Some((next, seen)) if next != 0 => (next, seen),
                 _ => tree.lock_free_leaf(from)?,
             };
-            let stripe = self.stripes.reader(FastFair::<B, P, H>::stripe_index(node));
+            let stripe = self.stripes.reader(FastFair::<B>::stripe_index(node));
             let seen = stripe.read_begin();
             let Some(view) = NodeView::within(pool_words, node, shape) else {
                 if stripe.read_valid(seen) && tree.structure_version.read_valid(structure) {
@@ -450,7 +449,7 @@ impl<'t, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> 
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Range<'_, B, P, H> {
+impl<B: Backend> Range<'_, B> {
     /// Append the next pairs, up to `max` of them, to `out`; returns how many (fewer only at
     /// the end of the range). The pairs are those [`Iterator::next`] would return, copied
     /// from each leaf straight into `out` instead of handed out one call each: for callers
@@ -563,9 +562,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Rang
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Iterator
-    for Range<'_, B, P, H>
-{
+impl<B: Backend> Iterator for Range<'_, B> {
     type Item = Result<(u64, u64), FastFairError>;
 
     #[inline]

@@ -5,9 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
 
-use pmem_ordering::{Hardware, Pool};
+use pmem_ordering::Hardware;
 use pmem_undo_log::Heap;
 
 use super::super::test_heap::heap;
@@ -272,7 +271,7 @@ fn scan_with_writer_at(
 
     use super::super::interleave::{with_hook, Point};
 
-    let heap: &'static Heap<Hardware, Arc<Pool>> = Box::leak(Box::new(heap()));
+    let heap: &'static Heap<Hardware> = Box::leak(Box::new(heap()));
     let config = FastFairConfig {
         node_size: 128,
         policy,
@@ -327,7 +326,7 @@ fn scan_with_writer_at(
     outcome.get()
 }
 
-type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap<Hardware, Arc<Pool>>>;
+type Tree = FastFair<Hardware>;
 /// A writer operation to run under a scan.
 type Writer = std::rc::Rc<dyn Fn(&Tree)>;
 

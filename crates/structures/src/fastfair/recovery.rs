@@ -2,9 +2,7 @@
 //! node, repair the transient duplicate an interrupted shift may have left, count the keys.
 //! Interrupted splits and merges need nothing here: the heap rolled them back before.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use crate::kind::describe_magic;
@@ -16,14 +14,14 @@ use super::{
     misaligned_root, valid_node_size, FastFair, FastFairError, ShiftPolicy, LANES, ROOT_BYTES,
 };
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Open the tree whose root object is at `root`, with the node size and shift policy it
     /// records. A root that holds anything else is refused with [`FastFairError::WrongKind`].
     /// The heap has already rolled back any
     /// split or merge a crash interrupted; this replays committed redo slots, checks every
     /// node, removes the transient duplicate an interrupted shift may have left, and counts the
     /// keys.
-    pub fn open(heap: H, root: u64) -> Result<Self, FastFairError> {
+    pub fn open(heap: &Heap<B>, root: u64) -> Result<Self, FastFairError> {
         let pool = heap.pool();
         let corrupt = |reason: String| FastFairError::Corrupt { root, reason };
         if !root.is_multiple_of(super::layout::LINE) {

@@ -2,10 +2,7 @@
 //! each cache line a shift touches is built in DRAM, logged to the writer's lane, committed,
 //! applied in place and its commit cleared; [`FastFair::open`] replays the committed slots.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool, Written};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, Written};
 
 use super::layout::{
     commit_target, commit_word, encode_entry, entry_offset, line_of, NodeView, ENTRIES_PER_LINE,
@@ -14,7 +11,7 @@ use super::layout::{
 use super::shift::{Shift, SlotWrite};
 use super::{FastFair, FastFairError, LANES};
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Redo-logged: each touched line goes through the lane before it is written in place.
     pub(super) fn shift_redo(
         &self,

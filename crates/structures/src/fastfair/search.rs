@@ -4,10 +4,7 @@
 //! The hot paths (a lookup's descent, a scan's leaf reads) are compiled once per node size
 //! ([`by_shape`]), so a node's size, entry count and search probes are constants in them.
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool, PoolError, Words};
-use pmem_undo_log::Heap;
 
 use super::layout::{NodeShape, NodeView, HEADER_WORDS};
 use super::{FastFair, FastFairError, EMPTY_KEY, RESERVED};
@@ -232,7 +229,7 @@ pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
     Step::Next(unsafe { view.child_left_of_key_word_unchecked(ub) })
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {

@@ -2,10 +2,7 @@
 //! transient duplicate whose right copy is right, and how the per-shift and FAST policies make
 //! them durable. The redo-logged policy is in [`super::redo`].
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool, WordStores};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, WordStores};
 
 use super::layout::{first_slot_of_line, key_word, line_of, NodeView, ENTRIES_PER_LINE};
 use super::{FastFair, FastFairError, ShiftPolicy, EMPTY_KEY};
@@ -182,7 +179,7 @@ fn insert_fast<B: Backend>(
     let _ = stores.persist(word, key_word(high) + 2);
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Carry out `shift` on `node` (which `view` shows) under the tree's policy, with the
     /// node's stripe marked as changing meanwhile. `stripe` is the node's stripe
     /// ([`FastFair::stripe_index`]), whose lock the caller holds (or every stripe's), so it is

@@ -7,10 +7,10 @@
 //! other splits' transactions (the heap runs one per lane at once).
 
 use std::cell::Cell;
-use std::ops::{Deref, Range};
+use std::ops::Range;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::{Heap, Tx};
+use pmem_ordering::Backend;
+use pmem_undo_log::Tx;
 
 use super::layout::{
     entry_offset, high_offset, key_word, node_words, push_entry_words, push_node_words,
@@ -249,7 +249,7 @@ impl Drop for LockedSplit<'_> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Lock the nodes a split of `key`'s (full) leaf would change, and nothing else: find the
     /// path without a lock, lock the stripes of the path from the highest node the split
     /// changes down to the leaf, in index order, then check under the locks that the path

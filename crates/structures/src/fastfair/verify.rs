@@ -8,10 +8,8 @@
 //! panic or loop.
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::layout::{entry_offset, NodeView, NODE_TAG, ROOT_MAGIC};
 use super::{FastFair, EMPTY_KEY, LANES, LANE_BYTES};
@@ -37,7 +35,7 @@ struct LevelWalk {
     child_bounds: ParentBounds,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Walk the whole tree and report every violation found, with the blocks and keys walked.
     /// Reads only: it changes nothing and takes no lock, so call it with no writers (a checker
     /// on a tree just opened, or between batches); a writer running meanwhile can make it

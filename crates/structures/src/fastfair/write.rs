@@ -3,10 +3,7 @@
 //! (`put_with`, `remove_with`) pass a hook that runs once the write is decided, before its
 //! first store; the public operations pass one that does nothing.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::layout::{value_offset, NodeShape, NodeView};
 use super::shift::Shift;
@@ -38,7 +35,7 @@ fn no_hook<T>(_: T) -> Result<(), FastFairError> {
     Ok(())
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> FastFair<B, P, H> {
+impl<B: Backend> FastFair<B> {
     /// Insert `key -> value` if `key` is absent: `Ok(true)` if inserted, `Ok(false)` if the key
     /// was already there (its value is left alone). Durable when it returns.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {

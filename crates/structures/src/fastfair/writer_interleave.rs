@@ -18,7 +18,7 @@ use super::interleave::{with_hook, Point};
 use super::layout::{sibling_offset, NodeImage};
 use super::{FastFair, FastFairConfig, ShiftPolicy};
 
-type Tree = FastFair<Hardware, Arc<Pool>, &'static Heap<Hardware, Arc<Pool>>>;
+type Tree = FastFair<Hardware>;
 type Model = BTreeMap<u64, u64>;
 
 /// Long enough for any writer that is not blocked to finish on a loaded machine.
@@ -34,13 +34,13 @@ fn tree(policy: ShiftPolicy, keys: impl IntoIterator<Item = u64>) -> (&'static T
         chunk_size: 4096,
     };
     let heap = Box::leak(Box::new(
-        Heap::create(Arc::new(pool), config, FencePolicy::Batched).unwrap(),
+        Heap::create(pool, config, FencePolicy::Batched).unwrap(),
     ));
     let config = FastFairConfig {
         node_size: 128,
         policy,
     };
-    let heap: &'static Heap<Hardware, Arc<Pool>> = heap;
+    let heap: &'static Heap<Hardware> = heap;
     let tree = Box::leak(Box::new(
         FastFair::create(heap, heap.pool().root_offset(), config).unwrap(),
     ));

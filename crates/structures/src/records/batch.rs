@@ -13,9 +13,7 @@
 //!
 //! The plan of the ordered map is in `tree/batch.rs`.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, RecordBlock};
 
 use super::error::RecordMapError;
@@ -47,7 +45,7 @@ pub(crate) struct RecordPlan {
 
 impl RecordPlan {
     /// Give back the reserved blocks of a plan that will not be committed.
-    pub(crate) fn cancel<B: Backend, P: Deref<Target = Pool<B>>>(self, heap: &Heap<B, P>) {
+    pub(crate) fn cancel<B: Backend>(self, heap: &Heap<B>) {
         for block in self.publish {
             // Reserved by this plan and never published: the heap takes it back.
             let _ = heap.cancel_record(block);
@@ -56,10 +54,7 @@ impl RecordPlan {
 
     /// Publish the new records (stores flushed, no fence): the apply's first step, before
     /// any slot or leaf reaches them.
-    pub(crate) fn publish_all<B: Backend, P: Deref<Target = Pool<B>>>(
-        &self,
-        heap: &Heap<B, P>,
-    ) -> Result<(), RecordMapError> {
+    pub(crate) fn publish_all<B: Backend>(&self, heap: &Heap<B>) -> Result<(), RecordMapError> {
         for &block in &self.publish {
             // Flushed; the batch's fence makes it durable.
             let _flushed = heap.publish_record(block)?;
@@ -70,9 +65,9 @@ impl RecordPlan {
     /// Retire the records replaced or removed (stores flushed, no fence): the apply's last
     /// step, once no slot or leaf reaches them. Returns the retired blocks, for the limbo
     /// once the batch's fence made their retirement durable.
-    pub(crate) fn retire_all<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn retire_all<B: Backend>(
         &self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
     ) -> Result<Vec<RecordBlock>, RecordMapError> {
         let mut retired = Vec::with_capacity(self.retire.len());
         for block in &self.retire {
@@ -84,8 +79,8 @@ impl RecordPlan {
 }
 
 /// The published record block at `offset`, as a plan names it for retirement.
-pub(super) fn published<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(super) fn published<B: Backend>(
+    heap: &Heap<B>,
     offset: u64,
 ) -> Result<RecordBlock, RecordMapError> {
     heap.record_block(offset)
@@ -95,11 +90,9 @@ pub(super) fn published<B: Backend, P: Deref<Target = Pool<B>>>(
         })
 }
 
-impl<B, P, H> RecordHashMap<B, P, H>
+impl<B> RecordHashMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// Plan `changes` (one per key): each new value's record staged, the table's slot writes
     /// planned (splits made first). The caller holds the map's writer gate. On an error the

@@ -8,6 +8,7 @@ use crate::fastfair::FastFairError;
 use crate::kind::StructureKind;
 
 /// What can go wrong with a map of records (hash or ordered).
+#[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum RecordMapError {
     /// The key is longer than [`MAX_KEY_BYTES`](super::MAX_KEY_BYTES).

@@ -20,7 +20,6 @@
 //! | 64..96 | the CCEH table's root |
 
 use std::cell::RefCell;
-use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
@@ -152,10 +151,7 @@ impl<B: Backend> KeyProbe<'_, B> {
     /// damage met on the way, or none. A misfiled record counts once a validated lookup finds
     /// a slot of the key's word naming it (the caller is still pinned, so it is the record
     /// that was read).
-    fn absent<T, H: Deref<Target = Heap<B, P>>, P: Deref<Target = Pool<B>>>(
-        &self,
-        table: &Cceh<B, P, H>,
-    ) -> Result<Option<T>> {
+    fn absent<T>(&self, table: &Cceh<B>) -> Result<Option<T>> {
         if let Some(e) = self.damaged.borrow_mut().take() {
             return Err(e);
         }
@@ -221,25 +217,22 @@ fn value_at<B: Backend>(pool: &Pool<B>, record: u64) -> Result<Vec<u8>> {
 }
 
 /// A CCEH hash map from byte strings to byte strings, in a heap (see the module docs).
-pub struct RecordHashMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    pub(super) table: Cceh<B, P, H>,
+pub struct RecordHashMap<B: Backend> {
+    pub(super) table: Cceh<B>,
     pub(super) records: Records,
     root: u64,
     resolved: Resolved,
 }
 
-impl<B, P, H> RecordHashMap<B, P, H>
+impl<B> RecordHashMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>> + Clone,
 {
     /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]), in
     /// one transaction (joining the caller's, if any).
-    pub fn create(heap: H, root: u64, config: CcehConfig) -> Result<Self> {
+    pub fn create(heap: &Heap<B>, root: u64, config: CcehConfig) -> Result<Self> {
         head::check_new(heap.pool(), root, ROOT_BYTES)?;
-        let holder = heap.clone();
-        let (table, area) = holder.transaction(|tx| -> Result<_> {
+        let (table, area) = heap.transaction(|tx| -> Result<_> {
             let area = head::write_head(tx, root, StructureKind::RecordHashMap)?;
             let table = Cceh::create_hashed(heap, root + TABLE_AT, config)?;
             Ok((table, area))
@@ -255,7 +248,7 @@ where
     /// Open the map at `root`: the table recovers, then every record an interrupted write left
     /// in doubt is resolved. Must run before anything else allocates from the heap after a
     /// crash (the [`crate::Store`] opens its record maps when it loads).
-    pub fn open(heap: H, root: u64) -> Result<Self> {
+    pub fn open(heap: &Heap<B>, root: u64) -> Result<Self> {
         let (area, _) = head::read_head(&heap, root, StructureKind::RecordHashMap)?;
         let table = Cceh::open_hashed(heap, root + TABLE_AT)?;
         let mut map = RecordHashMap {
@@ -278,14 +271,12 @@ where
     }
 }
 
-impl<B, P, H> RecordHashMap<B, P, H>
+impl<B> RecordHashMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// The heap.
-    pub fn heap(&self) -> &Heap<B, P> {
+    pub fn heap(&self) -> &Heap<B> {
         self.table.heap()
     }
 
@@ -533,11 +524,9 @@ where
     }
 }
 
-impl<B, P, H> RecordHashMap<B, P, H>
+impl<B> RecordHashMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// Walk the whole map and report every violation found, with the blocks and keys walked.
     /// Reads only: it changes nothing and takes no lock, so call it with no writers running.
@@ -579,9 +568,7 @@ where
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
-    for RecordHashMap<B, P, H>
-{
+impl<B: Backend> Drop for RecordHashMap<B> {
     /// No handle, so no reader, is left: records retired by this map go back to the heap now
     /// instead of after an epoch no one will wait for.
     fn drop(&mut self) {

@@ -7,8 +7,6 @@
 //! path-compressed layers (`tree/layout.rs`), which opens version 2 maps and upgrades them. A
 //! version 1 map is refused at open with [`RecordMapError::Corrupt`] naming both versions.
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, Tx};
 
@@ -83,8 +81,8 @@ pub(crate) fn write_head<B: Backend>(
 
 /// Check the head of the map of `kind` at `root`; the intent area's offset and the format
 /// version found (one [`opens_version`] accepts).
-pub(crate) fn read_head<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(crate) fn read_head<B: Backend>(
+    heap: &Heap<B>,
     root: u64,
     kind: StructureKind,
 ) -> Result<(u64, u64), RecordMapError> {

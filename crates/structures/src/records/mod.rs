@@ -73,8 +73,6 @@ mod reclaim;
 pub mod tree;
 mod verify;
 
-use std::ops::Deref;
-
 use crossbeam_epoch::Guard;
 use pmem_ordering::{Backend, Pool, PoolError};
 use pmem_undo_log::{Heap, RecordBlock, Tx, TxError};
@@ -254,7 +252,7 @@ impl Records {
     }
 
     /// Hand retired blocks no reader can still see back to the heap.
-    fn release_ready<B: Backend, P: Deref<Target = Pool<B>>>(&self, heap: &Heap<B, P>) {
+    fn release_ready<B: Backend>(&self, heap: &Heap<B>) {
         for block in self.limbo.drain() {
             // A block the limbo holds was retired by this structure and released by no one
             // else: the heap refuses only blocks that are not retired, which cannot be here.
@@ -263,18 +261,14 @@ impl Records {
     }
 
     /// Hand every retired block back: the structure is being dropped, no reader is left.
-    pub(crate) fn release_all<B: Backend, P: Deref<Target = Pool<B>>>(&self, heap: &Heap<B, P>) {
+    pub(crate) fn release_all<B: Backend>(&self, heap: &Heap<B>) {
         for block in self.limbo.take_all() {
             let _ = heap.release_record(block);
         }
     }
 
     /// Reserve a block for `bytes`, waiting a little for retired blocks if the heap is full.
-    fn reserve<B: Backend, P: Deref<Target = Pool<B>>>(
-        &self,
-        heap: &Heap<B, P>,
-        bytes: u64,
-    ) -> Result<RecordBlock, TxError> {
+    fn reserve<B: Backend>(&self, heap: &Heap<B>, bytes: u64) -> Result<RecordBlock, TxError> {
         self.release_ready(heap);
         match heap.reserve_record(bytes) {
             Err(TxError::PoolFull { .. }) if self.limbo.waiting() > 0 => {
@@ -294,9 +288,9 @@ impl Records {
 
     /// The first epoch of a write of `key -> value` (see the module docs): the record written
     /// and the intent line naming it and `old` (the record a lookup found for the key) durable.
-    pub(crate) fn stage<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn stage<B: Backend>(
         &self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         key: &[u8],
         value: &[u8],
         old: Option<u64>,
@@ -352,9 +346,9 @@ impl Records {
     /// A write batch's record of `key -> value` (`batch.rs`): reserved, written and flushed,
     /// with no intent line and no fence (the batch's log names it, and its commit fence makes
     /// both durable). The block is the caller's to publish or cancel.
-    pub(crate) fn stage_for_batch<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn stage_for_batch<B: Backend>(
         &self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         key: &[u8],
         value: &[u8],
     ) -> Result<RecordBlock, TxError> {
@@ -381,9 +375,9 @@ impl Records {
     }
 
     /// The first epoch of a remove: the intent line naming `old` durable.
-    pub(crate) fn stage_remove<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn stage_remove<B: Backend>(
         &self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         old: u64,
     ) -> Result<Staged<'_>, TxError> {
         let pool = heap.pool();
@@ -404,9 +398,9 @@ impl Records {
     /// structure reaches it (given its offset and key). Blocks whose header is not one of this
     /// structure's records are left alone (see `intent.rs`). Run at open, before anything else
     /// allocates from the heap.
-    pub(crate) fn resolve<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn resolve<B: Backend>(
         &self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         mut reachable: impl FnMut(u64, &[u8]) -> Result<bool, RecordMapError>,
     ) -> Result<Resolved, RecordMapError> {
         let pool = heap.pool();
@@ -455,9 +449,9 @@ impl Staged<'_> {
     /// it knows the record the slot holds now (`old`), before it stores the slot: the slot's
     /// own fence makes them durable. If `old` is not the block the intent line names, the line
     /// is corrected and persisted first.
-    pub(crate) fn commit<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn commit<B: Backend>(
         &mut self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         old: Option<u64>,
     ) -> Result<(), TxError> {
         let pool = heap.pool();
@@ -498,10 +492,7 @@ impl Staged<'_> {
     /// The structure failed after [`Staged::commit`] with its slot unchanged (a split's
     /// transaction found the heap full): undo the allocation stores, persisted. The new block
     /// is unpublished and handed back; the old one is published again.
-    pub(crate) fn undo<B: Backend, P: Deref<Target = Pool<B>>>(
-        self,
-        heap: &Heap<B, P>,
-    ) -> Result<(), TxError> {
+    pub(crate) fn undo<B: Backend>(self, heap: &Heap<B>) -> Result<(), TxError> {
         if !self.committed {
             self.abandon(heap);
             return Ok(());
@@ -521,7 +512,7 @@ impl Staged<'_> {
 
     /// The write did not happen (the key was there already, or the structure failed before
     /// [`Staged::commit`]): give the reserved block back.
-    pub(crate) fn abandon<B: Backend, P: Deref<Target = Pool<B>>>(self, heap: &Heap<B, P>) {
+    pub(crate) fn abandon<B: Backend>(self, heap: &Heap<B>) {
         if !self.committed {
             if let Some(n) = self.new {
                 // Reserved by `stage` and not published: the heap takes it back.

@@ -5,7 +5,6 @@
 //! read far.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::Heap;
@@ -29,8 +28,8 @@ pub(super) fn absorb(report: &mut Verification, part: Verification) {
 /// Check the head of the map of `kind` at `root`: magic, version, the intent area (an
 /// allocated block, counted as walked) and each of its lines, whose retire words may name only
 /// the layers of `retiring` (an ordered map's layers retired and not freed yet).
-pub(super) fn verify_head<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(super) fn verify_head<B: Backend>(
+    heap: &Heap<B>,
     report: &mut Verification,
     root: u64,
     kind: StructureKind,
@@ -122,8 +121,8 @@ fn malformed_line<B: Backend>(
 }
 
 /// The records of one map, each checked once.
-pub(super) struct RecordWalk<'h, B: Backend, P: Deref<Target = Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub(super) struct RecordWalk<'h, B: Backend> {
+    heap: &'h Heap<B>,
     /// The owner field the map's records carry.
     owner: u64,
     /// Each record reached, with the slot or node that reached it first and its key (if it
@@ -131,9 +130,9 @@ pub(super) struct RecordWalk<'h, B: Backend, P: Deref<Target = Pool<B>>> {
     reached: HashMap<u64, (u64, Option<Vec<u8>>)>,
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> RecordWalk<'h, B, P> {
+impl<'h, B: Backend> RecordWalk<'h, B> {
     /// A walk of the records of the map whose records carry `owner`.
-    pub(super) fn new(heap: &'h Heap<B, P>, owner: u64) -> Self {
+    pub(super) fn new(heap: &'h Heap<B>, owner: u64) -> Self {
         RecordWalk {
             heap,
             owner,

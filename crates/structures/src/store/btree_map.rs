@@ -1,16 +1,15 @@
 //! [`BTreeMap`]: a named ordered map of typed keys and values.
 
 use std::marker::PhantomData;
-use std::ops::{Bound, Deref, RangeBounds};
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
 use super::entries::BTreeEntries;
 use super::error::Error;
 use super::map::TreeCore;
-use super::raw::SharedHeap;
 use super::record_map::RecordTreeCore;
 use super::typed::{decode, decode_word, encode_word};
 use super::typed_methods::typed_map_methods;
@@ -30,25 +29,20 @@ use crate::records::tree::Scan;
 /// it returns; lookups and scans take no lock.
 ///
 /// [`Store`]: super::Store
-pub struct BTreeMap<
-    K = u64,
-    V = u64,
-    B: Backend = Hardware,
-    P: Deref<Target = Pool<B>> = Arc<Pool<B>>,
-> {
-    pub(super) repr: TreeRepr<B, P>,
+pub struct BTreeMap<K = u64, V = u64, B: Backend = Hardware> {
+    pub(super) repr: TreeRepr<B>,
     pub(super) types: PhantomData<fn() -> (K, V)>,
 }
 
 /// Where an ordered map keeps its pairs.
-pub(super) enum TreeRepr<B: Backend, P: Deref<Target = Pool<B>>> {
+pub(super) enum TreeRepr<B: Backend> {
     /// Inline in `u64` slots.
-    Words(Arc<TreeCore<B, P>>),
+    Words(Arc<TreeCore<B>>),
     /// In records.
-    Records(Arc<RecordTreeCore<B, P>>),
+    Records(Arc<RecordTreeCore<B>>),
 }
 
-impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<K, V, B, P> {
+impl<K, V, B: Backend> Clone for BTreeMap<K, V, B> {
     fn clone(&self) -> Self {
         BTreeMap {
             repr: match &self.repr {
@@ -60,11 +54,11 @@ impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for BTreeMap<K, V, B, P
     }
 }
 
-impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B, P> {
+impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
     typed_map_methods!(TreeRepr);
 
     /// The map as a write batch names it.
-    fn batch_map(&self) -> BatchMap<B, P> {
+    fn batch_map(&self) -> BatchMap<B> {
         match &self.repr {
             TreeRepr::Words(core) => BatchMap::TreeWords(core.clone()),
             TreeRepr::Records(core) => BatchMap::TreeRecords(core.clone()),
@@ -84,7 +78,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
     }
 
     /// Every `(key, value)` in key order, each `Ok` (or an error that ends the walk).
-    pub fn iter(&self) -> BTreeIter<'_, K, V, B, P> {
+    pub fn iter(&self) -> BTreeIter<'_, K, V, B> {
         self.scan(Bound::Unbounded, Bound::Unbounded)
     }
 
@@ -93,7 +87,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
     /// without a lock: a scan beside writers sees every key present for its whole duration,
     /// and each key once. A scan of a map of records pins the epoch while it lives (see
     /// [`super::HashMap::iter`]).
-    pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B, P> {
+    pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B> {
         // Encoded in place (no allocation): a map of words takes the words, one of records
         // copies what it keeps.
         let (start, end) = (
@@ -106,7 +100,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
         )
     }
 
-    fn scan(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> BTreeIter<'_, K, V, B, P> {
+    fn scan(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> BTreeIter<'_, K, V, B> {
         let inner = match &self.repr {
             TreeRepr::Words(core) => TreeIterRepr::Words(
                 core.range_entries((start.map(encode_word), end.map(encode_word))),
@@ -123,8 +117,8 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeMap<K, V, B,
 }
 
 /// The `(key, value)` pairs of a [`BTreeMap`] in a range, in key order.
-pub struct BTreeIter<'a, K, V, B: Backend, P: Deref<Target = Pool<B>>> {
-    inner: TreeIterRepr<'a, B, P>,
+pub struct BTreeIter<'a, K, V, B: Backend> {
+    inner: TreeIterRepr<'a, B>,
     name: &'a str,
     /// A map of records' walk met an error (a map of words' entries stop by themselves).
     done: bool,
@@ -135,15 +129,15 @@ pub struct BTreeIter<'a, K, V, B: Backend, P: Deref<Target = Pool<B>>> {
 // iterator is made once per range and moved rarely, so the size difference is kept rather than
 // boxed.
 #[allow(clippy::large_enum_variant)]
-enum TreeIterRepr<'a, B: Backend, P: Deref<Target = Pool<B>>> {
-    Words(BTreeEntries<'a, B, P>),
-    Records(Scan<'a, B, P, SharedHeap<B, P>>),
+enum TreeIterRepr<'a, B: Backend> {
+    Words(BTreeEntries<'a, B>),
+    Records(Scan<'a, B>),
 }
 
 /// The typed pair of a map of words' `(key, value)` words; an error ends the walk.
 #[inline(always)]
-fn decode_words<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>>(
-    entries: &mut BTreeEntries<'_, B, P>,
+fn decode_words<K: Key, V: Value, B: Backend>(
+    entries: &mut BTreeEntries<'_, B>,
     (k, v): (u64, u64),
     name: &str,
 ) -> Result<(K, V), Error> {
@@ -155,7 +149,7 @@ fn decode_words<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>>(
     pair
 }
 
-impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeIter<'_, K, V, B, P> {
+impl<K: Key, V: Value, B: Backend> BTreeIter<'_, K, V, B> {
     /// `next` past its inlined case: a new batch of a map of words, or a map of records.
     #[inline(never)]
     fn next_slow(&mut self) -> Option<Result<(K, V), Error>> {
@@ -181,9 +175,7 @@ impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> BTreeIter<'_, K, 
     }
 }
 
-impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> Iterator
-    for BTreeIter<'_, K, V, B, P>
-{
+impl<K: Key, V: Value, B: Backend> Iterator for BTreeIter<'_, K, V, B> {
     type Item = Result<(K, V), Error>;
 
     #[inline]

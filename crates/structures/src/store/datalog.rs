@@ -3,7 +3,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 
 use super::catalog::Listed;
 use super::error::Error;
@@ -11,20 +11,20 @@ use super::raw::Files;
 use super::registry::{Core, Opened, Shared};
 
 /// A datalog's shared state: the structure and the store it lives in.
-pub(crate) struct FilesCore<B: Backend, P: Deref<Target = Pool<B>>> {
-    raw: Files<B, P>,
+pub(crate) struct FilesCore<B: Backend> {
+    raw: Files<B>,
     name: String,
     // Keeps the store (and its file lock) alive as long as a handle is.
-    _shared: Arc<Shared<B, P>>,
+    _shared: Arc<Shared<B>>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for FilesCore<B, P> {
-    type Raw = Files<B, P>;
+impl<B: Backend> Core<B> for FilesCore<B> {
+    type Raw = Files<B>;
     fn wrap(
-        raw: Files<B, P>,
+        raw: Files<B>,
         _listed: &Listed,
         name: &str,
-        shared: Arc<Shared<B, P>>,
+        shared: Arc<Shared<B>>,
     ) -> Result<Self, Error> {
         Ok(FilesCore {
             raw,
@@ -32,16 +32,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for FilesCore<B, P> {
             _shared: shared,
         })
     }
-    fn record(core: &Arc<Self>) -> Opened<B, P> {
+    fn record(core: &Arc<Self>) -> Opened<B> {
         Opened::Datalog(Arc::downgrade(core))
     }
-    fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>> {
+    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
         match opened {
             Opened::Datalog(weak) => weak.upgrade(),
             _ => None,
         }
     }
-    fn raw(&self) -> &Files<B, P> {
+    fn raw(&self) -> &Files<B> {
         &self.raw
     }
 }
@@ -52,18 +52,18 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for FilesCore<B, P> {
 /// Dereferences to [`crate::datalog::Datalog`], whose methods it offers (`create_file`,
 /// `write_at`, `read_at`, `truncate`, ...). Cheap to clone; `Send + Sync + 'static` for a store
 /// on a file.
-pub struct Datalog<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    pub(crate) core: Arc<FilesCore<B, P>>,
+pub struct Datalog<B: Backend = Hardware> {
+    pub(crate) core: Arc<FilesCore<B>>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Datalog<B, P> {
+impl<B: Backend> Datalog<B> {
     /// The datalog's name in its store.
     pub fn name(&self) -> &str {
         &self.core.name
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Datalog<B, P> {
+impl<B: Backend> Clone for Datalog<B> {
     fn clone(&self) -> Self {
         Datalog {
             core: self.core.clone(),
@@ -71,9 +71,9 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Datalog<B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Deref for Datalog<B, P> {
-    type Target = Files<B, P>;
-    fn deref(&self) -> &Files<B, P> {
+impl<B: Backend> Deref for Datalog<B> {
+    type Target = Files<B>;
+    fn deref(&self) -> &Files<B> {
         &self.core.raw
     }
 }

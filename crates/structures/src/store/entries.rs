@@ -3,11 +3,8 @@
 //! ordered map's takes the tree's pairs in batches ([`BTreeEntries`]).
 
 use std::cell::Cell;
-use std::ops::Deref;
-use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::error::Error;
 use crate::cceh;
@@ -28,7 +25,7 @@ pub struct Entries<I> {
 pub type HashEntries = Entries<cceh::Iter>;
 
 /// The tree's own range scan, under the ordered map.
-type TreeRange<'a, B, P> = fastfair::Range<'a, B, P, Arc<Heap<B, P>>>;
+type TreeRange<'a, B> = fastfair::Range<'a, B>;
 
 impl<I> Entries<I> {
     pub(crate) fn new(raw: I, last: Option<(u64, u64)>) -> Entries<I> {
@@ -75,8 +72,8 @@ where
 /// one pair per call. A batch is read before its pairs are handed out, which a scan beside
 /// writers may do anyway: every key present for the scan's whole duration is still seen, and
 /// each once.
-pub struct BTreeEntries<'a, B: Backend, P: Deref<Target = Pool<B>>> {
-    raw: TreeRange<'a, B, P>,
+pub struct BTreeEntries<'a, B: Backend> {
+    raw: TreeRange<'a, B>,
     /// The batch being handed out, from `at` on.
     buf: Vec<(u64, u64)>,
     at: usize,
@@ -104,14 +101,10 @@ thread_local! {
     static SPARE: Cell<Vec<(u64, u64)>> = const { Cell::new(Vec::new()) };
 }
 
-impl<'a, B: Backend, P: Deref<Target = Pool<B>>> BTreeEntries<'a, B, P> {
+impl<'a, B: Backend> BTreeEntries<'a, B> {
     /// The pairs `raw` reads, in a tree whose leaves hold at most `leaf_pairs` pairs
     /// ([`fastfair::FastFair::capacity`]), then `last`.
-    pub(crate) fn new(
-        raw: TreeRange<'a, B, P>,
-        leaf_pairs: usize,
-        last: Option<(u64, u64)>,
-    ) -> Self {
+    pub(crate) fn new(raw: TreeRange<'a, B>, leaf_pairs: usize, last: Option<(u64, u64)>) -> Self {
         BTreeEntries {
             raw,
             buf: Vec::new(),
@@ -176,7 +169,7 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> BTreeEntries<'a, B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for BTreeEntries<'_, B, P> {
+impl<B: Backend> Iterator for BTreeEntries<'_, B> {
     type Item = Result<(u64, u64), Error>;
 
     #[inline]
@@ -188,7 +181,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Iterator for BTreeEntries<'_, B, P>
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Drop for BTreeEntries<'_, B, P> {
+impl<B: Backend> Drop for BTreeEntries<'_, B> {
     fn drop(&mut self) {
         // Kept whenever allocated: it never grows past what `refill` reserved (a batch and a
         // leaf), so a thread keeps at most one buffer of a few KiB.

@@ -1,10 +1,9 @@
 //! [`HashMap`]: a named hash map of typed keys and values.
 
 use std::marker::PhantomData;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
 use super::entries::HashEntries;
@@ -28,25 +27,20 @@ use crate::records::hash::Iter as RecordIter;
 /// tasks and a service's state. Each write is durable when it returns; lookups take no lock.
 ///
 /// [`Store`]: super::Store
-pub struct HashMap<
-    K = u64,
-    V = u64,
-    B: Backend = Hardware,
-    P: Deref<Target = Pool<B>> = Arc<Pool<B>>,
-> {
-    pub(super) repr: HashRepr<B, P>,
+pub struct HashMap<K = u64, V = u64, B: Backend = Hardware> {
+    pub(super) repr: HashRepr<B>,
     pub(super) types: PhantomData<fn() -> (K, V)>,
 }
 
 /// Where a hash map keeps its pairs.
-pub(super) enum HashRepr<B: Backend, P: Deref<Target = Pool<B>>> {
+pub(super) enum HashRepr<B: Backend> {
     /// Inline in `u64` slots.
-    Words(Arc<HashCore<B, P>>),
+    Words(Arc<HashCore<B>>),
     /// In records.
-    Records(Arc<RecordHashCore<B, P>>),
+    Records(Arc<RecordHashCore<B>>),
 }
 
-impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<K, V, B, P> {
+impl<K, V, B: Backend> Clone for HashMap<K, V, B> {
     fn clone(&self) -> Self {
         HashMap {
             repr: match &self.repr {
@@ -58,11 +52,11 @@ impl<K, V, B: Backend, P: Deref<Target = Pool<B>>> Clone for HashMap<K, V, B, P>
     }
 }
 
-impl<K: Key, V: Value, B: Backend, P: Deref<Target = Pool<B>>> HashMap<K, V, B, P> {
+impl<K: Key, V: Value, B: Backend> HashMap<K, V, B> {
     typed_map_methods!(HashRepr);
 
     /// The map as a write batch names it.
-    fn batch_map(&self) -> BatchMap<B, P> {
+    fn batch_map(&self) -> BatchMap<B> {
         match &self.repr {
             HashRepr::Words(core) => BatchMap::HashWords(core.clone()),
             HashRepr::Records(core) => BatchMap::HashRecords(core.clone()),

@@ -6,12 +6,12 @@
 //! catalog entry (a presence word and a value word), written by a small transaction, while
 //! every other key keeps the structure's one-fence path.
 
-use std::ops::{Bound, Deref, RangeBounds};
+use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 
 use super::catalog::{self, Listed};
 use super::entries::{BTreeEntries, Entries, HashEntries};
@@ -22,7 +22,7 @@ use crate::sync::{WriteSection, WriterGate};
 use crate::U64Map;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
-pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
+pub(crate) struct MapCore<S, B: Backend> {
     pub(super) raw: S,
     /// The reserved key's value, as the catalog entry holds it: read without a lock (a
     /// lookup or a scan costs one optimistic read), written only under `reserved_writer`.
@@ -31,22 +31,21 @@ pub(crate) struct MapCore<S, B: Backend, P: Deref<Target = Pool<B>>> {
     reserved_writer: Mutex<()>,
     entry: u64,
     pub(super) name: String,
-    pub(super) shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B>>,
     /// Keeps single writers out while a write batch holds the map (`batch/`).
     pub(super) gate: WriterGate,
 }
 
-pub(crate) type HashCore<B, P> = MapCore<HashTable<B, P>, B, P>;
-pub(crate) type TreeCore<B, P> = MapCore<Tree<B, P>, B, P>;
+pub(crate) type HashCore<B> = MapCore<HashTable<B>, B>;
+pub(crate) type TreeCore<B> = MapCore<Tree<B>, B>;
 
-impl<S, B, P> MapCore<S, B, P>
+impl<S, B> MapCore<S, B>
 where
-    S: Structure<B, P> + U64Map,
+    S: Structure<B> + U64Map,
     Error: From<S::Error>,
     B: Backend,
-    P: Deref<Target = Pool<B>>,
 {
-    fn new(raw: S, listed: &Listed, name: &str, shared: Arc<Shared<B, P>>) -> Result<Self, Error> {
+    fn new(raw: S, listed: &Listed, name: &str, shared: Arc<Shared<B>>) -> Result<Self, Error> {
         let entry = listed.entry;
         let reserved = catalog::read_side(shared.heap.pool(), entry)?;
         Ok(MapCore {
@@ -144,7 +143,7 @@ where
     }
 }
 
-impl<S, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
+impl<S, B: Backend> MapCore<S, B> {
     /// A write batch's new value of the reserved key: the catalog entry's bytes (where, and
     /// what they become).
     pub(super) fn side_image(&self, value: Option<u64>) -> (u64, [u8; 16]) {
@@ -160,26 +159,26 @@ impl<S, B: Backend, P: Deref<Target = Pool<B>>> MapCore<S, B, P> {
 
 macro_rules! map_core {
     ($core:ident, $raw:ident, $variant:ident) => {
-        impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for $core<B, P> {
-            type Raw = $raw<B, P>;
+        impl<B: Backend> Core<B> for $core<B> {
+            type Raw = $raw<B>;
             fn wrap(
-                raw: $raw<B, P>,
+                raw: $raw<B>,
                 listed: &Listed,
                 name: &str,
-                shared: Arc<Shared<B, P>>,
+                shared: Arc<Shared<B>>,
             ) -> Result<Self, Error> {
                 MapCore::new(raw, listed, name, shared)
             }
-            fn record(core: &Arc<Self>) -> Opened<B, P> {
+            fn record(core: &Arc<Self>) -> Opened<B> {
                 Opened::$variant(Arc::downgrade(core))
             }
-            fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>> {
+            fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
                 match opened {
                     Opened::$variant(weak) => weak.upgrade(),
                     _ => None,
                 }
             }
-            fn raw(&self) -> &$raw<B, P> {
+            fn raw(&self) -> &$raw<B> {
                 &self.raw
             }
         }
@@ -189,20 +188,20 @@ macro_rules! map_core {
 map_core!(HashCore, HashTable, HashMap);
 map_core!(TreeCore, Tree, BTreeMap);
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> HashCore<B, P> {
+impl<B: Backend> HashCore<B> {
     /// Every `(key, value)` word pair, the reserved key's last.
     pub(super) fn entries(&self) -> HashEntries {
-        let reserved = <HashTable<B, P> as U64Map>::RESERVED_KEY;
+        let reserved = <HashTable<B> as U64Map>::RESERVED_KEY;
         let last = self.reserved().map(|value| (reserved, value));
         Entries::new(self.raw.iter(), last)
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> TreeCore<B, P> {
+impl<B: Backend> TreeCore<B> {
     /// The `(key, value)` word pairs with keys in `range`, in order; the reserved key (the
     /// largest) last.
-    pub(super) fn range_entries(&self, range: (Bound<u64>, Bound<u64>)) -> BTreeEntries<'_, B, P> {
-        let reserved = <Tree<B, P> as U64Map>::RESERVED_KEY;
+    pub(super) fn range_entries(&self, range: (Bound<u64>, Bound<u64>)) -> BTreeEntries<'_, B> {
+        let reserved = <Tree<B> as U64Map>::RESERVED_KEY;
         let last = match self.reserved() {
             Some(value) if range.contains(&reserved) => Some((reserved, value)),
             _ => None,

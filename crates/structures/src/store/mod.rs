@@ -53,7 +53,6 @@ mod verification;
 mod verify;
 
 use std::marker::PhantomData;
-use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -131,11 +130,11 @@ pub const STORE_LAYOUT: &str = "pmem-store";
 /// `Store` is cheap to clone and `Send + Sync + 'static` (for a store on a file), like the
 /// handles it gives out. The pool file stays open, and locked, until the store and all its
 /// handles are dropped.
-pub struct Store<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    shared: Arc<Shared<B, P>>,
+pub struct Store<B: Backend = Hardware> {
+    shared: Arc<Shared<B>>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Store<B, P> {
+impl<B: Backend> Clone for Store<B> {
     fn clone(&self) -> Self {
         Store {
             shared: self.shared.clone(),
@@ -262,11 +261,14 @@ impl Store {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
+impl<B: Backend> Store<B> {
     /// Make a store in `pool` (a fresh pool, such as a simulated one for crash tests): format
     /// its heap with the options' fence policy and shape, then an empty catalog filling the
     /// pool's root object.
-    pub fn format(pool: P, options: &StoreOptions) -> Result<Store<B, P>, Error> {
+    pub fn format(
+        pool: impl Into<Arc<Pool<B>>>,
+        options: &StoreOptions,
+    ) -> Result<Store<B>, Error> {
         let heap = Heap::create(pool, options.heap, options.fence_policy)?;
         let catalog = Catalog::format(&heap)?;
         let path = heap.pool().path().map(Path::to_path_buf);
@@ -280,7 +282,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// the writes a crash left in doubt before anything allocates ([`crate::records`]). An
     /// ordered map of records walks its layers to open, so a store with large ones takes time
     /// in proportion to their records to load.
-    pub fn load(heap: Heap<B, P>) -> Result<Store<B, P>, Error> {
+    pub fn load(heap: Heap<B>) -> Result<Store<B>, Error> {
         let catalog = Catalog::open(&heap)?;
         // A write batch a crash cut short after its commit point: its bytes go back in before
         // any structure opens (`batch/area.rs`, "Recovery").
@@ -328,7 +330,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn hash_map<K: Key, V: Value>(&self, name: &str) -> Result<HashMap<K, V, B, P>, Error> {
+    pub fn hash_map<K: Key, V: Value>(&self, name: &str) -> Result<HashMap<K, V, B>, Error> {
         self.hash_map_with(name, CcehConfig::default())
     }
 
@@ -338,7 +340,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         &self,
         name: &str,
         config: CcehConfig,
-    ) -> Result<HashMap<K, V, B, P>, Error> {
+    ) -> Result<HashMap<K, V, B>, Error> {
         let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             HashRepr::Words(self.shared.open_or_create(name, config, types)?)
@@ -351,14 +353,31 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         })
     }
 
+    /// The ordered map named `name` from `K` to `V`: the one in the store (which must have
+    /// been created with these types: [`Error::TypeMismatch`] otherwise), or a new empty one
+    /// with the default configuration (FAST&FAIR's 512-byte nodes, FAST shifts).
+    ///
+    /// ```no_run
+    /// # use pmem_structures::{Store, StoreOptions};
+    /// # fn main() -> Result<(), pmem_structures::Error> {
+    /// # let store = Store::anonymous(64 << 20, &StoreOptions::new())?;
+    /// let orders = store.btree_map::<u64, u64>("orders")?;
+    /// orders.insert(42u64, 7u64)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn btree_map<K: Key, V: Value>(&self, name: &str) -> Result<BTreeMap<K, V, B>, Error> {
+        self.btree_map_with(name, FastFairConfig::default())
+    }
+
     /// The ordered map named `name` from `K` to `V`; `config` (node size, shift policy) shapes
     /// it if it is new (an existing map keeps the configuration recorded in the store, and
     /// must have been created with these types: [`Error::TypeMismatch`] otherwise).
-    pub fn btree_map<K: Key, V: Value>(
+    pub fn btree_map_with<K: Key, V: Value>(
         &self,
         name: &str,
         config: FastFairConfig,
-    ) -> Result<BTreeMap<K, V, B, P>, Error> {
+    ) -> Result<BTreeMap<K, V, B>, Error> {
         let types = types::MapTypes::of::<K, V>();
         let repr = if types::inline::<K, V>() {
             TreeRepr::Words(self.shared.open_or_create(name, config, types)?)
@@ -373,7 +392,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
 
     /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new
     /// (an existing one keeps the configuration recorded in the store).
-    pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B, P>, Error> {
+    pub fn datalog(&self, name: &str, config: DatalogConfig) -> Result<Datalog<B>, Error> {
         let untyped = types::MapTypes::of::<u64, u64>();
         Ok(Datalog {
             core: self.shared.open_or_create(name, config, untyped)?,

@@ -1,9 +1,8 @@
 //! The shared state of a map of records: the structure, its name and the store.
 
-use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 
 use super::catalog::Listed;
 use super::error::Error;
@@ -12,22 +11,22 @@ use super::registry::{Core, Opened, Shared};
 use crate::sync::{WriteSection, WriterGate};
 
 /// A byte-key hash map's shared state.
-pub(crate) struct RecordHashCore<B: Backend, P: Deref<Target = Pool<B>>> {
-    pub(super) raw: RecordTable<B, P>,
+pub(crate) struct RecordHashCore<B: Backend> {
+    pub(super) raw: RecordTable<B>,
     pub(super) name: String,
     /// Keeps the store (heap, file, lock) alive as long as a handle is.
-    pub(super) shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B>>,
     /// Keeps single writers out while a write batch holds the map (`batch/`).
     pub(super) gate: WriterGate,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordHashCore<B, P> {
-    type Raw = RecordTable<B, P>;
+impl<B: Backend> Core<B> for RecordHashCore<B> {
+    type Raw = RecordTable<B>;
     fn wrap(
-        raw: RecordTable<B, P>,
+        raw: RecordTable<B>,
         _listed: &Listed,
         name: &str,
-        shared: Arc<Shared<B, P>>,
+        shared: Arc<Shared<B>>,
     ) -> Result<Self, Error> {
         Ok(RecordHashCore {
             raw,
@@ -36,37 +35,37 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordHashCore<B, P>
             gate: WriterGate::new(),
         })
     }
-    fn record(core: &Arc<Self>) -> Opened<B, P> {
+    fn record(core: &Arc<Self>) -> Opened<B> {
         Opened::RecordHashMap(Arc::downgrade(core))
     }
-    fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>> {
+    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
         match opened {
             Opened::RecordHashMap(weak) => weak.upgrade(),
             _ => None,
         }
     }
-    fn raw(&self) -> &RecordTable<B, P> {
+    fn raw(&self) -> &RecordTable<B> {
         &self.raw
     }
 }
 
 /// A byte-key ordered map's shared state.
-pub(crate) struct RecordTreeCore<B: Backend, P: Deref<Target = Pool<B>>> {
-    pub(super) raw: RecordTree<B, P>,
+pub(crate) struct RecordTreeCore<B: Backend> {
+    pub(super) raw: RecordTree<B>,
     pub(super) name: String,
     /// Keeps the store (heap, file, lock) alive as long as a handle is.
-    pub(super) shared: Arc<Shared<B, P>>,
+    pub(super) shared: Arc<Shared<B>>,
     /// Keeps single writers out while a write batch holds the map (`batch/`).
     pub(super) gate: WriterGate,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P> {
-    type Raw = RecordTree<B, P>;
+impl<B: Backend> Core<B> for RecordTreeCore<B> {
+    type Raw = RecordTree<B>;
     fn wrap(
-        raw: RecordTree<B, P>,
+        raw: RecordTree<B>,
         _listed: &Listed,
         name: &str,
-        shared: Arc<Shared<B, P>>,
+        shared: Arc<Shared<B>>,
     ) -> Result<Self, Error> {
         Ok(RecordTreeCore {
             raw,
@@ -75,16 +74,16 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P>
             gate: WriterGate::new(),
         })
     }
-    fn record(core: &Arc<Self>) -> Opened<B, P> {
+    fn record(core: &Arc<Self>) -> Opened<B> {
         Opened::RecordBTreeMap(Arc::downgrade(core))
     }
-    fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>> {
+    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
         match opened {
             Opened::RecordBTreeMap(weak) => weak.upgrade(),
             _ => None,
         }
     }
-    fn raw(&self) -> &RecordTree<B, P> {
+    fn raw(&self) -> &RecordTree<B> {
         &self.raw
     }
 }
@@ -92,7 +91,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Core<B, P> for RecordTreeCore<B, P>
 /// Entering the writer gate of a map of records for a single write.
 macro_rules! enter_gate {
     ($core:ident) => {
-        impl<B: Backend, P: Deref<Target = Pool<B>>> $core<B, P> {
+        impl<B: Backend> $core<B> {
             /// Enter the map's writer gate for a single write (see `batch/`).
             #[inline(always)]
             pub(super) fn enter(&self) -> Result<WriteSection, Error> {

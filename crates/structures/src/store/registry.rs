@@ -5,45 +5,44 @@
 //! entry (weakly: the last clone's drop closes the structure) and gives out clones of it.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use super::catalog::{Catalog, Listed};
 use super::error::Error;
 use super::name::check_name;
-use super::raw::{SharedHeap, Structure};
+use super::raw::Structure;
 use super::types::MapTypes;
 use crate::kind::StructureKind;
 use crate::verify::Verification;
 
 /// What every handle holds: the heap, the catalog and the open structures.
-pub(crate) struct Shared<B: Backend, P: Deref<Target = Pool<B>>> {
-    pub heap: SharedHeap<B, P>,
+pub(crate) struct Shared<B: Backend> {
+    pub heap: Heap<B>,
     pub path: Option<PathBuf>,
-    state: Mutex<State<B, P>>,
+    state: Mutex<State<B>>,
     /// Write batches: the lock, the readers' version, the area.
     pub batches: super::batch::Batches,
 }
 
-pub(crate) struct State<B: Backend, P: Deref<Target = Pool<B>>> {
+pub(crate) struct State<B: Backend> {
     pub catalog: Catalog,
-    open: HashMap<u64, Opened<B, P>>,
+    open: HashMap<u64, Opened<B>>,
 }
 
 /// An open structure's core, as the registry keeps it.
-pub(crate) enum Opened<B: Backend, P: Deref<Target = Pool<B>>> {
-    HashMap(Weak<super::map::HashCore<B, P>>),
-    BTreeMap(Weak<super::map::TreeCore<B, P>>),
-    Datalog(Weak<super::datalog::FilesCore<B, P>>),
-    RecordHashMap(Weak<super::record_map::RecordHashCore<B, P>>),
-    RecordBTreeMap(Weak<super::record_map::RecordTreeCore<B, P>>),
+pub(crate) enum Opened<B: Backend> {
+    HashMap(Weak<super::map::HashCore<B>>),
+    BTreeMap(Weak<super::map::TreeCore<B>>),
+    Datalog(Weak<super::datalog::FilesCore<B>>),
+    RecordHashMap(Weak<super::record_map::RecordHashCore<B>>),
+    RecordBTreeMap(Weak<super::record_map::RecordTreeCore<B>>),
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
+impl<B: Backend> Opened<B> {
     /// The blocks of the structure, walked through its handle, if a handle is still alive.
     fn live_blocks(&self) -> Option<Result<Vec<u64>, Error>> {
         match self {
@@ -79,28 +78,28 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Opened<B, P> {
 }
 
 /// The shared core of a handle of one kind.
-pub(crate) trait Core<B: Backend, P: Deref<Target = Pool<B>>>: Sized {
+pub(crate) trait Core<B: Backend>: Sized {
     /// The structure inside.
-    type Raw: Structure<B, P>;
+    type Raw: Structure<B>;
     /// Wrap a structure just opened or created for the entry `listed`.
     fn wrap(
         raw: Self::Raw,
         listed: &Listed,
         name: &str,
-        shared: Arc<Shared<B, P>>,
+        shared: Arc<Shared<B>>,
     ) -> Result<Self, Error>;
     /// The registry's record of it.
-    fn record(core: &Arc<Self>) -> Opened<B, P>;
+    fn record(core: &Arc<Self>) -> Opened<B>;
     /// The core a record holds, if it is of this kind and alive.
-    fn recall(opened: &Opened<B, P>) -> Option<Arc<Self>>;
+    fn recall(opened: &Opened<B>) -> Option<Arc<Self>>;
     /// The structure inside.
     fn raw(&self) -> &Self::Raw;
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
-    pub(crate) fn new(heap: Heap<B, P>, catalog: Catalog, path: Option<PathBuf>) -> Self {
+impl<B: Backend> Shared<B> {
+    pub(crate) fn new(heap: Heap<B>, catalog: Catalog, path: Option<PathBuf>) -> Self {
         Shared {
-            heap: Arc::new(heap),
+            heap,
             path,
             state: Mutex::new(State {
                 catalog,
@@ -110,7 +109,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State<B, P>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<B>> {
         // A panic while the lock was held left the DRAM copy as it was before the failed
         // change (catalog changes update it only after their transaction commits).
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -123,15 +122,15 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
     pub(crate) fn open_or_create<C>(
         self: &Arc<Self>,
         name: &str,
-        config: <C::Raw as Structure<B, P>>::Config,
+        config: <C::Raw as Structure<B>>::Config,
         types: MapTypes,
     ) -> Result<Arc<C>, Error>
     where
-        C: Core<B, P>,
+        C: Core<B>,
     {
         check_name(name)?;
         let mut state = self.lock();
-        let wanted = <C::Raw as Structure<B, P>>::KIND;
+        let wanted = <C::Raw as Structure<B>>::KIND;
         let (raw, listed) = match state.catalog.find(name) {
             Some(listed) => {
                 check_types(name, &listed, wanted, types)?;
@@ -143,20 +142,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
                 if let Some(core) = state.open.get(&listed.slot).and_then(C::recall) {
                     return Ok(core);
                 }
-                (C::Raw::open(self.heap.clone(), listed.root)?, listed)
+                (C::Raw::open(&self.heap, listed.root)?, listed)
             }
-            None => {
-                let heap = self.heap.clone();
-                state.catalog.add(
-                    &self.heap,
-                    name,
-                    wanted,
-                    types.codes,
-                    types.fingerprint,
-                    <C::Raw as Structure<B, P>>::ROOT_BYTES,
-                    |root| C::Raw::create(heap, root, config),
-                )?
-            }
+            None => state.catalog.add(
+                &self.heap,
+                name,
+                wanted,
+                types.codes,
+                types.fingerprint,
+                <C::Raw as Structure<B>>::ROOT_BYTES,
+                |root| C::Raw::create(&self.heap, root, config),
+            )?,
         };
         let core = Arc::new(C::wrap(raw, &listed, name, self.clone())?);
         state.open.insert(listed.slot, C::record(&core));
@@ -180,7 +176,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         match state.catalog.remove(&self.heap, listed.slot, &blocks) {
             // No room for the list of its blocks: empty it first, by its own removes (which
             // allocate nothing), with its entry `Draining` so that a crash finishes the job.
-            Err(Error::PoolFull { .. }) if drains::<B, P>(listed.kind) => {
+            Err(Error::PoolFull { .. }) if drains::<B>(listed.kind) => {
                 state.catalog.mark_draining(&self.heap, listed.slot)?;
                 drain_and_remove(&self.heap, &mut state.catalog, &listed)
             }
@@ -207,10 +203,10 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
         for (_, listed) in state.catalog.listed() {
             match listed.kind {
                 StructureKind::RecordHashMap => {
-                    RecordTable::open(self.heap.clone(), listed.root)?;
+                    RecordTable::open(&self.heap, listed.root)?;
                 }
                 StructureKind::RecordBTreeMap => {
-                    RecordTree::open(self.heap.clone(), listed.root)?;
+                    RecordTree::open(&self.heap, listed.root)?;
                 }
                 _ => {}
             }
@@ -220,11 +216,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
 
     /// The structure `listed` verified and its blocks listed, with the lock held (`state`):
     /// through its live handle, else through one opened for the walk.
-    pub(crate) fn walk_listed(
-        &self,
-        state: &State<B, P>,
-        listed: &Listed,
-    ) -> Result<Walked, Error> {
+    pub(crate) fn walk_listed(&self, state: &State<B>, listed: &Listed) -> Result<Walked, Error> {
         match state.open.get(&listed.slot).and_then(Opened::live_walk) {
             Some(walked) => Ok(walked),
             None => walk_closed(&self.heap, listed),
@@ -252,17 +244,14 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Shared<B, P> {
 /// A structure's walk for `Store::verify`: its verification, and its blocks (root aside).
 pub(crate) type Walked = (Verification, Result<Vec<u64>, Error>);
 
-fn walk<B: Backend, P: Deref<Target = Pool<B>>, S: Structure<B, P>>(structure: &S) -> Walked {
+fn walk<B: Backend, S: Structure<B>>(structure: &S) -> Walked {
     (structure.verify(), structure.blocks())
 }
 
 /// [`Walked`] for a structure no handle has open, through a handle made for the walk.
-fn walk_closed<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &SharedHeap<B, P>,
-    listed: &Listed,
-) -> Result<Walked, Error> {
+fn walk_closed<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Walked, Error> {
     use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
-    let (heap, root) = (heap.clone(), listed.root);
+    let root = listed.root;
     Ok(match listed.kind {
         StructureKind::RecordBTreeMap => walk(&RecordTree::open(heap, root)?),
         StructureKind::RecordHashMap => walk(&RecordTable::open(heap, root)?),
@@ -273,60 +262,50 @@ fn walk_closed<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// Whether structures of `kind` shrink when emptied ([`Structure::DRAINS`]).
-fn drains<B: Backend, P: Deref<Target = Pool<B>>>(kind: StructureKind) -> bool {
+fn drains<B: Backend>(kind: StructureKind) -> bool {
     use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
     match kind {
-        StructureKind::RecordBTreeMap => <RecordTree<B, P> as Structure<B, P>>::DRAINS,
-        StructureKind::RecordHashMap => <RecordTable<B, P> as Structure<B, P>>::DRAINS,
-        StructureKind::HashMap => <HashTable<B, P> as Structure<B, P>>::DRAINS,
-        StructureKind::BTreeMap => <Tree<B, P> as Structure<B, P>>::DRAINS,
-        StructureKind::Datalog => <Files<B, P> as Structure<B, P>>::DRAINS,
+        StructureKind::RecordBTreeMap => <RecordTree<B> as Structure<B>>::DRAINS,
+        StructureKind::RecordHashMap => <RecordTable<B> as Structure<B>>::DRAINS,
+        StructureKind::HashMap => <HashTable<B> as Structure<B>>::DRAINS,
+        StructureKind::BTreeMap => <Tree<B> as Structure<B>>::DRAINS,
+        StructureKind::Datalog => <Files<B> as Structure<B>>::DRAINS,
     }
 }
 
 /// Empty the structure `listed` (no handle has it open; its entry is `Draining`) by its own
 /// removes, opening it (which recovers it), then remove it.
-fn drain_and_remove<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &SharedHeap<B, P>,
+fn drain_and_remove<B: Backend>(
+    heap: &Heap<B>,
     catalog: &mut Catalog,
     listed: &Listed,
 ) -> Result<(), Error> {
     use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
-    fn drained<B: Backend, P: Deref<Target = Pool<B>>, S: Structure<B, P>>(
-        heap: &SharedHeap<B, P>,
-        root: u64,
-    ) -> Result<Vec<u64>, Error> {
-        let structure = S::open(heap.clone(), root)?;
+    fn drained<B: Backend, S: Structure<B>>(heap: &Heap<B>, root: u64) -> Result<Vec<u64>, Error> {
+        let structure = S::open(heap, root)?;
         structure.drain()?;
         structure.blocks()
     }
     let root = listed.root;
     let blocks = match listed.kind {
-        StructureKind::RecordBTreeMap => drained::<B, P, RecordTree<B, P>>(heap, root)?,
-        StructureKind::RecordHashMap => drained::<B, P, RecordTable<B, P>>(heap, root)?,
-        StructureKind::HashMap => drained::<B, P, HashTable<B, P>>(heap, root)?,
-        StructureKind::BTreeMap => drained::<B, P, Tree<B, P>>(heap, root)?,
-        StructureKind::Datalog => drained::<B, P, Files<B, P>>(heap, root)?,
+        StructureKind::RecordBTreeMap => drained::<B, RecordTree<B>>(heap, root)?,
+        StructureKind::RecordHashMap => drained::<B, RecordTable<B>>(heap, root)?,
+        StructureKind::HashMap => drained::<B, HashTable<B>>(heap, root)?,
+        StructureKind::BTreeMap => drained::<B, Tree<B>>(heap, root)?,
+        StructureKind::Datalog => drained::<B, Files<B>>(heap, root)?,
     };
     catalog.remove(heap, listed.slot, &blocks)
 }
 
 /// The blocks of a structure no handle has open, through a handle made for the walk.
-fn blocks_of<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &SharedHeap<B, P>,
-    listed: &Listed,
-) -> Result<Vec<u64>, Error> {
+fn blocks_of<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Vec<u64>, Error> {
     use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
     match listed.kind {
-        StructureKind::RecordBTreeMap => {
-            Structure::blocks(&RecordTree::open(heap.clone(), listed.root)?)
-        }
-        StructureKind::RecordHashMap => {
-            Structure::blocks(&RecordTable::open(heap.clone(), listed.root)?)
-        }
-        StructureKind::HashMap => Structure::blocks(&HashTable::open(heap.clone(), listed.root)?),
-        StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap.clone(), listed.root)?),
-        StructureKind::Datalog => Structure::blocks(&Files::open(heap.clone(), listed.root)?),
+        StructureKind::RecordBTreeMap => Structure::blocks(&RecordTree::open(&heap, listed.root)?),
+        StructureKind::RecordHashMap => Structure::blocks(&RecordTable::open(&heap, listed.root)?),
+        StructureKind::HashMap => Structure::blocks(&HashTable::open(&heap, listed.root)?),
+        StructureKind::BTreeMap => Structure::blocks(&Tree::open(&heap, listed.root)?),
+        StructureKind::Datalog => Structure::blocks(&Files::open(&heap, listed.root)?),
     }
 }
 

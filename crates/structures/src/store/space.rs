@@ -1,9 +1,7 @@
 //! What a store tells about itself without handing out its engine: the space its pool holds and
 //! uses, the persistence granularity it runs at, and the persist costs a thread has paid.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Granularity, Pool};
+use pmem_ordering::{Backend, Granularity};
 use pmem_undo_log::Heap;
 
 use super::Store;
@@ -66,7 +64,7 @@ pub fn thread_persist_counts() -> PersistCounts {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
+impl<B: Backend> Store<B> {
     /// The space the store's pool holds and uses now.
     pub fn space(&self) -> Space {
         let heap = &self.shared.heap;
@@ -105,7 +103,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// pool (nor free or reuse a block of the store) while any other thread may be using this
     /// store or one of its handles. Reads are always sound; writes made while no other thread
     /// uses the store are damage at worst, which the store reports as errors.
-    pub unsafe fn raw_heap(&self) -> &Heap<B, P> {
+    pub unsafe fn raw_heap(&self) -> &Heap<B> {
         &self.shared.heap
     }
 }

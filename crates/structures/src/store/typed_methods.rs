@@ -121,7 +121,7 @@ macro_rules! typed_map_methods {
         /// map's. From now until the batch ends, no single writer changes the map (they wait).
         pub fn get_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
         ) -> Result<Option<V>, Error> {
             let i = batch.touch(self.batch_map())?;
@@ -131,7 +131,7 @@ macro_rules! typed_map_methods {
         /// Whether `key` is in the map as `batch` would leave it (see [`Self::get_in`]).
         pub fn contains_key_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
         ) -> Result<bool, Error> {
             Ok(self.get_in(batch, key)?.is_some())
@@ -142,7 +142,7 @@ macro_rules! typed_map_methods {
         /// the batch's commit, with its other writes.
         pub fn insert_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
             value: impl Encode<V>,
         ) -> Result<bool, Error> {
@@ -158,7 +158,7 @@ macro_rules! typed_map_methods {
         /// [`Self::upsert`] in `batch`: the value `key` had as the batch would leave it.
         pub fn upsert_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
             value: impl Encode<V>,
         ) -> Result<Option<V>, Error> {
@@ -172,7 +172,7 @@ macro_rules! typed_map_methods {
         /// [`Self::remove`] in `batch`: the value `key` had as the batch would leave it.
         pub fn remove_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
         ) -> Result<Option<V>, Error> {
             let key = key.encode();
@@ -189,7 +189,7 @@ macro_rules! typed_map_methods {
         /// for the commit alone.
         pub fn put_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
             value: impl Encode<V>,
         ) -> Result<(), Error> {
@@ -201,7 +201,7 @@ macro_rules! typed_map_methods {
         /// Remove `key` in `batch` without reading it (see [`Self::put_in`]).
         pub fn delete_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
         ) -> Result<(), Error> {
             let key = key.encode();
@@ -212,7 +212,7 @@ macro_rules! typed_map_methods {
         /// The value of the encoded `key` in map `i` of `batch`, as the batch would leave it.
         fn read_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             i: usize,
             key: &[u8],
         ) -> Result<Option<V>, Error> {
@@ -231,7 +231,7 @@ macro_rules! typed_map_methods {
         /// Write the encoded `key` (and `value`; `None` removes it) in map `i` of `batch`.
         fn write_in(
             &self,
-            batch: &mut WriteBatch<B, P>,
+            batch: &mut WriteBatch<B>,
             i: usize,
             key: &[u8],
             value: Option<&[u8]>,

@@ -3,10 +3,9 @@
 //! file, which the `verify_pool` example prints.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::path::Path;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use super::catalog::Listed;
@@ -24,7 +23,7 @@ pub fn verify_pool(path: impl AsRef<Path>) -> Result<StoreVerification, Error> {
     Ok(Store::open(path)?.verify())
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
+impl<B: Backend> Store<B> {
     /// Walk the whole store and report every violation found. Reads only, though a structure
     /// no handle has open is opened for the walk (its open runs its recovery, as any open
     /// does); the store's lock is held throughout, so names cannot be added or removed
@@ -114,10 +113,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
 
 /// Whether the root of `listed` is a 64-byte-aligned allocated block of its kind's root size
 /// inside the pool, or what is wrong with it.
-fn check_root<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    listed: &Listed,
-) -> Result<(), String> {
+fn check_root<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<(), String> {
     let bytes = match listed.kind {
         StructureKind::HashMap => cceh::ROOT_BYTES,
         StructureKind::BTreeMap => fastfair::ROOT_BYTES,

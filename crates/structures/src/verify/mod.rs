@@ -9,9 +9,8 @@
 //! them for every structure of a store.
 
 use std::fmt;
-use std::ops::Deref;
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
 use crate::kind::StructureKind;
@@ -94,8 +93,8 @@ impl fmt::Display for Verification {
 /// Whether `offset` names a block a walk can read: aligned to `alignment` and `bytes` long
 /// inside the pool (each reported if not, and then `false`). A block the heap did not allocate
 /// is reported but still read: its bytes may tell more.
-pub(crate) fn readable_block<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(crate) fn readable_block<B: Backend>(
+    heap: &Heap<B>,
     report: &mut Verification,
     offset: u64,
     bytes: u64,

@@ -190,18 +190,18 @@ pub fn write(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
         node_size: 128,
         policy,
     };
-    let orders_map = store.btree_map::<i64, u32>("orders", tree(ShiftPolicy::Redo))?;
+    let orders_map = store.btree_map_with::<i64, u32>("orders", tree(ShiftPolicy::Redo))?;
     for (k, v) in orders() {
         match v {
             Some(v) => orders_map.upsert(k, v).map(drop)?,
             None => orders_map.remove(k).map(drop)?,
         }
     }
-    let ticks_map = store.btree_map::<u64, u64>("ticks", tree(ShiftPolicy::Fast))?;
+    let ticks_map = store.btree_map_with::<u64, u64>("ticks", tree(ShiftPolicy::Fast))?;
     for (k, v) in ticks() {
         ticks_map.upsert(k, v.expect("only upserts"))?;
     }
-    let levels_map = store.btree_map::<u16, i8>("levels", tree(ShiftPolicy::PerShift))?;
+    let levels_map = store.btree_map_with::<u16, i8>("levels", tree(ShiftPolicy::PerShift))?;
     for (k, v) in levels() {
         levels_map.upsert(k, v.expect("only upserts"))?;
     }
@@ -210,7 +210,7 @@ pub fn write(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
         node_size: 256,
         policy: ShiftPolicy::Fast,
     };
-    let sessions_map = store.btree_map::<Vec<u8>, String>("sessions", sessions_config)?;
+    let sessions_map = store.btree_map_with::<Vec<u8>, String>("sessions", sessions_config)?;
     // One batch over both byte-key maps: their first upserts (layers made for the batch's
     // keys sharing 16 bytes); the rest one by one.
     let (users_ops, sessions_ops) = (users(), sessions());
@@ -293,7 +293,7 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     }
     same("counters", map.iter().collect::<Result<_, _>>()?, model)?;
 
-    let map = store.btree_map::<i64, u32>("orders", FastFairConfig::default())?;
+    let map = store.btree_map::<i64, u32>("orders")?;
     let model = apply(&orders());
     let scan: Vec<(i64, u32)> = map.range(-20i64..20).collect::<Result<_, _>>()?;
     let expected: Vec<(i64, u32)> = model.range(-20..20).map(|(k, v)| (*k, *v)).collect();
@@ -302,7 +302,7 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     }
     same("orders", map.iter().collect::<Result<_, _>>()?, model)?;
 
-    let map = store.btree_map::<u64, u64>("ticks", FastFairConfig::default())?;
+    let map = store.btree_map::<u64, u64>("ticks")?;
     if map.get(u64::MAX)? != Some(42) {
         return Err("ticks: the reserved key u64::MAX lost its value".into());
     }
@@ -312,7 +312,7 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
         apply(&ticks()),
     )?;
 
-    let map = store.btree_map::<u16, i8>("levels", FastFairConfig::default())?;
+    let map = store.btree_map::<u16, i8>("levels")?;
     same(
         "levels",
         map.iter().collect::<Result<_, _>>()?,
@@ -328,7 +328,7 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     }
     same("users", map.iter().collect::<Result<_, _>>()?, model)?;
 
-    let map = store.btree_map::<Vec<u8>, String>("sessions", FastFairConfig::default())?;
+    let map = store.btree_map::<Vec<u8>, String>("sessions")?;
     let model = apply(&sessions());
     let prefix: Vec<(Vec<u8>, String)> = map
         .range(&b"session:"[..]..&b"session;"[..])

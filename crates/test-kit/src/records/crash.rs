@@ -9,13 +9,14 @@ use pmem_ordering::Pool;
 use pmem_structures::store::STORE_LAYOUT;
 use pmem_structures::{Error, Store};
 use pmem_undo_log::Heap;
+use std::sync::Arc;
 
 use super::driver::{contents, HASH_NAME, TREE_NAME};
 use super::{RecordDriver, RecordModel, RecordOp, RecordSetup};
 use crate::model::{failed, run_each};
 use crate::{crash_test_outcome_with_recovery, store_verifies, History};
 
-type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+type SimStore = Store<SimBackend>;
 
 /// Crash-tests `ops` on both maps of a fresh store made with `setup` on `test`'s pool (whose
 /// root object must hold the catalog: [`RecordSetup::root_size`]; the maps are made before the
@@ -40,12 +41,12 @@ pub fn crash_record_ops_outcome(
     crash_test_outcome_with_recovery(
         test,
         |pool| {
-            let store = SimStore::format(pool, &setup.options()).expect("format the store");
+            let store = SimStore::format(pool.clone(), &setup.options()).expect("format the store");
             store
                 .hash_map_with::<Vec<u8>, Vec<u8>>(HASH_NAME, setup.table())
                 .expect("make the hash map");
             store
-                .btree_map::<Vec<u8>, Vec<u8>>(TREE_NAME, setup.tree())
+                .btree_map_with::<Vec<u8>, Vec<u8>>(TREE_NAME, setup.tree())
                 .expect("make the ordered map");
         },
         |pool| {
@@ -140,6 +141,6 @@ pub fn crash_small_ops(
 }
 
 /// The store on `pool`, opened as a restart would: `Heap::open`, then `Store::load`.
-fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, Error> {
-    Store::load(Heap::open(pool)?)
+fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, Error> {
+    Store::load(Heap::open(pool.clone())?)
 }

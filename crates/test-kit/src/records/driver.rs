@@ -3,7 +3,6 @@
 //! reopening it midway.
 
 use std::collections::HashMap as Unordered;
-use std::ops::Deref;
 use std::sync::Arc;
 
 use pmem_ordering::{Backend, Pool, PoolOptions};
@@ -92,26 +91,26 @@ impl RecordSetup {
 }
 
 /// Both maps of a store.
-struct Maps<B: Backend, P: Deref<Target = Pool<B>>> {
-    hash: HashMap<Bytes, Bytes, B, P>,
-    tree: BTreeMap<Bytes, Bytes, B, P>,
+struct Maps<B: Backend> {
+    hash: HashMap<Bytes, Bytes, B>,
+    tree: BTreeMap<Bytes, Bytes, B>,
 }
 
 /// Runs [`RecordOp`]s on the two byte-key maps of a store, checking each against a model.
-pub struct RecordDriver<'a, B: Backend, P: Deref<Target = Pool<B>>> {
-    store: Option<Store<B, P>>,
-    maps: Option<Maps<B, P>>,
+pub struct RecordDriver<'a, B: Backend> {
+    store: Option<Store<B>>,
+    maps: Option<Maps<B>>,
     setup: RecordSetup,
-    reopen: Box<dyn FnMut() -> Result<Store<B, P>, Error> + 'a>,
+    reopen: Box<dyn FnMut() -> Result<Store<B>, Error> + 'a>,
 }
 
-impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
+impl<'a, B: Backend> RecordDriver<'a, B> {
     /// A driver of `store`, whose maps it opens (or creates with `setup`'s shapes), and which
     /// `reopen` opens again after the store and the maps are dropped.
     pub fn new(
-        store: Store<B, P>,
+        store: Store<B>,
         setup: RecordSetup,
-        reopen: impl FnMut() -> Result<Store<B, P>, Error> + 'a,
+        reopen: impl FnMut() -> Result<Store<B>, Error> + 'a,
     ) -> Result<Self, String> {
         let mut driver = RecordDriver {
             store: Some(store),
@@ -124,13 +123,13 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
     }
 
     /// The store driven.
-    pub fn store(&self) -> &Store<B, P> {
+    pub fn store(&self) -> &Store<B> {
         self.store
             .as_ref()
             .expect("the store is dropped only inside reopen")
     }
 
-    fn maps(&self) -> &Maps<B, P> {
+    fn maps(&self) -> &Maps<B> {
         self.maps
             .as_ref()
             .expect("the maps are dropped only inside reopen")
@@ -142,7 +141,7 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
             .hash_map_with::<Bytes, Bytes>(HASH_NAME, self.setup.table())
             .map_err(|e| failed("opening the hash map", e))?;
         let tree = store
-            .btree_map::<Bytes, Bytes>(TREE_NAME, self.setup.tree())
+            .btree_map_with::<Bytes, Bytes>(TREE_NAME, self.setup.tree())
             .map_err(|e| failed("opening the ordered map", e))?;
         agree(
             "the ordered map's config".into(),
@@ -259,15 +258,15 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> RecordDriver<'a, B, P> {
 /// What both maps of `store` hold (the hash map's pairs, then the ordered map's), each
 /// checked: its `check()` and `len()` count the pairs its walk gives, and the ordered map walks
 /// in strictly increasing key order.
-pub fn contents<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Store<B, P>,
+pub fn contents<B: Backend>(
+    store: &Store<B>,
     setup: &RecordSetup,
 ) -> Result<(RecordModel, RecordModel), String> {
     let hash = store
         .hash_map_with::<Bytes, Bytes>(HASH_NAME, setup.table())
         .map_err(|e| failed("opening the hash map", e))?;
     let tree = store
-        .btree_map::<Bytes, Bytes>(TREE_NAME, setup.tree())
+        .btree_map_with::<Bytes, Bytes>(TREE_NAME, setup.tree())
         .map_err(|e| failed("opening the ordered map", e))?;
     let hashed: Unordered<Bytes, Bytes> = hash
         .iter()

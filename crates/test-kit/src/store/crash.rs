@@ -5,13 +5,14 @@ use pmem_ordering::sim::{CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::Pool;
 use pmem_structures::{Error, Store};
 use pmem_undo_log::Heap;
+use std::sync::Arc;
 
 use super::{observe, StoreDriver, StoreModel, StoreOp, StoreSetup};
 use crate::model::failed;
 use crate::{crash_test_outcome_with_recovery, store_verifies, History};
 
 /// A simulated store: the pool's handle to it.
-pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+pub type SimStore = Store<SimBackend>;
 
 /// Crash-tests `ops` on a fresh store made with `setup` on `test`'s pool (whose root object
 /// must hold the catalog: [`StoreSetup::root_size`]). The workload checks every result against
@@ -34,7 +35,7 @@ pub fn crash_ops_outcome(
     crash_test_outcome_with_recovery(
         test,
         |pool| {
-            SimStore::format(pool, &setup.options()).expect("format the store");
+            SimStore::format(pool.clone(), &setup.options()).expect("format the store");
         },
         |pool| {
             let store = load(pool).expect("load the store");
@@ -71,6 +72,6 @@ pub fn crash_ops_outcome(
 }
 
 /// The store on `pool`, opened as a restart would: `Heap::open`, then `Store::load`.
-pub fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, Error> {
-    Store::load(Heap::open(pool)?)
+pub fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, Error> {
+    Store::load(Heap::open(pool.clone())?)
 }

@@ -2,7 +2,7 @@
 //! and [`observe`] reads what a (recovered) store holds, both through the kit's handles.
 
 use std::collections::BTreeMap;
-use std::ops::{Deref, RangeInclusive};
+use std::ops::RangeInclusive;
 
 use pmem_ordering::{Backend, Pool};
 use pmem_structures::{
@@ -15,10 +15,10 @@ use crate::model::{agree, failed, run_each};
 use crate::ModelOp;
 
 /// A handle the driver holds.
-enum Handle<B: Backend, P: Deref<Target = Pool<B>>> {
-    Hash(HashHandle<u64, u64, B, P>),
-    Tree(TreeHandle<u64, u64, B, P>),
-    Files(Datalog<B, P>),
+enum Handle<B: Backend> {
+    Hash(HashHandle<u64, u64, B>),
+    Tree(TreeHandle<u64, u64, B>),
+    Files(Datalog<B>),
 }
 
 /// The methods both map handles share, called on either.
@@ -34,20 +34,20 @@ macro_rules! on_map {
 
 /// Runs [`StoreOp`]s on a store, checking each against a [`StoreModel`]. Holds one handle per
 /// name the model counts live.
-pub struct StoreDriver<'a, B: Backend, P: Deref<Target = Pool<B>>> {
-    store: Option<Store<B, P>>,
-    handles: BTreeMap<NameId, Handle<B, P>>,
+pub struct StoreDriver<'a, B: Backend> {
+    store: Option<Store<B>>,
+    handles: BTreeMap<NameId, Handle<B>>,
     setup: StoreSetup,
-    reopen: Box<dyn FnMut() -> Result<Store<B, P>, Error> + 'a>,
+    reopen: Box<dyn FnMut() -> Result<Store<B>, Error> + 'a>,
 }
 
-impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
+impl<'a, B: Backend> StoreDriver<'a, B> {
     /// A driver of `store` (made with `setup`'s options), which `reopen` opens again after the
     /// store and every handle are dropped. Checks the store's capacity.
     pub fn new(
-        store: Store<B, P>,
+        store: Store<B>,
         setup: StoreSetup,
-        reopen: impl FnMut() -> Result<Store<B, P>, Error> + 'a,
+        reopen: impl FnMut() -> Result<Store<B>, Error> + 'a,
     ) -> Result<Self, String> {
         agree(
             "the catalog's capacity".to_string(),
@@ -63,7 +63,7 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
     }
 
     /// The store driven.
-    pub fn store(&self) -> &Store<B, P> {
+    pub fn store(&self) -> &Store<B> {
         self.store
             .as_ref()
             .expect("the store is dropped only inside reopen")
@@ -176,14 +176,14 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
         }
     }
 
-    fn open_handle(&self, name: NameId, kind: StructureKind) -> Result<Handle<B, P>, Error> {
+    fn open_handle(&self, name: NameId, kind: StructureKind) -> Result<Handle<B>, Error> {
         let store = self.store();
         Ok(match kind {
             StructureKind::HashMap => {
                 Handle::Hash(store.hash_map_with::<u64, u64>(name.name(), self.setup.table())?)
             }
             StructureKind::BTreeMap => {
-                Handle::Tree(store.btree_map::<u64, u64>(name.name(), self.setup.tree())?)
+                Handle::Tree(store.btree_map_with::<u64, u64>(name.name(), self.setup.tree())?)
             }
             StructureKind::Datalog => {
                 Handle::Files(store.datalog(name.name(), self.setup.datalog())?)
@@ -272,7 +272,7 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
                 .hash_map_with::<u64, u64>(name.name(), self.setup.table())
                 .map(drop),
             _ => store
-                .btree_map::<u64, u64>(name.name(), self.setup.tree())
+                .btree_map_with::<u64, u64>(name.name(), self.setup.tree())
                 .map(drop),
         };
         match opened {
@@ -334,8 +334,8 @@ impl<'a, B: Backend, P: Deref<Target = Pool<B>>> StoreDriver<'a, B, P> {
 
 /// The pairs of the map `handle` with keys in `bounds`, in key order: the tree's `range`, which
 /// must come sorted with each key once, or the hash map's `iter` (each key once), filtered.
-fn scan<B: Backend, P: Deref<Target = Pool<B>>>(
-    handle: &Handle<B, P>,
+fn scan<B: Backend>(
+    handle: &Handle<B>,
     bounds: RangeInclusive<u64>,
 ) -> Result<Vec<(u64, u64)>, String> {
     let pairs: Vec<(u64, u64)> = match handle {
@@ -385,10 +385,7 @@ fn expect_outcome(
 
 /// What a (recovered) store holds: every listed structure with its pairs (by iteration, each
 /// key once, agreeing with `len` and `check()`).
-pub fn observe<B: Backend, P: Deref<Target = Pool<B>>>(
-    store: &Store<B, P>,
-    setup: &StoreSetup,
-) -> Result<Catalog, String> {
+pub fn observe<B: Backend>(store: &Store<B>, setup: &StoreSetup) -> Result<Catalog, String> {
     let mut catalog = Catalog::new();
     for (name, kind) in store.structures() {
         let pairs = match kind {
@@ -398,7 +395,7 @@ pub fn observe<B: Backend, P: Deref<Target = Pool<B>>>(
                         .hash_map_with::<u64, u64>(&name, setup.table())
                         .map(Handle::Hash),
                     _ => store
-                        .btree_map::<u64, u64>(&name, setup.tree())
+                        .btree_map_with::<u64, u64>(&name, setup.tree())
                         .map(Handle::Tree),
                 };
                 let handle = opened.map_err(|e| failed(&name, e))?;

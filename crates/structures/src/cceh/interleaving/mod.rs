@@ -205,7 +205,7 @@ struct Scenario {
 }
 
 /// The table of a run.
-type RunTable<'h> = Cceh<pmem_ordering::Hardware, Arc<pmem_ordering::Pool>, &'h Heap>;
+type RunTable = Cceh<pmem_ordering::Hardware>;
 
 /// A scenario played on the model (a map), one operation at a time.
 struct Model {
@@ -305,7 +305,7 @@ impl Scenario {
     }
 
     /// Insert `k -> v` (a payload of 32 bits in a table of hashed key words): whether it was new.
-    fn insert(&self, table: &RunTable<'_>, k: u64, v: u64) -> bool {
+    fn insert(&self, table: &RunTable, k: u64, v: u64) -> bool {
         let Some(word) = self.shared_word else {
             return table.insert(k, v).unwrap();
         };
@@ -316,7 +316,7 @@ impl Scenario {
     }
 
     /// Remove `k`: its value, if it was there.
-    fn remove(&self, table: &RunTable<'_>, k: u64) -> Option<u64> {
+    fn remove(&self, table: &RunTable, k: u64) -> Option<u64> {
         let Some(word) = self.shared_word else {
             return table.remove(k).unwrap();
         };
@@ -325,7 +325,7 @@ impl Scenario {
     }
 
     /// The lookup of `self.key`, calling `stop` at each of its steps.
-    fn get_observed(&self, table: &RunTable<'_>, mut stop: impl FnMut()) -> Option<u64> {
+    fn get_observed(&self, table: &RunTable, mut stop: impl FnMut()) -> Option<u64> {
         let found = match self.shared_word {
             None => table.get_observed(self.key, |_| stop()),
             Some(word) => table.get_probe_observed(

@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use pmem_ordering::sim::{
     CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig, SplitMix64,
@@ -93,7 +94,7 @@ impl Model {
 }
 
 /// Run `op` (op `index`) with the hook that marks its records' bits.
-fn hooked(tree: &super::fixture::SimTree<'_>, bits: Bits<'_>, index: usize, op: Op) -> Option<u64> {
+fn hooked(tree: &super::fixture::SimTree, bits: Bits<'_>, index: usize, op: Op) -> Option<u64> {
     match op {
         Op::Insert(k) => tree.put_with(k, record_of(index), false, bits.put_hook(record_of(index))),
         Op::Upsert(k) => tree.put_with(k, record_of(index), true, bits.put_hook(record_of(index))),
@@ -103,7 +104,7 @@ fn hooked(tree: &super::fixture::SimTree<'_>, bits: Bits<'_>, index: usize, op: 
 }
 
 /// Run `op` (op `index`) through the hook-free API: what it returns, as `hooked` returns it.
-fn plain(tree: &super::fixture::SimTree<'_>, index: usize, op: Op) -> Option<u64> {
+fn plain(tree: &super::fixture::SimTree, index: usize, op: Op) -> Option<u64> {
     match op {
         Op::Insert(k) => {
             let present = tree.get(k).expect("a lookup");
@@ -118,12 +119,12 @@ fn plain(tree: &super::fixture::SimTree<'_>, index: usize, op: Op) -> Option<u64
 
 /// Check one crash image against the model (see the module docs).
 fn check_image(
-    pool: &Pool<SimBackend>,
+    pool: &Arc<Pool<SimBackend>>,
     model: &Model,
     done: usize,
     records: u64,
 ) -> Result<(), String> {
-    let heap = Heap::open(pool).map_err(|e| format!("heap recovery: {e}"))?;
+    let heap = Heap::open(pool.clone()).map_err(|e| format!("heap recovery: {e}"))?;
     let tree = FastFair::open(&heap, pool.root_offset()).map_err(|e| format!("open: {e}"))?;
     tree.check().map_err(|e| format!("check: {e}"))?;
     let got: BTreeMap<u64, u64> = tree
@@ -181,7 +182,7 @@ fn every_crash_of_hooked_writes(policy: ShiftPolicy, n: usize, keys: u64, seed: 
                 small_tree(&heap, policy);
             },
             |pool| {
-                let heap = Heap::open(pool).expect("the heap");
+                let heap = Heap::open(pool.clone()).expect("the heap");
                 let tree = FastFair::open(&heap, pool.root_offset()).expect("the tree");
                 let bits = Bits::new(pool);
                 let twin_pool = sim_pool();

@@ -2,6 +2,7 @@
 //! hook stores and flushes, as the crate's byte-key maps do for their records.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use pmem_ordering::sim::{Event, SimBackend, SimConfig};
 use pmem_ordering::{thread_stats, Pool};
@@ -18,44 +19,41 @@ pub(super) const LAYOUT: &str = "fastfair-hook";
 /// The smallest node (4 entries), so a handful of keys splits and merges.
 pub(super) const NODE_BYTES: u64 = 128;
 
-/// A tree on a simulated pool, through borrows.
-pub(super) type SimTree<'h> =
-    FastFair<SimBackend, &'h Pool<SimBackend>, &'h Heap<SimBackend, &'h Pool<SimBackend>>>;
+/// A tree on a simulated pool.
+pub(super) type SimTree = FastFair<SimBackend>;
 /// A heap on a simulated pool.
-pub(super) type SimHeap<'p> = Heap<SimBackend, &'p Pool<SimBackend>>;
+pub(super) type SimHeap = Heap<SimBackend>;
 
 /// A fresh simulated pool (x86 persistency, whole lines).
-pub(super) fn sim_pool() -> Pool<SimBackend> {
-    Pool::simulated(LAYOUT, POOL_BYTES, ROOT_AREA, SimConfig::x86()).expect("a simulated pool")
+pub(super) fn sim_pool() -> Arc<Pool<SimBackend>> {
+    Pool::simulated(LAYOUT, POOL_BYTES, ROOT_AREA, SimConfig::x86())
+        .map(Arc::new)
+        .expect("a simulated pool")
 }
 
 /// A fresh heap on `pool`, with batched fences as the benchmarks use.
-pub(super) fn sim_heap(pool: &Pool<SimBackend>) -> SimHeap<'_> {
+pub(super) fn sim_heap(pool: &Arc<Pool<SimBackend>>) -> SimHeap {
     let config = HeapConfig {
         lanes: 1,
         lane_log_bytes: 16 << 10,
         chunk_size: 4096,
     };
-    Heap::create(pool, config, FencePolicy::Batched).expect("a heap on the simulated pool")
+    Heap::create(pool.clone(), config, FencePolicy::Batched).expect("a heap on the simulated pool")
 }
 
 /// A fresh tree of 128-byte nodes under `policy` at the pool's root.
-pub(super) fn small_tree<'h>(heap: &'h SimHeap<'h>, policy: ShiftPolicy) -> SimTree<'h> {
+pub(super) fn small_tree<'h>(heap: &'h SimHeap, policy: ShiftPolicy) -> SimTree {
     tree_of(heap, policy, NODE_BYTES)
 }
 
 /// A fresh tree of `node_size`-byte nodes under `policy` at the pool's root.
-pub(super) fn tree_of<'h>(
-    heap: &'h SimHeap<'h>,
-    policy: ShiftPolicy,
-    node_size: u64,
-) -> SimTree<'h> {
+pub(super) fn tree_of<'h>(heap: &'h SimHeap, policy: ShiftPolicy, node_size: u64) -> SimTree {
     let config = FastFairConfig { node_size, policy };
     FastFair::create(heap, heap.pool().root_offset(), config).expect("a tree")
 }
 
 /// The tree's pairs in key order.
-pub(super) fn contents(tree: &SimTree<'_>) -> BTreeMap<u64, u64> {
+pub(super) fn contents(tree: &SimTree) -> BTreeMap<u64, u64> {
     tree.iter()
         .collect::<Result<_, _>>()
         .expect("a scan of the tree")

@@ -111,7 +111,7 @@ fn model_after(map: &BTreeMap<u64, u64>, op: Op) -> (BTreeMap<u64, u64>, Option<
 }
 
 /// Build the scenario's tree under `policy`.
-fn set_up(tree: &SimTree<'_>, scenario: &Scenario) {
+fn set_up(tree: &SimTree, scenario: &Scenario) {
     for &k in scenario.setup {
         assert!(tree.insert(k, setup_value(k)).expect("a set-up insert"));
     }
@@ -124,7 +124,7 @@ struct Seen {
 }
 
 /// Run `scenario`'s write with a hook that records where it ran and flushes a bit.
-fn hooked_call(tree: &SimTree<'_>, bits: Bits<'_>, op: Op, seen: &Seen) -> Option<u64> {
+fn hooked_call(tree: &SimTree, bits: Bits<'_>, op: Op, seen: &Seen) -> Option<u64> {
     let pool = tree.heap().pool();
     let observe = |key: u64| -> Result<(), FastFairError> {
         seen.hook_event.set(Some(pool.sim().event_count()));
@@ -150,7 +150,7 @@ fn hooked_call(tree: &SimTree<'_>, bits: Bits<'_>, op: Op, seen: &Seen) -> Optio
 }
 
 /// The same write through the public, hook-free operation.
-fn plain_call(tree: &SimTree<'_>, op: Op) -> Option<u64> {
+fn plain_call(tree: &SimTree, op: Op) -> Option<u64> {
     match op {
         Op::Insert(k) => {
             let inserted = tree.insert(k, new_value(k)).expect("the insert");

@@ -13,12 +13,11 @@
 //! under its word, or the word removed.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::{Heap, RecordBlock};
+use pmem_ordering::Backend;
+use pmem_undo_log::RecordBlock;
 
 use super::write::Target;
 use super::{goes_on, Attempt, Layer, RecordTreeMap, Result};
@@ -28,17 +27,15 @@ use crate::records::hash::check_sizes;
 use crate::records::layout::MAX_KEY_BYTES;
 
 /// One layer's share of a plan: the layer, its changes, and a key the batch removes from it.
-struct LayerChanges<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: Arc<Layer<B, P, H>>,
+struct LayerChanges<B: Backend> {
+    layer: Arc<Layer<B>>,
     changes: Vec<KeyChange>,
     removed: Option<Vec<u8>>,
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>> + Clone,
 {
     /// Plan `changes` (one per key): room made, each new value's record staged, each layer's
     /// leaf images planned (leaf splits made first). The caller holds the map's writer gate.
@@ -49,7 +46,7 @@ where
         match self.plan_into(changes, &mut plan) {
             Ok(()) => Ok(plan),
             Err(e) => {
-                plan.cancel(&*self.heap);
+                plan.cancel(&self.heap);
                 Err(e)
             }
         }
@@ -62,8 +59,8 @@ where
             }
         }
         let targets = self.make_room(changes)?;
-        let heap = &*self.heap;
-        let mut by_layer: BTreeMap<u64, LayerChanges<B, P, H>> = BTreeMap::new();
+        let heap = &self.heap;
+        let mut by_layer: BTreeMap<u64, LayerChanges<B>> = BTreeMap::new();
         for (&(key, value), target) in changes.iter().zip(targets) {
             // `None`: a remove of a key no map can hold.
             let Some(target) = target else { continue };
@@ -114,7 +111,7 @@ where
     /// change's descent (`None` for a remove of a key longer than any map holds): every
     /// descent ends in a live layer, a new key's at an empty entry of its own or at its own
     /// record.
-    fn make_room(&self, changes: &[RecordChange<'_>]) -> Result<Vec<Option<Target<B, P, H>>>> {
+    fn make_room(&self, changes: &[RecordChange<'_>]) -> Result<Vec<Option<Target<B>>>> {
         'again: loop {
             let mut targets = Vec::with_capacity(changes.len());
             // The new keys reaching each empty entry of a word that goes on, by layer and word.
@@ -167,7 +164,7 @@ where
     }
 
     /// The layer whose block is at `root`: the top, or one below it.
-    fn layer_by_root(&self, root: u64) -> Result<Arc<Layer<B, P, H>>> {
+    fn layer_by_root(&self, root: u64) -> Result<Arc<Layer<B>>> {
         if root == self.top.root {
             return Ok(self.top.clone());
         }
@@ -178,7 +175,7 @@ where
     /// every store flushed, the batch's fence makes them durable. Returns the retired blocks
     /// for [`RecordTreeMap::finish_batch`].
     pub(crate) fn apply_batch(&self, plan: &RecordPlan) -> Result<Vec<RecordBlock>> {
-        let heap = &*self.heap;
+        let heap = &self.heap;
         plan.publish_all(heap)?;
         for (root, image) in &plan.leaves {
             self.layer_by_root(*root)?.tree.apply_leaf_image(image)?;

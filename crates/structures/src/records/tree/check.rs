@@ -1,10 +1,7 @@
 //! Walks of the whole map: its blocks, and the check of every layer and record.
 
-use std::ops::Deref;
-
 use crossbeam_epoch::Guard;
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::retire::extend_prefix;
 use super::{
@@ -12,11 +9,9 @@ use super::{
 };
 use crate::records::layout;
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// The offsets of every record and every layer below the top reached from it.
     fn walk(&self, guard: &Guard) -> Result<(Vec<u64>, Vec<u64>)> {

@@ -2,23 +2,19 @@
 //! layer, which must outlive the layer's removal from the map (what a failed publication or a
 //! retirement does) for as long as the reader stays pinned.
 
-use std::sync::Arc;
-
 use pmem_ordering::{Pool, PoolOptions};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 use super::{is_layer, slice_word, RecordTreeMap, LAYER_TAG};
 use crate::fastfair::FastFairConfig;
 
-type Map = RecordTreeMap<pmem_ordering::Hardware, Arc<Pool>, Arc<Heap>>;
+type Map = RecordTreeMap<pmem_ordering::Hardware>;
 
 fn map() -> Map {
     let pool = Pool::anonymous("damaged-entry", 16 << 20, &PoolOptions::new()).unwrap();
-    let heap: Heap =
-        Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched).unwrap();
-    let heap = Arc::new(heap);
+    let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched).unwrap();
     let root = heap.pool().root_offset();
-    RecordTreeMap::create(heap, root, FastFairConfig::default()).unwrap()
+    RecordTreeMap::create(&heap, root, FastFairConfig::default()).unwrap()
 }
 
 #[test]

@@ -3,20 +3,18 @@
 //! and being unlinked: no key may enter it again).
 
 use std::cmp::Ordering as KeyOrder;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::layout::LayerHeader;
 use super::SLICE;
 use crate::fastfair::FastFair;
 
 /// A layer of the trie (see the module docs of [`super`]).
-pub(crate) struct Layer<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+pub(crate) struct Layer<B: Backend> {
     /// Its entries: slice word -> record, or layer root with bit 0 set.
-    pub(super) tree: FastFair<B, P, H>,
+    pub(super) tree: FastFair<B>,
     /// Its block: the FAST&FAIR root object's offset (the top layer's sits in the map's root
     /// object).
     pub(super) root: u64,
@@ -27,9 +25,9 @@ pub(crate) struct Layer<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target 
     dead: AtomicBool,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Layer<B, P, H> {
+impl<B: Backend> Layer<B> {
     /// The layer at `root` whose tree is `tree`.
-    pub(super) fn new(tree: FastFair<B, P, H>, root: u64, header: LayerHeader) -> Self {
+    pub(super) fn new(tree: FastFair<B>, root: u64, header: LayerHeader) -> Self {
         Layer {
             tree,
             root,

@@ -5,11 +5,9 @@
 //! the module docs of [`super`] and the format in `layout.rs`.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, PPtr};
 
 use super::layout::LayerHeader;
 use super::retire::{extend_prefix, path_key};
@@ -22,17 +20,17 @@ use crate::records::intent::IntentLine;
 use crate::records::layout as record_layout;
 
 /// A layer made and not yet published, with the intent line whose layer word names it.
-type MadeLayer<'a, B, P, H> = (Arc<Layer<B, P, H>>, IntentLine<'a>);
+type MadeLayer<'a, B> = (Arc<Layer<B>>, IntentLine<'a>);
 
 /// What the walk at open found.
-pub(super) struct Walked<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
+pub(super) struct Walked<B: Backend> {
     /// Every layer below the top, opened.
-    pub layers: Layers<B, P, H>,
+    pub layers: Layers<B>,
     /// Records reached.
     pub records: u64,
     /// Layers below the top holding no entry, each with a key of its path, in walk order
     /// (a layer before those below it).
-    pub empty: Vec<EmptyLayer<B, P, H>>,
+    pub empty: Vec<EmptyLayer<B>>,
 }
 
 /// The number of leading bytes `a` and `b` share.
@@ -60,15 +58,13 @@ fn first_difference(
     None
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>> + Clone,
 {
     /// Open every layer below the top, depth first (each layer's header read against its
     /// parent's depth); count the records and list the empty layers.
-    pub(super) fn walk_layers(&self) -> Result<Walked<B, P, H>> {
+    pub(super) fn walk_layers(&self) -> Result<Walked<B>> {
         let corrupt = |reason: String| RecordMapError::Corrupt {
             root: self.root,
             reason,
@@ -92,7 +88,7 @@ where
                     return Err(corrupt(format!("layer {root:#x} is reached twice")));
                 }
                 let header = LayerHeader::read(&self.heap, root, layer.depth()).map_err(corrupt)?;
-                let tree = FastFair::open(self.heap.clone(), root)?;
+                let tree = FastFair::open(&self.heap, root)?;
                 let child = Arc::new(Layer::new(tree, root, header));
                 let deeper = extend_prefix(&prefix, word, parent_end, &child);
                 if child.tree.is_empty() {
@@ -120,7 +116,7 @@ where
                 self.records.clear_layer_word(pool, &word)?;
                 continue;
             }
-            let orphan = FastFair::open(self.heap.clone(), word.layer)?;
+            let orphan = FastFair::open(&self.heap, word.layer)?;
             let blocks = orphan.blocks()?;
             drop(orphan);
             self.heap.transaction(|tx| -> Result<()> {
@@ -140,7 +136,7 @@ where
     /// again).
     pub(super) fn push_down(
         &self,
-        parent: &Layer<B, P, H>,
+        parent: &Layer<B>,
         word: u64,
         record: u64,
         key: &[u8],
@@ -180,7 +176,7 @@ where
     /// the entry. `Retry` if the entry changed meanwhile.
     pub(super) fn make_room_for(
         &self,
-        parent: &Layer<B, P, H>,
+        parent: &Layer<B>,
         word: u64,
         keys: &[&[u8]],
     ) -> std::result::Result<(), Attempt> {
@@ -215,9 +211,9 @@ where
     /// place. `Retry` if the entry changed meanwhile.
     pub(super) fn split(
         &self,
-        parent: &Layer<B, P, H>,
+        parent: &Layer<B>,
         word: u64,
-        below: &Layer<B, P, H>,
+        below: &Layer<B>,
         key: &[u8],
     ) -> std::result::Result<(), Attempt> {
         let parent_end = parent.start() + SLICE;
@@ -250,12 +246,12 @@ where
         &self,
         header: LayerHeader,
         entry: Option<(u64, u64)>,
-    ) -> std::result::Result<MadeLayer<'_, B, P, H>, Attempt> {
+    ) -> std::result::Result<MadeLayer<'_, B>, Attempt> {
         let line = self.records.claim_line();
         let (tree, root) = self.heap.transaction(|tx| -> Result<_> {
             let root = tx.alloc(header.block_bytes())?.offset();
             header.write(tx, root)?;
-            let tree = FastFair::create(self.heap.clone(), root, self.config)?;
+            let tree = FastFair::create(&self.heap, root, self.config)?;
             self.records.name_layer_in(tx, &line, root)?;
             Ok((tree, root))
         })?;
@@ -278,10 +274,10 @@ where
     /// store fails, the layer is taken out of the index and freed.
     fn publish(
         &self,
-        parent: &Layer<B, P, H>,
+        parent: &Layer<B>,
         word: u64,
         expected: Option<u64>,
-        layer: Arc<Layer<B, P, H>>,
+        layer: Arc<Layer<B>>,
         line: IntentLine<'_>,
     ) -> std::result::Result<(), Attempt> {
         let pool = self.heap.pool();
@@ -316,7 +312,7 @@ where
     }
 
     /// Free a layer no entry ever named, clearing the layer word that names it.
-    fn free_unpublished(&self, layer: Arc<Layer<B, P, H>>, line: &IntentLine<'_>) -> Result<()> {
+    fn free_unpublished(&self, layer: Arc<Layer<B>>, line: &IntentLine<'_>) -> Result<()> {
         let blocks = layer.tree.blocks()?;
         let root = layer.root;
         drop(layer);

@@ -52,7 +52,7 @@
 //! it, since it could not read the compressed layers written from then on). Version 1 (records
 //! without checksums) is refused (`records/head.rs`).
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, Tx, TxError};
 
 use super::SLICE;
@@ -134,8 +134,8 @@ impl LayerHeader {
 
     /// Read and check the header of the layer at `block`, reached from a parent of depth
     /// `parent_depth`: why it cannot be the layer's, if it cannot.
-    pub(crate) fn read<B: Backend, P: std::ops::Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
+    pub(crate) fn read<B: Backend>(
+        heap: &Heap<B>,
         block: u64,
         parent_depth: usize,
     ) -> Result<LayerHeader, String> {

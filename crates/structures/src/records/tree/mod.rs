@@ -60,7 +60,6 @@ mod verify;
 mod write;
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -93,9 +92,9 @@ const LAYER_TAG: u64 = 1;
 
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
 /// Layers below the top, by the offset of their block.
-type Layers<B, P, H> = HashMap<u64, Arc<Layer<B, P, H>>>;
+type Layers<B> = HashMap<u64, Arc<Layer<B>>>;
 /// A layer below the top holding no entry, with a key of its path.
-type EmptyLayer<B, P, H> = (Arc<Layer<B, P, H>>, Vec<u8>);
+type EmptyLayer<B> = (Arc<Layer<B>>, Vec<u8>);
 
 /// The slice word of `key` in a layer of depth `depth` (see the module docs).
 pub(crate) fn slice_word(key: &[u8], depth: usize) -> u64 {
@@ -156,26 +155,26 @@ impl From<PoolError> for Attempt {
 
 /// Where a descent for a key ended: the layer, the key's word there and the entry's value (a
 /// record), or no entry; or the layer below whose skipped bytes the key does not share.
-struct Spot<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: &'a Layer<B, P, H>,
+struct Spot<'a, B: Backend> {
+    layer: &'a Layer<B>,
     word: u64,
     record: Option<u64>,
     /// The entry names this layer, which the key does not belong under.
-    diverged: Option<&'a Layer<B, P, H>>,
+    diverged: Option<&'a Layer<B>>,
 }
 
 /// A FAST&FAIR ordered map from byte strings to byte strings, in a heap (see the module docs).
-pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    heap: H,
+pub struct RecordTreeMap<B: Backend> {
+    heap: Heap<B>,
     root: u64,
     config: FastFairConfig,
     records: Records,
-    top: Arc<Layer<B, P, H>>,
+    top: Arc<Layer<B>>,
     /// Every layer below the top a reader may reach, by block offset: readers that meet a
     /// layer entry find it here (a new layer is entered before it is published, and a retired
     /// one leaves only once the readers pinned when it was unlinked are gone). Sharded: every
     /// descent past the top reads it, on every core.
-    layers: ShardedLock<Layers<B, P, H>>,
+    layers: ShardedLock<Layers<B>>,
     /// Layers unlinked and waiting for their readers before their blocks are freed.
     retiring: Limbo<Retired>,
     /// Layers taken out of `layers` (a failed publication, a retirement), each kept alive
@@ -183,26 +182,24 @@ pub struct RecordTreeMap<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target
     /// lead a reader to a layer no write names, and the reference [`Self::layer`] hands out
     /// must outlive the reader's pin. Keyed by a sequence number, which `withdrawn_limbo`
     /// hands back once those readers are gone.
-    withdrawn: Mutex<Layers<B, P, H>>,
+    withdrawn: Mutex<Layers<B>>,
     withdrawn_limbo: Limbo<u64>,
     withdrawn_seq: AtomicU64,
     count: AtomicU64,
     resolved: Resolved,
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>> + Clone,
 {
     /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]), in
     /// one transaction (joining the caller's, if any). Every layer gets `config`.
-    pub fn create(heap: H, root: u64, config: FastFairConfig) -> Result<Self> {
+    pub fn create(heap: &Heap<B>, root: u64, config: FastFairConfig) -> Result<Self> {
         head::check_new(heap.pool(), root, ROOT_BYTES)?;
         let (top, area) = heap.transaction(|tx| -> Result<_> {
             let area = head::write_head(tx, root, StructureKind::RecordBTreeMap)?;
-            let top = FastFair::create(heap.clone(), root + TOP_AT, config)?;
+            let top = FastFair::create(&heap, root + TOP_AT, config)?;
             Ok((top, area))
         })?;
         Ok(RecordTreeMap::with_parts(heap, root, config, area, top))
@@ -210,11 +207,11 @@ where
 
     /// The map's DRAM state around its top layer.
     fn with_parts(
-        heap: H,
+        heap: &Heap<B>,
         root: u64,
         config: FastFairConfig,
         area: u64,
-        top: FastFair<B, P, H>,
+        top: FastFair<B>,
     ) -> Self {
         let top_header = LayerHeader {
             depth: 0,
@@ -222,7 +219,7 @@ where
             skipped: Vec::new(),
         };
         RecordTreeMap {
-            heap,
+            heap: heap.clone(),
             root,
             config,
             records: Records::new(root, area),
@@ -242,9 +239,9 @@ where
     /// resolved, and layers a crash left empty are retired. Must run before anything else
     /// allocates from the heap after a crash. A map of format version 2 is upgraded to 3
     /// (`layout.rs`).
-    pub fn open(heap: H, root: u64) -> Result<Self> {
+    pub fn open(heap: &Heap<B>, root: u64) -> Result<Self> {
         let (area, version) = head::read_head(&heap, root, StructureKind::RecordBTreeMap)?;
-        let top = FastFair::open(heap.clone(), root + TOP_AT)?;
+        let top = FastFair::open(&heap, root + TOP_AT)?;
         let config = FastFairConfig {
             node_size: top.node_size(),
             policy: top.policy(),
@@ -281,14 +278,12 @@ where
     }
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// The heap.
-    pub fn heap(&self) -> &Heap<B, P> {
+    pub fn heap(&self) -> &Heap<B> {
         &self.heap
     }
 
@@ -309,9 +304,9 @@ where
 
     /// The layer whose block is at `root`, for a reader pinned by `_guard` that found `root`
     /// in an entry while pinned.
-    fn layer<'g>(&'g self, root: u64, _guard: &'g Guard) -> Result<&'g Layer<B, P, H>> {
+    fn layer<'g>(&'g self, root: u64, _guard: &'g Guard) -> Result<&'g Layer<B>> {
         let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
-        let layer: *const Layer<B, P, H> =
+        let layer: *const Layer<B> =
             Arc::as_ptr(layers.get(&root).ok_or_else(|| RecordMapError::Corrupt {
                 root: self.root,
                 reason: format!("an entry names layer {root:#x}, which is not one of the map's"),
@@ -328,7 +323,7 @@ where
 
     /// Take the layer at `root` out of `layers` (`None` if it is not there), keeping it alive
     /// for the readers pinned now (see `withdrawn`); the caller gets its `Arc`.
-    fn withdraw_layer(&self, root: u64) -> Option<Arc<Layer<B, P, H>>> {
+    fn withdraw_layer(&self, root: u64) -> Option<Arc<Layer<B>>> {
         let layer = self
             .layers
             .write()
@@ -349,7 +344,7 @@ where
 
     /// An owned handle of the layer at `root`, for a reader pinned by `_guard` that found
     /// `root` in an entry while pinned.
-    fn owned_at(&self, root: u64, _guard: &Guard) -> Result<Arc<Layer<B, P, H>>> {
+    fn owned_at(&self, root: u64, _guard: &Guard) -> Result<Arc<Layer<B>>> {
         let layers = self.layers.read().unwrap_or_else(|p| p.into_inner());
         layers
             .get(&root)
@@ -361,7 +356,7 @@ where
     }
 
     /// An owned handle of `layer` (one of the map's, reached while pinned).
-    fn owned(&self, layer: &Layer<B, P, H>) -> Result<Arc<Layer<B, P, H>>> {
+    fn owned(&self, layer: &Layer<B>) -> Result<Arc<Layer<B>>> {
         if std::ptr::eq(layer, &*self.top) {
             return Ok(self.top.clone());
         }
@@ -376,8 +371,8 @@ where
     }
 
     /// Walk down the layers for `key` (pinned by `guard`) to the entry of its word.
-    fn descend<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Result<Spot<'g, B, P, H>> {
-        let mut layer: &Layer<B, P, H> = &self.top;
+    fn descend<'g>(&'g self, key: &[u8], guard: &'g Guard) -> Result<Spot<'g, B>> {
+        let mut layer: &Layer<B> = &self.top;
         loop {
             let word = slice_word(key, layer.depth());
             match layer.tree.get(word)? {
@@ -409,7 +404,7 @@ where
     /// on may name another key's of that word; any other record there (another key's where
     /// only the key looked for may be, or one of another word) is a damaged entry,
     /// [`RecordMapError::Corrupt`].
-    fn holds(&self, spot: &Spot<'_, B, P, H>, r: u64, key: &[u8]) -> Result<bool> {
+    fn holds(&self, spot: &Spot<'_, B>, r: u64, key: &[u8]) -> Result<bool> {
         let pool = self.heap.pool();
         let line = record_layout::first_line(pool, r)?;
         if line.key_equals(pool, r, key)? {
@@ -422,7 +417,7 @@ where
 
     /// `Ok` if the whole record `r` of `other` (not the key looked for) may be at `spot`: a
     /// key going on past the same slice as the key looked for. Otherwise the entry is damaged.
-    fn another_keys_record(&self, spot: &Spot<'_, B, P, H>, r: u64, other: &[u8]) -> Result<()> {
+    fn another_keys_record(&self, spot: &Spot<'_, B>, r: u64, other: &[u8]) -> Result<()> {
         let depth = spot.layer.depth();
         if goes_on(spot.word) && slice_word(other, depth) == spot.word {
             return Ok(());
@@ -502,9 +497,7 @@ where
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Drop
-    for RecordTreeMap<B, P, H>
-{
+impl<B: Backend> Drop for RecordTreeMap<B> {
     /// No handle, so no reader, is left: records retired by this map go back to the heap now
     /// instead of after an epoch no one will wait for, and so do retired layers (a layer whose
     /// free fails stays named in its retire word, and the next open frees it).

@@ -11,23 +11,19 @@
 //! yield at a time, for the retirer to remove it). A layer whose unlink fails (a merge of the
 //! parent that cannot run) is made alive again and its word cleared: it stays, empty.
 
-use std::ops::Deref;
 use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
-use pmem_ordering::{Backend, PPtr, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::{Backend, PPtr};
 
 use super::{
     is_layer, slice_word, Attempt, EmptyLayer, Layer, RecordMapError, RecordTreeMap, Result,
     Retired, LAYER_TAG, SLICE,
 };
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// Retire `layer` if it is empty, then each parent that leaves empty; `key` is a key whose
     /// path leads to it. Nothing happens if another writer filled it meanwhile or retires it
@@ -40,7 +36,7 @@ where
     /// no remove merged.
     pub(super) fn retire_if_empty(
         &self,
-        mut layer: Arc<Layer<B, P, H>>,
+        mut layer: Arc<Layer<B>>,
         key: &[u8],
         exclusive: bool,
     ) -> Result<()> {
@@ -102,12 +98,7 @@ where
 
     /// Name `layer` in retire word `slot` and remove the entry naming it from its parent (found
     /// along `key`'s path); the parent.
-    fn unlink(
-        &self,
-        layer: &Layer<B, P, H>,
-        key: &[u8],
-        slot: usize,
-    ) -> Result<Arc<Layer<B, P, H>>> {
+    fn unlink(&self, layer: &Layer<B>, key: &[u8], slot: usize) -> Result<Arc<Layer<B>>> {
         self.records
             .name_retired(self.heap.pool(), slot, layer.root)?;
         let named = layer.root | LAYER_TAG;
@@ -137,8 +128,8 @@ where
         root: u64,
         key: &[u8],
         guard: &'g Guard,
-    ) -> Result<(&'g Layer<B, P, H>, u64)> {
-        let mut layer: &Layer<B, P, H> = &self.top;
+    ) -> Result<(&'g Layer<B>, u64)> {
+        let mut layer: &Layer<B> = &self.top;
         loop {
             let word = slice_word(key, layer.depth());
             match layer.tree.get(word)? {
@@ -223,7 +214,7 @@ where
 
     /// At open, with no reader or writer yet: retire the layers a crash left empty (each with
     /// a key of its path, deepest first), and free them at once.
-    pub(super) fn retire_at_open(&self, empty: Vec<EmptyLayer<B, P, H>>) -> Result<()> {
+    pub(super) fn retire_at_open(&self, empty: Vec<EmptyLayer<B>>) -> Result<()> {
         for (layer, key) in empty.into_iter().rev() {
             if !layer.is_dead() {
                 self.retire_if_empty(layer, &key, true)?;
@@ -263,16 +254,14 @@ pub(super) fn path_key(prefix: &[u8]) -> Vec<u8> {
 
 /// The key bytes a layer's path adds under a parent's `word` (ending at `parent_end`): the
 /// word's bytes, then the ones the layer skips.
-pub(super) fn extend_prefix<B, P, H>(
+pub(super) fn extend_prefix<B>(
     prefix: &[u8],
     word: u64,
     parent_end: usize,
-    child: &Layer<B, P, H>,
+    child: &Layer<B>,
 ) -> Vec<u8>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     let mut deeper = prefix.to_vec();
     deeper.extend_from_slice(&word.to_be_bytes()[..SLICE]);

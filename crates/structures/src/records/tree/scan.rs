@@ -9,11 +9,10 @@
 //! freed already, so it is not read again).
 
 use std::collections::VecDeque;
-use std::ops::{Bound, Deref};
+use std::ops::Bound;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::{is_layer, slice_word, Layer, RecordMapError, RecordTreeMap, Result, LAYER_TAG, SLICE};
 use crate::records::layout;
@@ -28,17 +27,15 @@ const REFILL_BYTES: usize = 1 << 20;
 /// Records prefetched ahead of the one a refill reads: their cache misses overlap.
 const PREFETCH_AHEAD: usize = 8;
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// The `(key, value)`s with keys in `(start, end)`, in key order: read a batch of entries
     /// of a layer at a time without a lock, so a scan beside writers sees every key present
     /// for its whole duration, once (with the value it had at some moment of the scan). The
     /// scan pins the map's epoch only inside `next` (see the module docs).
-    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B, P, H> {
+    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Scan<'_, B> {
         let low = match start {
             Bound::Included(k) | Bound::Excluded(k) => Bound::Included(slice_word(k, 0)),
             Bound::Unbounded => Bound::Unbounded,
@@ -54,14 +51,14 @@ where
     }
 
     /// Every `(key, value)`, in key order.
-    pub fn iter(&self) -> Scan<'_, B, P, H> {
+    pub fn iter(&self) -> Scan<'_, B> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
 }
 
 /// One layer of a scan in progress.
-struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    layer: Arc<Layer<B, P, H>>,
+struct Level<B: Backend> {
+    layer: Arc<Layer<B>>,
     /// Whether the layer was reached by the start key's own path: only then does the start
     /// key's slice bound the layer's entries (another layer may hold the same slice word for
     /// other keys, all of which sort after the start key).
@@ -73,8 +70,8 @@ struct Level<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P
     batch: usize,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Level<B, P, H> {
-    fn new(layer: Arc<Layer<B, P, H>>, low: Bound<u64>) -> Self {
+impl<B: Backend> Level<B> {
+    fn new(layer: Arc<Layer<B>>, low: Bound<u64>) -> Self {
         Level {
             layer,
             on_start_path: low != Bound::Unbounded,
@@ -86,22 +83,20 @@ impl<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> Leve
 }
 
 /// The `(key, value)` pairs of a [`RecordTreeMap`] in a range ([`RecordTreeMap::range`]).
-pub struct Scan<'a, B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    map: &'a RecordTreeMap<B, P, H>,
+pub struct Scan<'a, B: Backend> {
+    map: &'a RecordTreeMap<B>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
-    stack: Vec<Level<B, P, H>>,
+    stack: Vec<Level<B>>,
     /// Pairs copied and not handed out yet, in key order.
     ready: VecDeque<(Vec<u8>, Vec<u8>)>,
     /// No refill is left to do (the end bound is passed, or every layer read, or an error).
     finished: bool,
 }
 
-impl<B, P, H> Scan<'_, B, P, H>
+impl<B> Scan<'_, B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     fn after_start(&self, key: &[u8]) -> bool {
         match &self.start {
@@ -121,12 +116,7 @@ where
 
     /// Where a scan of the layer `child`, named in `parent` by `word`, starts: `None` if all
     /// its keys sort before the start key.
-    fn child_start(
-        &self,
-        parent: &Level<B, P, H>,
-        word: u64,
-        child: &Layer<B, P, H>,
-    ) -> Option<Bound<u64>> {
+    fn child_start(&self, parent: &Level<B>, word: u64, child: &Layer<B>) -> Option<Bound<u64>> {
         let key = match &self.start {
             Bound::Included(k) | Bound::Excluded(k) if parent.on_start_path => k,
             _ => return Some(Bound::Unbounded),
@@ -223,22 +213,18 @@ where
 
 /// Bring the first two lines of the record at `value` (if it is one) into the cache: a hint,
 /// harmless on anything else.
-fn prefetch_record<B, P, H>(map: &RecordTreeMap<B, P, H>, value: u64)
+fn prefetch_record<B>(map: &RecordTreeMap<B>, value: u64)
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     if !is_layer(value) {
         map.heap.pool().prefetch(value, 128);
     }
 }
 
-impl<B, P, H> Iterator for Scan<'_, B, P, H>
+impl<B> Iterator for Scan<'_, B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     type Item = Result<(Vec<u8>, Vec<u8>), RecordMapError>;
 

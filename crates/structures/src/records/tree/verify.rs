@@ -6,11 +6,9 @@
 //! map opened, never opened from the pool's bytes.
 
 use std::collections::HashSet;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::retire::extend_prefix;
 use super::{goes_on, is_layer, slice_word, Layer, RecordTreeMap, LAYER_TAG, SLICE};
@@ -30,11 +28,9 @@ struct Frame {
     prefix: Vec<u8>,
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>>,
 {
     /// Walk the whole map and report every violation found, with the blocks and keys walked.
     /// Reads only: it changes nothing and takes no lock, so call it with no writers running.
@@ -53,7 +49,7 @@ where
     /// healthy map, `blocks_walked` is the length of [`RecordTreeMap::blocks`].
     pub fn verify(&self) -> Verification {
         let _guard = self.records.pin();
-        let heap = &*self.heap;
+        let heap = &self.heap;
         let mut report = Verification::new(StructureKind::RecordBTreeMap, self.root);
         let retiring = self.retiring_roots();
         verify::verify_head(
@@ -167,7 +163,7 @@ where
         node: u64,
         (word, depth): (u64, usize),
         layer: u64,
-    ) -> Option<Arc<Layer<B, P, H>>> {
+    ) -> Option<Arc<Layer<B>>> {
         if !goes_on(word) {
             let depth = depth as u64;
             report.report(node, Problem::LayerUnderEndingWord { word, depth });
@@ -204,10 +200,7 @@ where
     }
 
     /// Verify one layer's tree into `report`; its leaf entries.
-    fn verify_layer(
-        report: &mut Verification,
-        layer: &crate::fastfair::FastFair<B, P, H>,
-    ) -> Entries {
+    fn verify_layer(report: &mut Verification, layer: &crate::fastfair::FastFair<B>) -> Entries {
         let mut entries = Vec::new();
         let walk =
             layer.verify_visiting(&mut |node, word, value| entries.push((node, word, value)));

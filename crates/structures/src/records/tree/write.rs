@@ -3,36 +3,32 @@
 //! with the same bytes (`layers.rs`), and retiring the layer a remove leaves empty
 //! (`retire.rs`).
 
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Pool};
-use pmem_undo_log::Heap;
+use pmem_ordering::Backend;
 
 use super::super::hash::check_sizes;
 use super::super::Staged;
 use super::{goes_on, is_layer, read_value, Attempt, Layer, RecordTreeMap, Result, MAX_KEY_BYTES};
 
 /// What a writer's descent found, owned so that it outlives the pin it was found under.
-pub(super) struct Target<B: Backend, P: Deref<Target = Pool<B>>, H: Deref<Target = Heap<B, P>>> {
-    pub layer: Arc<Layer<B, P, H>>,
+pub(super) struct Target<B: Backend> {
+    pub layer: Arc<Layer<B>>,
     pub word: u64,
     pub record: Option<u64>,
     /// Whether the record is the key's own.
     pub ours: bool,
     /// The layer below the entry, whose skipped bytes the key leaves.
-    pub diverged: Option<Arc<Layer<B, P, H>>>,
+    pub diverged: Option<Arc<Layer<B>>>,
 }
 
-impl<B, P, H> RecordTreeMap<B, P, H>
+impl<B> RecordTreeMap<B>
 where
     B: Backend,
-    P: Deref<Target = Pool<B>>,
-    H: Deref<Target = Heap<B, P>> + Clone,
 {
     /// The descent for `key`, pinned (the map's epoch), owned.
-    pub(super) fn target(&self, key: &[u8]) -> Result<Target<B, P, H>> {
+    pub(super) fn target(&self, key: &[u8]) -> Result<Target<B>> {
         let guard = self.records.pin();
         let spot = self.descend(key, &guard)?;
         let ours = match spot.record {
@@ -55,7 +51,7 @@ where
         replace: bool,
     ) -> Result<(bool, Option<Vec<u8>>)> {
         check_sizes(key, value)?;
-        let heap = &*self.heap;
+        let heap = &self.heap;
         let pool = heap.pool();
         let mut staged: Option<Staged<'_>> = None;
         loop {
@@ -165,7 +161,7 @@ where
         if key.len() > MAX_KEY_BYTES {
             return Ok(None);
         }
-        let heap = &*self.heap;
+        let heap = &self.heap;
         let pool = heap.pool();
         loop {
             self.release_retired();

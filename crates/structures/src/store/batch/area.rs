@@ -38,8 +38,6 @@
 //! have resolved their own writes in doubt, before anything allocates; then the area is
 //! cleared. Every step can run again after a crash of recovery itself.
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, RecordBlock};
 
@@ -146,10 +144,7 @@ fn checksum(sequence: u64, len: u64, log: &[u8]) -> u64 {
 impl Area {
     /// Make the store's area (a block of [`area_bytes_for`] the pool's size) and record it in
     /// the catalog, in one transaction; `catalog` learns it once it commits.
-    pub(crate) fn create<B: Backend, P: Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
-        catalog: &mut Catalog,
-    ) -> Result<Area, Error> {
+    pub(crate) fn create<B: Backend>(heap: &Heap<B>, catalog: &mut Catalog) -> Result<Area, Error> {
         let bytes = area_bytes_for(heap.pool().size());
         let offset = heap.transaction(|tx| {
             let offset = tx.alloc(bytes)?.offset();
@@ -166,10 +161,7 @@ impl Area {
     }
 
     /// The area at `offset` (from the catalog), its head checked.
-    pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
-        offset: u64,
-    ) -> Result<Area, Error> {
+    pub(crate) fn open<B: Backend>(heap: &Heap<B>, offset: u64) -> Result<Area, Error> {
         let pool = heap.pool();
         let block = heap
             .block_size(offset)
@@ -267,8 +259,8 @@ impl Area {
 
     /// Resolve `committed`'s record blocks: phase two of recovery, once the maps of records
     /// have resolved their own writes in doubt and before anything allocates.
-    pub(crate) fn resolve_blocks<B: Backend, P: Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
+    pub(crate) fn resolve_blocks<B: Backend>(
+        heap: &Heap<B>,
         committed: &Committed,
     ) -> Result<(), Error> {
         for &(block, allocated) in &committed.blocks {

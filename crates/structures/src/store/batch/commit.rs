@@ -1,9 +1,7 @@
 //! A batch's commit: every map's changes planned, the log committed (the commit point), the
 //! plans applied, the log cleared. Three fences, plus those of the room the plans make.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, RecordBlock};
 
 use super::area::{Area, Log};
@@ -28,7 +26,7 @@ enum Plan {
 
 impl Plan {
     /// Give back what the plan reserved (it will not be committed).
-    fn cancel<B: Backend, P: Deref<Target = Pool<B>>>(self, heap: &Heap<B, P>) {
+    fn cancel<B: Backend>(self, heap: &Heap<B>) {
         if let Plan::Records(plan) = self {
             plan.cancel(heap);
         }
@@ -37,8 +35,8 @@ impl Plan {
 
 /// The changes of a map of words with reserved key `reserved`: the others, sorted, and the
 /// reserved key's new value if the batch writes it.
-fn split_reserved<B: Backend, P: Deref<Target = Pool<B>>>(
-    touched: &Touched<B, P>,
+fn split_reserved<B: Backend>(
+    touched: &Touched<B>,
     reserved: u64,
 ) -> (Vec<KeyChange>, Option<Option<u64>>) {
     let mut side = None;
@@ -55,24 +53,19 @@ fn split_reserved<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// Log the reserved key's new value of `core`'s map.
-fn log_side<S, B: Backend, P: Deref<Target = Pool<B>>>(
-    log: &mut Log,
-    core: &MapCore<S, B, P>,
-    side: Option<Option<u64>>,
-) {
+fn log_side<S, B: Backend>(log: &mut Log, core: &MapCore<S, B>, side: Option<Option<u64>>) {
     if let Some(value) = side {
         let (offset, bytes) = core.side_image(value);
         log.bytes(offset, &bytes);
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Touched<B, P> {
+impl<B: Backend> Touched<B> {
     /// Plan this map's changes, logging what the apply will write. The caller holds its gate.
     fn plan(&self, log: &mut Log) -> Result<Plan, Error> {
         Ok(match &self.map {
             BatchMap::HashWords(core) => {
-                let (changes, side) =
-                    split_reserved(self, <HashTable<B, P> as U64Map>::RESERVED_KEY);
+                let (changes, side) = split_reserved(self, <HashTable<B> as U64Map>::RESERVED_KEY);
                 let writes = core.raw.plan_batch(&changes)?;
                 for write in &writes {
                     let (offset, bytes) = write.image();
@@ -82,7 +75,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Touched<B, P> {
                 Plan::HashWords(writes, side)
             }
             BatchMap::TreeWords(core) => {
-                let (changes, side) = split_reserved(self, <Tree<B, P> as U64Map>::RESERVED_KEY);
+                let (changes, side) = split_reserved(self, <Tree<B> as U64Map>::RESERVED_KEY);
                 let leaves = core.raw.plan_batch(&changes)?;
                 for leaf in &leaves {
                     log.bytes(leaf.offset, &leaf.bytes);
@@ -166,10 +159,7 @@ fn log_records(log: &mut Log, plan: &RecordPlan) {
 }
 
 /// Store the reserved key's new value of `core`'s map (flushed), then show it to readers.
-fn apply_side<S, B: Backend, P: Deref<Target = Pool<B>>>(
-    core: &MapCore<S, B, P>,
-    side: Option<Option<u64>>,
-) -> Result<(), Error> {
+fn apply_side<S, B: Backend>(core: &MapCore<S, B>, side: Option<Option<u64>>) -> Result<(), Error> {
     if let Some(value) = side {
         let pool = core.shared.heap.pool();
         let (offset, bytes) = core.side_image(value);
@@ -179,7 +169,7 @@ fn apply_side<S, B: Backend, P: Deref<Target = Pool<B>>>(
     Ok(())
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
+impl<B: Backend> WriteBatch<B> {
     /// Commit the batch: every change it holds is durable, and visible, when this returns
     /// `Ok`; readers see each map's changes appear key by key meanwhile
     /// ([`Store::read_consistent`](crate::Store::read_consistent) sees them all at once).
@@ -208,7 +198,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
             touched.closed = true;
         }
         let area = self.area()?;
-        let heap = &*self.shared.heap;
+        let heap = &self.shared.heap;
         let pool = heap.pool();
         let mut log = Log::default();
         let mut plans = Vec::with_capacity(self.maps.len());

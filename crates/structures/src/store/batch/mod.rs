@@ -22,10 +22,9 @@ mod commit;
 mod lock;
 
 use std::marker::PhantomData;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 use rustc_hash::FxHashMap;
 
 use super::error::Error;
@@ -47,14 +46,14 @@ pub(crate) use lock::{BatchHold, Batches};
 pub const MAX_BATCH_CHANGES: usize = 16_384;
 
 /// A map a batch writes, by the core its handles share.
-pub(crate) enum BatchMap<B: Backend, P: Deref<Target = Pool<B>>> {
-    HashWords(Arc<HashCore<B, P>>),
-    TreeWords(Arc<TreeCore<B, P>>),
-    HashRecords(Arc<RecordHashCore<B, P>>),
-    TreeRecords(Arc<RecordTreeCore<B, P>>),
+pub(crate) enum BatchMap<B: Backend> {
+    HashWords(Arc<HashCore<B>>),
+    TreeWords(Arc<TreeCore<B>>),
+    HashRecords(Arc<RecordHashCore<B>>),
+    TreeRecords(Arc<RecordTreeCore<B>>),
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> BatchMap<B, P> {
+impl<B: Backend> BatchMap<B> {
     /// The core's address: one per open map.
     fn id(&self) -> usize {
         match self {
@@ -74,7 +73,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> BatchMap<B, P> {
         }
     }
 
-    fn shared(&self) -> &Arc<Shared<B, P>> {
+    fn shared(&self) -> &Arc<Shared<B>> {
         match self {
             BatchMap::HashWords(c) => &c.shared,
             BatchMap::TreeWords(c) => &c.shared,
@@ -94,8 +93,8 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> BatchMap<B, P> {
 }
 
 /// One map a batch writes: its changes, and whether the batch holds its gate yet.
-struct Touched<B: Backend, P: Deref<Target = Pool<B>>> {
-    map: BatchMap<B, P>,
+struct Touched<B: Backend> {
+    map: BatchMap<B>,
     /// The gate is closed (by the first read through the batch, or at commit).
     closed: bool,
     /// A map of words' changes: each key's new value, or `None` to remove it.
@@ -125,7 +124,7 @@ struct Touched<B: Backend, P: Deref<Target = Pool<B>>> {
 /// # fn main() -> Result<(), pmem_structures::Error> {
 /// let store = Store::anonymous(16 << 20, &StoreOptions::new().granularity(Granularity::Emulated))?;
 /// let accounts = store.hash_map::<String, u64>("accounts")?;
-/// let ledger = store.btree_map::<u64, u64>("ledger", FastFairConfig::default())?;
+/// let ledger = store.btree_map::<u64, u64>("ledger")?;
 /// accounts.insert("alice", 100)?;
 /// // Move 30 from alice to bob and record it: all three writes, or none.
 /// store.write(|batch| {
@@ -141,19 +140,19 @@ struct Touched<B: Backend, P: Deref<Target = Pool<B>>> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct WriteBatch<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    shared: Arc<Shared<B, P>>,
+pub struct WriteBatch<B: Backend = Hardware> {
+    shared: Arc<Shared<B>>,
     _hold: BatchHold,
-    maps: Vec<Touched<B, P>>,
+    maps: Vec<Touched<B>>,
     changes: usize,
     /// The batch's gates and lock belong to its thread.
     _not_send: PhantomData<*const ()>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
+impl<B: Backend> Store<B> {
     /// Open a write batch: waits while another thread's batch is open, refused with
     /// [`Error::InBatch`] if this thread has one open.
-    pub fn batch(&self) -> Result<WriteBatch<B, P>, Error> {
+    pub fn batch(&self) -> Result<WriteBatch<B>, Error> {
         let hold = self.shared.batches.hold().ok_or_else(|| Error::InBatch {
             name: "the store".into(),
         })?;
@@ -171,7 +170,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     /// commit fails, nothing changed (the error, or the panic, goes on to the caller).
     pub fn write<T, E: From<Error>>(
         &self,
-        f: impl FnOnce(&mut WriteBatch<B, P>) -> Result<T, E>,
+        f: impl FnOnce(&mut WriteBatch<B>) -> Result<T, E>,
     ) -> Result<T, E> {
         let mut batch = self.batch()?;
         let out = f(&mut batch)?;
@@ -194,7 +193,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
+impl<B: Backend> WriteBatch<B> {
     /// How many changes the batch holds (keys written, over all its maps).
     pub fn len(&self) -> usize {
         self.changes
@@ -206,7 +205,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
     }
 
     /// The index of `map` among the batch's maps, added if new.
-    pub(crate) fn touch(&mut self, map: BatchMap<B, P>) -> Result<usize, Error> {
+    pub(crate) fn touch(&mut self, map: BatchMap<B>) -> Result<usize, Error> {
         let id = map.id();
         if let Some(i) = self.maps.iter().position(|t| t.map.id() == id) {
             return Ok(i);
@@ -310,7 +309,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> WriteBatch<B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Drop for WriteBatch<B, P> {
+impl<B: Backend> Drop for WriteBatch<B> {
     /// The batch ends (committed or not): its maps' gates open again, then the store's batch
     /// lock is let go (the field's drop, after this).
     fn drop(&mut self) {

@@ -19,8 +19,6 @@ mod check;
 mod layout;
 mod removal;
 
-use std::ops::Deref;
-
 use pmem_ordering::{Backend, Pool};
 use pmem_undo_log::{Heap, Tx, TxError};
 
@@ -60,9 +58,7 @@ pub(crate) struct Catalog {
 
 impl Catalog {
     /// Format an empty catalog of the root object's capacity (one transaction).
-    pub(crate) fn format<B: Backend, P: Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
-    ) -> Result<Catalog, Error> {
+    pub(crate) fn format<B: Backend>(heap: &Heap<B>) -> Result<Catalog, Error> {
         let pool = heap.pool();
         let base = pool.root_offset();
         let capacity = capacity_of(pool.root_size());
@@ -92,9 +88,7 @@ impl Catalog {
     /// [`Catalog::draining`]), and return it. A catalog that cannot be read (an all-zero root
     /// object included: a store is published only once its catalog is written, so zeros there
     /// are damage) is refused with [`Error::CorruptCatalog`] before anything is written.
-    pub(crate) fn open<B: Backend, P: Deref<Target = Pool<B>>>(
-        heap: &Heap<B, P>,
-    ) -> Result<Catalog, Error> {
+    pub(crate) fn open<B: Backend>(heap: &Heap<B>) -> Result<Catalog, Error> {
         let pool = heap.pool();
         let base = pool.root_offset();
         let magic = pool.load_u64(base + header::MAGIC)?;
@@ -249,9 +243,9 @@ impl Catalog {
 
     /// Mark the structure in `slot` `Draining` (one transaction): no handle reaches it from
     /// now on, and the store empties it before it removes it.
-    pub(crate) fn mark_draining<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn mark_draining<B: Backend>(
         &mut self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         slot: u64,
     ) -> Result<(), Error> {
         let entry_offset = self.entry_offset(slot);
@@ -290,9 +284,9 @@ impl Catalog {
     /// transaction joins this one) and write the entry with its `types` and their
     /// `fingerprint`. Returns what `create` made.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn add<B: Backend, P: Deref<Target = Pool<B>>, S>(
+    pub(crate) fn add<B: Backend, S>(
         &mut self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         name: &str,
         kind: StructureKind,
         types: (TypeCode, TypeCode),
@@ -348,9 +342,9 @@ impl Catalog {
 
     /// Record `fingerprint` for the structure in `slot`, whose entry has none (it predates
     /// fingerprints): the types its first open names are taken for the ones it was made with.
-    pub(crate) fn record_fingerprint<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn record_fingerprint<B: Backend>(
         &mut self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         slot: u64,
         fingerprint: u32,
     ) -> Result<(), Error> {
@@ -383,9 +377,9 @@ impl Catalog {
     /// Unlist the structure in `slot` (live or draining) and free its root block and
     /// `blocks`, which must be every block it owns. Crash-safe: see `removal`. A full pool
     /// with no room for the list of `blocks` is [`Error::PoolFull`], with nothing changed.
-    pub(crate) fn remove<B: Backend, P: Deref<Target = Pool<B>>>(
+    pub(crate) fn remove<B: Backend>(
         &mut self,
-        heap: &Heap<B, P>,
+        heap: &Heap<B>,
         slot: u64,
         blocks: &[u64],
     ) -> Result<(), Error> {

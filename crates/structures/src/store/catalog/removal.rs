@@ -24,9 +24,7 @@
 //! * Where neither fits (a full pool), the store empties the structure first by its own
 //!   removes (`Draining`, in `store/registry.rs`) and then removes what is left, which fits.
 
-use std::ops::Deref;
-
-use pmem_ordering::{Backend, PPtr, Pool};
+use pmem_ordering::{Backend, PPtr};
 use pmem_undo_log::{Heap, TxError};
 
 use super::corrupt;
@@ -45,8 +43,8 @@ const CHAINED: u64 = 1 << 63;
 
 /// Remove the structure of entry `entry_offset` (`image`), which owns `blocks` besides its root.
 /// A full pool with no room for the list is [`Error::PoolFull`], with nothing changed.
-pub(super) fn run<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(super) fn run<B: Backend>(
+    heap: &Heap<B>,
     entry_offset: u64,
     image: &EntryImage,
     blocks: &[u64],
@@ -75,10 +73,7 @@ pub(super) fn run<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// The structure's largest block, if the list of its other blocks fits it.
-fn own_list_block<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
-    blocks: &[u64],
-) -> Option<u64> {
+fn own_list_block<B: Backend>(heap: &Heap<B>, blocks: &[u64]) -> Option<u64> {
     let (holder, size) = blocks
         .iter()
         .filter_map(|&b| heap.block_size(b).map(|size| (b, size)))
@@ -100,8 +95,8 @@ fn mark_removing<B: Backend>(
 
 /// One transaction: write the list of the blocks but `holder` into `holder` (one of them), and
 /// mark the entry `Removing`. Returns the list's offset.
-fn record_in_own_block<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+fn record_in_own_block<B: Backend>(
+    heap: &Heap<B>,
     entry_offset: u64,
     blocks: &[u64],
     holder: u64,
@@ -118,8 +113,8 @@ fn record_in_own_block<B: Backend, P: Deref<Target = Pool<B>>>(
 
 /// One transaction: write the list of `blocks` into a chain of fresh links and mark the entry
 /// `Removing`. Returns the first link's offset.
-fn record_in_chain<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+fn record_in_chain<B: Backend>(
+    heap: &Heap<B>,
     entry_offset: u64,
     blocks: &[u64],
 ) -> Result<u64, Error> {
@@ -143,8 +138,8 @@ fn record_in_chain<B: Backend, P: Deref<Target = Pool<B>>>(
 }
 
 /// Finish the removal a crash interrupted (entry `entry_offset` is `Removing`).
-pub(super) fn finish<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+pub(super) fn finish<B: Backend>(
+    heap: &Heap<B>,
     entry_offset: u64,
     image: &EntryImage,
 ) -> Result<(), Error> {
@@ -157,8 +152,8 @@ pub(super) fn finish<B: Backend, P: Deref<Target = Pool<B>>>(
     )
 }
 
-fn free_from<B: Backend, P: Deref<Target = Pool<B>>>(
-    heap: &Heap<B, P>,
+fn free_from<B: Backend>(
+    heap: &Heap<B>,
     entry_offset: u64,
     root: u64,
     mut list: u64,

@@ -21,7 +21,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use pmem_bench::poolfile::{default_pool_dir, StoreFile};
 use pmem_ordering::stats::thread_stats;
 use pmem_ordering::Granularity;
-use pmem_structures::{Error, FastFairConfig, Store};
+use pmem_structures::{Error, Store};
 
 const POOL_FILE: &str = "pmem-bench-criterion-batches.pool";
 const POOL_BYTES: u64 = 2 << 30;
@@ -144,7 +144,7 @@ impl WordHashTarget {
 }
 impl WordTreeTarget {
     fn open(store: &Store) -> Result<WordTree, Error> {
-        store.btree_map("map", FastFairConfig::default())
+        store.btree_map("map")
     }
 }
 impl ByteHashTarget {
@@ -154,7 +154,7 @@ impl ByteHashTarget {
 }
 impl ByteTreeTarget {
     fn open(store: &Store) -> Result<ByteTree, Error> {
-        store.btree_map("map", FastFairConfig::default())
+        store.btree_map("map")
     }
 }
 

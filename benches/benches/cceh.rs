@@ -63,7 +63,7 @@ fn with_table<R>(
     file: &str,
     keys: u64,
     load: Option<&[(u64, u64)]>,
-    f: impl FnOnce(&pmem_bench::ccehbench::Table<'_>) -> R,
+    f: impl FnOnce(&pmem_bench::ccehbench::Table) -> R,
 ) -> R {
     let fresh = CcehHeap::create(dir, file, keys, Some(Granularity::Emulated))
         .expect("set up a heap for the table");

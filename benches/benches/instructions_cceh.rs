@@ -26,39 +26,18 @@ macro_rules! measured {
     };
 }
 
-measured!(cceh_get, ops_10000, cceh, "get", run_get, Table<'static>);
+measured!(cceh_get, ops_10000, cceh, "get", run_get, Table);
 measured!(
     cceh_insert_no_split,
     ops_10000,
     cceh,
     "insert_no_split",
     run_insert,
-    Table<'static>
+    Table
 );
-measured!(
-    cceh_insert,
-    ops_10000,
-    cceh,
-    "insert",
-    run_insert,
-    Table<'static>
-);
-measured!(
-    cceh_upsert,
-    ops_10000,
-    cceh,
-    "upsert",
-    run_upsert,
-    Table<'static>
-);
-measured!(
-    cceh_remove,
-    ops_10000,
-    cceh,
-    "remove",
-    run_remove,
-    Table<'static>
-);
+measured!(cceh_insert, ops_10000, cceh, "insert", run_insert, Table);
+measured!(cceh_upsert, ops_10000, cceh, "upsert", run_upsert, Table);
+measured!(cceh_remove, ops_10000, cceh, "remove", run_remove, Table);
 
 library_benchmark_group!(
     name = cceh;

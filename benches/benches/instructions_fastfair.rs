@@ -26,30 +26,16 @@ macro_rules! measured {
     };
 }
 
-measured!(
-    fastfair_get,
-    ops_10000,
-    fastfair,
-    "get",
-    run_get,
-    Tree<'static>
-);
+measured!(fastfair_get, ops_10000, fastfair, "get", run_get, Tree);
 measured!(
     fastfair_insert,
     ops_10000,
     fastfair,
     "insert",
     run_insert,
-    Tree<'static>
+    Tree
 );
-measured!(
-    fastfair_scan,
-    scans_1000,
-    fastfair,
-    "scan",
-    run_scan,
-    Tree<'static>
-);
+measured!(fastfair_scan, scans_1000, fastfair, "scan", run_scan, Tree);
 // The scans of `fastfair_scan`, each into one reused buffer with `Range::next_into`.
 #[library_benchmark]
 #[bench::scans_1000(args = ("scan"), setup = fastfair_bulk)]
@@ -63,7 +49,7 @@ measured!(
     fastfair,
     "upsert",
     run_upsert,
-    Tree<'static>
+    Tree
 );
 measured!(
     fastfair_remove,
@@ -71,7 +57,7 @@ measured!(
     fastfair,
     "remove",
     run_remove,
-    Tree<'static>
+    Tree
 );
 
 library_benchmark_group!(

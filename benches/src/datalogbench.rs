@@ -22,9 +22,8 @@
 //! DIMM's own).
 
 use std::path::Path;
-use std::sync::Arc;
 
-use pmem_ordering::{Granularity, Hardware, Pool};
+use pmem_ordering::{Granularity, Hardware};
 use pmem_structures::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
 };
@@ -59,7 +58,7 @@ memory): NOVA-datalog's embedded writes have 7x lower latency than NOVA's copy-o
 64-byte random overwrites and 6.5x lower for 256-byte ones";
 
 /// The store type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Store<'h> = Datalog<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+pub type Store = Datalog<Hardware>;
 
 /// Size of the pool file for a file of `file_bytes`: room for the file, as much again for
 /// copy-on-write churn (a block of 64 pages is freed only when all of them are dead) and for
@@ -104,7 +103,7 @@ impl DatalogHeap {
     }
 
     /// An empty store with its root in the pool's root object, writing with `mode`.
-    pub fn store(&self, mode: WriteMode) -> Result<Store<'_>, DatalogError> {
+    pub fn store(&self, mode: WriteMode) -> Result<Store, DatalogError> {
         Datalog::create(
             self.heap(),
             self.heap().pool().root_offset(),
@@ -118,7 +117,7 @@ impl DatalogHeap {
 
 /// Create the measured file and fill it with `file_bytes` of data, in 1 MiB copy-on-write
 /// writes.
-pub fn prepare(store: &Store<'_>, file_bytes: u64) -> Result<FileId, DatalogError> {
+pub fn prepare(store: &Store, file_bytes: u64) -> Result<FileId, DatalogError> {
     let id = store.create_file(FILE_NAME)?;
     let piece: Vec<u8> = (0..1u64 << 20).map(|i| (i * 13 % 251) as u8).collect();
     let mut at = 0;
@@ -138,7 +137,7 @@ pub fn payload(size: u64) -> Vec<u8> {
 /// Overwrite `data.len()` bytes at each offset with `mode`; every [`LATENCY_EVERY`]th call
 /// is timed on its own into `latencies` when given.
 pub fn overwrite_all(
-    store: &Store<'_>,
+    store: &Store,
     id: FileId,
     offsets: &[u64],
     data: &[u8],
@@ -156,7 +155,7 @@ pub fn overwrite_all(
 /// Read [`READ_BYTES`] at each offset into `buf`; the sum of the bytes read (every read must
 /// be whole). Every [`LATENCY_EVERY`]th call is timed into `latencies` when given.
 pub fn read_all(
-    store: &Store<'_>,
+    store: &Store,
     id: FileId,
     offsets: &[u64],
     buf: &mut [u8],

@@ -20,11 +20,10 @@
 //! phase: they include splits (about one insert in fifteen splits a 28-entry leaf).
 
 use std::path::Path;
-use std::sync::Arc;
 
-use pmem_ordering::{Granularity, Hardware, Pool};
+use pmem_ordering::{Granularity, Hardware};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_undo_log::{FencePolicy, Heap, TxError};
+use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 
 use crate::keys::{random_keys_except_max, shuffled};
@@ -65,7 +64,7 @@ pub const REDO_SHIFT_CLAIM: &str = "redo-logged shifts: up to 38.8% lower insert
     (read-after-persist delays), no gain on the second generation";
 
 /// The tree type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Tree<'h> = FastFair<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+pub type Tree = FastFair<Hardware>;
 
 /// Size of the pool file for a tree of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded up
 /// to a power of two, at least 16 MiB.
@@ -107,7 +106,7 @@ impl FastFairHeap {
     }
 
     /// Make an empty tree (512-byte nodes, `policy`) with its root in the pool's root object.
-    pub fn tree(&self, policy: ShiftPolicy) -> Result<Tree<'_>, FastFairError> {
+    pub fn tree(&self, policy: ShiftPolicy) -> Result<Tree, FastFairError> {
         let config = FastFairConfig {
             policy,
             ..FastFairConfig::default()
@@ -128,7 +127,7 @@ impl FastFairHeap {
 }
 
 /// Insert every key (value [`value_of`]); how many were new.
-pub fn insert_all(tree: &Tree<'_>, keys: &[u64]) -> Result<u64, FastFairError> {
+pub fn insert_all(tree: &Tree, keys: &[u64]) -> Result<u64, FastFairError> {
     let mut inserted = 0;
     for &k in keys {
         inserted += u64::from(tree.insert(k, value_of(k))?);
@@ -137,7 +136,7 @@ pub fn insert_all(tree: &Tree<'_>, keys: &[u64]) -> Result<u64, FastFairError> {
 }
 
 /// Look every key up; how many were found with their [`value_of`].
-pub fn get_all(tree: &Tree<'_>, keys: &[u64]) -> Result<u64, FastFairError> {
+pub fn get_all(tree: &Tree, keys: &[u64]) -> Result<u64, FastFairError> {
     let mut hits = 0;
     for &k in keys {
         hits += u64::from(tree.get(k)? == Some(value_of(k)));
@@ -146,7 +145,7 @@ pub fn get_all(tree: &Tree<'_>, keys: &[u64]) -> Result<u64, FastFairError> {
 }
 
 /// One scan of up to [`SCAN_KEYS`] pairs from `start`; the number of pairs read.
-pub fn scan_from(tree: &Tree<'_>, start: u64) -> Result<u64, FastFairError> {
+pub fn scan_from(tree: &Tree, start: u64) -> Result<u64, FastFairError> {
     let mut n = 0;
     for pair in tree.range(start..).take(SCAN_KEYS) {
         let (k, v) = pair?;
@@ -158,7 +157,7 @@ pub fn scan_from(tree: &Tree<'_>, start: u64) -> Result<u64, FastFairError> {
 }
 
 /// Scan from each of `starts`; the pairs read in all.
-pub fn scan_all(tree: &Tree<'_>, starts: &[u64]) -> Result<u64, FastFairError> {
+pub fn scan_all(tree: &Tree, starts: &[u64]) -> Result<u64, FastFairError> {
     let mut n = 0;
     for &s in starts {
         n += scan_from(tree, s)?;

@@ -24,7 +24,6 @@
 //! persistence costs being compared.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use pmem_ordering::{Granularity, PoolOptions};
 use pmem_themis_workloads::cache::CacheShape;
@@ -175,8 +174,8 @@ impl TxRunner {
             source,
         };
         let pool = file.open(PoolOptions::new())?;
-        let heap: Heap = Heap::create(Arc::new(pool), HeapConfig::default(), variant.policy())
-            .map_err(heap_err)?;
+        let heap: Heap =
+            Heap::create(pool, HeapConfig::default(), variant.policy()).map_err(heap_err)?;
         let root = heap.pool().root_offset();
         // One seed for all: the variants of a group make the same operations.
         let mut rng = SplitMix64::new(0x5EED);

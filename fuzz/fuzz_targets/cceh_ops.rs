@@ -37,13 +37,13 @@ const MAX_OPS: usize = 512;
 fn check_image(image: &[u8], what: &str, sim: SimConfig, policy: FencePolicy, model: &CcehModel) {
     let pool = Pool::from_image(image, Some(LAYOUT), sim)
         .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
-    let heap = Heap::open(&pool).unwrap_or_else(|e| panic!("{what}: the heap does not open: {e}"));
+    let heap = Heap::open(pool).unwrap_or_else(|e| panic!("{what}: the heap does not open: {e}"));
     assert_eq!(
         heap.policy(),
         policy,
         "{what}: the heap reopened under another policy"
     );
-    let table = Cceh::open(&heap, pool.root_offset())
+    let table = Cceh::open(&heap, heap.pool().root_offset())
         .unwrap_or_else(|e| panic!("{what}: the table does not open: {e}"));
     let contents =
         check_table(&heap, &table, 1..=FUZZ_KEYS).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -15,7 +15,7 @@ use pmem_kv_cluster::log_store::core::{LogCore, LOG_MAP, META_MAP};
 use pmem_kv_cluster::state_machine::core::{SmCore, SM_MAP};
 use pmem_kv_cluster::types::{Entry, SnapshotMeta};
 use pmem_kv_cluster::{Condition, KvRaft, Write};
-use pmem_structures::{FastFairConfig, Store, StoreOptions};
+use pmem_structures::{Store, StoreOptions};
 
 fn set(index: u64, key: &[u8]) -> Entry {
     Entry {
@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
         2 => {
             let store = Store::anonymous(8 << 20, &StoreOptions::new()).expect("a store");
             let log = store
-                .btree_map::<u64, Vec<u8>>(LOG_MAP, FastFairConfig::default())
+                .btree_map::<u64, Vec<u8>>(LOG_MAP)
                 .expect("the log's map");
             for piece in rest.split(|&b| b == 0xFF).take(16) {
                 if let Some((&index, bytes)) = piece.split_first() {

@@ -24,7 +24,10 @@ fuzz_target!(|input: &[u8]| {
     };
     for chunk in rest.chunks(usize::from(piece % 64) + 1) {
         let (reply, _) = server.feed(chunk);
-        assert!(reply.is_empty() || reply.ends_with(b"\r\n"), "a torn reply: {reply:?}");
+        assert!(
+            reply.is_empty() || reply.ends_with(b"\r\n"),
+            "a torn reply: {reply:?}"
+        );
     }
     server.check().expect("the keyspace passes its check");
 });

@@ -61,7 +61,7 @@ pub struct Fixture<M: 'static> {
 /// What a measured batch of bulk scans works on: the tree, the scans' start keys and the
 /// buffer every scan fills (its capacity reserved, so no scan allocates).
 pub struct BulkScans {
-    pub map: &'static Tree<'static>,
+    pub map: &'static Tree,
     pub batch: Vec<u64>,
     pub out: Vec<(u64, u64)>,
 }
@@ -104,7 +104,7 @@ pub trait ScanOps {
     fn scan(&self, start: u64) -> usize;
 }
 
-impl PointOps for Table<'static> {
+impl PointOps for Table {
     #[inline(never)]
     fn get(&self, key: u64) -> Option<u64> {
         Table::get(self, key).expect("get")
@@ -123,7 +123,7 @@ impl PointOps for Table<'static> {
     }
 }
 
-impl PointOps for Tree<'static> {
+impl PointOps for Tree {
     #[inline(never)]
     fn get(&self, key: u64) -> Option<u64> {
         Tree::get(self, key).expect("get")
@@ -142,7 +142,7 @@ impl PointOps for Tree<'static> {
     }
 }
 
-impl ScanOps for Tree<'static> {
+impl ScanOps for Tree {
     #[inline(never)]
     fn scan(&self, start: u64) -> usize {
         let mut pairs = 0;
@@ -242,21 +242,21 @@ fn fixture<M: PointOps>(map: &'static M, op: &str) -> &'static Fixture<M> {
     leak(Fixture { map, batch })
 }
 
-fn cceh_table() -> &'static Table<'static> {
+fn cceh_table() -> &'static Table {
     let heap = leak(open_copy(Structure::Cceh, heap_at));
     leak(Table::open(heap, heap.pool().root_offset()).expect("CCEH table"))
 }
 
-fn fastfair_tree() -> &'static Tree<'static> {
+fn fastfair_tree() -> &'static Tree {
     let heap = leak(open_copy(Structure::FastFair, heap_at));
     leak(Tree::open(heap, heap.pool().root_offset()).expect("FAST&FAIR tree"))
 }
 
-pub fn cceh(op: &str) -> &'static Fixture<Table<'static>> {
+pub fn cceh(op: &str) -> &'static Fixture<Table> {
     fixture(cceh_table(), op)
 }
 
-pub fn fastfair(op: &str) -> &'static Fixture<Tree<'static>> {
+pub fn fastfair(op: &str) -> &'static Fixture<Tree> {
     fixture(fastfair_tree(), op)
 }
 
@@ -279,7 +279,7 @@ pub fn store_hash(op: &str) -> &'static Fixture<HashMap<u64, u64>> {
 pub fn store_btree(op: &str) -> &'static Fixture<BTreeMap<u64, u64>> {
     let store = leak(open_copy(Structure::StoreBTree, store_at));
     let map = store
-        .btree_map::<u64, u64>("b", fast_config())
+        .btree_map_with::<u64, u64>("b", fast_config())
         .expect("btree map");
     fixture(leak(map), op)
 }
@@ -316,7 +316,7 @@ pub fn run_scan<M: ScanOps>(f: &Fixture<M>) -> usize {
 /// A bulk scan of [`SCAN_KEYS`] pairs from `start` into `out`, emptied first; out of line as
 /// the [`PointOps`] calls are.
 #[inline(never)]
-fn scan_bulk(tree: &Tree<'static>, start: u64, out: &mut Vec<(u64, u64)>) -> usize {
+fn scan_bulk(tree: &Tree, start: u64, out: &mut Vec<(u64, u64)>) -> usize {
     out.clear();
     tree.range(start..).next_into(out, SCAN_KEYS).expect("scan")
 }

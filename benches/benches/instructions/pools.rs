@@ -23,7 +23,6 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use pmem_bench::ccehbench::{self, Table, CCEH_POLICY};
 use pmem_bench::fastfairbench::{self, Tree, FASTFAIR_HEAP_POLICY};
@@ -281,15 +280,14 @@ fn build(structure: Structure, path: &Path, keys: &[u64]) {
                 Structure::Cceh => CCEH_POLICY,
                 _ => FASTFAIR_HEAP_POLICY,
             };
-            let heap =
-                Heap::create(Arc::new(pool), HeapConfig::default(), policy).expect("the heap");
+            let heap = Heap::create(pool, HeapConfig::default(), policy).expect("the heap");
             let root = heap.pool().root_offset();
             if let Structure::Cceh = structure {
-                let table: Table<'_> =
+                let table: Table =
                     Cceh::create(&heap, root, CcehConfig::default()).expect("the CCEH table");
                 load(keys, |k, v| table.insert(k, v).expect("insert"));
             } else {
-                let tree: Tree<'_> =
+                let tree: Tree =
                     FastFair::create(&heap, root, fast_config()).expect("the FAST&FAIR tree");
                 load(keys, |k, v| tree.insert(k, v).expect("insert"));
             }
@@ -302,7 +300,7 @@ fn build(structure: Structure, path: &Path, keys: &[u64]) {
                 load(keys, |k, v| map.insert(k, v).expect("insert"));
             } else {
                 let map: BTreeMap<u64, u64> = store
-                    .btree_map("b", fast_config())
+                    .btree_map_with("b", fast_config())
                     .expect("the B+-tree map");
                 load(keys, |k, v| map.insert(k, v).expect("insert"));
             }
@@ -345,7 +343,7 @@ fn opens(structure: Structure, path: &Path) -> bool {
                 .is_ok_and(|m| m.len() == keys_cached())
         }),
         Structure::StoreBTree => open_store(&copy).is_ok_and(|s| {
-            s.btree_map::<u64, u64>("b", fast_config())
+            s.btree_map_with::<u64, u64>("b", fast_config())
                 .is_ok_and(|m| m.len() == keys_cached())
         }),
     };
@@ -361,7 +359,7 @@ fn keys_cached() -> u64 {
 fn open_heap(path: &Path) -> Option<Heap> {
     let options = PoolOptions::new().granularity(GRANULARITY);
     let pool = Pool::open(path, LAYOUT, &options).ok()?;
-    Heap::open(Arc::new(pool)).ok()
+    Heap::open(pool).ok()
 }
 
 fn open_store(path: &Path) -> Result<Store, pmem_structures::Error> {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use pmem_ordering::Granularity;
-use pmem_structures::{BTreeMap, CcehConfig, FastFairConfig, HashMap};
+use pmem_structures::{BTreeMap, CcehConfig, HashMap};
 use serde::Serialize;
 
 use super::keyset::{fill_value, record_of_tag, tag_matches, tag_of, KeyKind, Keys, BYTE_KEY_LEN};
@@ -427,11 +427,11 @@ fn with_store_map<R>(
         }),
         // The ordered map ([`with_map`] hands the peers' kinds to their own modules).
         (_, Keys::Words(keys)) => f(&mut WordsMap {
-            map: store.btree_map::<u64, u64>(MAP_NAME, FastFairConfig::default())?,
+            map: store.btree_map::<u64, u64>(MAP_NAME)?,
             keys,
         }),
         (_, Keys::Bytes(keys)) => f(&mut BytesMap {
-            map: store.btree_map::<Vec<u8>, Vec<u8>>(MAP_NAME, FastFairConfig::default())?,
+            map: store.btree_map::<Vec<u8>, Vec<u8>>(MAP_NAME)?,
             keys,
             value,
             value_bytes: config.value_bytes,

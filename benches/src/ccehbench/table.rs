@@ -2,9 +2,8 @@
 //! values stored, and the one- or multi-thread drivers of whole key sets.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use pmem_ordering::{Granularity, Hardware, Pool};
+use pmem_ordering::{Granularity, Hardware};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::Heap;
 
@@ -12,7 +11,7 @@ use super::{CCEH_POLICY, HELPER_DEPTH, POOL_BYTES_PER_KEY, TOUCH_BYTES_PER_KEY};
 use crate::poolfile::{HeapFile, PoolFile, SetupError};
 
 /// The table type measured: on the hardware backend, its heap holding its pool in an `Arc`.
-pub type Table<'h> = Cceh<Hardware, Arc<Pool>, &'h Heap<Hardware, Arc<Pool>>>;
+pub type Table = Cceh<Hardware>;
 
 /// Size of the pool file for a table of `keys` keys: [`POOL_BYTES_PER_KEY`] per key, rounded
 /// up to a power of two, at least 16 MiB (128 MiB for 1M keys, 2 GiB for 16M).
@@ -69,7 +68,7 @@ impl CcehHeap {
     }
 
     /// Make an empty table (default shape) with its root in the pool's root object.
-    pub fn table(&self) -> Result<Table<'_>, CcehError> {
+    pub fn table(&self) -> Result<Table, CcehError> {
         Cceh::create(
             self.heap(),
             self.heap().pool().root_offset(),
@@ -159,7 +158,7 @@ fn split<T: Sync, E: Send>(
 /// Insert `items` with [`Cceh::insert_batch`] (`options`), split among `threads` threads that
 /// share the table; how many keys were new.
 pub fn insert_all(
-    table: &Table<'_>,
+    table: &Table,
     items: &[(u64, u64)],
     options: BatchOptions,
     threads: usize,
@@ -169,7 +168,7 @@ pub fn insert_all(
 
 /// Look every key of `keys` up, split among `threads` threads; how many were found with their
 /// [`value_of`].
-pub fn get_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
+pub fn get_all(table: &Table, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
     split(keys, threads, |part| {
         let mut hits = 0;
         for &k in part {
@@ -182,7 +181,7 @@ pub fn get_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, C
 }
 
 /// Remove every key of `keys`, split among `threads` threads; how many were there.
-pub fn remove_all(table: &Table<'_>, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
+pub fn remove_all(table: &Table, keys: &[u64], threads: usize) -> Result<u64, CcehError> {
     split(keys, threads, |part| {
         let mut removed = 0;
         for &k in part {

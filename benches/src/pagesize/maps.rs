@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use pmem_ordering::pool::pages::HUGE_PAGE_BYTES;
 use pmem_ordering::pool::{ObtainedPages, PageSize};
@@ -189,7 +188,7 @@ pub(super) fn side_heap(
         let _ = pool.write(offset, &zeros[..n]).map_err(pool_error)?;
         offset += n as u64;
     }
-    let heap = Heap::create(Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+    let heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
     Ok(SideHeap { heap, _file: file })
 }
 

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use pmem_ordering::Granularity;
-use pmem_structures::FastFairConfig;
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use serde::Serialize;
 
@@ -243,9 +242,7 @@ pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow
             size,
             granularity,
         )?;
-        let map = file
-            .store()
-            .btree_map::<Vec<u8>, Vec<u8>>(NAME, FastFairConfig::default())?;
+        let map = file.store().btree_map::<Vec<u8>, Vec<u8>>(NAME)?;
         time_ours(
             "ours: ordered map",
             &keys,

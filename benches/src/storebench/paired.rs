@@ -47,12 +47,12 @@ macro_rules! paired_map {
     };
 }
 
-paired_map!(ccehbench::Table<'_>, CcehError);
-paired_map!(fastfairbench::Tree<'_>, FastFairError);
+paired_map!(ccehbench::Table, CcehError);
+paired_map!(fastfairbench::Tree, FastFairError);
 paired_map!(HashMap, pmem_structures::Error);
 paired_map!(BTreeMap, pmem_structures::Error);
 
-impl PairedScan for fastfairbench::Tree<'_> {
+impl PairedScan for fastfairbench::Tree {
     fn scan(&self, start: u64) -> Result<u64, FastFairError> {
         fastfairbench::scan_from(self, start)
     }

@@ -111,7 +111,7 @@ pub(super) fn fastfair_repetition(
     )?;
     let store = store_file
         .store()
-        .btree_map::<u64, u64>("fastfair", config)?;
+        .btree_map_with::<u64, u64>("fastfair", config)?;
     let [insert, get, scan] = pairs;
     insert_then_get(
         rep,

@@ -14,7 +14,6 @@
 //! shared machine bounds every workload's scaling.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use pmem_ordering::{Granularity, PoolOptions};
@@ -237,11 +236,9 @@ fn measure_one(
     };
     let pool = file.open(PoolOptions::new())?;
     let heap: Heap =
-        Heap::create(Arc::new(pool), HeapConfig::default(), policy).map_err(|source| {
-            SetupError::Heap {
-                path: file.path().to_path_buf(),
-                source,
-            }
+        Heap::create(pool, HeapConfig::default(), policy).map_err(|source| SetupError::Heap {
+            path: file.path().to_path_buf(),
+            source,
         })?;
     let max_threads = THREAD_COUNTS.into_iter().max().unwrap_or(1);
     let mut instances = (0..max_threads as u64)

@@ -6,7 +6,6 @@
 //! store's [`HashMap`] and [`BTreeMap`] handles. The handles have no batched insert, so a load
 //! runs one `insert` per record (the pairing loads the raw structure the same way).
 
-use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{BTreeMap, CcehConfig, HashMap};
 
 use super::targets::{MakeError, Setup, Structure, Target, TargetError};
@@ -69,10 +68,7 @@ pub fn with_store_target<R, E: From<MakeError>>(
             f(&StoreMap { map })
         }
         StoreMapKind::BTreeMap => {
-            let map = file
-                .store()
-                .btree_map::<u64, u64>(MAP_NAME, FastFairConfig::default())
-                .map_err(made)?;
+            let map = file.store().btree_map::<u64, u64>(MAP_NAME).map_err(made)?;
             f(&StoreMap { map })
         }
     }

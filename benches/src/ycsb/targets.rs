@@ -32,14 +32,12 @@ pub use datalog::{FIELDS, FIELD_BYTES, RECORD_BYTES};
 use datalog::DatalogTarget;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use pmem_ordering::{Granularity, Hardware, Pool};
+use pmem_ordering::{Granularity, Hardware};
 use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
 use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_structures::U64Map;
-use pmem_undo_log::Heap;
 use serde::Serialize;
 
 use crate::ccehbench::{CCEH_POLICY, HELPER_DEPTH};
@@ -350,7 +348,7 @@ trait MapExtras: U64Map {
 }
 
 /// CCEH: batched load, no ordered scans.
-impl MapExtras for Cceh<Hardware, Arc<Pool>, &Heap> {
+impl MapExtras for Cceh<Hardware> {
     const STRUCTURE: Structure = Structure::Cceh;
 
     fn scan(&self, _start: u64, _len: usize) -> Result<usize, TargetError> {
@@ -369,7 +367,7 @@ impl MapExtras for Cceh<Hardware, Arc<Pool>, &Heap> {
 }
 
 /// FAST&FAIR: single calls, scans from the start key taking `len` pairs.
-impl MapExtras for FastFair<Hardware, Arc<Pool>, &Heap> {
+impl MapExtras for FastFair<Hardware> {
     const STRUCTURE: Structure = Structure::FastFair;
 
     fn scan(&self, start: u64, len: usize) -> Result<usize, TargetError> {

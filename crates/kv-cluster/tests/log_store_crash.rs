@@ -15,7 +15,6 @@ use common::{blank, id, load, membership, options, set, store_is_whole, SimStore
 use pmem_kv_cluster::log_store::core::LogCore;
 use pmem_kv_cluster::types::{Entry, LogId, Vote};
 use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
-use pmem_structures::pmem_ordering::Pool;
 use pmem_test_kit::run_crash_test;
 
 #[derive(Clone, Debug)]
@@ -88,7 +87,7 @@ impl LogState {
     }
 }
 
-fn run(log: &mut SimLog<'_>, op: &Op) {
+fn run(log: &mut SimLog, op: &Op) {
     match op {
         Op::Append(entries) => log.append(entries.iter().cloned()),
         Op::TruncateAfter(keep) => log.truncate_after(keep.as_ref()),
@@ -100,9 +99,9 @@ fn run(log: &mut SimLog<'_>, op: &Op) {
 }
 
 /// The log a recovered store holds, its cached ends checked against its entries.
-type SimLog<'p> = LogCore<SimBackend, &'p Pool<SimBackend>>;
+type SimLog = LogCore<SimBackend>;
 
-fn observe<'p>(store: &SimStore<'p>) -> Result<(SimLog<'p>, LogState), String> {
+fn observe<'p>(store: &SimStore) -> Result<(SimLog, LogState), String> {
     let log = LogCore::open(store).map_err(|e| format!("LogCore::open: {e}"))?;
     let e = |e: pmem_kv_cluster::ClusterError| e.to_string();
     let entries: BTreeMap<u64, Entry> = log
@@ -164,7 +163,7 @@ fn the_history_reaches_the_models_state_without_a_crash() {
     let ops = history();
     let expected = states(&ops);
     let pool = common::simulated_pool();
-    let store = SimStore::format(&pool, &options()).unwrap();
+    let store = SimStore::format(pool.clone(), &options()).unwrap();
     let mut log = LogCore::open(&store).unwrap();
     for (done, op) in ops.iter().enumerate() {
         run(&mut log, op);
@@ -185,7 +184,7 @@ fn crash_history(name: &str, points: CrashPoints, images: Images, seed: u64) -> 
     let report = run_crash_test(
         &test,
         |pool| {
-            let store = SimStore::format(pool, &options()).expect("format the store");
+            let store = SimStore::format(pool.clone(), &options()).expect("format the store");
             LogCore::open(&store).expect("make the log's maps");
         },
         |pool| {

@@ -17,7 +17,6 @@ use pmem_kv_cluster::state_machine::core::SmCore;
 use pmem_kv_cluster::types::{Entry, SnapshotMeta};
 use pmem_kv_cluster::{Condition, Write};
 use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
-use pmem_structures::pmem_ordering::Pool;
 use pmem_structures::{Store, StoreOptions};
 use pmem_test_kit::run_crash_test;
 
@@ -104,7 +103,7 @@ fn history() -> (Vec<Step>, Vec<KvState>) {
     (steps, states)
 }
 
-fn run(sm: &mut SmCore<SimBackend, &Pool<SimBackend>>, step: &Step) {
+fn run(sm: &mut SmCore<SimBackend>, step: &Step) {
     match step {
         Step::Apply(entry) => sm.apply(entry).map(drop),
         Step::Install(meta, bytes) => sm.install_snapshot(meta, bytes),
@@ -116,7 +115,7 @@ fn run(sm: &mut SmCore<SimBackend, &Pool<SimBackend>>, step: &Step) {
 fn the_history_reaches_the_models_states_without_a_crash() {
     let (steps, states) = history();
     let pool = common::simulated_pool();
-    let store = SimStore::format(&pool, &options()).unwrap();
+    let store = SimStore::format(pool.clone(), &options()).unwrap();
     let mut sm = SmCore::open(&store).unwrap();
     for (done, step) in steps.iter().enumerate() {
         run(&mut sm, step);
@@ -134,7 +133,7 @@ fn crash_history(name: &str, points: CrashPoints, images: Images, seed: u64) -> 
     let report = run_crash_test(
         &test,
         |pool| {
-            let store = SimStore::format(pool, &options()).expect("format the store");
+            let store = SimStore::format(pool.clone(), &options()).expect("format the store");
             SmCore::open(&store).expect("make the state machine's maps");
         },
         |pool| {

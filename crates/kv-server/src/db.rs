@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::{Mutex, MutexGuard};
-use pmem_structures::{BTreeMap, Error, FastFairConfig, Store};
+use pmem_structures::{BTreeMap, Error, Store};
 
 use crate::counters::Counters;
 
@@ -49,7 +49,7 @@ impl From<Error> for DbError {
 
 impl Db {
     pub(crate) fn open(store: Store) -> Result<Db, Error> {
-        let map = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())?;
+        let map = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?;
         Ok(Db {
             store,
             map: ShardedLock::new(Some(map)),
@@ -140,8 +140,7 @@ impl Db {
     }
 
     fn open_map(&self) -> Result<Keyspace, Error> {
-        self.store
-            .btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())
+        self.store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)
     }
 }
 

@@ -14,9 +14,6 @@
 //! a `V`-word value is a `V`-store transaction, all of whose log entries are snapshot before the
 //! first store.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use pmem_ordering::{Backend, Hardware, Pool};
 
 use super::hashmap::hash;
@@ -82,7 +79,7 @@ impl CacheShape {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("pc", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let shape = CacheShape { sets: 16, ways: 2, value_words: 4 };
 /// let pc = PersistentCache::create(&heap, heap.pool().root_offset(), shape)?;
 /// assert_eq!(pc.update(7, &[1, 2, 3, 4])?, Update::Inserted);
@@ -90,21 +87,21 @@ impl CacheShape {
 /// assert_eq!(pc.get(7)?, Some(vec![5, 6, 7, 8]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct PersistentCache<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct PersistentCache<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
     table: u64,
     shape: CacheShape,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for PersistentCache<'_, B, P> {
+impl<B: Backend> Clone for PersistentCache<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for PersistentCache<'_, B, P> {}
+impl<B: Backend> Copy for PersistentCache<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for PersistentCache<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for PersistentCache<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PersistentCache")
             .field("root", &self.root)
@@ -114,17 +111,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for PersistentCache
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> PersistentCache<'h, B, P> {
+impl<'h, B: Backend> PersistentCache<'h, B> {
     /// Bytes of the root: `[table, sets, ways, value words, count]`.
     pub const ROOT_BYTES: u64 = 40;
 
     /// Make an empty cache of `shape` rooted at `root`, in one transaction (whatever the root
     /// held is overwritten, not freed).
     pub fn create(
-        heap: &'h Heap<B, P>,
+        heap: &'h Heap<B>,
         root: u64,
         shape: CacheShape,
-    ) -> Result<PersistentCache<'h, B, P>, TxError> {
+    ) -> Result<PersistentCache<'h, B>, TxError> {
         if shape.sets == 0 || shape.ways == 0 || shape.value_words == 0 {
             return Err(TxError::InvalidConfig {
                 reason: format!("a cache needs sets, ways and value words, not {shape:?}"),
@@ -148,7 +145,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> PersistentCache<'h, B, P> {
     }
 
     /// The cache rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<PersistentCache<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<PersistentCache<'h, B>, TxError> {
         let [table, sets, ways, value_words, _] = words::<B, 5>(heap.pool(), root)?;
         let shape = CacheShape {
             sets,

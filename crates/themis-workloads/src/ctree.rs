@@ -13,9 +13,6 @@
 //! overwritten in place (one word). A remove swings the pointer to the removed leaf's parent
 //! over to the leaf's sibling, frees both, and logs that pointer and the count.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
@@ -64,7 +61,7 @@ struct Found {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("ctree", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let tree = CritBitTree::create(&heap, heap.pool().root_offset())?;
 /// assert_eq!(tree.insert(9, 90)?, None);
 /// assert_eq!(tree.insert(3, 30)?, None);
@@ -73,19 +70,19 @@ struct Found {
 /// assert_eq!(tree.to_vec()?, vec![(9, 91)]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct CritBitTree<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct CritBitTree<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for CritBitTree<'_, B, P> {
+impl<B: Backend> Clone for CritBitTree<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for CritBitTree<'_, B, P> {}
+impl<B: Backend> Copy for CritBitTree<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for CritBitTree<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for CritBitTree<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CritBitTree")
             .field("root", &self.root)
@@ -93,19 +90,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for CritBitTree<'_,
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> CritBitTree<'h, B, P> {
+impl<'h, B: Backend> CritBitTree<'h, B> {
     /// Bytes of the root: `[tree, count]`.
     pub const ROOT_BYTES: u64 = 16;
 
     /// Make an empty tree rooted at `root` (overwriting, in one transaction, whatever was
     /// there).
-    pub fn create(heap: &'h Heap<B, P>, root: u64) -> Result<CritBitTree<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64) -> Result<CritBitTree<'h, B>, TxError> {
         heap.transaction(|tx| tx.write_value(root, &[0u64, 0]))?;
         Ok(CritBitTree { heap, root })
     }
 
     /// The tree rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<CritBitTree<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<CritBitTree<'h, B>, TxError> {
         heap.pool().check_range(root, Self::ROOT_BYTES)?;
         Ok(CritBitTree { heap, root })
     }

@@ -10,9 +10,6 @@
 //! the entry is fresh. An existing key's value is overwritten in place (one word logged). A remove
 //! unlinks the entry (its predecessor's pointer and the count logged) and frees it.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
@@ -37,7 +34,7 @@ pub fn hash(key: u64) -> u64 {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("map", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let map = ChainedHashMap::create(&heap, heap.pool().root_offset(), 64)?;
 /// assert_eq!(map.insert(7, 70)?, None);
 /// assert_eq!(map.insert(7, 71)?, Some(70));
@@ -46,21 +43,21 @@ pub fn hash(key: u64) -> u64 {
 /// assert_eq!(map.len()?, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct ChainedHashMap<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct ChainedHashMap<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
     buckets: u64,
     bucket_count: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for ChainedHashMap<'_, B, P> {
+impl<B: Backend> Clone for ChainedHashMap<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for ChainedHashMap<'_, B, P> {}
+impl<B: Backend> Copy for ChainedHashMap<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for ChainedHashMap<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for ChainedHashMap<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChainedHashMap")
             .field("root", &self.root)
@@ -70,17 +67,17 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for ChainedHashMap<
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> ChainedHashMap<'h, B, P> {
+impl<'h, B: Backend> ChainedHashMap<'h, B> {
     /// Bytes of the root: `[buckets, bucket count, entry count]`.
     pub const ROOT_BYTES: u64 = 24;
 
     /// Make an empty map with `bucket_count` buckets rooted at `root`, in one transaction
     /// (whatever the root held is overwritten, not freed).
     pub fn create(
-        heap: &'h Heap<B, P>,
+        heap: &'h Heap<B>,
         root: u64,
         bucket_count: u64,
-    ) -> Result<ChainedHashMap<'h, B, P>, TxError> {
+    ) -> Result<ChainedHashMap<'h, B>, TxError> {
         if bucket_count == 0 {
             return Err(TxError::InvalidConfig {
                 reason: "a hash map needs at least one bucket".into(),
@@ -106,7 +103,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> ChainedHashMap<'h, B, P> {
     }
 
     /// The map rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<ChainedHashMap<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<ChainedHashMap<'h, B>, TxError> {
         let [buckets, bucket_count, _] = words::<B, 3>(heap.pool(), root)?;
         if buckets == 0 || bucket_count == 0 {
             return Err(corrupt(

@@ -42,9 +42,8 @@
 //! * Handles are not synchronized: two threads must not update one structure at once (wrap it
 //!   in a lock); the heap itself may be shared.
 //!
-//! Handles hold a `&Heap<B, P>`, so they work on every backend and pool holder: a file pool on
-//! hardware, an anonymous pool in tests, or the `&Pool<SimBackend>` the crash harness hands a
-//! workload.
+//! Handles hold a `&Heap<B>`, so they work on every backend: a file pool on hardware, an
+//! anonymous pool in tests, or the simulated pool the crash harness hands a workload.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -8,9 +8,6 @@
 //! a remove swings one pointer and frees the node. Either way one word is logged, plus the
 //! allocator's bitmap word at commit.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
 use super::{corrupt, step_limit, words};
@@ -27,7 +24,7 @@ pub const NODE_BYTES: u64 = 16;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("list", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let list = List::create(&heap, heap.pool().root_offset())?;
 /// assert!(list.insert(5)?);
 /// assert!(list.insert(2)?);
@@ -36,36 +33,36 @@ pub const NODE_BYTES: u64 = 16;
 /// assert_eq!(list.to_vec()?, vec![2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct List<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct List<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for List<'_, B, P> {
+impl<B: Backend> Clone for List<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for List<'_, B, P> {}
+impl<B: Backend> Copy for List<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for List<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for List<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("List").field("root", &self.root).finish()
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> List<'h, B, P> {
+impl<'h, B: Backend> List<'h, B> {
     /// Bytes of the root: the head pointer.
     pub const ROOT_BYTES: u64 = 8;
 
     /// Make an empty list rooted at `root` (overwriting, in one transaction, whatever was there).
-    pub fn create(heap: &'h Heap<B, P>, root: u64) -> Result<List<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64) -> Result<List<'h, B>, TxError> {
         heap.transaction(|tx| tx.write_value(root, &0u64))?;
         Ok(List { heap, root })
     }
 
     /// The list rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<List<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<List<'h, B>, TxError> {
         heap.pool().check_range(root, Self::ROOT_BYTES)?;
         Ok(List { heap, root })
     }

@@ -8,10 +8,7 @@
 //! or the whole root when the queue was empty); a dequeue logs the root's head (and tail when the
 //! queue empties) and frees the node.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
-use pmem_ordering::{Backend, Hardware, PPtr, Pool};
+use pmem_ordering::{Backend, Hardware, PPtr};
 
 use super::{corrupt, step_limit, words};
 use pmem_undo_log::{Heap, TxError};
@@ -27,7 +24,7 @@ pub const NODE_BYTES: u64 = 16;
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("queue", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let queue = Queue::create(&heap, heap.pool().root_offset())?;
 /// queue.enqueue(1)?;
 /// queue.enqueue(2)?;
@@ -35,37 +32,37 @@ pub const NODE_BYTES: u64 = 16;
 /// assert_eq!(queue.to_vec()?, vec![2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Queue<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Queue<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Queue<'_, B, P> {
+impl<B: Backend> Clone for Queue<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for Queue<'_, B, P> {}
+impl<B: Backend> Copy for Queue<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Queue<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for Queue<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue").field("root", &self.root).finish()
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Queue<'h, B, P> {
+impl<'h, B: Backend> Queue<'h, B> {
     /// Bytes of the root: `[head, tail]`.
     pub const ROOT_BYTES: u64 = 16;
 
     /// Make an empty queue rooted at `root` (overwriting, in one transaction, whatever was
     /// there).
-    pub fn create(heap: &'h Heap<B, P>, root: u64) -> Result<Queue<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64) -> Result<Queue<'h, B>, TxError> {
         heap.transaction(|tx| tx.write_value(root, &[0u64, 0]))?;
         Ok(Queue { heap, root })
     }
 
     /// The queue rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Queue<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<Queue<'h, B>, TxError> {
         heap.pool().check_range(root, Self::ROOT_BYTES)?;
         Ok(Queue { heap, root })
     }

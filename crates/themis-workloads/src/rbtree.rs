@@ -14,8 +14,6 @@
 //! fence under the batched policy. A word set to the value it already holds is not logged.
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
-use std::sync::Arc;
 
 use pmem_ordering::{Backend, Hardware, PPtr, Pool};
 
@@ -298,7 +296,7 @@ impl<'a, B: Backend> Work<'a, B> {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("rb", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let tree = RedBlackTree::create(&heap, heap.pool().root_offset())?;
 /// for k in 0..10 {
 ///     assert_eq!(tree.insert(k, k * 10)?, None);
@@ -308,19 +306,19 @@ impl<'a, B: Backend> Work<'a, B> {
 /// assert_eq!(tree.len()?, 9);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct RedBlackTree<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct RedBlackTree<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for RedBlackTree<'_, B, P> {
+impl<B: Backend> Clone for RedBlackTree<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for RedBlackTree<'_, B, P> {}
+impl<B: Backend> Copy for RedBlackTree<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for RedBlackTree<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for RedBlackTree<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedBlackTree")
             .field("root", &self.root)
@@ -328,19 +326,19 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for RedBlackTree<'_
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> RedBlackTree<'h, B, P> {
+impl<'h, B: Backend> RedBlackTree<'h, B> {
     /// Bytes of the root: `[tree, count]`.
     pub const ROOT_BYTES: u64 = 16;
 
     /// Make an empty tree rooted at `root` (overwriting, in one transaction, whatever was
     /// there).
-    pub fn create(heap: &'h Heap<B, P>, root: u64) -> Result<RedBlackTree<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64) -> Result<RedBlackTree<'h, B>, TxError> {
         heap.transaction(|tx| tx.write_value(root, &[0u64, 0]))?;
         Ok(RedBlackTree { heap, root })
     }
 
     /// The tree rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<RedBlackTree<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<RedBlackTree<'h, B>, TxError> {
         heap.pool().check_range(root, Self::ROOT_BYTES)?;
         Ok(RedBlackTree { heap, root })
     }

@@ -10,10 +10,8 @@
 //! the whole transaction's log entries share one fence.
 
 use std::collections::BTreeMap;
-use std::ops::Deref;
-use std::sync::Arc;
 
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 
 use super::{corrupt, words};
 use pmem_undo_log::{Heap, TxError};
@@ -26,27 +24,27 @@ use pmem_undo_log::{Heap, TxError};
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("sps", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let sps = Sps::create(&heap, heap.pool().root_offset(), 4)?;
 /// sps.swap_all(&[(0, 3), (3, 1)])?;
 /// assert_eq!(sps.to_vec()?, vec![3, 0, 2, 1]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Sps<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Sps<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
     array: u64,
     len: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Sps<'_, B, P> {
+impl<B: Backend> Clone for Sps<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for Sps<'_, B, P> {}
+impl<B: Backend> Copy for Sps<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Sps<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for Sps<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sps")
             .field("root", &self.root)
@@ -56,13 +54,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Sps<'_, B, P> {
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Sps<'h, B, P> {
+impl<'h, B: Backend> Sps<'h, B> {
     /// Bytes of the root: `[array, len]`.
     pub const ROOT_BYTES: u64 = 16;
 
     /// Allocate an array of `len` entries holding `0..len` and root it at `root`, in one
     /// transaction (whatever the root held is overwritten, not freed).
-    pub fn create(heap: &'h Heap<B, P>, root: u64, len: u64) -> Result<Sps<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64, len: u64) -> Result<Sps<'h, B>, TxError> {
         if len == 0 {
             return Err(TxError::InvalidConfig {
                 reason: "an SPS array needs at least one entry".into(),
@@ -87,7 +85,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Sps<'h, B, P> {
     }
 
     /// The array rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Sps<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<Sps<'h, B>, TxError> {
         let [array, len] = words::<B, 2>(heap.pool(), root)?;
         if array == 0 || len == 0 {
             return Err(corrupt("SPS array", root, "no array (never created?)"));

@@ -9,10 +9,7 @@
 //! Layout: the root is `[table, subscribers]`; a record is the eight words of
 //! [`Subscriber::to_words`].
 
-use std::ops::Deref;
-use std::sync::Arc;
-
-use pmem_ordering::{Backend, Hardware, Pool};
+use pmem_ordering::{Backend, Hardware};
 
 use super::{corrupt, words};
 use pmem_undo_log::{Heap, TxError};
@@ -92,28 +89,28 @@ impl Subscriber {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("tatp", 4 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let tatp = Tatp::create(&heap, heap.pool().root_offset(), 100)?;
 /// assert!(tatp.update_location(42, 7)?);
 /// assert_eq!(tatp.subscriber(42)?.unwrap().vlr_location, 7);
 /// assert!(!tatp.update_location(101, 7)?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Tatp<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Tatp<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
     table: u64,
     subscribers: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Tatp<'_, B, P> {
+impl<B: Backend> Clone for Tatp<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for Tatp<'_, B, P> {}
+impl<B: Backend> Copy for Tatp<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Tatp<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for Tatp<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tatp")
             .field("root", &self.root)
@@ -123,17 +120,13 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Tatp<'_, B, P> 
     }
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Tatp<'h, B, P> {
+impl<'h, B: Backend> Tatp<'h, B> {
     /// Bytes of the root: `[table, subscribers]`.
     pub const ROOT_BYTES: u64 = 16;
 
     /// Allocate a table of `subscribers` rows ([`Subscriber::initial`]) and root it at `root`,
     /// in one transaction.
-    pub fn create(
-        heap: &'h Heap<B, P>,
-        root: u64,
-        subscribers: u64,
-    ) -> Result<Tatp<'h, B, P>, TxError> {
+    pub fn create(heap: &'h Heap<B>, root: u64, subscribers: u64) -> Result<Tatp<'h, B>, TxError> {
         let bytes = subscribers
             .checked_mul(RECORD_BYTES)
             .filter(|&b| b > 0)
@@ -159,7 +152,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Tatp<'h, B, P> {
     }
 
     /// The table rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Tatp<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<Tatp<'h, B>, TxError> {
         let [table, subscribers] = words::<B, 2>(heap.pool(), root)?;
         if table == 0 || subscribers == 0 {
             return Err(corrupt("TATP table", root, "no table (never created?)"));

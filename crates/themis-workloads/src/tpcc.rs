@@ -23,10 +23,7 @@
 //! 64 bytes `[o_id, d_id, c_id, ol_cnt, lines, total, all_local, 0]`; an order line 32 bytes
 //! `[number, i_id, quantity, amount]`.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
-use pmem_ordering::{Backend, Hardware, PPtr, Pool};
+use pmem_ordering::{Backend, Hardware, PPtr};
 
 use super::{corrupt, words};
 use pmem_undo_log::{Heap, TxError};
@@ -198,7 +195,7 @@ impl Order {
 /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 ///
 /// let pool = Pool::anonymous("tpcc", 8 << 20, &PoolOptions::new())?;
-/// let heap: Heap = Heap::create(std::sync::Arc::new(pool), HeapConfig::default(), FencePolicy::Batched)?;
+/// let heap: Heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched)?;
 /// let db = Tpcc::create(&heap, heap.pool().root_offset(), TpccConfig::default())?;
 /// let order = NewOrder { district: 3, customer: 9, lines: vec![LineInput { item: 5, quantity: 2 }] };
 /// assert_eq!(db.new_order(&order)?, Some(1));
@@ -206,8 +203,8 @@ impl Order {
 /// assert_eq!(db.stock(5)?.unwrap().ytd, 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Tpcc<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    heap: &'h Heap<B, P>,
+pub struct Tpcc<'h, B: Backend = Hardware> {
+    heap: &'h Heap<B>,
     root: u64,
     districts: u64,
     district_count: u64,
@@ -217,14 +214,14 @@ pub struct Tpcc<'h, B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool
     orders_kept: u64,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for Tpcc<'_, B, P> {
+impl<B: Backend> Clone for Tpcc<'_, B> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<B: Backend, P: Deref<Target = Pool<B>>> Copy for Tpcc<'_, B, P> {}
+impl<B: Backend> Copy for Tpcc<'_, B> {}
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> std::fmt::Debug for Tpcc<'_, B, P> {
+impl<B: Backend> std::fmt::Debug for Tpcc<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tpcc")
             .field("root", &self.root)
@@ -239,17 +236,17 @@ fn le_bytes(words: impl IntoIterator<Item = u64>) -> Vec<u8> {
     words.into_iter().flat_map(u64::to_le_bytes).collect()
 }
 
-impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Tpcc<'h, B, P> {
+impl<'h, B: Backend> Tpcc<'h, B> {
     /// Bytes of the root: `[districts, district count, stock, item count, ring, orders kept]`.
     pub const ROOT_BYTES: u64 = 48;
 
     /// Allocate and fill the district, stock and ring tables and root them at `root`, in one
     /// transaction.
     pub fn create(
-        heap: &'h Heap<B, P>,
+        heap: &'h Heap<B>,
         root: u64,
         config: TpccConfig,
-    ) -> Result<Tpcc<'h, B, P>, TxError> {
+    ) -> Result<Tpcc<'h, B>, TxError> {
         let TpccConfig {
             districts: district_count,
             items,
@@ -302,7 +299,7 @@ impl<'h, B: Backend, P: Deref<Target = Pool<B>>> Tpcc<'h, B, P> {
     }
 
     /// The database rooted at `root`.
-    pub fn open(heap: &'h Heap<B, P>, root: u64) -> Result<Tpcc<'h, B, P>, TxError> {
+    pub fn open(heap: &'h Heap<B>, root: u64) -> Result<Tpcc<'h, B>, TxError> {
         let pool = heap.pool();
         let [districts, district_count, stock, items, ring, orders_kept] =
             words::<B, 6>(pool, root)?;

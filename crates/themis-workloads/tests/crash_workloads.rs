@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig};
-use pmem_ordering::Pool;
 use pmem_test_kit::crash_test_outcome;
 use pmem_test_kit::fixture::{heap_config, heap_holds_exactly, recover_heap, simulated_heap_with};
 use pmem_test_kit::SplitMix64;
@@ -19,7 +18,7 @@ use pmem_themis_workloads::cache::{CacheEntry, CacheShape};
 use pmem_themis_workloads::{ChainedHashMap, CritBitTree, List, PersistentCache, RedBlackTree};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, TxError};
 
-type SimHeap<'p> = Heap<SimBackend, &'p Pool<SimBackend>>;
+type SimHeap = Heap<SimBackend>;
 
 const POOL_SIZE: u64 = 64 << 10;
 const ROOT_SIZE: u64 = 1024;
@@ -181,7 +180,7 @@ fn crash_test<S: PartialEq + Debug>(
         &test,
         |pool| setup(&simulated_heap_with(pool, WORKLOAD_HEAP, policy)),
         |pool| {
-            let heap = Heap::open(pool).expect("open the heap");
+            let heap = Heap::open(pool.clone()).expect("open the heap");
             for i in 0..operations {
                 apply(&heap, i).expect("an operation failed");
                 pool.operation_completed();

@@ -286,7 +286,7 @@ fn structures_reopen_with_their_contents() {
     }
     let entries = pc.entries().unwrap();
     let pool = heap.into_pool();
-    let heap = Heap::open(pool).unwrap();
+    let heap = Heap::open(pool.clone()).unwrap();
     let ctree = CritBitTree::open(&heap, base).unwrap();
     let rb = RedBlackTree::open(&heap, base + 16).unwrap();
     let pc = PersistentCache::open(&heap, base + 32).unwrap();

@@ -130,7 +130,7 @@ fn hashmap_reopens_with_its_contents() {
         map.insert(k, k * 10).unwrap();
     }
     let pool = heap.into_pool();
-    let heap = Heap::open(pool).unwrap();
+    let heap = Heap::open(pool.clone()).unwrap();
     let map = ChainedHashMap::open(&heap, at).unwrap();
     assert_eq!(map.bucket_count(), 32);
     assert_eq!(map.len().unwrap(), 40);

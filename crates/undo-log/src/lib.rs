@@ -1,8 +1,6 @@
 //! Undo-log transactions, fence policies and a crash-safe persistent allocator.
 //!
 //! ```
-//! use std::sync::Arc;
-//!
 //! use pmem_ordering::{Pool, PoolOptions};
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 //!

@@ -1,11 +1,8 @@
 //! The datalog as a YCSB target ([`DatalogTarget`]): one file of fixed-size records, each
 //! field a checkable pattern of its key and value.
 
-use std::sync::Arc;
-
-use pmem_ordering::{Hardware, Pool};
+use pmem_ordering::Hardware;
 use pmem_structures::datalog::{Datalog, FileId};
-use pmem_undo_log::Heap;
 
 use super::{Structure, Target, TargetError};
 use crate::keys::records::{record_of, value_matches, version_of};
@@ -20,8 +17,8 @@ pub const FIELDS: u64 = RECORD_BYTES / FIELD_BYTES;
 const FIELD_WORDS: usize = (FIELD_BYTES / 8) as usize;
 
 /// The datalog: one file of fixed-size records.
-pub(super) struct DatalogTarget<'h> {
-    pub(super) store: Datalog<Hardware, Arc<Pool>, &'h Heap>,
+pub(super) struct DatalogTarget {
+    pub(super) store: Datalog<Hardware>,
     pub(super) file: FileId,
 }
 
@@ -45,7 +42,7 @@ fn field_bytes(key: u64, value: u64) -> [u8; FIELD_BYTES as usize] {
     out
 }
 
-impl DatalogTarget<'_> {
+impl DatalogTarget {
     /// The record of `key` and its byte offset.
     fn locate(key: u64) -> Result<(u64, u64), TargetError> {
         let record = record_of(key).ok_or(TargetError::BadKey { key })?;
@@ -57,7 +54,7 @@ impl DatalogTarget<'_> {
     }
 }
 
-impl Target for DatalogTarget<'_> {
+impl Target for DatalogTarget {
     /// The whole record at once; the store tells nothing of whether it was there, so this
     /// reports every insert new (a read of it checks what landed).
     fn insert(&self, key: u64, value: u64) -> Result<bool, TargetError> {

@@ -18,12 +18,11 @@
 //! [`LogCore::open`] refuses a log with a hole, or an entry stored under another index than
 //! its own, with a typed error: Raft must never run on such a log.
 
-use std::ops::{Bound, Deref, RangeBounds};
-use std::sync::Arc;
+use std::ops::{Bound, RangeBounds};
 
 use openraft::entry::RaftEntry;
-use pmem_structures::pmem_ordering::{Backend, Hardware, Pool};
-use pmem_structures::{BTreeMap, FastFairConfig, HashMap, Store};
+use pmem_structures::pmem_ordering::{Backend, Hardware};
+use pmem_structures::{BTreeMap, HashMap, Store};
 
 use crate::error::{decode, encode, ClusterError};
 use crate::types::{Entry, LogId, Vote};
@@ -42,13 +41,13 @@ const COMMITTED: &str = "committed";
 const PURGED: &str = "purged";
 
 /// The two maps, shared by the log store and its readers.
-pub struct LogMaps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    store: Store<B, P>,
-    log: BTreeMap<u64, Vec<u8>, B, P>,
-    meta: HashMap<String, Vec<u8>, B, P>,
+pub struct LogMaps<B: Backend = Hardware> {
+    store: Store<B>,
+    log: BTreeMap<u64, Vec<u8>, B>,
+    meta: HashMap<String, Vec<u8>, B>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for LogMaps<B, P> {
+impl<B: Backend> Clone for LogMaps<B> {
     fn clone(&self) -> Self {
         LogMaps {
             store: self.store.clone(),
@@ -58,12 +57,12 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for LogMaps<B, P> {
     }
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> LogMaps<B, P> {
+impl<B: Backend> LogMaps<B> {
     /// The maps of `store`, made if new.
-    pub fn open(store: &Store<B, P>) -> Result<LogMaps<B, P>, ClusterError> {
+    pub fn open(store: &Store<B>) -> Result<LogMaps<B>, ClusterError> {
         Ok(LogMaps {
             store: store.clone(),
-            log: store.btree_map(LOG_MAP, FastFairConfig::default())?,
+            log: store.btree_map(LOG_MAP)?,
             meta: store.hash_map(META_MAP)?,
         })
     }
@@ -131,18 +130,18 @@ fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, ClusterError> {
 }
 
 /// The log's writer: the maps and where the log starts and ends.
-pub struct LogCore<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    maps: LogMaps<B, P>,
+pub struct LogCore<B: Backend = Hardware> {
+    maps: LogMaps<B>,
     /// The last purged log id (entries up to it are gone).
     purged: Option<LogId>,
     /// The last entry's log id (`None`: no entry after `purged`).
     last: Option<LogId>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
+impl<B: Backend> LogCore<B> {
     /// Open the log in `store` (made if new): finish a purge a crash interrupted, and refuse
     /// a log with a hole or a misplaced entry.
-    pub fn open(store: &Store<B, P>) -> Result<LogCore<B, P>, ClusterError> {
+    pub fn open(store: &Store<B>) -> Result<LogCore<B>, ClusterError> {
         let maps = LogMaps::open(store)?;
         let purged: Option<LogId> = maps.marker(PURGED)?;
         let floor = purged.as_ref().map(|p| p.index());
@@ -186,7 +185,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> LogCore<B, P> {
     }
 
     /// The maps, for readers.
-    pub fn maps(&self) -> &LogMaps<B, P> {
+    pub fn maps(&self) -> &LogMaps<B> {
         &self.maps
     }
 

@@ -22,13 +22,12 @@
 //!   the snapshot's together; a larger one is refused with the store's typed error.)
 
 use std::collections::BTreeSet;
-use std::ops::Deref;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use openraft::entry::RaftEntry;
 use openraft::EntryPayload;
-use pmem_structures::pmem_ordering::{Backend, Hardware, Pool};
-use pmem_structures::{Error, FastFairConfig, HashMap, Store, WriteBatch};
+use pmem_structures::pmem_ordering::{Backend, Hardware};
+use pmem_structures::{Error, HashMap, Store, WriteBatch};
 use serde::{Deserialize, Serialize};
 
 use super::writes::{apply_in, Keyspace};
@@ -53,16 +52,16 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
 /// The keyspace handle, shared with snapshot builders: a flush takes it whole (the map is
 /// removed and made anew), a build reads under it.
 /// `None` only between a flush's removal of the map and its making anew.
-type SharedKeys<B, P> = Arc<RwLock<Option<Keyspace<B, P>>>>;
+type SharedKeys<B> = Arc<RwLock<Option<Keyspace<B>>>>;
 
 /// The state machine's maps: cheap to clone, shared by the applier and snapshot builders.
-pub struct SmMaps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    store: Store<B, P>,
-    keys: SharedKeys<B, P>,
-    meta: HashMap<String, Vec<u8>, B, P>,
+pub struct SmMaps<B: Backend = Hardware> {
+    store: Store<B>,
+    keys: SharedKeys<B>,
+    meta: HashMap<String, Vec<u8>, B>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> Clone for SmMaps<B, P> {
+impl<B: Backend> Clone for SmMaps<B> {
     fn clone(&self) -> Self {
         SmMaps {
             store: self.store.clone(),
@@ -79,11 +78,11 @@ struct SnapshotBody {
     pairs: Pairs,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
+impl<B: Backend> SmMaps<B> {
     /// Run `f` on the keyspace (a flush waits for it).
     fn with_keys<T>(
         &self,
-        f: impl FnOnce(&Keyspace<B, P>) -> Result<T, ClusterError>,
+        f: impl FnOnce(&Keyspace<B>) -> Result<T, ClusterError>,
     ) -> Result<T, ClusterError> {
         // A panic while a flush held the lock left the map removed or made (each step is
         // crash-safe, so the store is whole): go on with what the lock holds.
@@ -112,7 +111,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
         self.with_keys(|keys| self.read_all_of(keys))
     }
 
-    fn read_all_of(&self, keys: &Keyspace<B, P>) -> Result<(SnapshotMeta, Pairs), ClusterError> {
+    fn read_all_of(&self, keys: &Keyspace<B>) -> Result<(SnapshotMeta, Pairs), ClusterError> {
         // The markers' own decoding errors ride inside the store's `Ok`.
         self.store.read_consistent(|| {
             let pairs = keys.iter().collect::<Result<Vec<_>, _>>()?;
@@ -150,7 +149,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmMaps<B, P> {
 
     fn set_marker_in<T: Serialize>(
         &self,
-        batch: &mut WriteBatch<B, P>,
+        batch: &mut WriteBatch<B>,
         key: &str,
         value: &T,
     ) -> Result<(), ClusterError> {
@@ -191,14 +190,14 @@ fn decode_snapshot(meta: &SnapshotMeta, bytes: &[u8]) -> Result<Pairs, ClusterEr
 }
 
 /// The state machine's writer.
-pub struct SmCore<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
-    maps: SmMaps<B, P>,
+pub struct SmCore<B: Backend = Hardware> {
+    maps: SmMaps<B>,
 }
 
-impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
+impl<B: Backend> SmCore<B> {
     /// Open the state machine in `store` (its maps made if new), finishing a flush a crash
     /// interrupted.
-    pub fn open(store: &Store<B, P>) -> Result<SmCore<B, P>, ClusterError> {
+    pub fn open(store: &Store<B>) -> Result<SmCore<B>, ClusterError> {
         let meta = store.hash_map::<String, Vec<u8>>(SM_MAP)?;
         let flushing: Option<LogId> = match meta.get(FLUSHING)? {
             Some(bytes) => Some(decode(&bytes, || {
@@ -212,7 +211,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
                 Err(e) => return Err(e.into()),
             }
         }
-        let keys = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())?;
+        let keys = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?;
         let core = SmCore {
             maps: SmMaps {
                 store: store.clone(),
@@ -227,7 +226,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
     }
 
     /// The maps, for readers and snapshot builders.
-    pub fn maps(&self) -> &SmMaps<B, P> {
+    pub fn maps(&self) -> &SmMaps<B> {
         &self.maps
     }
 
@@ -296,11 +295,7 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> SmCore<B, P> {
                 Ok(()) | Err(Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            *keys = Some(
-                self.maps
-                    .store
-                    .btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE, FastFairConfig::default())?,
-            );
+            *keys = Some(self.maps.store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?);
         }
         self.finish_flush(log_id)
     }

@@ -1,15 +1,13 @@
 //! What a [`Write`] does to the keyspace, inside the write batch that also records the
 //! entry's log id: the same bytes and replies on every node, as Redis 7 answers them.
 
-use std::ops::Deref;
-
-use pmem_structures::pmem_ordering::{Backend, Pool};
+use pmem_structures::pmem_ordering::Backend;
 use pmem_structures::{BTreeMap, Error, WriteBatch};
 
 use crate::types::{Condition, Outcome, Write};
 
 /// The keyspace map's type.
-pub type Keyspace<B, P> = BTreeMap<Vec<u8>, Vec<u8>, B, P>;
+pub type Keyspace<B> = BTreeMap<Vec<u8>, Vec<u8>, B>;
 
 /// Redis's reply to `INCR` on a value that is not a 64-bit decimal integer.
 pub const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -19,9 +17,9 @@ pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
 /// Apply `write` (any but a flush, which is not a batch: `core.rs`) to `keys` in `batch`.
 /// An `Ok(Outcome::Error)` is a refusal every node makes alike (nothing written); an `Err` is
 /// the store's refusal, which the caller turns into a refusal of the whole entry.
-pub fn apply_in<B: Backend, P: Deref<Target = Pool<B>>>(
-    keys: &Keyspace<B, P>,
-    batch: &mut WriteBatch<B, P>,
+pub fn apply_in<B: Backend>(
+    keys: &Keyspace<B>,
+    batch: &mut WriteBatch<B>,
     write: &Write,
 ) -> Result<Outcome, Error> {
     match write {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use openraft::EntryPayload;
 use pmem_kv_cluster::types::{Entry, LogId};
@@ -15,7 +16,7 @@ use pmem_structures::store::STORE_LAYOUT;
 use pmem_structures::{FencePolicy, HeapConfig, Store, StoreOptions};
 
 /// A store on a simulated pool.
-pub type SimStore<'p> = Store<SimBackend, &'p Pool<SimBackend>>;
+pub type SimStore = Store<SimBackend>;
 
 /// The pool's layout, size and root size for `CrashTest::pool`.
 pub const LAYOUT: &str = STORE_LAYOUT;
@@ -23,8 +24,9 @@ pub const POOL_BYTES: u64 = 2 << 20;
 pub const ROOT_BYTES: u64 = 64 + 6 * 128;
 
 /// A simulated pool of the size above, for running a history without crashes.
-pub fn simulated_pool() -> Pool<SimBackend> {
+pub fn simulated_pool() -> Arc<Pool<SimBackend>> {
     Pool::<SimBackend>::simulated(LAYOUT, POOL_BYTES, ROOT_BYTES, SimConfig::x86())
+        .map(Arc::new)
         .expect("a simulated pool")
 }
 
@@ -51,13 +53,13 @@ pub fn options() -> StoreOptions {
 }
 
 /// The store on `pool`, opened as a restart would (the heap's recovery, then the store's).
-pub fn load(pool: &Pool<SimBackend>) -> Result<SimStore<'_>, String> {
-    let heap = Heap::open(pool).map_err(|e| format!("Heap::open: {e}"))?;
+pub fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
     SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
 }
 
 /// The heap walk and `verify` of a recovered store.
-pub fn store_is_whole(store: &SimStore<'_>) -> Result<(), String> {
+pub fn store_is_whole(store: &SimStore) -> Result<(), String> {
     store
         .check_blocks()
         .map_err(|e| format!("heap walk: {e}"))?;
@@ -130,12 +132,11 @@ pub fn del(term: u64, index: u64, keys: &[&str]) -> Entry {
 
 /// The state machine's whole state as the model holds it: last applied index, voters,
 /// pairs.
-pub fn observe_sm<B, P>(
-    sm: &pmem_kv_cluster::state_machine::core::SmCore<B, P>,
+pub fn observe_sm<B>(
+    sm: &pmem_kv_cluster::state_machine::core::SmCore<B>,
 ) -> Result<kv_model::KvState, String>
 where
     B: pmem_structures::pmem_ordering::Backend,
-    P: std::ops::Deref<Target = Pool<B>>,
 {
     let (meta, pairs) = sm.maps().read_all().map_err(|e| e.to_string())?;
     Ok(kv_model::KvState {

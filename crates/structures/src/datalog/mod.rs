@@ -156,7 +156,6 @@
 //! # Example
 //!
 //! ```
-//! use std::sync::Arc;
 //! use pmem_ordering::{Pool, PoolOptions};
 //! use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode};
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};

@@ -31,8 +31,6 @@ impl<B: Backend> Heap<B> {
     /// fits, leaving the heap unchanged.
     ///
     /// ```
-    /// use std::sync::Arc;
-    ///
     /// use pmem_ordering::{Pool, PoolOptions};
     /// use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
     ///

@@ -101,7 +101,7 @@ fn run(log: &mut SimLog, op: &Op) {
 /// The log a recovered store holds, its cached ends checked against its entries.
 type SimLog = LogCore<SimBackend>;
 
-fn observe<'p>(store: &SimStore) -> Result<(SimLog, LogState), String> {
+fn observe(store: &SimStore) -> Result<(SimLog, LogState), String> {
     let log = LogCore::open(store).map_err(|e| format!("LogCore::open: {e}"))?;
     let e = |e: pmem_kv_cluster::ClusterError| e.to_string();
     let entries: BTreeMap<u64, Entry> = log

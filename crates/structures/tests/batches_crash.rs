@@ -88,7 +88,7 @@ fn states(setup: &[Change], steps: &[Step]) -> Vec<State> {
 }
 
 /// Write `changes` into `batch` through the maps' handles.
-fn write_all<'p>(
+fn write_all(
     store: &SimStore,
     batch: &mut pmem_structures::WriteBatch<SimBackend>,
     changes: &[Change],

@@ -84,7 +84,7 @@ impl<B: Backend> Datalog<B> {
             if inner.names.insert(name.clone(), slot as u32).is_some() {
                 return Err(corrupt(format!("two files are named {name:?}")));
             }
-            let state = replay(&heap, name, generation, inode, head, tail)?;
+            let state = replay(heap, name, generation, inode, head, tail)?;
             inner.slots[slot as usize] = Some(state);
         }
         Ok(Datalog {

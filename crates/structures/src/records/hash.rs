@@ -249,7 +249,7 @@ where
     /// in doubt is resolved. Must run before anything else allocates from the heap after a
     /// crash (the [`crate::Store`] opens its record maps when it loads).
     pub fn open(heap: &Heap<B>, root: u64) -> Result<Self> {
-        let (area, _) = head::read_head(&heap, root, StructureKind::RecordHashMap)?;
+        let (area, _) = head::read_head(heap, root, StructureKind::RecordHashMap)?;
         let table = Cceh::open_hashed(heap, root + TABLE_AT)?;
         let mut map = RecordHashMap {
             table,

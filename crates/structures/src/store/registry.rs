@@ -301,11 +301,11 @@ fn drain_and_remove<B: Backend>(
 fn blocks_of<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Vec<u64>, Error> {
     use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
     match listed.kind {
-        StructureKind::RecordBTreeMap => Structure::blocks(&RecordTree::open(&heap, listed.root)?),
-        StructureKind::RecordHashMap => Structure::blocks(&RecordTable::open(&heap, listed.root)?),
-        StructureKind::HashMap => Structure::blocks(&HashTable::open(&heap, listed.root)?),
-        StructureKind::BTreeMap => Structure::blocks(&Tree::open(&heap, listed.root)?),
-        StructureKind::Datalog => Structure::blocks(&Files::open(&heap, listed.root)?),
+        StructureKind::RecordBTreeMap => Structure::blocks(&RecordTree::open(heap, listed.root)?),
+        StructureKind::RecordHashMap => Structure::blocks(&RecordTable::open(heap, listed.root)?),
+        StructureKind::HashMap => Structure::blocks(&HashTable::open(heap, listed.root)?),
+        StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap, listed.root)?),
+        StructureKind::Datalog => Structure::blocks(&Files::open(heap, listed.root)?),
     }
 }
 

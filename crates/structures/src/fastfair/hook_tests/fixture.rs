@@ -42,12 +42,12 @@ pub(super) fn sim_heap(pool: &Arc<Pool<SimBackend>>) -> SimHeap {
 }
 
 /// A fresh tree of 128-byte nodes under `policy` at the pool's root.
-pub(super) fn small_tree<'h>(heap: &'h SimHeap, policy: ShiftPolicy) -> SimTree {
+pub(super) fn small_tree(heap: &SimHeap, policy: ShiftPolicy) -> SimTree {
     tree_of(heap, policy, NODE_BYTES)
 }
 
 /// A fresh tree of `node_size`-byte nodes under `policy` at the pool's root.
-pub(super) fn tree_of<'h>(heap: &'h SimHeap, policy: ShiftPolicy, node_size: u64) -> SimTree {
+pub(super) fn tree_of(heap: &SimHeap, policy: ShiftPolicy, node_size: u64) -> SimTree {
     let config = FastFairConfig { node_size, policy };
     FastFair::create(heap, heap.pool().root_offset(), config).expect("a tree")
 }

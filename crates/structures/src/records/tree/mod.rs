@@ -199,7 +199,7 @@ where
         head::check_new(heap.pool(), root, ROOT_BYTES)?;
         let (top, area) = heap.transaction(|tx| -> Result<_> {
             let area = head::write_head(tx, root, StructureKind::RecordBTreeMap)?;
-            let top = FastFair::create(&heap, root + TOP_AT, config)?;
+            let top = FastFair::create(heap, root + TOP_AT, config)?;
             Ok((top, area))
         })?;
         Ok(RecordTreeMap::with_parts(heap, root, config, area, top))
@@ -240,8 +240,8 @@ where
     /// allocates from the heap after a crash. A map of format version 2 is upgraded to 3
     /// (`layout.rs`).
     pub fn open(heap: &Heap<B>, root: u64) -> Result<Self> {
-        let (area, version) = head::read_head(&heap, root, StructureKind::RecordBTreeMap)?;
-        let top = FastFair::open(&heap, root + TOP_AT)?;
+        let (area, version) = head::read_head(heap, root, StructureKind::RecordBTreeMap)?;
+        let top = FastFair::open(heap, root + TOP_AT)?;
         let config = FastFairConfig {
             node_size: top.node_size(),
             policy: top.policy(),

@@ -73,9 +73,13 @@ pub fn anonymous_heap_under(
         .unwrap_or_else(|e| panic!("format a heap on the anonymous pool: {e}"))
 }
 
-/// Close `heap` and open its pool again, as a restart would.
+/// Close `heap` and open its pool again, as a restart would. Panics if a structure still holds
+/// a clone of the heap.
 pub fn reopen(heap: Heap) -> Heap {
-    Heap::open(heap.into_pool()).unwrap_or_else(|e| panic!("reopen the heap: {e}"))
+    let pool = heap
+        .into_pool()
+        .unwrap_or_else(|_| panic!("reopen the heap: a structure still holds a handle to it"));
+    Heap::open(pool).unwrap_or_else(|e| panic!("reopen the heap: {e}"))
 }
 
 /// A simulated pool of `size` bytes with a `root_size`-byte root object.

@@ -285,8 +285,10 @@ fn structures_reopen_with_their_contents() {
         pc.update(k, &[k, k + 1]).unwrap();
     }
     let entries = pc.entries().unwrap();
-    let pool = heap.into_pool();
-    let heap = Heap::open(pool.clone()).unwrap();
+    let pool = heap
+        .into_pool()
+        .unwrap_or_else(|_| panic!("a structure still holds the heap"));
+    let heap = Heap::open(pool).unwrap();
     let ctree = CritBitTree::open(&heap, base).unwrap();
     let rb = RedBlackTree::open(&heap, base + 16).unwrap();
     let pc = PersistentCache::open(&heap, base + 32).unwrap();

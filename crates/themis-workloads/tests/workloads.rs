@@ -129,8 +129,10 @@ fn hashmap_reopens_with_its_contents() {
     for k in 0..40 {
         map.insert(k, k * 10).unwrap();
     }
-    let pool = heap.into_pool();
-    let heap = Heap::open(pool.clone()).unwrap();
+    let pool = heap
+        .into_pool()
+        .unwrap_or_else(|_| panic!("a structure still holds the heap"));
+    let heap = Heap::open(pool).unwrap();
     let map = ChainedHashMap::open(&heap, at).unwrap();
     assert_eq!(map.bucket_count(), 32);
     assert_eq!(map.len().unwrap(), 40);

@@ -206,10 +206,15 @@ impl<B: Backend> Heap<B> {
         &self.pool
     }
 
-    /// Give this handle's share of the pool back (e.g. to reopen it once every other handle
-    /// is dropped).
-    pub fn into_pool(self) -> Arc<Pool<B>> {
-        self.pool
+    /// Give the pool back (e.g. to reopen it) if this is the heap's last handle, else this
+    /// handle back: a structure still holding a clone would go on using this heap's DRAM state
+    /// (allocator, lanes) beside the reopened one's.
+    pub fn into_pool(self) -> Result<Arc<Pool<B>>, Heap<B>> {
+        if Arc::strong_count(&self.shared) == 1 {
+            Ok(self.pool)
+        } else {
+            Err(self)
+        }
     }
 
     /// The parts a transaction needs.

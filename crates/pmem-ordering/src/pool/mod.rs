@@ -529,6 +529,7 @@ impl<B: Backend> Pool<B> {
     }
 
     /// Write back the lines of `[offset, offset + len)`, written by any means.
+    #[inline]
     pub fn flush_range(&self, offset: u64, len: u64) -> Result<Pending, PoolError> {
         let len = usize::try_from(len).map_err(|_| PoolError::OutOfBounds {
             offset,

@@ -231,6 +231,7 @@ pub(super) fn step<const VALUE: bool>(view: &NodeView<'_>, key: u64) -> Step {
 
 impl<B: Backend> FastFair<B> {
     /// The value of `key`, if present. Takes no lock.
+    #[inline]
     pub fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         if key == EMPTY_KEY {
             return Err(FastFairError::ReservedKey(RESERVED));

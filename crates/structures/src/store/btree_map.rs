@@ -87,6 +87,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
     /// without a lock: a scan beside writers sees every key present for its whole duration,
     /// and each key once. A scan of a map of records pins the epoch while it lives (see
     /// [`super::HashMap::iter`]).
+    #[inline]
     pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B> {
         // Encoded in place (no allocation): a map of words takes the words, one of records
         // copies what it keeps.
@@ -100,6 +101,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
         )
     }
 
+    #[inline]
     fn scan(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> BTreeIter<'_, K, V, B> {
         let inner = match &self.repr {
             TreeRepr::Words(core) => TreeIterRepr::Words(

@@ -39,6 +39,10 @@ pub(crate) struct MapCore<S, B: Backend> {
 pub(crate) type HashCore<B> = MapCore<HashTable<B>, B>;
 pub(crate) type TreeCore<B> = MapCore<Tree<B>, B>;
 
+// The point operations and `range_entries` are marked `#[inline]`: each is a thin layer over
+// the structure's call, and left out of line (as codegen-unit partitioning may leave it) it
+// costs a call and a copy of the returned iterator per operation, as the instruction benches
+// showed (`benches/benches/instructions_store.rs`).
 impl<S, B> MapCore<S, B>
 where
     S: Structure<B> + U64Map,
@@ -82,6 +86,7 @@ where
         Ok(())
     }
 
+    #[inline]
     pub(super) fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         if key == S::RESERVED_KEY {
             return Ok(self.reserved());
@@ -97,6 +102,7 @@ where
         })
     }
 
+    #[inline]
     pub(super) fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
         let _section = self.enter()?;
         if key != S::RESERVED_KEY {
@@ -110,6 +116,7 @@ where
         Ok(true)
     }
 
+    #[inline]
     pub(super) fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
         let _section = self.enter()?;
         if key != S::RESERVED_KEY {
@@ -121,6 +128,7 @@ where
         Ok(old)
     }
 
+    #[inline]
     pub(super) fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
         let _section = self.enter()?;
         if key != S::RESERVED_KEY {
@@ -200,6 +208,7 @@ impl<B: Backend> HashCore<B> {
 impl<B: Backend> TreeCore<B> {
     /// The `(key, value)` word pairs with keys in `range`, in order; the reserved key (the
     /// largest) last.
+    #[inline]
     pub(super) fn range_entries(&self, range: (Bound<u64>, Bound<u64>)) -> BTreeEntries<'_, B> {
         let reserved = <Tree<B> as U64Map>::RESERVED_KEY;
         let last = match self.reserved() {

@@ -432,3 +432,27 @@ fn invalid_configurations_are_refused() {
     )
     .is_ok());
 }
+
+#[test]
+fn clones_of_a_heap_share_it_and_only_the_last_one_gives_the_pool_back() {
+    let heap = small_heap(FencePolicy::Batched);
+    let clone = heap.clone();
+    let block = clone.transaction(|tx| tx.alloc(64)).unwrap();
+    // One allocator and one set of counters behind both handles.
+    assert!(heap
+        .block_size(block.offset())
+        .is_some_and(|size| size >= 64));
+    assert_eq!(heap.tx_stats().committed, 1);
+    assert!(std::ptr::eq(heap.pool(), clone.pool()));
+    // A clone alive: the pool is refused, the handle given back.
+    let heap = match heap.into_pool() {
+        Ok(_) => panic!("the pool was given back while a clone of the heap was alive"),
+        Err(heap) => heap,
+    };
+    drop(clone);
+    let pool = heap
+        .into_pool()
+        .unwrap_or_else(|_| panic!("the last handle did not give the pool back"));
+    let reopened = Heap::open(pool).unwrap();
+    assert!(reopened.block_size(block.offset()).is_some());
+}

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Request limits.
     pub limits: Limits,
+    /// Commit the plain writes (`SET key value`, `MSET`) of a connection's pipeline that
+    /// arrive together as one write batch, each reply sent once the batch is durable (default
+    /// on); off, each runs and is made durable on its own.
+    pub pipeline_batches: bool,
     /// Stop cleanly on SIGTERM and SIGINT (the binary sets this; an embedding program that
     /// handles signals itself leaves it off and calls
     /// [`RunningServer::shutdown`](crate::RunningServer::shutdown)).
@@ -68,6 +72,7 @@ impl ServerConfig {
             granularity: None,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             limits: Limits::default(),
+            pipeline_batches: true,
             stop_on_signals: false,
         }
     }

@@ -43,6 +43,7 @@ mod inline;
 mod numbers;
 #[doc(hidden)]
 pub mod offline;
+mod pipeline;
 mod reply;
 mod scan;
 mod server;

@@ -50,6 +50,11 @@ struct Cli {
     /// The most arguments one request may have.
     #[arg(long, default_value_t = Limits::default().max_args)]
     max_args: usize,
+
+    /// Run each plain write of a pipeline (SET, MSET) as it comes, instead of committing the
+    /// writes a read finds together as one write batch.
+    #[arg(long)]
+    no_pipeline_batches: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         max_args: cli.max_args,
         ..Limits::default()
     };
+    config.pipeline_batches = !cli.no_pipeline_batches;
     config.stop_on_signals = true;
     match Server::start(config) {
         Ok(server) => {

@@ -8,7 +8,8 @@
 //! (both answer a key that exists, or both nil), CLIENT ID and HELLO's server fields.
 //!
 //! Left out on purpose: what only one side has or means differently (expiry times, which
-//! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT of databases 1-15; INFO,
+//! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT and COPY ... DB of databases
+//! 1-15; INFO,
 //! CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths between this
 //! server's value limit (64 MiB) and Redis's (512 MiB).
 //!

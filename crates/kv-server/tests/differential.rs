@@ -9,9 +9,8 @@
 //!
 //! Left out on purpose: what only one side has or means differently (expiry times, which
 //! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT and COPY ... DB of databases
-//! 1-15; INFO,
-//! CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths between this
-//! server's value limit (64 MiB) and Redis's (512 MiB).
+//! 1-15; INFO, CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths
+//! between this server's value limit (64 MiB) and Redis's (512 MiB).
 //!
 //! `.ci/run` installs redis-server; a run without it says it skipped, and fails under `CI`.
 

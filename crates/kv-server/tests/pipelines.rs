@@ -197,3 +197,28 @@ fn mget_never_sees_an_mset_half_applied() {
         seen.len()
     );
 }
+
+#[test]
+fn an_mset_past_the_batch_limit_is_refused_whole() {
+    let mut server = Offline::anonymous(64 << 20, Limits::default()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..=pmem_structures::store::MAX_BATCH_CHANGES)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    let pairs: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"v"[..])).collect();
+    let replies = pipeline(&mut server, &[set(b"before", b"1"), mset(&pairs)]);
+    assert_eq!(replies[0], Value::Okay);
+    let Value::ServerError(error) = &replies[1] else {
+        panic!("{:?}", replies[1]);
+    };
+    assert!(
+        format!("{error:?}").contains("16384"),
+        "the error names the limit: {error:?}"
+    );
+    assert_eq!(
+        pipeline(&mut server, &[redis::cmd("DBSIZE")]),
+        vec![Value::Int(1)]
+    );
+    // One key fewer fits.
+    let replies = pipeline(&mut server, &[mset(&pairs[1..])]);
+    assert_eq!(replies, vec![Value::Okay]);
+}

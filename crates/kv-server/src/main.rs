@@ -51,10 +51,10 @@ struct Cli {
     #[arg(long, default_value_t = Limits::default().max_args)]
     max_args: usize,
 
-    /// Run each plain write of a pipeline (SET, MSET) as it comes, instead of committing the
-    /// writes a read finds together as one write batch.
+    /// Commit the plain writes (SET, MSET) a connection pipelines together as one write batch
+    /// (each reply sent once the batch is durable) instead of each on its own.
     #[arg(long)]
-    no_pipeline_batches: bool,
+    pipeline_batches: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
         max_args: cli.max_args,
         ..Limits::default()
     };
-    config.pipeline_batches = !cli.no_pipeline_batches;
+    config.pipeline_batches = cli.pipeline_batches;
     config.stop_on_signals = true;
     match Server::start(config) {
         Ok(server) => {

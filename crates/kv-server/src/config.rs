@@ -12,7 +12,7 @@ use pmem_structures::Granularity;
 pub struct Limits {
     /// The longest bulk string a request may carry, so the longest value (default 64 MiB;
     /// Redis's `proto-max-bulk-len` is 512 MiB). Keys are held to the store's own limit,
-    /// `pmem_structures::records::MAX_KEY_BYTES` (64 KiB), with an error reply that keeps the connection.
+    /// `pmem_structures::MAX_KEY_BYTES` (64 KiB), with an error reply that keeps the connection.
     pub max_value_bytes: usize,
     /// The most arguments one request may have, command name included (default 1,048,576).
     pub max_args: usize,
@@ -78,12 +78,11 @@ impl ServerConfig {
         if self.threads == 0 || self.threads > 1024 {
             return Err(format!("threads must be 1 to 1024, not {}", self.threads));
         }
-        if limits.max_value_bytes == 0
-            || limits.max_value_bytes > pmem_structures::records::MAX_VALUE_BYTES
+        if limits.max_value_bytes == 0 || limits.max_value_bytes > pmem_structures::MAX_VALUE_BYTES
         {
             return Err(format!(
                 "max value bytes must be 1 to {} (the store's limit), not {}",
-                pmem_structures::records::MAX_VALUE_BYTES,
+                pmem_structures::MAX_VALUE_BYTES,
                 limits.max_value_bytes
             ));
         }

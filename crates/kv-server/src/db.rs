@@ -89,9 +89,9 @@ impl Db {
 
     /// Run a write and count what it cost in flushes and fences for INFO.
     pub(crate) fn counted_write<T>(&self, keys: u64, write: impl FnOnce() -> T) -> T {
-        let before = pmem_structures::pmem_ordering::thread_stats();
+        let before = pmem_structures::thread_persist_counts();
         let result = write();
-        let after = pmem_structures::pmem_ordering::thread_stats();
+        let after = pmem_structures::thread_persist_counts();
         self.counters.write(
             keys,
             after.fences - before.fences,

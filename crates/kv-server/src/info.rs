@@ -218,23 +218,18 @@ fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
         }
         "pool" => {
             let store = shared.db.store();
-            let stats = store.heap().alloc_stats();
-            let used = stats.bytes_allocated;
-            let total = used + stats.bytes_free;
+            let space = store.space();
             let path = store
                 .path()
                 .map_or_else(|| "(anonymous)".into(), |p| p.display().to_string());
             fields.extend([
                 ("pool_path", path),
                 ("pool_granularity", shared.granularity.name().into()),
-                ("pool_heap_bytes", total.to_string()),
-                ("pool_used_bytes", used.to_string()),
-                ("pool_free_bytes", stats.bytes_free.to_string()),
-                (
-                    "pool_used_percent",
-                    format!("{:.2}", 100.0 * used as f64 / total.max(1) as f64),
-                ),
-                ("pool_records", stats.record_objects.to_string()),
+                ("pool_heap_bytes", space.capacity.to_string()),
+                ("pool_used_bytes", space.used.to_string()),
+                ("pool_free_bytes", space.free.to_string()),
+                ("pool_used_percent", format!("{:.2}", space.used_percent())),
+                ("pool_records", space.records.to_string()),
             ]);
         }
         _ => {}
@@ -247,11 +242,8 @@ fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
 
 /// The pool's allocated bytes and its heap's size.
 fn pool_bytes(shared: &Shared) -> (u64, u64) {
-    let stats = shared.db.store().heap().alloc_stats();
-    (
-        stats.bytes_allocated,
-        stats.bytes_allocated + stats.bytes_free,
-    )
+    let space = shared.db.store().space();
+    (space.used, space.capacity)
 }
 
 /// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,failed_calls=..` for

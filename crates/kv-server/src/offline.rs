@@ -30,7 +30,7 @@ impl Offline {
             path: "(anonymous)".into(),
             source,
         })?;
-        let granularity = db.store().heap().pool().granularity();
+        let granularity = db.store().granularity();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let shared = Shared::new(db, limits, addr, granularity, 1);
         Ok(Offline {

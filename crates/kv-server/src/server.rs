@@ -88,7 +88,7 @@ impl Server {
                     source,
                 }
             })?;
-        let granularity = store.heap().pool().granularity();
+        let granularity = store.granularity();
         let db = Db::open(store).map_err(|source| ServerError::Store {
             path: config.pool.clone(),
             source,

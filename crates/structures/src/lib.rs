@@ -75,7 +75,11 @@ mod u64map;
 pub mod verify;
 
 pub use kind::StructureKind;
-pub use store::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, WriteBatch};
+pub use records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::{
+    thread_persist_counts, BTreeMap, Datalog, Error, HashMap, PersistCounts, Space, Store,
+    StoreOptions, WriteBatch,
+};
 pub use verify::{Finding, Problem, Verification};
 
 // What a user of the `Store` needs, so this crate is the one dependency.

@@ -418,7 +418,7 @@ fn space(store: &Store, name: &str) -> (u64, usize) {
         .into_iter()
         .find(|(n, _)| n == name)
         .map_or(0, |(_, blocks)| blocks.len());
-    (store.heap().alloc_stats().bytes_allocated, owned)
+    (store.space().used, owned)
 }
 
 /// Keys of an ordered map of records that need layers: pairs sharing all but their last

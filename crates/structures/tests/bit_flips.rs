@@ -13,6 +13,7 @@
 //! data pages. The `u64` maps keep their entries inline without a checksum (their docs say
 //! what that misses); their silent outcomes are counted and printed, not refused.
 
+use pmem_undo_log::Heap;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -160,7 +161,7 @@ fn u64_tree() -> Subject {
 
 /// A byte-key map's records carry a checksum; the index blocks that reach them do not.
 fn record_cover(store: &Store, block: u64) -> Cover {
-    if store.heap().record_block(block).is_some() {
+    if engine(store).record_block(block).is_some() {
         Cover::Checksummed
     } else {
         Cover::Unchecked
@@ -275,8 +276,8 @@ fn datalog_cover(store: &Store, block: u64) -> Cover {
         .datalog(NAME, datalog_config(WriteMode::CopyOnWrite))
         .unwrap();
     let root = log.root();
-    let table = store.heap().pool().load_u64(root + 8).unwrap();
-    let holds = |at: u64| block <= at && at < block + store.heap().block_size(block).unwrap();
+    let table = engine(store).pool().load_u64(root + 8).unwrap();
+    let holds = |at: u64| block <= at && at < block + engine(store).block_size(block).unwrap();
     if holds(root) || holds(table) {
         Cover::Unchecked
     } else {
@@ -350,8 +351,7 @@ fn live_lines(store: &Store, subject: &Subject) -> Vec<(u64, Cover)> {
     let mut lines = Vec::new();
     for block in blocks {
         let cover = (subject.cover)(store, block);
-        let size = store
-            .heap()
+        let size = engine(store)
             .block_size(block)
             .expect("an owned block is allocated");
         lines.extend((0..size.div_ceil(64)).map(|l| (block + 64 * l, cover)));
@@ -475,4 +475,11 @@ fn flips_in_datalog_entries_and_pages_are_never_silent() {
         outcomes.contains_key(&Cover::Checksummed),
         "log and data pages were hit"
     );
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

@@ -20,7 +20,7 @@ fn store(bytes: u64) -> Store {
 
 /// Bytes of the heap's allocated blocks (transactions' and published records').
 fn used(store: &Store) -> u64 {
-    store.heap().alloc_stats().bytes_allocated
+    store.space().used
 }
 
 /// How many blocks the structure `name` owns.

@@ -3,6 +3,7 @@
 //! is upgraded to format 3 and takes compressed layers from then on; a format this build does
 //! not know is refused with a typed error naming both versions, and nothing is written.
 
+use pmem_undo_log::Heap;
 use std::collections::BTreeMap as Model;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +58,7 @@ fn contents(store: &Store) -> Model<Vec<u8>, Vec<u8>> {
 /// The format version word of the map "tree" (its root block's second word).
 fn version_word(store: &Store) -> u64 {
     let root = tree_root(store).expect("the tree's root");
-    store.heap().pool().load_u64(root + 8).unwrap()
+    engine(store).pool().load_u64(root + 8).unwrap()
 }
 
 /// The root block of "tree": the block of the store's whose first word is the map's magic.
@@ -68,7 +69,7 @@ fn tree_root(store: &Store) -> Option<u64> {
         .into_iter()
         .find(|(n, _)| n == "tree")?;
     let magic = pmem_structures::StructureKind::RecordBTreeMap.magic();
-    let pool = store.heap().pool();
+    let pool = engine(store).pool();
     blocks
         .into_iter()
         .find(|&b| pool.load_u64(b).ok() == Some(magic))
@@ -115,7 +116,7 @@ fn an_unknown_format_is_refused_and_left_as_it_was() {
     {
         let store = open(&path).unwrap();
         let root = tree_root(&store).unwrap();
-        let pool = store.heap().pool();
+        let pool = engine(&store).pool();
         let w = pool.store_u64(root + 8, 9).unwrap();
         let _ = pool.persist(w);
     }
@@ -132,4 +133,11 @@ fn an_unknown_format_is_refused_and_left_as_it_was() {
     let after = std::fs::read(&path).unwrap();
     assert!(before == after, "the refused open wrote to the file");
     let _ = std::fs::remove_file(&path);
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

@@ -9,13 +9,14 @@ use pmem_ordering::Granularity;
 use pmem_structures::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::SplitMix64;
+use pmem_undo_log::Heap;
 
 const OPERATIONS: usize = 100_000;
 const SAMPLE_EVERY: usize = 500;
 
 /// The pool's use: bytes in allocated blocks, and chunks not free.
 fn used(store: &Store) -> (u64, u64) {
-    let stats = store.heap().alloc_stats();
+    let stats = engine(store).alloc_stats();
     (
         stats.bytes_allocated,
         stats.total_chunks - stats.free_chunks,
@@ -141,4 +142,11 @@ fn the_u64_maps_reach_a_steady_size() {
             _ => tree.remove(key(k)).map(drop),
         }),
     );
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

@@ -1,6 +1,7 @@
 //! The `Store`: files, names, kinds, handles, reserved keys, removal with a heap walk, and the
 //! pool lock.
 
+use pmem_undo_log::Heap;
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::{Granularity, PoolError};
@@ -270,8 +271,7 @@ fn removing_a_structure_frees_every_block_it_owned() {
     let keep = store.hash_map::<u64, u64>("keep").unwrap();
     keep.insert(1, 1).unwrap();
     let heap_blocks = |store: &Store| -> Vec<u64> {
-        store
-            .heap()
+        engine(store)
             .check_heap()
             .unwrap()
             .into_iter()
@@ -325,6 +325,45 @@ fn removing_a_structure_frees_every_block_it_owned() {
 }
 
 #[test]
+fn space_and_granularity_are_read_through_the_store() {
+    let options = StoreOptions::new().granularity(Granularity::Emulated);
+    let store = Store::anonymous(SIZE, &options).unwrap();
+    assert_eq!(store.granularity(), Granularity::Emulated);
+    assert_eq!(
+        store.granularity_basis(),
+        None,
+        "an anonymous store has no file"
+    );
+    let empty = store.space();
+    assert_eq!(empty.pool_bytes, SIZE);
+    assert_eq!(empty.used + empty.free, empty.capacity);
+    assert!(
+        empty.capacity < SIZE && empty.capacity > SIZE / 2,
+        "{empty:?}"
+    );
+    assert_eq!(empty.records, 0);
+
+    let sessions = store.hash_map::<String, Vec<u8>>("sessions").unwrap();
+    let value = vec![7u8; 10_000];
+    for i in 0..50 {
+        sessions.insert(format!("session:{i}"), &value).unwrap();
+    }
+    let full = store.space();
+    assert_eq!(full.records, 50, "one record per pair");
+    assert!(full.record_bytes >= 50 * 10_000, "{full:?}");
+    assert!(
+        full.used >= empty.used + full.record_bytes,
+        "{full:?} after {empty:?}"
+    );
+    assert_eq!(full.used + full.free, full.capacity);
+    assert!(full.used_percent() > empty.used_percent());
+
+    drop(sessions);
+    store.remove_structure("sessions").unwrap();
+    assert_eq!(store.space(), empty, "removal gives every byte back");
+}
+
+#[test]
 fn a_pool_of_another_layout_is_not_a_store() {
     let (_dir, path) = pool_path("pmem-store-test", "other.pool");
     drop(
@@ -367,4 +406,11 @@ fn handles_work_from_spawned_threads() {
         map.iter().collect::<Result<Model<_, _>, _>>().unwrap(),
         model
     );
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

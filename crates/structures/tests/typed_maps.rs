@@ -186,7 +186,7 @@ fn values_of_several_mebibytes_round_trip_and_free_their_chunks() {
     let store = store(64 << 20);
     let hash = store.hash_map::<String, Bytes>("hash").unwrap();
     let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
-    let before = store.heap().alloc_stats();
+    let before = store.space();
     let big: Bytes = (0..(3 << 20)).map(|i: u32| (i % 251) as u8).collect();
     hash.insert("big", &big).unwrap();
     tree.insert("big", &big).unwrap();
@@ -200,13 +200,13 @@ fn values_of_several_mebibytes_round_trip_and_free_their_chunks() {
     assert_eq!(tree.remove("big").unwrap().map(|v| v.len()), Some(5 << 20));
     drop((hash, tree));
     store.check_blocks().unwrap();
-    let after = store.heap().alloc_stats();
-    assert_eq!(after.record_objects, 0, "every record freed");
+    let after = store.space();
+    assert_eq!(after.records, 0, "every record freed");
     assert!(
-        after.bytes_free + (2 << 20) >= before.bytes_free,
+        after.free + (2 << 20) >= before.free,
         "the runs went back: {} free before, {} after",
-        before.bytes_free,
-        after.bytes_free
+        before.free,
+        after.free
     );
 }
 
@@ -271,7 +271,7 @@ fn a_full_pool_refuses_the_write_and_leaves_the_map_as_it_was() {
                 _ => tree.remove(k).unwrap(),
             };
         }
-        let stats = store.heap().alloc_stats();
+        let stats = store.space();
         put(b"after", b"room again")
             .unwrap_or_else(|e| panic!("{kind}: removes made room: {e}; {stats:?}"));
         store.check_blocks().unwrap();
@@ -391,7 +391,7 @@ fn a_record_write_without_a_split_costs_two_fences() {
 #[test]
 fn removing_a_map_of_records_frees_every_record() {
     let store = store(32 << 20);
-    let before = store.heap().alloc_stats();
+    let before = store.space();
     {
         let hash = store.hash_map::<String, Bytes>("hash").unwrap();
         let tree = store.btree_map::<String, Bytes>("tree", tree()).unwrap();
@@ -409,9 +409,9 @@ fn removing_a_map_of_records_frees_every_record() {
     store.remove_structure("hash").unwrap();
     store.remove_structure("tree").unwrap();
     store.check_blocks().unwrap();
-    let after = store.heap().alloc_stats();
-    assert_eq!(after.record_objects, 0);
-    assert_eq!(after.objects, before.objects, "nothing left of either map");
+    let after = store.space();
+    assert_eq!(after.records, 0);
+    assert_eq!(after.blocks, before.blocks, "nothing left of either map");
     assert!(store.names().is_empty());
 }
 

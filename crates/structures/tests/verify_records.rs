@@ -421,7 +421,7 @@ fn a_damaged_record_reaches_the_store_user_as_corrupt_record() {
         .into_iter()
         .find(|(name, _)| name == "users")
         .unwrap();
-    let pool = store.heap().pool();
+    let pool = engine(&store).pool();
     let record = blocks
         .into_iter()
         .find(|&b| {
@@ -573,4 +573,11 @@ fn random_bit_flips_in_a_tree_map_never_panic_nor_serve_damage() {
     let map = tree_map(&heap, new_root(&heap));
     let flips = flip_bits(&heap, &map, 43, 200);
     assert!(flips.in_records > 0, "some flips must land in records");
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

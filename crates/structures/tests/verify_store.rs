@@ -7,6 +7,7 @@
 //! The catalog's offsets (`store/catalog/layout.rs`) are spelled out as constants: a change of
 //! format must change them.
 
+use pmem_undo_log::Heap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pmem_structures::fastfair::FastFairConfig;
@@ -109,8 +110,7 @@ fn a_block_allocated_and_attached_nowhere_is_reported_leaked() {
         .unwrap()
         .insert(1, 2)
         .unwrap();
-    let leaked = store
-        .heap()
+    let leaked = engine(&store)
         .transaction(|tx| tx.alloc(200).map(|p| p.offset()))
         .unwrap();
     let report = store.verify();
@@ -143,7 +143,7 @@ fn a_catalog_root_outside_the_pool_is_reported_by_the_command_logic() {
             .unwrap()
             .insert(1, 2)
             .unwrap();
-        let pool = store.heap().pool();
+        let pool = engine(&store).pool();
         entry = pool.root_offset() + CATALOG_HEADER;
         assert_eq!(store.names(), ["m"], "the map is in entry 0");
         let nowhere = (pool.size() + (1 << 20)) & !63;
@@ -177,7 +177,7 @@ fn damage_inside_a_structure_is_its_own_finding() {
     // The file's data block: the datalog's block that is neither its inode table nor a log
     // page (both of which the inode table and log name).
     let blocks = files.blocks();
-    let pool = store.heap().pool();
+    let pool = engine(&store).pool();
     let table = pool.load_u64(files.root() + 8).unwrap();
     let head = pool.load_u64(table + 8).unwrap();
     let data = *blocks
@@ -251,12 +251,15 @@ fn random_bit_flips_in_live_lines_never_make_verify_panic() {
             .unwrap(),
         store.datalog("files", DatalogConfig::default()).unwrap(),
     );
-    let pool = store.heap().pool();
+    let pool = engine(&store).pool();
     // The catalog's lines and every block the structures own.
     let mut lines: Vec<(u64, u64)> = vec![(pool.root_offset(), pool.root_size())];
     for (_, blocks) in store.owned_blocks().unwrap() {
         for block in blocks {
-            lines.push((block, store.heap().block_size(block).expect("a live block")));
+            lines.push((
+                block,
+                engine(&store).block_size(block).expect("a live block"),
+            ));
         }
     }
     let mut rng = SplitMix64::new(97);
@@ -279,4 +282,11 @@ fn random_bit_flips_in_live_lines_never_make_verify_panic() {
     }
     assert!(reported > 0, "some flips must be seen");
     assert!(store.verify().is_healthy(), "every flip was undone");
+}
+
+/// The store's heap, to read its allocator and to damage its bytes on purpose.
+fn engine(store: &Store) -> &Heap {
+    // SAFETY: the test runs on one thread, so no handle of the store is in use while the heap
+    // or its pool is written.
+    unsafe { store.raw_heap() }
 }

@@ -24,6 +24,8 @@
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together.
 //! * `name`, `error`: valid names; the one [`Error`] type.
+//! * `space`: what the store tells about itself ([`Store::space`], [`Store::granularity`],
+//!   [`thread_persist_counts`]) without handing out its engine.
 //! * `verify`, `verification`: [`Store::verify`] and its report, [`verify_pool`] for a file.
 //!
 //! A store holds its pool file open, and the file's lock (a second open, from this process or
@@ -43,6 +45,7 @@ mod options;
 pub(crate) mod raw;
 mod record_map;
 mod registry;
+mod space;
 mod typed;
 mod typed_methods;
 pub mod types;
@@ -65,6 +68,7 @@ pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
+pub use space::{thread_persist_counts, PersistCounts, Space};
 pub use verification::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 pub use verify::verify_pool;
 
@@ -446,12 +450,6 @@ impl<B: Backend, P: Deref<Target = Pool<B>>> Store<B, P> {
         area.map(|a| ("(the store's write-batch area)".to_string(), vec![a]))
             .into_iter()
             .collect()
-    }
-
-    /// The heap under the store: statistics, and the raw layer for those who build their own
-    /// structures.
-    pub fn heap(&self) -> &Heap<B, P> {
-        &self.shared.heap
     }
 
     /// The pool file's path (`None` for an anonymous or simulated store).

@@ -88,6 +88,14 @@ impl StoreOptions {
         self
     }
 
+    /// The root object size a pool needs for a store with these options (it holds the
+    /// catalog): for a store formatted on a pool of one's own ([`super::Store::format`]: the
+    /// crash simulator's, say). Refused like the options themselves.
+    pub fn root_size(&self) -> Result<u64, Error> {
+        self.pool_options()?;
+        Ok(root_bytes(self.max_structures))
+    }
+
     /// The pool options these stand for.
     pub(super) fn pool_options(&self) -> Result<PoolOptions, Error> {
         if !(1..=MAX_STRUCTURES).contains(&self.max_structures) {

@@ -76,12 +76,10 @@ impl RecordSetup {
         }
     }
 
-    /// The root object size that holds exactly the options' catalog: read from a small
-    /// anonymous store made with them (the store computes it; the kit does not copy the
-    /// catalog's layout).
+    /// The root object size that holds exactly the options' catalog (the store computes it;
+    /// the kit does not copy the catalog's layout).
     pub fn root_size(&self) -> Result<u64, Error> {
-        let probe = Store::anonymous(1 << 20, &self.options())?;
-        Ok(probe.heap().pool().root_size())
+        self.options().root_size()
     }
 
     /// A fresh store on an anonymous pool of `size` bytes the caller keeps (to reopen it).

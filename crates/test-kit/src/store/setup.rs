@@ -77,12 +77,10 @@ impl StoreSetup {
         }
     }
 
-    /// The root object size that holds exactly the options' catalog: read from a small
-    /// anonymous store made with them (the store computes it; the kit does not copy the
-    /// catalog's layout).
+    /// The root object size that holds exactly the options' catalog (the store computes it;
+    /// the kit does not copy the catalog's layout).
     pub fn root_size(&self) -> Result<u64, Error> {
-        let probe = Store::anonymous(STORE_PROBE_BYTES, &self.options())?;
-        Ok(probe.heap().pool().root_size())
+        self.options().root_size()
     }
 
     /// A fresh store of `size` bytes on an anonymous pool the caller keeps (to reopen it).
@@ -93,6 +91,3 @@ impl StoreSetup {
         Ok((pool, store))
     }
 }
-
-/// The size of the anonymous store [`StoreSetup::root_size`] reads the root size from.
-const STORE_PROBE_BYTES: u64 = 1 << 20;

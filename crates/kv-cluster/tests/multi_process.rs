@@ -407,6 +407,9 @@ fn vote_request(to: u64) -> Envelope {
     }
 }
 
+/// What a bad peer sends.
+type BadFrame<'a> = Box<dyn Fn(&mut TcpStream) + 'a>;
+
 #[test]
 fn bad_raft_frames_are_refused_with_a_reason_and_the_connection_closed() {
     let dir = scratch_dir();
@@ -419,7 +422,7 @@ fn bad_raft_frames_are_refused_with_a_reason_and_the_connection_closed() {
     wrong_version[0] = WIRE_VERSION + 1;
     let mut garbage = framed(ours, &vote_request(1))[..17].to_vec();
     garbage.extend_from_slice(&[0xff; 32]);
-    let cases: Vec<(&str, Box<dyn Fn(&mut TcpStream)>, &str)> = vec![
+    let cases: Vec<(&str, BadFrame, &str)> = vec![
         (
             "another cluster",
             Box::new(|s| {

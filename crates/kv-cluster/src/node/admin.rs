@@ -225,7 +225,7 @@ fn node_id(arg: &Bytes) -> Result<NodeId, Reply> {
 
 /// `<id> <raft-addr> <client-addr>` triples.
 fn members(args: &[Bytes]) -> Result<BTreeMap<NodeId, Member>, Reply> {
-    if args.len() % 3 != 0 {
+    if !args.len().is_multiple_of(3) {
         return Err(Reply::error(
             "ERR members are given as <id> <raft-addr> <client-addr> triples",
         ));

@@ -174,7 +174,7 @@ fn parse_write(name: &str, args: &[Bytes]) -> Option<Result<Write, Reply>> {
                 .ok_or_else(|| Reply::error("ERR decrement would overflow"))
         }),
         "mset" => {
-            if args.len() < 3 || args.len() % 2 == 0 {
+            if args.len() < 3 || args.len().is_multiple_of(2) {
                 Err(wrong_arity(name))
             } else {
                 Ok(Write::MSet {

@@ -159,7 +159,7 @@ impl Node {
         }
         let store = Store::open_or_create(&config.pool, config.pool_size, &options)?;
         claim(&store, &config.pool, &config.cluster, config.node_id)?;
-        let granularity = store.heap().pool().granularity();
+        let granularity = store.granularity();
         let log = LogStore::open(&store)?;
         let sm = StateMachine::open(&store)?;
         let maps = sm.maps();

@@ -370,6 +370,55 @@ fn kill_the_leader_repeatedly(rounds: usize) {
 }
 
 #[test]
+fn followers_send_clients_to_the_leader() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(Duration::from_secs(20));
+    let follower = (leader + 1) % 3;
+    let mut conn = cluster.nodes[follower].connection().unwrap();
+    for (command, args) in [("SET", vec!["foo", "bar"]), ("GET", vec!["foo"])] {
+        let reply: redis::RedisResult<redis::Value> =
+            redis::cmd(command).arg(&args).query(&mut conn);
+        let error = reply.expect_err("a follower serves no keyed command");
+        assert_eq!(error.code(), Some("MOVED"), "{command}: {error}");
+        assert_eq!(
+            error.redirect_node(),
+            Some((cluster.nodes[leader].redis.to_string().as_str(), 12182)),
+            "{command}: {error}"
+        );
+    }
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("foo")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(slot, 12182);
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap();
+    assert!(info.contains("role:slave"), "{info}");
+    assert!(
+        info.contains(&format!(
+            "master_port:{}",
+            cluster.nodes[leader].redis.port()
+        )),
+        "{info}"
+    );
+    let mut on_leader = cluster.nodes[leader].connection().unwrap();
+    let () = on_leader.set("foo", "bar").unwrap();
+    let got: String = on_leader.get("foo").unwrap();
+    assert_eq!(got, "bar");
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut on_leader)
+        .unwrap();
+    assert!(
+        info.contains("role:master") && info.contains("connected_slaves:2"),
+        "{info}"
+    );
+}
+
+#[test]
 fn acknowledged_writes_survive_the_leader_killed_three_times() {
     kill_the_leader_repeatedly(3);
 }

@@ -52,6 +52,14 @@ mod scan;
 mod server;
 mod session;
 
+/// The protocol layer (requests out of a read buffer, replies in RESP2 or RESP3), shared with
+/// the replicated server (`pmem-kv-cluster`), which serves the same protocol. Not a stable API.
+#[doc(hidden)]
+pub mod protocol {
+    pub use crate::framing::{Framer, Next};
+    pub use crate::reply::{Protocol, Reply};
+}
+
 pub use config::{Limits, ServerConfig};
 pub use error::ServerError;
 pub use server::{RunningServer, Server};

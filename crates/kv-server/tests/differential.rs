@@ -70,7 +70,10 @@ impl RedisServer {
                 }
                 if let Ok(socket) = TcpStream::connect(addr) {
                     drop(socket);
-                    if Raw::connect(addr).call_text(&["PING"]) == "+PONG\r\n" {
+                    // The child itself: the port, freed before it was handed to the child,
+                    // may have gone to another test's server meanwhile.
+                    let info = Raw::connect(addr).call_text(&["INFO", "server"]);
+                    if info.contains(&format!("process_id:{}\r\n", child.id())) {
                         return Some(RedisServer {
                             child,
                             addr,

@@ -190,7 +190,7 @@ pub fn check_transaction_sections(report: &Value, stdout: &str) {
         }
         positive(row, "batched_over_strict");
         positive(row, "ideal_over_strict");
-        // The fence counts are exact (crates/undo-log/tests/fences.rs): K + 2, 3, 2.
+        // The fence counts are exact (crates/undo-log/tests/integration/fences.rs): K + 2, 3, 2.
         let fences = |p: &str| row[p]["fences_per_op"].as_f64().unwrap();
         assert_eq!(fences("strict"), (k + 2) as f64, "{row}");
         assert_eq!(fences("batched"), 3.0, "{row}");

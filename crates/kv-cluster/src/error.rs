@@ -35,6 +35,16 @@ pub enum ClusterError {
         /// The node id this process was started as.
         asked: NodeId,
     },
+    /// The pool belongs to another cluster.
+    #[error("the pool {path} belongs to cluster {recorded:?}, not to cluster {asked:?}: a node joins one cluster for the life of its pool; give it a new pool to join {asked:?}")]
+    OtherCluster {
+        /// The pool file.
+        path: PathBuf,
+        /// The cluster name it records.
+        recorded: String,
+        /// The cluster name this process was started with.
+        asked: String,
+    },
     /// A peer of another cluster (or a node of another cluster started with this pool)
     /// reached this node; nothing it sent was taken.
     #[error("a request of cluster {theirs:032x} reached a node of cluster {ours:032x}; refused, nothing taken")]
@@ -43,6 +53,54 @@ pub enum ClusterError {
         ours: u128,
         /// The sender's.
         theirs: u128,
+    },
+    /// A frame's format version is not this build's.
+    #[error("a Raft RPC frame of wire version {found} reached a node speaking version {expected}; refused")]
+    WireVersion {
+        /// The frame's.
+        found: u8,
+        /// This build's.
+        expected: u8,
+    },
+    /// A frame announced a length past the limit; nothing of it is read.
+    #[error("a Raft RPC frame longer than the limit of {max} bytes; refused")]
+    FrameTooLarge {
+        /// The limit.
+        max: usize,
+    },
+    /// The connection ended inside a frame.
+    #[error("the connection ended inside a Raft RPC frame ({pending} bytes of it received)")]
+    TruncatedFrame {
+        /// The frame's bytes received (its length prefix aside).
+        pending: usize,
+    },
+    /// A frame too short to hold the header (version and cluster id).
+    #[error("a Raft RPC frame of {len} bytes, shorter than its {header}-byte header; refused")]
+    ShortFrame {
+        /// The frame's length.
+        len: usize,
+        /// The header's.
+        header: usize,
+    },
+    /// A frame whose body decodes with bytes left over.
+    #[error("a Raft RPC frame with {extra} bytes after its message; refused")]
+    TrailingBytes {
+        /// The bytes left over.
+        extra: usize,
+    },
+    /// The peer refused a request of this node and closed the connection.
+    #[error("the peer refused the request: {reason}")]
+    PeerRefused {
+        /// What it said.
+        reason: String,
+    },
+    /// The peer answered with a reply of another kind than the request's.
+    #[error("the peer answered a {asked} request with a {answered} reply")]
+    WrongReply {
+        /// The request's kind.
+        asked: &'static str,
+        /// The reply's.
+        answered: &'static str,
     },
     /// A request was meant for another node id than this one.
     #[error("a request for node {to} reached node {me}; refused (is a pool started under the wrong node id?)")]
@@ -104,6 +162,16 @@ impl ClusterError {
     /// The typed error inside an `io::Error` made from one, if it is.
     pub fn in_io(error: &io::Error) -> Option<&ClusterError> {
         error.get_ref()?.downcast_ref::<ClusterError>()
+    }
+}
+
+impl From<io::Error> for ClusterError {
+    /// A socket error (what the codecs of `tokio-util` need).
+    fn from(source: io::Error) -> ClusterError {
+        ClusterError::Io {
+            what: "a Raft RPC connection".into(),
+            source,
+        }
     }
 }
 

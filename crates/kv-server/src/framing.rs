@@ -17,7 +17,7 @@ use crate::config::Limits;
 
 /// What the buffer holds next.
 #[derive(Debug)]
-pub(crate) enum Next {
+pub enum Next {
     /// A whole request: its arguments, the command name first (never empty).
     Request(Vec<Bytes>),
     /// Not a whole request yet: read more.
@@ -29,7 +29,7 @@ pub(crate) enum Next {
 
 /// How far the guard has checked the request at the head of the buffer.
 #[derive(Debug, Default)]
-pub(crate) struct Framer {
+pub struct Framer {
     /// Bytes of the request already checked (its array header and whole bulk strings).
     checked: usize,
     /// Bulk strings of the request still to check (`None` before the array header).
@@ -38,7 +38,7 @@ pub(crate) struct Framer {
 
 impl Framer {
     /// Take the next request out of `buf` (or say why not).
-    pub(crate) fn next(&mut self, buf: &mut BytesMut, limits: &Limits) -> Next {
+    pub fn next(&mut self, buf: &mut BytesMut, limits: &Limits) -> Next {
         loop {
             let Some(&first) = buf.first() else {
                 return Next::Incomplete;

@@ -13,14 +13,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 /// The protocol of a connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Protocol {
+pub enum Protocol {
     #[default]
     Resp2,
     Resp3,
 }
 
 impl Protocol {
-    pub(crate) fn version(self) -> i64 {
+    pub fn version(self) -> i64 {
         match self {
             Protocol::Resp2 => 2,
             Protocol::Resp3 => 3,
@@ -31,7 +31,7 @@ impl Protocol {
 /// A reply, in the terms of RESP3; RESP2 writes its richer types as Redis does (a map as a
 /// flat array, a set as an array, a verbatim string as a bulk string, null as a null bulk).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Reply {
+pub enum Reply {
     /// A status line: `+OK`.
     Status(Cow<'static, str>),
     /// An error line, its code first (`ERR ...`, `WRONGTYPE ...`); CR and LF become spaces,
@@ -48,32 +48,32 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
-    pub(crate) fn ok() -> Reply {
+    pub fn ok() -> Reply {
         Reply::status("OK")
     }
 
-    pub(crate) fn status(text: impl Into<Cow<'static, str>>) -> Reply {
+    pub fn status(text: impl Into<Cow<'static, str>>) -> Reply {
         Reply::Status(text.into())
     }
 
-    pub(crate) fn error(message: impl Into<Bytes>) -> Reply {
+    pub fn error(message: impl Into<Bytes>) -> Reply {
         Reply::Error(message.into())
     }
 
-    pub(crate) fn bulk(bytes: impl Into<Bytes>) -> Reply {
+    pub fn bulk(bytes: impl Into<Bytes>) -> Reply {
         Reply::Bulk(bytes.into())
     }
 
-    pub(crate) fn bulk_or_null(value: Option<Vec<u8>>) -> Reply {
+    pub fn bulk_or_null(value: Option<Vec<u8>>) -> Reply {
         value.map_or(Reply::Null, Reply::bulk)
     }
 
-    pub(crate) fn is_error(&self) -> bool {
+    pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
 
     /// Append the reply's bytes in `protocol` to `out`.
-    pub(crate) fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
+    pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
         let resp3 = protocol == Protocol::Resp3;
         match self {
             Reply::Status(text) => line(out, b'+', text.as_bytes()),

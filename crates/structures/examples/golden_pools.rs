@@ -1,4 +1,4 @@
-//! Writes a golden pool file for `tests/golden.rs`: a store holding what
+//! Writes a golden pool file for `tests/integration/golden.rs`: a store holding what
 //! `tests/golden/contents.rs` defines, named after the format versions it holds.
 //!
 //! `cargo run --release -p pmem-structures --example golden_pools [-- DIR]`

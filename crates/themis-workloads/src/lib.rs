@@ -20,8 +20,8 @@
 //! | [`rbtree`] (`rbtree.rs`) | RB | insert or delete a key of a red-black tree (with its rotations) |
 //!
 //! The helpers every structure shares (walk bounds, the corruption error, word reads) are in
-//! this file. Their model checks are in `tests/workloads.rs` (CTree, PC and RB, with proptest
-//! sequences, in `tests/trees_and_cache.rs`), their crash tests in `tests/crash_workloads.rs`.
+//! this file. Their model checks are in `tests/integration/workloads.rs` (CTree, PC and RB, with proptest
+//! sequences, in `tests/integration/trees_and_cache.rs`), their crash tests in `tests/integration/crash_workloads.rs`.
 //!
 //! # Shape shared by every structure
 //!

@@ -492,7 +492,7 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
     }
     st.meta_writes = meta;
     // A batched transaction that writes pays three fences, and none can go under the x86
-    // model (`tests/fences.rs` counts them): the log before the data (nt stores and later
+    // model (`tests/integration/fences.rs` counts them): the log before the data (nt stores and later
     // temporal stores reach persistence in any order, `order_log_before_data`), this one, the
     // data before the commit word (`clwb`s of the data and the store of the commit word are
     // unordered without it, and a commit that persists before the data would keep torn data),

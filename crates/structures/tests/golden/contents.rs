@@ -1,5 +1,5 @@
 //! What a golden pool file holds: the one definition that `examples/golden_pools.rs` writes
-//! and `tests/golden.rs` checks. Every kind of structure a store holds, under each of its
+//! and `tests/integration/golden.rs` checks. Every kind of structure a store holds, under each of its
 //! configurations that the pool records (segment size, node size, each shift policy, the
 //! datalog's policy), typed keys and values inline and in records (a value spanning chunks
 //! among them), byte keys deep enough to make trie layers, datalog files written both ways and

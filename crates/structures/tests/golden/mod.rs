@@ -1,6 +1,6 @@
 //! The golden pool files' shared parts: what they hold (`contents.rs`), and a reader of the
 //! format versions a store file holds, at the offsets docs/design.md documents. Used by
-//! `tests/golden.rs` and by their generator, `examples/golden_pools.rs`.
+//! `tests/integration/golden.rs` and by their generator, `examples/golden_pools.rs`.
 
 pub mod contents;
 

@@ -1,7 +1,7 @@
 //! Errors read as sentences under `Debug` too, since `fn main() -> Result<(), Box<dyn Error>>`
 //! prints an error with `Debug`: magics as the text they spell, offsets in hex.
 
-mod common;
+use super::common;
 
 use common::*;
 use pmem_ordering::isa::IsaError;

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use pmem_ordering::{reset_thread_stats, thread_stats, Durable, NtPending, Pending, Pool};
 use pmem_ordering::{PersistModel, Written};
 
-mod barrier_support;
+use super::barrier_support;
 use barrier_support::{nt_write, pool, AT};
 
 // ------------------------------------------------------------------------- wrong pool

@@ -9,7 +9,7 @@ use pmem_ordering::{
     PoolOptions, Stats,
 };
 
-mod barrier_support;
+use super::barrier_support;
 use barrier_support::{nt_write, pool, take, AT, SIZE};
 
 #[test]

@@ -8,13 +8,13 @@
 //! open must fail with the message that names it. The offsets read and patched are the ones
 //! docs/design.md documents, so this also checks the document.
 
-#[path = "golden/mod.rs"]
-mod golden;
+#[path = "../golden/mod.rs"]
+mod golden_format;
 
 use std::path::{Path, PathBuf};
 
-use golden::contents;
-use golden::{Formats, StoreFile};
+use golden_format::contents;
+use golden_format::{Formats, StoreFile};
 use pmem_structures::datalog::DatalogConfig;
 use pmem_structures::{Error, Store};
 

@@ -1,0 +1,551 @@
+//! Three `pmem-kv-cluster` processes on 127.0.0.1: a cluster-aware client (the `redis`
+//! crate's cluster client) writes while the leader is killed with SIGKILL and restarted,
+//! round after round; afterwards every acknowledged write must be in every node's pool
+//! (read offline, after all three are killed). Also: a pool of another cluster is refused at
+//! start, and bad Raft frames are refused with a reason and the connection closed, the node
+//! serving on.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pmem_kv_cluster::identity::cluster_id;
+use pmem_kv_cluster::net::frame::{open, seal, Envelope, Request, Response, WIRE_VERSION};
+use pmem_kv_cluster::types::Vote;
+use pmem_kv_cluster::StateMachine;
+use pmem_structures::{Granularity, Store, StoreOptions};
+use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::Commands;
+
+const CLUSTER: &str = "kv-multi-process-test";
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// One node: its addresses, its pool, its process while it runs.
+struct NodeProcess {
+    id: u64,
+    raft: SocketAddr,
+    redis: SocketAddr,
+    pool: PathBuf,
+    child: Option<Child>,
+}
+
+impl NodeProcess {
+    fn new(id: u64, dir: &Path) -> NodeProcess {
+        NodeProcess {
+            id,
+            raft: free_addr(),
+            redis: free_addr(),
+            pool: dir.join(format!("node{id}.pool")),
+            child: None,
+        }
+    }
+
+    fn command(&self, cluster: &str) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pmem-kv-cluster"));
+        command
+            .args(["--cluster", cluster, "--node-id", &self.id.to_string()])
+            .args(["--raft-addr", &self.raft.to_string()])
+            .args(["--redis-addr", &self.redis.to_string()])
+            .arg("--pool")
+            .arg(&self.pool)
+            .args(["--pool-size-mib", "32", "--granularity", "emulated"])
+            .args(["--heartbeat-ms", "100", "--election-timeout-ms", "500"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Start the process and wait until it answers PING.
+    fn start(&mut self) {
+        let mut child = self.command(CLUSTER).spawn().expect("start a node");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+                panic!("node {} exited at start ({status}): {stderr}", self.id);
+            }
+            if self.ping() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} does not answer",
+                self.id
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+
+    fn ping(&self) -> bool {
+        self.connection()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// SIGKILL (std's `Child::kill` on Unix), and reap it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(format!("redis://{}/", self.redis))?;
+        let conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(conn)
+    }
+
+    /// `INFO raft` as a map, if the node answers.
+    fn raft_info(&self) -> Option<BTreeMap<String, String>> {
+        let mut conn = self.connection().ok()?;
+        let text: String = redis::cmd("INFO").arg("raft").query(&mut conn).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|line| line.split_once(':'))
+                .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    nodes: Vec<NodeProcess>,
+}
+
+impl Cluster {
+    /// Three nodes started and the cluster made (`CLUSTER RAFT INIT` on node 1).
+    fn start() -> Cluster {
+        let dir = scratch_dir();
+        let mut nodes: Vec<NodeProcess> =
+            (1..=3).map(|id| NodeProcess::new(id, dir.path())).collect();
+        for node in &mut nodes {
+            node.start();
+        }
+        let mut init = redis::cmd("CLUSTER");
+        init.arg("RAFT").arg("INIT");
+        for node in &nodes {
+            init.arg(node.id)
+                .arg(node.raft.to_string())
+                .arg(node.redis.to_string());
+        }
+        let reply: String = init.query(&mut nodes[0].connection().unwrap()).unwrap();
+        assert_eq!(reply, "OK");
+        let cluster = Cluster { _dir: dir, nodes };
+        cluster.leader(Duration::from_secs(20));
+        cluster
+    }
+
+    /// The index of the node every running node names as leader, once there is one.
+    fn leader(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let named: Vec<Option<String>> = self
+                .nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .map(|n| n.raft_info().and_then(|i| i.get("raft_leader").cloned()))
+                .collect();
+            if let Some(Some(first)) = named.first() {
+                if first != "none" && named.iter().all(|n| n.as_ref() == Some(first)) {
+                    let id: u64 = first.parse().unwrap();
+                    let index = self.nodes.iter().position(|n| n.id == id).unwrap();
+                    if self.nodes[index].child.is_some() {
+                        return index;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {named:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn client(&self) -> redis::RedisResult<ClusterConnection> {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://{}/", n.redis))
+            .collect();
+        ClusterClient::builder(urls)
+            .retries(2)
+            .min_retry_wait(50)
+            .max_retry_wait(200)
+            .connection_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_secs(5))
+            .build()?
+            .get_connection()
+    }
+
+    /// Until the applied indexes of all three nodes agree (and each has applied every
+    /// entry it has).
+    fn converge(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let infos: Vec<_> = self.nodes.iter().map(|n| n.raft_info()).collect();
+            let applied: Vec<Option<String>> = infos
+                .iter()
+                .map(|i| {
+                    i.as_ref()
+                        .and_then(|i| i.get("raft_last_applied_index").cloned())
+                })
+                .collect();
+            let last: Vec<Option<String>> = infos
+                .iter()
+                .map(|i| {
+                    i.as_ref()
+                        .and_then(|i| i.get("raft_last_log_index").cloned())
+                })
+                .collect();
+            if applied.iter().all(|a| a.is_some() && *a == applied[0]) && last == applied {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nodes do not converge: applied {applied:?}, last {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Writes unique keys through a cluster client, remembering the acknowledged ones.
+struct Writer {
+    conn: Option<ClusterConnection>,
+    next: u64,
+    acked: BTreeMap<String, String>,
+    failed: u64,
+}
+
+impl Writer {
+    /// Write until `count` more are acknowledged (a failed write is unacknowledged: it may or
+    /// may not be applied, and its key is never written again); panics past `within`.
+    fn write(&mut self, cluster: &Cluster, count: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        let goal = self.acked.len() + count;
+        while self.acked.len() < goal {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {count} writes acknowledged in {within:?} ({} failed)",
+                count - (goal - self.acked.len()),
+                self.failed
+            );
+            if self.conn.is_none() {
+                match cluster.client() {
+                    Ok(conn) => self.conn = Some(conn),
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                }
+            }
+            let (key, value) = (format!("key-{}", self.next), format!("value-{}", self.next));
+            self.next += 1;
+            let done: redis::RedisResult<()> = self.conn.as_mut().unwrap().set(&key, &value);
+            match done {
+                Ok(()) => {
+                    self.acked.insert(key, value);
+                }
+                Err(_) => {
+                    self.failed += 1;
+                    self.conn = None;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+}
+
+/// Every acknowledged write, read from the pool of each node (all killed first).
+fn every_pool_has(cluster: &mut Cluster, acked: &BTreeMap<String, String>) {
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    for node in &cluster.nodes {
+        let options = StoreOptions::new().granularity(Granularity::Emulated);
+        let store = Store::open_with(&node.pool, &options).expect("open a node's pool");
+        let sm = StateMachine::open(&store).expect("open its state machine");
+        for (key, value) in acked {
+            let got = sm.get(key.as_bytes()).unwrap();
+            assert_eq!(
+                got.as_deref(),
+                Some(value.as_bytes()),
+                "node {} lost the acknowledged {key}={value}",
+                node.id
+            );
+        }
+    }
+}
+
+fn kill_the_leader_repeatedly(rounds: usize) {
+    let mut cluster = Cluster::start();
+    let mut writer = Writer {
+        conn: None,
+        next: 0,
+        acked: BTreeMap::new(),
+        failed: 0,
+    };
+    let within = Duration::from_secs(30);
+    writer.write(&cluster, 20, within);
+    let mut longest = Duration::ZERO;
+    for _ in 0..rounds {
+        let leader = cluster.leader(within);
+        let killed = Instant::now();
+        cluster.nodes[leader].kill();
+        // The two others elect a leader and take writes.
+        writer.write(&cluster, 1, within);
+        longest = longest.max(killed.elapsed());
+        writer.write(&cluster, 9, within);
+        let second = cluster.leader(within);
+        assert_ne!(second, leader);
+        cluster.nodes[leader].start();
+        writer.write(&cluster, 10, within);
+    }
+    cluster.converge();
+    // Said, not asserted: a test never measures speed.
+    eprintln!(
+        "{rounds} rounds: {} writes acknowledged, {} failed (unacknowledged); at most {longest:?} from a SIGKILL of the leader to the next acknowledged write",
+        writer.acked.len(),
+        writer.failed
+    );
+    let acked = std::mem::take(&mut writer.acked);
+    assert!(acked.len() >= 20 + 20 * rounds);
+    every_pool_has(&mut cluster, &acked);
+
+    // A node started with a pool of this cluster under another cluster's name is refused.
+    let node = &cluster.nodes[0];
+    let mut stranger = node.command("another-cluster").spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = stranger.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            stranger.kill().unwrap();
+            panic!("a node started with another cluster's pool is still running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    stranger
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!(
+            "belongs to cluster \"{CLUSTER}\", not to cluster \"another-cluster\""
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn followers_send_clients_to_the_leader() {
+    let cluster = Cluster::start();
+    let leader = cluster.leader(Duration::from_secs(20));
+    let follower = (leader + 1) % 3;
+    let mut conn = cluster.nodes[follower].connection().unwrap();
+    for (command, args) in [("SET", vec!["foo", "bar"]), ("GET", vec!["foo"])] {
+        let reply: redis::RedisResult<redis::Value> =
+            redis::cmd(command).arg(&args).query(&mut conn);
+        let error = reply.expect_err("a follower serves no keyed command");
+        assert_eq!(error.code(), Some("MOVED"), "{command}: {error}");
+        assert_eq!(
+            error.redirect_node(),
+            Some((cluster.nodes[leader].redis.to_string().as_str(), 12182)),
+            "{command}: {error}"
+        );
+    }
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("foo")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(slot, 12182);
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap();
+    assert!(info.contains("role:slave"), "{info}");
+    assert!(
+        info.contains(&format!(
+            "master_port:{}",
+            cluster.nodes[leader].redis.port()
+        )),
+        "{info}"
+    );
+    let mut on_leader = cluster.nodes[leader].connection().unwrap();
+    let () = on_leader.set("foo", "bar").unwrap();
+    let got: String = on_leader.get("foo").unwrap();
+    assert_eq!(got, "bar");
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut on_leader)
+        .unwrap();
+    assert!(
+        info.contains("role:master") && info.contains("connected_slaves:2"),
+        "{info}"
+    );
+}
+
+#[test]
+fn acknowledged_writes_survive_the_leader_killed_three_times() {
+    kill_the_leader_repeatedly(3);
+}
+
+#[test]
+#[ignore = "long: 20 rounds of SIGKILL, about a minute"]
+fn acknowledged_writes_survive_the_leader_killed_twenty_times() {
+    kill_the_leader_repeatedly(20);
+}
+
+/// Send `payload` with a length prefix of `len`.
+fn send(socket: &mut TcpStream, len: u32, payload: &[u8]) {
+    socket.write_all(&len.to_be_bytes()).unwrap();
+    socket.write_all(payload).unwrap();
+}
+
+/// The next reply frame, or `None` at the end of the connection.
+fn receive(socket: &mut TcpStream) -> Option<Response> {
+    let mut len = [0u8; 4];
+    match socket.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
+        Err(e) => panic!("reading a reply: {e}"),
+    }
+    let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+    socket.read_exact(&mut frame).unwrap();
+    Some(open(cluster_id(CLUSTER), &frame).expect("a reply frame of the node's cluster"))
+}
+
+fn vote_request(to: u64) -> Envelope {
+    Envelope {
+        from: 7,
+        to,
+        request: Request::Vote(openraft::raft::VoteRequest::new(Vote::new(1, 7), None)),
+    }
+}
+
+/// What a bad peer sends.
+type BadFrame<'a> = Box<dyn Fn(&mut TcpStream) + 'a>;
+
+#[test]
+fn bad_raft_frames_are_refused_with_a_reason_and_the_connection_closed() {
+    let dir = scratch_dir();
+    let mut node = NodeProcess::new(1, dir.path());
+    node.start();
+    let ours = cluster_id(CLUSTER);
+    let framed = |cluster: u128, envelope: &Envelope| seal(cluster, envelope).unwrap().to_vec();
+
+    let mut wrong_version = framed(ours, &vote_request(1));
+    wrong_version[0] = WIRE_VERSION + 1;
+    let mut garbage = framed(ours, &vote_request(1))[..17].to_vec();
+    garbage.extend_from_slice(&[0xff; 32]);
+    let cases: Vec<(&str, BadFrame, &str)> = vec![
+        (
+            "another cluster",
+            Box::new(|s| {
+                let frame = framed(cluster_id("another-cluster"), &vote_request(1));
+                send(s, frame.len() as u32, &frame)
+            }),
+            "reached a node of cluster",
+        ),
+        (
+            "another version",
+            Box::new(|s| send(s, wrong_version.len() as u32, &wrong_version)),
+            "wire version",
+        ),
+        (
+            "another node id",
+            Box::new(|s| {
+                let frame = framed(ours, &vote_request(9));
+                send(s, frame.len() as u32, &frame)
+            }),
+            "for node 9 reached node 1",
+        ),
+        (
+            "a malformed message",
+            Box::new(|s| send(s, garbage.len() as u32, &garbage)),
+            "does not decode",
+        ),
+        (
+            "a short frame",
+            Box::new(|s| send(s, 3, &[WIRE_VERSION, 0, 0])),
+            "shorter than its 17-byte header",
+        ),
+        (
+            "an oversized frame",
+            Box::new(|s| send(s, u32::MAX, &[0; 64])),
+            "longer than the limit",
+        ),
+        (
+            "a truncated frame",
+            Box::new(|s| {
+                send(s, 100, &[WIRE_VERSION; 10]);
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+            }),
+            "ended inside a Raft RPC frame",
+        ),
+    ];
+    for (what, bad, reason) in &cases {
+        let mut socket = TcpStream::connect(node.raft).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        bad(&mut socket);
+        match receive(&mut socket) {
+            Some(Response::Refused(text)) => {
+                assert!(text.contains(reason), "{what}: refused with {text:?}")
+            }
+            other => panic!("{what}: answered {other:?}"),
+        }
+        assert!(
+            receive(&mut socket).is_none(),
+            "{what}: the connection stays open"
+        );
+    }
+
+    // The node serves on: a good request is answered, and so are clients.
+    let mut socket = TcpStream::connect(node.raft).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let frame = framed(ours, &vote_request(1));
+    send(&mut socket, frame.len() as u32, &frame);
+    assert!(
+        matches!(receive(&mut socket), Some(Response::Vote(_))),
+        "a good vote request is answered"
+    );
+    assert!(node.ping(), "the node still serves clients");
+    assert!(node.child.as_mut().unwrap().try_wait().unwrap().is_none());
+}

@@ -1,0 +1,11 @@
+//! The crate's integration tests in one binary (a binary per file compiled and linked its own
+//! copy of the generic code under test, which made the build several times slower); each file
+//! is a module.
+
+mod crash_alloc;
+mod crash_bank;
+mod crash_batch;
+mod crash_object;
+mod crash_records;
+mod fences;
+mod proptest_tx;

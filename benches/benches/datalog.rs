@@ -27,7 +27,7 @@ use pmem_bench::datalogbench::{
 use pmem_bench::keys::random_offsets;
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
-use pmem_structures::datalog::{WriteMode, PAGE};
+use pmem_structures::raw::datalog::{WriteMode, PAGE};
 
 const POOL_FILE: &str = "pmem-bench-criterion-datalog.pool";
 /// Room for the file, copy-on-write churn and the logs of however many iterations criterion

@@ -27,7 +27,7 @@ use pmem_bench::keys::{random_keys_except_max, shuffled};
 use pmem_bench::phase::{time_then_check, total_time};
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::ShiftPolicy;
+use pmem_structures::raw::fastfair::ShiftPolicy;
 
 /// The pool file of the tree being built or measured.
 const POOL_FILE: &str = "pmem-bench-criterion-fastfair.pool";

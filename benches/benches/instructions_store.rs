@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use iai_callgrind::{library_benchmark, library_benchmark_group, main};
-use pmem_structures::store::{BTreeMap, HashMap};
+use pmem_structures::{BTreeMap, HashMap};
 
 #[path = "instructions/fixtures.rs"]
 mod fixtures;

@@ -35,8 +35,8 @@ use std::path::Path;
 use pmem_ordering::Granularity;
 // Named by the documentation's links only.
 #[cfg(doc)]
-use pmem_structures::cceh::Cceh;
-use pmem_structures::cceh::{CcehConfig, CcehError};
+use pmem_structures::raw::cceh::Cceh;
+use pmem_structures::raw::cceh::{CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 

@@ -24,7 +24,7 @@
 use std::path::Path;
 
 use pmem_ordering::{Granularity, Hardware};
-use pmem_structures::datalog::{
+use pmem_structures::raw::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
 };
 use pmem_undo_log::{FencePolicy, Heap};

@@ -22,7 +22,7 @@
 use std::path::Path;
 
 use pmem_ordering::{Granularity, Hardware};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_undo_log::{FencePolicy, TxError};
 use serde::Serialize;
 

@@ -10,7 +10,7 @@ use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::primitives::all_variants;
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
 use pmem_bench::ycsb::{Scale, Structure};
-use pmem_structures::fastfair::ShiftPolicy;
+use pmem_structures::raw::fastfair::ShiftPolicy;
 use serde_json::Value;
 
 mod quick_sections;

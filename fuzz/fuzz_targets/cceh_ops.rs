@@ -21,7 +21,7 @@
 use libfuzzer_sys::fuzz_target;
 use pmem_ordering::sim::{Finding, SimConfig};
 use pmem_ordering::Pool;
-use pmem_structures::cceh::{Cceh, CcehConfig};
+use pmem_structures::raw::cceh::{Cceh, CcehConfig};
 use pmem_test_kit::cceh::{check_table, run_all, CcehModel, FUZZ_KEYS};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_test_kit::fuzz_input::CcehInput;

@@ -20,7 +20,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_test_kit::fastfair::crash_ops;
 use pmem_test_kit::fuzz_input::FastFairInput;
 

@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_test_kit::fuzz_input::StoreInput;
 use pmem_test_kit::store::{crash_ops, StoreSetup};
 

@@ -39,7 +39,7 @@ use pmem_bench::fastfairbench::Tree;
 use pmem_bench::poolfile::default_pool_dir;
 use pmem_bench::txbench::{TxRunner, TxVariant};
 use pmem_ordering::Granularity;
-use pmem_structures::store::{BTreeMap, HashMap};
+use pmem_structures::{BTreeMap, HashMap};
 use pmem_undo_log::FencePolicy;
 
 use super::pools::{fast_config, heap_at, open_copy, store_at, BatchKeys, Structure, WARM_UP};

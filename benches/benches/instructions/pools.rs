@@ -29,9 +29,9 @@ use pmem_bench::fastfairbench::{self, Tree, FASTFAIR_HEAP_POLICY};
 use pmem_bench::keys::{random_keys_except_max, shuffled};
 use pmem_bench::poolfile::{default_pool_dir, LAYOUT};
 use pmem_ordering::{Granularity, Pool, PoolOptions};
-use pmem_structures::cceh::{Cceh, CcehConfig};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
-use pmem_structures::store::{BTreeMap, HashMap};
+use pmem_structures::raw::cceh::{Cceh, CcehConfig};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
+use pmem_structures::{BTreeMap, HashMap};
 use pmem_structures::{Store, StoreOptions};
 use pmem_undo_log::{Heap, HeapConfig};
 

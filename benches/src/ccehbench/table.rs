@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use pmem_ordering::{Granularity, Hardware};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::Heap;
 
 use super::{CCEH_POLICY, HELPER_DEPTH, POOL_BYTES_PER_KEY, TOUCH_BYTES_PER_KEY};

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use pmem_ordering::pool::pages::HUGE_PAGE_BYTES;
 use pmem_ordering::pool::{ObtainedPages, PageSize};
 use pmem_ordering::{Granularity, Pool, PoolOptions};
-use pmem_structures::cceh::{Cceh, CcehConfig};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
-use pmem_structures::U64Map;
+use pmem_structures::raw::cceh::{Cceh, CcehConfig};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::U64Map;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 use super::{PageBenchError, PoolPages, SEED};

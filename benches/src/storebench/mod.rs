@@ -40,8 +40,8 @@
 //! [`CcehHeap`]: crate::ccehbench::CcehHeap
 //! [`FastFairHeap`]: crate::fastfairbench::FastFairHeap
 //! [`StoreFile`]: crate::poolfile::StoreFile
-//! [`CcehConfig::default`]: pmem_structures::cceh::CcehConfig::default
-//! [`FastFairConfig::default`]: pmem_structures::fastfair::FastFairConfig::default
+//! [`CcehConfig::default`]: pmem_structures::raw::cceh::CcehConfig::default
+//! [`FastFairConfig::default`]: pmem_structures::raw::fastfair::FastFairConfig::default
 //! [`SCAN_KEYS`]: crate::fastfairbench::SCAN_KEYS
 //! [`run_plan`]: crate::ycsb::run_plan
 

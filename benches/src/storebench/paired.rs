@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
-use pmem_structures::cceh::CcehError;
-use pmem_structures::fastfair::FastFairError;
+use pmem_structures::raw::cceh::CcehError;
+use pmem_structures::raw::fastfair::FastFairError;
 use pmem_structures::{BTreeMap, HashMap};
 
 use super::{StoreBenchError, StorePathRow, CHUNKS, TARGET_RATIO};

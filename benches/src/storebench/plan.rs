@@ -10,8 +10,8 @@ use crate::phase::CountError;
 use crate::poolfile::SetupError;
 use crate::ycsb::targets::MakeError;
 use crate::ycsb::{Scale, YcsbError};
-use pmem_structures::cceh::CcehError;
-use pmem_structures::fastfair::FastFairError;
+use pmem_structures::raw::cceh::CcehError;
+use pmem_structures::raw::fastfair::FastFairError;
 
 /// The target: store ops/s at least this fraction of raw ops/s ("within 3%").
 pub const TARGET_RATIO: f64 = 0.97;

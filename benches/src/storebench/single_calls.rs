@@ -1,8 +1,8 @@
 //! The single-call phases: CCEH insert, get and remove, FAST&FAIR insert, get and scan, one
 //! call per key on a fresh raw structure and a fresh store each repetition.
 
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 
 use super::paired::{get_each, insert_each, remove_each, scan_each, timed, Pair, PairedMap};
 use super::{Files, StoreBenchError};

@@ -1,7 +1,7 @@
 //! The YCSB phases: each structure's load and workloads, the same plans run through the YCSB
 //! driver on a fresh raw structure and a fresh store each repetition.
 
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 
 use super::paired::{Pair, Timed};
 use super::{Files, StoreBenchError, StorePlan};

@@ -472,7 +472,7 @@ mod tests {
         let dir = tempfile::tempdir_in(crate::poolfile::default_pool_dir()).unwrap();
         for v in [
             Variant::CcehHelperOn,
-            Variant::Datalog(pmem_structures::datalog::WriteMode::Auto),
+            Variant::Datalog(pmem_structures::raw::datalog::WriteMode::Auto),
         ] {
             let r: Result<(), YcsbError> = with_target(v, &setup(&dir), 100, |t| {
                 assert!(!t.supports_scan());

@@ -34,10 +34,10 @@ use datalog::DatalogTarget;
 use std::path::PathBuf;
 
 use pmem_ordering::{Granularity, Hardware};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
-use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_structures::U64Map;
+use pmem_structures::raw::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_structures::raw::U64Map;
 use serde::Serialize;
 
 use crate::ccehbench::{CCEH_POLICY, HELPER_DEPTH};

@@ -6,7 +6,7 @@ use pmem_bench::datalogbench::{FILE_BYTES_QUICK, WRITE_SIZES};
 use pmem_bench::fastfairbench::{FastFairOp, FASTFAIR_KEYS_QUICK};
 use pmem_bench::txbench::{Workload, OBJECT_SIZES, TX_WORDS};
 use pmem_bench::ycsb::{KeyDistribution, Scale, Structure, Variant, Workload as YcsbWorkload};
-use pmem_structures::fastfair::ShiftPolicy;
+use pmem_structures::raw::fastfair::ShiftPolicy;
 use serde_json::Value;
 
 use super::positive;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use common::{blank, id, load, membership, options, set, store_is_whole, SimStore};
 use pmem_kv_cluster::log_store::core::LogCore;
 use pmem_kv_cluster::types::{Entry, LogId, Vote};
-use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
+use pmem_structures::raw::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
 use pmem_test_kit::run_crash_test;
 
 #[derive(Clone, Debug)]

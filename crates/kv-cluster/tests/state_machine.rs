@@ -113,7 +113,7 @@ fn an_entry_every_node_refuses_advances_only_the_applied_index() {
     let mut sm = SmCore::open(&store).unwrap();
     sm.apply(&set(1, 1, "a", "1")).unwrap();
     let before = observe_sm(&sm).unwrap();
-    let huge_key = "k".repeat(pmem_structures::records::MAX_KEY_BYTES + 1);
+    let huge_key = "k".repeat(pmem_structures::raw::records::MAX_KEY_BYTES + 1);
     let entry = normal(
         1,
         2,

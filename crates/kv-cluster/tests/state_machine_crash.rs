@@ -16,7 +16,7 @@ use common::{
 use pmem_kv_cluster::state_machine::core::SmCore;
 use pmem_kv_cluster::types::{Entry, SnapshotMeta};
 use pmem_kv_cluster::{Condition, Write};
-use pmem_structures::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
+use pmem_structures::raw::pmem_ordering::sim::{CrashPoints, Images, SimBackend};
 use pmem_structures::{Store, StoreOptions};
 use pmem_test_kit::run_crash_test;
 

@@ -201,7 +201,7 @@ fn mget_never_sees_an_mset_half_applied() {
 #[test]
 fn an_mset_past_the_batch_limit_is_refused_whole() {
     let mut server = Offline::anonymous(64 << 20, Limits::default()).unwrap();
-    let keys: Vec<Vec<u8>> = (0..=pmem_structures::store::MAX_BATCH_CHANGES)
+    let keys: Vec<Vec<u8>> = (0..=pmem_structures::MAX_BATCH_CHANGES)
         .map(|i| format!("k{i}").into_bytes())
         .collect();
     let pairs: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"v"[..])).collect();

@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use pmem_ordering::pool::PageSize;
 use pmem_ordering::{Hardware, Pool, PoolOptions};
-use pmem_structures::cceh::{Cceh, CcehConfig};
+use pmem_structures::raw::cceh::{Cceh, CcehConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type Table = Cceh<Hardware>;

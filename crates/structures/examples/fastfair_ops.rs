@@ -29,7 +29,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use pmem_ordering::{Hardware, Pool, PoolOptions};
-use pmem_structures::fastfair::{FastFair, FastFairConfig};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type Tree = FastFair<Hardware>;

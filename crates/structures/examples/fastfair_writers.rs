@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use pmem_ordering::{Pool, PoolOptions};
-use pmem_structures::fastfair::{FastFair, FastFairConfig};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 #[path = "support/splitmix.rs"]

@@ -6,7 +6,7 @@
 //! (not a store, locked by another process, truncated, damaged past opening).
 use std::process::ExitCode;
 
-use pmem_structures::store::verify_pool;
+use pmem_structures::verify_pool;
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);

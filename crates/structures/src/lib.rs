@@ -36,24 +36,16 @@
 //! to corrupt it), an undo-log heap and a persistent catalog of named structures. Its handles
 //! ([`HashMap`], [`BTreeMap`], [`Datalog`]) are cheap to clone and `Send + Sync + 'static`;
 //! they read everything the store records (policies, sizes, key and value types) at open. The
-//! maps are typed ([`store::types`]): fixed-size keys and values of up to 8 bytes stay in the
-//! structures' `u64` slots, anything else goes to out-of-line records ([`records`]). The raw structures below
-//! stay public for those who place structures themselves and for the crash simulator:
+//! maps are typed ([`types`]): fixed-size keys and values of up to 8 bytes stay in the
+//! structures' `u64` slots, anything else goes to out-of-line records. Several writes become
+//! durable and visible together in a [`WriteBatch`]. [`Store::verify`] and [`verify_pool`]
+//! check a store's every structure offline.
 //!
-//! * [`cceh`]: CCEH, a write-optimised extendible hash table (FAST'19 CCEH), with the
-//!   speculative helper thread of Optane buffering (EuroSys'22), Sec. 4.1.
-//! * [`datalog`]: a NOVA-style log-structured object store (NOVA (FAST'16)) with copy-on-write
-//!   and embedded writes (NOVA-datalog, Optane guide (FAST'20), Sec. 5.1.2).
-//! * [`fastfair`]: FAST&FAIR, a B+-tree with in-place shifts and lock-free readers (FAST'18
-//!   FAST&FAIR), with per-shift, FAST and redo-logged shift policies (Optane buffering
-//!   (EuroSys'22), Sec. 4.2).
-//!
-//! * [`records`]: out-of-line records of byte-string keys and values, published by one 8-byte
-//!   store and freed crash-safely without a transaction per write, under a CCEH table
-//!   ([`records::RecordHashMap`]) or a trie of FAST&FAIR layers ([`records::RecordTreeMap`],
-//!   after EuroSys'12 Masstree, Sec. 4).
-//!
-//! The two `u64` maps, CCEH and FAST&FAIR, share one contract, [`U64Map`].
+//! The crate root is what a service needs: the store, its options ([`StoreOptions`] and the
+//! structures' configurations), the typed handles and their iterators, the key and value
+//! traits, the one [`Error`], verification, the store's space and limits. The structures under
+//! it, and the layers under them, are in [`raw`], for those who place structures in a heap of
+//! their own or crash-test their code.
 //!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
 //! share one striped lock with reader versions (`sync`, private). `unsafe` appears in three
@@ -64,36 +56,31 @@
 //! touches.
 #![deny(missing_docs)]
 
-pub mod cceh;
-pub mod datalog;
-pub mod fastfair;
-pub mod kind;
-pub mod records;
-pub mod store;
+pub mod raw;
+mod store;
 mod sync;
-mod u64map;
-pub mod verify;
+
+// The raw modules by their short names inside the crate.
+use raw::{cceh, datalog, fastfair, kind, records, u64map, verify};
 
 pub use kind::StructureKind;
 pub use records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::types;
 pub use store::{
-    thread_persist_counts, BTreeMap, Datalog, Error, HashMap, PersistCounts, Space, Store,
-    StoreOptions, WriteBatch,
+    thread_persist_counts, verify_pool, BTreeEntries, BTreeIter, BTreeMap, Datalog, Entries, Error,
+    HashEntries, HashIter, HashMap, PersistCounts, Space, Store, StoreFinding, StoreOptions,
+    StoreProblem, StoreVerification, StructureVerification, WriteBatch, MAX_BATCH_CHANGES,
+    MAX_NAME_BYTES, MAX_STRUCTURES,
 };
-pub use verify::{Finding, Problem, Verification};
 
-// What a user of the `Store` needs, so this crate is the one dependency.
+// The options' parts, so this crate is a store user's one dependency.
 pub use cceh::CcehConfig;
 pub use datalog::{DatalogConfig, WriteMode};
 pub use fastfair::{FastFairConfig, ShiftPolicy};
 pub use pmem_ordering::{Granularity, PoolError};
 pub use pmem_undo_log::{FencePolicy, HeapConfig};
-// The raw layers, for those who build their own structures or crash-test their code.
-pub use pmem_ordering;
-pub use pmem_undo_log;
 
 /// The crate README's example, compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctest;
-pub use u64map::{ReservedKey, U64Map};

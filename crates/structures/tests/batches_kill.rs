@@ -13,8 +13,8 @@ use std::collections::BTreeMap as Model;
 use std::path::Path;
 use std::time::Duration;
 
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir};
 use pmem_test_kit::SplitMix64;

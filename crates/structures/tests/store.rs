@@ -5,9 +5,9 @@ use pmem_undo_log::Heap;
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::{Granularity, PoolError};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::datalog::DatalogConfig;
-use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::datalog::DatalogConfig;
+use pmem_structures::raw::fastfair::{FastFairConfig, ShiftPolicy};
 use pmem_structures::{BTreeMap, Datalog, Error, HashMap, Store, StoreOptions, StructureKind};
 use pmem_test_kit::fixture::{file_pool_options, file_store_options, pool_path};
 

@@ -10,10 +10,9 @@
 use pmem_undo_log::Heap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pmem_structures::store::{verify_pool, StoreProblem, StoreVerification};
-use pmem_structures::{
-    DatalogConfig, Error, PoolError, Problem, Store, StoreOptions, StructureKind,
-};
+use pmem_structures::raw::verify::Problem;
+use pmem_structures::{verify_pool, StoreProblem, StoreVerification};
+use pmem_structures::{DatalogConfig, Error, PoolError, Store, StoreOptions, StructureKind};
 use pmem_test_kit::fixture::{file_store_options, pool_path};
 use pmem_test_kit::SplitMix64;
 

@@ -4,10 +4,10 @@
 //! over [`all`], so a structure or policy added here is covered by each of them.
 
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report, SimConfig};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::datalog::{Policy, WriteMode};
-use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::datalog::{Policy, WriteMode};
+use pmem_structures::raw::fastfair::{FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::StructureKind;
 use pmem_undo_log::FencePolicy;
 

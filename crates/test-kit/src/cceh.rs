@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};

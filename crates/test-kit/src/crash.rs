@@ -11,7 +11,8 @@
 
 use pmem_ordering::sim::{Crash, CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::{Store, Verification};
+use pmem_structures::raw::verify::Verification;
+use pmem_structures::Store;
 use std::sync::Arc;
 
 /// Runs `test` (`setup` untraced, then `workload` traced, then `check` on every crash image) and

@@ -1,7 +1,7 @@
 //! Damage written into a pool behind a structure's back, and the findings its `verify()` must
 //! report: the helpers the verification tests share.
 
-use pmem_structures::{Problem, Verification};
+use pmem_structures::raw::verify::{Problem, Verification};
 use pmem_undo_log::Heap;
 
 /// The word at `offset`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::{CrashFailure, CrashTest, Report};
 use pmem_ordering::{Backend, Pool};
-use pmem_structures::datalog::{
+use pmem_structures::raw::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, PAGE,
 };
 use pmem_undo_log::{FencePolicy, Heap};

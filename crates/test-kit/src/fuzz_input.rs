@@ -9,8 +9,8 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use pmem_ordering::sim::SimConfig;
-use pmem_structures::datalog::{Policy, WriteMode};
-use pmem_structures::fastfair::ShiftPolicy;
+use pmem_structures::raw::datalog::{Policy, WriteMode};
+use pmem_structures::raw::fastfair::ShiftPolicy;
 use pmem_undo_log::FencePolicy;
 
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};

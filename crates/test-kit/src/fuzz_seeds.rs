@@ -6,8 +6,8 @@
 //! `cargo run -p pmem-test-kit --example fuzz_seeds` (from the workspace root); the kit's test
 //! `fuzz_seeds` fails while the committed files differ from what this module makes.
 
-use pmem_structures::datalog::{WriteMode, PAGE};
-use pmem_structures::fastfair::ShiftPolicy;
+use pmem_structures::raw::datalog::{WriteMode, PAGE};
+use pmem_structures::raw::fastfair::ShiftPolicy;
 use pmem_undo_log::FencePolicy;
 
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};

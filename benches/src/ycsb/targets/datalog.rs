@@ -2,7 +2,7 @@
 //! field a checkable pattern of its key and value.
 
 use pmem_ordering::Hardware;
-use pmem_structures::datalog::{Datalog, FileId};
+use pmem_structures::raw::datalog::{Datalog, FileId};
 
 use super::{Structure, Target, TargetError};
 use crate::keys::records::{record_of, value_matches, version_of};
@@ -48,7 +48,7 @@ impl DatalogTarget {
         let record = record_of(key).ok_or(TargetError::BadKey { key })?;
         let offset = record
             .checked_mul(RECORD_BYTES)
-            .filter(|&o| o < pmem_structures::datalog::MAX_FILE_SIZE)
+            .filter(|&o| o < pmem_structures::raw::datalog::MAX_FILE_SIZE)
             .ok_or(TargetError::BadKey { key })?;
         Ok((record, offset))
     }

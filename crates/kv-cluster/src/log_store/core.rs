@@ -21,7 +21,7 @@
 use std::ops::{Bound, RangeBounds};
 
 use openraft::entry::RaftEntry;
-use pmem_structures::pmem_ordering::{Backend, Hardware};
+use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
 use pmem_structures::{BTreeMap, HashMap, Store};
 
 use crate::error::{decode, encode, ClusterError};

@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use openraft::entry::RaftEntry;
 use openraft::EntryPayload;
-use pmem_structures::pmem_ordering::{Backend, Hardware};
+use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
 use pmem_structures::{Error, HashMap, Store, WriteBatch};
 use serde::{Deserialize, Serialize};
 

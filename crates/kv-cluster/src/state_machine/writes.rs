@@ -1,7 +1,7 @@
 //! What a [`Write`] does to the keyspace, inside the write batch that also records the
 //! entry's log id: the same bytes and replies on every node, as Redis 7 answers them.
 
-use pmem_structures::pmem_ordering::Backend;
+use pmem_structures::raw::pmem_ordering::Backend;
 use pmem_structures::{BTreeMap, Error, WriteBatch};
 
 use crate::types::{Condition, Outcome, Write};

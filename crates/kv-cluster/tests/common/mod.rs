@@ -9,10 +9,12 @@ use std::sync::Arc;
 use openraft::EntryPayload;
 use pmem_kv_cluster::types::{Entry, LogId};
 use pmem_kv_cluster::{Condition, KvRaft, Write};
-use pmem_structures::pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_structures::pmem_ordering::Pool;
-use pmem_structures::pmem_undo_log::Heap;
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::pmem_ordering::sim::{
+    CrashPoints, CrashTest, Images, SimBackend, SimConfig,
+};
+use pmem_structures::raw::pmem_ordering::Pool;
+use pmem_structures::raw::pmem_undo_log::Heap;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{FencePolicy, HeapConfig, Store, StoreOptions};
 
 /// A store on a simulated pool.
@@ -136,7 +138,7 @@ pub fn observe_sm<B>(
     sm: &pmem_kv_cluster::state_machine::core::SmCore<B>,
 ) -> Result<kv_model::KvState, String>
 where
-    B: pmem_structures::pmem_ordering::Backend,
+    B: pmem_structures::raw::pmem_ordering::Backend,
 {
     let (meta, pairs) = sm.maps().read_all().map_err(|e| e.to_string())?;
     Ok(kv_model::KvState {

@@ -19,7 +19,7 @@ use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
 use super::registry::{Core, Opened, Shared};
 use crate::sync::{WriteSection, WriterGate};
-use crate::U64Map;
+use crate::u64map::U64Map;
 
 /// A map's shared state: the structure, the reserved key's value, and the store.
 pub(crate) struct MapCore<S, B: Backend> {

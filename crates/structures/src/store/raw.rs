@@ -1,5 +1,5 @@
 //! The structures behind the handles, seen through one interface: how each is created,
-//! opened and walked for its blocks. (The maps' operations are [`crate::U64Map`].)
+//! opened and walked for its blocks. (The maps' operations are [`crate::raw::U64Map`].)
 
 use pmem_ordering::Backend;
 use pmem_undo_log::Heap;

@@ -267,7 +267,7 @@ impl<const N: usize> Encode<[u8; N]> for [u8; N] {
 /// its numeric order only for big-endian fields.
 ///
 /// ```
-/// # use pmem_structures::store::types::PodValue;
+/// # use pmem_structures::types::PodValue;
 /// #[derive(Clone, Copy)]
 /// #[repr(C)]
 /// struct Reading {

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap as Model;
 
-use pmem_structures::datalog::{DatalogConfig, Policy};
+use pmem_structures::raw::datalog::{DatalogConfig, Policy};
 use pmem_structures::{
     CcehConfig, FastFairConfig, Granularity, HeapConfig, ShiftPolicy, Store, StoreOptions,
     WriteMode,

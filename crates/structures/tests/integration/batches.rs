@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pmem_ordering::stats::thread_stats;
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Granularity, Store, StoreOptions};
 
 fn store(bytes: u64) -> Store {
@@ -150,7 +150,7 @@ fn a_batch_that_fails_or_is_dropped_changes_nothing() {
     drop(batch);
     // A value past the limit is refused where it is written, and the batch goes on.
     let mut batch = store.batch().unwrap();
-    let huge = vec![0u8; pmem_structures::records::MAX_KEY_BYTES + 1];
+    let huge = vec![0u8; pmem_structures::raw::records::MAX_KEY_BYTES + 1];
     let refused = names.put_in(&mut batch, String::from_utf8(huge).unwrap(), "x");
     assert!(
         matches!(refused, Err(Error::KeyTooLarge { .. })),

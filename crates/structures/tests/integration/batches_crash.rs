@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Pool;
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{crash_test_outcome_with_recovery, run_crash_test};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};

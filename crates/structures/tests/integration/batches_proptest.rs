@@ -6,8 +6,8 @@
 use std::collections::BTreeMap as Model;
 use std::path::Path;
 
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Granularity, Store, StoreOptions, WriteBatch};
 use proptest::prelude::*;
 

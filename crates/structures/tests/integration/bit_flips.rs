@@ -20,7 +20,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use pmem_ordering::Granularity;
-use pmem_structures::datalog::{DatalogConfig, Policy, WriteMode};
+use pmem_structures::raw::datalog::{DatalogConfig, Policy, WriteMode};
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::fixture::scratch_dir;
 use pmem_test_kit::SplitMix64;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use pmem_ordering::{reset_thread_stats, thread_stats};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::cceh::{BatchOptions, Cceh, CcehConfig, CcehError};
 use pmem_test_kit::cceh::{contents, CcehModel, CcehOp};
 use pmem_test_kit::fixture::{anonymous_heap, heap_blocks};
 use pmem_test_kit::SplitMix64;

@@ -3,7 +3,7 @@
 //! the heap holds exactly the table's directory and segments.
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_structures::cceh::{BatchOptions, Cceh, CcehConfig};
+use pmem_structures::raw::cceh::{BatchOptions, Cceh, CcehConfig};
 use pmem_test_kit::cceh::{contents, crash_ops, run_all, CcehCrashOutcome, CcehModel, CcehOp};
 use pmem_test_kit::fixture::{simulated_heap, simulated_pool};
 use pmem_test_kit::{run_crash_test, structure_verifies, History};

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use pmem_ordering::{reset_thread_stats, thread_stats, Stats};
-use pmem_structures::datalog::{
+use pmem_structures::raw::datalog::{
     Datalog, DatalogConfig, DatalogError, FileId, Policy, WriteMode, MAX_NAME, PAGE,
 };
 use pmem_test_kit::datalog::{file_contents, write_into};

@@ -4,7 +4,7 @@
 //! store's blocks (nothing leaked, nothing freed twice).
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
-use pmem_structures::datalog::{
+use pmem_structures::raw::datalog::{
     CleaningStats, Datalog, DatalogConfig, FileStats, Policy, WriteMode, PAGE,
 };
 use pmem_test_kit::datalog::{contents, crash_ops, file_name, run_all, DatalogModel, DatalogOp};

@@ -4,7 +4,9 @@
 //! a log's committed tail are ignored.
 
 use pmem_ordering::{Granularity, Pool};
-use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode, PAGE};
+use pmem_structures::raw::datalog::{
+    Datalog, DatalogConfig, DatalogError, Policy, WriteMode, PAGE,
+};
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::datalog::file_contents;
 use pmem_test_kit::fixture::{anonymous_heap, reopen};

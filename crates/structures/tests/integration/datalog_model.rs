@@ -1,7 +1,7 @@
 //! The datalog store against a model of its files, through reopening: random operation
 //! sequences, and the sequences they found wrong once.
 
-use pmem_structures::datalog::{Datalog, DatalogConfig, WriteMode, PAGE};
+use pmem_structures::raw::datalog::{Datalog, DatalogConfig, WriteMode, PAGE};
 use pmem_test_kit::datalog::{self as kit, DatalogModel, DatalogOp};
 use pmem_test_kit::fixture::{anonymous_heap, heap_holds_exactly, reopen};
 use proptest::prelude::*;

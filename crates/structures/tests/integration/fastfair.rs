@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use pmem_ordering::{reset_thread_stats, thread_stats};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
 use pmem_test_kit::fastfair::{contents, FastFairModel, FastFairOp};
 use pmem_test_kit::fixture::{anonymous_heap, anonymous_heap_with, heap_blocks, reopen, SIM_HEAP};
 use pmem_test_kit::SplitMix64;

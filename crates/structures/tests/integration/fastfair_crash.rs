@@ -4,7 +4,7 @@
 //! heap holds exactly its nodes and redo area. Under torn lines FAST must fail, and does.
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, Report, SimConfig};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, ShiftPolicy};
 use pmem_test_kit::fastfair::{
     contents, crash_ops, crash_ops_outcome, run_all, FastFairModel, FastFairOp,
 };

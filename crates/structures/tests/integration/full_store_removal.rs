@@ -9,9 +9,9 @@ use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Granularity;
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::datalog::{DatalogConfig, PAGE};
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::datalog::{DatalogConfig, PAGE};
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Datalog, Error, Store, StoreOptions};
 use pmem_test_kit::run_crash_test;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
@@ -24,7 +24,7 @@ fn is_full(e: &Error) -> bool {
 /// no free 4 KiB block is left (the size of a link of a removal's list).
 fn fill_with_pages<B: pmem_ordering::Backend>(
     files: &Datalog<B>,
-    id: pmem_structures::datalog::FileId,
+    id: pmem_structures::raw::datalog::FileId,
 ) {
     for p in 0u64.. {
         match files

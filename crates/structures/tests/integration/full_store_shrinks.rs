@@ -6,7 +6,7 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::Granularity;
-use pmem_structures::datalog::{DatalogConfig, Policy, WriteMode, PAGE};
+use pmem_structures::raw::datalog::{DatalogConfig, Policy, WriteMode, PAGE};
 use pmem_structures::{Error, Store, StoreOptions};
 
 /// A small pool, so that filling it is quick.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use golden_format::contents;
 use golden_format::{Formats, StoreFile};
-use pmem_structures::datalog::DatalogConfig;
+use pmem_structures::raw::datalog::DatalogConfig;
 use pmem_structures::{Error, Store};
 
 fn golden_dir() -> PathBuf {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::thread;
 
 use pmem_ordering::Hardware;
-use pmem_structures::cceh::{Cceh, CcehConfig};
-use pmem_structures::datalog::{Datalog, DatalogConfig, Policy};
-use pmem_structures::fastfair::{FastFair, FastFairConfig};
+use pmem_structures::raw::cceh::{Cceh, CcehConfig};
+use pmem_structures::raw::datalog::{Datalog, DatalogConfig, Policy};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_undo_log::Heap;
 

@@ -212,7 +212,7 @@ fn find_pair(bytes: &[u8], first: u64, second: u64) -> Vec<usize> {
 
 #[test]
 fn a_hash_slot_naming_another_keys_record_is_reported_not_served_as_absent() {
-    use pmem_structures::records::hash::key_word;
+    use pmem_structures::raw::records::hash::key_word;
     let (_dir, path) = pool_path("pmem-record-header", "slot.pool");
     let (key, other) = (b"customer:0007".as_slice(), b"customer:0008".as_slice());
     let record = make(&path, Kind::Hash, key);

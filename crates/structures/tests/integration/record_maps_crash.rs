@@ -13,8 +13,8 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap as Ordered, HashMap as Unordered};
 use std::ops::Bound;
 
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
 use proptest::prelude::*;
 

@@ -5,7 +5,7 @@
 //! store removes any key and any structure, even one whose list of blocks fits nowhere.
 
 use pmem_ordering::Granularity;
-use pmem_structures::records::MAX_KEY_BYTES;
+use pmem_structures::raw::records::MAX_KEY_BYTES;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_undo_log::HeapConfig;
 

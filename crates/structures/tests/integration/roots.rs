@@ -4,10 +4,10 @@
 //! in words what the root holds. The errors' `Debug` prints the same message as `Display`.
 
 use pmem_ordering::MagicText;
-use pmem_structures::cceh::{Cceh, CcehConfig, CcehError};
-use pmem_structures::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
-use pmem_structures::kind::StructureKind;
+use pmem_structures::raw::cceh::{Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::datalog::{Datalog, DatalogConfig, DatalogError, Policy, WriteMode};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, FastFairError, ShiftPolicy};
+use pmem_structures::raw::kind::StructureKind;
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_undo_log::Heap;
 

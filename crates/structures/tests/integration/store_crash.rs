@@ -7,9 +7,9 @@
 use std::collections::BTreeMap as Model;
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::datalog::DatalogConfig;
-use pmem_structures::fastfair::FastFairConfig;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::datalog::DatalogConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions, StructureKind};
 use pmem_test_kit::{run_crash_test, store_verifies};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};

@@ -5,7 +5,7 @@
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images};
 use pmem_ordering::{Granularity, Pool};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{ShiftPolicy, Store};
 use pmem_test_kit::fuzz_input::CCEH_FENCE_POLICIES;
 use pmem_test_kit::store::{crash_ops, load, StoreDriver, StoreModel, StoreOp, StoreSetup};

@@ -7,8 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use pmem_ordering::{Granularity, Pool};
-use pmem_structures::store::types::{Pod, PodValue};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::STORE_LAYOUT;
+use pmem_structures::types::{Pod, PodValue};
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::fixture::pool_path;
 

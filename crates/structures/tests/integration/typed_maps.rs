@@ -5,9 +5,9 @@ use std::collections::BTreeMap as Model;
 use std::sync::Arc;
 
 use pmem_ordering::Granularity;
-use pmem_structures::fastfair::FastFairConfig;
-use pmem_structures::records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-use pmem_structures::store::types::{Pod, PodValue};
+use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use pmem_structures::types::{Pod, PodValue};
 use pmem_structures::{Error, HeapConfig, Store, StoreOptions};
 
 type Bytes = Vec<u8>;

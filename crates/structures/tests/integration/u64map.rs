@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use pmem_ordering::Hardware;
-use pmem_structures::cceh::{Cceh, CcehConfig, CcehError};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, FastFairError};
-use pmem_structures::{ReservedKey, U64Map};
+use pmem_structures::raw::cceh::{Cceh, CcehConfig, CcehError};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, FastFairError};
+use pmem_structures::raw::{ReservedKey, U64Map};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_test_kit::SplitMix64;
 use pmem_undo_log::Heap;

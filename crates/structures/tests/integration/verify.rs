@@ -7,9 +7,10 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pmem_structures::cceh::{hash, Cceh, CcehConfig};
-use pmem_structures::fastfair::{FastFair, FastFairConfig, ShiftPolicy, EMPTY_KEY};
-use pmem_structures::{Problem, StructureKind, Verification};
+use pmem_structures::raw::cceh::{hash, Cceh, CcehConfig};
+use pmem_structures::raw::fastfair::{FastFair, FastFairConfig, ShiftPolicy, EMPTY_KEY};
+use pmem_structures::raw::verify::{Problem, Verification};
+use pmem_structures::StructureKind;
 use pmem_test_kit::damage::{assert_found, load, scribble};
 use pmem_test_kit::fixture::anonymous_heap;
 use pmem_test_kit::SplitMix64;

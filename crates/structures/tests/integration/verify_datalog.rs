@@ -8,8 +8,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode, PAGE};
-use pmem_structures::{Problem, StructureKind};
+use pmem_structures::raw::datalog::{Datalog, DatalogConfig, Policy, WriteMode, PAGE};
+use pmem_structures::raw::verify::Problem;
+use pmem_structures::StructureKind;
 use pmem_test_kit::damage::{assert_found, load, scribble};
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_test_kit::SplitMix64;

@@ -12,10 +12,11 @@
 use std::collections::BTreeMap as Model;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::FastFairConfig;
-use pmem_structures::records::{hash::key_word, RecordHashMap, RecordMapError, RecordTreeMap};
-use pmem_structures::{Error, Problem, Store, StoreOptions, StructureKind, Verification};
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::records::{hash::key_word, RecordHashMap, RecordMapError, RecordTreeMap};
+use pmem_structures::raw::verify::{Problem, Verification};
+use pmem_structures::{Error, Store, StoreOptions, StructureKind};
 use pmem_test_kit::damage::{assert_found, flip_byte, load, scribble};
 use pmem_test_kit::fixture::{anonymous_heap, reopen};
 use pmem_test_kit::SplitMix64;

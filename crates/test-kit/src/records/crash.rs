@@ -6,7 +6,7 @@ use pmem_ordering::sim::{
     CrashFailure, CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig,
 };
 use pmem_ordering::Pool;
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store};
 use pmem_undo_log::Heap;
 use std::sync::Arc;

@@ -6,10 +6,10 @@ use std::collections::HashMap as Unordered;
 use std::sync::Arc;
 
 use pmem_ordering::{Backend, Pool, PoolOptions};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
-use pmem_structures::records::MAX_KEY_BYTES;
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::fastfair::{FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::records::MAX_KEY_BYTES;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{BTreeMap, Error, HashMap, Store, StoreOptions};
 use pmem_undo_log::{Heap, HeapConfig};
 

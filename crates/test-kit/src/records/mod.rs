@@ -16,7 +16,7 @@ pub mod crash;
 pub mod driver;
 
 use arbitrary::{Arbitrary, Unstructured};
-use pmem_structures::records::MAX_KEY_BYTES;
+use pmem_structures::raw::records::MAX_KEY_BYTES;
 
 pub use crash::{crash_record_ops, crash_record_ops_outcome, crash_small_ops};
 pub use driver::{run_record_ops, RecordDriver, RecordSetup};

@@ -46,8 +46,8 @@ pub const VALID_NAMES: usize = 5;
 
 const LONGEST_NAME: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TOO_LONG_NAME: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef!";
-const _: () = assert!(LONGEST_NAME.len() == pmem_structures::store::MAX_NAME_BYTES);
-const _: () = assert!(TOO_LONG_NAME.len() == pmem_structures::store::MAX_NAME_BYTES + 1);
+const _: () = assert!(LONGEST_NAME.len() == pmem_structures::MAX_NAME_BYTES);
+const _: () = assert!(TOO_LONG_NAME.len() == pmem_structures::MAX_NAME_BYTES + 1);
 
 /// The catalog's capacity in every store the kit makes: fewer than the valid names, so
 /// sequences fill it.

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use pmem_ordering::sim::SimConfig;
 use pmem_ordering::{Pool, PoolOptions};
-use pmem_structures::cceh::CcehConfig;
-use pmem_structures::datalog::DatalogConfig;
-use pmem_structures::fastfair::{FastFairConfig, ShiftPolicy};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::cceh::CcehConfig;
+use pmem_structures::raw::datalog::DatalogConfig;
+use pmem_structures::raw::fastfair::{FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_undo_log::FencePolicy;
 

@@ -5,8 +5,8 @@
 //! operations that returned or the interrupted one too, with no leaked block.
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
-use pmem_structures::fastfair::ShiftPolicy;
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::fastfair::ShiftPolicy;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_test_kit::records::{
     crash_record_ops, KeyShape, RecordKey, RecordOp, RecordSetup, RecordValue, TAIL_ALPHABET,
 };

@@ -4,7 +4,7 @@
 //! before it mutated anything.)
 
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images};
-use pmem_structures::store::STORE_LAYOUT;
+use pmem_structures::raw::STORE_LAYOUT;
 use pmem_test_kit::fuzz_input::{decode, StoreInput};
 use pmem_test_kit::fuzz_seeds::seeds;
 use pmem_test_kit::store::crash_ops;

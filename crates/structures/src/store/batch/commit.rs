@@ -13,7 +13,7 @@ use crate::store::error::Error;
 use crate::store::map::MapCore;
 use crate::store::raw::{HashTable, Tree};
 use crate::sync::WriterGate;
-use crate::U64Map;
+use crate::u64map::U64Map;
 
 /// One map's planned changes.
 enum Plan {

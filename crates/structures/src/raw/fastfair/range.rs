@@ -24,7 +24,7 @@ use copy::append_entries;
 use copy::keep_right_copies;
 
 impl<B: Backend> FastFair<B> {
-    /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::U64Map`]).
+    /// Every pair, in key order: [`FastFair::range`] over all keys (see [`crate::raw::U64Map`]).
     pub fn iter(&self) -> Range<'_, B> {
         self.range(..)
     }

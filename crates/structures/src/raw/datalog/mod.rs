@@ -157,7 +157,7 @@
 //!
 //! ```
 //! use pmem_ordering::{Pool, PoolOptions};
-//! use pmem_structures::datalog::{Datalog, DatalogConfig, Policy, WriteMode};
+//! use pmem_structures::raw::datalog::{Datalog, DatalogConfig, Policy, WriteMode};
 //! use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 //!
 //! let pool = Pool::anonymous("datalog", 8 << 20, &PoolOptions::new())?;

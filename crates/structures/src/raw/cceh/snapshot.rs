@@ -10,7 +10,7 @@ impl<B: Backend> Cceh<B> {
     /// Every `(key, value)` pair, in no particular order: a consistent snapshot, taken under
     /// the structure mutex and every stripe lock (writers wait meanwhile; lookups do not) when
     /// this is called. The items are `Result`s, the shape of [`crate::fastfair::FastFair::iter`]
-    /// (see [`crate::U64Map`]): a snapshot that could not be taken is one error item.
+    /// (see [`crate::raw::U64Map`]): a snapshot that could not be taken is one error item.
     pub fn iter(&self) -> Iter {
         match self.snapshot() {
             Ok(pairs) => Iter {

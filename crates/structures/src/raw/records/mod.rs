@@ -43,7 +43,7 @@
 //! damaged key word makes the key's slot unreachable (the key reads as absent), and an entry
 //! naming another record of the same word and slice is taken for that key's. `verify()` on
 //! either map walks every block, slot, entry and record read-only and reports all of these
-//! ([`crate::Verification`]: keys filed under another hash or slice, records reached twice,
+//! ([`crate::raw::verify::Verification`]: keys filed under another hash or slice, records reached twice,
 //! blocks no slot reaches through `Store::verify()`). At open, a record an intent line names
 //! that fails its checksum is not one a write left in doubt (see `intent.rs`) and is left
 //! alone, and resolving one never reads another record, so damage elsewhere does not stop the

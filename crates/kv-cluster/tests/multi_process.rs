@@ -26,11 +26,13 @@ use history::client::RecordingClient;
 use history::History;
 use stateright::semantics::register::RegisterOp;
 
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use pmem_kv_cluster::identity::cluster_id;
+use pmem_kv_cluster::log_store::core::LOG_MAP;
 use pmem_kv_cluster::net::frame::{open, seal, Envelope, Request, Response, WIRE_VERSION};
-use pmem_kv_cluster::types::Vote;
+use pmem_kv_cluster::types::{Entry, LogId, Vote};
 use pmem_kv_cluster::StateMachine;
-use pmem_structures::{Granularity, Store, StoreOptions};
+use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::Commands;
 
@@ -495,6 +497,37 @@ fn kill_the_leader_repeatedly(rounds: usize) {
         )),
         "{stderr}"
     );
+
+    // A pool whose log lost an entry in its middle is refused at start, and left as it was.
+    let options = StoreOptions::new().granularity(Granularity::Emulated);
+    let indexes = |store: &Store| -> Vec<u64> {
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
+            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        log.iter().map(|pair| pair.unwrap().0).collect()
+    };
+    let kept = {
+        let store = Store::open_with(&node.pool, &options).unwrap();
+        let mut kept = indexes(&store);
+        assert!(kept.len() >= 3, "a log of {} entries", kept.len());
+        let hole = kept.remove(kept.len() / 2);
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
+            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        log.remove(hole).unwrap();
+        kept
+    };
+    let output = node.command(CLUSTER).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("the Raft log has a gap"), "{stderr}");
+    let store = Store::open_with(&node.pool, &options).unwrap();
+    assert_eq!(indexes(&store), kept, "the refused node changed its log");
+    let sm = StateMachine::open(&store).unwrap();
+    for (key, value) in &acked {
+        assert_eq!(
+            sm.get(key.as_bytes()).unwrap().as_deref(),
+            Some(value.as_bytes())
+        );
+    }
 }
 
 #[test]
@@ -776,4 +809,33 @@ fn bad_raft_frames_are_refused_with_a_reason_and_the_connection_closed() {
     );
     assert!(node.ping(), "the node still serves clients");
     assert!(node.child.as_mut().unwrap().try_wait().unwrap().is_none());
+
+    // Entries that would leave a gap after the node's (empty) log are answered with a
+    // conflict, and nothing is appended.
+    let at =
+        |index: u64| -> LogId { openraft::testing::log_id::<pmem_kv_cluster::KvRaft>(1, 7, index) };
+    let gap = Envelope {
+        from: 7,
+        to: 1,
+        request: Request::Append(AppendEntriesRequest {
+            vote: Vote::new_committed(1, 7),
+            prev_log_id: Some(at(9)),
+            entries: vec![Entry {
+                log_id: at(10),
+                payload: openraft::EntryPayload::Blank,
+            }],
+            leader_commit: Some(at(10)),
+        }),
+    };
+    let frame = framed(ours, &gap);
+    send(&mut socket, frame.len() as u32, &frame);
+    assert!(
+        matches!(
+            receive(&mut socket),
+            Some(Response::Append(AppendEntriesResponse::Conflict))
+        ),
+        "a gap is a conflict"
+    );
+    let info = node.raft_info().expect("the node answers INFO raft");
+    assert_eq!(info["raft_last_log_index"], "0", "{info:?}");
 }

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::commands;
 use crate::framing::{Framer, Next};
+use crate::pipeline::Pipeline;
 use crate::reply::Reply;
 use crate::server::Shared;
 use crate::session::Session;
@@ -99,17 +100,23 @@ pub(crate) fn run_buffered(
     input: &mut BytesMut,
     output: &mut BytesMut,
 ) -> After {
+    // Plain writes are deferred and committed together (see `pipeline`), at the latest
+    // before the replies go out.
+    let mut pipeline = Pipeline::new(shared);
     loop {
         match framer.next(input, &shared.limits) {
             Next::Request(args) => {
-                let reply = commands::execute(shared, session, &args);
-                reply.encode(session.protocol, output);
+                commands::execute(shared, session, args, &mut pipeline, output);
                 if session.closing {
                     return After::Close;
                 }
             }
-            Next::Incomplete => return After::Continue,
+            Next::Incomplete => {
+                pipeline.commit(session.protocol, output);
+                return After::Continue;
+            }
             Next::Fatal(message) => {
+                pipeline.commit(session.protocol, output);
                 let mut text = b"ERR Protocol error: ".to_vec();
                 text.extend_from_slice(&message);
                 Reply::error(text).encode(session.protocol, output);

@@ -1,14 +1,21 @@
 //! The keyspace: one ordered map of byte strings in a `Store`, and what the commands need
-//! around it (key stripes for read-modify-writes, the swap on FLUSHDB, write statistics).
+//! around it (key stripes for read-modify-writes, write batches for the commands that change
+//! several keys at once, the swap on FLUSHDB, write statistics).
 //!
 //! Every write returns once the store has made it durable, so a reply sent after it
 //! acknowledges a durable write.
+//!
+//! Lock order, the same for every command, so no two wait on each other: key stripes (in
+//! stripe order, or taken without waiting once others are held), then the store's batch
+//! lock, then the map's lock (read by commands, written by FLUSHDB), then the store's own
+//! (writer gates, structure locks). Every writer of a key holds its stripe from its read to
+//! its durable write, so what a command reads under its stripes stays true until it writes.
 
 use std::ops::Bound;
 
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::{Mutex, MutexGuard};
-use pmem_structures::{BTreeMap, Error, FastFairConfig, Store};
+use pmem_structures::{BTreeMap, Error, FastFairConfig, Store, WriteBatch};
 
 use crate::counters::Counters;
 
@@ -16,8 +23,8 @@ use crate::counters::Counters;
 pub(crate) const KEYSPACE: &str = "db0";
 
 /// Key stripes: writes to keys of one stripe are serialized, so the read-modify-writes (INCR,
-/// INCRBYFLOAT, APPEND, SETRANGE, SETNX, SET NX/XX/GET) and MSET see no write slip in
-/// between their read and their write.
+/// INCRBYFLOAT, APPEND, SETRANGE, SETNX, SET NX/XX/GET, RENAME, COPY, MSETNX) see no write
+/// slip in between their read and their write.
 const STRIPES: usize = 1024;
 
 /// The byte-string map commands run on.
@@ -87,6 +94,53 @@ impl Db {
         }
     }
 
+    /// Run `write` on the map and a new write batch, then commit the batch: what `write` put
+    /// in it is durable, all of it, when this returns `Ok`; on an error nothing changed.
+    /// `write` reads the keys whose stripes the caller holds with the map's plain reads (the
+    /// stripes keep them as read). Waits for another thread's batch to end first.
+    pub(crate) fn batch_write<T>(
+        &self,
+        keys: u64,
+        write: impl FnOnce(&Keyspace, &mut WriteBatch) -> Result<T, Error>,
+    ) -> Result<T, DbError> {
+        // The batch lock before the map's (the module's lock order).
+        let mut batch = self.store.batch()?;
+        let outcome = self.with_map(|map| {
+            let out = write(map, &mut batch)?;
+            self.counted_write(keys, || batch.commit())?;
+            Ok::<_, Error>(out)
+        })?;
+        Ok(outcome?)
+    }
+
+    /// Set every `(key, value)` of `pairs` (`count` of them), all durable together or none
+    /// (a later pair of a key wins). One pair is a single write.
+    pub(crate) fn set_all<'p>(
+        &self,
+        mut pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+        count: usize,
+    ) -> Result<(), DbError> {
+        let keys = count as u64;
+        if count == 1 {
+            let (key, value) = pairs.next().expect("one pair");
+            return self
+                .with_map(|map| self.counted_write(1, || map.upsert(key, value)))?
+                .map(drop)
+                .map_err(DbError::Store);
+        }
+        self.batch_write(keys, |map, batch| {
+            for (key, value) in pairs {
+                map.put_in(batch, key, value)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The stripe lock of `key` (for a pipeline holding several commands' stripes at once).
+    pub(crate) fn stripe(&self, index: usize) -> &Mutex<()> {
+        &self.stripes[index]
+    }
+
     /// Run a write and count what it cost in flushes and fences for INFO.
     pub(crate) fn counted_write<T>(&self, keys: u64, write: impl FnOnce() -> T) -> T {
         let before = pmem_structures::thread_persist_counts();
@@ -110,11 +164,13 @@ impl Db {
     /// nothing; a crash part-way keeps the keys not yet deleted) and the emptied map, now a
     /// few blocks, is removed. Whatever fails, the keyspace is left open and usable.
     pub(crate) fn flush(&self) -> Result<(), DbError> {
+        // The stripes before the map's lock (the module's lock order): a writer holding a
+        // stripe may be waiting to read the map's lock.
+        let _all = self.stripes.iter().map(Mutex::lock).collect::<Vec<_>>();
         let mut slot = self
             .map
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let _all = self.stripes.iter().map(Mutex::lock).collect::<Vec<_>>();
         // The store removes no map with a live handle.
         drop(slot.take());
         match self.store.remove_structure(KEYSPACE) {
@@ -163,7 +219,7 @@ fn delete_every_key(map: &Keyspace) -> Result<(), Error> {
     }
 }
 
-fn stripe_of(key: &[u8]) -> usize {
+pub(crate) fn stripe_of(key: &[u8]) -> usize {
     (xxhash_rust::xxh3::xxh3_64(key) as usize) % STRIPES
 }
 

@@ -2,14 +2,17 @@
 //! over a [`pmem_structures::Store`], with Redis 7's replies and error texts.
 //!
 //! Keys and values are byte strings in one ordered map of the store (a FAST&FAIR B+-tree of
-//! records), so `SCAN` walks keys in order. Every write is durable before its reply is sent:
+//! records), so `SCAN` walks keys in order. Every write is durable before its reply is sent
+//! (a connection's pipelined plain writes are committed together, then answered):
 //! the store flushes and fences it (on persistent memory; on DRAM, such as `/dev/shm`, the
 //! same instructions run with the emulated granularity and only a process crash is
 //! survived). Connections are tasks on a multi-threaded runtime, one worker per core.
 //!
-//! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`KEEPTTL`, `SETNX`, `APPEND`,
-//! `STRLEN`, `SETRANGE`, `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`,
-//! `INCRBYFLOAT`, `MGET`, `MSET`), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
+//! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`KEEPTTL`, `SETNX`, `GETSET`,
+//! `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`, `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/
+//! `DECRBY`, `INCRBYFLOAT`), several keys at once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`,
+//! each one write batch of the store, all of it or none after a crash; `COPY`; `MGET`,
+//! which never sees a batch in part), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
 //! `RANDOMKEY`, `KEYS` and `SCAN` with Redis's glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`),
 //! the connection (`PING`, `ECHO`, `HELLO`, `AUTH`, `CLIENT ID|GETNAME|SETNAME|SETINFO|INFO`,
 //! `SELECT 0`, `RESET`, `QUIT`) and the server (`INFO`, `CONFIG GET`, `COMMAND` and its
@@ -43,6 +46,7 @@ mod inline;
 mod numbers;
 #[doc(hidden)]
 pub mod offline;
+mod pipeline;
 mod reply;
 mod scan;
 mod server;

@@ -50,6 +50,11 @@ struct Cli {
     /// The most arguments one request may have.
     #[arg(long, default_value_t = Limits::default().max_args)]
     max_args: usize,
+
+    /// Commit the plain writes (SET, MSET) a connection pipelines together as one write batch
+    /// (each reply sent once the batch is durable) instead of each on its own.
+    #[arg(long)]
+    pipeline_batches: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         max_args: cli.max_args,
         ..Limits::default()
     };
+    config.pipeline_batches = cli.pipeline_batches;
     config.stop_on_signals = true;
     match Server::start(config) {
         Ok(server) => {

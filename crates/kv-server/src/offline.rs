@@ -32,7 +32,7 @@ impl Offline {
         })?;
         let granularity = db.store().granularity();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let shared = Shared::new(db, limits, addr, granularity, 1);
+        let shared = Shared::new(db, limits, addr, granularity, 1, true);
         Ok(Offline {
             session: shared.new_session(None),
             shared,

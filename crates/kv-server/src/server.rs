@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) addr: SocketAddr,
     pub(crate) granularity: Granularity,
     pub(crate) threads: usize,
+    /// Plain writes of a pipeline are committed together (`ServerConfig::pipeline_batches`).
+    pub(crate) pipeline_batches: bool,
     pub(crate) started: Instant,
     /// Connections being served.
     pub(crate) clients: AtomicUsize,
@@ -44,6 +46,7 @@ impl Shared {
         addr: SocketAddr,
         granularity: Granularity,
         threads: usize,
+        pipeline_batches: bool,
     ) -> Shared {
         Shared {
             db,
@@ -52,6 +55,7 @@ impl Shared {
             addr,
             granularity,
             threads,
+            pipeline_batches,
             started: Instant::now(),
             clients: AtomicUsize::new(0),
             connections_received: AtomicU64::new(0),
@@ -112,6 +116,7 @@ impl Server {
             addr,
             granularity,
             config.threads,
+            config.pipeline_batches,
         ));
         let (stop, stopped) = watch::channel(false);
         // Installed before `start` returns, so a signal sent as soon as the server is up

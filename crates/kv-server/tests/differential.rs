@@ -8,9 +8,9 @@
 //! (both answer a key that exists, or both nil), CLIENT ID and HELLO's server fields.
 //!
 //! Left out on purpose: what only one side has or means differently (expiry times, which
-//! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT of databases 1-15; INFO,
-//! CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths between this
-//! server's value limit (64 MiB) and Redis's (512 MiB).
+//! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT and COPY ... DB of databases
+//! 1-15; INFO, CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths
+//! between this server's value limit (64 MiB) and Redis's (512 MiB).
 //!
 //! `.ci/run` installs redis-server; a run without it says it skipped, and fails under `CI`.
 
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use common::{Raw, TestServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use requests::{request_strategy, Compare, Request};
+use requests::{plain_write_strategy, request_strategy, Compare, Request};
 
 /// A `redis-server` on a free port, killed when dropped.
 struct RedisServer {
@@ -70,7 +70,10 @@ impl RedisServer {
                 }
                 if let Ok(socket) = TcpStream::connect(addr) {
                     drop(socket);
-                    if Raw::connect(addr).call_text(&["PING"]) == "+PONG\r\n" {
+                    // The child itself: the port, freed before it was handed to the child,
+                    // may have gone to another test's server meanwhile.
+                    let info = Raw::connect(addr).call_text(&["INFO", "server"]);
+                    if info.contains(&format!("process_id:{}\r\n", child.id())) {
                         return Some(RedisServer {
                             child,
                             addr,
@@ -315,6 +318,60 @@ fn random_command_sequences_get_redis_replies() {
         commands.get(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The same sequences sent as one pipeline (every request written before any reply is read),
+/// with runs of plain writes, which the server commits together as one write batch: every
+/// reply, in order, must still be Redis's (each command seeing the writes before it, each
+/// failing one failing alone). Requests whose replies are compared other than as bytes are
+/// left out.
+#[test]
+fn pipelined_sequences_get_redis_replies() {
+    let Some((redis_server, ours_server)) = servers_or_skip() else {
+        return;
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: 96,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let pipelined = prop_oneof![
+        3 => request_strategy().prop_filter("compared as bytes", |r| matches!(r.compare, Compare::Bytes)),
+        2 => plain_write_strategy(),
+    ];
+    let strategy = (any::<bool>(), proptest::collection::vec(pipelined, 1..80));
+    let result = runner.run(&strategy, |(resp3, requests)| {
+        let mut replies = Vec::new();
+        for addr in [ours_server.addr(), redis_server.addr] {
+            let mut raw = Raw::connect(addr);
+            assert_eq!(raw.call_text(&["FLUSHALL"]), "+OK\r\n");
+            if resp3 {
+                assert!(raw.call_text(&["HELLO", "3"]).starts_with('%'));
+            }
+            let mut bytes = Vec::new();
+            for request in &requests {
+                let refs: Vec<&[u8]> = request.args.iter().map(Vec::as_slice).collect();
+                bytes.extend(common::encode_request(&refs));
+            }
+            raw.send_bytes(&bytes);
+            replies.push(requests.iter().map(|_| raw.reply()).collect::<Vec<_>>());
+        }
+        for (at, (ours, redis)) in replies[0].iter().zip(&replies[1]).enumerate() {
+            prop_assert_eq!(
+                String::from_utf8_lossy(ours),
+                String::from_utf8_lossy(redis),
+                "request {} {:?} of {:?} (RESP{})",
+                at,
+                requests[at],
+                requests,
+                if resp3 { 3 } else { 2 }
+            );
+        }
+        Ok(())
+    });
+    if let Err(error) = result {
+        panic!("{error}");
+    }
 }
 
 /// Malformed requests and inline commands, byte for byte: each sent on a fresh connection

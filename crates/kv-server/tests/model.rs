@@ -18,7 +18,14 @@ enum Op {
     Exists(Vec<usize>),
     IncrBy(usize, i64),
     MSet(Vec<(usize, Vec<u8>)>),
+    MSetNx(Vec<(usize, Vec<u8>)>),
     MGet(Vec<usize>),
+    /// RENAME (false) or RENAMENX (true).
+    Rename(usize, usize, bool),
+    /// COPY, with REPLACE or not.
+    Copy(usize, usize, bool),
+    GetSet(usize, Vec<u8>),
+    GetDel(usize),
     DbSize,
     /// A full SCAN of a prefix of one of the keys, `COUNT` keys per call.
     Scan(usize, usize, u64),
@@ -71,6 +78,11 @@ fn op(keys: usize) -> impl Strategy<Value = Op> {
         2 => some_keys.clone().prop_map(Op::Exists),
         3 => (key.clone(), -5i64..5).prop_map(|(k, by)| Op::IncrBy(k, by)),
         2 => proptest::collection::vec((0..keys, value()), 1..4).prop_map(Op::MSet),
+        2 => proptest::collection::vec((0..keys, value()), 1..4).prop_map(Op::MSetNx),
+        2 => (key.clone(), key.clone(), any::<bool>()).prop_map(|(a, b, nx)| Op::Rename(a, b, nx)),
+        2 => (key.clone(), key.clone(), any::<bool>()).prop_map(|(a, b, r)| Op::Copy(a, b, r)),
+        1 => (key.clone(), value()).prop_map(|(k, v)| Op::GetSet(k, v)),
+        1 => key.clone().prop_map(Op::GetDel),
         2 => some_keys.prop_map(Op::MGet),
         1 => Just(Op::DbSize),
         2 => (key, 0usize..12, 1u64..5).prop_map(|(k, len, count)| Op::Scan(k, len, count)),
@@ -114,6 +126,16 @@ fn roundtrip(server: &mut Offline, request: &[u8], cut: u16) -> Reply {
         .unwrap_or_else(|e| panic!("an unparsable reply {bytes:?}: {e}"));
     assert!(reader.is_empty(), "more than one reply: {bytes:?}");
     reply_of(value)
+}
+
+/// `got` is `expected`, or (an expected error) an error whose text contains the expected's.
+fn assert_reply(got: Reply, expected: Reply, what: std::fmt::Arguments) {
+    match (&got, &expected) {
+        (Reply::Error(got_text), Reply::Error(text)) => {
+            assert!(got_text.contains(text.as_str()), "{what}: {got:?}")
+        }
+        _ => assert_eq!(got, expected, "{what}"),
+    }
 }
 
 fn bulk_or_nil(value: Option<&Vec<u8>>) -> Reply {
@@ -209,6 +231,91 @@ fn run(ops: Vec<(Op, u16)>) {
                 for (k, v) in pairs {
                     model.insert(keys[k].clone(), v);
                 }
+            }
+            Op::MSetNx(pairs) => {
+                let mut cmd = redis::cmd("MSETNX");
+                for (k, v) in &pairs {
+                    cmd.arg(&keys[*k]).arg(v);
+                }
+                let none = pairs.iter().all(|(k, _)| !model.contains_key(&keys[*k]));
+                assert_eq!(send(&cmd), Reply::Int(i64::from(none)), "MSETNX {pairs:?}");
+                if none {
+                    for (k, v) in pairs {
+                        model.insert(keys[k].clone(), v);
+                    }
+                }
+            }
+            Op::Rename(from, to, nx) => {
+                let (from, to) = (&keys[from], &keys[to]);
+                let got = send(
+                    redis::cmd(if nx { "RENAMENX" } else { "RENAME" })
+                        .arg(from)
+                        .arg(to),
+                );
+                let expected = match model.get(from).cloned() {
+                    None => Reply::Error("no such key".into()),
+                    Some(_) if from == to => {
+                        if nx {
+                            Reply::Int(0)
+                        } else {
+                            Reply::Ok
+                        }
+                    }
+                    Some(_) if nx && model.contains_key(to) => Reply::Int(0),
+                    Some(value) => {
+                        model.remove(from);
+                        model.insert(to.clone(), value);
+                        if nx {
+                            Reply::Int(1)
+                        } else {
+                            Reply::Ok
+                        }
+                    }
+                };
+                assert_reply(
+                    got,
+                    expected,
+                    format_args!("RENAME {from:?} {to:?} (NX {nx})"),
+                );
+            }
+            Op::Copy(from, to, replace) => {
+                let (from, to) = (&keys[from], &keys[to]);
+                let mut cmd = redis::cmd("COPY");
+                cmd.arg(from).arg(to);
+                if replace {
+                    cmd.arg("REPLACE");
+                }
+                let got = send(&cmd);
+                let expected = match model.get(from).cloned() {
+                    _ if from == to => {
+                        Reply::Error("source and destination objects are the same".into())
+                    }
+                    Some(value) if replace || !model.contains_key(to) => {
+                        model.insert(to.clone(), value);
+                        Reply::Int(1)
+                    }
+                    _ => Reply::Int(0),
+                };
+                assert_reply(
+                    got,
+                    expected,
+                    format_args!("COPY {from:?} {to:?} (REPLACE {replace})"),
+                );
+            }
+            Op::GetSet(k, v) => {
+                let key = &keys[k];
+                let got = send(redis::cmd("GETSET").arg(key).arg(&v));
+                assert_eq!(got, bulk_or_nil(model.get(key)), "GETSET {key:?}");
+                model.insert(key.clone(), v);
+            }
+            Op::GetDel(k) => {
+                let key = &keys[k];
+                let got = send(redis::cmd("GETDEL").arg(key));
+                assert_eq!(
+                    got,
+                    bulk_or_nil(model.remove(key).as_ref()),
+                    "GETDEL {key:?}"
+                );
             }
             Op::MGet(ks) => {
                 let names: Vec<&Vec<u8>> = ks.iter().map(|&k| &keys[k]).collect();

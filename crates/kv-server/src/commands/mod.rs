@@ -4,6 +4,7 @@
 //! * `table`: every command, its arity, flags, keys and documentation (for `COMMAND`).
 //! * `strings`: values (`GET`, `SET`, `APPEND`, `INCRBYFLOAT`, ...).
 //! * `keys`: the keyspace (`DEL`, `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `FLUSHDB`, ...).
+//! * `multikey`: writes of several keys as one (`MSET`, `MSETNX`, `RENAME`, `COPY`) and `MGET`.
 //! * `connection`: the connection's own state (`HELLO`, `CLIENT`, `SELECT`, `MULTI`, ...).
 //! * `server`: `INFO`, `CONFIG`, `COMMAND`.
 //!
@@ -12,6 +13,7 @@
 
 mod connection;
 mod keys;
+mod multikey;
 mod server;
 mod strings;
 mod table;
@@ -20,10 +22,11 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pmem_structures::Error;
 
 use crate::db::{DbError, Keyspace};
+use crate::pipeline::Pipeline;
 use crate::reply::Reply;
 use crate::server::Shared;
 use crate::session::Session;
@@ -124,37 +127,58 @@ fn lookup(args: &[Bytes]) -> Result<usize, Reply> {
     })
 }
 
-/// Run one request (a non-empty list of arguments).
-pub(crate) fn execute(shared: &Shared, session: &mut Session, args: &[Bytes]) -> Reply {
-    let index = match lookup(args) {
-        Ok(index) => index,
+/// Run one request (a non-empty list of arguments), or defer it to `pipeline` (a plain
+/// write); its reply, after those of the writes deferred before it, goes to `output`.
+pub(crate) fn execute(
+    shared: &Shared,
+    session: &mut Session,
+    args: Vec<Bytes>,
+    pipeline: &mut Pipeline,
+    output: &mut BytesMut,
+) {
+    let reply = match checked(shared, session, &args) {
+        Ok(index) if pipeline.defers(COMMANDS[index].name, &args) => {
+            return pipeline.defer(index, args, session.protocol, output);
+        }
+        Ok(index) => {
+            pipeline.commit(session.protocol, output);
+            let started = Instant::now();
+            let reply = (COMMANDS[index].run)(&mut Call {
+                shared,
+                session,
+                args: &args,
+            });
+            shared
+                .db
+                .counters
+                .called(index, started.elapsed(), reply.is_error());
+            reply
+        }
         Err(reply) => {
-            shared.db.counters.unknown();
-            return reply;
+            pipeline.commit(session.protocol, output);
+            reply
         }
     };
+    // In the protocol the command leaves (HELLO 3 answers in RESP3).
+    reply.encode(session.protocol, output);
+}
+
+/// The index of the command `args` asks for, if it may run: named, of the right arity, not
+/// inside a refused MULTI; else the error Redis gives.
+fn checked(shared: &Shared, session: &Session, args: &[Bytes]) -> Result<usize, Reply> {
+    let index = lookup(args).inspect_err(|_| shared.db.counters.unknown())?;
     let command = &COMMANDS[index];
     if !command.takes(args.len()) {
         shared.db.counters.rejected(index);
-        return wrong_arity(command.name);
+        return Err(wrong_arity(command.name));
     }
     if session.refused_multi && !connection::ends_or_nests_multi(command.name) {
         shared.db.counters.rejected(index);
-        return Reply::error(
+        return Err(Reply::error(
             "ERR not run: this connection is inside a MULTI the server refused (it has no transactions yet); EXEC or DISCARD ends it",
-        );
+        ));
     }
-    let started = Instant::now();
-    let reply = (command.run)(&mut Call {
-        shared,
-        session,
-        args,
-    });
-    shared
-        .db
-        .counters
-        .called(index, started.elapsed(), reply.is_error());
-    reply
+    Ok(index)
 }
 
 /// Up to `max` bytes of `bytes`, cut at a zero byte as C's `%.*s` would, for an error text.

@@ -1,13 +1,14 @@
 //! String values: reads, writes, and the read-modify-writes (INCR family, INCRBYFLOAT,
-//! APPEND, SETRANGE, SETNX, SET NX/XX), each of which holds its key's stripe from its read to
-//! its durable write, so no other command on the key slips in between.
+//! APPEND, SETRANGE, SETNX, SET NX/XX/GET, GETSET, GETDEL), each of which holds its key's
+//! stripe from its read to its durable write, so no other command on the key slips in
+//! between.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use pmem_structures::Error;
 
-use super::{integer, not_an_integer, store_error, syntax_error, with_map, wrong_arity, Call};
+use super::{integer, not_an_integer, store_error, syntax_error, with_map, Call};
 use crate::db::DbError;
 use crate::numbers::{parse_long_double, LongDouble, ParsedFloat};
 use crate::reply::Reply;
@@ -122,6 +123,10 @@ pub(super) fn set(call: &mut Call) -> Reply {
     }
     // KEEPTTL keeps the key's expiry time, and no key has one.
     let _ = options.keep_ttl;
+    if !(options.only_if_absent || options.only_if_present || options.get) {
+        // A plain write reads nothing.
+        return super::multikey::set_pairs(call, &call.args[1..3]);
+    }
     let value = call.args[2].to_vec();
     update(call, &call.args[1], |old| {
         let write = (!options.only_if_absent || old.is_none())
@@ -281,31 +286,22 @@ pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
     })
 }
 
-pub(super) fn mget(call: &mut Call) -> Reply {
-    let keys = &call.args[1..];
-    with_map(call.shared, |map| {
-        keys.iter()
-            .map(|key| map.get(&key[..]).map(Reply::bulk_or_null))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Reply::Array)
+/// GETSET: SET with GET, under its old name.
+pub(super) fn getset(call: &mut Call) -> Reply {
+    let value = call.args[2].to_vec();
+    update(call, &call.args[1], |old| {
+        Ok((Some(value), Reply::bulk_or_null(old)))
     })
 }
 
-/// MSET holds every key's stripe while it writes, so no client sees some of its keys new
-/// and others old; a crash part-way may keep some of its keys and not others (each key is
-/// durable on its own; the reply, sent after the last, acknowledges them all).
-pub(super) fn mset(call: &mut Call) -> Reply {
-    if call.args.len().is_multiple_of(2) {
-        return wrong_arity("mset");
-    }
-    let pairs = &call.args[1..];
+/// GETDEL: the value, and the key gone (one store write: the remove returns what it held).
+pub(super) fn getdel(call: &mut Call) -> Reply {
+    let key = &call.args[1][..];
     let db = &call.shared.db;
-    let _locks = db.lock_keys(pairs.iter().step_by(2).map(|k| &k[..]));
+    let _locks = db.lock_keys(std::iter::once(key));
     with_map(call.shared, |map| {
-        for pair in pairs.chunks_exact(2) {
-            db.counted_write(1, || map.upsert(&pair[0][..], &pair[1][..]))?;
-        }
-        Ok(Reply::ok())
+        db.counted_write(1, || map.remove(key))
+            .map(Reply::bulk_or_null)
     })
 }
 

@@ -3,7 +3,7 @@
 //! arity check and `COMMAND`'s replies (`INFO`, `DOCS`, `COUNT`, `LIST`) come from here, so
 //! they cannot disagree with what runs.
 
-use super::{connection, keys, server, strings, Command};
+use super::{connection, keys, multikey, server, strings, Command};
 
 macro_rules! table {
     ($(
@@ -53,10 +53,16 @@ table! {
         "Decrements a number from the integer value of a key.";
     "incrbyfloat" 3 [write denyoom fast] (1 1 1) string "2.6.0" strings::incrbyfloat,
         "Increments the floating point value of a key by a number.";
-    "mget" -2 [readonly fast] (1 -1 1) string "1.0.0" strings::mget,
+    "getset" 3 [write denyoom fast] (1 1 1) string "1.0.0" strings::getset,
+        "Returns the previous string value of a key after setting it to a new value.";
+    "getdel" 2 [write fast] (1 1 1) string "6.2.0" strings::getdel,
+        "Returns the string value of a key after deleting the key.";
+    "mget" -2 [readonly fast] (1 -1 1) string "1.0.0" multikey::mget,
         "Atomically returns the string values of one or more keys.";
-    "mset" -3 [write denyoom] (1 -1 2) string "1.0.1" strings::mset,
-        "Sets the string values of one or more keys (no client sees it half done).";
+    "mset" -3 [write denyoom] (1 -1 2) string "1.0.1" multikey::mset,
+        "Atomically creates or modifies the string values of one or more keys.";
+    "msetnx" -3 [write denyoom] (1 -1 2) string "1.0.1" multikey::msetnx,
+        "Atomically modifies the string values of one or more keys only when all keys don't exist.";
     "del" -2 [write] (1 -1 1) generic "1.0.0" keys::del,
         "Deletes one or more keys.";
     "unlink" -2 [write fast] (1 -1 1) generic "4.0.0" keys::del,
@@ -65,6 +71,12 @@ table! {
         "Determines whether one or more keys exist.";
     "touch" -2 [readonly fast] (1 -1 1) generic "3.2.1" keys::exists,
         "Returns the number of existing keys out of those specified (no access times kept).";
+    "rename" 3 [write] (1 2 1) generic "1.0.0" multikey::rename,
+        "Renames a key and overwrites the destination.";
+    "renamenx" 3 [write fast] (1 2 1) generic "1.0.0" multikey::renamenx,
+        "Renames a key only when the target key name doesn't exist.";
+    "copy" -3 [write denyoom] (1 2 1) generic "6.2.0" multikey::copy,
+        "Copies the value of a key to a new key (DB 0 only: the server has one database).";
     "type" 2 [readonly fast] (1 1 1) generic "1.0.0" keys::type_of,
         "Determines the type of value stored at a key.";
     "randomkey" 1 [readonly] (0 0 0) generic "1.0.0" keys::randomkey,

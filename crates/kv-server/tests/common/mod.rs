@@ -33,6 +33,8 @@ pub fn config(pool: PathBuf, pool_size: u64, limits: Limits) -> ServerConfig {
     config.pool_size = pool_size;
     config.threads = 2;
     config.limits = limits;
+    // The tests run the pipeline batches (the path with more to get wrong; off by default).
+    config.pipeline_batches = true;
     config
 }
 
@@ -119,7 +121,13 @@ pub fn exchange(socket: &mut TcpStream, request: &[u8]) -> String {
 /// on a free port: the child and the address its first line of output names.
 pub fn spawn_binary(pool: &Path, mib: u64) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pmem-kv-server"))
-        .args(["--port", "0", "--granularity", "emulated"])
+        .args([
+            "--port",
+            "0",
+            "--granularity",
+            "emulated",
+            "--pipeline-batches",
+        ])
         .args(["--pool-size-mib", &mib.to_string()])
         .arg("--pool")
         .arg(pool)

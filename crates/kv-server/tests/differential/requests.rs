@@ -155,6 +155,15 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
         2 => some_keys().prop_map(|keys| command("MGET", keys)),
         2 => proptest::collection::vec((key(), value()), 1..4)
             .prop_map(|pairs| command("MSET", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
+        2 => proptest::collection::vec((key(), value()), 1..4)
+            .prop_map(|pairs| command("MSETNX", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
+        1 => (proptest::sample::select(vec!["MSET", "MSETNX"]), key(), value(), key())
+            .prop_map(|(name, k, v, dangling)| request(Bytes, vec![name.into(), k, v, dangling])),
+        2 => (key(), value()).prop_map(|(k, v)| command("GETSET", vec![k, v])),
+        2 => key().prop_map(|k| command("GETDEL", vec![k])),
+        3 => (proptest::sample::select(vec!["RENAME", "RENAMENX"]), key(), key())
+            .prop_map(|(name, from, to)| request(Bytes, vec![name.into(), from, to])),
+        3 => copy_strategy(),
         2 => (proptest::sample::select(vec!["DEL", "UNLINK", "EXISTS", "TOUCH"]), some_keys())
             .prop_map(|(name, keys)| {
                 let mut args = vec![name.as_bytes().to_vec()];
@@ -174,6 +183,39 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
         3 => wrong_arity_strategy(),
         1 => unknown_command_strategy(),
     ]
+}
+
+/// Plain writes only (`SET key value`, `MSET`): a run of them is what a connection's
+/// pipeline commits as one batch.
+pub fn plain_write_strategy() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        3 => (key(), value()).prop_map(|(k, v)| command("SET", vec![k, v])),
+        1 => proptest::collection::vec((key(), value()), 1..4)
+            .prop_map(|pairs| command("MSET", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
+    ]
+}
+
+/// COPY with its options, right and wrong (a database other than 0 only where Redis, with
+/// 16 of them, refuses it too).
+fn copy_strategy() -> impl Strategy<Value = Request> {
+    let option = proptest::sample::select(vec![
+        vec!["REPLACE"],
+        vec!["replace"],
+        vec!["DB", "0"],
+        vec!["db", "00"],
+        vec!["DB", "16"],
+        vec!["DB", "-1"],
+        vec!["DB", "x"],
+        vec!["DB", "4294967296"],
+        vec!["DB", "99999999999999999999"],
+        vec!["DB"],
+        vec!["BOGUS"],
+    ]);
+    (key(), key(), proptest::collection::vec(option, 0..3)).prop_map(|(from, to, options)| {
+        let mut args = vec![b"COPY".to_vec(), from, to];
+        args.extend(options.into_iter().flat_map(|o| words(&o)));
+        request(Compare::Bytes, args)
+    })
 }
 
 fn scan_strategy() -> impl Strategy<Value = Request> {
@@ -276,6 +318,12 @@ fn wrong_arity_strategy() -> impl Strategy<Value = Request> {
         ("INCRBYFLOAT", 3, false),
         ("MGET", 2, true),
         ("MSET", 3, true),
+        ("MSETNX", 3, true),
+        ("GETSET", 3, false),
+        ("GETDEL", 2, false),
+        ("RENAME", 3, false),
+        ("RENAMENX", 3, false),
+        ("COPY", 3, true),
         ("DEL", 2, true),
         ("UNLINK", 2, true),
         ("EXISTS", 2, true),

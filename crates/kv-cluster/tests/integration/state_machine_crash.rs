@@ -7,7 +7,7 @@
 //! of entries: the entry a crash interrupted is all there or not at all, its index with it.
 //! After recovery the state machine applies its next entry.
 
-mod common;
+use super::common;
 
 use common::kv_model::KvState;
 use common::{

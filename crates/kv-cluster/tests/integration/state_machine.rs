@@ -3,7 +3,7 @@
 //! but the applied index; snapshots round-trip, and a damaged, mismatched or stale one is
 //! refused with its typed error, nothing changed; the state survives a reopen of its file.
 
-mod common;
+use super::common;
 
 use common::kv_model::KvState;
 use common::{blank, del, incr, membership, normal, observe_sm, set};

@@ -10,7 +10,7 @@
 //! One file over 600 lines: the harness (node processes, the cluster) and the scenarios that
 //! drive it are one piece.
 
-mod history;
+use super::history;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write as _};
@@ -32,7 +32,7 @@ use pmem_kv_cluster::log_store::core::LOG_MAP;
 use pmem_kv_cluster::net::frame::{open, seal, Envelope, Request, Response, WIRE_VERSION};
 use pmem_kv_cluster::types::{Entry, LogId, Vote};
 use pmem_kv_cluster::StateMachine;
-use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
+use pmem_structures::{Granularity, Store, StoreOptions};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::Commands;
 
@@ -501,8 +501,7 @@ fn kill_the_leader_repeatedly(rounds: usize) {
     // A pool whose log lost an entry in its middle is refused at start, and left as it was.
     let options = StoreOptions::new().granularity(Granularity::Emulated);
     let indexes = |store: &Store| -> Vec<u64> {
-        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
-            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> = store.btree_map(LOG_MAP).unwrap();
         log.iter().map(|pair| pair.unwrap().0).collect()
     };
     let kept = {
@@ -510,8 +509,7 @@ fn kill_the_leader_repeatedly(rounds: usize) {
         let mut kept = indexes(&store);
         assert!(kept.len() >= 3, "a log of {} entries", kept.len());
         let hole = kept.remove(kept.len() / 2);
-        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
-            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> = store.btree_map(LOG_MAP).unwrap();
         log.remove(hole).unwrap();
         kept
     };

@@ -3,7 +3,7 @@
 //! starts (last purged) and ends (last log id). And random damage to a snapshot's bytes is
 //! refused by the state machine, which keeps what it had.
 
-mod common;
+use super::common;
 
 use std::collections::BTreeMap;
 

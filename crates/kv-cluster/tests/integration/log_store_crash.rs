@@ -7,7 +7,7 @@
 //! may be partly there, a truncation may stop part way). After recovery the log must take
 //! its next entry.
 
-mod common;
+use super::common;
 
 use std::collections::BTreeMap;
 

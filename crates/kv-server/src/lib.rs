@@ -39,6 +39,7 @@ mod connection;
 mod counters;
 mod db;
 mod error;
+mod expiry;
 mod framing;
 mod glob;
 mod info;

@@ -75,11 +75,16 @@ impl Offline {
     }
 }
 
-/// Open the server's pool at `path` (not in use) and check its keyspace: the keys' map,
+/// Open the server's pool at `path` (not in use; `granularity` as the server ran it) and
+/// check its keyspace: the keys' map,
 /// and that every deadline's key exists and is indexed under it and every index entry is a
 /// key's deadline. The number of keys and of keys with a deadline, or what is wrong.
-pub fn check_pool(path: &std::path::Path) -> Result<(u64, u64), String> {
-    let store = Store::open(path).map_err(|error| error.to_string())?;
+pub fn check_pool(
+    path: &std::path::Path,
+    granularity: pmem_structures::Granularity,
+) -> Result<(u64, u64), String> {
+    let options = StoreOptions::new().granularity(granularity);
+    let store = Store::open_with(path, &options).map_err(|error| error.to_string())?;
     let db = Db::open(store).map_err(|error| error.to_string())?;
     db.check_deadlines()
 }

@@ -64,8 +64,11 @@ impl Conditions {
     }
 }
 
-/// The key's value read with its deadline, under its stripe.
-fn read(call: &Call, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>, Reply> {
+/// A key's value and its deadline, if it has one.
+type ValueAndDeadline = (Vec<u8>, Option<u64>);
+
+/// The key's value read with its deadline (`None`: no key).
+fn read(call: &Call, key: &[u8]) -> Result<Option<ValueAndDeadline>, Reply> {
     let read = call.shared.db.with_maps(|maps| {
         let Some(value) = maps.keys.get(key)? else {
             return Ok(None);

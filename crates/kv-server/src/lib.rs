@@ -9,8 +9,8 @@
 //! survived). Connections are tasks on a multi-threaded runtime, one worker per core.
 //!
 //! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`EX`/`PX`/`EXAT`/`PXAT`/`KEEPTTL`,
-//! `SETEX`, `PSETEX`, `GETEX`, `SETNX`, `GETSET`, `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`, `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/
-//! `DECRBY`, `INCRBYFLOAT`), several keys at once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`,
+//! `SETEX`, `PSETEX`, `GETEX`, `SETNX`, `GETSET`, `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`,
+//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), several keys at once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`,
 //! each one write batch of the store, all of it or none after a crash; `COPY`; `MGET`,
 //! which never sees a batch in part), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
 //! `RANDOMKEY`, `KEYS` and `SCAN` with Redis's glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`),

@@ -10,9 +10,9 @@
 //!
 //! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`EX`/`PX`/`EXAT`/`PXAT`/`KEEPTTL`,
 //! `SETEX`, `PSETEX`, `GETEX`, `SETNX`, `GETSET`, `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`,
-//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), several keys at once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`,
-//! each one write batch of the store, all of it or none after a crash; `COPY`; `MGET`,
-//! which never sees a batch in part), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
+//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), several keys at
+//! once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`, each one write batch of the store, all of
+//! it or none after a crash; `COPY`; `MGET`, which never sees a batch in part), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
 //! `RANDOMKEY`, `KEYS` and `SCAN` with Redis's glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`),
 //! the connection (`PING`, `ECHO`, `HELLO`, `AUTH`, `CLIENT ID|GETNAME|SETNAME|SETINFO|INFO`,
 //! `SELECT 0`, `RESET`, `QUIT`) and the server (`INFO`, `CONFIG GET`, `COMMAND` and its

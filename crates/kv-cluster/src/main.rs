@@ -61,6 +61,11 @@ struct Cli {
     #[arg(long)]
     lease_reads: bool,
 
+    /// For tests only: serve `CLUSTER RAFT PARTITION <id>...` (drop Raft traffic to and from
+    /// those peers) and `CLUSTER RAFT HEAL`. Never on a cluster that holds data you keep.
+    #[arg(long)]
+    test_partitions: bool,
+
     /// Worker threads (default: 2).
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Duration::from_millis(cli.election_timeout_ms),
         Duration::from_millis(cli.election_timeout_ms.saturating_mul(2)),
     );
+    config.test_partitions = cli.test_partitions;
     if cli.lease_reads {
         config.read_policy = ReadPolicy::LeaseRead;
     }

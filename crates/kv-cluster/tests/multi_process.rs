@@ -1,22 +1,38 @@
 //! Three `pmem-kv-cluster` processes on 127.0.0.1: a cluster-aware client (the `redis`
 //! crate's cluster client) writes while the leader is killed with SIGKILL and restarted,
-//! round after round; afterwards every acknowledged write must be in every node's pool
-//! (read offline, after all three are killed). Also: a pool of another cluster is refused at
-//! start, and bad Raft frames are refused with a reason and the connection closed, the node
-//! serving on.
+//! round after round, or cut off from the majority (a test partition) and healed;
+//! afterwards every acknowledged write must be in every node's pool (read offline, after all
+//! three are killed). Meanwhile recording clients SET and GET a few keys, and each key's
+//! history must be linearizable (stateright's tester). Also: a pool of another cluster, or
+//! with a gap in its log, is refused at start, a gap offered over the network is refused, and
+//! bad Raft frames are refused with a reason and the connection closed, the node serving on.
+//!
+//! One file over 600 lines: the harness (node processes, the cluster) and the scenarios that
+//! drive it are one piece.
+
+mod history;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use history::client::RecordingClient;
+use history::History;
+use stateright::semantics::register::RegisterOp;
+
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use pmem_kv_cluster::identity::cluster_id;
+use pmem_kv_cluster::log_store::core::LOG_MAP;
 use pmem_kv_cluster::net::frame::{open, seal, Envelope, Request, Response, WIRE_VERSION};
-use pmem_kv_cluster::types::Vote;
+use pmem_kv_cluster::types::{Entry, LogId, Vote};
 use pmem_kv_cluster::StateMachine;
-use pmem_structures::{Granularity, Store, StoreOptions};
+use pmem_structures::{FastFairConfig, Granularity, Store, StoreOptions};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::Commands;
 
@@ -68,6 +84,7 @@ impl NodeProcess {
             .arg(&self.pool)
             .args(["--pool-size-mib", "32", "--granularity", "emulated"])
             .args(["--heartbeat-ms", "100", "--election-timeout-ms", "500"])
+            .arg("--test-partitions")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         command
@@ -166,11 +183,17 @@ impl Cluster {
 
     /// The index of the node every running node names as leader, once there is one.
     fn leader(&self, within: Duration) -> usize {
+        self.leader_among(&[0, 1, 2], within)
+    }
+
+    /// The index of the node of `among` that the running nodes of `among` name as leader,
+    /// once there is one.
+    fn leader_among(&self, among: &[usize], within: Duration) -> usize {
         let deadline = Instant::now() + within;
         loop {
-            let named: Vec<Option<String>> = self
-                .nodes
+            let named: Vec<Option<String>> = among
                 .iter()
+                .map(|&i| &self.nodes[i])
                 .filter(|n| n.child.is_some())
                 .map(|n| n.raft_info().and_then(|i| i.get("raft_leader").cloned()))
                 .collect();
@@ -178,7 +201,7 @@ impl Cluster {
                 if first != "none" && named.iter().all(|n| n.as_ref() == Some(first)) {
                     let id: u64 = first.parse().unwrap();
                     let index = self.nodes.iter().position(|n| n.id == id).unwrap();
-                    if self.nodes[index].child.is_some() {
+                    if self.nodes[index].child.is_some() && among.contains(&index) {
                         return index;
                     }
                 }
@@ -188,11 +211,11 @@ impl Cluster {
         }
     }
 
-    fn client(&self) -> redis::RedisResult<ClusterConnection> {
-        let urls: Vec<String> = self
-            .nodes
+    /// A cluster client that knows of the nodes `through` only.
+    fn client(&self, through: &[usize]) -> redis::RedisResult<ClusterConnection> {
+        let urls: Vec<String> = through
             .iter()
-            .map(|n| format!("redis://{}/", n.redis))
+            .map(|&i| format!("redis://{}/", self.nodes[i].redis))
             .collect();
         ClusterClient::builder(urls)
             .retries(2)
@@ -239,12 +262,30 @@ impl Cluster {
 /// Writes unique keys through a cluster client, remembering the acknowledged ones.
 struct Writer {
     conn: Option<ClusterConnection>,
+    /// The nodes its client knows of.
+    through: Vec<usize>,
     next: u64,
     acked: BTreeMap<String, String>,
     failed: u64,
 }
 
 impl Writer {
+    fn new() -> Writer {
+        Writer {
+            conn: None,
+            through: vec![0, 1, 2],
+            next: 0,
+            acked: BTreeMap::new(),
+            failed: 0,
+        }
+    }
+
+    /// Write through a client that knows of `through` only (a new client).
+    fn through(&mut self, through: &[usize]) {
+        self.through = through.to_vec();
+        self.conn = None;
+    }
+
     /// Write until `count` more are acknowledged (a failed write is unacknowledged: it may or
     /// may not be applied, and its key is never written again); panics past `within`.
     fn write(&mut self, cluster: &Cluster, count: usize, within: Duration) {
@@ -258,7 +299,7 @@ impl Writer {
                 self.failed
             );
             if self.conn.is_none() {
-                match cluster.client() {
+                match cluster.client(&self.through) {
                     Ok(conn) => self.conn = Some(conn),
                     Err(_) => {
                         std::thread::sleep(Duration::from_millis(100));
@@ -283,8 +324,14 @@ impl Writer {
     }
 }
 
-/// Every acknowledged write, read from the pool of each node (all killed first).
-fn every_pool_has(cluster: &mut Cluster, acked: &BTreeMap<String, String>) {
+/// Every acknowledged write, and each recorded key's last value, read from the pool of
+/// each node (all killed first); and none of `absent`.
+fn every_pool_has(
+    cluster: &mut Cluster,
+    acked: &BTreeMap<String, String>,
+    last: &BTreeMap<String, Option<String>>,
+    absent: &[&str],
+) {
     for node in &mut cluster.nodes {
         node.kill();
     }
@@ -301,17 +348,99 @@ fn every_pool_has(cluster: &mut Cluster, acked: &BTreeMap<String, String>) {
                 node.id
             );
         }
+        for (key, value) in last {
+            let got = sm.get(key.as_bytes()).unwrap();
+            assert_eq!(
+                got.as_deref(),
+                value.as_ref().map(|v| v.as_bytes()),
+                "node {} does not end with the last value read of {key}",
+                node.id
+            );
+        }
+        for key in absent {
+            assert_eq!(
+                sm.get(key.as_bytes()).unwrap(),
+                None,
+                "node {} has {key}",
+                node.id
+            );
+        }
+    }
+}
+
+/// Clients recording SETs and GETs of a few keys in a history, while a scenario runs.
+struct Recording {
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<()>>,
+    keys: Vec<String>,
+}
+
+impl Recording {
+    /// Three clients on four keys.
+    fn start(cluster: &Cluster) -> Recording {
+        let history = Arc::new(History::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let keys: Vec<String> = (0..4).map(|k| format!("register-{k}")).collect();
+        let nodes: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.redis).collect();
+        let clients = (0..3)
+            .map(|id| {
+                RecordingClient::new(id, nodes.clone(), keys.clone()).spawn(
+                    history.clone(),
+                    stop.clone(),
+                    Duration::from_millis(15),
+                )
+            })
+            .collect();
+        Recording {
+            history,
+            stop,
+            clients,
+            keys,
+        }
+    }
+
+    /// Stop the clients, read every key once more (recorded too), and check each key's
+    /// history; the keys' last values.
+    fn finish(self, cluster: &Cluster) -> BTreeMap<String, Option<String>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for client in self.clients {
+            client.join().unwrap();
+        }
+        let nodes: Vec<SocketAddr> = cluster.nodes.iter().map(|n| n.redis).collect();
+        let mut reader = RecordingClient::new(3, nodes, self.keys.clone());
+        let mut last = BTreeMap::new();
+        for key in &self.keys {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let value = loop {
+                let before = self.history.counts().0;
+                reader.run(&self.history, key.clone(), RegisterOp::Read);
+                if self.history.counts().0 > before {
+                    break self
+                        .history
+                        .last_read(3, key)
+                        .expect("the read just recorded");
+                }
+                assert!(Instant::now() < deadline, "no read of {key} succeeds");
+            };
+            last.insert(key.clone(), value);
+        }
+        let checked = self.history.check().unwrap_or_else(|e| panic!("{e}"));
+        let (completed, pending) = self.history.counts();
+        assert_eq!(checked.len(), self.keys.len(), "every key was used");
+        // Said, not asserted: how much the checker saw.
+        eprintln!(
+            "linearizable: {completed} operations completed and {pending} of unknown outcome on {} keys",
+            checked.len()
+        );
+        last
     }
 }
 
 fn kill_the_leader_repeatedly(rounds: usize) {
     let mut cluster = Cluster::start();
-    let mut writer = Writer {
-        conn: None,
-        next: 0,
-        acked: BTreeMap::new(),
-        failed: 0,
-    };
+    let mut writer = Writer::new();
+    let recording = Recording::start(&cluster);
     let within = Duration::from_secs(30);
     writer.write(&cluster, 20, within);
     let mut longest = Duration::ZERO;
@@ -329,6 +458,7 @@ fn kill_the_leader_repeatedly(rounds: usize) {
         writer.write(&cluster, 10, within);
     }
     cluster.converge();
+    let last = recording.finish(&cluster);
     // Said, not asserted: a test never measures speed.
     eprintln!(
         "{rounds} rounds: {} writes acknowledged, {} failed (unacknowledged); at most {longest:?} from a SIGKILL of the leader to the next acknowledged write",
@@ -337,7 +467,7 @@ fn kill_the_leader_repeatedly(rounds: usize) {
     );
     let acked = std::mem::take(&mut writer.acked);
     assert!(acked.len() >= 20 + 20 * rounds);
-    every_pool_has(&mut cluster, &acked);
+    every_pool_has(&mut cluster, &acked, &last, &[]);
 
     // A node started with a pool of this cluster under another cluster's name is refused.
     let node = &cluster.nodes[0];
@@ -367,6 +497,37 @@ fn kill_the_leader_repeatedly(rounds: usize) {
         )),
         "{stderr}"
     );
+
+    // A pool whose log lost an entry in its middle is refused at start, and left as it was.
+    let options = StoreOptions::new().granularity(Granularity::Emulated);
+    let indexes = |store: &Store| -> Vec<u64> {
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
+            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        log.iter().map(|pair| pair.unwrap().0).collect()
+    };
+    let kept = {
+        let store = Store::open_with(&node.pool, &options).unwrap();
+        let mut kept = indexes(&store);
+        assert!(kept.len() >= 3, "a log of {} entries", kept.len());
+        let hole = kept.remove(kept.len() / 2);
+        let log: pmem_structures::BTreeMap<u64, Vec<u8>> =
+            store.btree_map(LOG_MAP, FastFairConfig::default()).unwrap();
+        log.remove(hole).unwrap();
+        kept
+    };
+    let output = node.command(CLUSTER).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("the Raft log has a gap"), "{stderr}");
+    let store = Store::open_with(&node.pool, &options).unwrap();
+    assert_eq!(indexes(&store), kept, "the refused node changed its log");
+    let sm = StateMachine::open(&store).unwrap();
+    for (key, value) in &acked {
+        assert_eq!(
+            sm.get(key.as_bytes()).unwrap().as_deref(),
+            Some(value.as_bytes())
+        );
+    }
 }
 
 #[test]
@@ -427,6 +588,106 @@ fn acknowledged_writes_survive_the_leader_killed_three_times() {
 #[ignore = "long: 20 rounds of SIGKILL, about a minute"]
 fn acknowledged_writes_survive_the_leader_killed_twenty_times() {
     kill_the_leader_repeatedly(20);
+}
+
+/// Cut node `index` off from `peers` (their indexes), or heal it (none).
+fn cut(cluster: &Cluster, index: usize, peers: &[usize]) {
+    let mut command = redis::cmd("CLUSTER");
+    command.arg("RAFT");
+    if peers.is_empty() {
+        command.arg("HEAL");
+    } else {
+        command.arg("PARTITION");
+        for &peer in peers {
+            command.arg(cluster.nodes[peer].id);
+        }
+    }
+    let reply: String = command
+        .query(&mut cluster.nodes[index].connection().unwrap())
+        .unwrap();
+    assert_eq!(reply, "OK");
+}
+
+#[test]
+fn a_leader_cut_off_from_the_majority_acknowledges_nothing_and_the_majority_goes_on() {
+    let mut cluster = Cluster::start();
+    let within = Duration::from_secs(30);
+    let mut writer = Writer::new();
+    let recording = Recording::start(&cluster);
+    writer.write(&cluster, 10, within);
+
+    let old = cluster.leader(within);
+    let majority: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+    let cut_at = Instant::now();
+    cut(&cluster, old, &majority);
+    for &i in &majority {
+        cut(&cluster, i, &[old]);
+    }
+    // The old leader acknowledges no write: it cannot reach a majority.
+    let mut on_old = cluster.nodes[old].connection().unwrap();
+    let old_write = std::thread::spawn(move || {
+        on_old
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        on_old.set::<_, _, ()>("cut-off-write", "never-acknowledged")
+    });
+    // The majority elects a leader of its own and acknowledges writes.
+    let new = cluster.leader_among(&majority, within);
+    assert_ne!(new, old);
+    writer.through(&majority);
+    writer.write(&cluster, 1, within);
+    let failover = cut_at.elapsed();
+    writer.write(&cluster, 19, within);
+    assert!(
+        old_write.join().unwrap().is_err(),
+        "a leader cut off from the majority acknowledged a write"
+    );
+
+    for i in 0..3 {
+        cut(&cluster, i, &[]);
+    }
+    cluster.converge();
+    // All three agree on a leader again (the new one, or one elected since).
+    cluster.leader(within);
+    writer.through(&[0, 1, 2]);
+    writer.write(&cluster, 10, within);
+    cluster.converge();
+    let last = recording.finish(&cluster);
+    eprintln!(
+        "partition: {} writes acknowledged, {} failed; {failover:?} from the cut to the majority's first acknowledged write",
+        writer.acked.len(),
+        writer.failed
+    );
+    let acked = std::mem::take(&mut writer.acked);
+    assert!(acked.len() >= 40);
+    // The old leader's write never reached a majority: it is gone from every node.
+    every_pool_has(&mut cluster, &acked, &last, &["cut-off-write"]);
+}
+
+#[test]
+fn partitions_are_refused_on_a_node_not_started_for_tests() {
+    let dir = scratch_dir();
+    let mut node = NodeProcess::new(1, dir.path());
+    let for_tests = node.command(CLUSTER);
+    let mut plain = Command::new(for_tests.get_program());
+    plain
+        .args(for_tests.get_args().filter(|a| *a != "--test-partitions"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    node.child = Some(plain.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node.ping() {
+        assert!(Instant::now() < deadline, "the node does not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut conn = node.connection().unwrap();
+    let refused: redis::RedisResult<String> = redis::cmd("CLUSTER")
+        .arg("RAFT")
+        .arg("PARTITION")
+        .arg(2)
+        .query(&mut conn);
+    let error = refused.expect_err("a partition on a node not started for tests");
+    assert!(error.to_string().contains("--test-partitions"), "{error}");
 }
 
 /// Send `payload` with a length prefix of `len`.
@@ -548,4 +809,33 @@ fn bad_raft_frames_are_refused_with_a_reason_and_the_connection_closed() {
     );
     assert!(node.ping(), "the node still serves clients");
     assert!(node.child.as_mut().unwrap().try_wait().unwrap().is_none());
+
+    // Entries that would leave a gap after the node's (empty) log are answered with a
+    // conflict, and nothing is appended.
+    let at =
+        |index: u64| -> LogId { openraft::testing::log_id::<pmem_kv_cluster::KvRaft>(1, 7, index) };
+    let gap = Envelope {
+        from: 7,
+        to: 1,
+        request: Request::Append(AppendEntriesRequest {
+            vote: Vote::new_committed(1, 7),
+            prev_log_id: Some(at(9)),
+            entries: vec![Entry {
+                log_id: at(10),
+                payload: openraft::EntryPayload::Blank,
+            }],
+            leader_commit: Some(at(10)),
+        }),
+    };
+    let frame = framed(ours, &gap);
+    send(&mut socket, frame.len() as u32, &frame);
+    assert!(
+        matches!(
+            receive(&mut socket),
+            Some(Response::Append(AppendEntriesResponse::Conflict))
+        ),
+        "a gap is a conflict"
+    );
+    let info = node.raft_info().expect("the node answers INFO raft");
+    assert_eq!(info["raft_last_log_index"], "0", "{info:?}");
 }

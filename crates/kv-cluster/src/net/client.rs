@@ -3,6 +3,7 @@
 //! one request at a time and waiting for its reply within openraft's time to live.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -15,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
 use super::frame::{open, seal, Envelope, FrameCodec, Request, Response};
+use super::partition::Cut;
 use crate::error::ClusterError;
 use crate::state_machine::{Snapshot, SnapshotData};
 use crate::types::{KvRaft, Member, NodeId, Vote};
@@ -24,12 +26,14 @@ use crate::types::{KvRaft, Member, NodeId, Vote};
 pub struct TcpNetwork {
     cluster: u128,
     me: NodeId,
+    cut: Arc<Cut>,
 }
 
 impl TcpNetwork {
-    /// The network of node `me` of the cluster whose id is `cluster`.
-    pub fn new(cluster: u128, me: NodeId) -> TcpNetwork {
-        TcpNetwork { cluster, me }
+    /// The network of node `me` of the cluster whose id is `cluster`, reaching no peer that
+    /// `cut` cuts off.
+    pub fn new(cluster: u128, me: NodeId, cut: Arc<Cut>) -> TcpNetwork {
+        TcpNetwork { cluster, me, cut }
     }
 }
 
@@ -43,6 +47,7 @@ impl RaftNetworkFactory<KvRaft> for TcpNetwork {
             target,
             addr: node.raft.clone(),
             conn: None,
+            cut: self.cut.clone(),
         }
     }
 }
@@ -77,6 +82,7 @@ pub struct TcpPeer {
     target: NodeId,
     addr: String,
     conn: Option<Framed<TcpStream, FrameCodec>>,
+    cut: Arc<Cut>,
 }
 
 impl TcpPeer {
@@ -84,6 +90,16 @@ impl TcpPeer {
     /// (a reply may be half read, or the request half sent).
     async fn call(&mut self, request: Request, ttl: Duration) -> Result<Response, CallError> {
         let kind = request.kind();
+        if self.cut.cuts(self.target) {
+            self.conn = None;
+            return Err(CallError::Unreachable(ClusterError::Io {
+                what: format!(
+                    "node {} is cut off from node {} (a test partition)",
+                    self.target, self.me
+                ),
+                source: std::io::ErrorKind::NotConnected.into(),
+            }));
+        }
         let envelope = Envelope {
             from: self.me,
             to: self.target,

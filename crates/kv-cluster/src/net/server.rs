@@ -4,6 +4,7 @@
 //! saying why, the connection is closed, and nothing it carried reaches Raft.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use tokio_util::codec::Framed;
 
 use super::frame::{open, seal, Envelope, FrameCodec, Request, Response};
+use super::partition::Cut;
 use crate::error::ClusterError;
 use crate::state_machine::Snapshot;
 use crate::types::NodeId;
@@ -27,6 +29,8 @@ pub struct RpcService {
     pub cluster: u128,
     /// This node's id (every request must be for it).
     pub me: NodeId,
+    /// The peers whose requests are dropped (a test partition).
+    pub cut: Arc<Cut>,
 }
 
 /// Serve peers' connections on `listener` until `stop` turns true.
@@ -87,6 +91,10 @@ async fn serve_peer(
                 return Err(e);
             }
         };
+        if service.cut.cuts(envelope.from) {
+            // As a lost link: no reply, the connection gone.
+            return Ok(());
+        }
         let reply = answer(&service.raft, envelope.request).await;
         conn.send(seal(service.cluster, &reply)?).await?;
     }

@@ -6,7 +6,10 @@
 //! * `CLUSTER RAFT ADD-LEARNER <id> <raft-addr> <client-addr>`: add a node that receives
 //!   the log but does not vote; answered once it has caught up;
 //! * `CLUSTER RAFT PROMOTE <id>`: make a learner a voter;
-//! * `CLUSTER RAFT REMOVE <id>`: take a voter or learner out of the cluster.
+//! * `CLUSTER RAFT REMOVE <id>`: take a voter or learner out of the cluster;
+//! * `CLUSTER RAFT PARTITION <id> ...` and `CLUSTER RAFT HEAL`: test-only (a node started
+//!   with `--test-partitions`), drop this node's Raft traffic to and from those peers, or
+//!   stop dropping it; answered by any node, for itself.
 //!
 //! The membership commands are the leader's; elsewhere they answer `-MOVED 0 <leader>`.
 
@@ -286,6 +289,16 @@ async fn raft(shared: &NodeShared, args: &[Bytes]) -> Reply {
             }
             Err(reply) => Err(reply),
         },
+        "partition" if args.len() >= 2 => args[1..]
+            .iter()
+            .map(node_id)
+            .collect::<Result<BTreeSet<NodeId>, Reply>>()
+            .and_then(|peers| partition(shared, peers)),
+        "heal" if args.len() == 1 => partition(shared, BTreeSet::new()),
+        "partition" => Err(Reply::error(
+            "ERR CLUSTER RAFT PARTITION takes one or more node ids",
+        )),
+        "heal" => Err(Reply::error("ERR CLUSTER RAFT HEAL takes no argument")),
         "promote" | "remove" => Err(Reply::error(format!(
             "ERR CLUSTER RAFT {} takes one node id",
             command.to_uppercase()
@@ -295,6 +308,23 @@ async fn raft(shared: &NodeShared, args: &[Bytes]) -> Reply {
         ))),
     };
     result.unwrap_or_else(|reply| reply)
+}
+
+/// Cut this node off from `peers` (none: heal), if the node serves test partitions.
+fn partition(shared: &NodeShared, peers: BTreeSet<NodeId>) -> Result<Reply, Reply> {
+    let Some(cut) = &shared.cut else {
+        return Err(Reply::error(
+            "ERR CLUSTER RAFT PARTITION and HEAL are test-only: start the node with --test-partitions",
+        ));
+    };
+    if peers.contains(&shared.me) {
+        return Err(Reply::error(format!(
+            "ERR node {} cannot be cut off from itself",
+            shared.me
+        )));
+    }
+    cut.set(peers);
+    Ok(Reply::ok())
 }
 
 async fn init(shared: &NodeShared, args: &[Bytes]) -> Result<Reply, Reply> {

@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::ClusterError;
 use crate::identity::{claim, cluster_id};
-use crate::net::{server, RpcService, TcpNetwork};
+use crate::net::{server, Cut, RpcService, TcpNetwork};
 use crate::state_machine::core::SmMaps;
 use crate::types::{Member, NodeId};
 use crate::{LogStore, Raft, StateMachine};
@@ -64,6 +64,9 @@ pub struct NodeConfig {
     pub write_timeout: Duration,
     /// Request limits (the standalone server's).
     pub limits: Limits,
+    /// Serve `CLUSTER RAFT PARTITION`, the test-only cut of this node from named peers
+    /// (refused unless set).
+    pub test_partitions: bool,
 }
 
 impl NodeConfig {
@@ -88,6 +91,7 @@ impl NodeConfig {
             read_policy: ReadPolicy::ReadIndex,
             write_timeout: Duration::from_secs(10),
             limits: Limits::default(),
+            test_partitions: false,
         }
     }
 
@@ -119,6 +123,8 @@ pub(crate) struct NodeShared {
     pub(crate) read_policy: ReadPolicy,
     pub(crate) write_timeout: Duration,
     pub(crate) limits: Limits,
+    /// The test partition, when `CLUSTER RAFT PARTITION` is served.
+    pub(crate) cut: Option<Arc<Cut>>,
     pub(crate) granularity: Granularity,
     pub(crate) pool: PathBuf,
     pub(crate) started: Instant,
@@ -164,7 +170,8 @@ impl Node {
         let sm = StateMachine::open(&store)?;
         let maps = sm.maps();
         let cluster = cluster_id(&config.cluster);
-        let network = TcpNetwork::new(cluster, config.node_id);
+        let cut = Arc::new(Cut::default());
+        let network = TcpNetwork::new(cluster, config.node_id, cut.clone());
         let raft = Raft::new(config.node_id, raft_config, network, log, sm)
             .await
             .map_err(|e| ClusterError::Io {
@@ -182,6 +189,7 @@ impl Node {
             read_policy: config.read_policy,
             write_timeout: config.write_timeout,
             limits: config.limits,
+            cut: config.test_partitions.then(|| cut.clone()),
             granularity,
             pool: config.pool.clone(),
             started: Instant::now(),
@@ -193,6 +201,7 @@ impl Node {
             raft,
             cluster,
             me: config.node_id,
+            cut,
         };
         let tasks = vec![
             tokio::spawn(server::serve(raft_listener, service, stopped.clone())),

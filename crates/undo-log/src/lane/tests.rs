@@ -102,7 +102,7 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
 
 #[test]
 fn the_scan_stops_at_a_torn_or_stale_entry() {
-    let pool = Pool::anonymous("lane-scan", 1 << 20, &PoolOptions::new()).unwrap();
+    let pool = Arc::new(Pool::anonymous("lane-scan", 1 << 20, &PoolOptions::new()).unwrap());
     let heap = Heap::create(&pool, config(1, 1024, 16 << 10), FencePolicy::Batched).unwrap();
     let root = pool.root_offset();
     let lane = heap.layout().lane(0);
@@ -133,7 +133,7 @@ fn the_scan_stops_at_a_torn_or_stale_entry() {
 
 #[test]
 fn a_batch_is_one_group_and_a_torn_entry_drops_the_whole_group() {
-    let pool = Pool::anonymous("lane-group", 1 << 20, &PoolOptions::new()).unwrap();
+    let pool = Arc::new(Pool::anonymous("lane-group", 1 << 20, &PoolOptions::new()).unwrap());
     let heap = Heap::create(&pool, config(1, 1024, 16 << 10), FencePolicy::Batched).unwrap();
     let root = pool.root_offset();
     let lane = heap.layout().lane(0);

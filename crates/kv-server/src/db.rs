@@ -12,12 +12,13 @@
 //! (writer gates, structure locks). Every writer of a key holds its stripe from its read to
 //! its durable write, so what a command reads under its stripes stays true until it writes.
 
-use std::ops::Bound;
+use std::ops::{Bound, Deref};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::{Mutex, MutexGuard};
+use pmem_structures::pmem_ordering::{Backend, Hardware, Pool};
 use pmem_structures::{BTreeMap, Error, FastFairConfig, Store, WriteBatch};
 
 use crate::counters::Counters;
@@ -38,17 +39,18 @@ const STRIPES: usize = 1024;
 pub(crate) type Keyspace = BTreeMap<Vec<u8>, Vec<u8>>;
 /// Key -> deadline in milliseconds since the Unix epoch, for the keys that have one.
 pub(crate) type Deadlines = BTreeMap<Vec<u8>, u64>;
-/// Big-endian deadline ++ key -> an empty value: the keys by deadline.
-pub(crate) type ExpiryIndex = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// The keyspace's maps. A key's deadline is in `expires` and `index` together (every
 /// change of one writes both in one batch) and only while the key exists, except after a
 /// FLUSHDB that could not remove the deadline maps whole: a deadline of an absent key is
 /// then ignored, and removed when the key is next written or the deadline passes.
-pub(crate) struct Maps {
-    pub(crate) keys: Keyspace,
-    pub(crate) expires: Deadlines,
-    pub(crate) index: ExpiryIndex,
+///
+/// Generic over the store's backend so the expiry's crash test runs the same code on the
+/// simulator; the server uses the defaults.
+pub(crate) struct Maps<B: Backend = Hardware, P: Deref<Target = Pool<B>> = Arc<Pool<B>>> {
+    pub(crate) keys: BTreeMap<Vec<u8>, Vec<u8>, B, P>,
+    pub(crate) expires: BTreeMap<Vec<u8>, u64, B, P>,
+    pub(crate) index: BTreeMap<Vec<u8>, Vec<u8>, B, P>,
     /// Set before a deadline is first written, cleared only by FLUSHDB (and at open when no
     /// key has one): while it is clear, a command's keys need no deadline lookup.
     pub(crate) any_deadline: Arc<AtomicBool>,
@@ -276,7 +278,11 @@ impl Db {
     }
 }
 
-fn open_maps(store: &Store, any_deadline: &Arc<AtomicBool>) -> Result<Maps, Error> {
+/// The keyspace's maps in `store`, made empty where missing.
+pub(crate) fn open_maps<B: Backend, P: Deref<Target = Pool<B>>>(
+    store: &Store<B, P>,
+    any_deadline: &Arc<AtomicBool>,
+) -> Result<Maps<B, P>, Error> {
     Ok(Maps {
         keys: store.btree_map(KEYSPACE, FastFairConfig::default())?,
         expires: store.btree_map(EXPIRES, FastFairConfig::default())?,

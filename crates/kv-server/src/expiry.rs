@@ -20,10 +20,11 @@
 //! keys with a deadline at random and goes on while more than a quarter of a sample has
 //! expired; the index gives only due keys, so each sample is all work.
 
-use std::ops::Bound;
+use std::ops::{Bound, Deref};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pmem_structures::pmem_ordering::{Backend, Pool};
 use pmem_structures::{Error, WriteBatch};
 
 use crate::db::{Db, DbError, Maps};
@@ -56,7 +57,10 @@ fn split_entry(entry: &[u8]) -> Option<(u64, &[u8])> {
     Some((u64::from_be_bytes(*deadline), key))
 }
 
-impl Maps {
+/// The maps' side of every deadline change: each function puts into a batch what one
+/// command or one step of active expiry writes (the `Db` functions below run them; the crash
+/// test runs them on the simulator).
+impl<B: Backend, P: Deref<Target = Pool<B>>> Maps<B, P> {
     /// `key`'s deadline, if it has one (no lookup while no key has one).
     pub(crate) fn deadline(&self, key: &[u8]) -> Result<Option<u64>, Error> {
         if self.expires.is_empty() {
@@ -73,7 +77,7 @@ impl Maps {
     /// Change `key`'s deadline from `old` (what it is) to `new` in `batch`: both maps.
     pub(crate) fn change_deadline_in(
         &self,
-        batch: &mut WriteBatch,
+        batch: &mut WriteBatch<B, P>,
         key: &[u8],
         old: Option<u64>,
         new: Option<u64>,
@@ -94,6 +98,92 @@ impl Maps {
         }
         Ok(())
     }
+
+    /// Set `key` to `value` with the deadline `new` where it has `old` (SET EX, SETEX, SET
+    /// over a key with a deadline, COPY).
+    pub(crate) fn write_in(
+        &self,
+        batch: &mut WriteBatch<B, P>,
+        key: &[u8],
+        value: &[u8],
+        old: Option<u64>,
+        new: Option<u64>,
+    ) -> Result<(), Error> {
+        self.keys.put_in(batch, key, value)?;
+        self.change_deadline_in(batch, key, old, new)
+    }
+
+    /// Delete `key`, whose deadline is `deadline` (an expired key; DEL of a key with one).
+    pub(crate) fn delete_in(
+        &self,
+        batch: &mut WriteBatch<B, P>,
+        key: &[u8],
+        deadline: u64,
+    ) -> Result<(), Error> {
+        self.keys.delete_in(batch, key)?;
+        self.change_deadline_in(batch, key, Some(deadline), None)
+    }
+
+    /// Up to `SAMPLE` of the earliest index entries due at `now`.
+    pub(crate) fn due_sample(&self, now: u64) -> Result<Vec<Vec<u8>>, Error> {
+        let end = (now + 1).to_be_bytes();
+        self.index
+            .range::<&[u8], _>((Bound::Unbounded, Bound::Excluded(&end[..])))
+            .take(SAMPLE)
+            .map(|entry| entry.map(|(entry, _)| entry))
+            .collect()
+    }
+
+    /// Active expiry's deletes for a sample of due index entries: each key whose deadline
+    /// the entry still is, with its deadline; a stale entry alone. How many keys went.
+    pub(crate) fn expire_sample_in(
+        &self,
+        batch: &mut WriteBatch<B, P>,
+        sample: &[Vec<u8>],
+    ) -> Result<u64, Error> {
+        let mut deleted = 0;
+        for entry in sample {
+            match split_entry(entry) {
+                Some((deadline, key)) if self.deadline(key)? == Some(deadline) => {
+                    self.delete_in(batch, key, deadline)?;
+                    deleted += 1;
+                }
+                // Stale: the key has another deadline, or none.
+                _ => self.index.delete_in(batch, &entry[..])?,
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Whether the deadline maps agree with each other and the keys: every deadline's key
+    /// exists and is in the index under it, every index entry is a key's deadline. The
+    /// number of keys and of deadlines, or what disagrees.
+    pub(crate) fn check(&self) -> Result<Result<(u64, u64), String>, Error> {
+        let mut deadlines = 0;
+        for entry in self.expires.iter() {
+            let (key, deadline) = entry?;
+            if !self.keys.contains_key(&key[..])? {
+                return Ok(Err(format!("deadline {deadline} of a missing key {key:?}")));
+            }
+            if !self.index.contains_key(&index_entry(deadline, &key)[..])? {
+                return Ok(Err(format!("deadline {deadline} of {key:?} not indexed")));
+            }
+            deadlines += 1;
+        }
+        for entry in self.index.iter() {
+            let (entry, _) = entry?;
+            let Some((deadline, key)) = split_entry(&entry) else {
+                return Ok(Err(format!("index entry {entry:?} too short")));
+            };
+            if self.expires.get(key)? != Some(deadline) {
+                return Ok(Err(format!("index entry {deadline} of {key:?} is stale")));
+            }
+        }
+        if self.index.len() != deadlines || self.expires.len() != deadlines {
+            return Ok(Err("the index and the deadlines differ in length".into()));
+        }
+        Ok(Ok((self.keys.check()?, deadlines)))
+    }
 }
 
 impl Db {
@@ -112,10 +202,7 @@ impl Db {
                 .map(drop)
                 .map_err(DbError::Store);
         }
-        self.batch_write(1, |maps, batch| {
-            maps.keys.put_in(batch, key, value)?;
-            maps.change_deadline_in(batch, key, old, new)
-        })
+        self.batch_write(1, |maps, batch| maps.write_in(batch, key, value, old, new))
     }
 
     /// Change `key`'s deadline from `old` to `new` (one batch, nothing when they are the
@@ -173,8 +260,7 @@ impl Db {
             for key in due {
                 // Checked again under the stripe: a write may have come in between.
                 if let Some(deadline) = maps.deadline(key)?.filter(|&d| d <= now) {
-                    maps.keys.delete_in(batch, key)?;
-                    maps.change_deadline_in(batch, key, Some(deadline), None)?;
+                    maps.delete_in(batch, key, deadline)?;
                 }
             }
             Ok(())
@@ -187,34 +273,14 @@ impl Db {
         let started = Instant::now();
         let mut deleted = 0;
         loop {
-            let now = now_ms();
-            let end = (now + 1).to_be_bytes();
-            let sample = self.with_maps(|maps| {
-                maps.index
-                    .range::<&[u8], _>((Bound::Unbounded, Bound::Excluded(&end[..])))
-                    .take(SAMPLE)
-                    .map(|entry| entry.map(|(entry, _)| entry))
-                    .collect::<Result<Vec<_>, _>>()
-            })??;
+            let sample = self.with_maps(|maps| maps.due_sample(now_ms()))??;
             if sample.is_empty() {
                 return Ok(deleted);
             }
             let keys = sample.iter().filter_map(|entry| split_entry(entry));
             let _locks = self.lock_keys(keys.map(|(_, key)| key));
             deleted += self.batch_write(sample.len() as u64, |maps, batch| {
-                let mut deleted = 0;
-                for entry in &sample {
-                    match split_entry(entry) {
-                        Some((deadline, key)) if maps.deadline(key)? == Some(deadline) => {
-                            maps.keys.delete_in(batch, key)?;
-                            maps.change_deadline_in(batch, key, Some(deadline), None)?;
-                            deleted += 1;
-                        }
-                        // Stale: the key has another deadline, or none.
-                        _ => maps.index.delete_in(batch, &entry[..])?,
-                    }
-                }
-                Ok(deleted)
+                maps.expire_sample_in(batch, &sample)
             })?;
             if sample.len() < SAMPLE || started.elapsed() >= budget {
                 return Ok(deleted);
@@ -231,33 +297,7 @@ impl Db {
     /// exists and is in the index under it, every index entry is a key's deadline. The
     /// number of keys and of deadlines, or what disagrees.
     pub(crate) fn check_deadlines(&self) -> Result<(u64, u64), String> {
-        let outcome = self.with_maps(|maps| -> Result<Result<(u64, u64), String>, Error> {
-            let mut deadlines = 0;
-            for entry in maps.expires.iter() {
-                let (key, deadline) = entry?;
-                if !maps.keys.contains_key(&key[..])? {
-                    return Ok(Err(format!("deadline {deadline} of a missing key {key:?}")));
-                }
-                if !maps.index.contains_key(&index_entry(deadline, &key)[..])? {
-                    return Ok(Err(format!("deadline {deadline} of {key:?} not indexed")));
-                }
-                deadlines += 1;
-            }
-            for entry in maps.index.iter() {
-                let (entry, _) = entry?;
-                let Some((deadline, key)) = split_entry(&entry) else {
-                    return Ok(Err(format!("index entry {entry:?} too short")));
-                };
-                if maps.expires.get(key)? != Some(deadline) {
-                    return Ok(Err(format!("index entry {deadline} of {key:?} is stale")));
-                }
-            }
-            if maps.index.len() != deadlines {
-                return Ok(Err("the index and the deadlines differ in length".into()));
-            }
-            Ok(Ok((maps.keys.check()?, deadlines)))
-        });
-        match outcome {
+        match self.with_maps(Maps::check) {
             Ok(Ok(checked)) => checked,
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err("the keyspace is unavailable".into()),

@@ -44,6 +44,8 @@ mod counters;
 mod db;
 mod error;
 mod expiry;
+#[cfg(test)]
+mod expiry_crash;
 mod framing;
 mod glob;
 mod info;

@@ -1,6 +1,7 @@
-//! The keyspace: one ordered map of byte strings in a `Store`, and what the commands need
-//! around it (key stripes for read-modify-writes, write batches for the commands that change
-//! several keys at once, the swap on FLUSHDB, write statistics).
+//! The keyspace: one ordered map of byte strings in a `Store` (and two more for expiry
+//! times: see `expiry`), and what the commands need around it (key stripes for
+//! read-modify-writes, write batches for the commands that change several keys at once,
+//! the swap on FLUSHDB, write statistics).
 //!
 //! Every write returns once the store has made it durable, so a reply sent after it
 //! acknowledges a durable write.
@@ -12,15 +13,22 @@
 //! its durable write, so what a command reads under its stripes stays true until it writes.
 
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::{Mutex, MutexGuard};
+use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
 use pmem_structures::{BTreeMap, Error, Store, WriteBatch};
 
 use crate::counters::Counters;
 
 /// The map's name in the store.
 pub(crate) const KEYSPACE: &str = "db0";
+/// Each key with an expiry time -> its deadline (milliseconds since the Unix epoch).
+pub(crate) const EXPIRES: &str = "db0:expires";
+/// The deadlines in order: big-endian deadline ++ key -> nothing (for active expiry).
+pub(crate) const EXPIRY_INDEX: &str = "db0:expiry-index";
 
 /// Key stripes: writes to keys of one stripe are serialized, so the read-modify-writes (INCR,
 /// INCRBYFLOAT, APPEND, SETRANGE, SETNX, SET NX/XX/GET, RENAME, COPY, MSETNX) see no write
@@ -29,12 +37,32 @@ const STRIPES: usize = 1024;
 
 /// The byte-string map commands run on.
 pub(crate) type Keyspace = BTreeMap<Vec<u8>, Vec<u8>>;
+/// Key -> deadline in milliseconds since the Unix epoch, for the keys that have one.
+pub(crate) type Deadlines = BTreeMap<Vec<u8>, u64>;
+
+/// The keyspace's maps. A key's deadline is in `expires` and `index` together (every
+/// change of one writes both in one batch) and only while the key exists, except after a
+/// FLUSHDB that could not remove the deadline maps whole: a deadline of an absent key is
+/// then ignored, and removed when the key is next written or the deadline passes.
+///
+/// Generic over the store's backend so the expiry's crash test runs the same code on the
+/// simulator; the server uses the defaults.
+pub(crate) struct Maps<B: Backend = Hardware> {
+    pub(crate) keys: BTreeMap<Vec<u8>, Vec<u8>, B>,
+    pub(crate) expires: BTreeMap<Vec<u8>, u64, B>,
+    pub(crate) index: BTreeMap<Vec<u8>, Vec<u8>, B>,
+    /// Set before a deadline is first written, cleared only by FLUSHDB (and at open when no
+    /// key has one): while it is clear, a command's keys need no deadline lookup.
+    pub(crate) any_deadline: Arc<AtomicBool>,
+}
 
 pub(crate) struct Db {
     store: Store,
-    /// `None` only if FLUSHDB removed the map and could not make a new one. Sharded: every
+    /// `None` only if FLUSHDB removed the maps and could not make new ones. Sharded: every
     /// command takes it to read, on both cores, and only FLUSHDB writes.
-    map: ShardedLock<Option<Keyspace>>,
+    map: ShardedLock<Option<Maps>>,
+    /// The maps' `any_deadline`, read without the map's lock.
+    any_deadline: Arc<AtomicBool>,
     stripes: Box<[Mutex<()>]>,
     pub(crate) counters: Counters,
 }
@@ -56,10 +84,24 @@ impl From<Error> for DbError {
 
 impl Db {
     pub(crate) fn open(store: Store) -> Result<Db, Error> {
-        let map = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?;
+        // No keyspace but deadline maps: a crash inside FLUSHDB, which removes the keyspace
+        // first and makes it anew last. Its deadlines go with it; if the pool is too full
+        // to remove them, they stay, ignored as deadlines of absent keys (see `Maps`).
+        let names = store.names();
+        if !names.iter().any(|name| name == KEYSPACE) {
+            for name in [EXPIRES, EXPIRY_INDEX] {
+                if names.iter().any(|n| n == name) {
+                    let _ = store.remove_structure(name);
+                }
+            }
+        }
+        let any_deadline = Arc::new(AtomicBool::new(false));
+        let map = open_maps(&store, &any_deadline)?;
+        any_deadline.store(!map.expires.is_empty(), Ordering::Release);
         Ok(Db {
             store,
             map: ShardedLock::new(Some(map)),
+            any_deadline,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             counters: Counters::default(),
         })
@@ -69,8 +111,18 @@ impl Db {
         &self.store
     }
 
+    /// Whether some key may have a deadline (false: none has).
+    pub(crate) fn may_have_deadlines(&self) -> bool {
+        self.any_deadline.load(Ordering::Acquire)
+    }
+
     /// Run `command` on the map (FLUSHDB waits for it to finish).
     pub(crate) fn with_map<T>(&self, command: impl FnOnce(&Keyspace) -> T) -> Result<T, DbError> {
+        self.with_maps(|maps| command(&maps.keys))
+    }
+
+    /// Run `command` on the keyspace's maps (FLUSHDB waits for it to finish).
+    pub(crate) fn with_maps<T>(&self, command: impl FnOnce(&Maps) -> T) -> Result<T, DbError> {
         // A command that panicked while holding the lock left the map as it was: the
         // store's writes are all-or-nothing.
         let guard = self
@@ -101,11 +153,11 @@ impl Db {
     pub(crate) fn batch_write<T>(
         &self,
         keys: u64,
-        write: impl FnOnce(&Keyspace, &mut WriteBatch) -> Result<T, Error>,
+        write: impl FnOnce(&Maps, &mut WriteBatch) -> Result<T, Error>,
     ) -> Result<T, DbError> {
         // The batch lock before the map's (the module's lock order).
         let mut batch = self.store.batch()?;
-        let outcome = self.with_map(|map| {
+        let outcome = self.with_maps(|map| {
             let out = write(map, &mut batch)?;
             self.counted_write(keys, || batch.commit())?;
             Ok::<_, Error>(out)
@@ -114,23 +166,33 @@ impl Db {
     }
 
     /// Set every `(key, value)` of `pairs` (`count` of them), all durable together or none
-    /// (a later pair of a key wins). One pair is a single write.
+    /// (a later pair of a key wins), each without an expiry time (as SET and MSET leave a
+    /// key). One pair of a key without a deadline is a single write. The caller holds the
+    /// keys' stripes.
     pub(crate) fn set_all<'p>(
         &self,
         mut pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
         count: usize,
     ) -> Result<(), DbError> {
         let keys = count as u64;
+        let mut first = None;
         if count == 1 {
             let (key, value) = pairs.next().expect("one pair");
-            return self
-                .with_map(|map| self.counted_write(1, || map.upsert(key, value)))?
-                .map(drop)
-                .map_err(DbError::Store);
+            let single = self.with_maps(|maps| match maps.deadline(key)? {
+                None => self
+                    .counted_write(1, || maps.keys.upsert(key, value))
+                    .map(|_| true),
+                Some(_) => Ok(false),
+            })??;
+            if single {
+                return Ok(());
+            }
+            first = Some((key, value));
         }
-        self.batch_write(keys, |map, batch| {
-            for (key, value) in pairs {
-                map.put_in(batch, key, value)?;
+        self.batch_write(keys, |maps, batch| {
+            for (key, value) in first.into_iter().chain(pairs) {
+                maps.keys.put_in(batch, key, value)?;
+                maps.change_deadline_in(batch, key, maps.deadline(key)?, None)?;
             }
             Ok(())
         })
@@ -173,47 +235,76 @@ impl Db {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // The store removes no map with a live handle.
         drop(slot.take());
-        match self.store.remove_structure(KEYSPACE) {
-            // Not found: an earlier flush removed it and could not make the new one.
-            Ok(()) | Err(Error::NotFound { .. }) => {}
-            Err(Error::PoolFull { .. }) => {
-                let map = self.open_map()?;
-                if let Err(error) = delete_every_key(&map) {
-                    *slot = Some(map);
-                    return Err(error.into());
-                }
-                drop(map);
-                // The emptied map stays if it cannot go: it holds no key either way.
-                let _ = self.store.remove_structure(KEYSPACE);
-            }
-            Err(error) => {
-                *slot = self.open_map().ok();
+        // The keyspace first: a crash after it leaves deadlines without keys, which the next
+        // open removes (see `open`).
+        for name in [KEYSPACE, EXPIRES, EXPIRY_INDEX] {
+            if let Err(error) = self.remove_map(name) {
+                *slot = open_maps(&self.store, &self.any_deadline).ok();
                 return Err(error.into());
             }
         }
-        *slot = Some(self.open_map()?);
+        // No writer runs (every stripe is held): no deadline is being written.
+        self.any_deadline.store(false, Ordering::Release);
+        *slot = Some(open_maps(&self.store, &self.any_deadline)?);
         Ok(())
     }
 
-    fn open_map(&self) -> Result<Keyspace, Error> {
-        self.store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)
+    /// Remove the map `name` (all three have byte-string keys), or, when the pool is too
+    /// full to record its blocks, empty it key by key.
+    fn remove_map(&self, name: &str) -> Result<(), Error> {
+        match self.store.remove_structure(name) {
+            // Not found: an earlier flush removed it and could not make the new one.
+            Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(Error::PoolFull { .. }) => {
+                if name == EXPIRES {
+                    let map: Deadlines = self.store.btree_map(name)?;
+                    delete_every_key(
+                        |n| map.iter().take(n).map(|e| e.map(|(k, _)| k)).collect(),
+                        |key| map.remove(key).map(drop),
+                    )?;
+                } else {
+                    let map: Keyspace = self.store.btree_map(name)?;
+                    delete_every_key(
+                        |n| map.iter().take(n).map(|e| e.map(|(k, _)| k)).collect(),
+                        |key| map.remove(key).map(drop),
+                    )?;
+                }
+                // The emptied map stays if it cannot go: it holds no key either way.
+                let _ = self.store.remove_structure(name);
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 }
 
-/// Delete the keys of `map` a batch at a time (a batch read, then deleted).
-fn delete_every_key(map: &Keyspace) -> Result<(), Error> {
+/// The keyspace's maps in `store`, made empty where missing.
+pub(crate) fn open_maps<B: Backend>(
+    store: &Store<B>,
+    any_deadline: &Arc<AtomicBool>,
+) -> Result<Maps<B>, Error> {
+    Ok(Maps {
+        keys: store.btree_map(KEYSPACE)?,
+        expires: store.btree_map(EXPIRES)?,
+        index: store.btree_map(EXPIRY_INDEX)?,
+        any_deadline: any_deadline.clone(),
+    })
+}
+
+/// Delete the keys of a map a batch at a time: `first(n)` reads its first `n` keys,
+/// `remove` deletes one.
+fn delete_every_key(
+    first: impl Fn(usize) -> Result<Vec<Vec<u8>>, Error>,
+    remove: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error> {
     const BATCH: usize = 1024;
     loop {
-        let keys = map
-            .iter()
-            .take(BATCH)
-            .map(|entry| entry.map(|(key, _)| key))
-            .collect::<Result<Vec<_>, _>>()?;
+        let keys = first(BATCH)?;
         if keys.is_empty() {
             return Ok(());
         }
         for key in keys {
-            map.remove(&key[..])?;
+            remove(&key)?;
         }
     }
 }

@@ -213,7 +213,8 @@ fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
             let keys = shared.db.with_map(|map| map.len()).unwrap_or(0);
             // As in Redis, a database without keys has no line.
             if keys > 0 {
-                fields.push(("db0", format!("keys={keys},expires=0,avg_ttl=0")));
+                let expires = shared.db.deadline_count();
+                fields.push(("db0", format!("keys={keys},expires={expires},avg_ttl=0")));
             }
         }
         "pool" => {

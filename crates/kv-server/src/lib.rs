@@ -8,16 +8,20 @@
 //! same instructions run with the emulated granularity and only a process crash is
 //! survived). Connections are tasks on a multi-threaded runtime, one worker per core.
 //!
-//! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`KEEPTTL`, `SETNX`, `GETSET`,
-//! `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`, `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/
-//! `DECRBY`, `INCRBYFLOAT`), several keys at once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`,
-//! each one write batch of the store, all of it or none after a crash; `COPY`; `MGET`,
-//! which never sees a batch in part), keys (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`,
-//! `RANDOMKEY`, `KEYS` and `SCAN` with Redis's glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`),
-//! the connection (`PING`, `ECHO`, `HELLO`, `AUTH`, `CLIENT ID|GETNAME|SETNAME|SETINFO|INFO`,
-//! `SELECT 0`, `RESET`, `QUIT`) and the server (`INFO`, `CONFIG GET`, `COMMAND` and its
-//! `COUNT`/`DOCS`/`INFO`/`LIST`). Keys never expire. `MULTI`, `EXEC`, `DISCARD` and `WATCH`
-//! are refused, and so is every command between a `MULTI` and its `EXEC` or `DISCARD`, so a
+//! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`EX`/`PX`/`EXAT`/`PXAT`/`KEEPTTL`,
+//! `SETEX`, `PSETEX`, `GETEX`, `SETNX`, `GETSET`, `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`,
+//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), several keys at
+//! once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`, each one write batch of the store, all of
+//! it or none after a crash; `COPY`; `MGET`, which never sees a batch in part), keys
+//! (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`, `RANDOMKEY`, `KEYS` and `SCAN` with Redis's
+//! glob patterns, `DBSIZE`, `FLUSHDB`/`FLUSHALL`), the connection (`PING`, `ECHO`, `HELLO`,
+//! `AUTH`, `CLIENT ID|GETNAME|SETNAME|SETINFO|INFO`, `SELECT 0`, `RESET`, `QUIT`) and the
+//! server (`INFO`, `CONFIG GET`, `COMMAND` and its `COUNT`/`DOCS`/`INFO`/`LIST`), and
+//! expiry times (`EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT` with `NX`/`XX`/`GT`/`LT`,
+//! `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`, `PERSIST`): deadlines are kept in the store,
+//! absolute, so they hold across crashes and restarts, and keys past them go lazily (when
+//! named) and actively (in the background). `MULTI`, `EXEC`, `DISCARD` and `WATCH` are
+//! refused, and so is every command between a `MULTI` and its `EXEC` or `DISCARD`, so a
 //! transaction a client sends applies nothing.
 //!
 //! ```no_run
@@ -39,6 +43,9 @@ mod connection;
 mod counters;
 mod db;
 mod error;
+mod expiry;
+#[cfg(test)]
+mod expiry_crash;
 mod framing;
 mod glob;
 mod info;

@@ -62,9 +62,29 @@ impl Offline {
         (output.to_vec(), closed)
     }
 
+    /// The deadline maps' agreement with each other and the keys (see
+    /// [`check_pool`]): the number of keys and of deadlines, or what disagrees.
+    pub fn check_deadlines(&self) -> Result<(u64, u64), String> {
+        self.shared.db.check_deadlines()
+    }
+
     /// The keyspace's own consistency check: how many keys it holds, or what is wrong.
     pub fn check(&self) -> Result<u64, pmem_structures::Error> {
         // No keyspace (a FLUSHDB that could not make a new one) holds no keys.
         self.shared.db.with_map(|map| map.check()).unwrap_or(Ok(0))
     }
+}
+
+/// Open the server's pool at `path` (not in use; `granularity` as the server ran it) and
+/// check its keyspace: the keys' map,
+/// and that every deadline's key exists and is indexed under it and every index entry is a
+/// key's deadline. The number of keys and of keys with a deadline, or what is wrong.
+pub fn check_pool(
+    path: &std::path::Path,
+    granularity: pmem_structures::Granularity,
+) -> Result<(u64, u64), String> {
+    let options = StoreOptions::new().granularity(granularity);
+    let store = Store::open_with(path, &options).map_err(|error| error.to_string())?;
+    let db = Db::open(store).map_err(|error| error.to_string())?;
+    db.check_deadlines()
 }

@@ -207,6 +207,7 @@ async fn serve(
     let (close, closing) = watch::channel(false);
     let signal = StopSignals::received(signals);
     tokio::pin!(signal);
+    let expiry = tokio::spawn(active_expiry(shared.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -219,6 +220,7 @@ async fn serve(
         }
     }
     drop(listener);
+    expiry.abort();
     // Wake the connections waiting for requests; they close once their replies are out.
     let _ = close.send(true);
     // Counted rather than joined: a JoinSet would take its lock at every wake of every
@@ -226,6 +228,22 @@ async fn serve(
     let drain_until = Instant::now() + DRAIN;
     while shared.clients.load(Ordering::Acquire) > 0 && Instant::now() < drain_until {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Active expiry: a cycle every period (see `crate::expiry`). A cycle that fails (a full
+/// pool) leaves the keys for the next one, and for lazy expiry.
+async fn active_expiry(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(crate::expiry::CYCLE_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if shared.db.may_have_deadlines() {
+            // Blocking store work: the worker's other tasks move to another thread.
+            tokio::task::block_in_place(|| {
+                let _ = shared.db.expire_cycle(crate::expiry::CYCLE_BUDGET);
+            });
+        }
     }
 }
 

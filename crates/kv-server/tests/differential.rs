@@ -5,10 +5,13 @@
 //! patterns and unknown commands; a second test sends malformed and inline requests byte
 //! for byte. Replies are compared as bytes, except where Redis's answer depends on its hash
 //! table: KEYS (compared sorted), SCAN (a whole scan's keys compared as sets), RANDOMKEY
-//! (both answer a key that exists, or both nil), CLIENT ID and HELLO's server fields.
+//! (both answer a key that exists, or both nil), CLIENT ID and HELLO's server fields, and
+//! where it depends on the clock: TTL and its kin (a time within a tolerance; absent keys and
+//! keys without a deadline exactly). Expiry times in the sequences are 10 s or more ahead,
+//! or already past, so no key expires between the two servers' answers.
 //!
-//! Left out on purpose: what only one side has or means differently (expiry times, which
-//! this server refuses; MULTI/EXEC/WATCH, refused here; SELECT and COPY ... DB of databases
+//! Left out on purpose: what only one side has or means differently (MULTI/EXEC/WATCH,
+//! refused here; SELECT and COPY ... DB of databases
 //! 1-15; INFO, CONFIG GET, COMMAND's contents, CLIENT SETINFO of Redis 7.2), and lengths
 //! between this server's value limit (64 MiB) and Redis's (512 MiB).
 //!
@@ -254,6 +257,19 @@ fn compare(ours: &mut Raw, redis: &mut Raw, request: &Request) -> Result<(), Str
             (x, y) => x == y,
         },
         Compare::AnyInteger => a.first() == Some(&b':') && b.first() == Some(&b':'),
+        Compare::Within(tolerance) => {
+            let number = |reply: &[u8]| {
+                std::str::from_utf8(reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?)
+                    .ok()?
+                    .parse::<i64>()
+                    .ok()
+            };
+            match (number(&a), number(&b)) {
+                (Some(x), Some(y)) if x < 0 || y < 0 => x == y,
+                (Some(x), Some(y)) => (x - y).abs() <= tolerance,
+                _ => false,
+            }
+        }
         Compare::Shape => match (parse(&a), parse(&b)) {
             (Resp::Pairs(x), Resp::Pairs(y)) | (Resp::Items(x), Resp::Items(y)) => {
                 x.len() == y.len()
@@ -425,5 +441,55 @@ fn malformed_and_inline_requests_get_redis_replies() {
             "{:?}: ours first, redis second",
             String::from_utf8_lossy(input)
         );
+    }
+}
+
+/// Deadlines given as absolute times read back exactly as Redis gives them (EXPIRETIME and
+/// PEXPIRETIME, rounded the same way), and relative ones within a tolerance.
+#[test]
+fn absolute_deadlines_read_back_as_redis_gives_them() {
+    let Some((redis_server, ours_server)) = servers_or_skip() else {
+        return;
+    };
+    let mut ours = Raw::connect(ours_server.addr());
+    let mut redis = Raw::connect(redis_server.addr);
+    let requests: &[&[&str]] = &[
+        &["FLUSHALL"],
+        &["SET", "a", "1", "EXAT", "4102444800"],
+        &["EXPIRETIME", "a"],
+        &["PEXPIRETIME", "a"],
+        &["SET", "b", "1", "PXAT", "4102444800499"],
+        &["EXPIRETIME", "b"],
+        &["PEXPIREAT", "b", "4102444800500"],
+        &["EXPIRETIME", "b"],
+        &["PEXPIRETIME", "b"],
+        &["EXPIREAT", "b", "4102444700", "GT"],
+        &["EXPIREAT", "b", "4102444700", "LT"],
+        &["PEXPIRETIME", "b"],
+        &["PEXPIREAT", "c", "9223372036854775807"],
+        &["SET", "c", "1"],
+        &["PEXPIREAT", "c", "9223372036854775807"],
+        &["EXPIRETIME", "c"],
+        &["RENAME", "b", "d"],
+        &["PEXPIRETIME", "d"],
+        &["COPY", "d", "e"],
+        &["PEXPIRETIME", "e"],
+        &["GETEX", "e", "PXAT", "4102444800001"],
+        &["PEXPIRETIME", "e"],
+        &["GETEX", "e", "PERSIST"],
+        &["PEXPIRETIME", "e"],
+        &["SET", "a", "2", "KEEPTTL"],
+        &["EXPIRETIME", "a"],
+        &["SET", "a", "3"],
+        &["EXPIRETIME", "a"],
+        &["EXPIREAT", "d", "1"],
+        &["EXISTS", "d"],
+        &["SET", "f", "1", "PXAT", "1"],
+        &["GET", "f"],
+        &["DBSIZE"],
+    ];
+    for request in requests {
+        let (a, b) = (ours.call_text(request), redis.call_text(request));
+        assert_eq!(a, b, "{request:?}");
     }
 }

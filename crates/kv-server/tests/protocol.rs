@@ -392,7 +392,10 @@ fn unknown_commands_and_wrong_arity_keep_the_connection() {
             "wrong number of arguments for 'mset' command",
         ),
         (vec!["SET", "a", "1", "NX", "XX"], "syntax error"),
-        (vec!["SET", "a", "1", "EX", "10"], "no expiry"),
+        (
+            vec!["SET", "a", "1", "EX", "0"],
+            "invalid expire time in 'set' command",
+        ),
         (vec!["FLUSHDB", "NOW"], "syntax error"),
     ] {
         let error = cmd(args[0])

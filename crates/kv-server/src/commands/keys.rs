@@ -17,15 +17,15 @@ pub(super) fn del(call: &mut Call) -> Reply {
     let keys = &call.args[1..];
     let db = &call.shared.db;
     let _locks = db.lock_keys(keys.iter().map(|k| &k[..]));
-    with_map(call.shared, |map| {
-        let mut removed = 0;
-        for key in keys {
-            if db.counted_write(1, || map.remove(&key[..]))?.is_some() {
-                removed += 1;
-            }
+    let mut removed = 0;
+    for key in keys {
+        match db.delete_key(key) {
+            Ok(Some(_)) => removed += 1,
+            Ok(None) => {}
+            Err(error) => return store_error(error),
         }
-        Ok(Reply::Integer(removed))
-    })
+    }
+    Reply::Integer(removed)
 }
 
 /// EXISTS and TOUCH: how many of the keys exist, a key named twice counted twice.
@@ -67,9 +67,29 @@ pub(super) fn randomkey(call: &mut Call) -> Reply {
         draws += 1;
         state.hash_one(draws) % n
     };
-    with_map(call.shared, |map| {
-        random_key(map, &mut below).map(Reply::bulk_or_null)
-    })
+    // A key past its deadline is deleted and another drawn, as Redis does; a few times at
+    // most, so a keyspace of expired keys does not keep the command busy.
+    for _ in 0..100 {
+        let drawn = call.shared.db.with_maps(|maps| {
+            let key = random_key(&maps.keys, &mut below)?;
+            let due = match &key {
+                Some(key) => maps.is_due(key, call.now)?,
+                None => false,
+            };
+            Ok::<_, Error>((key, due))
+        });
+        match drawn {
+            Ok(Ok((Some(key), true))) => {
+                if let Err(error) = call.shared.db.expire_due(&[&key[..]], call.now) {
+                    return store_error(error);
+                }
+            }
+            Ok(Ok((key, _))) => return Reply::bulk_or_null(key),
+            Ok(Err(error)) => return store_error(crate::db::DbError::Store(error)),
+            Err(error) => return store_error(error),
+        }
+    }
+    Reply::Null
 }
 
 /// The first key at or after `from` and below `high`.
@@ -140,19 +160,26 @@ fn random_key(
 pub(super) fn keys(call: &mut Call) -> Reply {
     let pattern = Pattern::new(&call.args[1]);
     let (low, high) = pattern.range(None);
-    with_map(call.shared, |map| {
+    let now = call.now;
+    let outcome = call.shared.db.with_maps(|maps| {
         let mut found = Vec::new();
-        for entry in map.range::<&[u8], _>((
+        for entry in maps.keys.range::<&[u8], _>((
             low.as_ref().map(Vec::as_slice),
             high.as_ref().map(Vec::as_slice),
         )) {
             let (key, _) = entry?;
-            if pattern.matches(&key) {
+            // A key past its deadline is not listed (the next command naming it deletes it).
+            if pattern.matches(&key) && !maps.is_due(&key, now)? {
                 found.push(Reply::bulk(key));
             }
         }
-        Ok(Reply::Array(found))
-    })
+        Ok::<_, Error>(Reply::Array(found))
+    });
+    match outcome {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(error)) => store_error(crate::db::DbError::Store(error)),
+        Err(error) => store_error(error),
+    }
 }
 
 /// The most keys one SCAN call looks at, whatever COUNT asks.
@@ -206,8 +233,10 @@ pub(super) fn scan(call: &mut Call) -> Reply {
     let mut keys = Vec::new();
     let mut last_seen = None;
     let mut more = false;
-    let outcome = call.shared.db.with_map(|map| {
-        for (seen, entry) in map
+    let now = call.now;
+    let outcome = call.shared.db.with_maps(|maps| {
+        for (seen, entry) in maps
+            .keys
             .range::<&[u8], _>((
                 low.as_ref().map(Vec::as_slice),
                 high.as_ref().map(Vec::as_slice),
@@ -219,7 +248,7 @@ pub(super) fn scan(call: &mut Call) -> Reply {
                 more = true;
                 break;
             }
-            if strings_wanted && pattern.matches(&key) {
+            if strings_wanted && pattern.matches(&key) && !maps.is_due(&key, now)? {
                 keys.push(Reply::bulk(key.clone()));
             }
             last_seen = Some(key);

@@ -4,6 +4,7 @@
 //! * `table`: every command, its arity, flags, keys and documentation (for `COMMAND`).
 //! * `strings`: values (`GET`, `SET`, `APPEND`, `INCRBYFLOAT`, ...).
 //! * `keys`: the keyspace (`DEL`, `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `FLUSHDB`, ...).
+//! * `expiry`: expiry times (`EXPIRE` and its kin, `TTL`, `PERSIST`, `SETEX`, `GETEX`).
 //! * `multikey`: writes of several keys as one (`MSET`, `MSETNX`, `RENAME`, `COPY`) and `MGET`.
 //! * `connection`: the connection's own state (`HELLO`, `CLIENT`, `SELECT`, `MULTI`, ...).
 //! * `server`: `INFO`, `CONFIG`, `COMMAND`.
@@ -12,6 +13,7 @@
 //! write is durable: an acknowledged write survives a crash of the process.
 
 mod connection;
+mod expiry;
 mod keys;
 mod multikey;
 mod server;
@@ -39,6 +41,9 @@ pub(crate) struct Call<'a> {
     pub(crate) shared: &'a Shared,
     pub(crate) session: &'a mut Session,
     pub(crate) args: &'a [Bytes],
+    /// The command's time (milliseconds since the Unix epoch), taken once at its start: its
+    /// keys' deadlines are judged against it, as Redis 7 does.
+    pub(crate) now: u64,
 }
 
 type Handler = fn(&mut Call) -> Reply;
@@ -143,11 +148,16 @@ pub(crate) fn execute(
         Ok(index) => {
             pipeline.commit(session.protocol, output);
             let started = Instant::now();
-            let reply = (COMMANDS[index].run)(&mut Call {
-                shared,
-                session,
-                args: &args,
-            });
+            let now = crate::expiry::now_ms();
+            let reply = match expire_named_keys(shared, &COMMANDS[index], &args, now) {
+                Ok(()) => (COMMANDS[index].run)(&mut Call {
+                    shared,
+                    session,
+                    args: &args,
+                    now,
+                }),
+                Err(reply) => reply,
+            };
             shared
                 .db
                 .counters
@@ -161,6 +171,33 @@ pub(crate) fn execute(
     };
     // In the protocol the command leaves (HELLO 3 answers in RESP3).
     reply.encode(session.protocol, output);
+}
+
+/// Lazy expiry: the keys `command` names in `args` (by the table's key positions) whose
+/// deadline is at or before `now` are deleted before it runs, so it sees them absent.
+fn expire_named_keys(
+    shared: &Shared,
+    command: &Command,
+    args: &[Bytes],
+    now: u64,
+) -> Result<(), Reply> {
+    if !shared.db.may_have_deadlines() {
+        return Ok(());
+    }
+    let (first, last, step) = command.keys;
+    if first <= 0 {
+        return Ok(());
+    }
+    let last = if last < 0 {
+        args.len() as i64 + last
+    } else {
+        last.min(args.len() as i64 - 1)
+    };
+    let keys: Vec<&[u8]> = (first..=last)
+        .step_by(step.max(1) as usize)
+        .map(|at| &args[at as usize][..])
+        .collect();
+    shared.db.expire_due(&keys, now).map_err(store_error)
 }
 
 /// The index of the command `args` asks for, if it may run: named, of the right arity, not

@@ -52,14 +52,17 @@ pub(super) fn msetnx(call: &mut Call) -> Reply {
     let pairs = &call.args[1..];
     let db = &call.shared.db;
     let _locks = db.lock_keys(pairs.iter().step_by(2).map(|k| &k[..]));
-    let written = db.batch_write(pairs.len() as u64 / 2, |map, batch| {
+    let written = db.batch_write(pairs.len() as u64 / 2, |maps, batch| {
         for key in pairs.iter().step_by(2) {
-            if map.contains_key(&key[..])? {
+            if maps.keys.contains_key(&key[..])? {
                 return Ok(false);
             }
         }
         for pair in pairs.chunks_exact(2) {
-            map.put_in(batch, &pair[0][..], &pair[1][..])?;
+            let key = &pair[0][..];
+            maps.keys.put_in(batch, key, &pair[1][..])?;
+            // Only the deadline a FLUSHDB left behind (see `db::Maps`).
+            maps.change_deadline_in(batch, key, maps.deadline(key)?, None)?;
         }
         Ok(true)
     });
@@ -84,18 +87,22 @@ fn rename_or_not(call: &Call, if_absent: bool) -> Reply {
     let (from, to) = (&call.args[1][..], &call.args[2][..]);
     let db = &call.shared.db;
     let _locks = db.lock_keys([from, to].into_iter());
-    let outcome = db.batch_write(2, |map, batch| {
-        let Some(value) = map.get(from)? else {
+    let outcome = db.batch_write(2, |maps, batch| {
+        let Some(value) = maps.keys.get(from)? else {
             return Ok(Err(Reply::error("ERR no such key")));
         };
         if from == to {
             return Ok(Ok(!if_absent));
         }
-        if if_absent && map.contains_key(to)? {
+        if if_absent && maps.keys.contains_key(to)? {
             return Ok(Ok(false));
         }
-        map.put_in(batch, to, &value[..])?;
-        map.delete_in(batch, from)?;
+        // The destination takes the source's deadline (or none), as in Redis.
+        let deadline = maps.deadline(from)?;
+        maps.keys.put_in(batch, to, &value[..])?;
+        maps.change_deadline_in(batch, to, maps.deadline(to)?, deadline)?;
+        maps.keys.delete_in(batch, from)?;
+        maps.change_deadline_in(batch, from, deadline, None)?;
         Ok(Ok(true))
     });
     match outcome {
@@ -143,15 +150,26 @@ pub(super) fn copy(call: &mut Call) -> Reply {
     }
     let db = &call.shared.db;
     let _locks = db.lock_keys([from, to].into_iter());
-    // One key written: a single write.
-    with_map(call.shared, |map| {
-        let Some(value) = map.get(from)? else {
-            return Ok(Reply::Integer(0));
+    let read = db.with_maps(|maps| {
+        let Some(value) = maps.keys.get(from)? else {
+            return Ok(None);
         };
-        if !replace && map.contains_key(to)? {
-            return Ok(Reply::Integer(0));
+        if !replace && maps.keys.contains_key(to)? {
+            return Ok(None);
         }
-        db.counted_write(1, || map.upsert(to, &value[..]))?;
-        Ok(Reply::Integer(1))
-    })
+        Ok::<_, pmem_structures::Error>(Some((value, maps.deadline(from)?, maps.deadline(to)?)))
+    });
+    // One key written: a single write, or one batch when a deadline changes (the copy
+    // takes the source's, as in Redis).
+    match read {
+        Ok(Ok(Some((value, deadline, replaced)))) => {
+            match db.write_key(to, &value, replaced, deadline) {
+                Ok(()) => Reply::Integer(1),
+                Err(error) => store_error(error),
+            }
+        }
+        Ok(Ok(None)) => Reply::Integer(0),
+        Ok(Err(error)) => store_error(crate::db::DbError::Store(error)),
+        Err(error) => store_error(error),
+    }
 }

@@ -3,8 +3,6 @@
 //! stripe from its read to its durable write, so no other command on the key slips in
 //! between.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use pmem_structures::Error;
 
@@ -19,42 +17,72 @@ pub(super) fn get(call: &mut Call) -> Reply {
 }
 
 /// What a read-modify-write decided: the value to store (if any) and the reply.
-type Update = Result<(Option<Vec<u8>>, Reply), Reply>;
+pub(super) type Update = Result<(Option<Vec<u8>>, Reply), Reply>;
+
+/// What a write does to the key's deadline.
+#[derive(Clone, Copy)]
+pub(super) enum Ttl {
+    /// The key keeps the deadline it has (a new key has none): INCR, APPEND, SETRANGE,
+    /// SET KEEPTTL.
+    Keep,
+    /// The key has no deadline after the write: SET, GETSET.
+    Clear,
+    /// The key has this one: SET EX, SETEX.
+    At(u64),
+}
 
 /// Run `decide` on the current value of `key` with the key's stripe held, store what it
-/// returns (durably, before the reply) and answer its reply.
-fn update(call: &Call, key: &[u8], decide: impl FnOnce(Option<Vec<u8>>) -> Update) -> Reply {
+/// returns with the deadline `ttl` says (durably, before the reply) and answer its reply.
+pub(super) fn update(
+    call: &Call,
+    key: &[u8],
+    ttl: Ttl,
+    decide: impl FnOnce(Option<Vec<u8>>) -> Update,
+) -> Reply {
     let db = &call.shared.db;
     let _locks = db.lock_keys(std::iter::once(key));
-    let outcome = db.with_map(|map| -> Result<Result<Reply, Reply>, Error> {
-        let (value, reply) = match decide(map.get(key)?) {
-            Ok(decided) => decided,
-            Err(reply) => return Ok(Err(reply)),
-        };
-        if let Some(value) = value {
-            db.counted_write(1, || map.upsert(key, &value[..]))?;
-        }
-        Ok(Ok(reply))
-    });
-    match outcome {
-        Ok(Ok(Ok(reply) | Err(reply))) => reply,
-        Ok(Err(error)) => store_error(DbError::Store(error)),
+    let read = db.with_maps(|maps| Ok::<_, Error>((maps.keys.get(key)?, maps.deadline(key)?)));
+    let (old, old_deadline) = match read {
+        Ok(Ok(read)) => read,
+        Ok(Err(error)) => return store_error(DbError::Store(error)),
+        Err(error) => return store_error(error),
+    };
+    let existed = old.is_some();
+    let (value, reply) = match decide(old) {
+        Ok(decided) => decided,
+        Err(reply) => return reply,
+    };
+    let Some(value) = value else {
+        return reply;
+    };
+    let new_deadline = match ttl {
+        Ttl::Keep if existed => old_deadline,
+        Ttl::Keep | Ttl::Clear => None,
+        Ttl::At(deadline) => Some(deadline),
+    };
+    // A deadline already past is written as it is (Redis 7.0 does the same): the key reads
+    // as absent from now on and goes at its next access or active expiry, and DBSIZE
+    // counts it until then, as Redis's does.
+    match db.write_key(key, &value, old_deadline, new_deadline) {
+        Ok(()) => reply,
         Err(error) => store_error(error),
     }
 }
 
-/// SET's options as Redis reads them: later options may not contradict earlier ones.
+/// The options of SET (`getex` false) and GETEX (true) as Redis reads them: later options
+/// may not contradict earlier ones.
 #[derive(Default)]
-struct SetOptions {
+pub(super) struct SetOptions {
     only_if_absent: bool,
     only_if_present: bool,
     get: bool,
     keep_ttl: bool,
+    pub(super) persist: bool,
     /// An expiry option and its argument.
-    expiry: Option<(&'static str, Bytes)>,
+    pub(super) expiry: Option<(&'static str, Bytes)>,
 }
 
-fn set_options(options: &[Bytes]) -> Result<SetOptions, Reply> {
+pub(super) fn set_options(options: &[Bytes], getex: bool) -> Result<SetOptions, Reply> {
     let mut parsed = SetOptions::default();
     let mut at = 0;
     while at < options.len() {
@@ -68,13 +96,16 @@ fn set_options(options: &[Bytes]) -> Result<SetOptions, Reply> {
             _ => None,
         };
         match (option.as_slice(), expiry_name, next) {
-            (b"NX", ..) if !parsed.only_if_present => parsed.only_if_absent = true,
-            (b"XX", ..) if !parsed.only_if_absent => parsed.only_if_present = true,
-            (b"GET", ..) => parsed.get = true,
-            (b"KEEPTTL", ..) if parsed.expiry.is_none() => parsed.keep_ttl = true,
-            // An expiry option may repeat (the last counts) but not meet another, nor KEEPTTL.
+            (b"NX", ..) if !getex && !parsed.only_if_present => parsed.only_if_absent = true,
+            (b"XX", ..) if !getex && !parsed.only_if_absent => parsed.only_if_present = true,
+            (b"GET", ..) if !getex => parsed.get = true,
+            (b"KEEPTTL", ..) if !getex && parsed.expiry.is_none() => parsed.keep_ttl = true,
+            (b"PERSIST", ..) if getex && parsed.expiry.is_none() => parsed.persist = true,
+            // An expiry option may repeat (the last counts) but not meet another, nor
+            // KEEPTTL or PERSIST.
             (_, Some(name), Some(value))
                 if !parsed.keep_ttl
+                    && !parsed.persist
                     && parsed.expiry.as_ref().is_none_or(|(seen, _)| *seen == name) =>
             {
                 parsed.expiry = Some((name, value.clone()));
@@ -87,48 +118,52 @@ fn set_options(options: &[Bytes]) -> Result<SetOptions, Reply> {
     Ok(parsed)
 }
 
-/// An expiry Redis would accept is refused with the reason; one it would refuse gets its
-/// error (so clients see the same replies for bad arguments).
-fn refuse_expiry(option: &str, value: &[u8]) -> Reply {
-    let invalid = || Reply::error("ERR invalid expire time in 'set' command");
-    let n = match integer(value) {
-        Ok(n) => n,
-        Err(reply) => return reply,
-    };
+/// The deadline an expiry option (`EX`, `PX`, `EXAT`, `PXAT`) and its argument give at
+/// `now`, or Redis's error for `command` (a time not above 0, or past the 64-bit range).
+pub(super) fn deadline_of(
+    option: &str,
+    value: &[u8],
+    now: u64,
+    command: &str,
+) -> Result<u64, Reply> {
+    let invalid = || Reply::error(format!("ERR invalid expire time in '{command}' command"));
+    let n = integer(value)?;
     let seconds = option == "EX" || option == "EXAT";
     if n <= 0 || (seconds && n > i64::MAX / 1000) {
-        return invalid();
+        return Err(invalid());
     }
     let millis = if seconds { n * 1000 } else { n };
     if option == "EX" || option == "PX" {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        if millis.checked_add(now).is_none_or(|at| at <= 0) {
-            return invalid();
-        }
+        return millis
+            .checked_add(now as i64)
+            .filter(|&at| at > 0)
+            .map(|at| at as u64)
+            .ok_or_else(invalid);
     }
-    Reply::error(format!(
-        "ERR SET {option} is not supported: this server keeps no expiry times"
-    ))
+    Ok(millis as u64)
 }
 
 pub(super) fn set(call: &mut Call) -> Reply {
-    let options = match set_options(&call.args[3..]) {
+    let options = match set_options(&call.args[3..], false) {
         Ok(options) => options,
         Err(reply) => return reply,
     };
-    if let Some((option, value)) = &options.expiry {
-        return refuse_expiry(option, value);
-    }
-    // KEEPTTL keeps the key's expiry time, and no key has one.
-    let _ = options.keep_ttl;
-    if !(options.only_if_absent || options.only_if_present || options.get) {
+    let ttl = match &options.expiry {
+        Some((option, value)) => match deadline_of(option, value, call.now, "set") {
+            Ok(deadline) => Ttl::At(deadline),
+            Err(reply) => return reply,
+        },
+        None if options.keep_ttl => Ttl::Keep,
+        None => Ttl::Clear,
+    };
+    if !(options.only_if_absent || options.only_if_present || options.get)
+        && matches!(ttl, Ttl::Clear)
+    {
         // A plain write reads nothing.
         return super::multikey::set_pairs(call, &call.args[1..3]);
     }
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], ttl, |old| {
         let write = (!options.only_if_absent || old.is_none())
             && (!options.only_if_present || old.is_some());
         let reply = match (options.get, write) {
@@ -142,7 +177,7 @@ pub(super) fn set(call: &mut Call) -> Reply {
 
 pub(super) fn setnx(call: &mut Call) -> Reply {
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Clear, |old| {
         Ok(match old {
             Some(_) => (None, Reply::Integer(0)),
             None => (Some(value), Reply::Integer(1)),
@@ -163,7 +198,7 @@ fn check_length(call: &Call, length: u64) -> Result<(), Reply> {
 
 pub(super) fn append(call: &mut Call) -> Reply {
     let suffix = &call.args[2];
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Keep, |old| {
         let mut value = old.unwrap_or_default();
         check_length(call, value.len() as u64 + suffix.len() as u64)?;
         value.extend_from_slice(suffix);
@@ -186,7 +221,7 @@ pub(super) fn setrange(call: &mut Call) -> Reply {
         Err(reply) => return reply,
     };
     let patch = &call.args[3];
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Keep, |old| {
         if patch.is_empty() {
             // Nothing to write: the length as it is (0 for no key, which stays absent).
             return Ok((None, Reply::Integer(old.map_or(0, |v| v.len() as i64))));
@@ -232,7 +267,7 @@ fn substring(value: &[u8], start: i64, end: i64) -> &[u8] {
 }
 
 fn incr_by(call: &Call, by: i64) -> Reply {
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Keep, |old| {
         let current = match old {
             Some(text) => crate::numbers::parse_i64(&text).ok_or_else(not_an_integer)?,
             None => 0,
@@ -269,7 +304,7 @@ pub(super) fn decrby(call: &mut Call) -> Reply {
 
 pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
     let by = call.args[2].clone();
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Keep, |old| {
         let not_a_float = || Reply::error("ERR value is not a valid float");
         let current = match old {
             Some(text) => parse_long_double(&text).ok_or_else(not_a_float)?,
@@ -289,20 +324,21 @@ pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
 /// GETSET: SET with GET, under its old name.
 pub(super) fn getset(call: &mut Call) -> Reply {
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], |old| {
+    update(call, &call.args[1], Ttl::Clear, |old| {
         Ok((Some(value), Reply::bulk_or_null(old)))
     })
 }
 
-/// GETDEL: the value, and the key gone (one store write: the remove returns what it held).
+/// GETDEL: the value, and the key gone (one store write, the remove returning what it
+/// held; with the key's deadline, one batch).
 pub(super) fn getdel(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
     let db = &call.shared.db;
     let _locks = db.lock_keys(std::iter::once(key));
-    with_map(call.shared, |map| {
-        db.counted_write(1, || map.remove(key))
-            .map(Reply::bulk_or_null)
-    })
+    match db.delete_key(key) {
+        Ok(removed) => Reply::bulk_or_null(removed),
+        Err(error) => store_error(error),
+    }
 }
 
 #[cfg(test)]

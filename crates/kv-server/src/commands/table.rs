@@ -3,7 +3,7 @@
 //! arity check and `COMMAND`'s replies (`INFO`, `DOCS`, `COUNT`, `LIST`) come from here, so
 //! they cannot disagree with what runs.
 
-use super::{connection, keys, multikey, server, strings, Command};
+use super::{connection, expiry, keys, multikey, server, strings, Command};
 
 macro_rules! table {
     ($(
@@ -30,7 +30,13 @@ table! {
     "get" 2 [readonly fast] (1 1 1) string "1.0.0" strings::get,
         "Returns the string value of a key.";
     "set" -3 [write denyoom] (1 1 1) string "1.0.0" strings::set,
-        "Sets the string value of a key (NX, XX, GET, KEEPTTL; no expiry times).";
+        "Sets the string value of a key (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL).";
+    "setex" 4 [write denyoom] (1 1 1) string "2.0.0" expiry::setex,
+        "Sets the string value and expiration time of a key.";
+    "psetex" 4 [write denyoom] (1 1 1) string "2.6.0" expiry::psetex,
+        "Sets both string value and expiration time in milliseconds of a key.";
+    "getex" -2 [write fast] (1 1 1) string "6.2.0" expiry::getex,
+        "Returns the string value of a key after setting its expiration time.";
     "setnx" 3 [write denyoom fast] (1 1 1) string "1.0.0" strings::setnx,
         "Sets the string value of a key only when the key doesn't exist.";
     "append" 3 [write denyoom fast] (1 1 1) string "2.0.0" strings::append,
@@ -77,6 +83,24 @@ table! {
         "Renames a key only when the target key name doesn't exist.";
     "copy" -3 [write denyoom] (1 2 1) generic "6.2.0" multikey::copy,
         "Copies the value of a key to a new key (DB 0 only: the server has one database).";
+    "expire" -3 [write fast] (1 1 1) generic "1.0.0" expiry::expire,
+        "Sets the expiration time of a key in seconds.";
+    "pexpire" -3 [write fast] (1 1 1) generic "2.6.0" expiry::pexpire,
+        "Sets the expiration time of a key in milliseconds.";
+    "expireat" -3 [write fast] (1 1 1) generic "1.2.0" expiry::expireat,
+        "Sets the expiration time of a key to a Unix timestamp.";
+    "pexpireat" -3 [write fast] (1 1 1) generic "2.6.0" expiry::pexpireat,
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.";
+    "ttl" 2 [readonly fast] (1 1 1) generic "1.0.0" expiry::ttl,
+        "Returns the expiration time in seconds of a key.";
+    "pttl" 2 [readonly fast] (1 1 1) generic "2.6.0" expiry::pttl,
+        "Returns the expiration time in milliseconds of a key.";
+    "expiretime" 2 [readonly fast] (1 1 1) generic "7.0.0" expiry::expiretime,
+        "Returns the expiration time of a key as a Unix timestamp.";
+    "pexpiretime" 2 [readonly fast] (1 1 1) generic "7.0.0" expiry::pexpiretime,
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.";
+    "persist" 2 [write fast] (1 1 1) generic "2.2.0" expiry::persist,
+        "Removes the expiration time of a key.";
     "type" 2 [readonly fast] (1 1 1) generic "1.0.0" keys::type_of,
         "Determines the type of value stored at a key.";
     "randomkey" 1 [readonly] (0 0 0) generic "1.0.0" keys::randomkey,

@@ -17,6 +17,9 @@ pub enum Compare {
     AnyInteger,
     /// HELLO: errors as bytes, otherwise a reply of the same type and size on both.
     Shape,
+    /// TTL and its kin: errors and negative answers (no key, no deadline) as bytes, times
+    /// within this many units of each other (the two servers took their times apart).
+    Within(i64),
 }
 
 #[derive(Clone)]
@@ -136,9 +139,9 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
                 args.extend(options.iter().map(|o| o.as_bytes().to_vec()));
                 command("SET", args)
             }),
-        1 => (key(), value(), bad_expiry).prop_filter("a valid PXAT", |(_, _, (o, v))| {
-                !(*v == "9223372036854775807" && *o == "PXAT")
-            }).prop_map(|(k, v, (o, n))| command("SET", vec![k, v, o.into(), n.into()])),
+        1 => (key(), value(), bad_expiry)
+            .prop_map(|(k, v, (o, n))| command("SET", vec![k, v, o.into(), n.into()])),
+        8 => expiry_strategy(),
         4 => key().prop_map(|k| command("GET", vec![k])),
         2 => (key(), value()).prop_map(|(k, v)| command("SETNX", vec![k, v])),
         3 => (key(), value()).prop_map(|(k, v)| command("APPEND", vec![k, v])),
@@ -192,6 +195,119 @@ pub fn plain_write_strategy() -> impl Strategy<Value = Request> {
         3 => (key(), value()).prop_map(|(k, v)| command("SET", vec![k, v])),
         1 => proptest::collection::vec((key(), value()), 1..4)
             .prop_map(|pairs| command("MSET", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
+    ]
+}
+
+/// A time for an expiry option or command: relative ones of 10 s and more (no key expires
+/// between the two servers' answers) or not above 0; absolute ones in the past or far in the
+/// future; and the texts Redis refuses or overflows on.
+fn expiry_time(absolute: bool, millis: bool) -> impl Strategy<Value = Vec<u8>> {
+    let scale: i64 = if millis { 1000 } else { 1 };
+    let times = if absolute {
+        // 2001, and 2100.
+        vec![
+            1,
+            1_000_000_000 * scale,
+            4_102_444_800 * scale,
+            4_102_444_801 * scale,
+        ]
+    } else {
+        vec![10 * scale, 100 * scale, 86_400 * scale, 0, -1, -100]
+    };
+    prop_oneof![
+        6 => proptest::sample::select(times).prop_map(|n| n.to_string().into_bytes()),
+        1 => proptest::sample::select(vec![
+            "abc", "", "01", "1.5", "9223372036854775807", "-9223372036854775808",
+            "9223372036854775", "9223372036854776", "-9223372036854776", "9223372036854775808",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+    ]
+}
+
+/// The expiry commands, and SET, GETEX with expiry options, right and wrong.
+fn expiry_strategy() -> impl Strategy<Value = Request> {
+    use Compare::*;
+    let expire = (
+        proptest::sample::select(vec![
+            ("EXPIRE", false, false),
+            ("PEXPIRE", false, true),
+            ("EXPIREAT", true, false),
+            ("PEXPIREAT", true, true),
+        ]),
+        any::<u8>(),
+    )
+        .prop_flat_map(|((name, absolute, millis), _)| {
+            (
+                Just(name),
+                key(),
+                expiry_time(absolute, millis),
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["NX", "XX", "GT", "LT", "gt", "BOGUS"]),
+                    0..3,
+                ),
+            )
+        })
+        .prop_map(|(name, k, time, conditions)| {
+            let mut args = vec![name.as_bytes().to_vec(), k, time];
+            args.extend(conditions.iter().map(|c| c.as_bytes().to_vec()));
+            request(Bytes, args)
+        });
+    let option = proptest::sample::select(vec![
+        ("EX", false, false),
+        ("PX", false, true),
+        ("EXAT", true, false),
+        ("PXAT", true, true),
+    ])
+    .prop_flat_map(|(name, absolute, millis)| {
+        // No time already past: Redis keeps such a key, counted by DBSIZE, until its
+        // active expiry finds it, at a moment of its own.
+        let time = expiry_time(absolute, millis).prop_filter("not past", |time| {
+            !matches!(&time[..], b"1" | b"1000000000" | b"1000000000000")
+        });
+        (Just(name), time).prop_map(|(name, time)| vec![name.as_bytes().to_vec(), time])
+    });
+    let set = (
+        key(),
+        value(),
+        option.clone(),
+        proptest::collection::vec(
+            proptest::sample::select(vec!["NX", "XX", "GET", "KEEPTTL"]),
+            0..2,
+        ),
+    )
+        .prop_map(|(k, v, expiry, more)| {
+            let mut args = vec![b"SET".to_vec(), k, v];
+            args.extend(expiry);
+            args.extend(more.iter().map(|m| m.as_bytes().to_vec()));
+            request(Bytes, args)
+        });
+    let getex = (
+        key(),
+        prop_oneof![
+            2 => option.prop_map(|o| vec![o]),
+            1 => proptest::collection::vec(
+                proptest::sample::select(vec!["PERSIST", "EX", "KEEPTTL", "NX", "persist"])
+                    .prop_map(|w| vec![w.as_bytes().to_vec()]),
+                0..3,
+            ),
+        ],
+    )
+        .prop_map(|(k, options)| {
+            let mut args = vec![b"GETEX".to_vec(), k];
+            args.extend(options.into_iter().flatten());
+            request(Bytes, args)
+        });
+    prop_oneof![
+        4 => expire,
+        3 => set,
+        2 => getex,
+        2 => (proptest::sample::select(vec!["SETEX", "PSETEX"]), key(), expiry_time(false, false), value())
+            .prop_map(|(name, k, time, v)| request(Bytes, vec![name.into(), k, time, v])),
+        2 => key().prop_map(|k| request(Within(1), vec![b"TTL".to_vec(), k])),
+        2 => key().prop_map(|k| request(Within(500), vec![b"PTTL".to_vec(), k])),
+        1 => key().prop_map(|k| request(Within(1), vec![b"EXPIRETIME".to_vec(), k])),
+        1 => key().prop_map(|k| request(Within(500), vec![b"PEXPIRETIME".to_vec(), k])),
+        2 => key().prop_map(|k| command("PERSIST", vec![k])),
     ]
 }
 
@@ -338,6 +454,18 @@ fn wrong_arity_strategy() -> impl Strategy<Value = Request> {
         ("PING", 1, true),
         ("RESET", 1, false),
         ("AUTH", 2, true),
+        ("EXPIRE", 3, true),
+        ("PEXPIRE", 3, true),
+        ("EXPIREAT", 3, true),
+        ("PEXPIREAT", 3, true),
+        ("TTL", 2, false),
+        ("PTTL", 2, false),
+        ("EXPIRETIME", 2, false),
+        ("PEXPIRETIME", 2, false),
+        ("PERSIST", 2, false),
+        ("SETEX", 4, false),
+        ("PSETEX", 4, false),
+        ("GETEX", 2, true),
     ];
     (proptest::sample::select(commands), 0usize..3, any::<bool>()).prop_map(
         |((name, arity, more), extra, fewer)| {

@@ -356,11 +356,11 @@ impl Primitive {
                 // SAFETY: this primitive owns its pool (opened in `new`, never shared) and `step`
                 // takes `&mut self`: no other thread can reach the ring.
                 let nt = unsafe { pool.nt_write(offset, &self.data[..len]) }?;
-                let _ = pool.fence(nt);
+                pool.fence(nt);
             }
             Target::WritePersist(pool) => {
                 let w = pool.write(offset, &self.data[..len])?;
-                let _ = pool.persist(w);
+                pool.persist(w);
             }
             Target::LinesPerFence { pool, lines } => {
                 // Line i lies RING_LEN / lines after line 0, wrapping within the ring.
@@ -372,7 +372,7 @@ impl Primitive {
                     let w = pool.write(line(i), &self.data[..CACHE_LINE])?;
                     pending = pending.and(pool.flush(w));
                 }
-                let _ = pool.fence(pending);
+                pool.fence(pending);
             }
             Target::NtThenTemporal(pool) => {
                 // SAFETY: as for `NtFence`: the pool is this primitive's alone.

@@ -106,7 +106,7 @@ impl Allocator for OursRecord {
     fn alloc(&self, size: usize) -> Result<Block, AllocBenchError> {
         let block = self.0.reserve_record(size as u64)?;
         let pending = self.0.publish_record(block)?;
-        let _ = self.0.pool().fence(pending);
+        self.0.pool().fence(pending);
         Ok(Block::Record(block))
     }
 
@@ -115,7 +115,7 @@ impl Allocator for OursRecord {
             return Err(AllocBenchError::ForeignBlock(self.name()));
         };
         let (retired, pending) = self.0.retire_record(block.offset)?;
-        let _ = self.0.pool().fence(pending);
+        self.0.pool().fence(pending);
         self.0.release_record(retired)?;
         Ok(())
     }

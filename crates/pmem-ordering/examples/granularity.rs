@@ -76,7 +76,7 @@ fn probe(path: &std::path::Path) -> Result<Granularity, Box<dyn std::error::Erro
     );
     println!("isa:         {}", pool.isa());
     let root = pool.root::<u64>()?;
-    let _ = pool.persist(pool.set(root, &0x5eed)?);
+    pool.persist(pool.set(root, &0x5eed)?);
     drop(pool);
     let reopened = Pool::open(path, LAYOUT, &PoolOptions::new())?;
     let back = reopened.get(reopened.root::<u64>()?)?;

@@ -9,10 +9,10 @@
 //! pool.fence(p)      -> Durable      every token it consumed is persistent
 //! ```
 //!
-//! All four are `#[must_use]`, and the pending tokens ([`Pending`], [`NtPending`]) are `!Send`:
-//! on x86 a flush or a non-temporal store is ordered only by a fence *of the same thread*
-//! (Themis, Sec. II-C and Sec. III-B, Eq. 1-2), so a token fenced by another thread would prove
-//! nothing.
+//! The first three are `#[must_use]` (a `Durable` is a record, which may be dropped), and the
+//! pending tokens ([`Pending`], [`NtPending`]) are `!Send`: on x86 a flush or a non-temporal
+//! store is ordered only by a fence *of the same thread* (Themis, Sec. II-C and Sec. III-B,
+//! Eq. 1-2), so a token fenced by another thread would prove nothing.
 //!
 //! A temporal store that must follow a non-temporal one (an undo-log entry before the data it
 //! protects) takes the [`NtPending`] token: [`crate::Pool::write_after`]. What that costs depends
@@ -216,10 +216,13 @@ impl From<NtPending> for Pending {
     }
 }
 
-/// Proof that the stores behind the consumed tokens are persistent.
+/// A record that the stores behind the consumed tokens are persistent.
 ///
-/// Zero-sized; code that must only run after something is durable can ask for one.
-#[must_use]
+/// Zero-sized. The ordering that crash consistency rests on is enforced by the tokens before
+/// it: a [`Written`] store must be flushed and a [`Pending`] flush fenced to be consumed, and
+/// both are `#[must_use]`. No function of the project's structures or undo log asks for a
+/// `Durable`, so it is not `#[must_use]` either: dropping one is fine, and code of one's own
+/// that must run only after something is durable may ask for one as its argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Durable {
     pub(crate) _private: (),

@@ -7,9 +7,9 @@
 //! let root = pool.root::<[u64; 2]>()?;
 //! // Data first, persisted; then the flag that makes it valid.
 //! let data = pool.set(root, &[42, 0])?;
-//! let _ = pool.persist(data);
+//! pool.persist(data);
 //! let flag = pool.store_u64(root.offset() + 8, 1)?;
-//! let _ = pool.persist(flag);
+//! pool.persist(flag);
 //! assert_eq!(pool.get(root)?, [42, 1]);
 //! # Ok::<(), pmem_ordering::PoolError>(())
 //! ```

@@ -91,7 +91,7 @@ fn out_of_bounds_accesses_are_errors() {
     }
     // The last bytes of the pool are fine.
     let w = pool.store_u64(SIZE - 8, 7).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     assert_eq!(pool.load_u64(SIZE - 8).unwrap(), 7);
     pool.check_range(SIZE, 0).unwrap();
     let _ = pool.persist_range(0, SIZE).unwrap();
@@ -161,9 +161,9 @@ fn a_root_object_survives_close_and_reopen() {
         assert_eq!(pool.layout(), LAYOUT);
         let root = pool.root::<[u64; 6]>().unwrap();
         assert_eq!(pool.get(root).unwrap(), [0; 6], "a new root is zeroed");
-        let _ = pool.persist(pool.set(root, &value).unwrap());
+        pool.persist(pool.set(root, &value).unwrap());
         let w = pool.write(pool.heap_offset() + 13, &heap_bytes).unwrap();
-        let _ = pool.persist(w);
+        pool.persist(w);
         pool.header().clone()
     };
     assert_eq!(fs::metadata(&path).unwrap().len(), SIZE);
@@ -226,7 +226,7 @@ fn a_pool_file_gets_the_granularity_of_its_file_system() {
         assert_eq!(pool.granularity(), g);
         assert_eq!(pool.granularity_basis(), Some("forced by the caller"));
         let root = pool.root::<u64>().unwrap();
-        let _ = pool.persist(pool.set(root, &(g as u64 + 10)).unwrap());
+        pool.persist(pool.set(root, &(g as u64 + 10)).unwrap());
     }
     let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
     assert_eq!(
@@ -269,13 +269,13 @@ fn anonymous_pools_work_and_are_emulated() {
     assert_eq!(pool.layout(), LAYOUT);
     assert_eq!(pool.header().size, SIZE);
     let root = pool.root::<[u64; 4]>().unwrap();
-    let _ = pool.persist(pool.set(root, &[9, 8, 7, 6]).unwrap());
+    pool.persist(pool.set(root, &[9, 8, 7, 6]).unwrap());
     assert_eq!(pool.get(root).unwrap(), [9, 8, 7, 6]);
     let w = pool
         .compare_exchange_u64(root.offset(), 9, 10)
         .unwrap()
         .unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     assert_eq!(
         pool.compare_exchange_u64(root.offset(), 9, 11)
             .unwrap()
@@ -301,8 +301,8 @@ fn persistent_pointers_round_trip_through_a_pool() {
         let root = pool.root::<PPtr<[u64; 2]>>().unwrap();
         assert!(pool.get(root).unwrap().is_null());
         let target: PPtr<[u64; 2]> = PPtr::new(pool.heap_offset() + 64);
-        let _ = pool.persist(pool.set(target, &[11, 22]).unwrap());
-        let _ = pool.persist(pool.set(root, &target).unwrap());
+        pool.persist(pool.set(target, &[11, 22]).unwrap());
+        pool.persist(pool.set(root, &target).unwrap());
         target
     };
     let pool = Pool::open(&path, LAYOUT, &opts()).unwrap();
@@ -341,10 +341,10 @@ fn exercise(pool: &Pool, seed: u64) {
         if nt {
             // SAFETY: single-threaded test: no other thread accesses the pool.
             let t = unsafe { pool.nt_write(base + off as u64, &data) }.unwrap();
-            let _ = pool.fence(t);
+            pool.fence(t);
         } else {
             let w = pool.write(base + off as u64, &data).unwrap();
-            let _ = pool.persist(w);
+            pool.persist(w);
         }
     }
     let mut back = vec![0u8; expect.len()];
@@ -516,11 +516,11 @@ fn a_word_stores_view_stores_flushes_and_counts_as_the_pool_does() {
 
     // The view's persist counts what the pool's persist of the same words' token counts:
     // the same lines flushed and one fence. Words 2 .. 12 span two or three lines.
-    let _ = stores.persist(2, 12);
+    stores.persist(2, 12);
     let by_view = thread_stats() - before;
     assert_eq!((by_view.stores, by_view.store_bytes), (3, 24));
     let before = thread_stats();
-    let _ = pool.persist(stores.written(2, 12));
+    pool.persist(stores.written(2, 12));
     let by_pool = thread_stats() - before;
     assert_eq!(by_view.flushes, by_pool.flushes);
     assert_eq!(by_view.fences, 1);
@@ -532,7 +532,7 @@ fn a_word_stores_view_stores_flushes_and_counts_as_the_pool_does() {
     let before = thread_stats();
     stores.store(0, 1);
     let pending = stores.flush(0, 1);
-    let _ = pool.fence(pending);
+    pool.fence(pending);
     let split = thread_stats() - before;
     assert_eq!(
         (

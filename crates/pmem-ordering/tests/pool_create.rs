@@ -30,7 +30,7 @@ fn an_unpublished_pool_is_invisible_and_leaves_nothing_when_dropped() {
     let pool = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     assert_eq!(pool.path(), Some(path.as_path()));
     let stored = pool.store_u64(pool.root_offset(), 42).unwrap();
-    let _ = pool.persist(stored);
+    pool.persist(stored);
     assert!(!path.exists(), "an unpublished pool is at its path");
     assert!(matches!(
         Pool::open(&path, LAYOUT, &opts()),
@@ -47,7 +47,7 @@ fn publish_puts_the_pool_at_its_path_locked_and_whole() {
     let path = dir.path().join("published.pool");
     let pool = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     let stored = pool.store_u64(pool.root_offset(), 42).unwrap();
-    let _ = pool.persist(stored);
+    pool.persist(stored);
     pool.publish().unwrap();
     pool.publish().expect("publishing twice is a no-op");
     assert_eq!(entries(dir.path()), ["published.pool"]);
@@ -68,10 +68,10 @@ fn the_second_of_two_creators_is_refused_at_publish_and_leaves_nothing() {
     let first = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     let second = Pool::create_unpublished(&path, LAYOUT, SIZE, &opts()).unwrap();
     let stored = second.store_u64(second.root_offset(), 2).unwrap();
-    let _ = second.persist(stored);
+    second.persist(stored);
     second.publish().unwrap();
     let stored = first.store_u64(first.root_offset(), 1).unwrap();
-    let _ = first.persist(stored);
+    first.persist(stored);
     match first.publish() {
         Err(PoolError::AlreadyExists { path: p }) => assert_eq!(p, path),
         other => panic!("expected AlreadyExists, got {other:?}"),
@@ -138,7 +138,7 @@ fn a_claimed_file_is_replaced_only_while_the_path_still_names_it() {
     let claim = Pool::claim_unfinished(&path, LAYOUT).unwrap().unwrap();
     let pool = Pool::create_replacement(&path, LAYOUT, SIZE, &opts()).unwrap();
     let stored = pool.store_u64(pool.root_offset(), 7).unwrap();
-    let _ = pool.persist(stored);
+    pool.persist(stored);
     pool.publish_over(claim).unwrap();
     drop(pool);
     assert_eq!(entries(dir.path()), ["replace.pool"]);

@@ -58,7 +58,7 @@ fn a_created_pool_cannot_be_opened_again_until_it_drops() {
     let path = dir.path().join("held.pool");
     let pool = Pool::create(&path, LAYOUT, SIZE, &opts()).unwrap();
     let root = pool.root::<u64>().unwrap();
-    let _ = pool.persist(pool.set(root, &0xfeed).unwrap());
+    pool.persist(pool.set(root, &0xfeed).unwrap());
     let before = fs::read(&path).unwrap();
 
     assert_already_open(Pool::open(&path, LAYOUT, &opts()), &path);
@@ -213,7 +213,7 @@ fn a_second_mapping_shares_the_lock_and_the_bytes() {
         .expect("map the held file again");
     assert_eq!(other.model(), PersistModel::Themis);
     let root = pool.root::<u64>().unwrap();
-    let _ = pool.persist(pool.set(root, &41).unwrap());
+    pool.persist(pool.set(root, &41).unwrap());
     assert_eq!(other.get(root).unwrap(), 41, "both map the same bytes");
 
     // The lock is held while either mapping lives.

@@ -65,11 +65,11 @@ fn child(path: &Path) -> ! {
         if v.is_multiple_of(2) {
             // SAFETY: the child process uses its pool from this one thread only.
             let nt = unsafe { pool.nt_write(at, &data) }.expect("child: nt_write");
-            let _ = pool.fence(nt);
+            pool.fence(nt);
         } else {
-            let _ = pool.persist(pool.write(at, &data).expect("child: write"));
+            pool.persist(pool.write(at, &data).expect("child: write"));
         }
-        let _ = pool.persist(pool.store_u64(counter, v).expect("child: commit"));
+        pool.persist(pool.store_u64(counter, v).expect("child: commit"));
         writeln!(out, "persisted {v}").expect("child: report");
         out.flush().expect("child: report");
     }
@@ -206,7 +206,7 @@ fn a_process_killed_mid_write_leaves_a_pool_that_reopens_intact() {
     }
 
     // And the pool goes on working.
-    let _ = pool.persist(pool.set(counter, &(v + 1)).unwrap());
+    pool.persist(pool.set(counter, &(v + 1)).unwrap());
     drop(pool);
     let pool = Pool::open(&path, LAYOUT, &PoolOptions::new()).unwrap();
     assert_eq!(pool.get(counter).unwrap(), v + 1);

@@ -142,7 +142,7 @@ fn a_catalog_root_outside_the_pool_is_reported_by_the_command_logic() {
         assert_eq!(store.names(), ["m"], "the map is in entry 0");
         let nowhere = (pool.size() + (1 << 20)) & !63;
         let written = pool.store_u64(entry + ENTRY_ROOT, nowhere).unwrap();
-        let _ = pool.persist(written);
+        pool.persist(written);
     }
     let report = verify_pool(&path).unwrap();
     assert!(!report.is_healthy());
@@ -179,7 +179,7 @@ fn damage_inside_a_structure_is_its_own_finding() {
         .find(|&&b| b != table && b != head)
         .expect("a data block");
     let original = pool.load_u64(data + 64).unwrap();
-    let _ = pool.persist(pool.store_u64(data + 64, !original).unwrap());
+    pool.persist(pool.store_u64(data + 64, !original).unwrap());
     let report = store.verify();
     assert!(
         report.findings.is_empty(),
@@ -262,9 +262,9 @@ fn random_bit_flips_in_live_lines_never_make_verify_panic() {
         }
         let bit = rng.below(64);
         let original = pool.load_u64(word).unwrap();
-        let _ = pool.persist(pool.store_u64(word, original ^ 1 << bit).unwrap());
+        pool.persist(pool.store_u64(word, original ^ 1 << bit).unwrap());
         let outcome = catch_unwind(AssertUnwindSafe(|| store.verify()));
-        let _ = pool.persist(pool.store_u64(word, original).unwrap());
+        pool.persist(pool.store_u64(word, original).unwrap());
         match outcome {
             Ok(report) => reported += u64::from(!report.is_healthy()),
             Err(_) => panic!("verify panicked on flip {flip}: bit {bit} of {word:#x}"),

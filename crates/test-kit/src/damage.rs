@@ -13,7 +13,7 @@ pub fn load(heap: &Heap, offset: u64) -> u64 {
 /// write would leave it).
 pub fn scribble(heap: &Heap, offset: u64, word: u64) {
     let written = heap.pool().store_u64(offset, word).unwrap();
-    let _ = heap.pool().persist(written);
+    heap.pool().persist(written);
 }
 
 /// Flip the bits of `mask` in the byte at `offset` (through its aligned word).

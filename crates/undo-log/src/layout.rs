@@ -204,9 +204,9 @@ impl Layout {
         }
         let bytes = self.encode(policy);
         let body = pool.write(self.superblock + 8, &bytes[8..])?;
-        let _ = pool.persist(body);
+        pool.persist(body);
         let magic = pool.write(self.superblock, &bytes[..8])?;
-        let _ = pool.persist(magic);
+        pool.persist(magic);
         Ok(())
     }
 

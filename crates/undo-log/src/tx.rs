@@ -312,7 +312,7 @@ fn snapshot_in<B: Backend>(
     st.cover(offset, len);
     match heap.policy {
         FencePolicy::Strict => {
-            let _ = pool.fence(token);
+            pool.fence(token);
             st.nt_t_fences += 1;
         }
         // Keep only the newest token: ordering it orders every older entry too (the fence
@@ -389,7 +389,7 @@ fn log_intents<B: Backend>(
     };
     match heap.policy {
         FencePolicy::Strict => {
-            let _ = heap.pool.fence(token);
+            heap.pool.fence(token);
             st.nt_t_fences += 1;
         }
         _ => st.unordered_log = Some(token),
@@ -507,7 +507,7 @@ pub(crate) fn commit<B: Backend>(heap: HeapRef<'_, B>, st: &mut TxState) -> Resu
         });
     }
     if let Some(p) = pending {
-        let _ = pool.fence(p);
+        pool.fence(p);
     }
     st.log.commit(pool)?;
     publish.committed(&st.allocs, &st.frees);
@@ -575,7 +575,7 @@ fn undo<B: Backend>(
     // Make the entries durable before restoring over them (only matters if we crash mid-abort:
     // recovery then needs them).
     if let Some(token) = st.unordered_log.take() {
-        let _ = pool.fence(token);
+        pool.fence(token);
     }
     st.log.roll_back(pool, published)
 }

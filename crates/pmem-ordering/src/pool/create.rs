@@ -437,7 +437,7 @@ mod tests {
         let first = named(&path);
         let second = named(&path);
         let stored = first.store_u64(first.root_offset(), 1).unwrap();
-        let _ = first.persist(stored);
+        first.persist(stored);
         first.publish().unwrap();
         assert!(matches!(
             second.publish(),
@@ -458,7 +458,7 @@ mod tests {
         let claim = Pool::claim_unfinished(&path, LAYOUT).unwrap().unwrap();
         let pool = named(&path);
         let stored = pool.store_u64(pool.root_offset(), 9).unwrap();
-        let _ = pool.persist(stored);
+        pool.persist(stored);
         pool.publish_over(claim).unwrap();
         drop(pool);
         assert_eq!(names(dir.path()), ["b.pool"]);

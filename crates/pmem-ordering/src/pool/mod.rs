@@ -168,9 +168,9 @@ impl<B: Backend> Pool<B> {
     fn write_header(&self) -> Result<(), PoolError> {
         let bytes = self.header.encode();
         let body = self.write(8, &bytes[8..])?;
-        let _ = self.persist(body);
+        self.persist(body);
         let magic = self.write(0, &bytes[..8])?;
-        let _ = self.persist(magic);
+        self.persist(magic);
         Ok(())
     }
 
@@ -454,7 +454,7 @@ impl<B: Backend> Pool<B> {
         }
         if model == PersistModel::X86 {
             stats::count_themis_elidable();
-            let _ = self.sfence();
+            self.sfence();
             return NtOrdering::Fenced;
         }
         // No fence under Themis or ideal, but count what the x86 model would have done, so a

@@ -56,9 +56,9 @@ pub enum Images {
 ///         |pool| {
 ///             let root = pool.root_offset();
 ///             let data = pool.write(root, &[7u8; 16]).unwrap();
-///             let _ = pool.persist(data);
+///             pool.persist(data);
 ///             let flag = pool.store_u64(root + 64, 1).unwrap();
-///             let _ = pool.persist(flag);
+///             pool.persist(flag);
 ///             pool.operation_completed();
 ///         },
 ///         |pool, _crash| {

@@ -53,7 +53,7 @@ fn persist_counts_one_flush_per_touched_line_and_one_fence() {
     }
     // An empty write touches no line; its fence has nothing pending.
     reset_thread_stats();
-    let _ = pool.persist(pool.write(AT + 5, &[]).unwrap());
+    pool.persist(pool.write(AT + 5, &[]).unwrap());
     let s = take();
     assert_eq!((s.flushes, s.fences, s.redundant_fences), (0, 1, 1));
 }
@@ -67,13 +67,13 @@ fn flush_then_fence_all_is_one_fence_for_a_batch() {
     let c: Pending = nt_write(&pool, AT + 512, &[3; 64]).unwrap().into();
     let s = thread_stats();
     assert_eq!((s.flushes, s.fences, s.nt_stores), (3, 0, 1));
-    let _ = pool.fence_all([a, b, c]);
+    pool.fence_all([a, b, c]);
     let s = take();
     assert_eq!((s.flushes, s.fences, s.redundant_fences), (3, 1, 0));
 
     let a = pool.flush(pool.write(AT, &[4; 8]).unwrap());
     let b = pool.flush_range(AT + 64, 64).unwrap();
-    let _ = pool.fence(a.and(b).and(nt_write(&pool, AT + 256, &[5; 8]).unwrap()));
+    pool.fence(a.and(b).and(nt_write(&pool, AT + 256, &[5; 8]).unwrap()));
     let s = take();
     assert_eq!(
         (s.flushes, s.fences, s.nt_stores, s.redundant_fences),
@@ -86,7 +86,7 @@ fn flush_then_fence_all_is_one_fence_for_a_batch() {
         .unwrap()
         .merge(pool.write(AT + 120, &[7; 8]).unwrap());
     assert_eq!((w.offset(), w.len()), (AT, 128));
-    let _ = pool.persist(w);
+    pool.persist(w);
     assert_eq!(take().flushes, 2);
     let mut back = [0u8; 128];
     pool.read_bytes(AT, &mut back).unwrap();
@@ -115,7 +115,7 @@ fn x86_write_after_an_nt_write_issues_exactly_one_fence() {
             ..Stats::default()
         }
     );
-    let _ = pool.persist(w);
+    pool.persist(w);
     let s = take();
     assert_eq!((s.fences, s.themis_elidable_fences), (1, 0));
 
@@ -154,7 +154,7 @@ fn x86_a_batch_of_nt_writes_shares_one_fence() {
             ..Stats::default()
         }
     );
-    let _ = pool.persist(wa.merge(wb));
+    pool.persist(wa.merge(wb));
 
     // The same through order_after.
     let a = nt_write(&pool, AT, &[5; 8]).unwrap();
@@ -174,7 +174,7 @@ fn x86_an_explicit_fence_makes_write_after_free() {
     let pool = pool(PersistModel::X86);
     reset_thread_stats();
     let nt = nt_write(&pool, AT, &[1; 24]).unwrap();
-    let _ = pool.sfence();
+    pool.sfence();
     assert!(nt.is_fenced());
     let w = pool.write_after(nt, AT + 4096, &[2; 8]).unwrap();
     let s = take();
@@ -183,11 +183,11 @@ fn x86_an_explicit_fence_makes_write_after_free() {
         (1, 0, 1),
         "only the explicit fence was issued"
     );
-    let _ = pool.persist(w);
+    pool.persist(w);
     take();
 
     let nt = nt_write(&pool, AT, &[1; 8]).unwrap();
-    let _ = pool.persist(pool.write(AT + 64, &[1]).unwrap()); // any fence advances the epoch
+    pool.persist(pool.write(AT + 64, &[1]).unwrap()); // any fence advances the epoch
     reset_thread_stats();
     assert_eq!(pool.order_after(nt), NtOrdering::AlreadyFenced);
     assert_eq!(take().fences, 0);
@@ -201,7 +201,7 @@ fn the_fence_epoch_is_per_thread() {
     // Another thread fencing does not order this thread's nt-store.
     std::thread::scope(|s| {
         s.spawn(|| {
-            let _ = pool.sfence();
+            pool.sfence();
         });
     });
     assert!(!nt.is_fenced());
@@ -239,7 +239,7 @@ fn themis_and_ideal_write_after_issues_no_fence_but_counts_it() {
             },
             "{model:?}"
         );
-        let _ = pool.persist(w);
+        pool.persist(w);
         take();
 
         let nt = nt_write(&pool, AT, &[3; 8]).unwrap();
@@ -262,7 +262,7 @@ fn themis_and_ideal_write_after_issues_no_fence_but_counts_it() {
 
         // A token fenced explicitly is AlreadyFenced under every model.
         let nt = nt_write(&pool, AT, &[4; 8]).unwrap();
-        let _ = pool.sfence();
+        pool.sfence();
         assert_eq!(pool.order_after(nt), NtOrdering::AlreadyFenced, "{model:?}");
         let s = take();
         assert_eq!(
@@ -288,14 +288,14 @@ fn nt_then_t_workload(pool: &Pool) {
         let wa = pool.write_after(a, base + 512, &[4; 8]).unwrap();
         let wb = pool.write_after(b, base + 520, &[5; 8]).unwrap();
         let wc = pool.write_after(c, base + 528, &[6; 8]).unwrap();
-        let _ = pool.persist(wa.merge(wb).merge(wc));
+        pool.persist(wa.merge(wb).merge(wc));
         // A single entry.
         let d = nt_write(pool, base + 192, &[7; 8]).unwrap();
-        let _ = pool.persist(pool.write_after(d, base + 536, &[8; 8]).unwrap());
+        pool.persist(pool.write_after(d, base + 536, &[8; 8]).unwrap());
         // An entry fenced before its write.
         let e = nt_write(pool, base + 200, &[9; 8]).unwrap();
-        let _ = pool.sfence();
-        let _ = pool.persist(pool.write_after(e, base + 544, &[10; 8]).unwrap());
+        pool.sfence();
+        pool.persist(pool.write_after(e, base + 544, &[10; 8]).unwrap());
     }
 }
 
@@ -343,20 +343,20 @@ fn elidable_fences_are_counted_the_same_under_every_model() {
 #[test]
 fn redundant_fences_are_fences_with_nothing_pending() {
     let pool = pool(PersistModel::X86);
-    let _ = pool.sfence();
+    pool.sfence();
     reset_thread_stats();
-    let _ = pool.sfence();
+    pool.sfence();
     let s = take();
     assert_eq!(
         (s.fences, s.redundant_fences),
         (1, 1),
         "fence after a fence"
     );
-    let _ = pool.sfence();
-    let _ = pool.sfence();
+    pool.sfence();
+    pool.sfence();
     assert_eq!(take().redundant_fences, 2);
 
-    let _ = pool.persist(pool.write(AT, &[1; 8]).unwrap());
+    pool.persist(pool.write(AT, &[1; 8]).unwrap());
     let s = take();
     assert_eq!(
         (s.fences, s.redundant_fences),
@@ -364,7 +364,7 @@ fn redundant_fences_are_fences_with_nothing_pending() {
         "fence after a flush"
     );
 
-    let _ = pool.fence(nt_write(&pool, AT, &[1; 8]).unwrap());
+    pool.fence(nt_write(&pool, AT, &[1; 8]).unwrap());
     let s = take();
     assert_eq!(
         (s.fences, s.redundant_fences),
@@ -374,7 +374,7 @@ fn redundant_fences_are_fences_with_nothing_pending() {
 
     // A plain store is not something a fence orders: the fence after it is redundant.
     let _w = pool.write(AT, &[1; 8]).unwrap();
-    let _ = pool.sfence();
+    pool.sfence();
     let s = take();
     assert_eq!(
         (s.fences, s.redundant_fences),
@@ -384,7 +384,7 @@ fn redundant_fences_are_fences_with_nothing_pending() {
 
     // Flush, fence, fence: the second is redundant.
     let _ = pool.persist_range(AT, 64).unwrap();
-    let _ = pool.sfence();
+    pool.sfence();
     let s = take();
     assert_eq!((s.fences, s.redundant_fences), (2, 1));
     // The hardware cannot see redundant flushes.
@@ -399,16 +399,16 @@ fn byte_counters_and_stats_arithmetic() {
     let mut nt_bytes = 0;
     for (i, len) in [1usize, 7, 8, 64, 100, 1000].into_iter().enumerate() {
         let off = AT + 2048 * i as u64 + 3;
-        let _ = pool.persist(pool.write(off, &vec![i as u8; len]).unwrap());
+        pool.persist(pool.write(off, &vec![i as u8; len]).unwrap());
         store_bytes += len as u64;
-        let _ = pool.fence(nt_write(&pool, off + 1024, &vec![i as u8; len]).unwrap());
+        pool.fence(nt_write(&pool, off + 1024, &vec![i as u8; len]).unwrap());
         nt_bytes += len as u64;
     }
     let w = pool.store_u64(AT, 5).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     store_bytes += 8;
     let w = pool.compare_exchange_u64(AT, 5, 6).unwrap().unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     store_bytes += 8;
     // A failed CAS stores nothing.
     assert_eq!(pool.compare_exchange_u64(AT, 5, 7).unwrap().unwrap_err(), 6);
@@ -449,7 +449,7 @@ fn the_xpbuffer_model_charges_whole_xplines_and_combines_nearby_lines() {
     let line = [7u8; 64];
     let persist_line = |offset: u64| {
         let w = pool.write(offset, &line).unwrap();
-        let _ = pool.persist(w);
+        pool.persist(w);
     };
     // 64-byte persists to XPLines far apart: each costs a whole 256-byte media write, the
     // effective write ratio of 0.25 that the Optane guide (FAST'20), Sec. 5.1, measured for small random stores.
@@ -476,7 +476,7 @@ fn the_xpbuffer_model_charges_whole_xplines_and_combines_nearby_lines() {
     assert_eq!(s.effective_write_ratio(), Some(100.0 * 64.0 / 256.0));
     // Non-temporal stores count the same way.
     let _ = nt_write(&pool, AT + 1024, &[1u8; 1024]).unwrap();
-    let _ = pool.sfence();
+    pool.sfence();
     assert_eq!(take().xpline_bytes, 1024);
     assert_eq!(Stats::default().effective_write_ratio(), None);
 }

@@ -29,7 +29,7 @@ fn a_written_token_of_another_pool_panics_on_persist() {
     let a = pool(PersistModel::X86);
     let b = pool(PersistModel::X86);
     let w = a.write(AT, &[1]).unwrap();
-    let _ = b.persist(w);
+    b.persist(w);
 }
 
 #[test]
@@ -38,7 +38,7 @@ fn a_pending_token_of_another_pool_panics_on_fence() {
     let a = pool(PersistModel::X86);
     let b = pool(PersistModel::X86);
     let p = a.flush_range(AT, 8).unwrap();
-    let _ = b.fence(p);
+    b.fence(p);
 }
 
 #[test]
@@ -48,7 +48,7 @@ fn a_pending_token_of_another_pool_panics_in_fence_all() {
     let b = pool(PersistModel::X86);
     let mine = b.flush_range(AT, 8).unwrap();
     let theirs = a.flush_range(AT, 8).unwrap();
-    let _ = b.fence_all([mine, theirs]);
+    b.fence_all([mine, theirs]);
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn a_wrong_pool_panic_happens_before_any_fence() {
     let p = a.flush_range(AT, 8).unwrap();
     reset_thread_stats();
     let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = b.fence(p);
+        b.fence(p);
     }))
     .unwrap_err();
     let msg = err

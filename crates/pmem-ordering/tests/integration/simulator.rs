@@ -69,9 +69,9 @@ fn data_persisted_then_flag_persisted_passes_at_every_event() {
         .run(
             |pool| {
                 let w = pool.write(data_at(pool), &DATA).unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
                 let f = pool.store_u64(flag_at(pool), 1).unwrap();
-                let _ = pool.persist(f);
+                pool.persist(f);
                 pool.operation_completed();
             },
             |pool, _| flag_implies_data(pool),
@@ -96,7 +96,7 @@ fn flag_persisted_but_data_never_flushed_is_caught() {
                 |pool| {
                     let _ = pool.write(data_at(pool), &DATA).unwrap();
                     let f = pool.store_u64(flag_at(pool), 1).unwrap();
-                    let _ = pool.persist(f);
+                    pool.persist(f);
                     pool.operation_completed();
                 },
                 |pool, _| flag_implies_data(pool),
@@ -129,7 +129,7 @@ fn flag_persisted_but_data_never_flushed_is_reported_as_unpersisted() {
                 |pool| {
                     let _ = pool.write(data_at(pool), &DATA).unwrap();
                     let f = pool.store_u64(flag_at(pool), 1).unwrap();
-                    let _ = pool.persist(f);
+                    pool.persist(f);
                     pool.operation_completed();
                 },
                 |_, _| Ok(()),
@@ -152,7 +152,7 @@ fn data_flushed_without_fence_before_flag_is_caught() {
                     let w = pool.write(data_at(pool), &DATA).unwrap();
                     let _unfenced = pool.flush(w);
                     let f = pool.store_u64(flag_at(pool), 1).unwrap();
-                    let _ = pool.persist(f);
+                    pool.persist(f);
                     pool.operation_completed();
                 },
                 |pool, _| flag_implies_data(pool),
@@ -180,7 +180,7 @@ fn clflush_needs_no_fence() {
                 let w = pool.write(data_at(pool), &DATA).unwrap();
                 let _ordered_by_itself = pool.flush(w);
                 let f = pool.store_u64(flag_at(pool), 1).unwrap();
-                let _ = pool.persist(f);
+                pool.persist(f);
                 pool.operation_completed();
             },
             |pool, _| flag_implies_data(pool),
@@ -195,7 +195,7 @@ fn a_run_that_checks_no_crash_point_fails() {
         .run(
             |pool| {
                 let w = pool.store_u64(flag_at(pool), 1).unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
                 pool.operation_completed();
             },
             |_, _| Ok(()),
@@ -215,7 +215,7 @@ fn log_then_data(pool: &SimPool) {
     let data = pool.root_offset() + 512;
     let _unordered = nt_write(pool, log, &DATA).unwrap();
     let w = pool.write(data, &[0xAB; 8]).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     pool.operation_completed();
 }
 
@@ -259,7 +259,7 @@ fn write_after_orders_nt_before_t_under_x86() {
                 let w = pool
                     .write_after(token, pool.root_offset() + 512, &[0xAB; 8])
                     .unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
                 pool.operation_completed();
             },
             |pool, _| data_implies_log(pool),
@@ -273,7 +273,7 @@ fn same_line_data_then_flag(pool: &SimPool) {
     let line = pool.root_offset() + 64;
     let _ = pool.write(line, &[5u8; 8]).unwrap();
     let w = pool.store_u64(line + 56, 1).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     pool.operation_completed();
 }
 
@@ -378,9 +378,9 @@ fn findings_report_clean_flushes_and_empty_fences() {
         .run(
             |pool| {
                 let _ = pool.flush_range(pool.root_offset(), 8).unwrap();
-                let _ = pool.sfence();
+                pool.sfence();
                 let w = pool.write(pool.root_offset(), &[1; 8]).unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
                 pool.operation_completed();
             },
             |_, _| Ok(()),
@@ -407,7 +407,7 @@ fn a_replayed_failure_fails_the_same_way() {
     let workload = |pool: &SimPool| {
         let _ = pool.write(data_at(pool), &DATA).unwrap();
         let f = pool.store_u64(flag_at(pool), 1).unwrap();
-        let _ = pool.persist(f);
+        pool.persist(f);
         pool.operation_completed();
     };
     let first = expect_caught(test.run(workload, |pool, _| flag_implies_data(pool)));
@@ -439,7 +439,7 @@ fn sampled_points_are_bounded_and_include_the_end() {
                     let w = pool
                         .store_u64(pool.root_offset() + 8 * (i % 32), i)
                         .unwrap();
-                    let _ = pool.persist(w);
+                    pool.persist(w);
                     pool.operation_completed();
                 }
             },
@@ -471,7 +471,7 @@ fn two_threads_record_into_one_trace() {
                             for i in 0..SLOTS {
                                 let at = pool.root_offset() + 512 * t + 8 * i;
                                 let w = pool.store_u64(at, i + 1).unwrap();
-                                let _ = pool.persist(w);
+                                pool.persist(w);
                                 pool.operation_completed();
                             }
                         });
@@ -548,7 +548,7 @@ proptest! {
                             Op::Write { at, bytes } => { let _ = pool.write(base + at, bytes).unwrap(); }
                             Op::NtWrite { at, bytes } => { let _ = nt_write(pool, base + at, bytes).unwrap(); }
                             Op::Flush { at, len } => { let _ = pool.flush_range(base + at, *len).unwrap(); }
-                            Op::Fence => { let _ = pool.sfence(); }
+                            Op::Fence => { pool.sfence(); }
                         }
                         snap(pool);
                     }

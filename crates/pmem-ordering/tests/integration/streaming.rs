@@ -24,7 +24,7 @@ fn a_range_streamed_then_handed_over_reads_back_on_the_other_thread() {
     // SAFETY: no other thread exists yet; the reader below is spawned after the store, and the
     // spawn orders the store before every access of the reader.
     let nt = unsafe { pool.nt_write(at, &data) }.unwrap();
-    let _ = pool.fence(nt);
+    pool.fence(nt);
     let seen = std::thread::scope(|s| {
         s.spawn(|| {
             let mut back = vec![0u8; LEN];
@@ -51,7 +51,7 @@ fn threads_stream_into_their_own_ranges_at_once() {
                 // SAFETY: `[at, at + LEN)` is accessed by this thread alone until the scope
                 // joins it.
                 let nt = unsafe { pool.nt_write(at, &pattern(t as u8)) }.unwrap();
-                let _ = pool.fence(nt);
+                pool.fence(nt);
             });
         }
     });

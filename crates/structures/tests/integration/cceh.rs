@@ -260,7 +260,7 @@ fn a_corrupted_directory_is_refused_at_open() {
     ];
     for (at, value) in damage {
         let old = pool.load_u64(at).unwrap();
-        let _ = pool.persist(pool.store_u64(at, value).unwrap());
+        pool.persist(pool.store_u64(at, value).unwrap());
         match Cceh::open(&heap, root) {
             Err(CcehError::Corrupt { .. })
             | Err(CcehError::WrongKind { .. })
@@ -268,7 +268,7 @@ fn a_corrupted_directory_is_refused_at_open() {
             Err(e) => panic!("{at:#x} = {value:#x}: unexpected {e}"),
             Ok(_) => panic!("{at:#x} = {value:#x}: a damaged table opened"),
         }
-        let _ = pool.persist(pool.store_u64(at, old).unwrap());
+        pool.persist(pool.store_u64(at, old).unwrap());
     }
     assert_eq!(Cceh::open(&heap, root).unwrap().len(), 500);
 }

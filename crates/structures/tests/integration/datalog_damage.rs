@@ -50,7 +50,7 @@ fn a_corrupted_committed_entry_is_reported_with_file_and_offset() {
     let mut byte = [0u8; 1];
     heap.pool().read_bytes(entry + 35, &mut byte).unwrap();
     let w = heap.pool().write(entry + 35, &[byte[0] ^ 0x10]).unwrap();
-    let _ = heap.pool().persist(w);
+    heap.pool().persist(w);
     heap = reopen(heap);
     let store = Datalog::open(&heap, root).unwrap();
     assert_eq!(store.list(), vec!["other".to_string(), "victim".into()]);
@@ -113,7 +113,7 @@ fn reopen_damaged(damage: impl FnOnce(&Pool, u64)) -> (Heap, Vec<u8>) {
 
 fn store_word(pool: &Pool, at: u64, value: u64) {
     let w = pool.store_u64(at, value).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
 }
 
 #[test]
@@ -200,7 +200,7 @@ fn an_embedded_entry_corrupted_after_open_is_caught_by_the_read() {
     store.write_at(id, 8, b"abcdefgh").unwrap();
     let (head, _) = first_log_page(heap.pool());
     let w = heap.pool().write(head + 64 + 33, b"Z").unwrap();
-    let _ = heap.pool().persist(w);
+    heap.pool().persist(w);
     let mut buf = [0u8; 8];
     assert!(matches!(
         store.read_at(id, 8, &mut buf),
@@ -235,7 +235,7 @@ fn bytes_past_the_committed_tail_are_ignored() {
         let mut junk = vec![0x5Au8; 200];
         junk[4] = 2;
         let w = heap.pool().write(tail, &junk).unwrap();
-        let _ = heap.pool().persist(w);
+        heap.pool().persist(w);
     }
     heap = reopen(heap);
     let store = Datalog::open(&heap, root).unwrap();
@@ -274,7 +274,7 @@ fn flip_bit(pool: &Pool, at: u64, bit: u8) {
     let mut byte = [0u8; 1];
     pool.read_bytes(at, &mut byte).unwrap();
     let w = pool.write(at, &[byte[0] ^ (1 << bit)]).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
 }
 
 /// A store of copy-on-write files: "victim" of three marked pages, "other" of one. Returns the

@@ -205,17 +205,17 @@ fn bad_configurations_and_foreign_roots_get_typed_errors() {
     // A damaged policy word and a damaged root pointer are refused, not trusted.
     let pool = heap.pool();
     let policy_word = pool.load_u64(root + 24).unwrap();
-    let _ = pool.persist(pool.store_u64(root + 24, 9).unwrap());
+    pool.persist(pool.store_u64(root + 24, 9).unwrap());
     let err = FastFair::open(&heap, root).err().unwrap();
     assert!(err.to_string().contains("shift policy 9"), "{err}");
-    let _ = pool.persist(pool.store_u64(root + 24, policy_word).unwrap());
+    pool.persist(pool.store_u64(root + 24, policy_word).unwrap());
     let root_node = pool.load_u64(root + 32).unwrap();
-    let _ = pool.persist(pool.store_u64(root + 32, root_node + 64).unwrap());
+    pool.persist(pool.store_u64(root + 32, root_node + 64).unwrap());
     assert!(matches!(
         FastFair::open(&heap, root),
         Err(FastFairError::Corrupt { .. })
     ));
-    let _ = pool.persist(pool.store_u64(root + 32, root_node).unwrap());
+    pool.persist(pool.store_u64(root + 32, root_node).unwrap());
     assert_eq!(
         FastFair::open(&heap, root).unwrap().get(1).unwrap(),
         Some(2)

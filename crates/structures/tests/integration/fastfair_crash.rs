@@ -211,15 +211,15 @@ fn recovery_survives_a_crash_of_its_own() {
                 // Slot 1 has the new value but still key 20; 20 and 30 moved right.
                 let torn: [u64; 8] = [10, 10, 20, 1500, 20, 20, 30, 30];
                 for (i, w) in torn.iter().enumerate() {
-                    let _ = pool.persist(pool.store_u64(entries + 8 * i as u64, *w).unwrap());
+                    pool.persist(pool.store_u64(entries + 8 * i as u64, *w).unwrap());
                 }
                 if policy == ShiftPolicy::Redo {
                     // Lane 0, slot 0: the line's final bytes, committed (address << 7 | len).
                     let line: [u64; 8] = [10, 10, 15, 1500, 20, 20, 30, 30];
                     let bytes: Vec<u8> = line.iter().flat_map(|w| w.to_le_bytes()).collect();
-                    let _ = pool.persist(pool.write(redo, &bytes).unwrap());
+                    pool.persist(pool.write(redo, &bytes).unwrap());
                     let commit = (entries << 7) | bytes.len() as u64;
-                    let _ = pool.persist(pool.store_u64(redo + 64, commit).unwrap());
+                    pool.persist(pool.store_u64(redo + 64, commit).unwrap());
                 }
             },
             |pool| {

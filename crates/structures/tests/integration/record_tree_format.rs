@@ -113,7 +113,7 @@ fn an_unknown_format_is_refused_and_left_as_it_was() {
         let root = tree_root(&store).unwrap();
         let pool = engine(&store).pool();
         let w = pool.store_u64(root + 8, 9).unwrap();
-        let _ = pool.persist(w);
+        pool.persist(w);
     }
     let before = std::fs::read(&path).unwrap();
     let refused = open(&path).and_then(|s| s.btree_map::<Vec<u8>, Vec<u8>>("tree").map(drop));

@@ -149,7 +149,7 @@ fn a_datalog_root_whose_policy_words_are_damaged_is_refused() {
         let at = root(&heap, 0);
         drop(Datalog::create(&heap, at, DatalogConfig::default()).unwrap());
         let pool = heap.pool();
-        let _ = pool.persist(pool.write(at + 32, &word.to_le_bytes()).unwrap());
+        pool.persist(pool.write(at + 32, &word.to_le_bytes()).unwrap());
         match Datalog::open(&heap, at) {
             Err(e @ DatalogError::Corrupt { .. }) => {
                 assert!(e.to_string().contains(what), "{e}")
@@ -356,7 +356,7 @@ fn an_unknown_magic_prints_as_text_and_is_neither_opened_nor_overwritten() {
     let at = root(&heap, 0);
     let magic = *b"NOTASTRU";
     let pool = heap.pool();
-    let _ = pool.persist(pool.write(at, &magic).unwrap());
+    pool.persist(pool.write(at, &magic).unwrap());
     let text = MagicText::from_word(u64::from_le_bytes(magic)).to_string();
     assert_eq!(text, "\"NOTASTRU\"");
     for kind in KINDS {

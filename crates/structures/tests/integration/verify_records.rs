@@ -431,7 +431,7 @@ fn a_damaged_record_reaches_the_store_user_as_corrupt_record() {
     let at = record + KEY_AT + 5;
     let word = at & !7;
     let original = pool.load_u64(word).unwrap();
-    let _ = pool.persist(
+    pool.persist(
         pool.store_u64(word, original ^ (1 << (8 * (at - word))))
             .unwrap(),
     );

@@ -7,7 +7,7 @@ use pmem_test_kit::{crash_test_outcome, run_crash_test, History};
 
 fn one_persisted_store(pool: &std::sync::Arc<pmem_ordering::Pool<pmem_ordering::sim::SimBackend>>) {
     let w = pool.store_u64(pool.root_offset(), 1).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     pool.operation_completed();
 }
 

@@ -70,7 +70,7 @@ impl Allocator {
                     return Ok(true);
                 }
                 let pending = self.store_record_state(pool, &mut st, r, allocated)?;
-                let _ = pool.fence(pending);
+                pool.fence(pending);
                 let ChunkState::Small { taken, .. } = &mut st.chunks[chunk as usize] else {
                     unreachable!("a record slot's chunk is a record chunk");
                 };
@@ -95,7 +95,7 @@ impl Allocator {
                     return Ok(true);
                 }
                 let pending = self.store_record_state(pool, &mut st, r, allocated)?;
-                let _ = pool.fence(pending);
+                pool.fence(pending);
                 for c in chunk..chunk + chunks {
                     if allocated {
                         st.free_chunks.remove(&c);
@@ -170,7 +170,7 @@ impl Allocator {
             st.free_chunks.insert(chunk);
         }
         if let Some(p) = pending {
-            let _ = pool.fence(p);
+            pool.fence(p);
         }
         Ok(empty.len() as u64)
     }

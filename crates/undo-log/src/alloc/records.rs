@@ -133,9 +133,9 @@ impl Allocator {
     ) -> Result<(), TxError> {
         let header = self.classes[class].header;
         let bitmap = pool.write(self.chunk_offset(chunk), &vec![0; header as usize])?;
-        let _ = pool.persist(bitmap);
+        pool.persist(bitmap);
         let word = pool.store_u64(self.table_word(chunk), KIND_RECORD | (class as u64) << 8)?;
-        let _ = pool.persist(word);
+        pool.persist(word);
         Ok(())
     }
 
@@ -384,7 +384,7 @@ impl Allocator {
         class: usize,
     ) -> Result<(), TxError> {
         let word = pool.store_u64(self.table_word(chunk), KIND_FREE)?;
-        let _ = pool.persist(word);
+        pool.persist(word);
         st.record_partial[class].remove(&chunk);
         st.chunks[chunk as usize] = ChunkState::Free;
         st.free_chunks.insert(chunk);

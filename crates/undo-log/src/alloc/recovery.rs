@@ -34,7 +34,7 @@ impl Allocator {
                 .copy_from_slice(&KIND_TABLE.to_le_bytes());
         }
         let w = pool.write(layout.alloc_offset, &words)?;
-        let _ = pool.persist(w);
+        pool.persist(w);
         Ok(())
     }
 

@@ -40,11 +40,11 @@ impl<B: Backend> Heap<B> {
     /// // Epoch 1: the record written and flushed (a map writes its intent line here too); a fence.
     /// let record = heap.reserve_record(11)?;
     /// let data = pool.flush(pool.write(record.offset, b"hello world")?);
-    /// let _ = pool.fence(data);
+    /// pool.fence(data);
     /// // Epoch 2: the allocation bit and the slot that publishes the record; one fence for both.
     /// let bit = heap.publish_record(record)?;
     /// let link = pool.flush(pool.store_u64(slot, record.offset)?);
-    /// let _ = pool.fence(bit.and(link));
+    /// pool.fence(bit.and(link));
     /// assert_eq!(heap.record_block(record.offset), Some(record));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -159,7 +159,7 @@ impl Lane {
             });
         }
         if let Some(p) = pending {
-            let _ = pool.fence(p);
+            pool.fence(p);
         }
         self.commit(pool, generation)
     }
@@ -167,7 +167,7 @@ impl Lane {
     /// Store `generation` as committed and persist it: every entry of it is invalid from then on.
     fn commit<B: Backend>(&self, pool: &Pool<B>, generation: u64) -> Result<(), TxError> {
         let w = pool.store_u64(self.header, generation)?;
-        let _ = pool.persist(w);
+        pool.persist(w);
         Ok(())
     }
 }

@@ -70,10 +70,10 @@ fn open_rolls_back_every_lane_with_an_uncommitted_transaction() {
                 let old = bytes(pool, root + at, len);
                 entry::encode(&mut buf, generation, root + at, &old);
                 let w = pool.write(pos, &buf).unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
                 pos += buf.len() as u64;
                 let w = pool.write(root + at, &vec![0xEE; len as usize]).unwrap();
-                let _ = pool.persist(w);
+                pool.persist(w);
             }
         }
         assert_ne!(bytes(pool, root, 1024), original);

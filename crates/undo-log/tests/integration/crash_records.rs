@@ -133,7 +133,7 @@ fn apply<B: Backend>(heap: &Heap<B>, pool: &Pool<B>, op: Op, seq: u64, before: &
             // Epoch 1: the record, then the intent; one fence.
             let record = write_record(pool, new, map, seq);
             let intent = write_intent(pool, map, Some(new), old);
-            let _ = pool.fence(record.and(intent));
+            pool.fence(record.and(intent));
             // Epoch 2: the bits and the slot; one fence.
             let mut pending = heap.publish_record(new).unwrap();
             let mut retired = None;
@@ -143,7 +143,7 @@ fn apply<B: Backend>(heap: &Heap<B>, pool: &Pool<B>, op: Op, seq: u64, before: &
                 retired = Some(block);
             }
             let w = pool.store_u64(slot_offset(pool, slot), new.offset).unwrap();
-            let _ = pool.fence(pending.and(pool.flush(w)));
+            pool.fence(pending.and(pool.flush(w)));
             // No reader holds the old block any more (one thread).
             if let Some(block) = retired {
                 heap.release_record(block).unwrap();
@@ -161,10 +161,10 @@ fn apply<B: Backend>(heap: &Heap<B>, pool: &Pool<B>, op: Op, seq: u64, before: &
             };
             let map = map_of(slot);
             let old = heap.record_block(offset).unwrap();
-            let _ = pool.fence(write_intent(pool, map, None, Some(old)));
+            pool.fence(write_intent(pool, map, None, Some(old)));
             let (block, pending) = heap.retire_record(offset).unwrap();
             let w = pool.store_u64(slot_offset(pool, slot), 0).unwrap();
-            let _ = pool.fence(pending.and(pool.flush(w)));
+            pool.fence(pending.and(pool.flush(w)));
             heap.release_record(block).unwrap();
             next[slot] = None;
         }

@@ -154,7 +154,7 @@ fn set_superblock_version(pool: &Pool, version: u32) {
     let crc = crc32c::crc32c(&superblock[..120]);
     superblock[120..124].copy_from_slice(&crc.to_le_bytes());
     let w = pool.write(at, &superblock).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn a_superblock_policy_code_that_names_no_policy_is_refused() {
     );
     let at = pool.heap_offset();
     let w = pool.write(at + 64, &9u64.to_le_bytes()).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     // A valid checksum over the bad code, so the code itself is what is refused.
     set_superblock_version(&pool, 4);
     match Heap::open(pool.clone()) {
@@ -275,7 +275,7 @@ fn a_damaged_superblock_is_refused() {
         let at = pool.heap_offset() + byte;
         let old: u8 = pool.read(at).unwrap();
         let w = pool.write(at, &[old ^ 0x5A]).unwrap();
-        let _ = pool.persist(w);
+        pool.persist(w);
         match Heap::open(pool.clone()) {
             Err(e @ TxError::BadSuperblock { .. }) => {
                 assert!(e.to_string().contains("superblock"), "{e}")
@@ -342,7 +342,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
         for (c, word) in words {
             let c = if c == u64::MAX { 0 } else { first + c };
             let w = pool.store_u64(layout.alloc_offset + 8 * c, word).unwrap();
-            let _ = pool.persist(w);
+            pool.persist(w);
         }
         match Heap::open(pool.clone()) {
             Err(e @ TxError::CorruptHeap { .. }) => {
@@ -371,7 +371,7 @@ fn a_corrupt_chunk_table_is_refused_at_open() {
         "the first object follows the bitmap"
     );
     let w = pool.store_u64(chunk_start + 24, 1 << 63).unwrap();
-    let _ = pool.persist(w);
+    pool.persist(w);
     assert!(matches!(
         Heap::open(pool.clone()),
         Err(TxError::CorruptHeap { .. })

@@ -22,7 +22,7 @@ fn publish_record(heap: &Heap, seed: u64) -> RecordBlock {
     let w = heap.pool().write(block.offset, &pattern(seed, 64)).unwrap();
     let data = heap.pool().flush(w);
     let bit = heap.publish_record(block).unwrap();
-    let _ = heap.pool().fence(data.and(bit));
+    heap.pool().fence(data.and(bit));
     block
 }
 
@@ -56,7 +56,7 @@ fn record_thread(
         if !live.is_empty() && (rng.below(3) == 0 || live.len() > 20) {
             let (offset, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
             let (block, pending) = heap.retire_record(offset).unwrap();
-            let _ = heap.pool().fence(pending);
+            heap.pool().fence(pending);
             heap.release_record(block).unwrap();
         } else if rng.below(8) == 0 {
             // A reservation given back, between the others.

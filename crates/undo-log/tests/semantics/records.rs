@@ -31,16 +31,16 @@ fn publish(heap: &Heap, size: u64) -> RecordBlock {
     assert!(block.size >= size, "{block:?} for {size} bytes");
     let data = pattern(block.offset, size.min(256) as usize);
     let w = heap.pool().write(block.offset, &data).unwrap();
-    let _ = heap.pool().persist(w);
+    heap.pool().persist(w);
     let pending = heap.publish_record(block).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     block
 }
 
 /// Retire the record at `offset` and release it, fenced in between.
 fn retire_and_release(heap: &Heap, offset: u64) -> RecordBlock {
     let (block, pending) = heap.retire_record(offset).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     heap.release_record(block).unwrap();
     block
 }
@@ -73,7 +73,7 @@ fn a_record_goes_through_reserve_publish_retire_release() {
     assert_eq!(heap.alloc_stats().free_chunks, empty.free_chunks - 1);
 
     let pending = heap.publish_record(block).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     assert_eq!(heap.record_block(block.offset), Some(block));
     assert_eq!(heap.block_size(block.offset), Some(128));
     assert_eq!(heap.check_heap().unwrap(), vec![(block.offset, 128)]);
@@ -85,7 +85,7 @@ fn a_record_goes_through_reserve_publish_retire_release() {
     assert_eq!((stats.record_publishes, stats.record_retires), (1, 0));
 
     let (retired, pending) = heap.retire_record(block.offset).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     assert_eq!(retired, block);
     assert_eq!(heap.record_block(block.offset), None);
     assert!(heap.check_heap().unwrap().is_empty());
@@ -197,7 +197,7 @@ fn a_full_pool_refuses_a_record_and_leaves_the_heap_unchanged() {
     let (requested, free) = loop {
         match heap.reserve_record(1024) {
             Ok(b) => {
-                let _ = heap.pool().fence(heap.publish_record(b).unwrap());
+                heap.pool().fence(heap.publish_record(b).unwrap());
                 records.push(b);
             }
             Err(TxError::PoolFull { requested, free }) => break (requested, free),
@@ -245,7 +245,7 @@ fn retiring_anything_but_a_published_record_is_refused() {
     assert!(message.contains("reserved"), "{message}");
     let published = publish(&heap, 64);
     let (retired, pending) = heap.retire_record(published.offset).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     let message = expect_invalid_free(heap.retire_record(published.offset), published.offset);
     assert!(message.contains("already retired"), "{message}");
     // Not a block start, outside the heap, the chunk table.
@@ -371,7 +371,7 @@ fn reopening_keeps_published_records_and_drops_reserved_ones() {
     let reserved_run = heap.reserve_record(9000).unwrap();
     let retired = publish(&heap, 300);
     let (_, pending) = heap.retire_record(retired.offset).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     let heap = reopen(heap);
     assert_eq!(
         heap.check_heap().unwrap(),
@@ -405,7 +405,7 @@ fn trimming_gives_back_the_empty_record_chunks_a_restart_leaves() {
     }
     let retired = publish(&heap, 1000);
     let (_, pending) = heap.retire_record(retired.offset).unwrap();
-    let _ = heap.pool().fence(pending);
+    heap.pool().fence(pending);
     let heap = reopen(heap);
     assert_eq!(heap.alloc_stats().record_chunks, 5);
     // Resolution first: a block may have to be set in a chunk the crash left empty.

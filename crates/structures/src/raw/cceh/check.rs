@@ -149,7 +149,7 @@ mod tests {
     /// it).
     fn scribble(heap: &Heap, offset: u64, word: u64) {
         let written = heap.pool().store_u64(offset, word).unwrap();
-        let _ = heap.pool().persist(written);
+        heap.pool().persist(written);
     }
 
     /// The reason of a `Corrupt` error (any other outcome fails the test).

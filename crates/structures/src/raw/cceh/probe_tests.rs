@@ -263,7 +263,7 @@ fn a_before_store_error_aborts_the_write_and_leaves_the_table_unchanged() {
 /// Store `word` at `offset` behind the table's back, persisted (as a crash would leave it).
 fn scribble(heap: &Heap, offset: u64, word: u64) {
     let written = heap.pool().store_u64(offset, word).unwrap();
-    let _ = heap.pool().persist(written);
+    heap.pool().persist(written);
 }
 
 #[test]

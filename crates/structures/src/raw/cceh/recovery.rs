@@ -236,7 +236,7 @@ impl<B: Backend> Cceh<B> {
         for (i, &(identity, _, slot)) in live.iter().enumerate() {
             if i > 0 && live[i - 1].0 == identity {
                 let w = pool.store_u64(slot, EMPTY_KEY)?;
-                let _ = pool.persist(w);
+                pool.persist(w);
             } else {
                 distinct += 1;
             }

@@ -115,7 +115,7 @@ impl<B: Backend> Cceh<B> {
         for i in 1..count {
             written = written.merge(pool.store_u64(directory.entry(first + i), entry.word())?);
         }
-        let _ = pool.persist(written);
+        pool.persist(written);
         Ok(())
     }
 

@@ -242,7 +242,7 @@ impl<B: Backend> Cceh<B> {
             Some((slot, value)) => {
                 before_store(value)?;
                 let w = pool.store_u64(slot, EMPTY_KEY).map_err(CcehError::from)?;
-                let _ = pool.persist(w);
+                pool.persist(w);
                 stripe.count(1u64.wrapping_neg());
                 Ok(Some(value))
             }
@@ -461,7 +461,7 @@ impl<B: Backend> Cceh<B> {
                 if replace {
                     before_store(Some(old))?;
                     stores.store(1, value);
-                    let _ = stores.persist(1, 2);
+                    stores.persist(1, 2);
                 }
                 Ok(Some(old))
             }
@@ -473,7 +473,7 @@ impl<B: Backend> Cceh<B> {
                         // The moved key's copy further along is persisted: emptying this one
                         // leaves the table's entries as they were before the write.
                         stores.store(0, EMPTY_KEY);
-                        let _ = stores.persist(0, 1);
+                        stores.persist(0, 1);
                     }
                     return Err(e);
                 }
@@ -527,7 +527,7 @@ impl<B: Backend> Cceh<B> {
 fn fill_slot<B: Backend>(stores: &WordStores<'_, B>, occupied: bool, key: u64, value: u64) {
     fill_slot_unpersisted(stores, occupied, key, value);
     // The key and the value: one line (a bucket is one aligned line), one flush, one fence.
-    let _ = stores.persist(0, 2);
+    stores.persist(0, 2);
 }
 
 /// The stores of [`fill_slot`], in its order, without the persist: a write batch's

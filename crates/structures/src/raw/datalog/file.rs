@@ -161,9 +161,9 @@ impl<B: Backend> Datalog<B> {
         if plan.cow.is_empty() && plan.dying.is_empty() {
             // Entries durable, then the one tail store that commits them.
             let pending = write_entries(&entries, scratch)?;
-            let _ = pool.fence(pending);
+            pool.fence(pending);
             let w = pool.store_u64(f.inode.tail_word(), place.tail)?;
-            let _ = pool.persist(w);
+            pool.persist(w);
         } else {
             let inode = f.inode;
             entries = self.heap.transaction(|tx| {

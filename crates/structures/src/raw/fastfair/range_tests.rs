@@ -34,8 +34,8 @@ fn a_bulk_read_cut_at_a_duplicate_keeps_its_right_copy() {
         let leaf = tree.root_node().unwrap();
         let pool = heap.pool();
         for (slot, (k, v)) in image.into_iter().enumerate() {
-            let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
-            let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
+            pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+            pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
         }
         let mut range = tree.range(..);
         let mut got = Vec::new();
@@ -75,8 +75,8 @@ fn a_scan_in_place_keeps_a_duplicates_right_copy() {
         let leaf = tree.root_node().unwrap();
         let pool = heap.pool();
         for (slot, &(k, v)) in image.iter().enumerate() {
-            let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
-            let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
+            pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+            pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
         }
         for start in 0..=35 {
             let got: Vec<(u64, u64)> = tree.range(start..).map(Result::unwrap).collect();

@@ -114,8 +114,8 @@ mod tests {
         let pool = heap.pool();
         let image = [(10, 10), (20, 1500), (20, 20), (30, 30)];
         for (slot, (k, v)) in image.into_iter().enumerate() {
-            let _ = pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
-            let _ = pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
+            pool.persist(pool.store_u64(entry_offset(leaf, slot), k).unwrap());
+            pool.persist(pool.store_u64(value_offset(leaf, slot), v).unwrap());
         }
         // A lock-free reader resolves the duplicate without any repair.
         assert_eq!(tree.get(20).unwrap(), Some(20));
@@ -151,7 +151,7 @@ mod tests {
         let pool = heap.pool();
         let poke = |offset: u64, value: u64| {
             let old = pool.load_u64(offset).unwrap();
-            let _ = pool.persist(pool.store_u64(offset, value).unwrap());
+            pool.persist(pool.store_u64(offset, value).unwrap());
             old
         };
         let expect_corrupt = |what: &str| match FastFair::open(&heap, root) {

@@ -59,7 +59,7 @@ impl<B: Backend> FastFair<B> {
             }
         }
         if let Some(clear) = unfenced_clear {
-            let _ = self.pool().persist(clear);
+            self.pool().persist(clear);
         }
         Ok(())
     }
@@ -82,9 +82,9 @@ impl<B: Backend> FastFair<B> {
             Some(clear) => logged.and(pool.flush(clear)),
             None => logged,
         };
-        let _ = pool.fence(pending);
-        let _ = pool.persist(pool.store_u64(commit, commit_word(target, bytes.len()))?);
-        let _ = pool.persist(pool.write(target, bytes)?);
+        pool.fence(pending);
+        pool.persist(pool.store_u64(commit, commit_word(target, bytes.len()))?);
+        pool.persist(pool.write(target, bytes)?);
         Ok(pool.store_u64(commit, 0)?)
     }
 
@@ -111,8 +111,8 @@ impl<B: Backend> FastFair<B> {
                 }
                 let mut bytes = [0u8; LINE as usize];
                 pool.read_bytes(data, &mut bytes[..len as usize])?;
-                let _ = pool.persist(pool.write(target, &bytes[..len as usize])?);
-                let _ = pool.persist(pool.store_u64(commit, 0)?);
+                pool.persist(pool.write(target, &bytes[..len as usize])?);
+                pool.persist(pool.store_u64(commit, 0)?);
             }
         }
         Ok(())

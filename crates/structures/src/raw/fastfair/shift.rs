@@ -167,7 +167,7 @@ fn insert_fast<B: Backend>(
     // `line_first - 1 .. high - 1` go up one slot, then the line is flushed and fenced.
     while line_first > at {
         move_up_one_slot(view, stores, line_first - 1, high);
-        let _ = stores.persist(key_word(line_first), key_word(high) + 2);
+        stores.persist(key_word(line_first), key_word(high) + 2);
         high = line_first - 1;
         line_first -= ENTRIES_PER_LINE;
     }
@@ -176,7 +176,7 @@ fn insert_fast<B: Backend>(
     let word = key_word(at);
     // SAFETY: `at <= n`, so `word + 1 < key_word(n) + 2 <= stores.len()` (checked above).
     unsafe { stores.store_two_unchecked(word + 1, value, word, key) };
-    let _ = stores.persist(word, key_word(high) + 2);
+    stores.persist(word, key_word(high) + 2);
 }
 
 impl<B: Backend> FastFair<B> {
@@ -237,7 +237,7 @@ impl<B: Backend> FastFair<B> {
         let stores = self.pool().word_stores(node, view.words())?;
         for i in 0..shift.len() {
             let (start, end) = store_slot(&stores, &shift.write(view, i));
-            let _ = stores.persist(start, end);
+            stores.persist(start, end);
         }
         Ok(())
     }
@@ -267,7 +267,7 @@ impl<B: Backend> FastFair<B> {
                 (start, end) = (start.min(s), end.max(e));
                 i += 1;
             }
-            let _ = stores.persist(start, end);
+            stores.persist(start, end);
         }
         Ok(())
     }

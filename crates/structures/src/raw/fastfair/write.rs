@@ -287,7 +287,7 @@ impl<B: Backend> FastFair<B> {
                     let w = pool
                         .store_u64(value_offset(leaf, slot), value)
                         .map_err(FastFairError::from)?;
-                    let _ = pool.persist(w);
+                    pool.persist(w);
                 }
                 Ok(Ok(Some(old)))
             }

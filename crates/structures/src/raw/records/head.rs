@@ -127,6 +127,6 @@ pub(crate) fn upgrade_version<B: Backend>(
     version: u64,
 ) -> Result<(), RecordMapError> {
     let w = pool.store_u64(root + 8, version)?;
-    let _ = pool.persist(w);
+    pool.persist(w);
     Ok(())
 }

@@ -172,14 +172,14 @@ impl IntentArea {
 /// Store `layer` in the word at `at` (a retire word), persisted.
 pub(crate) fn name_layer<B: Backend>(pool: &Pool<B>, at: u64, layer: u64) -> Result<(), PoolError> {
     let w = pool.store_u64(at, layer)?;
-    let _ = pool.persist(w);
+    pool.persist(w);
     Ok(())
 }
 
 /// Clear a layer word (persisted: a layer it named is published or freed).
 pub(crate) fn clear_layer_word<B: Backend>(pool: &Pool<B>, at: u64) -> Result<(), PoolError> {
     let w = pool.store_u64(at, 0)?;
-    let _ = pool.persist(w);
+    pool.persist(w);
     Ok(())
 }
 

@@ -316,7 +316,7 @@ impl Records {
                 return Err(e.into());
             }
         };
-        let _ = pool.fence(record.and(named));
+        pool.fence(record.and(named));
         Ok(Staged {
             records: self,
             line,
@@ -383,7 +383,7 @@ impl Records {
         let pool = heap.pool();
         let old_named = heap.record_block(old).map(|b| (b.offset, b.size));
         let line = self.intents.claim();
-        let _ = pool.fence(line.name(pool, None, old_named)?);
+        pool.fence(line.name(pool, None, old_named)?);
         Ok(Staged {
             records: self,
             line,
@@ -465,7 +465,7 @@ impl Staged<'_> {
         let old_named = old_block.map(|b| (b.offset, b.size));
         if old_named.map(|n| n.0) != self.old_named.map(|n| n.0) {
             let new = self.new.map(|b| (b.offset, b.size));
-            let _ = pool.fence(self.line.name(pool, new, old_named)?);
+            pool.fence(self.line.name(pool, new, old_named)?);
             self.old_named = old_named;
         }
         // The tokens are dropped, not fenced: the structure's store of the slot comes next,
@@ -500,12 +500,12 @@ impl Staged<'_> {
         let pool = heap.pool();
         if let Some(n) = self.new {
             let (retired, flushed) = heap.retire_record(n.offset)?;
-            let _ = pool.fence(flushed);
+            pool.fence(flushed);
             heap.release_record(retired)?;
         }
         if let Some(o) = self.retired {
             let flushed = heap.restore_record(o)?;
-            let _ = pool.fence(flushed);
+            pool.fence(flushed);
         }
         Ok(())
     }

@@ -217,13 +217,13 @@ impl Area {
         // The commit word after the rest of its line: stores to one line persist in order.
         let head = head.merge(pool.store_u64(self.offset + COMMIT_WORD, COMMITTED)?);
         let flushed = pool.flush(head).and(streamed);
-        let _ = pool.fence(flushed);
+        pool.fence(flushed);
         Ok(())
     }
 
     /// Mark the committed batch applied (one store, one fence).
     pub(crate) fn clear<B: Backend>(&self, pool: &Pool<B>) -> Result<(), Error> {
-        let _ = pool.persist(pool.store_u64(self.offset + COMMIT_WORD, 0)?);
+        pool.persist(pool.store_u64(self.offset + COMMIT_WORD, 0)?);
         Ok(())
     }
 
@@ -253,7 +253,7 @@ impl Area {
         for (offset, bytes) in &committed.bytes {
             let _flushed = pool.flush(pool.write(*offset, bytes)?);
         }
-        let _ = pool.sfence();
+        pool.sfence();
         Ok(())
     }
 

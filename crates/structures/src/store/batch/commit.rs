@@ -206,7 +206,7 @@ impl<B: Backend> WriteBatch<B> {
             plans.into_iter().for_each(|p: Plan| p.cancel(heap));
             // Records written into the blocks given back were flushed and not fenced: fenced
             // now, so the failed commit leaves no store in doubt (they are free blocks' bytes).
-            let _ = pool.sfence();
+            pool.sfence();
         };
         for touched in &self.maps {
             match touched.plan(&mut log) {
@@ -241,7 +241,7 @@ impl<B: Backend> WriteBatch<B> {
             .collect();
         applying.change_end();
         let retired = applied?;
-        let _ = pool.sfence();
+        pool.sfence();
         area.clear(pool)?;
         for ((touched, retired), plan) in self.maps.iter().zip(retired).zip(&plans) {
             touched.finish(retired, plan);

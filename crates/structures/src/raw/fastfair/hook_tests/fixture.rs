@@ -112,7 +112,7 @@ impl<'p> Bits<'p> {
             .pool
             .store_u64(Self::offset(self.pool, record), u64::from(on))
             .expect("the bit word is in the pool");
-        let _ = self.pool.persist(w);
+        self.pool.persist(w);
     }
 
     /// `record`'s bit in the image a crash right now would leave if nothing pending persisted.

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::{connect, KilledServer};
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::thread;
@@ -49,34 +51,6 @@ struct ClientLog {
     acknowledged: HashMap<u64, String>,
     in_flight: Vec<(u64, String)>,
     msets: u64,
-}
-
-/// The server process, killed when dropped (so a failing check leaves no server behind).
-struct Server(std::process::Child);
-
-impl Server {
-    fn spawn(pool: &std::path::Path) -> (Server, SocketAddr) {
-        let (child, addr) = common::spawn_binary(pool, 64);
-        (Server(child), addr)
-    }
-
-    fn kill(&mut self) {
-        self.0.kill().unwrap(); // SIGKILL
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn connect(addr: SocketAddr) -> Option<redis::Connection> {
-    redis::Client::open(format!("redis://{addr}/"))
-        .and_then(|c| c.get_connection())
-        .ok()
 }
 
 fn run_client(addr: SocketAddr, id: usize, round: u64, seed: u64, mut log: ClientLog) -> ClientLog {
@@ -154,7 +128,7 @@ fn msets_and_renames_stay_whole_across_kill_9() {
     let mut logs: Vec<ClientLog> = (0..CLIENTS).map(|_| ClientLog::default()).collect();
     let mut moves = 0;
     {
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let mut c = connect(addr).unwrap();
         redis::cmd("SET")
             .arg(TOKEN[0])
@@ -164,7 +138,7 @@ fn msets_and_renames_stay_whole_across_kill_9() {
         server.kill();
     }
     for round in 0..ROUNDS {
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let workers: Vec<_> = logs
             .drain(..)
             .enumerate()
@@ -179,7 +153,7 @@ fn msets_and_renames_stay_whole_across_kill_9() {
         logs = workers.into_iter().map(|w| w.join().unwrap()).collect();
         moves += mover.join().unwrap();
 
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let mut c = connect(addr).unwrap();
         for (id, log) in logs.iter_mut().enumerate() {
             for group in 0..GROUPS {

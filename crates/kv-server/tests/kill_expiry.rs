@@ -10,9 +10,10 @@
 
 mod common;
 
+use common::{connect, KilledServer};
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -105,33 +106,6 @@ struct ClientLog {
     /// When the command in flight was sent.
     sent: u64,
     commands: u64,
-}
-
-struct Server(std::process::Child);
-
-impl Server {
-    fn spawn(pool: &Path) -> (Server, SocketAddr) {
-        let (child, addr) = common::spawn_binary(pool, 64);
-        (Server(child), addr)
-    }
-
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn connect(addr: SocketAddr) -> Option<redis::Connection> {
-    redis::Client::open(format!("redis://{addr}/"))
-        .and_then(|c| c.get_connection())
-        .ok()
 }
 
 fn run_client(addr: SocketAddr, id: usize, round: u64, seed: u64, mut log: ClientLog) -> ClientLog {
@@ -257,7 +231,7 @@ fn deadlines_survive_kill_9_and_passed_ones_stay_passed() {
     let mut logs: Vec<ClientLog> = (0..CLIENTS).map(|_| ClientLog::default()).collect();
     let steady_deadline;
     {
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let mut c = connect(addr).unwrap();
         let sent = now_ms();
         for i in 0..STEADY {
@@ -273,7 +247,7 @@ fn deadlines_survive_kill_9_and_passed_ones_stay_passed() {
     }
     let mut expired_seen = 0;
     for round in 0..ROUNDS {
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let workers: Vec<_> = logs
             .drain(..)
             .enumerate()
@@ -310,7 +284,7 @@ fn deadlines_survive_kill_9_and_passed_ones_stay_passed() {
             "{keys} keys, {deadlines} deadlines"
         );
 
-        let (mut server, addr) = Server::spawn(&pool);
+        let (mut server, addr) = KilledServer::spawn(&pool, 64);
         let mut c = connect(addr).unwrap();
         for (id, log) in logs.iter_mut().enumerate() {
             for key in 0..KEYS {

@@ -145,6 +145,38 @@ pub fn spawn_binary(pool: &Path, mib: u64) -> (Child, SocketAddr) {
     (child, addr)
 }
 
+/// A server binary that a kill test SIGKILLs: killed and reaped when dropped too, so a failing
+/// test leaves no server behind.
+pub struct KilledServer(Child);
+
+impl KilledServer {
+    /// [`spawn_binary`] on `pool`, with a pool of `mib` MiB if it makes one.
+    pub fn spawn(pool: &Path, mib: u64) -> (KilledServer, SocketAddr) {
+        let (child, addr) = spawn_binary(pool, mib);
+        (KilledServer(child), addr)
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for KilledServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `redis` crate connection to `addr`, or `None` if the server is not there (killed).
+pub fn connect(addr: SocketAddr) -> Option<redis::Connection> {
+    redis::Client::open(format!("redis://{addr}/"))
+        .and_then(|c| c.get_connection())
+        .ok()
+}
+
 /// `args` as a RESP array of bulk strings, as clients send requests.
 pub fn encode_request(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();

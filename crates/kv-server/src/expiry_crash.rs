@@ -85,7 +85,7 @@ fn run(store: &SimStore, maps: &SimMaps, step: &Step) -> Result<(), Error> {
 
 fn options() -> StoreOptions {
     StoreOptions::new()
-        .max_structures(4)
+        .max_structures(8)
         .fence_policy(FencePolicy::Batched)
         .heap(HeapConfig {
             lanes: 2,
@@ -157,7 +157,11 @@ fn deadline_changes_are_whole_at_every_crash_point() {
         expected.push(state.clone());
     }
     let test = CrashTest::new("expiry maps", SimConfig::x86())
-        .pool(STORE_LAYOUT, 2 << 20, 64 + 4 * 128)
+        .pool(
+            STORE_LAYOUT,
+            2 << 20,
+            options().root_size().expect("a root size"),
+        )
         .points(CrashPoints::Every)
         .images(Images::Random(2))
         .fail_on_unpersisted(true)

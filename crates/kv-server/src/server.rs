@@ -231,8 +231,9 @@ async fn serve(
     }
 }
 
-/// Active expiry: a cycle every period (see `crate::expiry`). A cycle that fails (a full
-/// pool) leaves the keys for the next one, and for lazy expiry.
+/// Active expiry: a cycle every period (see `crate::expiry`), and a cycle of reclaiming
+/// deleted hashes' fields (see `crate::hashes`). A cycle that fails (a full pool) leaves the
+/// keys for the next one, and for lazy expiry.
 async fn active_expiry(shared: Arc<Shared>) {
     let mut ticks = tokio::time::interval(crate::expiry::CYCLE_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -242,6 +243,11 @@ async fn active_expiry(shared: Arc<Shared>) {
             // Blocking store work: the worker's other tasks move to another thread.
             tokio::task::block_in_place(|| {
                 let _ = shared.db.expire_cycle(crate::expiry::CYCLE_BUDGET);
+            });
+        }
+        if shared.db.has_reclaimable() {
+            tokio::task::block_in_place(|| {
+                let _ = shared.db.reclaim_cycle(crate::expiry::CYCLE_BUDGET);
             });
         }
     }

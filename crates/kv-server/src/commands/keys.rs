@@ -9,6 +9,7 @@ use pmem_structures::Error;
 
 use super::{integer, store_error, syntax_error, with_map, Call};
 use crate::db::{prefix_end, Keyspace};
+use crate::hashes::Kind;
 use crate::reply::Reply;
 use crate::scan::Pattern;
 
@@ -44,14 +45,18 @@ pub(super) fn exists(call: &mut Call) -> Reply {
 
 pub(super) fn type_of(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
-    with_map(call.shared, |map| {
-        // Every key holds a string.
-        Ok(Reply::status(if map.contains_key(key)? {
-            "string"
-        } else {
-            "none"
-        }))
+    super::with_maps(call.shared, |maps| {
+        Ok(Reply::status(type_name(&maps.read_kind(key)?)))
     })
+}
+
+/// The name TYPE gives what a key holds.
+fn type_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Absent => "none",
+        Kind::String(_) => "string",
+        Kind::Hash(_) => "hash",
+    }
 }
 
 /// A random key, found by a random descent of the keys' byte trie: at each depth, a byte
@@ -216,8 +221,6 @@ pub(super) fn scan(call: &mut Call) -> Reply {
         }
         at += 2;
     }
-    // Every key holds a string: another type matches none.
-    let strings_wanted = wanted_type.is_none_or(|t| t.eq_ignore_ascii_case(b"string"));
     let resume = if cursor == 0 {
         None
     } else {
@@ -243,12 +246,17 @@ pub(super) fn scan(call: &mut Call) -> Reply {
             ))
             .enumerate()
         {
-            let (key, _) = entry?;
+            let (key, value) = entry?;
             if seen == count {
                 more = true;
                 break;
             }
-            if strings_wanted && pattern.matches(&key) && !maps.is_due(&key, now)? {
+            let of_type = match wanted_type {
+                None => true,
+                Some(wanted) => wanted
+                    .eq_ignore_ascii_case(type_name(&maps.kind(&key, Some(value))?).as_bytes()),
+            };
+            if of_type && pattern.matches(&key) && !maps.is_due(&key, now)? {
                 keys.push(Reply::bulk(key.clone()));
             }
             last_seen = Some(key);

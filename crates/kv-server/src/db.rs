@@ -208,21 +208,25 @@ impl Db {
         Ok(outcome?)
     }
 
-    /// Set every `(key, value)` of `pairs` (`count` of them), all durable together or none
-    /// (a later pair of a key wins), each without an expiry time (as SET and MSET leave a
-    /// key). One pair of a key without a deadline is a single write. The caller holds the
-    /// keys' stripes.
+    /// Set every `(key, value, deadline)` of `writes` (`count` of them), all durable
+    /// together or none (a later write of a key wins), each with the deadline given (`None`:
+    /// none, as SET and MSET leave a key; `Some`: SET ... EX in a pipeline). One write of a key
+    /// that keeps no deadline and is no hash is a single write. The caller holds the keys'
+    /// stripes.
     pub(crate) fn set_all<'p>(
         &self,
-        mut pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+        mut writes: impl Iterator<Item = (&'p [u8], &'p [u8], Option<u64>)>,
         count: usize,
     ) -> Result<(), DbError> {
         let keys = count as u64;
         let mut first = None;
         if count == 1 {
-            let (key, value) = pairs.next().expect("one pair");
+            let (key, value, deadline) = writes.next().expect("one write");
             let single = self.with_maps(|maps| {
-                if maps.deadline(key)?.is_some() || maps.hash_meta(key)?.is_some() {
+                if deadline.is_some()
+                    || maps.deadline(key)?.is_some()
+                    || maps.hash_meta(key)?.is_some()
+                {
                     return Ok(false);
                 }
                 self.counted_write(1, || maps.keys.upsert(key, value))
@@ -231,13 +235,22 @@ impl Db {
             if single {
                 return Ok(());
             }
-            first = Some((key, value));
+            first = Some((key, value, deadline));
         }
         self.batch_write(keys, |maps, batch| {
-            for (key, value) in first.into_iter().chain(pairs) {
+            // Each key's deadline as the batch leaves it so far: a key written twice changes
+            // from what the first write made it.
+            let mut deadlines: std::collections::HashMap<&[u8], Option<u64>> =
+                std::collections::HashMap::new();
+            for (key, value, deadline) in first.into_iter().chain(writes) {
                 maps.keys.put_in(batch, key, value)?;
                 maps.forget_hash_in(batch, key)?;
-                maps.change_deadline_in(batch, key, maps.deadline(key)?, None)?;
+                let old = match deadlines.get(key) {
+                    Some(old) => *old,
+                    None => maps.deadline(key)?,
+                };
+                maps.change_deadline_in(batch, key, old, deadline)?;
+                deadlines.insert(key, deadline);
             }
             Ok(())
         })

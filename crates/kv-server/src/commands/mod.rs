@@ -37,6 +37,7 @@ use crate::server::Shared;
 use crate::session::Session;
 
 pub(crate) use connection::REDIS_VERSION;
+pub(crate) use strings::deadline_of;
 pub(crate) use table::COMMANDS;
 
 /// One command being run: the server, the connection, the arguments (name first).
@@ -144,10 +145,13 @@ pub(crate) fn execute(
     pipeline: &mut Pipeline,
     output: &mut BytesMut,
 ) {
-    let reply = match checked(shared, session, &args) {
-        Ok(index) if pipeline.defers(COMMANDS[index].name, &args) => {
-            return pipeline.defer(index, args, session.protocol, output);
+    let checked = checked(shared, session, &args);
+    if let Ok(index) = checked {
+        if let Some(deadline) = pipeline.defers(COMMANDS[index].name, &args) {
+            return pipeline.defer(index, args, deadline, session.protocol, output);
         }
+    }
+    let reply = match checked {
         Ok(index) => {
             pipeline.commit(session.protocol, output);
             let started = Instant::now();

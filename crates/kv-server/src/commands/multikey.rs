@@ -33,8 +33,8 @@ pub(super) fn mget(call: &mut Call) -> Reply {
 pub(super) fn set_pairs(call: &Call, pairs: &[Bytes]) -> Reply {
     let db = &call.shared.db;
     let _locks = db.lock_keys(pairs.iter().step_by(2).map(|k| &k[..]));
-    let pairs = pairs.chunks_exact(2).map(|p| (&p[0][..], &p[1][..]));
-    match db.set_all(pairs.clone(), pairs.len()) {
+    let writes = pairs.chunks_exact(2).map(|p| (&p[0][..], &p[1][..], None));
+    match db.set_all(writes.clone(), writes.len()) {
         Ok(()) => Reply::ok(),
         Err(error) => store_error(error),
     }

@@ -143,7 +143,7 @@ pub(super) fn set_options(options: &[Bytes], getex: bool) -> Result<SetOptions, 
 
 /// The deadline an expiry option (`EX`, `PX`, `EXAT`, `PXAT`) and its argument give at
 /// `now`, or Redis's error for `command` (a time not above 0, or past the 64-bit range).
-pub(super) fn deadline_of(
+pub(crate) fn deadline_of(
     option: &str,
     value: &[u8],
     now: u64,

@@ -194,11 +194,22 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
     ]
 }
 
-/// Plain writes only (`SET key value`, `MSET`): a run of them is what a connection's
-/// pipeline commits as one batch.
+/// Plain writes only (`SET key value`, `SET key value EX time` and its kin, `MSET`): a run of
+/// them is what a connection's pipeline commits as one batch (an expiry time Redis refuses
+/// is not deferred, and gets its error).
 pub fn plain_write_strategy() -> impl Strategy<Value = Request> {
+    let expiry = proptest::sample::select(vec![
+        ("EX", "100"),
+        ("px", "100000"),
+        ("EXAT", "4102444800"),
+        ("PXAT", "4102444800000"),
+        ("EX", "0"),
+        ("PX", "x"),
+    ]);
     prop_oneof![
         3 => (key(), value()).prop_map(|(k, v)| command("SET", vec![k, v])),
+        2 => (key(), value(), expiry)
+            .prop_map(|(k, v, (o, t))| command("SET", vec![k, v, o.into(), t.into()])),
         1 => proptest::collection::vec((key(), value()), 1..4)
             .prop_map(|pairs| command("MSET", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
     ]

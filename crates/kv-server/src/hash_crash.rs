@@ -11,19 +11,14 @@
 
 use std::collections::BTreeMap as Model;
 use std::ops::Bound;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use pmem_structures::raw::pmem_ordering::sim::{
-    CrashPoints, CrashTest, Images, SimBackend, SimConfig,
-};
+use pmem_structures::raw::pmem_ordering::sim::SimBackend;
 use pmem_structures::raw::pmem_ordering::Pool;
-use pmem_structures::raw::STORE_LAYOUT;
-use pmem_structures::{Error, Store, StoreOptions};
-use pmem_test_kit::run_crash_test;
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_structures::{Error, Store};
 
-use crate::db::{open_maps, Maps};
+use crate::db::Maps;
+use crate::expiry_crash::{crash_at_every_event, recovered};
 use crate::hashes::{field_key, field_of, field_range, Kind};
 
 type SimStore = Store<SimBackend>;
@@ -158,22 +153,6 @@ fn run(store: &SimStore, maps: &SimMaps, step: &Step) -> Result<(), Error> {
     }
 }
 
-fn options() -> StoreOptions {
-    StoreOptions::new()
-        .max_structures(8)
-        .fence_policy(FencePolicy::Batched)
-        .heap(HeapConfig {
-            lanes: 2,
-            lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
-        })
-}
-
-fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
-    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-    SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
-}
-
 /// The keyspace as the maps hold it, after checking that they agree.
 fn observe(maps: &SimMaps) -> Result<State, String> {
     let e = |e: Error| e.to_string();
@@ -208,12 +187,7 @@ fn check_image(
     done: usize,
     expected: &[State],
 ) -> Result<(), String> {
-    let store = load(pool)?;
-    let report = store.verify();
-    if !report.is_healthy() {
-        return Err(format!("verify: {report}"));
-    }
-    let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).map_err(|e| e.to_string())?;
+    let (store, maps) = recovered(pool)?;
     let now = observe(&maps)?;
     let admitted = &expected[done..(done + 2).min(expected.len())];
     if !admitted.contains(&now) {
@@ -281,34 +255,8 @@ fn hash_writes_are_whole_at_every_crash_point() {
         apply(&mut state, step);
         expected.push(state.clone());
     }
-    let test = CrashTest::new("hash maps", SimConfig::x86())
-        .pool(
-            STORE_LAYOUT,
-            2 << 20,
-            options().root_size().expect("a root size"),
-        )
-        .points(CrashPoints::Every)
-        .images(Images::Random(2))
-        .fail_on_unpersisted(true)
-        .seed(34);
-    let report = run_crash_test(
-        &test,
-        |pool| {
-            let store = SimStore::format(pool.clone(), &options()).expect("format the store");
-            let maps = open_maps(&store, &Arc::new(AtomicBool::new(false))).expect("the maps");
-            for step in &setup {
-                run(&store, &maps, step).expect("a setup step");
-            }
-        },
-        |pool| {
-            let store = load(pool).unwrap_or_else(|e| panic!("{e}"));
-            let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).expect("the maps");
-            for step in &steps {
-                run(&store, &maps, step).expect("a step");
-                pool.operation_completed();
-            }
-        },
-        |pool, crash| check_image(pool, crash.operations_completed as usize, &expected),
-    );
+    let report = crash_at_every_event("hash maps", 34, &setup, &steps, run, |pool, done| {
+        check_image(pool, done, &expected)
+    });
     println!("{} crash points, {} images", report.points, report.images);
 }

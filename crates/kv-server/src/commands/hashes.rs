@@ -9,12 +9,12 @@ use std::ops::Bound;
 
 use pmem_structures::Error;
 
-use super::{integer, store_error, syntax_error, with_maps, wrong_arity, wrong_type, Call};
+use super::keys::{resume_of, scan_cursor, scan_options};
+use super::{integer, store_error, with_maps, wrong_arity, wrong_type, Call};
 use crate::db::{DbError, Maps};
 use crate::hashes::{field_key, field_of, field_range, HashMeta};
 use crate::numbers::{parse_i64, parse_long_double, LongDouble, ParsedFloat};
 use crate::reply::Reply;
-use crate::scan::Pattern;
 
 /// Run `read` on the hash at the command's key (`None`: absent), seeing every batch whole;
 /// WRONGTYPE for a string.
@@ -270,20 +270,15 @@ pub(super) fn hincrbyfloat(call: &mut Call) -> Reply {
     })
 }
 
-/// The most fields one HSCAN call looks at, whatever COUNT asks.
-const MAX_SCAN_COUNT: u64 = 100_000;
-
 /// HSCAN key cursor [MATCH pattern] [COUNT count]: up to COUNT fields from the cursor on, with
 /// their values, those MATCH takes. As in Redis 7.0: the cursor is read first, then the key
 /// (an absent key answers an empty scan whatever the options), then the options (no TYPE,
 /// no NOVALUES).
 pub(super) fn hscan(call: &mut Call) -> Reply {
     let args = call.args;
-    let Some(cursor) = std::str::from_utf8(&args[2])
-        .ok()
-        .and_then(|c| c.parse::<u64>().ok())
-    else {
-        return Reply::error("ERR invalid cursor");
+    let cursor = match scan_cursor(&args[2]) {
+        Ok(cursor) => cursor,
+        Err(reply) => return reply,
     };
     let meta = match call.shared.db.hash_of(&args[1]) {
         Ok(Ok(Some(meta))) => meta,
@@ -291,35 +286,14 @@ pub(super) fn hscan(call: &mut Call) -> Reply {
         Ok(Err(())) => return wrong_type(),
         Err(error) => return store_error(error),
     };
-    let mut pattern = Pattern::all();
-    let mut count = 10u64;
-    let mut at = 3;
-    while at < args.len() {
-        let (Some(option), Some(value)) = (args.get(at), args.get(at + 1)) else {
-            return syntax_error();
-        };
-        match option.to_ascii_uppercase().as_slice() {
-            b"COUNT" => match integer(value) {
-                Ok(n) if n >= 1 => count = n as u64,
-                Ok(_) => return syntax_error(),
-                Err(reply) => return reply,
-            },
-            b"MATCH" => pattern = Pattern::new(value),
-            _ => return syntax_error(),
-        }
-        at += 2;
-    }
-    let resume = if cursor == 0 {
-        None
-    } else {
-        match call.shared.cursors.lock().resume(cursor) {
-            Some(field) => Some(field.to_vec()),
-            None => return Reply::error(format!(
-                "ERR invalid cursor: {cursor} is not a cursor this server issued, or one it has forgotten (it keeps the newest 100,000); start again from 0"
-            )),
-        }
+    let (pattern, count) = match scan_options(args, 3, false) {
+        Ok((pattern, count, _)) => (pattern, count),
+        Err(reply) => return reply,
     };
-    let count = count.min(MAX_SCAN_COUNT) as usize;
+    let resume = match resume_of(call, cursor) {
+        Ok(resume) => resume,
+        Err(reply) => return reply,
+    };
     let (low, high) = pattern.range(resume.as_deref());
     let (low, high) = field_range(
         meta.id,

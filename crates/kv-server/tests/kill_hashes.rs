@@ -17,29 +17,14 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pmem_structures::Granularity;
+// Seeded per run, the seed printed.
+use pmem_test_kit::SplitMix64 as Rng;
 
 const ROUNDS: u64 = 10;
 const CLIENTS: usize = 3;
 const HASHES: u64 = 30;
 const FIELDS: u64 = 8;
 const LARGE_FIELDS: u64 = 300;
-
-/// SplitMix64, seeded per run and printed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn hash_key(client: usize, hash: u64) -> String {
     format!("c{client}:h{hash}")
@@ -59,7 +44,7 @@ struct ClientLog {
 }
 
 fn run_client(addr: SocketAddr, id: usize, round: u64, seed: u64, mut log: ClientLog) -> ClientLog {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let Some(mut c) = connect(addr) else {
         return log;
     };
@@ -122,7 +107,7 @@ fn hash_writes_and_deletes_stay_whole_across_kill_9() {
         .unwrap()
         .as_nanos() as u64;
     println!("seed {seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut logs: Vec<ClientLog> = (0..CLIENTS).map(|_| ClientLog::default()).collect();
     for round in 0..ROUNDS {
         let (mut server, addr) = KilledServer::spawn(&pool, 64);
@@ -130,7 +115,7 @@ fn hash_writes_and_deletes_stay_whole_across_kill_9() {
             .drain(..)
             .enumerate()
             .map(|(id, log)| {
-                let client_seed = rng.next();
+                let client_seed = rng.next_u64();
                 thread::spawn(move || run_client(addr, id, round, client_seed, log))
             })
             .collect();

@@ -1,8 +1,7 @@
 //! The keyspace: one ordered map of byte strings in a `Store` (two more for expiry times:
 //! see `expiry`; three for hashes: see `hashes`), and what the commands need around it (key
-//! stripes for
-//! read-modify-writes, write batches for the commands that change several keys at once,
-//! the swap on FLUSHDB, write statistics).
+//! stripes for read-modify-writes, write batches for the commands that change several keys
+//! at once, the swap on FLUSHDB, write statistics).
 //!
 //! Every write returns once the store has made it durable, so a reply sent after it
 //! acknowledges a durable write.

@@ -49,8 +49,8 @@ type DeadlineChange = (Option<u64>, Option<u64>);
 thread_local! {
     /// The deadlines the batch this thread is writing changes, by key (a batch belongs to its
     /// thread): `Db::batch_write` adds what they change to the sum once the batch commits. By
-    /// key, because a batch may change one key's deadline twice (MSET naming it twice), each
-    /// time from the deadline the map holds.
+    /// key, because a batch may change one key's deadline twice (an MSET or a pipeline naming
+    /// it twice): what counts is the first change's old deadline and the last one's new.
     static DEADLINE_CHANGES: RefCell<HashMap<Vec<u8>, DeadlineChange>> =
         RefCell::new(HashMap::new());
 }

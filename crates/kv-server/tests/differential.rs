@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use common::{Raw, TestServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use requests::{plain_write_strategy, request_strategy, Compare, Request};
+use requests::{plain_write_strategy, request_strategy, words, Compare, Request};
 
 /// A `redis-server` on a free port, killed when dropped.
 struct RedisServer {
@@ -524,5 +524,76 @@ fn absolute_deadlines_read_back_as_redis_gives_them() {
     for request in requests {
         let (a, b) = (ours.call_text(request), redis.call_text(request));
         assert_eq!(a, b, "{request:?}");
+    }
+}
+
+/// Hashes past Redis's small encoding (over 128 fields, values over 64 bytes), which Redis
+/// keeps in hash order and pages by COUNT: the same fields, values, counts and whole scans,
+/// through HDEL, HINCRBY, RENAME, COPY and DEL.
+#[test]
+fn large_hashes_read_back_as_redis_gives_them() {
+    let Some((redis_server, ours_server)) = servers_or_skip() else {
+        return;
+    };
+    let mut ours = Raw::connect(ours_server.addr());
+    let mut redis = Raw::connect(redis_server.addr);
+    let mut hset = words(&["HSET", "big"]);
+    for i in 0..300 {
+        hset.push(format!("field:{i}").into_bytes());
+        hset.push(
+            i.to_string()
+                .repeat(if i % 10 == 0 { 40 } else { 1 })
+                .into_bytes(),
+        );
+    }
+    let mut requests = vec![
+        Request {
+            args: words(&["FLUSHALL"]),
+            compare: Compare::Bytes,
+        },
+        Request {
+            args: hset,
+            compare: Compare::Bytes,
+        },
+    ];
+    let read: &[(&[&str], Compare)] = &[
+        (&["HLEN", "big"], Compare::Bytes),
+        (&["HGETALL", "big"], Compare::UnorderedPairs),
+        (&["HKEYS", "big"], Compare::Unordered),
+        (&["HVALS", "big"], Compare::Unordered),
+        (&["HSCAN", "big", "0", "COUNT", "7"], Compare::HScan),
+        (
+            &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "3"],
+            Compare::HScan,
+        ),
+        (&["HSTRLEN", "big", "field:10"], Compare::Bytes),
+        (
+            &["HDEL", "big", "field:1", "field:2", "nope", "field:1"],
+            Compare::Bytes,
+        ),
+        (&["HLEN", "big"], Compare::Bytes),
+        (&["HINCRBY", "big", "field:3", "5"], Compare::Bytes),
+        (&["HINCRBY", "big", "field:30", "5"], Compare::Bytes),
+        (
+            &["HMGET", "big", "field:3", "field:2", "field:299"],
+            Compare::Bytes,
+        ),
+        (&["RENAME", "big", "b2"], Compare::Bytes),
+        (&["COPY", "b2", "b3"], Compare::Bytes),
+        (&["HGETALL", "b3"], Compare::UnorderedPairs),
+        (&["DEL", "b2"], Compare::Bytes),
+        (&["EXISTS", "big", "b2", "b3"], Compare::Bytes),
+        (&["TYPE", "b3"], Compare::Bytes),
+        (&["SCAN", "0", "TYPE", "hash"], Compare::Scan),
+        (&["GET", "b3"], Compare::Bytes),
+    ];
+    requests.extend(read.iter().map(|(args, compare)| Request {
+        args: words(args),
+        compare: *compare,
+    }));
+    for request in &requests {
+        if let Err(difference) = compare(&mut ours, &mut redis, request) {
+            panic!("{request:?}: {difference}");
+        }
     }
 }

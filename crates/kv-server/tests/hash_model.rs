@@ -152,7 +152,7 @@ fn on_hash(
     }
 }
 
-fn assert_reply(got: Reply, expected: Reply, what: &Op) {
+fn assert_reply(got: Reply, expected: Reply, what: &dyn std::fmt::Debug) {
     match (&got, &expected) {
         (Reply::Error(got_text), Reply::Error(text)) => {
             assert!(got_text.contains(text.as_str()), "{what:?}: {got:?}")
@@ -513,4 +513,68 @@ proptest! {
     fn replies_match_a_model_of_strings_and_hashes(ops in proptest::collection::vec(op(), 1..100)) {
         run(ops);
     }
+}
+
+/// A string whose bytes are the hash marker's is still a string: the marker is a hash's only
+/// with the hash's metadata beside it.
+#[test]
+fn a_string_holding_the_hash_markers_bytes_stays_a_string() {
+    let mut server = Offline::anonymous(16 << 20, Limits::default()).unwrap();
+    let marker = b"\0pmem-kv-server:hash\0";
+    let wrongtype = Reply::Error(WRONGTYPE.into());
+    let steps: Vec<(redis::Cmd, Reply)> = vec![
+        (
+            redis::cmd("SET").arg("s").arg(&marker[..]).clone(),
+            Reply::Ok,
+        ),
+        (
+            redis::cmd("GET").arg("s").clone(),
+            Reply::Bulk(marker.to_vec()),
+        ),
+        (
+            redis::cmd("TYPE").arg("s").clone(),
+            Reply::Status("string".into()),
+        ),
+        (
+            redis::cmd("HGET").arg("s").arg("f").clone(),
+            wrongtype.clone(),
+        ),
+        (
+            redis::cmd("HSET").arg("s").arg("f").arg("v").clone(),
+            wrongtype.clone(),
+        ),
+        (
+            redis::cmd("APPEND").arg("s").arg("!").clone(),
+            Reply::Int(marker.len() as i64 + 1),
+        ),
+        (
+            redis::cmd("HSET").arg("h").arg("f").arg("v").clone(),
+            Reply::Int(1),
+        ),
+        (redis::cmd("GET").arg("h").clone(), wrongtype),
+        (
+            redis::cmd("MGET").arg("h").arg("s").clone(),
+            Reply::Array(vec![Reply::Nil, Reply::Bulk([&marker[..], b"!"].concat())]),
+        ),
+        (
+            redis::cmd("SET").arg("h").arg(&marker[..]).clone(),
+            Reply::Ok,
+        ),
+        (
+            redis::cmd("TYPE").arg("h").clone(),
+            Reply::Status("string".into()),
+        ),
+        (
+            redis::cmd("HLEN").arg("h").clone(),
+            Reply::Error(WRONGTYPE.into()),
+        ),
+    ];
+    for (cmd, expected) in steps {
+        let got = send(&mut server, &cmd);
+        let sent = String::from_utf8_lossy(&cmd.get_packed_command()).into_owned();
+        assert_reply(got, expected, &sent);
+    }
+    server.check_deadlines().unwrap();
+    server.reclaim().unwrap();
+    assert_eq!(server.field_entries(), 0);
 }

@@ -2,8 +2,11 @@
 //! `HKEYS`, `HVALS`, `HINCRBY`, `HINCRBYFLOAT`, `HSTRLEN`, `HSCAN`, with Redis 7.0's replies
 //! and errors (arguments checked before the key's type, as Redis does). Fields come in field
 //! order (Redis gives a small hash's in insertion order, a large one's in hash order). Writes
-//! hold the key's stripe from their read to their durable write; reads see each write batch
-//! whole or not at all (see `crate::hashes` for where fields live).
+//! hold the key's stripe from their read to their durable write. Reads of a few fields see
+//! each write batch whole or not at all (`Store::read_consistent`, which runs them again if
+//! a batch applied meanwhile); reads of a whole hash hold its key's stripe instead, so every
+//! writer of the key waits for them, and a large hash is not read again and again while
+//! batches of other keys apply (see `crate::hashes` for where fields live).
 
 use std::ops::Bound;
 
@@ -16,18 +19,38 @@ use crate::hashes::{field_key, field_of, field_range, HashMeta};
 use crate::numbers::{parse_i64, parse_long_double, LongDouble, ParsedFloat};
 use crate::reply::Reply;
 
-/// Run `read` on the hash at the command's key (`None`: absent), seeing every batch whole;
-/// WRONGTYPE for a string.
-fn read_hash(call: &Call, read: impl Fn(&Maps, Option<HashMeta>) -> Result<Reply, Error>) -> Reply {
+/// How a read sees the hash's writes whole.
+#[derive(Clone, Copy)]
+enum Whole {
+    /// Run again if a batch applied meanwhile: a read of a few fields.
+    Retried,
+    /// With the key's stripe held: a read of every field.
+    Locked,
+}
+
+/// Run `read` on the hash at the command's key (`None`: absent), seeing every write of it
+/// whole; WRONGTYPE for a string.
+fn read_hash(
+    call: &Call,
+    whole: Whole,
+    read: impl Fn(&Maps, Option<HashMeta>) -> Result<Reply, Error>,
+) -> Reply {
     let key = &call.args[1][..];
-    let store = call.shared.db.store();
-    with_maps(call.shared, |maps| {
-        store.read_consistent(|| match maps.hash_meta(key)? {
-            Some(meta) => read(maps, Some(meta)),
-            None if maps.keys.contains_key(key)? => Ok(wrong_type()),
-            None => read(maps, None),
-        })
-    })
+    let db = &call.shared.db;
+    let read_once = |maps: &Maps| match maps.hash_meta(key)? {
+        Some(meta) => read(maps, Some(meta)),
+        None if maps.keys.contains_key(key)? => Ok(wrong_type()),
+        None => read(maps, None),
+    };
+    match whole {
+        Whole::Retried => with_maps(call.shared, |maps| {
+            db.store().read_consistent(|| read_once(maps))
+        }),
+        Whole::Locked => {
+            let _locks = db.lock_keys(std::iter::once(key));
+            with_maps(call.shared, read_once)
+        }
+    }
 }
 
 /// The value of `field` in the hash `meta` (none in an absent hash).
@@ -64,14 +87,14 @@ fn all_fields(maps: &Maps, meta: Option<HashMeta>) -> Result<Vec<FieldValue>, Er
 
 pub(super) fn hget(call: &mut Call) -> Reply {
     let field = &call.args[2][..];
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Retried, |maps, meta| {
         Ok(Reply::bulk_or_null(field_value(maps, meta, field)?))
     })
 }
 
 pub(super) fn hmget(call: &mut Call) -> Reply {
     let fields = &call.args[2..];
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Retried, |maps, meta| {
         let values = fields
             .iter()
             .map(|field| field_value(maps, meta, field).map(Reply::bulk_or_null))
@@ -82,7 +105,7 @@ pub(super) fn hmget(call: &mut Call) -> Reply {
 
 /// HGETALL: a map in RESP3, fields and values in turn in RESP2.
 pub(super) fn hgetall(call: &mut Call) -> Reply {
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Locked, |maps, meta| {
         let pairs = all_fields(maps, meta)?;
         Ok(Reply::Map(
             pairs
@@ -94,7 +117,7 @@ pub(super) fn hgetall(call: &mut Call) -> Reply {
 }
 
 pub(super) fn hkeys(call: &mut Call) -> Reply {
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Locked, |maps, meta| {
         let pairs = all_fields(maps, meta)?;
         Ok(Reply::Array(
             pairs
@@ -106,7 +129,7 @@ pub(super) fn hkeys(call: &mut Call) -> Reply {
 }
 
 pub(super) fn hvals(call: &mut Call) -> Reply {
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Locked, |maps, meta| {
         let pairs = all_fields(maps, meta)?;
         Ok(Reply::Array(
             pairs
@@ -118,14 +141,14 @@ pub(super) fn hvals(call: &mut Call) -> Reply {
 }
 
 pub(super) fn hlen(call: &mut Call) -> Reply {
-    read_hash(call, |_, meta| {
+    read_hash(call, Whole::Retried, |_, meta| {
         Ok(Reply::Integer(meta.map_or(0, |meta| meta.len as i64)))
     })
 }
 
 pub(super) fn hexists(call: &mut Call) -> Reply {
     let field = &call.args[2][..];
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Retried, |maps, meta| {
         let present = match meta {
             Some(meta) => maps.fields.contains_key(&field_key(meta.id, field)[..])?,
             None => false,
@@ -136,7 +159,7 @@ pub(super) fn hexists(call: &mut Call) -> Reply {
 
 pub(super) fn hstrlen(call: &mut Call) -> Reply {
     let field = &call.args[2][..];
-    read_hash(call, |maps, meta| {
+    read_hash(call, Whole::Retried, |maps, meta| {
         let value = field_value(maps, meta, field)?;
         Ok(Reply::Integer(value.map_or(0, |v| v.len() as i64)))
     })

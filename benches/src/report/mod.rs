@@ -106,7 +106,7 @@ pub struct Setup {
     pub machine: Machine,
     /// The flush instruction chosen by `Isa::detected()`.
     pub flush: String,
-    /// The streaming-copy kind chosen by `Isa::detected()`.
+    /// The stores pools stream with (`isa::nt_store_words`: movnti).
     pub copy: String,
     /// The pool file.
     pub pool_path: String,
@@ -211,7 +211,7 @@ impl Report {
     pub fn header(&self) -> String {
         let s = &self.setup;
         format!(
-            "host {} | CPU {} | {} cores | flush {}, copy {} (Isa::detected) | pool {} | {}",
+            "host {} | CPU {} | {} cores | flush {} (Isa::detected), streaming {} | pool {} | {}",
             s.machine.hostname,
             s.machine.cpu_model,
             s.machine.cores,

@@ -25,9 +25,9 @@ pub(crate) enum Mapping {
 // thread affinity, so it may move to another thread.
 unsafe impl Send for Mapping {}
 // SAFETY: sharing hands out only the base address. Every access the pool makes through it is
-// atomic, except the streaming stores of the `unsafe` `Pool::nt_write`, whose contract (the rule
-// in the pool's module docs) forbids any access of another thread concurrent with them; so no
-// access through a shared `Mapping` is a data race.
+// atomic and of whole words (its streaming stores included: `Pool::nt_write`), and the
+// non-atomic streaming primitives of `isa` are `unsafe` under the rule in the pool's module
+// docs; so no access through a shared `Mapping` is a data race.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

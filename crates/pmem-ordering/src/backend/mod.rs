@@ -46,12 +46,28 @@ impl Granularity {
     }
 }
 
+/// A pool's granularity and, for reports, how it was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GranularityChoice {
+    pub(crate) granularity: Granularity,
+    pub(crate) basis: String,
+}
+
+impl GranularityChoice {
+    /// A granularity the caller asked for.
+    pub(crate) fn forced(granularity: Granularity) -> GranularityChoice {
+        GranularityChoice {
+            granularity,
+            basis: "forced by the caller".into(),
+        }
+    }
+}
+
 /// Keeps [`Backend`] closed to implementations outside this crate.
-mod sealed {
-    /// Implemented only by this crate's backends.
+pub(crate) mod sealed {
+    /// Implemented only by this crate's backends (the simulator's in `sim`).
     pub trait Sealed {}
     impl Sealed for super::Hardware {}
-    impl Sealed for crate::sim::SimBackend {}
 }
 
 /// The primitive operations on a pool's memory.

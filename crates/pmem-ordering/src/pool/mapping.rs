@@ -8,7 +8,7 @@ use memmap2::{MmapMut, MmapOptions};
 
 use super::pages::{check_size, map_anonymous_huge, PageSize};
 use super::PoolError;
-use crate::backend::Granularity;
+use crate::backend::{Granularity, GranularityChoice};
 
 /// A pool's memory.
 pub(crate) enum Mapping {
@@ -116,23 +116,6 @@ impl Mapping {
                 }),
             },
             Some(g) => Ok((map_shared(file, path, len)?, GranularityChoice::forced(g))),
-        }
-    }
-}
-
-/// A pool's granularity and, for reports, how it was chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct GranularityChoice {
-    pub(crate) granularity: Granularity,
-    pub(crate) basis: String,
-}
-
-impl GranularityChoice {
-    /// A granularity the caller asked for.
-    pub(crate) fn forced(granularity: Granularity) -> GranularityChoice {
-        GranularityChoice {
-            granularity,
-            basis: "forced by the caller".into(),
         }
     }
 }

@@ -26,7 +26,7 @@ use pmem_undo_log::Heap;
 
 use super::error::RecordMapError;
 use super::head;
-use super::layout::{self, FirstLine, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use super::layout::{self, check_sizes, FirstLine, MAX_KEY_BYTES};
 use super::verify::{self, RecordWalk};
 use super::{Records, Resolved};
 use crate::cceh::{self, Cceh, CcehConfig, CcehError, SlotProbe};
@@ -46,23 +46,6 @@ pub fn key_word(key: &[u8]) -> u64 {
         cceh::EMPTY_KEY => 1,
         h => h,
     }
-}
-
-/// Checks a key and value against the limits.
-pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {
-    if key.len() > MAX_KEY_BYTES {
-        return Err(RecordMapError::KeyTooLarge {
-            len: key.len(),
-            max: MAX_KEY_BYTES,
-        });
-    }
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(RecordMapError::ValueTooLarge {
-            len: value.len(),
-            max: MAX_VALUE_BYTES,
-        });
-    }
-    Ok(())
 }
 
 /// A lookup's probe: the key's hash word, and its bytes to compare with a record's. The first

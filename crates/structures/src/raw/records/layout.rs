@@ -32,6 +32,24 @@ const CHECKED_HEADER_BYTES: usize = 12;
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 /// The longest value, in bytes (a pool must also have room for it).
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+/// Checks a key and value against the limits.
+pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<(), RecordMapError> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(RecordMapError::KeyTooLarge {
+            len: key.len(),
+            max: MAX_KEY_BYTES,
+        });
+    }
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(RecordMapError::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Roots (and so owners) must lie below this offset: 40 bits of root offset / 64.
 pub(crate) const MAX_OWNER_ROOT: u64 = 1 << 46;
 

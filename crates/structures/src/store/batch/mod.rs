@@ -32,7 +32,7 @@ use super::map::{HashCore, TreeCore};
 use super::record_map::{RecordHashCore, RecordTreeCore};
 use super::registry::Shared;
 use super::Store;
-use crate::records::hash::check_sizes;
+use crate::records::layout::check_sizes;
 use crate::records::MAX_KEY_BYTES;
 use crate::sync::WriterGate;
 

@@ -33,7 +33,7 @@ use crate::storebench::StorePathResults;
 use crate::txbench::threads::ThreadResults;
 use crate::ycsb::YcsbResults;
 
-pub use block::Block;
+pub use block::{format_rate, Block};
 pub use pmdk::{PmdkCopyRow, PmdkResults, PmdkTxRow, SideTiming, PMDK_HINT};
 pub use primitives::Row;
 pub use transactions::{

@@ -38,8 +38,7 @@ pub(crate) fn version_of(kind: StructureKind) -> u64 {
 /// compression (upgraded at open).
 pub(crate) fn opens_version(kind: StructureKind, version: u64) -> bool {
     version == version_of(kind)
-        || (kind == StructureKind::RecordBTreeMap
-            && version == TREE_VERSION_WITHOUT_COMPRESSION)
+        || (kind == StructureKind::RecordBTreeMap && version == TREE_VERSION_WITHOUT_COMPRESSION)
 }
 
 /// Refuse a root a new map of `bytes` cannot be made at: misaligned, past the owner field's

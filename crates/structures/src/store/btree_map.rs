@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
-use super::codec::{decode, decode_word, encode_word};
+use super::codec::{decode, decode_word, encode_word, with_read_buffer, word_encoding};
 use super::entries::BTreeEntries;
 use super::error::Error;
 use super::handle_methods::typed_map_methods;

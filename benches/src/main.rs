@@ -233,7 +233,9 @@ fn run(cli: &Cli) -> Result<(), RunError> {
     let setup = Setup::new(
         Machine::detect(),
         isa.flush().name(),
-        isa.copy().name(),
+        // Pools stream whole words with 8-byte movnti (`isa::nt_store_words`), whatever
+        // the widest streaming store the CPU has.
+        "movnti",
         &file.path().display().to_string(),
         file.granularity().name(),
         granularity_note(file.granularity(), is_tmpfs(&dir)),

@@ -353,9 +353,7 @@ impl Primitive {
         let len = self.variant.bytes();
         match &self.target {
             Target::NtFence(pool) => {
-                // SAFETY: this primitive owns its pool (opened in `new`, never shared) and `step`
-                // takes `&mut self`: no other thread can reach the ring.
-                let nt = unsafe { pool.nt_write(offset, &self.data[..len]) }?;
+                let nt = pool.nt_write(offset, &self.data[..len])?;
                 pool.fence(nt);
             }
             Target::WritePersist(pool) => {
@@ -375,8 +373,7 @@ impl Primitive {
                 pool.fence(pending);
             }
             Target::NtThenTemporal(pool) => {
-                // SAFETY: as for `NtFence`: the pool is this primitive's alone.
-                let nt = unsafe { pool.nt_write(offset, &self.data[..NT_THEN_T_NT_BYTES]) }?;
+                let nt = pool.nt_write(offset, &self.data[..NT_THEN_T_NT_BYTES])?;
                 // The temporal write is deliberately left unflushed: the variant measures the
                 // nt -> t ordering, not the temporal write's own persist.
                 let _unflushed = pool.write_after(

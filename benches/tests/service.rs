@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use pmem_bench::bytekeys::REDB_VERSION;
 use pmem_bench::poolfile::default_pool_dir;
-use pmem_bench::service::{PIPELINES, REDB_VERSION, SERVERS, TESTS};
+use pmem_bench::service::{PIPELINES, SERVERS, TESTS};
 use serde_json::Value;
 
 fn arg(p: &Path) -> &str {

@@ -2,8 +2,7 @@
 //! to ours.
 
 use super::AllocResults;
-use crate::pagesize::report::rate;
-use crate::report::Block;
+use crate::report::{format_rate as rate, Block};
 
 /// The section's tables, in print order.
 pub fn blocks(r: &AllocResults) -> Vec<Block> {

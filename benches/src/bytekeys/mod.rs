@@ -38,16 +38,19 @@
 //!
 //! [`StoreFile`]: crate::poolfile::StoreFile
 
+pub mod bench_map;
+pub mod error;
 pub mod keyset;
 pub mod maps;
 pub mod peers;
 pub mod results;
 pub mod workload;
 
+pub use error::ByteKeyError;
 pub use maps::{MapConfig, MapKind, CONFIGS};
+pub use peers::REDB_VERSION;
 pub use results::{
-    check_targets, ByteKeyError, ByteKeyResults, ByteKeyRow, Conditions, PeerComparison,
-    TargetCheck,
+    check_targets, ByteKeyResults, ByteKeyRow, Conditions, PeerComparison, TargetCheck,
 };
 pub use workload::{ByteWorkload, LATENCY_EVERY, SCAN_RECORDS};
 

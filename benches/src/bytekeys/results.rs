@@ -7,12 +7,11 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::bench_map::MapKind;
 use super::keyset::KeyKind;
-use super::maps::{MapConfig, MapKind};
+use super::maps::MapConfig;
 use super::peers::PeerInfo;
 use super::workload::ByteWorkload;
-use crate::phase::CountError;
-use crate::poolfile::SetupError;
 
 /// One workload on one map.
 #[derive(Clone, Debug, Serialize)]
@@ -250,66 +249,4 @@ pub struct ByteKeyResults {
     pub targets: Vec<TargetCheck>,
     /// Wall time of the section, set-up included.
     pub total_seconds: f64,
-}
-
-/// Why the byte-key section failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ByteKeyError {
-    /// A store's pool could not be set up.
-    #[error(transparent)]
-    Setup(#[from] SetupError),
-    /// An operation through the store failed.
-    #[error("a byte-key map operation failed: {0}")]
-    Store(#[from] pmem_structures::Error),
-    /// Operations did not do what they should have (a bug, not a measurement).
-    #[error(transparent)]
-    Count(#[from] CountError),
-    /// A value read back was not the one written for its record (a bug, not a measurement).
-    #[error("record {record}: read back a value of {len} bytes that is not one written for it")]
-    BadValue {
-        /// The record read, or the scan's start.
-        record: usize,
-        /// Bytes of the value read.
-        len: usize,
-    },
-    /// A scan visited a pair it should not have (a bug, not a measurement).
-    #[error("the scan from record {record}, pair {pair}: {what}")]
-    BadScan {
-        /// The scan's start.
-        record: usize,
-        /// Pairs visited before the bad one.
-        pair: usize,
-        /// What was wrong.
-        what: &'static str,
-    },
-    /// A scan on a hash map (a bug of the section's plan).
-    #[error("a hash map has no ordered scan")]
-    NoScan,
-    /// A peer was given `u64` keys (a bug of the section's plan).
-    #[error("{0} is measured with byte keys only")]
-    PeerKeys(&'static str),
-    /// A peer's database file or directory could not be made fresh.
-    #[error("cannot make the peer database {path} fresh: {source}")]
-    PeerFile {
-        /// The file or directory.
-        path: PathBuf,
-        /// What went wrong.
-        source: std::io::Error,
-    },
-    /// LMDB (through heed) failed: the section fails rather than leave the peer out.
-    #[error("LMDB (heed) failed to {what}: {source}")]
-    Lmdb {
-        /// What it was doing.
-        what: &'static str,
-        /// What heed reported.
-        source: heed::Error,
-    },
-    /// redb failed: the section fails rather than leave the peer out.
-    #[error("redb failed to {what}: {source}")]
-    Redb {
-        /// What it was doing.
-        what: &'static str,
-        /// What redb reported.
-        source: redb::Error,
-    },
 }

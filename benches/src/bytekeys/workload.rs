@@ -6,8 +6,8 @@ use std::time::Instant;
 use pmem_ordering::{thread_stats, Stats};
 use serde::Serialize;
 
-use super::maps::BenchMap;
-use super::results::ByteKeyError;
+use super::bench_map::{BenchMap, MapKind};
+use super::error::ByteKeyError;
 use crate::keys::{below, SplitMix64};
 use crate::phase::{check_count, ns};
 
@@ -229,6 +229,16 @@ pub fn run(
         latencies,
         call_fences,
     })
+}
+
+impl MapKind {
+    /// Its workloads, in run order: every map but the hash map has an order, so E.
+    pub fn workloads(self) -> &'static [ByteWorkload] {
+        match self {
+            MapKind::Hash => &ByteWorkload::HASH,
+            MapKind::Ordered | MapKind::Lmdb | MapKind::Redb => &ByteWorkload::ORDERED,
+        }
+    }
 }
 
 #[cfg(test)]

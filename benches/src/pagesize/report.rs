@@ -2,18 +2,7 @@
 //! structure and operation.
 
 use super::PageResults;
-use crate::report::Block;
-
-/// `per_sec` in k/M units, as the other sections print rates.
-pub(crate) fn rate(per_sec: f64) -> String {
-    if per_sec >= 1e6 {
-        format!("{:.2} M", per_sec / 1e6)
-    } else if per_sec >= 1e3 {
-        format!("{:.1} k", per_sec / 1e3)
-    } else {
-        format!("{per_sec:.0}")
-    }
-}
+use crate::report::{format_rate as rate, Block};
 
 fn opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "-".to_string(), f)

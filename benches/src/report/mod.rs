@@ -33,7 +33,7 @@ use crate::storebench::StorePathResults;
 use crate::txbench::threads::ThreadResults;
 use crate::ycsb::YcsbResults;
 
-pub use block::Block;
+pub use block::{format_rate, Block};
 pub use pmdk::{PmdkCopyRow, PmdkResults, PmdkTxRow, SideTiming, PMDK_HINT};
 pub use primitives::Row;
 pub use transactions::{
@@ -106,7 +106,7 @@ pub struct Setup {
     pub machine: Machine,
     /// The flush instruction chosen by `Isa::detected()`.
     pub flush: String,
-    /// The streaming-copy kind chosen by `Isa::detected()`.
+    /// The stores pools stream with (`isa::nt_store_words`: movnti).
     pub copy: String,
     /// The pool file.
     pub pool_path: String,
@@ -211,7 +211,7 @@ impl Report {
     pub fn header(&self) -> String {
         let s = &self.setup;
         format!(
-            "host {} | CPU {} | {} cores | flush {}, copy {} (Isa::detected) | pool {} | {}",
+            "host {} | CPU {} | {} cores | flush {} (Isa::detected), streaming {} | pool {} | {}",
             s.machine.hostname,
             s.machine.cpu_model,
             s.machine.cores,

@@ -95,7 +95,7 @@ pub struct PmdkResults {
     pub libpmem_movnt: String,
     /// Our flush instruction (`Isa::detected`).
     pub our_flush: String,
-    /// Our streaming-copy kind (`Isa::detected`).
+    /// The stores our pools stream with (`isa::nt_store_words`: movnti).
     pub our_copy: String,
     /// Our pools' granularity.
     pub our_granularity: String,

@@ -27,6 +27,7 @@ use pmem_kv_server::{Server, ServerConfig, ServerError};
 use pmem_ordering::Granularity;
 use serde::Serialize;
 
+use crate::bytekeys::REDB_VERSION;
 use crate::machine::{granularity_note, Machine};
 use crate::poolfile::{is_tmpfs, SetupError};
 use csv::BenchmarkLine;
@@ -39,8 +40,6 @@ pub const CLIENTS: u32 = 50;
 pub const PIPELINES: [u32; 2] = [1, 16];
 /// The tests, in run order (`GET`s then find the keys the `SET`s wrote).
 pub const TESTS: [&str; 2] = ["set", "get"];
-/// The redb version in Cargo.lock (a unit test keeps the two in step).
-pub const REDB_VERSION: &str = "4.1.0";
 
 /// The servers, in the order of a row group.
 pub const SERVERS: [&str; 3] = ["ours", "redis: AOF, fsync always", "redis: no persistence"];

@@ -63,8 +63,7 @@ fn child(path: &Path) -> ! {
         let data = block(v);
         let at = slot_offset(&pool, v);
         if v.is_multiple_of(2) {
-            // SAFETY: the child process uses its pool from this one thread only.
-            let nt = unsafe { pool.nt_write(at, &data) }.expect("child: nt_write");
+            let nt = pool.nt_write(at, &data).expect("child: nt_write");
             pool.fence(nt);
         } else {
             pool.persist(pool.write(at, &data).expect("child: write"));

@@ -48,12 +48,13 @@
 //! their own or crash-test their code.
 //!
 //! Papers are cited by the short names of the repository's `docs/papers.md`. The structures
-//! share one striped lock with reader versions (`sync`, private). `unsafe` appears in three
-//! places: `sync::affinity`, which pins the CCEH helper thread through the OS, and two
-//! streamings of bytes no other thread can reach (`Pool::nt_write`, whose rule is stated in
-//! `pmem_ordering::pool`): the datalog's copy-on-write blocks before they are published, and
-//! a write batch's log in the store's write-batch area, which only the batch lock's holder
-//! touches.
+//! share one striped lock with reader versions (`sync`, private). `unsafe` is kept to what
+//! persistent memory and speed need, each block with its SAFETY comment: the unchecked word
+//! loads of CCEH's and FAST&FAIR's hot paths (a segment's or node's bounds checked once when
+//! its view is made), the record tree's layer references (kept alive by the map's epoch),
+//! `sync::readers`' `membarrier`, `sync::affinity`, which pins the CCEH helper thread through
+//! the OS, and [`Store::raw_heap`], whose rule is stated there. Streaming stores need none:
+//! `Pool::nt_write` is safe (whole words, atomic).
 #![deny(missing_docs)]
 
 pub mod raw;

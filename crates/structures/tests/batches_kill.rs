@@ -16,14 +16,17 @@ use std::time::Duration;
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
-use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir};
+use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir, ChildVars};
 use pmem_test_kit::SplitMix64;
 
 type Bytes = Vec<u8>;
 type State = [Model<Bytes, Bytes>; 4];
 
-const CHILD_ENV: &str = "PMEM_STRUCTURES_BATCH_KILL_CHILD";
-const START_ENV: &str = "PMEM_STRUCTURES_BATCH_KILL_START";
+/// The child's environment variables.
+const CHILD_VARS: ChildVars = ChildVars {
+    path: "PMEM_STRUCTURES_BATCH_KILL_CHILD",
+    start: "PMEM_STRUCTURES_BATCH_KILL_START",
+};
 const TEST_NAME: &str = "acknowledged_batches_survive_sigkill_whole";
 const SEED: u64 = 30;
 const ROUNDS: usize = 20;
@@ -146,12 +149,8 @@ fn observe(store: &Store) -> State {
     ignore = "spawns and kills processes on a mapped file, which Miri cannot"
 )]
 fn acknowledged_batches_survive_sigkill_whole() {
-    if let Some(path) = std::env::var_os(CHILD_ENV) {
-        let start = std::env::var(START_ENV)
-            .expect("the child's first batch")
-            .parse()
-            .expect("a batch index");
-        child(Path::new(&path), start);
+    if let Some((path, start)) = CHILD_VARS.of_child() {
+        child(&path, start);
     }
     let dir = store_dir("pmem-batch-kill");
     let path = dir.path().join("batches.pool");
@@ -164,10 +163,7 @@ fn acknowledged_batches_survive_sigkill_whole() {
         let target = done + rng.below(MAX_ACKS_BEFORE_KILL);
         let pause = Duration::from_micros(rng.below(MAX_PAUSE_US + 1));
         let stderr = dir.path().join(format!("child{round}.stderr"));
-        let env = [
-            (CHILD_ENV, path.clone().into_os_string()),
-            (START_ENV, done.to_string().into()),
-        ];
+        let env = CHILD_VARS.env(&path, done);
         let acknowledged = kill_after(spawn(TEST_NAME, &env, done, stderr), done, target, pause);
         assert!(
             acknowledged > target,

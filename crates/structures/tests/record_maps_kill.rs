@@ -26,15 +26,18 @@ use std::time::Duration;
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Store, StoreOptions};
-use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir};
+use pmem_test_kit::kill::{acknowledge, kill_after, spawn, store_dir, ChildVars};
 use pmem_test_kit::SplitMix64;
 
 type Bytes = Vec<u8>;
 
 /// Names the store file, in the child.
-const CHILD_ENV: &str = "PMEM_STRUCTURES_RECORD_KILL_CHILD";
+/// The child's environment variables.
+const CHILD_VARS: ChildVars = ChildVars {
+    path: "PMEM_STRUCTURES_RECORD_KILL_CHILD",
+    start: "PMEM_STRUCTURES_RECORD_KILL_START",
+};
 /// The first operation the child runs.
-const START_ENV: &str = "PMEM_STRUCTURES_RECORD_KILL_START";
 /// This test's name, so the child runs it (and only it) again.
 const TEST_NAME: &str = "record_maps_survive_sigkill_at_random_moments";
 /// The seed of the kill moments.
@@ -184,12 +187,8 @@ fn observe(store: &Store) -> (Model<Bytes, Bytes>, Model<Bytes, Bytes>) {
     ignore = "spawns and kills processes on a mapped file, which Miri cannot"
 )]
 fn record_maps_survive_sigkill_at_random_moments() {
-    if let Some(path) = std::env::var_os(CHILD_ENV) {
-        let start = std::env::var(START_ENV)
-            .expect("the child's first operation")
-            .parse()
-            .expect("an operation index");
-        child(Path::new(&path), start);
+    if let Some((path, start)) = CHILD_VARS.of_child() {
+        child(&path, start);
     }
     // The store takes the granularity detected for its file: page on tmpfs (where an msync
     // costs little), cache line or byte on a DAX mount that PMEM_TEST_POOL_DIR names.
@@ -213,10 +212,7 @@ fn record_maps_survive_sigkill_at_random_moments() {
         let target = done + rng.below(MAX_ACKS_BEFORE_KILL);
         let pause = Duration::from_micros(rng.below(MAX_PAUSE_US + 1));
         let stderr = dir.path().join(format!("child{round}.stderr"));
-        let env = [
-            (CHILD_ENV, path.clone().into_os_string()),
-            (START_ENV, done.to_string().into()),
-        ];
+        let env = CHILD_VARS.env(&path, done);
         let running = spawn(TEST_NAME, &env, done, stderr);
         let acknowledged = kill_after(running, done, target, pause);
         assert!(

@@ -12,7 +12,8 @@
 use pmem_ordering::sim::{Crash, CrashFailure, CrashTest, Report, SimBackend};
 use pmem_ordering::{Backend, Pool};
 use pmem_structures::raw::verify::Verification;
-use pmem_structures::Store;
+use pmem_structures::{Store, StoreOptions};
+use pmem_undo_log::{FencePolicy, Heap};
 use std::sync::Arc;
 
 /// Runs `test` (`setup` untraced, then `workload` traced, then `check` on every crash image) and
@@ -97,6 +98,32 @@ pub fn store_verifies<B: Backend>(store: &Store<B>) -> Result<(), String> {
     } else {
         Err(format!("verify() after recovery: {report}"))
     }
+}
+
+/// A recovered store whole: its heap walk finds every block a structure reaches allocated and
+/// no other ([`Store::check_blocks`]), and [`store_verifies`].
+pub fn store_is_whole<B: Backend>(store: &Store<B>) -> Result<(), String> {
+    store
+        .check_blocks()
+        .map_err(|e| format!("heap walk after recovery: {e}"))?;
+    store_verifies(store)
+}
+
+/// The store on a crash image, opened as a restart would (`Heap::open`, then `Store::load`),
+/// its error as text for a crash check.
+pub fn reload_store<B: Backend>(pool: &Arc<Pool<B>>) -> Result<Store<B>, String> {
+    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
+    Store::load(heap).map_err(|e| format!("Store::load: {e}"))
+}
+
+/// The options of a store in a crash test: batched fences and small lanes and chunks (two
+/// lanes of 16 KiB logs, 16 KiB chunks), so a few writes reach every path; `max_structures`
+/// names.
+pub fn crash_store_options(max_structures: u64) -> StoreOptions {
+    StoreOptions::new()
+        .max_structures(max_structures)
+        .fence_policy(FencePolicy::Batched)
+        .heap(crate::fixture::heap_config(2, 16 << 10, 16 << 10))
 }
 
 /// [`store_verifies`] for one raw structure's `verify()`.

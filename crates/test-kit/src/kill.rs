@@ -25,6 +25,37 @@ use std::time::{Duration, Instant};
 /// hanging it.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
+/// The two environment variables a store-writing child reads: the store file's path and the
+/// first step it runs. Their names are the test's own, so two tests never take each other's.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildVars {
+    /// The variable holding the store file's path.
+    pub path: &'static str,
+    /// The variable holding the first step.
+    pub start: &'static str,
+}
+
+impl ChildVars {
+    /// In the child (its environment holds both), the store's path and the first step; `None`
+    /// in the parent.
+    pub fn of_child(self) -> Option<(PathBuf, u64)> {
+        let path = std::env::var_os(self.path)?;
+        let start = std::env::var(self.start)
+            .unwrap_or_else(|_| panic!("the child's first step ({})", self.start))
+            .parse()
+            .expect("a step index");
+        Some((PathBuf::from(path), start))
+    }
+
+    /// The environment of a child writing `path` from step `start`, for [`spawn`].
+    pub fn env(self, path: &std::path::Path, start: u64) -> [(&'static str, OsString); 2] {
+        [
+            (self.path, path.as_os_str().to_owned()),
+            (self.start, start.to_string().into()),
+        ]
+    }
+}
+
 /// A running child and the acknowledgements its reader thread passes on.
 pub struct Running {
     child: Child,

@@ -41,8 +41,9 @@ pub mod store;
 pub mod undo;
 
 pub use crash::{
-    crash_test_outcome, crash_test_outcome_with_recovery, run_crash_test,
-    run_crash_test_with_recovery, store_verifies, structure_verifies,
+    crash_store_options, crash_test_outcome, crash_test_outcome_with_recovery, reload_store,
+    run_crash_test, run_crash_test_with_recovery, store_is_whole, store_verifies,
+    structure_verifies,
 };
 pub use model::{History, ModelOp, ReservedKeyOp};
 pub use pmem_ordering::sim::SplitMix64;

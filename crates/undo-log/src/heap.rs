@@ -197,11 +197,10 @@ impl<B: Backend> Heap<B> {
 
     /// The pool.
     ///
-    /// The heap's lane logs belong to the transactions that hold them: a transaction writes its
-    /// log entries with streaming stores ([`Pool::nt_write`]), so reading a lane's log through
-    /// this pool while a transaction of another thread runs in it breaks the pool's
-    /// streaming-store rule (a data race). Read the heap's data through the structures built on
-    /// it, and the log only after the heap is dropped.
+    /// Every access through it is race-free, the lane logs' streaming stores included (whole
+    /// words, atomic: [`Pool::nt_write`]); but the heap's metadata and lane logs belong to the
+    /// heap: a write there voids its crash consistency, and a lane log read while a transaction
+    /// of another thread writes it shows a log in the making.
     pub fn pool(&self) -> &Pool<B> {
         &self.pool
     }

@@ -67,10 +67,8 @@
 //! layout -> lane
 //! lane, policy: nothing else
 //! ```
-// No unsafe code here. `deny` rather than `forbid`: if pmem-ordering makes its streaming store
-// (`Pool::nt_write`) an unsafe call, the lane log's one use of it (`append_with_intents`,
-// lane/mod.rs) can be allowed where it is, with its SAFETY comment.
-#![deny(unsafe_code)]
+// No unsafe code here: every pool access, the lane log's streaming stores included, is safe.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod alloc;

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, MdbError, PutFlags};
 
+use super::super::bench_map::{check_read, BenchMap, MapFiles, ScanCheck, VALUE_FILL};
+use super::super::error::ByteKeyError;
 use super::super::keyset::{fill_value, BYTE_KEY_LEN};
-use super::super::maps::{check_read, BenchMap, MapFiles, ScanCheck, VALUE_FILL};
-use super::super::results::ByteKeyError;
 use super::RemoveOnDrop;
 
 /// heed's version in Cargo.lock (a unit test keeps the two in step).

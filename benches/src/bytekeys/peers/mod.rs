@@ -12,9 +12,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::maps::MapKind;
-use super::results::ByteKeyError;
-use crate::service::REDB_VERSION;
+use super::bench_map::MapKind;
+use super::error::ByteKeyError;
+
+/// The redb version in Cargo.lock (a unit test keeps the two in step).
+pub const REDB_VERSION: &str = "4.1.0";
 
 /// How a peer was built and driven, for the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

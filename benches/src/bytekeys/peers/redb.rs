@@ -13,9 +13,9 @@ use std::path::PathBuf;
 
 use redb::{Database, ReadableDatabase, TableDefinition};
 
+use super::super::bench_map::{check_read, BenchMap, MapFiles, ScanCheck, VALUE_FILL};
+use super::super::error::ByteKeyError;
 use super::super::keyset::{fill_value, BYTE_KEY_LEN};
-use super::super::maps::{check_read, BenchMap, MapFiles, ScanCheck, VALUE_FILL};
-use super::super::results::ByteKeyError;
 use super::RemoveOnDrop;
 
 /// The table of the pairs.

@@ -21,7 +21,7 @@ use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{ChangeMembers, RaftMetrics};
 use pmem_kv_server::protocol::Reply;
 
-use super::commands::elsewhere;
+use super::routing::{elsewhere, redis_id};
 use super::slot::{key_slot, SLOTS};
 use super::NodeShared;
 use crate::types::{KvRaft, Member, NodeId};
@@ -47,12 +47,6 @@ pub(crate) async fn execute(shared: &NodeShared, args: &[Bytes]) -> Reply {
             String::from_utf8_lossy(&args[1])
         )),
     }
-}
-
-/// A member's 40-hex-digit id, as Redis Cluster names nodes: the cluster id's top 96 bits
-/// and the node id.
-pub(crate) fn redis_id(cluster_id: u128, node: NodeId) -> String {
-    format!("{:024x}{node:016x}", cluster_id >> 32)
 }
 
 /// The cluster as this node sees it.

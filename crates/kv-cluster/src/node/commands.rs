@@ -7,14 +7,15 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use pmem_kv_server::protocol::Reply;
 
-use super::front::Session;
+use super::routing::elsewhere;
+use super::session::Session;
 use super::slot::key_slot;
 use super::{admin, info, NodeShared};
 use crate::state_machine::writes::parse_integer;
-use crate::types::{Condition, KvRaft, Outcome, Write};
+use crate::types::{Condition, Outcome, Write};
 
 /// Run one request (a non-empty list of arguments).
 pub(crate) async fn execute(shared: &NodeShared, session: &mut Session, args: &[Bytes]) -> Reply {
@@ -240,20 +241,6 @@ fn parse_set(args: &[Bytes]) -> Result<Write, Reply> {
 /// The slot `-MOVED` names for a write: its first key's (0 for a flush).
 fn write_slot(write: &Write) -> u16 {
     write.keys().first().map_or(0, |key| key_slot(key))
-}
-
-/// Where a client is sent when this node is not the leader.
-pub(crate) fn elsewhere(forward: &ForwardToLeader<KvRaft>, slot: u16) -> Reply {
-    match &forward.leader_node {
-        Some(leader) => Reply::error(format!("MOVED {slot} {}", leader.client)),
-        None => cluster_down(),
-    }
-}
-
-pub(crate) fn cluster_down() -> Reply {
-    Reply::error(
-        "CLUSTERDOWN The cluster is down: no Raft leader is known (an election is under way, or a majority of the nodes is unreachable)",
-    )
 }
 
 /// Propose `write`, answer once it is committed and applied.

@@ -14,18 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::commands;
+use super::session::Session;
 use super::NodeShared;
 use crate::error::ClusterError;
 
 /// Bytes a read asks for at least.
 const READ_CHUNK: usize = 16 << 10;
-
-/// What a connection keeps between its requests.
-pub(crate) struct Session {
-    pub(crate) protocol: Protocol,
-    /// The connection closes once this request's reply is out (`QUIT`).
-    pub(crate) closing: bool,
-}
 
 /// The address a listener is bound to, for the node's member record.
 pub(crate) fn bound(listener: &TcpListener) -> Result<SocketAddr, ClusterError> {

@@ -10,7 +10,7 @@ use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{RaftMetrics, ServerState};
 use pmem_kv_server::protocol::Reply;
 
-use super::admin::redis_id;
+use super::routing::redis_id;
 use super::NodeShared;
 use crate::types::KvRaft;
 

@@ -12,6 +12,8 @@ mod admin;
 mod commands;
 mod front;
 mod info;
+mod routing;
+mod session;
 pub mod slot;
 
 use std::net::SocketAddr;

@@ -147,9 +147,10 @@ impl Backend for Hardware {
                 unsafe { crate::mem::store_bytes(dst, src) };
                 Hardware::msync(dst, src.len());
             }
-            // SAFETY: in range and not accessed by other threads by the trait's contract; pool
-            // memory never overlaps `src`; `self.isa` was detected on this CPU.
-            _ => unsafe { isa::nt_copy(self.isa, dst, src) },
+            // SAFETY: in range, with its ends' words, by the trait's contract; pool memory never
+            // overlaps `src`; every access of other threads is a whole-word atomic one (the
+            // pool's); `self.isa` was detected on this CPU.
+            _ => unsafe { isa::nt_store_words(self.isa, dst, src) },
         }
     }
 

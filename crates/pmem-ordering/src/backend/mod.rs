@@ -46,12 +46,28 @@ impl Granularity {
     }
 }
 
+/// A pool's granularity and, for reports, how it was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GranularityChoice {
+    pub(crate) granularity: Granularity,
+    pub(crate) basis: String,
+}
+
+impl GranularityChoice {
+    /// A granularity the caller asked for.
+    pub(crate) fn forced(granularity: Granularity) -> GranularityChoice {
+        GranularityChoice {
+            granularity,
+            basis: "forced by the caller".into(),
+        }
+    }
+}
+
 /// Keeps [`Backend`] closed to implementations outside this crate.
-mod sealed {
-    /// Implemented only by this crate's backends.
+pub(crate) mod sealed {
+    /// Implemented only by this crate's backends (the simulator's in `sim`).
     pub trait Sealed {}
     impl Sealed for super::Hardware {}
-    impl Sealed for crate::sim::SimBackend {}
 }
 
 /// The primitive operations on a pool's memory.
@@ -87,14 +103,13 @@ pub trait Backend: sealed::Sealed + Send + Sync + 'static {
         new: u64,
     ) -> Result<u64, u64>;
 
-    /// A non-temporal store of `src` at `dst`: it may be made of non-atomic streaming stores
-    /// (whole aligned words inside the range; its ragged ends are merged into their words
-    /// atomically, as [`Backend::store`] does).
+    /// A non-temporal store of `src` at `dst`, made of whole-word atomic stores, as
+    /// [`Backend::store`] is (every aligned word inside the range one 8-byte store; its ragged
+    /// ends merged into their words atomically), so other threads may access the range
+    /// concurrently ([streaming stores](crate::pool#streaming-stores-and-other-threads)).
     ///
     /// # Safety
-    /// `dst .. dst + src.len()` lies inside the pool's mapping, and no other thread accesses it
-    /// concurrently with the store
-    /// ([the rule](crate::pool#streaming-stores-and-other-threads)).
+    /// `dst .. dst + src.len()` lies inside the pool's mapping, with the words holding its ends.
     unsafe fn nt_store(&self, dst: *mut u8, src: &[u8]);
 
     /// Write back every cache line of `[addr, addr + len)`; returns the lines flushed.

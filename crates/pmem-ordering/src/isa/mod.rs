@@ -24,7 +24,7 @@ pub(crate) use flush::flush_lines_of;
 pub use flush::{flush_line, flush_lines, flush_range, mfence, prefetch_line, sfence};
 pub use keys::{key_hits_of_line, KeySplat};
 pub use pairs::copy_pairs;
-pub use stream::{movnti_u64, nt_copy};
+pub use stream::{movnti_u64, nt_copy, nt_store_words};
 
 use std::fmt;
 use std::sync::OnceLock;

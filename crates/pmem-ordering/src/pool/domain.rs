@@ -19,8 +19,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::mapping::GranularityChoice;
-use crate::backend::Granularity;
+use crate::backend::{Granularity, GranularityChoice};
 
 /// Where the kernel exposes sysfs.
 const SYSFS: &str = "/sys";

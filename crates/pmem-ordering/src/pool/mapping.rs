@@ -8,7 +8,7 @@ use memmap2::{MmapMut, MmapOptions};
 
 use super::pages::{check_size, map_anonymous_huge, PageSize};
 use super::PoolError;
-use crate::backend::Granularity;
+use crate::backend::{Granularity, GranularityChoice};
 
 /// A pool's memory.
 pub(crate) enum Mapping {
@@ -25,9 +25,9 @@ pub(crate) enum Mapping {
 // thread affinity, so it may move to another thread.
 unsafe impl Send for Mapping {}
 // SAFETY: sharing hands out only the base address. Every access the pool makes through it is
-// atomic, except the streaming stores of the `unsafe` `Pool::nt_write`, whose contract (the rule
-// in the pool's module docs) forbids any access of another thread concurrent with them; so no
-// access through a shared `Mapping` is a data race.
+// atomic and of whole words (its streaming stores included: `Pool::nt_write`), and the
+// non-atomic streaming primitives of `isa` are `unsafe` under the rule in the pool's module
+// docs; so no access through a shared `Mapping` is a data race.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
@@ -116,23 +116,6 @@ impl Mapping {
                 }),
             },
             Some(g) => Ok((map_shared(file, path, len)?, GranularityChoice::forced(g))),
-        }
-    }
-}
-
-/// A pool's granularity and, for reports, how it was chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct GranularityChoice {
-    pub(crate) granularity: Granularity,
-    pub(crate) basis: String,
-}
-
-impl GranularityChoice {
-    /// A granularity the caller asked for.
-    pub(crate) fn forced(granularity: Granularity) -> GranularityChoice {
-        GranularityChoice {
-            granularity,
-            basis: "forced by the caller".into(),
         }
     }
 }

@@ -39,10 +39,13 @@
 //!
 //! # Streaming stores and other threads
 //!
-//! Streaming stores are the exception. `movnti` and the SSE2/AVX/AVX-512 streaming stores are
-//! plain, non-atomic writes in Rust's memory model, so [`Pool::nt_write`] (and the primitives
-//! under it: [`crate::Backend::nt_store`], [`crate::isa::nt_copy`],
-//! [`crate::isa::movnti_u64`]) are `unsafe`, under this one rule:
+//! [`Pool::nt_write`] streams whole words with 8-byte `movnti` stores, each an atomic store of
+//! its word to Rust's memory model (an aligned quadword store is single-copy atomic on x86-64;
+//! see [`crate::isa::nt_store_words`]), and merges its ragged ends as [`Pool::write`] does; so
+//! it is safe, and may race with any other access of the safe API like any atomic store. The
+//! wider streaming stores (SSE2/AVX/AVX-512, [`crate::isa::nt_copy`]) and the `movnti`
+//! intrinsic ([`crate::isa::movnti_u64`]) are plain, non-atomic writes to the memory model:
+//! they are `unsafe`, under this one rule:
 //!
 //! > Every access another thread makes to a byte of the streamed range either *happens before*
 //! > the streaming store or *happens after* it through synchronisation: the writing thread
@@ -50,9 +53,8 @@
 //! > thread) and the other thread acquires that before its access. No access of another thread
 //! > is concurrent with the streaming store.
 //!
-//! Ranges that satisfy it are those one thread owns: an undo-log lane held by the thread running
-//! its transaction, a block just allocated and not yet published (reachable from nothing
-//! another thread reads), a test's pool used from one thread. The rule is about Rust's memory
+//! A pool cannot know that no other thread reaches a range (any holder of the pool can read and
+//! write every byte of it), so it never streams with them. The rule is about Rust's memory
 //! model, not persistence: ordering a streaming store for *durability* is still the business of
 //! a fence of the same thread ([`crate::barrier`]).
 
@@ -92,9 +94,9 @@ use mapping::Mapping;
 
 /// A pool of persistent memory, written through backend `B`.
 ///
-/// `Pool` is `Sync`: threads may share it. Every access of the safe API is made of atomic loads
-/// and stores, so concurrent access is free of data races; the one non-atomic write, the
-/// `unsafe` [`Pool::nt_write`], follows [the streaming-store rule](self#streaming-stores-and-other-threads).
+/// `Pool` is `Sync`: threads may share it. Every access of the safe API, streaming stores
+/// included, is made of atomic loads and stores of whole words, so concurrent access is free of
+/// data races ([one access size per word](self#one-access-size-per-word)).
 /// Keeping concurrent *logical* updates consistent (locks, CAS protocols) is the structure's
 /// business.
 ///
@@ -415,23 +417,15 @@ impl<B: Backend> Pool<B> {
     /// Non-temporal store of `bytes` at `offset`: bypasses the cache; ordered and durable after
     /// this thread's next fence. An out-of-bounds range is an error, as for every access.
     ///
-    /// # Safety
-    /// The streaming stores are non-atomic writes: no other thread may access any byte of
-    /// `[offset, offset + bytes.len())` concurrently with this call; its accesses must happen
-    /// before the call, or after it through synchronisation with the calling thread
-    /// ([the rule](self#streaming-stores-and-other-threads)).
-    ///
-    /// Safe code cannot call it:
-    ///
-    /// ```compile_fail,E0133
-    /// # use pmem_ordering::{Pool, PoolOptions};
-    /// let pool = Pool::anonymous("doc", 1 << 16, &PoolOptions::new()).unwrap();
-    /// let _ = pool.nt_write(8192, &[1; 64]);
-    /// ```
-    pub unsafe fn nt_write(&self, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
+    /// Whole words are streamed with 8-byte `movnti` stores, atomic ones to Rust's memory model,
+    /// and the ragged ends merged into their words as [`Pool::write`] does, so another thread
+    /// may read or write the range meanwhile without a data race
+    /// ([streaming stores](self#streaming-stores-and-other-threads)); what it sees of a word is
+    /// its old or its new value.
+    pub fn nt_write(&self, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
         let dst = self.addr(offset, bytes.len())?;
-        // SAFETY: the range was checked to lie in the mapping; no other thread accesses it
-        // concurrently (this function's contract).
+        // SAFETY: the range was checked to lie in the mapping, and with it the words holding
+        // its ends (the mapping is page-aligned and a whole number of words).
         unsafe { self.backend.nt_store(dst, bytes) };
         stats::count_nt_store(dst as usize, bytes.len());
         Ok(NtPending::new(self.id))

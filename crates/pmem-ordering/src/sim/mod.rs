@@ -363,6 +363,8 @@ impl SimBackend {
     }
 }
 
+impl crate::backend::sealed::Sealed for SimBackend {}
+
 impl Backend for SimBackend {
     fn model(&self) -> PersistModel {
         self.config.model

@@ -105,3 +105,40 @@ fn writes_of_neighbouring_bytes_keep_each_other() {
         assert_eq!(got, want, "round {round}");
     }
 }
+
+/// A streaming store racing with every kind of safe access to the words it streams: once the
+/// raw tier's hole (a datalog's copy-on-write block or a lane log streamed while a holder of
+/// the pool read or wrote it), now race-free because `nt_write` stores whole words atomically.
+#[test]
+fn a_streaming_store_and_safe_accesses_of_its_words_do_not_race() {
+    let pool = pool();
+    let root = pool.root_offset();
+    // An unaligned range: a ragged head and tail around whole words (and a whole line).
+    let at = root + 5;
+    const LEN: usize = 83;
+    for round in 0..ROUNDS {
+        let byte = round as u8;
+        race(
+            || {
+                let nt = pool.nt_write(at, &[byte; LEN]).unwrap();
+                pool.fence(nt);
+            },
+            || {
+                let mut seen = [0u8; LEN];
+                pool.read_bytes(at, &mut seen).unwrap();
+                // Each byte is the old or the new value, never anything else (up to the word
+                // this thread also stores to, below).
+                for &b in &seen[..43] {
+                    assert!(b == byte || b == byte.wrapping_sub(1), "round {round}: {b}");
+                }
+                let _ = pool.load_u64(root + 16).unwrap();
+                let _ = pool.words(root + 8, 4).unwrap().load(1);
+                let _ = pool.store_u64(root + 48, round).unwrap();
+                let _ = pool.write(root + 88, &[byte; 2]).unwrap();
+            },
+        );
+        let mut back = [0u8; LEN];
+        pool.read_bytes(at, &mut back).unwrap();
+        assert_eq!(back[..43], [byte; 43], "round {round}: the streamed bytes");
+    }
+}

@@ -12,9 +12,7 @@ type SimPool = std::sync::Arc<Pool<SimBackend>>;
 
 /// [`Pool::nt_write`] for this file's tests.
 fn nt_write(pool: &SimPool, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
-    // SAFETY: every workload here streams from the one thread that runs it; the one test with
-    // two threads makes only atomic 8-byte stores there.
-    unsafe { pool.nt_write(offset, bytes) }
+    pool.nt_write(offset, bytes)
 }
 
 /// A crash test with the harness's defaults, but under Miri on a 16 KiB pool instead of 64 KiB:

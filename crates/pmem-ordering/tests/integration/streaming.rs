@@ -1,7 +1,7 @@
-//! The streaming-store rule (pool module docs, "Streaming stores and other threads") in use:
-//! ranges streamed by one thread and read by another only after synchronising with it, and
-//! disjoint ranges streamed by several threads at once. Under Miri, streaming stores are plain
-//! non-atomic writes, so its race detector checks that these patterns are free of data races.
+//! Streaming stores shared between threads: ranges streamed by one thread and read by another
+//! after synchronising with it, and disjoint ranges streamed by several threads at once (the
+//! racing case is in `concurrent_access.rs`). Under Miri a pool's streaming stores are relaxed
+//! atomic word stores, as they are to the memory model natively.
 
 use pmem_ordering::{Pool, PoolOptions};
 
@@ -21,9 +21,7 @@ fn a_range_streamed_then_handed_over_reads_back_on_the_other_thread() {
     let data = pattern(7);
     // Unaligned start: the copy has a ragged head as well as streamed words and lines.
     let at = AT + 3;
-    // SAFETY: no other thread exists yet; the reader below is spawned after the store, and the
-    // spawn orders the store before every access of the reader.
-    let nt = unsafe { pool.nt_write(at, &data) }.unwrap();
+    let nt = pool.nt_write(at, &data).unwrap();
     pool.fence(nt);
     let seen = std::thread::scope(|s| {
         s.spawn(|| {
@@ -48,9 +46,7 @@ fn threads_stream_into_their_own_ranges_at_once() {
                 // Each thread's range, like an undo-log lane, is its own: ranges are 1 KiB
                 // apart and `LEN` < 1 KiB, so no other thread touches it.
                 let at = AT + 1024 * t;
-                // SAFETY: `[at, at + LEN)` is accessed by this thread alone until the scope
-                // joins it.
-                let nt = unsafe { pool.nt_write(at, &pattern(t as u8)) }.unwrap();
+                let nt = pool.nt_write(at, &pattern(t as u8)).unwrap();
                 pool.fence(nt);
             });
         }

@@ -82,18 +82,22 @@ where
 
     const RESERVED_KEY: u64 = cceh::EMPTY_KEY;
 
+    #[inline]
     fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
         Cceh::get(self, key)
     }
 
+    #[inline]
     fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
         Cceh::insert(self, key, value)
     }
 
+    #[inline]
     fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
         Cceh::upsert(self, key, value)
     }
 
+    #[inline]
     fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
         Cceh::remove(self, key)
     }
@@ -123,18 +127,22 @@ where
 
     const RESERVED_KEY: u64 = fastfair::EMPTY_KEY;
 
+    #[inline]
     fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::get(self, key)
     }
 
+    #[inline]
     fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {
         FastFair::insert(self, key, value)
     }
 
+    #[inline]
     fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::upsert(self, key, value)
     }
 
+    #[inline]
     fn remove(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::remove(self, key)
     }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
+use super::codec::{decode, decode_word, encode_word, with_read_buffer, word_encoding};
 use super::entries::BTreeEntries;
 use super::error::Error;
+use super::handle_methods::typed_map_methods;
 use super::map::TreeCore;
 use super::record_map::RecordTreeCore;
-use super::typed::{decode, decode_word, encode_word};
-use super::typed_methods::typed_map_methods;
 use super::types::{Encode, Encoded, Key, Value};
 use crate::fastfair::FastFairConfig;
 use crate::records::tree::Scan;

@@ -8,7 +8,7 @@ use pmem_ordering::{Backend, Hardware};
 use super::catalog::Listed;
 use super::error::Error;
 use super::raw::Files;
-use super::registry::{Core, Opened, Shared};
+use super::registry::{Core, Shared};
 
 /// A datalog's shared state: the structure and the store it lives in.
 pub(crate) struct FilesCore<B: Backend> {
@@ -31,15 +31,6 @@ impl<B: Backend> Core<B> for FilesCore<B> {
             name: name.to_string(),
             _shared: shared,
         })
-    }
-    fn record(core: &Arc<Self>) -> Opened<B> {
-        Opened::Datalog(Arc::downgrade(core))
-    }
-    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
-        match opened {
-            Opened::Datalog(weak) => weak.upgrade(),
-            _ => None,
-        }
     }
     fn raw(&self) -> &Files<B> {
         &self.raw

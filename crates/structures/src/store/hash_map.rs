@@ -6,12 +6,12 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
+use super::codec::{decode, decode_word, encode_word, with_read_buffer, word_encoding};
 use super::entries::HashEntries;
 use super::error::Error;
+use super::handle_methods::typed_map_methods;
 use super::map::HashCore;
 use super::record_map::RecordHashCore;
-use super::typed::{decode, decode_word, encode_word};
-use super::typed_methods::typed_map_methods;
 use super::types::{Encode, Key, Value};
 use crate::records::hash::Iter as RecordIter;
 

@@ -17,7 +17,7 @@ use super::catalog::{self, Listed};
 use super::entries::{BTreeEntries, Entries, HashEntries};
 use super::error::Error;
 use super::raw::{HashTable, Structure, Tree};
-use super::registry::{Core, Opened, Shared};
+use super::registry::{Core, Shared};
 use crate::sync::{WriteSection, WriterGate};
 use crate::u64map::U64Map;
 
@@ -176,15 +176,6 @@ macro_rules! map_core {
                 shared: Arc<Shared<B>>,
             ) -> Result<Self, Error> {
                 MapCore::new(raw, listed, name, shared)
-            }
-            fn record(core: &Arc<Self>) -> Opened<B> {
-                Opened::$variant(Arc::downgrade(core))
-            }
-            fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
-                match opened {
-                    Opened::$variant(weak) => weak.upgrade(),
-                    _ => None,
-                }
             }
             fn raw(&self) -> &$raw<B> {
                 &self.raw

@@ -18,26 +18,32 @@
 //! * `registry`: the heap, the catalog and the structures open now, shared by every handle.
 //! * `raw`: the structures behind the handles, seen through one interface.
 //! * `hash_map`, `btree_map`: [`HashMap`] and [`BTreeMap`], typed handles with one contract;
-//!   `types`: the key and value types and their encodings; `typed`: between them and the
-//!   structures; `typed_methods`: the methods both handles share; `map`: the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their
-//!   iterators; `record_map`: the state of maps of records ([`crate::records`]).
+//!   `handle_methods`: the methods both share; `types`: the key and value types and their
+//!   encodings; `codec`: typed keys and values to and from what the structures hold; `map`:
+//!   the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their iterators;
+//!   `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
-//! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together.
+//! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together;
+//!   `batch_state/`: the write-batch area (the log's bytes and recovery) and the batch lock.
 //! * `name`, `error`: valid names; the one [`Error`] type.
 //! * `space`: what the store tells about itself ([`Store::space`], [`Store::granularity`],
 //!   [`thread_persist_counts`]) without handing out its engine.
-//! * `verify`, `verification`: [`Store::verify`] and its report, [`verify_pool`] for a file.
+//! * `verify/`: [`Store::verify`] and [`verify_pool`] for a file; `verify/report.rs`, what they
+//!   report.
 //!
 //! A store holds its pool file open, and the file's lock (a second open, from this process or
 //! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
 //! store and every handle made from it are dropped.
 
 mod batch;
+mod batch_state;
 mod btree_map;
 mod catalog;
+mod codec;
 mod datalog;
 mod entries;
 mod error;
+mod handle_methods;
 mod hash_map;
 mod map;
 mod name;
@@ -46,10 +52,8 @@ pub(crate) mod raw;
 mod record_map;
 mod registry;
 mod space;
-mod typed;
-mod typed_methods;
+
 pub mod types;
-mod verification;
 mod verify;
 
 use std::marker::PhantomData;
@@ -68,8 +72,8 @@ pub use error::Error;
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 pub use space::{thread_persist_counts, PersistCounts, Space};
-pub use verification::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 pub use verify::verify_pool;
+pub use verify::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 
 use self::btree_map::TreeRepr;
 use self::catalog::Catalog;
@@ -285,9 +289,9 @@ impl<B: Backend> Store<B> {
     pub fn load(heap: Heap<B>) -> Result<Store<B>, Error> {
         let catalog = Catalog::open(&heap)?;
         // A write batch a crash cut short after its commit point: its bytes go back in before
-        // any structure opens (`batch/area.rs`, "Recovery").
+        // any structure opens (`batch_state/area.rs`, "Recovery").
         let area = match catalog.batch_area() {
-            Some(offset) => Some(batch::Area::open(&heap, offset)?),
+            Some(offset) => Some(batch_state::Area::open(&heap, offset)?),
             None => None,
         };
         let committed = match area {
@@ -295,7 +299,7 @@ impl<B: Backend> Store<B> {
             None => None,
         };
         if let Some(committed) = &committed {
-            batch::Area::copy_in(heap.pool(), committed)?;
+            batch_state::Area::copy_in(heap.pool(), committed)?;
         }
         let path = heap.pool().path().map(Path::to_path_buf);
         let shared = Arc::new(Shared::new(heap, catalog, path));
@@ -305,7 +309,7 @@ impl<B: Backend> Store<B> {
         shared.finish_drains()?;
         shared.resolve_records()?;
         if let (Some(area), Some(committed)) = (area, &committed) {
-            batch::Area::resolve_blocks(&shared.heap, committed)?;
+            batch_state::Area::resolve_blocks(&shared.heap, committed)?;
             area.clear(shared.heap.pool())?;
         }
         shared.heap.trim_record_chunks()?;

@@ -7,7 +7,7 @@ use pmem_ordering::Backend;
 use super::catalog::Listed;
 use super::error::Error;
 use super::raw::{RecordTable, RecordTree};
-use super::registry::{Core, Opened, Shared};
+use super::registry::{Core, Shared};
 use crate::sync::{WriteSection, WriterGate};
 
 /// A byte-key hash map's shared state.
@@ -34,15 +34,6 @@ impl<B: Backend> Core<B> for RecordHashCore<B> {
             shared,
             gate: WriterGate::new(),
         })
-    }
-    fn record(core: &Arc<Self>) -> Opened<B> {
-        Opened::RecordHashMap(Arc::downgrade(core))
-    }
-    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
-        match opened {
-            Opened::RecordHashMap(weak) => weak.upgrade(),
-            _ => None,
-        }
     }
     fn raw(&self) -> &RecordTable<B> {
         &self.raw
@@ -73,15 +64,6 @@ impl<B: Backend> Core<B> for RecordTreeCore<B> {
             shared,
             gate: WriterGate::new(),
         })
-    }
-    fn record(core: &Arc<Self>) -> Opened<B> {
-        Opened::RecordBTreeMap(Arc::downgrade(core))
-    }
-    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
-        match opened {
-            Opened::RecordBTreeMap(weak) => weak.upgrade(),
-            _ => None,
-        }
     }
     fn raw(&self) -> &RecordTree<B> {
         &self.raw

@@ -4,6 +4,7 @@
 //! own locks and corrupt it. So the store remembers the handle it gave out for each catalog
 //! entry (weakly: the last clone's drop closes the structure) and gives out clones of it.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -25,7 +26,7 @@ pub(crate) struct Shared<B: Backend> {
     pub path: Option<PathBuf>,
     state: Mutex<State<B>>,
     /// Write batches: the lock, the readers' version, the area.
-    pub batches: super::batch::Batches,
+    pub batches: super::batch_state::Batches,
 }
 
 pub(crate) struct State<B: Backend> {
@@ -33,52 +34,52 @@ pub(crate) struct State<B: Backend> {
     open: HashMap<u64, Opened<B>>,
 }
 
-/// An open structure's core, as the registry keeps it.
-pub(crate) enum Opened<B: Backend> {
-    HashMap(Weak<super::map::HashCore<B>>),
-    BTreeMap(Weak<super::map::TreeCore<B>>),
-    Datalog(Weak<super::datalog::FilesCore<B>>),
-    RecordHashMap(Weak<super::record_map::RecordHashCore<B>>),
-    RecordBTreeMap(Weak<super::record_map::RecordTreeCore<B>>),
+/// An open structure's core, as the registry keeps it: weakly (the last clone's drop closes
+/// the structure), behind what the registry asks of every kind ([`OpenCore`]), so the registry
+/// names none of the handle cores.
+pub(crate) struct Opened<B: Backend>(Weak<dyn OpenCore<B>>);
+
+/// What the registry asks of an open core, whatever its kind.
+trait OpenCore<B: Backend>: Send + Sync {
+    /// The blocks of its structure.
+    fn blocks(&self) -> Result<Vec<u64>, Error>;
+    /// Its structure verified and its blocks listed.
+    fn walk(&self) -> Walked;
+    /// As `Any`, for [`Core::recall`] to take it back as its own kind.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<B: Backend, C: Core<B>> OpenCore<B> for C {
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Structure::blocks(self.raw())
+    }
+    fn walk(&self) -> Walked {
+        walk(self.raw())
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 impl<B: Backend> Opened<B> {
     /// The blocks of the structure, walked through its handle, if a handle is still alive.
     fn live_blocks(&self) -> Option<Result<Vec<u64>, Error>> {
-        match self {
-            Opened::HashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
-            Opened::BTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
-            Opened::Datalog(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
-            Opened::RecordHashMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
-            Opened::RecordBTreeMap(w) => w.upgrade().map(|core| Structure::blocks(core.raw())),
-        }
+        self.0.upgrade().map(|core| core.blocks())
     }
 
     /// The structure verified and its blocks listed through its handle, if a handle is still
     /// alive.
     fn live_walk(&self) -> Option<Walked> {
-        match self {
-            Opened::HashMap(w) => w.upgrade().map(|core| walk(core.raw())),
-            Opened::BTreeMap(w) => w.upgrade().map(|core| walk(core.raw())),
-            Opened::Datalog(w) => w.upgrade().map(|core| walk(core.raw())),
-            Opened::RecordHashMap(w) => w.upgrade().map(|core| walk(core.raw())),
-            Opened::RecordBTreeMap(w) => w.upgrade().map(|core| walk(core.raw())),
-        }
+        self.0.upgrade().map(|core| core.walk())
     }
 
     fn is_live(&self) -> bool {
-        match self {
-            Opened::HashMap(w) => w.strong_count() > 0,
-            Opened::BTreeMap(w) => w.strong_count() > 0,
-            Opened::Datalog(w) => w.strong_count() > 0,
-            Opened::RecordHashMap(w) => w.strong_count() > 0,
-            Opened::RecordBTreeMap(w) => w.strong_count() > 0,
-        }
+        self.0.strong_count() > 0
     }
 }
 
 /// The shared core of a handle of one kind.
-pub(crate) trait Core<B: Backend>: Sized {
+pub(crate) trait Core<B: Backend>: Sized + Send + Sync + 'static {
     /// The structure inside.
     type Raw: Structure<B>;
     /// Wrap a structure just opened or created for the entry `listed`.
@@ -88,12 +89,17 @@ pub(crate) trait Core<B: Backend>: Sized {
         name: &str,
         shared: Arc<Shared<B>>,
     ) -> Result<Self, Error>;
-    /// The registry's record of it.
-    fn record(core: &Arc<Self>) -> Opened<B>;
-    /// The core a record holds, if it is of this kind and alive.
-    fn recall(opened: &Opened<B>) -> Option<Arc<Self>>;
     /// The structure inside.
     fn raw(&self) -> &Self::Raw;
+    /// The registry's record of it.
+    fn record(core: &Arc<Self>) -> Opened<B> {
+        let weak: Weak<Self> = Arc::downgrade(core);
+        Opened(weak)
+    }
+    /// The core a record holds, if it is of this kind and alive.
+    fn recall(opened: &Opened<B>) -> Option<Arc<Self>> {
+        opened.0.upgrade()?.into_any().downcast::<Self>().ok()
+    }
 }
 
 impl<B: Backend> Shared<B> {
@@ -105,7 +111,7 @@ impl<B: Backend> Shared<B> {
                 catalog,
                 open: HashMap::new(),
             }),
-            batches: super::batch::Batches::default(),
+            batches: super::batch_state::Batches::default(),
         }
     }
 

@@ -94,6 +94,7 @@ pub trait Value: Sized + 'static {
 
     /// [`Value::decode`] of bytes the caller owns: byte strings and `String`s take them as
     /// they are, without a copy.
+    #[inline]
     fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
         Self::decode(&encoded)
     }
@@ -120,6 +121,7 @@ pub enum Encoded<'a> {
 
 impl Encoded<'_> {
     /// The bytes.
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         match self {
             Encoded::Borrowed(b) => b,
@@ -127,6 +129,7 @@ impl Encoded<'_> {
         }
     }
 
+    #[inline]
     fn inline(bytes: &[u8]) -> Encoded<'static> {
         let mut buf = [0u8; 16];
         buf[..bytes.len()].copy_from_slice(bytes);
@@ -135,6 +138,7 @@ impl Encoded<'_> {
 }
 
 impl<T: Value, A: Encode<T> + ?Sized> Encode<T> for &A {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         (**self).encode()
     }
@@ -142,6 +146,7 @@ impl<T: Value, A: Encode<T> + ?Sized> Encode<T> for &A {
 
 /// The `u64` word of a fixed-size encoding of at most 8 bytes, in an order-preserving way
 /// (big-endian, padded with zeros on the right: all encodings of one type have one length).
+#[inline]
 pub(crate) fn word_of(encoded: &[u8]) -> u64 {
     let mut buf = [0u8; 8];
     buf[..encoded.len()].copy_from_slice(encoded);
@@ -153,12 +158,14 @@ macro_rules! unsigned {
         impl Value for $t {
             const CODE: TypeCode = TypeCode::new($kind, 0);
             const WIDTH: Option<usize> = Some(std::mem::size_of::<$t>());
+            #[inline]
             fn decode(encoded: &[u8]) -> Option<Self> {
                 Some(<$t>::from_be_bytes(encoded.try_into().ok()?))
             }
         }
         impl Key for $t {}
         impl Encode<$t> for $t {
+            #[inline]
             fn encode(&self) -> Encoded<'_> {
                 Encoded::inline(&self.to_be_bytes())
             }
@@ -173,6 +180,7 @@ macro_rules! signed {
         impl Value for $t {
             const CODE: TypeCode = TypeCode::new($kind, 0);
             const WIDTH: Option<usize> = Some(std::mem::size_of::<$t>());
+            #[inline]
             fn decode(encoded: &[u8]) -> Option<Self> {
                 let flipped = <$u>::from_be_bytes(encoded.try_into().ok()?);
                 Some((flipped ^ (1 << (<$u>::BITS - 1))) as $t)
@@ -180,6 +188,7 @@ macro_rules! signed {
         }
         impl Key for $t {}
         impl Encode<$t> for $t {
+            #[inline]
             fn encode(&self) -> Encoded<'_> {
                 // The sign bit flipped: negative numbers sort before positive ones.
                 let flipped = (*self as $u) ^ (1 << (<$u>::BITS - 1));
@@ -194,9 +203,11 @@ signed!(i8, u8 => kind::I8, i16, u16 => kind::I16, i32, u32 => kind::I32, i64, u
 impl Value for Vec<u8> {
     const CODE: TypeCode = TypeCode::new(kind::BYTES, 0);
     const WIDTH: Option<usize> = None;
+    #[inline]
     fn decode(encoded: &[u8]) -> Option<Self> {
         Some(encoded.to_vec())
     }
+    #[inline]
     fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
         Some(encoded)
     }
@@ -204,21 +215,25 @@ impl Value for Vec<u8> {
 impl Key for Vec<u8> {}
 
 impl Encode<Vec<u8>> for [u8] {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self)
     }
 }
 impl Encode<Vec<u8>> for Vec<u8> {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self)
     }
 }
 impl<const N: usize> Encode<Vec<u8>> for [u8; N] {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self)
     }
 }
 impl Encode<Vec<u8>> for str {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self.as_bytes())
     }
@@ -227,9 +242,11 @@ impl Encode<Vec<u8>> for str {
 impl Value for String {
     const CODE: TypeCode = TypeCode::new(kind::STRING, 0);
     const WIDTH: Option<usize> = None;
+    #[inline]
     fn decode(encoded: &[u8]) -> Option<Self> {
         String::from_utf8(encoded.to_vec()).ok()
     }
+    #[inline]
     fn decode_owned(encoded: Vec<u8>) -> Option<Self> {
         String::from_utf8(encoded).ok()
     }
@@ -237,11 +254,13 @@ impl Value for String {
 impl Key for String {}
 
 impl Encode<String> for str {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self.as_bytes())
     }
 }
 impl Encode<String> for String {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self.as_bytes())
     }
@@ -250,6 +269,7 @@ impl Encode<String> for String {
 impl<const N: usize> Value for [u8; N] {
     const CODE: TypeCode = TypeCode::new(kind::ARRAY, N);
     const WIDTH: Option<usize> = Some(N);
+    #[inline]
     fn decode(encoded: &[u8]) -> Option<Self> {
         encoded.try_into().ok()
     }
@@ -257,6 +277,7 @@ impl<const N: usize> Value for [u8; N] {
 impl<const N: usize> Key for [u8; N] {}
 
 impl<const N: usize> Encode<[u8; N]> for [u8; N] {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(self)
     }
@@ -298,6 +319,7 @@ impl<T: PodValue> Value for Pod<T> {
     const CODE: TypeCode = TypeCode::new(kind::POD, std::mem::size_of::<T>());
     const NAME: &'static str = T::NAME;
     const WIDTH: Option<usize> = Some(std::mem::size_of::<T>());
+    #[inline]
     fn decode(encoded: &[u8]) -> Option<Self> {
         bytemuck::try_pod_read_unaligned(encoded).ok().map(Pod)
     }
@@ -305,6 +327,7 @@ impl<T: PodValue> Value for Pod<T> {
 impl<T: PodValue> Key for Pod<T> {}
 
 impl<T: PodValue> Encode<Pod<T>> for Pod<T> {
+    #[inline]
     fn encode(&self) -> Encoded<'_> {
         Encoded::Borrowed(bytemuck::bytes_of(&self.0))
     }
@@ -351,6 +374,7 @@ pub(crate) fn inline<K: Value, V: Value>() -> bool {
 }
 
 /// Decode the inline `word` of a `T` (a fixed-size type of at most 8 bytes).
+#[inline]
 pub(crate) fn from_word<T: Value>(word: u64) -> Option<T> {
     let width = T::WIDTH.filter(|&w| w <= 8)?;
     T::decode(&word.to_be_bytes()[..width])

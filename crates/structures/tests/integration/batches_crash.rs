@@ -16,7 +16,6 @@ use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{crash_test_outcome_with_recovery, run_crash_test};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type SimStore = Store<SimBackend>;
 type Bytes = Vec<u8>;
@@ -246,20 +245,7 @@ fn observe(store: &SimStore) -> Result<State, String> {
 }
 
 fn options() -> StoreOptions {
-    StoreOptions::new()
-        .max_structures(4)
-        .fence_policy(FencePolicy::Batched)
-        .heap(HeapConfig {
-            lanes: 2,
-            lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
-        })
-}
-
-/// The store on `pool`, opened as a restart would.
-fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
-    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-    SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
+    pmem_test_kit::crash_store_options(4)
 }
 
 /// The check of every crash image: recovery, the heap walk, `verify`, and the maps all at the
@@ -269,7 +255,7 @@ fn check_image(
     done: usize,
     expected: &[State],
 ) -> Result<(), String> {
-    let store = load(pool)?;
+    let store = pmem_test_kit::reload_store(pool)?;
     store
         .check_blocks()
         .map_err(|e| format!("heap walk: {e}"))?;
@@ -400,7 +386,7 @@ fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool)
         &test,
         |pool| setup_store(pool, &setup, warm_area),
         |pool| {
-            let store = load(pool).unwrap_or_else(|e| panic!("{e}"));
+            let store = pmem_test_kit::reload_store(pool).unwrap_or_else(|e| panic!("{e}"));
             for step in &steps {
                 run_step(&store, step);
                 pool.operation_completed();
@@ -431,7 +417,7 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
         .map(Arc::new)
         .unwrap();
     setup_store(&pool, &setup, true);
-    let store = load(&pool).unwrap();
+    let store = pmem_test_kit::reload_store(&pool).unwrap();
     let before = blocks(&store);
     run_step(&store, &steps[0]);
     let after = blocks(&store);
@@ -524,13 +510,13 @@ fn a_crash_of_recovery_itself_recovers_all_or_nothing() {
         &test,
         |pool| setup_store(pool, &setup, true),
         |pool| {
-            let store = load(pool).unwrap_or_else(|e| panic!("{e}"));
+            let store = pmem_test_kit::reload_store(pool).unwrap_or_else(|e| panic!("{e}"));
             for step in &steps {
                 run_step(&store, step);
                 pool.operation_completed();
             }
         },
-        |pool| load(pool).map(drop),
+        |pool| pmem_test_kit::reload_store(pool).map(drop),
         |pool, crash| check_image(pool, crash.operations_completed as usize, &expected),
     )
     .unwrap_or_else(|failure| panic!("{failure}"));

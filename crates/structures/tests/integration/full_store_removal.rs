@@ -14,7 +14,7 @@ use pmem_structures::raw::datalog::{DatalogConfig, PAGE};
 use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Datalog, Error, Store, StoreOptions};
 use pmem_test_kit::run_crash_test;
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_undo_log::Heap;
 
 fn is_full(e: &Error) -> bool {
     matches!(e, Error::PoolFull { .. })
@@ -164,14 +164,7 @@ fn crash_removal(
         .points(points)
         .images(Images::Random(1))
         .seed(28);
-    let options = StoreOptions::new()
-        .max_structures(4)
-        .fence_policy(FencePolicy::Batched)
-        .heap(HeapConfig {
-            lanes: 2,
-            lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
-        });
+    let options = pmem_test_kit::crash_store_options(4);
     let model: Model<Vec<u8>, Vec<u8>> = (0..keys)
         .map(|i| (key_bytes(i), vec![i as u8; 8]))
         .collect();
@@ -217,15 +210,8 @@ fn crash_removal(
             pool.operation_completed();
         },
         |pool, crash| {
-            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-            let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
-            store
-                .check_blocks()
-                .map_err(|e| format!("heap walk: {e}"))?;
-            let verified = store.verify();
-            if !verified.is_healthy() {
-                return Err(format!("verify() after recovery: {verified:?}"));
-            }
+            let store = pmem_test_kit::reload_store(pool)?;
+            pmem_test_kit::store_is_whole(&store)?;
             if batch_area {
                 let batched = store
                     .hash_map::<Vec<u8>, Vec<u8>>(BATCHED)

@@ -11,6 +11,7 @@ mod batches;
 mod batches_crash;
 mod batches_proptest;
 mod bit_flips;
+mod borrowed_reads;
 mod cceh;
 mod cceh_crash;
 mod datalog;

@@ -16,7 +16,7 @@ use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
 use pmem_structures::{Error, Store, StoreOptions};
-use pmem_test_kit::{run_crash_test, store_verifies};
+use pmem_test_kit::run_crash_test;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
 type SimStore = Store<SimBackend>;
@@ -179,12 +179,8 @@ fn crash_run(
             }
         },
         |pool, crash| {
-            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-            let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
-            store
-                .check_blocks()
-                .map_err(|e| format!("heap walk: {e}"))?;
-            store_verifies(&store)?;
+            let store = pmem_test_kit::reload_store(pool)?;
+            pmem_test_kit::store_is_whole(&store)?;
             let now = observe(&store, which)?;
             let done = setup.len() + crash.operations_completed as usize;
             let admitted = &expected[done..(done + 2).min(expected.len())];

@@ -10,9 +10,9 @@ use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::datalog::DatalogConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
-use pmem_structures::{Store, StoreOptions, StructureKind};
-use pmem_test_kit::{run_crash_test, store_verifies};
-use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+use pmem_structures::{Store, StructureKind};
+use pmem_test_kit::run_crash_test;
+use pmem_undo_log::Heap;
 
 type SimStore = Store<SimBackend>;
 
@@ -214,14 +214,7 @@ fn crash_run(
         .points(points)
         .images(images)
         .seed(13);
-    let options = StoreOptions::new()
-        .max_structures(8)
-        .fence_policy(FencePolicy::Batched)
-        .heap(HeapConfig {
-            lanes: 2,
-            lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
-        });
+    let options = pmem_test_kit::crash_store_options(8);
     let report = run_crash_test(
         &test,
         |pool| {
@@ -245,12 +238,8 @@ fn crash_run(
             }
         },
         |pool, crash| {
-            let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-            let store = SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))?;
-            store
-                .check_blocks()
-                .map_err(|e| format!("heap walk: {e}"))?;
-            store_verifies(&store)?;
+            let store = pmem_test_kit::reload_store(pool)?;
+            pmem_test_kit::store_is_whole(&store)?;
             let now = observe(&store)?;
             let done = setup.len() + crash.operations_completed as usize;
             let admitted = &expected[done..(done + 2).min(expected.len())];

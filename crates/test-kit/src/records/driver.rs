@@ -187,6 +187,22 @@ impl<'a, B: Backend> RecordDriver<'a, B> {
                 let want = Ok(model.get(&key).cloned());
                 same_outcome("hash get", hash.get(&key), &want)?;
                 same_outcome("tree get", tree.get(&key), &want)?;
+                // The read into a reused buffer: the same value, the buffer empty when absent.
+                let value = model.get(&key).cloned().unwrap_or_default();
+                let found = Ok(model.contains_key(&key));
+                let mut out = vec![0xAB; 3];
+                same_outcome("hash get_into", hash.get_into(&key, &mut out), &found)?;
+                if out != value {
+                    return Err(format!(
+                        "hash get_into of {key:?} wrote {out:?}, not {value:?}"
+                    ));
+                }
+                same_outcome("tree get_into", tree.get_into(&key, &mut out), &found)?;
+                if out != value {
+                    return Err(format!(
+                        "tree get_into of {key:?} wrote {out:?}, not {value:?}"
+                    ));
+                }
                 let present = Ok(model.contains_key(&key));
                 same_outcome("hash contains_key", hash.contains_key(&key), &present)?;
                 same_outcome("tree contains_key", tree.contains_key(&key), &present)?;

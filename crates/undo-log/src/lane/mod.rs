@@ -408,10 +408,8 @@ impl OpenLog {
     ) -> Result<NtPending, TxError> {
         // The lane is this transaction's alone: `Heap` hands lanes out under its mutex, whose
         // unlock and lock order one holder's accesses before the next's, and only `Heap::open`'s
-        // recovery reads a log otherwise, before the heap is shared (see also `Heap::pool`).
-        #[allow(unsafe_code)]
-        // SAFETY: so no other thread accesses this range of the log concurrently.
-        let token = unsafe { pool.nt_write(self.lane.log() + start, &self.buf) }?;
+        // recovery reads a log otherwise.
+        let token = pool.nt_write(self.lane.log() + start, &self.buf)?;
         self.used += needed;
         self.entries += entries;
         Ok(token)

@@ -13,9 +13,8 @@ use pmem_structures::raw::pmem_ordering::sim::{
     CrashPoints, CrashTest, Images, SimBackend, SimConfig,
 };
 use pmem_structures::raw::pmem_ordering::Pool;
-use pmem_structures::raw::pmem_undo_log::Heap;
 use pmem_structures::raw::STORE_LAYOUT;
-use pmem_structures::{FencePolicy, HeapConfig, Store, StoreOptions};
+use pmem_structures::{Store, StoreOptions};
 
 /// A store on a simulated pool.
 pub type SimStore = Store<SimBackend>;
@@ -44,29 +43,10 @@ pub fn crash_test(name: &str, points: CrashPoints, images: Images, seed: u64) ->
 
 /// Small lanes and chunks: a few writes reach every path.
 pub fn options() -> StoreOptions {
-    StoreOptions::new()
-        .max_structures(6)
-        .fence_policy(FencePolicy::Batched)
-        .heap(HeapConfig {
-            lanes: 2,
-            lane_log_bytes: 16 << 10,
-            chunk_size: 16 << 10,
-        })
+    pmem_test_kit::crash_store_options(6)
 }
 
-/// The store on `pool`, opened as a restart would (the heap's recovery, then the store's).
-pub fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
-    let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
-    SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
-}
-
-/// The heap walk and `verify` of a recovered store.
-pub fn store_is_whole(store: &SimStore) -> Result<(), String> {
-    store
-        .check_blocks()
-        .map_err(|e| format!("heap walk: {e}"))?;
-    pmem_test_kit::store_verifies(store)
-}
+pub use pmem_test_kit::{reload_store as load, store_is_whole};
 
 /// A log id of `term` (leader node 1) at `index`.
 pub fn id(term: u64, index: u64) -> LogId {

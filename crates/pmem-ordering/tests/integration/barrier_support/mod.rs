@@ -17,9 +17,7 @@ pub fn pool(model: PersistModel) -> Pool {
 
 /// [`Pool::nt_write`] for this file's tests.
 pub fn nt_write(pool: &Pool, offset: u64, bytes: &[u8]) -> Result<NtPending, PoolError> {
-    // SAFETY: every test here streams into its own pool from its own thread; the one test that
-    // spawns a thread only fences there, and no other thread touches the streamed bytes.
-    unsafe { pool.nt_write(offset, bytes) }
+    pool.nt_write(offset, bytes)
 }
 
 /// The counters since the last reset, then reset them.

@@ -10,7 +10,7 @@
 //! the root still names that directory and the key's entry is the one it started from: a
 //! split or doubling that ran meanwhile means a retry from the top. Why each writer's store
 //! order keeps this right is told where the stores are: `write.rs` (slot commits),
-//! `displace.rs` (moves), `split.rs` (splits and doublings); `interleaving.rs` checks it
+//! `displace.rs` (moves), `split.rs` (splits and doublings); `interleaving_tests/` checks it
 //! schedule by schedule.
 //!
 //! One file past 600 lines on purpose: the fast pass, the retrying walk it falls back to and

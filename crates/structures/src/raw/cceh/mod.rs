@@ -113,7 +113,7 @@
 //! | `snapshot.rs` | walks of the whole table: [`Cceh::iter`], [`Cceh::blocks`] |
 //! | `batch.rs` | [`Cceh::insert_batch`] and the speculative helper thread |
 //! | `store_batch.rs` | a store write batch's changes: slot writes planned, room made by splits first, applied in a single write's order |
-//! | `interleaving/` | (tests) lookups stepped against writers, every schedule: the harness (`mod.rs`) and the scenarios (`scenarios.rs`) |
+//! | `interleaving_tests/` | (tests) lookups stepped against writers, every schedule: the harness (`mod.rs`) and the scenarios (`scenarios.rs`) |
 //! | `probe_tests.rs` | (tests) colliding key words: splits, `before_store`, recovery, races |
 //! | `probe_crash_tests.rs` | (tests) colliding key words under simulated crashes |
 //! | `test_heap.rs` | (tests) a small heap and key generators |
@@ -125,7 +125,7 @@ mod directory_cache;
 mod displace;
 mod hashing;
 #[cfg(test)]
-mod interleaving;
+mod interleaving_tests;
 mod layout;
 mod lookup;
 mod probe;
@@ -311,7 +311,7 @@ impl Default for BatchOptions {
     }
 }
 
-/// Points of a write where the interleaving tests (`interleaving/`) let a lookup run in
+/// Points of a write where the interleaving tests (`interleaving_tests/`) let a lookup run in
 /// between two of the writer's stores; outside tests, [`write_step`] is nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WriteStep {
@@ -338,7 +338,7 @@ enum WriteStep {
 fn write_step(_step: WriteStep) {}
 
 #[cfg(test)]
-use interleaving::write_step;
+use interleaving_tests::write_step;
 
 /// Where a key's probing window is.
 #[derive(Clone, Copy, Debug)]

@@ -172,9 +172,7 @@ impl<B: Backend> Datalog<B> {
                     let block = tx.alloc(data_block_bytes(group.len() as u64))?.offset();
                     for (i, (_, page)) in group.iter().enumerate() {
                         // Ordered before the commit word by the transaction's commit fence.
-                        // SAFETY: `block` is this transaction's fresh allocation, published only
-                        // at the commit: no other thread can reach it (the streaming-store rule).
-                        drop(unsafe { pool.nt_write(data_page(block, i as u64), page) }?);
+                        drop(pool.nt_write(data_page(block, i as u64), page)?);
                     }
                     blocks.push(block);
                 }

@@ -105,7 +105,7 @@ impl<B: Backend> FastFair<B> {
                 Ok(None) | Err(_) => (u64::MAX >> (64 - self.stripes.len()), 0),
             };
             #[cfg(test)]
-            super::interleave::at(super::interleave::Point::MergePlanned);
+            super::test_interleaving::at(super::test_interleaving::Point::MergePlanned);
             let held = self.lock_stripes(mask);
             if !self.path_holds(&path, floor, key, structure)? {
                 continue;
@@ -129,7 +129,7 @@ impl<B: Backend> FastFair<B> {
     pub(super) fn remove_and_merge(&self, merge: &LockedMerge<'_>) -> Result<(), FastFairError> {
         let touched = merge.plan.touched();
         #[cfg(test)]
-        super::interleave::at(super::interleave::Point::MergeLocked);
+        super::test_interleaving::at(super::test_interleaving::Point::MergeLocked);
         self.with_structure_versioned(|| {
             self.with_nodes_versioned(&touched, || {
                 self.heap.transaction(|tx| {

@@ -172,8 +172,6 @@ mod batch;
 mod check;
 #[cfg(test)]
 mod hook_tests;
-#[cfg(test)]
-mod interleave;
 mod layout;
 mod locks;
 mod merge;
@@ -183,10 +181,12 @@ mod redo;
 mod search;
 mod shift;
 mod split;
+#[cfg(test)]
+mod test_interleaving;
 mod verify;
 mod write;
 #[cfg(test)]
-mod writer_interleave;
+mod writer_interleave_tests;
 
 use layout::{NodeImage, NodeShape, NodeView, RedoArea, RootFields, RootObject};
 

@@ -102,7 +102,7 @@ impl<B: Backend> FastFair<B> {
         let before = out.len();
         append_entries(&view, from, last, limit, out);
         #[cfg(test)]
-        super::interleave::at(super::interleave::Point::ScanRead(node));
+        super::test_interleaving::at(super::test_interleaving::Point::ScanRead(node));
         if level == 0 && stripe.read_valid(seen) {
             return LeafRead::Read { high, sibling };
         }
@@ -207,7 +207,7 @@ impl InPlace<'_> {
             )
         };
         #[cfg(test)]
-        super::interleave::at(super::interleave::Point::ScanRead(self.node));
+        super::test_interleaving::at(super::test_interleaving::Point::ScanRead(self.node));
         if key == after || !stripe.read_valid(seen) {
             return None;
         }
@@ -233,7 +233,7 @@ impl InPlace<'_> {
             // SAFETY: as above.
             let after = (at + 2 < end).then(|| unsafe { self.view.word_unchecked(at + 2) });
             #[cfg(test)]
-            super::interleave::at(super::interleave::Point::ScanRead(self.node));
+            super::test_interleaving::at(super::test_interleaving::Point::ScanRead(self.node));
             if !self.stripe.read_valid(self.seen) {
                 return Served::Changed;
             }
@@ -323,7 +323,7 @@ impl<'t, B: Backend> Walk<'t, B> {
             };
             let end = view.upper_bound(self.last);
             #[cfg(test)]
-            super::interleave::at(super::interleave::Point::ScanRead(node));
+            super::test_interleaving::at(super::test_interleaving::Point::ScanRead(node));
             if level != 0
                 || !stripe.read_valid(seen)
                 || !tree.structure_version.read_valid(structure)

@@ -269,7 +269,7 @@ fn scan_with_writer_at(
     use std::cell::Cell;
     use std::rc::Rc;
 
-    use super::super::interleave::{with_hook, Point};
+    use super::super::test_interleaving::{with_hook, Point};
 
     let heap: &'static Heap<Hardware> = Box::leak(Box::new(heap()));
     let config = FastFairConfig {
@@ -423,7 +423,7 @@ fn whole_leaf_reads_copy_each_leaf_once() {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use super::super::interleave::{with_hook, Point};
+    use super::super::test_interleaving::{with_hook, Point};
 
     let heap = heap();
     let config = FastFairConfig {

@@ -316,7 +316,7 @@ impl<B: Backend> FastFair<B> {
                 };
                 let read = step::<VALUE>(&view, key);
                 #[cfg(test)]
-                super::interleave::at(super::interleave::Point::Read(node));
+                super::test_interleaving::at(super::test_interleaving::Point::Read(node));
                 // Each arm validates on its own, so the step's outcome needs no flag. The hook
                 // hears whether the read stands: a read whose stripe held but whose walk a
                 // merge or root change already overlapped is discarded at the leaf (the
@@ -326,7 +326,9 @@ impl<B: Backend> FastFair<B> {
                         let valid =
                             stripe.read_valid(seen) && self.structure_version.read_valid(structure);
                         #[cfg(test)]
-                        super::interleave::at(super::interleave::Point::Validated(valid));
+                        super::test_interleaving::at(super::test_interleaving::Point::Validated(
+                            valid,
+                        ));
                         if valid {
                             return Ok((node, found, structure));
                         }
@@ -335,7 +337,7 @@ impl<B: Backend> FastFair<B> {
                     Step::Next(next) => {
                         let valid = stripe.read_valid(seen);
                         #[cfg(test)]
-                        super::interleave::at(super::interleave::Point::Validated(
+                        super::test_interleaving::at(super::test_interleaving::Point::Validated(
                             valid && self.structure_version.read_valid(structure),
                         ));
                         if !valid {

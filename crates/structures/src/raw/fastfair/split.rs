@@ -262,7 +262,7 @@ impl<B: Backend> FastFair<B> {
             let structure = self.lock_free_path_into(key, &mut path)?;
             let guess = self.split_top(&path, 0)?;
             #[cfg(test)]
-            super::interleave::at(super::interleave::Point::SplitPlanned);
+            super::test_interleaving::at(super::test_interleaving::Point::SplitPlanned);
             let held = self.lock_stripes(Self::stripe_mask(&path[guess..]));
             if !self.path_holds(&path, guess, key, structure)? {
                 continue;
@@ -349,7 +349,7 @@ impl<B: Backend> FastFair<B> {
         for (offset, bytes) in &*staged {
             tx.write(*offset, bytes)?;
             #[cfg(test)]
-            super::interleave::at(super::interleave::Point::SplitWrote(*offset));
+            super::test_interleaving::at(super::test_interleaving::Point::SplitWrote(*offset));
         }
         Ok(())
     }

@@ -17,7 +17,8 @@ use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, RecordBlock};
 
 use super::error::RecordMapError;
-use super::hash::{check_sizes, RecordHashMap};
+use super::hash::RecordHashMap;
+use super::layout::check_sizes;
 use super::layout::MAX_KEY_BYTES;
 use crate::cceh::SlotWrite;
 use crate::fastfair::LeafImage;

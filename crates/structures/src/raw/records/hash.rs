@@ -26,7 +26,7 @@ use pmem_undo_log::Heap;
 
 use super::error::RecordMapError;
 use super::head;
-use super::layout::{self, FirstLine, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use super::layout::{self, check_sizes, FirstLine, MAX_KEY_BYTES};
 use super::verify::{self, RecordWalk};
 use super::{Records, Resolved};
 use crate::cceh::{self, Cceh, CcehConfig, CcehError, SlotProbe};
@@ -46,23 +46,6 @@ pub fn key_word(key: &[u8]) -> u64 {
         cceh::EMPTY_KEY => 1,
         h => h,
     }
-}
-
-/// Checks a key and value against the limits.
-pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<()> {
-    if key.len() > MAX_KEY_BYTES {
-        return Err(RecordMapError::KeyTooLarge {
-            len: key.len(),
-            max: MAX_KEY_BYTES,
-        });
-    }
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(RecordMapError::ValueTooLarge {
-            len: value.len(),
-            max: MAX_VALUE_BYTES,
-        });
-    }
-    Ok(())
 }
 
 /// A lookup's probe: the key's hash word, and its bytes to compare with a record's. The first
@@ -131,15 +114,19 @@ impl<B: Backend> SlotProbe for KeyProbe<'_, B> {
 }
 
 impl<B: Backend> KeyProbe<'_, B> {
-    /// The value of the record at `record`, checked, from the line `matches` kept when it is
-    /// that record's.
-    fn value_of(&self, record: u64) -> Result<Vec<u8>> {
+    /// The value of the record at `record` into `out` (its capacity reused), checked, from the
+    /// line `matches` kept when it is that record's: the probe's key stands for the record's
+    /// (the match compared them), so the key is not copied.
+    fn value_into(&self, record: u64, out: &mut Vec<u8>) -> Result<()> {
         if let Some((at, line)) = self.matched.borrow().as_ref() {
             if *at == record {
-                return line.checked_value(self.pool, record);
+                return line.checked_value_into(self.pool, record, self.key, out);
             }
         }
-        value_at(self.pool, record)
+        let value = value_at(self.pool, record)?;
+        out.clear();
+        out.extend_from_slice(&value);
+        Ok(())
     }
 
     /// Keep the first damage met.
@@ -314,8 +301,17 @@ where
 
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// The value of `key` into `out` (cleared first; its capacity is reused, so a read
+    /// allocates nothing once `out` is large enough): whether `key` is present (`out` is left
+    /// empty if not). Takes no lock.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
         if key.len() > MAX_KEY_BYTES {
-            return Ok(None);
+            return Ok(false);
         }
         // Pinned while the lookup matches and reads: a record it reaches is not handed out
         // again while it is copied (a writer that retires it defers the block's reuse past the
@@ -324,10 +320,14 @@ where
         let probe = self.probe(key);
         match self
             .table
-            .get_probe(&probe, |record| probe.value_of(record))?
+            .get_probe(&probe, |record| probe.value_into(record, out))?
         {
-            Some(value) => Ok(Some(value?)),
-            None => probe.absent(&self.table),
+            Some(Ok(())) => Ok(true),
+            Some(Err(e)) => {
+                out.clear();
+                Err(e)
+            }
+            None => probe.absent::<()>(&self.table).map(|_| false),
         }
     }
 

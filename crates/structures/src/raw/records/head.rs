@@ -20,10 +20,16 @@ pub(crate) const VERSION: u64 = 2;
 /// The format before it: 12-byte record headers without a checksum. Refused at open.
 const VERSION_WITHOUT_CHECKSUMS: u64 = 1;
 
+/// The format version the ordered map of records writes (`tree/layout.rs`): 3, path-compressed
+/// layers.
+pub(crate) const TREE_VERSION: u64 = 3;
+/// The ordered map's format before path compression, opened and upgraded in place.
+pub(crate) const TREE_VERSION_WITHOUT_COMPRESSION: u64 = 2;
+
 /// The format version a map of `kind` writes.
 pub(crate) fn version_of(kind: StructureKind) -> u64 {
     match kind {
-        StructureKind::RecordBTreeMap => super::tree::layout::VERSION,
+        StructureKind::RecordBTreeMap => TREE_VERSION,
         _ => VERSION,
     }
 }
@@ -32,8 +38,7 @@ pub(crate) fn version_of(kind: StructureKind) -> u64 {
 /// compression (upgraded at open).
 pub(crate) fn opens_version(kind: StructureKind, version: u64) -> bool {
     version == version_of(kind)
-        || (kind == StructureKind::RecordBTreeMap
-            && version == super::tree::layout::VERSION_WITHOUT_COMPRESSION)
+        || (kind == StructureKind::RecordBTreeMap && version == TREE_VERSION_WITHOUT_COMPRESSION)
 }
 
 /// Refuse a root a new map of `bytes` cannot be made at: misaligned, past the owner field's

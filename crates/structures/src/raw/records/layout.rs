@@ -32,6 +32,24 @@ const CHECKED_HEADER_BYTES: usize = 12;
 pub const MAX_KEY_BYTES: usize = 64 << 10;
 /// The longest value, in bytes (a pool must also have room for it).
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+/// Checks a key and value against the limits.
+pub(crate) fn check_sizes(key: &[u8], value: &[u8]) -> Result<(), RecordMapError> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(RecordMapError::KeyTooLarge {
+            len: key.len(),
+            max: MAX_KEY_BYTES,
+        });
+    }
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(RecordMapError::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Roots (and so owners) must lie below this offset: 40 bits of root offset / 64.
 pub(crate) const MAX_OWNER_ROOT: u64 = 1 << 46;
 
@@ -290,15 +308,30 @@ impl FirstLine {
         from: usize,
         count: usize,
     ) -> Result<Vec<u8>, PoolError> {
+        let mut out = Vec::new();
+        self.copy_into(pool, record, from, count, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`FirstLine::copy`] into `out` (cleared first), reusing its capacity.
+    fn copy_into<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        from: usize,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), PoolError> {
         // Lengths come from the pool's bytes: refuse a range past the pool before allocating.
         pool.check_range(record + from as u64, count as u64)?;
         let held = self.held(from, count);
-        let mut out = vec![0u8; count];
+        out.clear();
+        out.resize(count, 0);
         out[..held.len()].copy_from_slice(held);
         if held.len() < count {
             pool.read_bytes(record + (from + held.len()) as u64, &mut out[held.len()..])?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Whether the record at `record` holds `key`.
@@ -358,6 +391,35 @@ impl FirstLine {
         record: u64,
     ) -> Result<Vec<u8>, RecordMapError> {
         Ok(self.checked_key_value(pool, record)?.1)
+    }
+
+    /// The value of a record whose key [`FirstLine::key_equals`] found equal to `key`, into
+    /// `out` (cleared first, its capacity reused: no allocation once it is large enough), the
+    /// whole record checked against the checksum with `key` standing for the key's bytes (a
+    /// published record never changes while its reader is pinned, so they are the same).
+    pub fn checked_value_into<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordMapError> {
+        debug_assert_eq!(key.len(), self.header.key_len);
+        if pool
+            .check_range(record, self.header.record_bytes())
+            .is_err()
+        {
+            return Err(RecordMapError::CorruptRecord {
+                offset: record,
+                reason: format!(
+                    "its header gives a {}-byte key and a {}-byte value, past the pool's end",
+                    self.header.key_len, self.header.value_len
+                ),
+            });
+        }
+        let from = HEADER_BYTES as usize + self.header.key_len;
+        self.copy_into(pool, record, from, self.header.value_len, out)?;
+        self.header.check(record, key, out)
     }
 
     /// Check the whole record against the checksum (a key that differs from the one looked

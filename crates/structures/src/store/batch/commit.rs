@@ -4,11 +4,11 @@
 use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, RecordBlock};
 
-use super::area::{Area, Log};
 use super::{BatchMap, Touched, WriteBatch};
 use crate::cceh::SlotWrite;
 use crate::fastfair::{KeyChange, LeafImage};
 use crate::records::RecordPlan;
+use crate::store::batch_state::{Area, Log};
 use crate::store::error::Error;
 use crate::store::map::MapCore;
 use crate::store::raw::{HashTable, Tree};

@@ -9,17 +9,16 @@
 //! * at commit, under the writer gates of its maps, each map *plans* its changes: the bytes each
 //!   slot or leaf it touches will hold, room made first by splits and new layers that change
 //!   no key, and new records written and flushed. The plans go to the store's write-batch
-//!   area as a log (`area.rs`), committed by one fence: the commit point;
+//!   area as a log (`../batch_state/area.rs`), committed by one fence: the commit point;
 //! * the apply writes the planned bytes in place under the structures' own locks, publishes
 //!   and retires the records, and fences once; then the log is cleared, one more fence;
-//! * at open, a committed log is applied again (`area.rs`, "Recovery").
+//! * at open, a committed log is applied again (`../batch_state/area.rs`, "Recovery").
 //!
-//! `typed.rs` holds the maps' `*_in` methods' backing: the changes gathered and read back;
-//! `commit.rs` the plan, the log and the apply.
+//! This file holds the batch and the changes it gathers and reads back (the backing of the
+//! handles' `*_in` methods, `../handle_methods.rs`); `commit.rs` the plan, the log and the
+//! apply.
 
-mod area;
 mod commit;
-mod lock;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -27,17 +26,15 @@ use std::sync::Arc;
 use pmem_ordering::{Backend, Hardware};
 use rustc_hash::FxHashMap;
 
+use super::batch_state::BatchHold;
 use super::error::Error;
 use super::map::{HashCore, TreeCore};
 use super::record_map::{RecordHashCore, RecordTreeCore};
 use super::registry::Shared;
 use super::Store;
-use crate::records::hash::check_sizes;
+use crate::records::layout::check_sizes;
 use crate::records::MAX_KEY_BYTES;
 use crate::sync::WriterGate;
-
-pub(crate) use area::Area;
-pub(crate) use lock::{BatchHold, Batches};
 
 /// The most changes (distinct keys written, over all maps) one batch takes: past it a write
 /// through the batch is refused with [`Error::BatchTooLarge`]. Each change costs a few words of

@@ -23,7 +23,7 @@ use super::write::Target;
 use super::{goes_on, Attempt, Layer, RecordTreeMap, Result};
 use crate::fastfair::KeyChange;
 use crate::records::batch::{published, RecordChange, RecordPlan};
-use crate::records::hash::check_sizes;
+use crate::records::layout::check_sizes;
 use crate::records::layout::MAX_KEY_BYTES;
 
 /// One layer's share of a plan: the layer, its changes, and a key the batch removes from it.

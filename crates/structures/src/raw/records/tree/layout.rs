@@ -59,10 +59,11 @@ use super::SLICE;
 use crate::fastfair::ROOT_BYTES as TREE_ROOT_BYTES;
 use crate::records::MAX_KEY_BYTES;
 
-/// The format version this build writes.
-pub(crate) const VERSION: u64 = 3;
-/// The format before path compression, opened and upgraded in place.
-pub(crate) const VERSION_WITHOUT_COMPRESSION: u64 = 2;
+/// The format version this build writes, and the one before path compression (opened and
+/// upgraded in place): kept with every map's format versions in `head.rs`.
+pub(crate) use super::super::head::{
+    TREE_VERSION as VERSION, TREE_VERSION_WITHOUT_COMPRESSION as VERSION_WITHOUT_COMPRESSION,
+};
 
 /// Bytes of a plain layer's block (a FAST&FAIR root object).
 pub(crate) const PLAIN_BYTES: u64 = TREE_ROOT_BYTES;

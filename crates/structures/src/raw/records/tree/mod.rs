@@ -457,25 +457,40 @@ where
 
     /// The value of `key`, if present. Takes no lock.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// The value of `key` into `out` (cleared first; its capacity is reused, so a read
+    /// allocates nothing once `out` is large enough): whether `key` is present (`out` is left
+    /// empty if not). Takes no lock.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
         if key.len() > MAX_KEY_BYTES {
-            return Ok(None);
+            return Ok(false);
         }
         let guard = self.records.pin();
         let spot = self.descend(key, &guard)?;
         let Some(r) = spot.record else {
-            return Ok(None);
+            return Ok(false);
         };
         // One line read decides and starts the copy.
         let pool = self.heap.pool();
         let line = record_layout::first_line(pool, r)?;
         if line.key_equals(pool, r, key)? {
-            return Ok(Some(line.checked_value(pool, r)?));
+            return match line.checked_value_into(pool, r, key, out) {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    out.clear();
+                    Err(e)
+                }
+            };
         }
         // This key's record damaged (its checksum fails), or a whole record of another key:
         // one going on past the same slice, or one a damaged entry points at.
         let (other, _) = line.checked_key_value(pool, r)?;
         self.another_keys_record(&spot, r, &other)?;
-        Ok(None)
+        Ok(false)
     }
 
     /// Whether `key` is present. Takes no lock.

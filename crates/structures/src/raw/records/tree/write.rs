@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pmem_ordering::Backend;
 
-use super::super::hash::check_sizes;
+use super::super::layout::check_sizes;
 use super::super::Staged;
 use super::{goes_on, is_layer, read_value, Attempt, Layer, RecordTreeMap, Result, MAX_KEY_BYTES};
 

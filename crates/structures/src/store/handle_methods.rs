@@ -1,7 +1,7 @@
 //! The methods both typed maps share, with the same names, arguments and meaning: written
 //! once, over either map's two representations (inline words, or records).
 
-/// `get`, `contains_key`, `insert`, `upsert`, `remove`, `len`, `is_empty`, `check` and `name`
+/// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `remove`, `len`, `is_empty`, `check` and `name`
 /// of a typed map whose `repr` is the enum `$repr` of `Words(core)` and `Records(core)`.
 macro_rules! typed_map_methods {
     ($repr:ident) => {
@@ -19,6 +19,45 @@ macro_rules! typed_map_methods {
                     .map(|v| decode(v, "value", &core.name))
                     .transpose(),
             }
+        }
+
+        /// The value of `key` as its encoding (see [`crate::types`]: a `Vec<u8>`'s or a
+        /// `String`'s own bytes, an integer's big-endian bytes) written into `out`, which is
+        /// cleared first and its capacity reused: a read allocates nothing once `out` has held
+        /// the largest value read. Whether `key` is present (`out` is left empty if not).
+        pub fn get_into(&self, key: impl Encode<K>, out: &mut Vec<u8>) -> Result<bool, Error> {
+            let key = key.encode();
+            match &self.repr {
+                $repr::Words(core) => {
+                    out.clear();
+                    match core.get(encode_word(key.bytes()))? {
+                        Some(word) => {
+                            word_encoding::<V>(word, out);
+                            Ok(true)
+                        }
+                        None => Ok(false),
+                    }
+                }
+                $repr::Records(core) => Ok(core.raw.get_into(key.bytes(), out)?),
+            }
+        }
+
+        /// The value of `key`, lent to `read` as its encoding (as [`Self::get_into`] writes it)
+        /// from a buffer the calling thread keeps: no allocation per call once the buffer has
+        /// grown to the values read (one past 1 MiB is given back after the call). `None`, and
+        /// `read` not called, if `key` is absent.
+        pub fn get_with<R>(
+            &self,
+            key: impl Encode<K>,
+            read: impl FnOnce(&[u8]) -> R,
+        ) -> Result<Option<R>, Error> {
+            with_read_buffer(|buffer| {
+                if self.get_into(key, buffer)? {
+                    Ok(Some(read(buffer)))
+                } else {
+                    Ok(None)
+                }
+            })
         }
 
         /// Whether `key` is in the map.

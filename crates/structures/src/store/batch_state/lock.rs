@@ -1,5 +1,5 @@
 //! The store's batch state in DRAM: the lock that lets one write batch run at a time, the
-//! version readers check to see each batch whole ([`super::Store::read_consistent`]), and
+//! version readers check to see each batch whole ([`crate::Store::read_consistent`]), and
 //! the write-batch area once known.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! What [`Store::verify`](super::Store::verify) reports: each structure's [`Verification`],
+//! What [`Store::verify`](crate::Store::verify) reports: each structure's [`Verification`],
 //! and the store's own findings (its catalog, and the heap's allocated blocks against the
 //! blocks the structures reach).
 
@@ -7,7 +7,7 @@ use std::fmt;
 use crate::kind::StructureKind;
 use crate::verify::Verification;
 
-/// The outcome of [`Store::verify`](super::Store::verify).
+/// The outcome of [`Store::verify`](crate::Store::verify).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreVerification {
     /// Each structure verified, by name, in catalog order.

@@ -1,6 +1,6 @@
 //! Deterministic schedules of writers beside a split or merge paused at a chosen point (test
 //! builds only), on real threads: a paused operation blocks in the interleaving hook
-//! ([`super::interleave`]) until the test resumes it. They show that a split or merge locks
+//! ([`super::test_interleaving`]) until the test resumes it. They show that a split or merge locks
 //! only the nodes it changes (a writer elsewhere completes while it is paused), that writers
 //! of the same nodes wait and then agree with a `BTreeMap` model, and that a split or merge
 //! whose nodes changed between its plan and its locks plans again.
@@ -14,8 +14,8 @@ use std::time::Duration;
 use pmem_ordering::{Hardware, Pool, PoolOptions};
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
 
-use super::interleave::{with_hook, Point};
 use super::layout::{sibling_offset, NodeImage};
+use super::test_interleaving::{with_hook, Point};
 use super::{FastFair, FastFairConfig, ShiftPolicy};
 
 type Tree = FastFair<Hardware>;

@@ -1,6 +1,8 @@
 //! Between the handles' typed keys and values and what the structures hold: `u64` words for
 //! maps whose types fit 8 bytes, bytes for maps of records.
 
+use std::cell::Cell;
+
 use super::error::Error;
 use super::types::{self, Value};
 
@@ -28,4 +30,30 @@ fn undecodable<T: Value>(what: &'static str, name: &str) -> Error {
         what,
         type_code: T::CODE,
     }
+}
+
+/// Append the encoding of the `T` that `word` holds (its first `T::WIDTH` big-endian bytes,
+/// the inverse of [`encode_word`]) to `out`.
+pub(super) fn word_encoding<T: Value>(word: u64, out: &mut Vec<u8>) {
+    let width = T::WIDTH.map_or(8, |w| w.min(8));
+    out.extend_from_slice(&word.to_be_bytes()[..width]);
+}
+
+/// A reused buffer keeps at most this much capacity between calls.
+const KEPT_READ_BUFFER: usize = 1 << 20;
+
+thread_local! {
+    /// The buffer `get_with` lends values from, one per thread.
+    static READ_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Run `f` on this thread's read buffer. Taken out of its cell for the call, so a `get_with`
+/// made inside `f` works (on a buffer of its own) instead of borrowing one twice.
+pub(super) fn with_read_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    let mut buffer = READ_BUFFER.take();
+    let result = f(&mut buffer);
+    if buffer.capacity() <= KEPT_READ_BUFFER {
+        READ_BUFFER.set(buffer);
+    }
+    result
 }

@@ -205,10 +205,7 @@ impl Area {
         let bytes = log.as_bytes();
         // Streamed: no line of the log is read before the commit word is stored after it, and
         // the fence below orders and persists it.
-        // SAFETY: the area is accessed only by the holder of the store's batch lock (this
-        // thread, in a commit) and by the store's load before the store is shared: no other
-        // thread can reach these bytes meanwhile (the streaming-store rule).
-        let streamed = unsafe { pool.nt_write(self.offset + LOG_AT, bytes) }?;
+        let streamed = pool.nt_write(self.offset + LOG_AT, bytes)?;
         let mut line = [0u8; 24];
         line[0..8].copy_from_slice(&sequence.to_le_bytes());
         line[8..16].copy_from_slice(&log.len().to_le_bytes());

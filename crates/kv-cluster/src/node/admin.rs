@@ -366,11 +366,19 @@ async fn add_learner(shared: &NodeShared, id: NodeId, member: Member) -> Result<
             .and_then(|r| r.get(&id).cloned().flatten())
             .map(|log_id| log_id.index)
     };
+    // The metrics show the change a moment after it is committed; until then they say
+    // nothing of the learner.
+    let current = |m: &RaftMetrics<KvRaft>| {
+        m.membership_config.log_id().as_ref().map(|l| l.index) >= Some(added)
+    };
+    let is_member =
+        |m: &RaftMetrics<KvRaft>| m.membership_config.membership().get_node(&id).is_some();
     // Stop waiting too when this node stops leading or the learner is removed meanwhile.
     let settled = |m: &RaftMetrics<KvRaft>| {
-        m.replication.is_none()
-            || m.membership_config.membership().get_node(&id).is_none()
-            || matched(m).is_some_and(|index| index >= added)
+        current(m)
+            && (m.replication.is_none()
+                || !is_member(m)
+                || matched(m).is_some_and(|index| index >= added))
     };
     let waited = shared
         .raft
@@ -380,6 +388,9 @@ async fn add_learner(shared: &NodeShared, id: NodeId, member: Member) -> Result<
     match waited {
         Ok(m) if m.replication.is_none() => Err(Reply::error(format!(
             "ERR node {id} was added as a learner, but this node stopped leading before it caught up; ask the new leader (CLUSTER NODES names it)"
+        ))),
+        Ok(m) if !is_member(&m) => Err(Reply::error(format!(
+            "ERR node {id} was added as a learner, then removed before it caught up"
         ))),
         Ok(_) => Ok(Reply::ok()),
         Err(WaitError::Timeout(..)) => {

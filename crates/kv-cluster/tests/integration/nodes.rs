@@ -43,7 +43,8 @@ fn connection(node: &Node) -> redis::Connection {
     conn
 }
 
-/// Make `node` a cluster of one and wait until it leads.
+/// Make `node` a cluster of one and wait until it leads and its first membership is
+/// committed (a write after it is).
 fn init_alone(rt: &Runtime, node: &Node, conn: &mut redis::Connection) {
     let ok: String = redis::cmd("CLUSTER")
         .arg("RAFT")
@@ -58,6 +59,12 @@ fn init_alone(rt: &Runtime, node: &Node, conn: &mut redis::Connection) {
             .metrics(|m| m.current_leader == Some(id), "it leads"),
     )
     .unwrap();
+    let ok: String = redis::cmd("SET")
+        .arg("initialized")
+        .arg("yes")
+        .query(conn)
+        .unwrap();
+    assert_eq!(ok, "OK");
 }
 
 fn add_learner(
@@ -92,7 +99,7 @@ fn add_learner_gives_up_after_the_learner_timeout_and_says_why() {
         .unwrap()
         .to_string();
     let started = Instant::now();
-    let e = add_learner(&mut conn, 9, &nobody, &nobody).unwrap_err();
+    let e = add_learner(&mut conn, 9, &nobody, &nobody).expect_err("nobody runs node 9");
     let waited = started.elapsed();
     let text = e.to_string();
     assert!(
@@ -163,7 +170,13 @@ fn a_learner_catches_up_by_a_snapshot_past_one_write_batchs_limit() {
     let member = learner.member().clone();
     let ok = add_learner(&mut conn, 2, &member.raft, &member.client).unwrap();
     assert_eq!(ok, "OK");
-    let metrics = learner.raft().metrics().borrow_watched().clone();
+    // The leader has seen the learner take the log; the learner's own metrics follow.
+    let metrics = rt
+        .block_on(learner.raft().wait(Some(Duration::from_secs(30))).metrics(
+            |m| m.last_applied.as_ref().is_some_and(|l| l.index >= last),
+            "the learner applies the leader's log",
+        ))
+        .unwrap();
     assert!(
         metrics.snapshot.as_ref().is_some_and(|s| s.index >= last),
         "the learner caught up without the snapshot: {:?}",
@@ -171,8 +184,10 @@ fn a_learner_catches_up_by_a_snapshot_past_one_write_batchs_limit() {
     );
     let (meta, pairs) = learner.state_machine().read_all().unwrap();
     assert!(meta.last_log_id.is_some_and(|l| l.index >= last));
-    assert_eq!(pairs.len(), keys);
-    for (i, (key, got)) in pairs.iter().enumerate() {
+    // The keys written, and the one init_alone wrote before them (first in key order).
+    assert_eq!(pairs.len(), keys + 1);
+    assert_eq!(pairs[0], (b"initialized".to_vec(), b"yes".to_vec()));
+    for (i, (key, got)) in pairs[1..].iter().enumerate() {
         assert_eq!(key, format!("key:{i:06}").as_bytes());
         assert_eq!(got, value(i).as_bytes(), "key:{i:06}");
     }

@@ -1,7 +1,8 @@
 //! Arbitrary bytes from clients into the key-value server's request path (framing and
 //! commands, offline, on an anonymous store), fed in pieces whose sizes the input chooses.
 //! No input may panic, every piece must get well-formed replies, and the keyspace must pass
-//! its own check at the end. Small limits, so inputs reach them.
+//! its own check at the end, and its deadline and hash maps agree with its keys. Small limits,
+//! so inputs reach them.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -30,4 +31,11 @@ fuzz_target!(|input: &[u8]| {
         );
     }
     server.check().expect("the keyspace passes its check");
+    if let Err(problem) = server.check_deadlines() {
+        // A FLUSHDB that could not make the keyspace anew leaves nothing to check.
+        assert!(
+            problem.contains("unavailable"),
+            "the deadline and hash maps disagree with the keys: {problem}"
+        );
+    }
 });

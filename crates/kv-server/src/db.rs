@@ -1,19 +1,20 @@
-//! The keyspace: one ordered map of byte strings in a `Store` (and two more for expiry
-//! times: see `expiry`), and what the commands need around it (key stripes for
-//! read-modify-writes, write batches for the commands that change several keys at once,
-//! the swap on FLUSHDB, write statistics).
+//! The keyspace: one ordered map of byte strings in a `Store` (two more for expiry times:
+//! see `expiry`; three for hashes: see `hashes`), and what the commands need around it (key
+//! stripes for read-modify-writes, write batches for the commands that change several keys
+//! at once, the swap on FLUSHDB, write statistics).
 //!
 //! Every write returns once the store has made it durable, so a reply sent after it
 //! acknowledges a durable write.
 //!
 //! Lock order, the same for every command, so no two wait on each other: key stripes (in
-//! stripe order, or taken without waiting once others are held), then the store's batch
+//! stripe order, or taken without waiting once others are held), then the reclaim lock
+//! (COPY of a hash, and the reclaiming of deleted hashes' fields), then the store's batch
 //! lock, then the map's lock (read by commands, written by FLUSHDB), then the store's own
 //! (writer gates, structure locks). Every writer of a key holds its stripe from its read to
 //! its durable write, so what a command reads under its stripes stays true until it writes.
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
@@ -22,6 +23,7 @@ use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
 use pmem_structures::{BTreeMap, Error, Store, WriteBatch};
 
 use crate::counters::Counters;
+use crate::hashes::highest_id;
 
 /// The map's name in the store.
 pub(crate) const KEYSPACE: &str = "db0";
@@ -29,6 +31,22 @@ pub(crate) const KEYSPACE: &str = "db0";
 pub(crate) const EXPIRES: &str = "db0:expires";
 /// The deadlines in order: big-endian deadline ++ key -> nothing (for active expiry).
 pub(crate) const EXPIRY_INDEX: &str = "db0:expiry-index";
+/// Each hash key -> its id and field count (see `hashes`).
+pub(crate) const HASHES: &str = "db0:hashes";
+/// Big-endian hash id ++ field -> value.
+pub(crate) const HASH_FIELDS: &str = "db0:hash-fields";
+/// Big-endian ids of deleted hashes whose fields are still to be deleted -> nothing.
+pub(crate) const HASH_RECLAIM: &str = "db0:hash-reclaim";
+/// The maps FLUSHDB removes, the keyspace first (the next open removes the others when it
+/// is missing), then the hash maps (which must all go before the keyspace is made anew).
+const MAPS: [&str; 6] = [
+    KEYSPACE,
+    HASHES,
+    HASH_FIELDS,
+    HASH_RECLAIM,
+    EXPIRES,
+    EXPIRY_INDEX,
+];
 
 /// Key stripes: writes to keys of one stripe are serialized, so the read-modify-writes (INCR,
 /// INCRBYFLOAT, APPEND, SETRANGE, SETNX, SET NX/XX/GET, RENAME, COPY, MSETNX) see no write
@@ -37,8 +55,6 @@ const STRIPES: usize = 1024;
 
 /// The byte-string map commands run on.
 pub(crate) type Keyspace = BTreeMap<Vec<u8>, Vec<u8>>;
-/// Key -> deadline in milliseconds since the Unix epoch, for the keys that have one.
-pub(crate) type Deadlines = BTreeMap<Vec<u8>, u64>;
 
 /// The keyspace's maps. A key's deadline is in `expires` and `index` together (every
 /// change of one writes both in one batch) and only while the key exists, except after a
@@ -51,6 +67,11 @@ pub(crate) struct Maps<B: Backend = Hardware> {
     pub(crate) keys: BTreeMap<Vec<u8>, Vec<u8>, B>,
     pub(crate) expires: BTreeMap<Vec<u8>, u64, B>,
     pub(crate) index: BTreeMap<Vec<u8>, Vec<u8>, B>,
+    pub(crate) hashes: BTreeMap<Vec<u8>, [u8; 16], B>,
+    pub(crate) fields: BTreeMap<Vec<u8>, Vec<u8>, B>,
+    pub(crate) reclaim: BTreeMap<Vec<u8>, Vec<u8>, B>,
+    /// The id the next new hash takes.
+    pub(crate) next_hash_id: AtomicU64,
     /// Set before a deadline is first written, cleared only by FLUSHDB (and at open when no
     /// key has one): while it is clear, a command's keys need no deadline lookup.
     pub(crate) any_deadline: Arc<AtomicBool>,
@@ -64,6 +85,11 @@ pub(crate) struct Db {
     /// The maps' `any_deadline`, read without the map's lock.
     any_deadline: Arc<AtomicBool>,
     stripes: Box<[Mutex<()>]>,
+    /// Held by COPY of a hash while it writes the copy's fields, and by each reclaiming cycle.
+    reclaim: Mutex<()>,
+    /// The sum of every deadline (INFO's `avg_ttl`), changed after each batch that changes
+    /// deadlines commits (see `expiry`).
+    pub(crate) deadline_sum: Mutex<i128>,
     pub(crate) counters: Counters,
 }
 
@@ -87,6 +113,8 @@ impl Db {
         // No keyspace but deadline maps: a crash inside FLUSHDB, which removes the keyspace
         // first and makes it anew last. Its deadlines go with it; if the pool is too full
         // to remove them, they stay, ignored as deadlines of absent keys (see `Maps`).
+        // The hash maps go too, and must (a hash's metadata without its key would read as a
+        // hash): removed, or emptied key by key in a pool too full to record their blocks.
         let names = store.names();
         if !names.iter().any(|name| name == KEYSPACE) {
             for name in [EXPIRES, EXPIRY_INDEX] {
@@ -94,15 +122,23 @@ impl Db {
                     let _ = store.remove_structure(name);
                 }
             }
+            for name in [HASHES, HASH_FIELDS, HASH_RECLAIM] {
+                if names.iter().any(|n| n == name) {
+                    remove_map(&store, name)?;
+                }
+            }
         }
         let any_deadline = Arc::new(AtomicBool::new(false));
         let map = open_maps(&store, &any_deadline)?;
         any_deadline.store(!map.expires.is_empty(), Ordering::Release);
+        let deadline_sum = crate::expiry::sum_of_deadlines(&map)?;
         Ok(Db {
             store,
             map: ShardedLock::new(Some(map)),
             any_deadline,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            reclaim: Mutex::new(()),
+            deadline_sum: Mutex::new(deadline_sum),
             counters: Counters::default(),
         })
     }
@@ -157,42 +193,63 @@ impl Db {
     ) -> Result<T, DbError> {
         // The batch lock before the map's (the module's lock order).
         let mut batch = self.store.batch()?;
+        crate::expiry::take_deadline_change();
         let outcome = self.with_maps(|map| {
             let out = write(map, &mut batch)?;
             self.counted_write(keys, || batch.commit())?;
             Ok::<_, Error>(out)
         })?;
+        // Committed: the deadlines it changed count from now on.
+        let change = crate::expiry::take_deadline_change();
+        if outcome.is_ok() && change != 0 {
+            *self.deadline_sum.lock() += change;
+        }
         Ok(outcome?)
     }
 
-    /// Set every `(key, value)` of `pairs` (`count` of them), all durable together or none
-    /// (a later pair of a key wins), each without an expiry time (as SET and MSET leave a
-    /// key). One pair of a key without a deadline is a single write. The caller holds the
-    /// keys' stripes.
+    /// Set every `(key, value, deadline)` of `writes` (`count` of them), all durable
+    /// together or none (a later write of a key wins), each with the deadline given (`None`:
+    /// none, as SET and MSET leave a key; `Some`: SET ... EX in a pipeline). One write of a key
+    /// that keeps no deadline and is no hash is a single write. The caller holds the keys'
+    /// stripes.
     pub(crate) fn set_all<'p>(
         &self,
-        mut pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+        mut writes: impl Iterator<Item = (&'p [u8], &'p [u8], Option<u64>)>,
         count: usize,
     ) -> Result<(), DbError> {
         let keys = count as u64;
         let mut first = None;
         if count == 1 {
-            let (key, value) = pairs.next().expect("one pair");
-            let single = self.with_maps(|maps| match maps.deadline(key)? {
-                None => self
-                    .counted_write(1, || maps.keys.upsert(key, value))
-                    .map(|_| true),
-                Some(_) => Ok(false),
+            let (key, value, deadline) = writes.next().expect("one write");
+            let single = self.with_maps(|maps| {
+                if deadline.is_some()
+                    || maps.deadline(key)?.is_some()
+                    || maps.hash_meta(key)?.is_some()
+                {
+                    return Ok(false);
+                }
+                self.counted_write(1, || maps.keys.upsert(key, value))
+                    .map(|_| true)
             })??;
             if single {
                 return Ok(());
             }
-            first = Some((key, value));
+            first = Some((key, value, deadline));
         }
         self.batch_write(keys, |maps, batch| {
-            for (key, value) in first.into_iter().chain(pairs) {
+            // Each key's deadline as the batch leaves it so far: a key written twice changes
+            // from what the first write made it.
+            let mut deadlines: std::collections::HashMap<&[u8], Option<u64>> =
+                std::collections::HashMap::new();
+            for (key, value, deadline) in first.into_iter().chain(writes) {
                 maps.keys.put_in(batch, key, value)?;
-                maps.change_deadline_in(batch, key, maps.deadline(key)?, None)?;
+                maps.forget_hash_in(batch, key)?;
+                let old = match deadlines.get(key) {
+                    Some(old) => *old,
+                    None => maps.deadline(key)?,
+                };
+                maps.change_deadline_in(batch, key, old, deadline)?;
+                deadlines.insert(key, deadline);
             }
             Ok(())
         })
@@ -201,6 +258,16 @@ impl Db {
     /// The stripe lock of `key` (for a pipeline holding several commands' stripes at once).
     pub(crate) fn stripe(&self, index: usize) -> &Mutex<()> {
         &self.stripes[index]
+    }
+
+    /// The reclaim lock (see `hashes`), waited for.
+    pub(crate) fn reclaim_lock(&self) -> MutexGuard<'_, ()> {
+        self.reclaim.lock()
+    }
+
+    /// The reclaim lock, if free.
+    pub(crate) fn try_reclaim_lock(&self) -> Option<MutexGuard<'_, ()>> {
+        self.reclaim.try_lock()
     }
 
     /// Run a write and count what it cost in flushes and fences for INFO.
@@ -224,11 +291,13 @@ impl Db {
     /// when the list fits there and otherwise in a fresh block, which a full pool cannot give.
     /// Then the keys are deleted one by one (each delete frees its record and allocates
     /// nothing; a crash part-way keeps the keys not yet deleted) and the emptied map, now a
-    /// few blocks, is removed. Whatever fails, the keyspace is left open and usable.
+    /// few blocks, is removed. Whatever fails, the keyspace is left open and usable, except
+    /// when a hash map could not go: then it is unavailable until a FLUSHDB succeeds.
     pub(crate) fn flush(&self) -> Result<(), DbError> {
         // The stripes before the map's lock (the module's lock order): a writer holding a
         // stripe may be waiting to read the map's lock.
         let _all = self.stripes.iter().map(Mutex::lock).collect::<Vec<_>>();
+        let _reclaiming = self.reclaim.lock();
         let mut slot = self
             .map
             .write()
@@ -237,45 +306,51 @@ impl Db {
         drop(slot.take());
         // The keyspace first: a crash after it leaves deadlines without keys, which the next
         // open removes (see `open`).
-        for name in [KEYSPACE, EXPIRES, EXPIRY_INDEX] {
-            if let Err(error) = self.remove_map(name) {
-                *slot = open_maps(&self.store, &self.any_deadline).ok();
+        for name in MAPS {
+            if let Err(error) = remove_map(&self.store, name) {
+                // Left deadlines are ignored (see `Maps`), left hash maps are not: without
+                // them all gone the keyspace stays unavailable until a FLUSHDB succeeds.
+                if ![HASHES, HASH_FIELDS, HASH_RECLAIM].contains(&name) {
+                    *slot = open_maps(&self.store, &self.any_deadline).ok();
+                }
                 return Err(error.into());
             }
         }
         // No writer runs (every stripe is held): no deadline is being written.
         self.any_deadline.store(false, Ordering::Release);
+        *self.deadline_sum.lock() = 0;
         *slot = Some(open_maps(&self.store, &self.any_deadline)?);
         Ok(())
     }
+}
 
-    /// Remove the map `name` (all three have byte-string keys), or, when the pool is too
-    /// full to record its blocks, empty it key by key.
-    fn remove_map(&self, name: &str) -> Result<(), Error> {
-        match self.store.remove_structure(name) {
-            // Not found: an earlier flush removed it and could not make the new one.
-            Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
-            Err(Error::PoolFull { .. }) => {
-                if name == EXPIRES {
-                    let map: Deadlines = self.store.btree_map(name)?;
-                    delete_every_key(
-                        |n| map.iter().take(n).map(|e| e.map(|(k, _)| k)).collect(),
-                        |key| map.remove(key).map(drop),
-                    )?;
-                } else {
-                    let map: Keyspace = self.store.btree_map(name)?;
-                    delete_every_key(
-                        |n| map.iter().take(n).map(|e| e.map(|(k, _)| k)).collect(),
-                        |key| map.remove(key).map(drop),
-                    )?;
-                }
-                // The emptied map stays if it cannot go: it holds no key either way.
-                let _ = self.store.remove_structure(name);
-                Ok(())
+/// Remove the map `name` of `store` (every one has byte-string keys), or, when the pool is
+/// too full to record its blocks, empty it key by key.
+fn remove_map(store: &Store, name: &str) -> Result<(), Error> {
+    match store.remove_structure(name) {
+        // Not found: an earlier flush removed it and could not make the new one.
+        Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+        Err(Error::PoolFull { .. }) => {
+            match name {
+                EXPIRES => empty_map::<u64>(store, name)?,
+                HASHES => empty_map::<[u8; 16]>(store, name)?,
+                _ => empty_map::<Vec<u8>>(store, name)?,
             }
-            Err(error) => Err(error),
+            // The emptied map stays if it cannot go: it holds no key either way.
+            let _ = store.remove_structure(name);
+            Ok(())
         }
+        Err(error) => Err(error),
     }
+}
+
+/// Delete every key of the map `name` (of `V` values), a batch of keys at a time.
+fn empty_map<V: pmem_structures::types::Value>(store: &Store, name: &str) -> Result<(), Error> {
+    let map: BTreeMap<Vec<u8>, V> = store.btree_map(name)?;
+    delete_every_key(
+        |n| map.iter().take(n).map(|e| e.map(|(k, _)| k)).collect(),
+        |key| map.remove(key).map(drop),
+    )
 }
 
 /// The keyspace's maps in `store`, made empty where missing.
@@ -283,10 +358,21 @@ pub(crate) fn open_maps<B: Backend>(
     store: &Store<B>,
     any_deadline: &Arc<AtomicBool>,
 ) -> Result<Maps<B>, Error> {
+    let fields = store.btree_map(HASH_FIELDS)?;
+    let reclaim = store.btree_map(HASH_RECLAIM)?;
+    // Past every id that still has fields or is listed for reclaiming (a live hash has
+    // fields): ids of hashes reclaimed whole may be taken again, nothing refers to them. (One
+    // id per hash made: 2^64 of them are never reached.)
+    let highest = highest_id(&fields)?.max(highest_id(&reclaim)?);
+    let next_hash_id = highest.map_or(1, |id| id.saturating_add(1));
     Ok(Maps {
         keys: store.btree_map(KEYSPACE)?,
         expires: store.btree_map(EXPIRES)?,
         index: store.btree_map(EXPIRY_INDEX)?,
+        hashes: store.btree_map(HASHES)?,
+        fields,
+        reclaim,
+        next_hash_id: AtomicU64::new(next_hash_id),
         any_deadline: any_deadline.clone(),
     })
 }

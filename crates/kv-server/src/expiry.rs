@@ -14,12 +14,19 @@
 //! command's time is deleted (durably, under its stripe, in one batch), so the command sees
 //! it absent. Commands take their time once, at their start, as Redis 7 does.
 //!
+//! INFO's `avg_ttl` is exact, not sampled as Redis's is: the sum of every deadline is kept in
+//! DRAM beside their count (the `expires` map's length), summed once at open and changed by
+//! each committed batch that changes deadlines; the average time to live is the average
+//! deadline less the time of asking (0 when that is past).
+//!
 //! Active expiry: every 100 ms a cycle takes up to 20 of the earliest index entries that are
 //! due, checks each under its stripe against `expires`, deletes the keys (and any stale
 //! entry) in one batch, and goes on while it found a full sample, within 25 ms. Redis samples
 //! keys with a deadline at random and goes on while more than a quarter of a sample has
 //! expired; the index gives only due keys, so each sample is all work.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -35,6 +42,38 @@ const SAMPLE: usize = 20;
 pub(crate) const CYCLE_PERIOD: Duration = Duration::from_millis(100);
 /// How long one cycle may work (a quarter of the period, as Redis's slow cycle).
 pub(crate) const CYCLE_BUDGET: Duration = Duration::from_millis(25);
+
+/// A key's deadline before the batch and after it.
+type DeadlineChange = (Option<u64>, Option<u64>);
+
+thread_local! {
+    /// The deadlines the batch this thread is writing changes, by key (a batch belongs to its
+    /// thread): `Db::batch_write` adds what they change to the sum once the batch commits. By
+    /// key, because a batch may change one key's deadline twice (an MSET or a pipeline naming
+    /// it twice): what counts is the first change's old deadline and the last one's new.
+    static DEADLINE_CHANGES: RefCell<HashMap<Vec<u8>, DeadlineChange>> =
+        RefCell::new(HashMap::new());
+}
+
+/// What this thread's deadline changes since the last call add to the sum of deadlines.
+pub(crate) fn take_deadline_change() -> i128 {
+    DEADLINE_CHANGES.with(|changes| {
+        changes
+            .borrow_mut()
+            .drain()
+            .map(|(_, (old, new))| i128::from(new.unwrap_or(0)) - i128::from(old.unwrap_or(0)))
+            .sum()
+    })
+}
+
+/// The sum of every deadline in `maps` (INFO's `avg_ttl`).
+pub(crate) fn sum_of_deadlines<B: Backend>(maps: &Maps<B>) -> Result<i128, Error> {
+    let mut sum = 0i128;
+    for entry in maps.expires.iter() {
+        sum += i128::from(entry?.1);
+    }
+    Ok(sum)
+}
 
 /// Milliseconds since the Unix epoch, now (0 on a clock set before it).
 pub(crate) fn now_ms() -> u64 {
@@ -85,6 +124,10 @@ impl<B: Backend> Maps<B> {
         if old == new {
             return Ok(());
         }
+        DEADLINE_CHANGES.with(|changes| {
+            let mut changes = changes.borrow_mut();
+            changes.entry(key.to_vec()).or_insert((old, new)).1 = new;
+        });
         if let Some(old) = old {
             self.expires.delete_in(batch, key)?;
             self.index.delete_in(batch, &index_entry(old, key)[..])?;
@@ -99,8 +142,8 @@ impl<B: Backend> Maps<B> {
         Ok(())
     }
 
-    /// Set `key` to `value` with the deadline `new` where it has `old` (SET EX, SETEX, SET
-    /// over a key with a deadline, COPY).
+    /// Set `key` to the string `value` with the deadline `new` where it has `old` (SET EX,
+    /// SETEX, SET over a key with a deadline or over a hash, COPY).
     pub(crate) fn write_in(
         &self,
         batch: &mut WriteBatch<B>,
@@ -110,10 +153,12 @@ impl<B: Backend> Maps<B> {
         new: Option<u64>,
     ) -> Result<(), Error> {
         self.keys.put_in(batch, key, value)?;
+        self.forget_hash_in(batch, key)?;
         self.change_deadline_in(batch, key, old, new)
     }
 
-    /// Delete `key`, whose deadline is `deadline` (an expired key; DEL of a key with one).
+    /// Delete `key` (a string or a hash), whose deadline is `deadline` (an expired key; DEL
+    /// of a key with one).
     pub(crate) fn delete_in(
         &self,
         batch: &mut WriteBatch<B>,
@@ -121,6 +166,7 @@ impl<B: Backend> Maps<B> {
         deadline: u64,
     ) -> Result<(), Error> {
         self.keys.delete_in(batch, key)?;
+        self.forget_hash_in(batch, key)?;
         self.change_deadline_in(batch, key, Some(deadline), None)
     }
 
@@ -182,13 +228,17 @@ impl<B: Backend> Maps<B> {
         if self.index.len() != deadlines || self.expires.len() != deadlines {
             return Ok(Err("the index and the deadlines differ in length".into()));
         }
+        if let Err(error) = self.check_hashes()? {
+            return Ok(Err(error));
+        }
         Ok(Ok((self.keys.check()?, deadlines)))
     }
 }
 
 impl Db {
-    /// Set `key` to `value` with the deadline `new`, where it has `old` now: a single write
-    /// when the deadline stays, else one batch. The caller holds the key's stripe.
+    /// Set `key` to the string `value` with the deadline `new`, where it has `old` now: a
+    /// single write when the deadline stays and the key is no hash, else one batch. The
+    /// caller holds the key's stripe.
     pub(crate) fn write_key(
         &self,
         key: &[u8],
@@ -196,11 +246,15 @@ impl Db {
         old: Option<u64>,
         new: Option<u64>,
     ) -> Result<(), DbError> {
-        if old == new {
-            return self
-                .with_map(|map| self.counted_write(1, || map.upsert(key, value)))?
-                .map(drop)
-                .map_err(DbError::Store);
+        let single = self.with_maps(|maps| {
+            if old != new || maps.hash_meta(key)?.is_some() {
+                return Ok(false);
+            }
+            self.counted_write(1, || maps.keys.upsert(key, value))
+                .map(|_| true)
+        })??;
+        if single {
+            return Ok(());
         }
         self.batch_write(1, |maps, batch| maps.write_in(batch, key, value, old, new))
     }
@@ -221,19 +275,19 @@ impl Db {
         })
     }
 
-    /// Delete `key` and its deadline; what it held. The caller holds the key's stripe.
+    /// Delete `key` (a string or a hash) and its deadline; what it held in the keyspace. A
+    /// single write for a string without a deadline, else one batch. The caller holds the
+    /// key's stripe.
     pub(crate) fn delete_key(&self, key: &[u8]) -> Result<Option<Vec<u8>>, DbError> {
-        let single = self.with_maps(|maps| match maps.deadline(key)? {
-            None => self.counted_write(1, || maps.keys.remove(key)).map(Ok),
-            Some(deadline) => Ok(Err(deadline)),
+        let single = self.with_maps(|maps| {
+            if maps.deadline(key)?.is_some() || maps.hash_meta(key)?.is_some() {
+                return Ok(None);
+            }
+            self.counted_write(1, || maps.keys.remove(key)).map(Some)
         })??;
         match single {
-            Ok(removed) => Ok(removed),
-            Err(deadline) => self.batch_write(1, |maps, batch| {
-                let removed = maps.keys.remove_in(batch, key)?;
-                maps.change_deadline_in(batch, key, Some(deadline), None)?;
-                Ok(removed)
-            }),
+            Some(removed) => Ok(removed),
+            None => self.batch_write(1, |maps, batch| maps.delete_key_in(batch, key)),
         }
     }
 
@@ -291,6 +345,18 @@ impl Db {
     /// How many keys have a deadline (INFO's `expires=`).
     pub(crate) fn deadline_count(&self) -> u64 {
         self.with_maps(|maps| maps.expires.len()).unwrap_or(0)
+    }
+
+    /// The average time to live at `now` of the keys with a deadline, in milliseconds
+    /// (INFO's `avg_ttl`): their average deadline less `now`, 0 when none has one or that is
+    /// past.
+    pub(crate) fn average_ttl(&self, now: u64) -> u64 {
+        let count = self.deadline_count();
+        if count == 0 {
+            return 0;
+        }
+        let average = *self.deadline_sum.lock() / i128::from(count);
+        (average - i128::from(now)).clamp(0, i128::from(u64::MAX)) as u64
     }
 
     /// Check that the deadline maps agree with each other and the keys: every deadline's key

@@ -3,14 +3,15 @@
 //! expiry (the same `Maps` functions the server runs, on a store of the simulator), every
 //! crash image must recover to a store whose keys and deadlines are the model's after the
 //! steps that returned, or after the interrupted one too, and whose deadline maps agree with
-//! each other and the keys (`Maps::check`).
+//! each other and the keys (`Maps::check`). The crash driver here serves the hashes' crash
+//! test too.
 
 use std::collections::BTreeMap as Model;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use pmem_structures::raw::pmem_ordering::sim::{
-    CrashPoints, CrashTest, Images, SimBackend, SimConfig,
+    CrashPoints, CrashTest, Images, Report, SimBackend, SimConfig,
 };
 use pmem_structures::raw::pmem_ordering::Pool;
 use pmem_structures::raw::STORE_LAYOUT;
@@ -83,9 +84,10 @@ fn run(store: &SimStore, maps: &SimMaps, step: &Step) -> Result<(), Error> {
     }
 }
 
+/// The simulator store's options for the server maps' crash tests.
 fn options() -> StoreOptions {
     StoreOptions::new()
-        .max_structures(4)
+        .max_structures(8)
         .fence_policy(FencePolicy::Batched)
         .heap(HeapConfig {
             lanes: 2,
@@ -94,7 +96,7 @@ fn options() -> StoreOptions {
         })
 }
 
-fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
+pub(crate) fn load(pool: &Arc<Pool<SimBackend>>) -> Result<SimStore, String> {
     let heap = Heap::open(pool.clone()).map_err(|e| format!("Heap::open: {e}"))?;
     SimStore::load(heap).map_err(|e| format!("Store::load: {e}"))
 }
@@ -116,12 +118,7 @@ fn check_image(
     done: usize,
     expected: &[State],
 ) -> Result<(), String> {
-    let store = load(pool)?;
-    let report = store.verify();
-    if !report.is_healthy() {
-        return Err(format!("verify: {report}"));
-    }
-    let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).map_err(|e| e.to_string())?;
+    let (_store, maps) = recovered(pool)?;
     let now = observe(&maps)?;
     let admitted = &expected[done..(done + 2).min(expected.len())];
     if !admitted.contains(&now) {
@@ -130,6 +127,59 @@ fn check_image(
         ));
     }
     Ok(())
+}
+
+/// The store and maps an image recovers to, after the store's own verification.
+pub(crate) fn recovered(pool: &Arc<Pool<SimBackend>>) -> Result<(SimStore, SimMaps), String> {
+    let store = load(pool)?;
+    let report = store.verify();
+    if !report.is_healthy() {
+        return Err(format!("verify: {report}"));
+    }
+    let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).map_err(|e| e.to_string())?;
+    Ok((store, maps))
+}
+
+/// The server maps' crash driver: `setup` then `steps`, each run by `run` on the maps of a
+/// simulator's store (a completed operation after each step), with a crash at every event;
+/// each image checked by `check` with the number of steps that returned.
+pub(crate) fn crash_at_every_event<S>(
+    name: &str,
+    seed: u64,
+    setup: &[S],
+    steps: &[S],
+    run: fn(&SimStore, &SimMaps, &S) -> Result<(), Error>,
+    check: impl Fn(&Arc<Pool<SimBackend>>, usize) -> Result<(), String>,
+) -> Report {
+    let test = CrashTest::new(name, SimConfig::x86())
+        .pool(
+            STORE_LAYOUT,
+            2 << 20,
+            options().root_size().expect("a root size"),
+        )
+        .points(CrashPoints::Every)
+        .images(Images::Random(2))
+        .fail_on_unpersisted(true)
+        .seed(seed);
+    run_crash_test(
+        &test,
+        |pool| {
+            let store = SimStore::format(pool.clone(), &options()).expect("format the store");
+            let maps = open_maps(&store, &Arc::new(AtomicBool::new(false))).expect("the maps");
+            for step in setup {
+                run(&store, &maps, step).expect("a setup step");
+            }
+        },
+        |pool| {
+            let store = load(pool).unwrap_or_else(|e| panic!("{e}"));
+            let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).expect("the maps");
+            for step in steps {
+                run(&store, &maps, step).expect("a step");
+                pool.operation_completed();
+            }
+        },
+        |pool, crash| check(pool, crash.operations_completed as usize),
+    )
 }
 
 #[test]
@@ -156,30 +206,8 @@ fn deadline_changes_are_whole_at_every_crash_point() {
         apply(&mut state, step);
         expected.push(state.clone());
     }
-    let test = CrashTest::new("expiry maps", SimConfig::x86())
-        .pool(STORE_LAYOUT, 2 << 20, 64 + 4 * 128)
-        .points(CrashPoints::Every)
-        .images(Images::Random(2))
-        .fail_on_unpersisted(true)
-        .seed(33);
-    let report = run_crash_test(
-        &test,
-        |pool| {
-            let store = SimStore::format(pool.clone(), &options()).expect("format the store");
-            let maps = open_maps(&store, &Arc::new(AtomicBool::new(false))).expect("the maps");
-            for step in &setup {
-                run(&store, &maps, step).expect("a setup step");
-            }
-        },
-        |pool| {
-            let store = load(pool).unwrap_or_else(|e| panic!("{e}"));
-            let maps = open_maps(&store, &Arc::new(AtomicBool::new(true))).expect("the maps");
-            for step in &steps {
-                run(&store, &maps, step).expect("a step");
-                pool.operation_completed();
-            }
-        },
-        |pool, crash| check_image(pool, crash.operations_completed as usize, &expected),
-    );
+    let report = crash_at_every_event("expiry maps", 33, &setup, &steps, run, |pool, done| {
+        check_image(pool, done, &expected)
+    });
     println!("{} crash points, {} images", report.points, report.images);
 }

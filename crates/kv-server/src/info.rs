@@ -214,7 +214,11 @@ fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
             // As in Redis, a database without keys has no line.
             if keys > 0 {
                 let expires = shared.db.deadline_count();
-                fields.push(("db0", format!("keys={keys},expires={expires},avg_ttl=0")));
+                let average = shared.db.average_ttl(crate::expiry::now_ms());
+                fields.push((
+                    "db0",
+                    format!("keys={keys},expires={expires},avg_ttl={average}"),
+                ));
             }
         }
         "pool" => {

@@ -2,7 +2,8 @@
 //! over a [`pmem_structures::Store`], with Redis 7's replies and error texts.
 //!
 //! Keys and values are byte strings in one ordered map of the store (a FAST&FAIR B+-tree of
-//! records), so `SCAN` walks keys in order. Every write is durable before its reply is sent
+//! records), so `SCAN` walks keys in order; hashes' fields and expiry times are in maps beside
+//! it. Every write is durable before its reply is sent
 //! (a connection's pipelined plain writes are committed together, then answered):
 //! the store flushes and fences it (on persistent memory; on DRAM, such as `/dev/shm`, the
 //! same instructions run with the emulated granularity and only a process crash is
@@ -10,7 +11,10 @@
 //!
 //! Commands: strings (`GET`, `SET` with `NX`/`XX`/`GET`/`EX`/`PX`/`EXAT`/`PXAT`/`KEEPTTL`,
 //! `SETEX`, `PSETEX`, `GETEX`, `SETNX`, `GETSET`, `GETDEL`, `APPEND`, `STRLEN`, `SETRANGE`,
-//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), several keys at
+//! `GETRANGE`/`SUBSTR`, `INCR`/`DECR`/`INCRBY`/`DECRBY`, `INCRBYFLOAT`), hashes (`HSET`,
+//! `HMSET`, `HSETNX`, `HGET`, `HMGET`, `HGETALL`, `HDEL`, `HLEN`, `HEXISTS`, `HKEYS`, `HVALS`,
+//! `HINCRBY`, `HINCRBYFLOAT`, `HSTRLEN`, `HSCAN`: each field an entry of an ordered map, so
+//! one field is read alone, and each write one write batch), several keys at
 //! once (`MSET`, `MSETNX`, `RENAME`, `RENAMENX`, each one write batch of the store, all of
 //! it or none after a crash; `COPY`; `MGET`, which never sees a batch in part), keys
 //! (`DEL`/`UNLINK`, `EXISTS`, `TOUCH`, `TYPE`, `RANDOMKEY`, `KEYS` and `SCAN` with Redis's
@@ -48,6 +52,9 @@ mod expiry;
 mod expiry_crash;
 mod framing;
 mod glob;
+#[cfg(test)]
+mod hash_crash;
+mod hashes;
 mod info;
 mod inline;
 mod numbers;

@@ -51,8 +51,9 @@ struct Cli {
     #[arg(long, default_value_t = Limits::default().max_args)]
     max_args: usize,
 
-    /// Commit the plain writes (SET, MSET) a connection pipelines together as one write batch
-    /// (each reply sent once the batch is durable) instead of each on its own.
+    /// Commit the plain writes (SET, SET EX|PX|EXAT|PXAT, MSET) a connection pipelines
+    /// together as one write batch (each reply sent once the batch is durable) instead of
+    /// each on its own.
     #[arg(long)]
     pipeline_batches: bool,
 }

@@ -62,10 +62,30 @@ impl Offline {
         (output.to_vec(), closed)
     }
 
-    /// The deadline maps' agreement with each other and the keys (see
+    /// The deadline and hash maps' agreement with each other and the keys (see
     /// [`check_pool`]): the number of keys and of deadlines, or what disagrees.
     pub fn check_deadlines(&self) -> Result<(u64, u64), String> {
         self.shared.db.check_deadlines()
+    }
+
+    /// Reclaim every deleted hash's fields now (a server does it in the background): how
+    /// many field entries went.
+    pub fn reclaim(&self) -> Result<u64, String> {
+        let mut reclaimed = 0;
+        while self.shared.db.has_reclaimable() {
+            reclaimed += (self.shared.db)
+                .reclaim_cycle(std::time::Duration::from_secs(1))
+                .map_err(|error| format!("{error:?}"))?;
+        }
+        Ok(reclaimed)
+    }
+
+    /// How many field entries the hash maps hold (live hashes' and those to reclaim).
+    pub fn field_entries(&self) -> u64 {
+        self.shared
+            .db
+            .with_maps(|maps| maps.fields.len())
+            .unwrap_or(0)
     }
 
     /// The keyspace's own consistency check: how many keys it holds, or what is wrong.
@@ -76,9 +96,10 @@ impl Offline {
 }
 
 /// Open the server's pool at `path` (not in use; `granularity` as the server ran it) and
-/// check its keyspace: the keys' map,
-/// and that every deadline's key exists and is indexed under it and every index entry is a
-/// key's deadline. The number of keys and of keys with a deadline, or what is wrong.
+/// check its keyspace: the keys' map; that every deadline's key exists and is indexed under
+/// it and every index entry is a key's deadline; that every hash's key holds the hash marker,
+/// its field count is its fields' and every field entry is a live or a deleted hash's. The
+/// number of keys and of keys with a deadline, or what is wrong.
 pub fn check_pool(
     path: &std::path::Path,
     granularity: pmem_structures::Granularity,

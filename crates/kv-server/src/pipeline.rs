@@ -1,7 +1,9 @@
 //! Plain writes of one connection's pipeline, committed together as one write batch.
 //!
-//! `SET key value` (no options) and `MSET` are deferred rather than run: their keys' stripes
-//! are taken, their pairs kept, their replies held back. Any other command, and the end of
+//! `SET key value` (no options, or one expiry option: `EX`, `PX`, `EXAT`, `PXAT` with a valid
+//! time, its deadline taken at the command's arrival, as a command run alone takes its time
+//! at its start) and `MSET` are deferred rather than run: their keys' stripes are taken, their
+//! pairs kept, their replies held back. Any other command, and the end of
 //! the requests read so far, first commits what is deferred: one store write for a single
 //! pair, else one write batch for all of them, and only then are their replies encoded, in
 //! order, before the next reply. So:
@@ -37,18 +39,26 @@ use crate::server::Shared;
 /// long, large enough that a `redis-benchmark -P 16` pipeline is one batch.
 const MAX_DEFERRED_KEYS: usize = 256;
 
-/// A deferred command: its index in the command table and its arguments (name first; the
-/// pairs after it).
+/// A deferred command: its index in the command table, its arguments (name first; the
+/// pairs after it) and the deadline it gives its key (SET ... EX).
 struct Deferred {
     index: usize,
     args: Vec<Bytes>,
+    deadline: Option<u64>,
 }
 
 impl Deferred {
-    fn pairs(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> {
-        self.args[1..]
+    /// Its writes: `(key, value, deadline)`.
+    fn writes(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8], Option<u64>)> {
+        // SET's expiry option is not a pair: the pairs are the arguments up to it.
+        let end = if self.deadline.is_some() {
+            3
+        } else {
+            self.args.len()
+        };
+        self.args[1..end]
             .chunks_exact(2)
-            .map(|pair| (&pair[0][..], &pair[1][..]))
+            .map(|pair| (&pair[0][..], &pair[1][..], self.deadline))
     }
 }
 
@@ -78,14 +88,28 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Whether `args` (a command the table found, of the right arity) is a write this
-    /// pipeline defers: `SET key value` without options, or `MSET` with whole pairs.
-    pub(crate) fn defers(&self, name: &str, args: &[Bytes]) -> bool {
-        self.enabled
-            && match name {
-                "set" => args.len() == 3,
-                "mset" => args.len() % 2 == 1,
-                _ => false,
+    /// pipeline defers: `SET key value` without options or with one valid expiry option, or
+    /// `MSET` with whole pairs. `Some` of the deadline it gives (`None`: no deadline) if so.
+    pub(crate) fn defers(&self, name: &str, args: &[Bytes]) -> Option<Option<u64>> {
+        if !self.enabled {
+            return None;
+        }
+        match (name, args.len()) {
+            ("set", 3) => Some(None),
+            ("set", 5) => {
+                let option = args[3].to_ascii_uppercase();
+                let option = ["EX", "PX", "EXAT", "PXAT"]
+                    .into_iter()
+                    .find(|o| o.as_bytes() == option.as_slice())?;
+                // A time Redis refuses is not deferred: run alone, it gets its error.
+                let now = crate::expiry::now_ms();
+                commands::deadline_of(option, &args[4], now, "set")
+                    .ok()
+                    .map(Some)
             }
+            ("mset", n) if n % 2 == 1 => Some(None),
+            _ => None,
+        }
     }
 
     /// Defer the write `args`, committing what is deferred first when its stripes cannot be
@@ -94,28 +118,37 @@ impl<'a> Pipeline<'a> {
         &mut self,
         index: usize,
         args: Vec<Bytes>,
+        deadline: Option<u64>,
         protocol: Protocol,
         output: &mut BytesMut,
     ) {
-        let keys = (args.len() - 1) / 2;
+        let keys = if deadline.is_some() {
+            1
+        } else {
+            (args.len() - 1) / 2
+        };
         if !self.deferred.is_empty()
-            && (self.keys + keys > MAX_DEFERRED_KEYS || !self.try_hold(&args))
+            && (self.keys + keys > MAX_DEFERRED_KEYS || !self.try_hold(&args, keys))
         {
             self.commit(protocol, output);
         }
         if self.deferred.is_empty() {
-            self.hold_waiting(&args);
+            self.hold_waiting(&args, keys);
             self.since = Some(Instant::now());
         }
         self.keys += keys;
-        self.deferred.push(Deferred { index, args });
+        self.deferred.push(Deferred {
+            index,
+            args,
+            deadline,
+        });
     }
 
     /// The stripes of `args`'s keys, taken without waiting: all of them (`true`), or none
     /// beyond those held before (`false`).
-    fn try_hold(&mut self, args: &[Bytes]) -> bool {
+    fn try_hold(&mut self, args: &[Bytes], keys: usize) -> bool {
         let before = self.held.len();
-        for key in args[1..].iter().step_by(2) {
+        for key in args[1..].iter().step_by(2).take(keys) {
             let stripe = stripe_of(key);
             if self.held.iter().any(|(held, _)| *held == stripe) {
                 continue;
@@ -132,9 +165,14 @@ impl<'a> Pipeline<'a> {
     }
 
     /// The stripes of `args`'s keys, with nothing else held: waited for in stripe order.
-    fn hold_waiting(&mut self, args: &[Bytes]) {
+    fn hold_waiting(&mut self, args: &[Bytes], keys: usize) {
         debug_assert!(self.held.is_empty());
-        let mut stripes: Vec<usize> = args[1..].iter().step_by(2).map(|k| stripe_of(k)).collect();
+        let mut stripes: Vec<usize> = args[1..]
+            .iter()
+            .step_by(2)
+            .take(keys)
+            .map(|k| stripe_of(k))
+            .collect();
         stripes.sort_unstable();
         stripes.dedup();
         let db = &self.shared.db;
@@ -151,8 +189,8 @@ impl<'a> Pipeline<'a> {
             return;
         }
         let db = &self.shared.db;
-        let pairs = self.deferred.iter().flat_map(Deferred::pairs);
-        let together = db.set_all(pairs, self.keys);
+        let writes = self.deferred.iter().flat_map(Deferred::writes);
+        let together = db.set_all(writes, self.keys);
         let replies: Vec<Reply> = match together {
             Ok(()) => self.deferred.iter().map(|_| Reply::ok()).collect(),
             Err(error) if self.deferred.len() == 1 => vec![commands::store_error(error)],
@@ -161,7 +199,7 @@ impl<'a> Pipeline<'a> {
                 .deferred
                 .iter()
                 .map(
-                    |write| match db.set_all(write.pairs(), write.pairs().len()) {
+                    |write| match db.set_all(write.writes(), write.writes().len()) {
                         Ok(()) => Reply::ok(),
                         Err(error) => commands::store_error(error),
                     },

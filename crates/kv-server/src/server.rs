@@ -207,7 +207,7 @@ async fn serve(
     let (close, closing) = watch::channel(false);
     let signal = StopSignals::received(signals);
     tokio::pin!(signal);
-    let expiry = tokio::spawn(active_expiry(shared.clone()));
+    let expiry = tokio::spawn(active_expiry(shared.clone(), closing.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -220,9 +220,12 @@ async fn serve(
         }
     }
     drop(listener);
-    expiry.abort();
-    // Wake the connections waiting for requests; they close once their replies are out.
+    // Wake the connections waiting for requests; they close once their replies are out. The
+    // background task ends too, and is waited for: one stopped in the middle of a cycle
+    // (outside the runtime, in `block_in_place`) would go on to poll its timer after the
+    // runtime's drivers shut down.
     let _ = close.send(true);
+    let _ = expiry.await;
     // Counted rather than joined: a JoinSet would take its lock at every wake of every
     // connection, on the hot path, for the sake of this one wait.
     let drain_until = Instant::now() + DRAIN;
@@ -231,17 +234,26 @@ async fn serve(
     }
 }
 
-/// Active expiry: a cycle every period (see `crate::expiry`). A cycle that fails (a full
-/// pool) leaves the keys for the next one, and for lazy expiry.
-async fn active_expiry(shared: Arc<Shared>) {
+/// Active expiry: a cycle every period (see `crate::expiry`), and a cycle of reclaiming
+/// deleted hashes' fields (see `crate::hashes`). A cycle that fails (a full pool) leaves the
+/// keys for the next one, and for lazy expiry.
+async fn active_expiry(shared: Arc<Shared>, mut closing: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(crate::expiry::CYCLE_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = closing.changed() => return,
+        }
         if shared.db.may_have_deadlines() {
             // Blocking store work: the worker's other tasks move to another thread.
             tokio::task::block_in_place(|| {
                 let _ = shared.db.expire_cycle(crate::expiry::CYCLE_BUDGET);
+            });
+        }
+        if shared.db.has_reclaimable() {
+            tokio::task::block_in_place(|| {
+                let _ = shared.db.reclaim_cycle(crate::expiry::CYCLE_BUDGET);
             });
         }
     }

@@ -4,7 +4,8 @@
 //! that are not integers or floats, integers in the forms Redis refuses, bad options, glob
 //! patterns and unknown commands; a second test sends malformed and inline requests byte
 //! for byte. Replies are compared as bytes, except where Redis's answer depends on its hash
-//! table: KEYS (compared sorted), SCAN (a whole scan's keys compared as sets), RANDOMKEY
+//! table: KEYS, HKEYS, HVALS (compared sorted), HGETALL (its pairs compared sorted), SCAN and
+//! HSCAN (a whole scan's keys, or field-value pairs, compared as sets), RANDOMKEY
 //! (both answer a key that exists, or both nil), CLIENT ID and HELLO's server fields, and
 //! where it depends on the clock: TTL and its kin (a time within a tolerance; absent keys and
 //! keys without a deadline exactly). Expiry times in the sequences are 10 s or more ahead,
@@ -18,6 +19,8 @@
 //! `.ci/run` installs redis-server; a run without it says it skipped, and fails under `CI`.
 
 mod common;
+#[path = "differential/hash_requests.rs"]
+mod hash_requests;
 #[path = "differential/requests.rs"]
 mod requests;
 
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 use common::{Raw, TestServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use requests::{plain_write_strategy, request_strategy, Compare, Request};
+use requests::{plain_write_strategy, request_strategy, words, Compare, Request};
 
 /// A `redis-server` on a free port, killed when dropped.
 struct RedisServer {
@@ -191,8 +194,9 @@ fn is_error(reply: &[u8]) -> bool {
     reply.first() == Some(&b'-')
 }
 
-/// Every key a whole SCAN with `args`'s options gives, sorted, or its first error.
-fn full_scan(raw: &mut Raw, args: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Vec<u8>> {
+/// Every key a whole SCAN with `args`'s options gives (every field and value, as pairs, of
+/// an HSCAN, whose cursor is at `cursor_at`), sorted, or its first error.
+fn full_scan(raw: &mut Raw, args: &[Vec<u8>], cursor_at: usize) -> Result<Vec<Vec<u8>>, Vec<u8>> {
     let mut args = args.to_vec();
     let mut keys = Vec::new();
     for _ in 0..10_000 {
@@ -207,12 +211,22 @@ fn full_scan(raw: &mut Raw, args: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Vec<u8>> {
         let Resp::Blob(Some(cursor)) = &parts[0] else {
             panic!("a SCAN cursor: {:?}", parts[0]);
         };
-        keys.extend(blobs(&parts[1]));
+        let found = blobs(&parts[1]);
+        if cursor_at == 2 {
+            // HSCAN: field and value as one item, so pairs compare whole.
+            keys.extend(
+                found
+                    .chunks(2)
+                    .map(|pair| [pair[0].clone(), b"=>".to_vec(), pair[1].clone()].concat()),
+            );
+        } else {
+            keys.extend(found);
+        }
         if cursor == b"0" {
             keys.sort();
             return Ok(keys);
         }
-        args[1] = cursor.clone();
+        args[cursor_at] = cursor.clone();
     }
     panic!("a SCAN that never ended");
 }
@@ -221,10 +235,15 @@ fn full_scan(raw: &mut Raw, args: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Vec<u8>> {
 fn compare(ours: &mut Raw, redis: &mut Raw, request: &Request) -> Result<(), String> {
     let refs: Vec<&[u8]> = request.args.iter().map(Vec::as_slice).collect();
     let shown = |reply: &[u8]| String::from_utf8_lossy(&reply[..reply.len().min(400)]).into_owned();
-    if let Compare::Scan = request.compare {
+    if let Compare::Scan | Compare::HScan = request.compare {
+        let cursor_at = if let Compare::HScan = request.compare {
+            2
+        } else {
+            1
+        };
         let (a, b) = (
-            full_scan(ours, &request.args),
-            full_scan(redis, &request.args),
+            full_scan(ours, &request.args, cursor_at),
+            full_scan(redis, &request.args, cursor_at),
         );
         return if a == b {
             Ok(())
@@ -234,7 +253,7 @@ fn compare(ours: &mut Raw, redis: &mut Raw, request: &Request) -> Result<(), Str
     }
     let (a, b) = (ours.call(&refs), redis.call(&refs));
     let same = match request.compare {
-        Compare::Bytes | Compare::Scan => a == b,
+        Compare::Bytes | Compare::Scan | Compare::HScan => a == b,
         _ if is_error(&a) || is_error(&b) => a == b,
         Compare::Unordered => {
             let (mut x, mut y) = (blobs(&parse(&a)), blobs(&parse(&b)));
@@ -242,6 +261,20 @@ fn compare(ours: &mut Raw, redis: &mut Raw, request: &Request) -> Result<(), Str
             y.sort();
             x == y
         }
+        Compare::UnorderedPairs => match (parse(&a), parse(&b)) {
+            (Resp::Items(x), Resp::Items(y)) | (Resp::Pairs(x), Resp::Pairs(y)) => {
+                let sorted = |items: Vec<Resp>| {
+                    let mut pairs: Vec<_> = items
+                        .chunks(2)
+                        .map(|pair| format!("{:?} => {:?}", pair[0], pair[1]))
+                        .collect();
+                    pairs.sort();
+                    pairs
+                };
+                sorted(x) == sorted(y)
+            }
+            _ => false,
+        },
         Compare::RandomKey => match (parse(&a), parse(&b)) {
             (Resp::Blob(Some(x)), Resp::Blob(Some(y))) => {
                 let (x, y) = (ours.call(&[b"EXISTS", &x]), redis.call(&[b"EXISTS", &y]));
@@ -491,5 +524,76 @@ fn absolute_deadlines_read_back_as_redis_gives_them() {
     for request in requests {
         let (a, b) = (ours.call_text(request), redis.call_text(request));
         assert_eq!(a, b, "{request:?}");
+    }
+}
+
+/// Hashes past Redis's small encoding (over 128 fields, values over 64 bytes), which Redis
+/// keeps in hash order and pages by COUNT: the same fields, values, counts and whole scans,
+/// through HDEL, HINCRBY, RENAME, COPY and DEL.
+#[test]
+fn large_hashes_read_back_as_redis_gives_them() {
+    let Some((redis_server, ours_server)) = servers_or_skip() else {
+        return;
+    };
+    let mut ours = Raw::connect(ours_server.addr());
+    let mut redis = Raw::connect(redis_server.addr);
+    let mut hset = words(&["HSET", "big"]);
+    for i in 0..300 {
+        hset.push(format!("field:{i}").into_bytes());
+        hset.push(
+            i.to_string()
+                .repeat(if i % 10 == 0 { 40 } else { 1 })
+                .into_bytes(),
+        );
+    }
+    let mut requests = vec![
+        Request {
+            args: words(&["FLUSHALL"]),
+            compare: Compare::Bytes,
+        },
+        Request {
+            args: hset,
+            compare: Compare::Bytes,
+        },
+    ];
+    let read: &[(&[&str], Compare)] = &[
+        (&["HLEN", "big"], Compare::Bytes),
+        (&["HGETALL", "big"], Compare::UnorderedPairs),
+        (&["HKEYS", "big"], Compare::Unordered),
+        (&["HVALS", "big"], Compare::Unordered),
+        (&["HSCAN", "big", "0", "COUNT", "7"], Compare::HScan),
+        (
+            &["HSCAN", "big", "0", "MATCH", "field:1*", "COUNT", "3"],
+            Compare::HScan,
+        ),
+        (&["HSTRLEN", "big", "field:10"], Compare::Bytes),
+        (
+            &["HDEL", "big", "field:1", "field:2", "nope", "field:1"],
+            Compare::Bytes,
+        ),
+        (&["HLEN", "big"], Compare::Bytes),
+        (&["HINCRBY", "big", "field:3", "5"], Compare::Bytes),
+        (&["HINCRBY", "big", "field:30", "5"], Compare::Bytes),
+        (
+            &["HMGET", "big", "field:3", "field:2", "field:299"],
+            Compare::Bytes,
+        ),
+        (&["RENAME", "big", "b2"], Compare::Bytes),
+        (&["COPY", "b2", "b3"], Compare::Bytes),
+        (&["HGETALL", "b3"], Compare::UnorderedPairs),
+        (&["DEL", "b2"], Compare::Bytes),
+        (&["EXISTS", "big", "b2", "b3"], Compare::Bytes),
+        (&["TYPE", "b3"], Compare::Bytes),
+        (&["SCAN", "0", "TYPE", "hash"], Compare::Scan),
+        (&["GET", "b3"], Compare::Bytes),
+    ];
+    requests.extend(read.iter().map(|(args, compare)| Request {
+        args: words(args),
+        compare: *compare,
+    }));
+    for request in &requests {
+        if let Err(difference) = compare(&mut ours, &mut redis, request) {
+            panic!("{request:?}: {difference}");
+        }
     }
 }

@@ -222,3 +222,59 @@ fn an_mset_past_the_batch_limit_is_refused_whole() {
     let replies = pipeline(&mut server, &[mset(&pairs[1..])]);
     assert_eq!(replies, vec![Value::Okay]);
 }
+
+/// `SET ... EX` and its kin are deferred with the plain writes: each key ends with the
+/// deadline of its last write (none after a plain SET), the maps agree, and a time Redis
+/// refuses fails that write alone.
+#[test]
+fn pipelined_sets_with_expiry_times_leave_each_key_its_last_deadline() {
+    let mut server = Offline::anonymous(32 << 20, Limits::default()).unwrap();
+    let expiring = |key: &[u8], value: &[u8], option: &str, time: &str| {
+        let mut c = set(key, value);
+        c.arg(option).arg(time);
+        c
+    };
+    let replies = pipeline(
+        &mut server,
+        &[
+            expiring(b"a", b"1", "EX", "100"),
+            set(b"a", b"2"),
+            expiring(b"b", b"1", "PX", "100000"),
+            expiring(b"b", b"2", "exat", "4102444800"),
+            expiring(b"c", b"1", "EX", "100"),
+            mset(&[(b"d", b"1")]),
+            expiring(b"e", b"1", "EX", "0"),
+            expiring(b"c", b"2", "PX", "200000"),
+        ],
+    );
+    for (at, reply) in replies.iter().enumerate() {
+        assert_eq!(is_error(reply), at == 6, "{at}: {reply:?}");
+    }
+    let read = |name: &str, key: &[u8]| {
+        let mut c = redis::cmd(name);
+        c.arg(key);
+        c
+    };
+    let replies = pipeline(
+        &mut server,
+        &[
+            read("TTL", b"a"),
+            read("PEXPIRETIME", b"b"),
+            read("PTTL", b"c"),
+            read("TTL", b"d"),
+            get(b"e"),
+            get(b"a"),
+        ],
+    );
+    assert_eq!(replies[0], Value::Int(-1));
+    assert_eq!(replies[1], Value::Int(4_102_444_800_000));
+    let Value::Int(left) = replies[2] else {
+        panic!("{:?}", replies[2]);
+    };
+    assert!((190_000..=200_000).contains(&left), "{left}");
+    assert_eq!(
+        replies[3..],
+        [Value::Int(-1), Value::Nil, Value::BulkString(b"2".to_vec())]
+    );
+    assert_eq!(server.check_deadlines(), Ok((4, 2)));
+}

@@ -5,8 +5,8 @@
 
 use pmem_structures::Error;
 
-use super::strings::{deadline_of, set_options, update, Ttl};
-use super::{integer, store_error, Call};
+use super::strings::{deadline_of, set_options, update, Old, Ttl};
+use super::{integer, store_error, string_value, Call};
 use crate::db::DbError;
 use crate::reply::Reply;
 
@@ -203,9 +203,13 @@ fn set_expiring(call: &Call, option: &str, name: &str) -> Reply {
         Err(reply) => return reply,
     };
     let value = call.args[3].to_vec();
-    update(call, &call.args[1], Ttl::At(deadline), |_| {
-        Ok((Some(value), Reply::ok()))
-    })
+    update(
+        call,
+        &call.args[1],
+        Ttl::At(deadline),
+        Old::Replaced,
+        |_| Ok((Some(value), Reply::ok())),
+    )
 }
 
 pub(super) fn setex(call: &mut Call) -> Reply {
@@ -230,6 +234,17 @@ pub(super) fn getex(call: &mut Call) -> Reply {
         Ok(None) => return Reply::Null,
         Err(reply) => return reply,
     };
+    // A hash: WRONGTYPE (its keyspace value is the hash marker).
+    let hash = value == crate::hashes::HASH_MARKER;
+    match (call.shared.db).with_maps(|maps| match hash {
+        true => string_value(maps, key, Some(value.clone())),
+        false => Ok(Ok(None)),
+    }) {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(reply))) => return reply,
+        Ok(Err(error)) => return store_error(DbError::Store(error)),
+        Err(error) => return store_error(error),
+    }
     let new = match &options.expiry {
         Some((option, time)) => match deadline_of(option, time, call.now, "getex") {
             Ok(deadline) => Some(deadline),

@@ -9,6 +9,7 @@ use pmem_structures::Error;
 
 use super::{integer, store_error, syntax_error, with_map, Call};
 use crate::db::{prefix_end, Keyspace};
+use crate::hashes::Kind;
 use crate::reply::Reply;
 use crate::scan::Pattern;
 
@@ -44,14 +45,18 @@ pub(super) fn exists(call: &mut Call) -> Reply {
 
 pub(super) fn type_of(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
-    with_map(call.shared, |map| {
-        // Every key holds a string.
-        Ok(Reply::status(if map.contains_key(key)? {
-            "string"
-        } else {
-            "none"
-        }))
+    super::with_maps(call.shared, |maps| {
+        Ok(Reply::status(type_name(&maps.read_kind(key)?)))
     })
+}
+
+/// The name TYPE gives what a key holds.
+fn type_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Absent => "none",
+        Kind::String(_) => "string",
+        Kind::Hash(_) => "hash",
+    }
 }
 
 /// A random key, found by a random descent of the keys' byte trie: at each depth, a byte
@@ -182,53 +187,76 @@ pub(super) fn keys(call: &mut Call) -> Reply {
     }
 }
 
-/// The most keys one SCAN call looks at, whatever COUNT asks.
+/// The most keys (or fields) one SCAN (or HSCAN) call looks at, whatever COUNT asks.
 const MAX_SCAN_COUNT: u64 = 100_000;
+
+/// A SCAN or HSCAN cursor, as Redis reads it (before anything else).
+pub(super) fn scan_cursor(text: &[u8]) -> Result<u64, Reply> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| Reply::error("ERR invalid cursor"))
+}
+
+/// The options of SCAN (`types`: TYPE is one) and HSCAN from `args[at..]`: the MATCH
+/// pattern, how many entries to look at, the TYPE wanted; or Redis's error.
+pub(super) fn scan_options(
+    args: &[Bytes],
+    mut at: usize,
+    types: bool,
+) -> Result<(Pattern, usize, Option<&Bytes>), Reply> {
+    let mut pattern = Pattern::all();
+    let mut count = 10u64;
+    let mut wanted_type = None;
+    while at < args.len() {
+        let (Some(option), Some(value)) = (args.get(at), args.get(at + 1)) else {
+            return Err(syntax_error());
+        };
+        match option.to_ascii_uppercase().as_slice() {
+            b"COUNT" => match integer(value)? {
+                n if n >= 1 => count = n as u64,
+                _ => return Err(syntax_error()),
+            },
+            b"MATCH" => pattern = Pattern::new(value),
+            b"TYPE" if types => wanted_type = Some(value),
+            _ => return Err(syntax_error()),
+        }
+        at += 2;
+    }
+    Ok((pattern, count.min(MAX_SCAN_COUNT) as usize, wanted_type))
+}
+
+/// Where a scan from `cursor` resumes: from the start (0), or after the key (or field) the
+/// cursor stands for; an error for a cursor the server did not issue or has forgotten.
+pub(super) fn resume_of(call: &Call, cursor: u64) -> Result<Option<Vec<u8>>, Reply> {
+    if cursor == 0 {
+        return Ok(None);
+    }
+    match call.shared.cursors.lock().resume(cursor) {
+        Some(key) => Ok(Some(key.to_vec())),
+        None => Err(Reply::error(format!(
+            "ERR invalid cursor: {cursor} is not a cursor this server issued, or one it has forgotten (it keeps the newest 100,000); start again from 0"
+        ))),
+    }
+}
 
 /// SCAN looks at up to COUNT keys of the pattern's range from the cursor on and returns
 /// those the pattern matches (so, as in Redis, a call may return fewer keys than COUNT, even
 /// none, before the scan ends; a prefix pattern matches every key of its range).
 pub(super) fn scan(call: &mut Call) -> Reply {
     let args = call.args;
-    let Some(cursor) = std::str::from_utf8(&args[1])
-        .ok()
-        .and_then(|c| c.parse::<u64>().ok())
-    else {
-        return Reply::error("ERR invalid cursor");
+    let cursor = match scan_cursor(&args[1]) {
+        Ok(cursor) => cursor,
+        Err(reply) => return reply,
     };
-    let mut pattern = Pattern::all();
-    let mut count = 10u64;
-    let mut wanted_type: Option<&Bytes> = None;
-    let mut at = 2;
-    while at < args.len() {
-        let (Some(option), Some(value)) = (args.get(at), args.get(at + 1)) else {
-            return syntax_error();
-        };
-        match option.to_ascii_uppercase().as_slice() {
-            b"COUNT" => match integer(value) {
-                Ok(n) if n >= 1 => count = n as u64,
-                Ok(_) => return syntax_error(),
-                Err(reply) => return reply,
-            },
-            b"MATCH" => pattern = Pattern::new(value),
-            b"TYPE" => wanted_type = Some(value),
-            _ => return syntax_error(),
-        }
-        at += 2;
-    }
-    // Every key holds a string: another type matches none.
-    let strings_wanted = wanted_type.is_none_or(|t| t.eq_ignore_ascii_case(b"string"));
-    let resume = if cursor == 0 {
-        None
-    } else {
-        match call.shared.cursors.lock().resume(cursor) {
-            Some(key) => Some(key.to_vec()),
-            None => return Reply::error(format!(
-                "ERR invalid cursor: {cursor} is not a cursor this server issued, or one it has forgotten (it keeps the newest 100,000); start again from 0"
-            )),
-        }
+    let (pattern, count, wanted_type) = match scan_options(args, 2, true) {
+        Ok(options) => options,
+        Err(reply) => return reply,
     };
-    let count = count.min(MAX_SCAN_COUNT) as usize;
+    let resume = match resume_of(call, cursor) {
+        Ok(resume) => resume,
+        Err(reply) => return reply,
+    };
     let (low, high) = pattern.range(resume.as_deref());
     let mut keys = Vec::new();
     let mut last_seen = None;
@@ -243,12 +271,17 @@ pub(super) fn scan(call: &mut Call) -> Reply {
             ))
             .enumerate()
         {
-            let (key, _) = entry?;
+            let (key, value) = entry?;
             if seen == count {
                 more = true;
                 break;
             }
-            if strings_wanted && pattern.matches(&key) && !maps.is_due(&key, now)? {
+            let of_type = match wanted_type {
+                None => true,
+                Some(wanted) => wanted
+                    .eq_ignore_ascii_case(type_name(&maps.kind(&key, Some(value))?).as_bytes()),
+            };
+            if of_type && pattern.matches(&key) && !maps.is_due(&key, now)? {
                 keys.push(Reply::bulk(key.clone()));
             }
             last_seen = Some(key);

@@ -5,6 +5,7 @@
 //! * `strings`: values (`GET`, `SET`, `APPEND`, `INCRBYFLOAT`, ...).
 //! * `keys`: the keyspace (`DEL`, `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `FLUSHDB`, ...).
 //! * `expiry`: expiry times (`EXPIRE` and its kin, `TTL`, `PERSIST`, `SETEX`, `GETEX`).
+//! * `hashes`: hashes (`HSET`, `HGET`, `HDEL`, `HSCAN`, ...).
 //! * `multikey`: writes of several keys as one (`MSET`, `MSETNX`, `RENAME`, `COPY`) and `MGET`.
 //! * `connection`: the connection's own state (`HELLO`, `CLIENT`, `SELECT`, `MULTI`, ...).
 //! * `server`: `INFO`, `CONFIG`, `COMMAND`.
@@ -14,6 +15,7 @@
 
 mod connection;
 mod expiry;
+mod hashes;
 mod keys;
 mod multikey;
 mod server;
@@ -28,12 +30,14 @@ use bytes::{Bytes, BytesMut};
 use pmem_structures::Error;
 
 use crate::db::{DbError, Keyspace};
+use crate::hashes::Kind;
 use crate::pipeline::Pipeline;
 use crate::reply::Reply;
 use crate::server::Shared;
 use crate::session::Session;
 
 pub(crate) use connection::REDIS_VERSION;
+pub(crate) use strings::deadline_of;
 pub(crate) use table::COMMANDS;
 
 /// One command being run: the server, the connection, the arguments (name first).
@@ -141,10 +145,13 @@ pub(crate) fn execute(
     pipeline: &mut Pipeline,
     output: &mut BytesMut,
 ) {
-    let reply = match checked(shared, session, &args) {
-        Ok(index) if pipeline.defers(COMMANDS[index].name, &args) => {
-            return pipeline.defer(index, args, session.protocol, output);
+    let checked = checked(shared, session, &args);
+    if let Ok(index) = checked {
+        if let Some(deadline) = pipeline.defers(COMMANDS[index].name, &args) {
+            return pipeline.defer(index, args, deadline, session.protocol, output);
         }
+    }
+    let reply = match checked {
         Ok(index) => {
             pipeline.commit(session.protocol, output);
             let started = Instant::now();
@@ -251,6 +258,37 @@ pub(crate) fn wrong_arity(name: &str) -> Reply {
     Reply::error(format!(
         "ERR wrong number of arguments for '{name}' command"
     ))
+}
+
+/// A command of one type on a key holding another.
+pub(crate) fn wrong_type() -> Reply {
+    Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")
+}
+
+/// The string `key` holds, or WRONGTYPE if it holds a hash (a keyspace value equal to the
+/// hash marker is looked up among the hashes; any other value is a string's).
+pub(crate) fn string_value<B: pmem_structures::raw::pmem_ordering::Backend>(
+    maps: &crate::db::Maps<B>,
+    key: &[u8],
+    value: Option<Vec<u8>>,
+) -> Result<Result<Option<Vec<u8>>, Reply>, Error> {
+    Ok(match maps.kind(key, value)? {
+        Kind::Absent => Ok(None),
+        Kind::String(value) => Ok(Some(value)),
+        Kind::Hash(_) => Err(wrong_type()),
+    })
+}
+
+/// Run `command` on the keyspace's maps; a store error becomes its reply.
+pub(crate) fn with_maps(
+    shared: &Shared,
+    command: impl FnOnce(&crate::db::Maps) -> Result<Reply, Error>,
+) -> Reply {
+    match shared.db.with_maps(command) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(error)) => store_error(DbError::Store(error)),
+        Err(error) => store_error(error),
+    }
 }
 
 pub(crate) fn syntax_error() -> Reply {

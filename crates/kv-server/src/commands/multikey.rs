@@ -6,17 +6,22 @@
 
 use bytes::Bytes;
 
-use super::{integer, store_error, syntax_error, with_map, wrong_arity, Call};
+use super::{integer, store_error, syntax_error, with_maps, wrong_arity, Call};
+use crate::hashes::Kind;
 use crate::reply::Reply;
 
+/// MGET: each key's string, nil for a missing key or a hash (no WRONGTYPE, as in Redis).
 pub(super) fn mget(call: &mut Call) -> Reply {
     let keys = &call.args[1..];
     let store = call.shared.db.store();
-    with_map(call.shared, |map| {
+    with_maps(call.shared, |maps| {
         store
             .read_consistent(|| {
                 keys.iter()
-                    .map(|key| map.get(&key[..]).map(Reply::bulk_or_null))
+                    .map(|key| match maps.read_kind(key)? {
+                        Kind::String(value) => Ok(Reply::bulk(value)),
+                        Kind::Absent | Kind::Hash(_) => Ok(Reply::Null),
+                    })
                     .collect::<Result<Vec<_>, _>>()
             })
             .map(Reply::Array)
@@ -28,8 +33,8 @@ pub(super) fn mget(call: &mut Call) -> Reply {
 pub(super) fn set_pairs(call: &Call, pairs: &[Bytes]) -> Reply {
     let db = &call.shared.db;
     let _locks = db.lock_keys(pairs.iter().step_by(2).map(|k| &k[..]));
-    let pairs = pairs.chunks_exact(2).map(|p| (&p[0][..], &p[1][..]));
-    match db.set_all(pairs.clone(), pairs.len()) {
+    let writes = pairs.chunks_exact(2).map(|p| (&p[0][..], &p[1][..], None));
+    match db.set_all(writes.clone(), writes.len()) {
         Ok(()) => Reply::ok(),
         Err(error) => store_error(error),
     }
@@ -98,11 +103,7 @@ fn rename_or_not(call: &Call, if_absent: bool) -> Reply {
             return Ok(Ok(false));
         }
         // The destination takes the source's deadline (or none), as in Redis.
-        let deadline = maps.deadline(from)?;
-        maps.keys.put_in(batch, to, &value[..])?;
-        maps.change_deadline_in(batch, to, maps.deadline(to)?, deadline)?;
-        maps.keys.delete_in(batch, from)?;
-        maps.change_deadline_in(batch, from, deadline, None)?;
+        maps.move_key_in(batch, from, to, value)?;
         Ok(Ok(true))
     });
     match outcome {
@@ -151,24 +152,27 @@ pub(super) fn copy(call: &mut Call) -> Reply {
     let db = &call.shared.db;
     let _locks = db.lock_keys([from, to].into_iter());
     let read = db.with_maps(|maps| {
-        let Some(value) = maps.keys.get(from)? else {
-            return Ok(None);
-        };
-        if !replace && maps.keys.contains_key(to)? {
+        let kind = maps.read_kind(from)?;
+        if kind == Kind::Absent || (!replace && maps.keys.contains_key(to)?) {
             return Ok(None);
         }
-        Ok::<_, pmem_structures::Error>(Some((value, maps.deadline(from)?, maps.deadline(to)?)))
+        Ok::<_, pmem_structures::Error>(Some((kind, maps.deadline(from)?, maps.deadline(to)?)))
     });
-    // One key written: a single write, or one batch when a deadline changes (the copy
-    // takes the source's, as in Redis).
+    // A string: one key written, a single write, or one batch when a deadline changes or
+    // a hash is replaced (the copy takes the source's deadline, as in Redis). A hash: its
+    // fields copied (see `Db::copy_hash`).
     match read {
-        Ok(Ok(Some((value, deadline, replaced)))) => {
+        Ok(Ok(Some((Kind::Hash(meta), _, _)))) => match db.copy_hash(from, meta, to) {
+            Ok(()) => Reply::Integer(1),
+            Err(error) => store_error(error),
+        },
+        Ok(Ok(Some((Kind::String(value), deadline, replaced)))) => {
             match db.write_key(to, &value, replaced, deadline) {
                 Ok(()) => Reply::Integer(1),
                 Err(error) => store_error(error),
             }
         }
-        Ok(Ok(None)) => Reply::Integer(0),
+        Ok(Ok(_)) => Reply::Integer(0),
         Ok(Err(error)) => store_error(crate::db::DbError::Store(error)),
         Err(error) => store_error(error),
     }

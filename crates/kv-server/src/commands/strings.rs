@@ -6,14 +6,18 @@
 use bytes::Bytes;
 use pmem_structures::Error;
 
-use super::{integer, not_an_integer, store_error, syntax_error, with_map, Call};
+use super::{
+    integer, not_an_integer, store_error, string_value, syntax_error, with_maps, wrong_type, Call,
+};
 use crate::db::DbError;
 use crate::numbers::{parse_long_double, LongDouble, ParsedFloat};
 use crate::reply::Reply;
 
 pub(super) fn get(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
-    with_map(call.shared, |map| map.get(key).map(Reply::bulk_or_null))
+    with_maps(call.shared, |maps| {
+        Ok(string_value(maps, key, maps.keys.get(key)?)?.map_or_else(|e| e, Reply::bulk_or_null))
+    })
 }
 
 /// What a read-modify-write decided: the value to store (if any) and the reply.
@@ -31,19 +35,38 @@ pub(super) enum Ttl {
     At(u64),
 }
 
+/// Whether a write reads the string it replaces (a hash there is then WRONGTYPE) or only
+/// whether the key exists (and replaces whatever is there, as SET does a hash).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Old {
+    Read,
+    Replaced,
+}
+
 /// Run `decide` on the current value of `key` with the key's stripe held, store what it
 /// returns with the deadline `ttl` says (durably, before the reply) and answer its reply.
+/// With `Old::Replaced`, a hash at the key is passed to `decide` as its keyspace value, and
+/// replaced if `decide` writes.
 pub(super) fn update(
     call: &Call,
     key: &[u8],
     ttl: Ttl,
+    old: Old,
     decide: impl FnOnce(Option<Vec<u8>>) -> Update,
 ) -> Reply {
     let db = &call.shared.db;
     let _locks = db.lock_keys(std::iter::once(key));
-    let read = db.with_maps(|maps| Ok::<_, Error>((maps.keys.get(key)?, maps.deadline(key)?)));
+    let read = db.with_maps(|maps| {
+        let value = maps.keys.get(key)?;
+        let value = match old {
+            Old::Read => string_value(maps, key, value)?,
+            Old::Replaced => Ok(value),
+        };
+        Ok::<_, Error>((value, maps.deadline(key)?))
+    });
     let (old, old_deadline) = match read {
-        Ok(Ok(read)) => read,
+        Ok(Ok((Ok(value), deadline))) => (value, deadline),
+        Ok(Ok((Err(reply), _))) => return reply,
         Ok(Err(error)) => return store_error(DbError::Store(error)),
         Err(error) => return store_error(error),
     };
@@ -120,7 +143,7 @@ pub(super) fn set_options(options: &[Bytes], getex: bool) -> Result<SetOptions, 
 
 /// The deadline an expiry option (`EX`, `PX`, `EXAT`, `PXAT`) and its argument give at
 /// `now`, or Redis's error for `command` (a time not above 0, or past the 64-bit range).
-pub(super) fn deadline_of(
+pub(crate) fn deadline_of(
     option: &str,
     value: &[u8],
     now: u64,
@@ -163,7 +186,12 @@ pub(super) fn set(call: &mut Call) -> Reply {
         return super::multikey::set_pairs(call, &call.args[1..3]);
     }
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], ttl, |old| {
+    let old = if options.get {
+        Old::Read
+    } else {
+        Old::Replaced
+    };
+    update(call, &call.args[1], ttl, old, |old| {
         let write = (!options.only_if_absent || old.is_none())
             && (!options.only_if_present || old.is_some());
         let reply = match (options.get, write) {
@@ -177,7 +205,7 @@ pub(super) fn set(call: &mut Call) -> Reply {
 
 pub(super) fn setnx(call: &mut Call) -> Reply {
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], Ttl::Clear, |old| {
+    update(call, &call.args[1], Ttl::Clear, Old::Replaced, |old| {
         Ok(match old {
             Some(_) => (None, Reply::Integer(0)),
             None => (Some(value), Reply::Integer(1)),
@@ -198,7 +226,7 @@ fn check_length(call: &Call, length: u64) -> Result<(), Reply> {
 
 pub(super) fn append(call: &mut Call) -> Reply {
     let suffix = &call.args[2];
-    update(call, &call.args[1], Ttl::Keep, |old| {
+    update(call, &call.args[1], Ttl::Keep, Old::Read, |old| {
         let mut value = old.unwrap_or_default();
         check_length(call, value.len() as u64 + suffix.len() as u64)?;
         value.extend_from_slice(suffix);
@@ -209,8 +237,9 @@ pub(super) fn append(call: &mut Call) -> Reply {
 
 pub(super) fn strlen(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
-    with_map(call.shared, |map| {
-        Ok(Reply::Integer(map.get(key)?.map_or(0, |v| v.len() as i64)))
+    with_maps(call.shared, |maps| {
+        Ok(string_value(maps, key, maps.keys.get(key)?)?
+            .map_or_else(|e| e, |v| Reply::Integer(v.map_or(0, |v| v.len() as i64))))
     })
 }
 
@@ -221,7 +250,7 @@ pub(super) fn setrange(call: &mut Call) -> Reply {
         Err(reply) => return reply,
     };
     let patch = &call.args[3];
-    update(call, &call.args[1], Ttl::Keep, |old| {
+    update(call, &call.args[1], Ttl::Keep, Old::Read, |old| {
         if patch.is_empty() {
             // Nothing to write: the length as it is (0 for no key, which stays absent).
             return Ok((None, Reply::Integer(old.map_or(0, |v| v.len() as i64))));
@@ -246,9 +275,14 @@ pub(super) fn getrange(call: &mut Call) -> Reply {
         (Err(reply), _) | (_, Err(reply)) => return reply,
     };
     let key = &call.args[1][..];
-    with_map(call.shared, |map| {
-        let value = map.get(key)?.unwrap_or_default();
-        Ok(Reply::bulk(substring(&value, start, end).to_vec()))
+    with_maps(call.shared, |maps| {
+        Ok(match string_value(maps, key, maps.keys.get(key)?)? {
+            Ok(value) => {
+                let value = value.unwrap_or_default();
+                Reply::bulk(substring(&value, start, end).to_vec())
+            }
+            Err(reply) => reply,
+        })
     })
 }
 
@@ -267,7 +301,7 @@ fn substring(value: &[u8], start: i64, end: i64) -> &[u8] {
 }
 
 fn incr_by(call: &Call, by: i64) -> Reply {
-    update(call, &call.args[1], Ttl::Keep, |old| {
+    update(call, &call.args[1], Ttl::Keep, Old::Read, |old| {
         let current = match old {
             Some(text) => crate::numbers::parse_i64(&text).ok_or_else(not_an_integer)?,
             None => 0,
@@ -304,7 +338,7 @@ pub(super) fn decrby(call: &mut Call) -> Reply {
 
 pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
     let by = call.args[2].clone();
-    update(call, &call.args[1], Ttl::Keep, |old| {
+    update(call, &call.args[1], Ttl::Keep, Old::Read, |old| {
         let not_a_float = || Reply::error("ERR value is not a valid float");
         let current = match old {
             Some(text) => parse_long_double(&text).ok_or_else(not_a_float)?,
@@ -324,17 +358,23 @@ pub(super) fn incrbyfloat(call: &mut Call) -> Reply {
 /// GETSET: SET with GET, under its old name.
 pub(super) fn getset(call: &mut Call) -> Reply {
     let value = call.args[2].to_vec();
-    update(call, &call.args[1], Ttl::Clear, |old| {
+    update(call, &call.args[1], Ttl::Clear, Old::Read, |old| {
         Ok((Some(value), Reply::bulk_or_null(old)))
     })
 }
 
 /// GETDEL: the value, and the key gone (one store write, the remove returning what it
-/// held; with the key's deadline, one batch).
+/// held; with the key's deadline, one batch). WRONGTYPE for a hash, which stays.
 pub(super) fn getdel(call: &mut Call) -> Reply {
     let key = &call.args[1][..];
     let db = &call.shared.db;
     let _locks = db.lock_keys(std::iter::once(key));
+    match db.with_maps(|maps| maps.read_kind(key)) {
+        Ok(Ok(crate::hashes::Kind::Hash(_))) => return wrong_type(),
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => return store_error(DbError::Store(error)),
+        Err(error) => return store_error(error),
+    }
     match db.delete_key(key) {
         Ok(removed) => Reply::bulk_or_null(removed),
         Err(error) => store_error(error),

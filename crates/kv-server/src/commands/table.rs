@@ -3,7 +3,7 @@
 //! arity check and `COMMAND`'s replies (`INFO`, `DOCS`, `COUNT`, `LIST`) come from here, so
 //! they cannot disagree with what runs.
 
-use super::{connection, expiry, keys, multikey, server, strings, Command};
+use super::{connection, expiry, hashes, keys, multikey, server, strings, Command};
 
 macro_rules! table {
     ($(
@@ -69,6 +69,36 @@ table! {
         "Atomically creates or modifies the string values of one or more keys.";
     "msetnx" -3 [write denyoom] (1 -1 2) string "1.0.1" multikey::msetnx,
         "Atomically modifies the string values of one or more keys only when all keys don't exist.";
+    "hset" -4 [write denyoom fast] (1 1 1) hash "2.0.0" hashes::hset,
+        "Creates or modifies the value of a field in a hash.";
+    "hmset" -4 [write denyoom fast] (1 1 1) hash "2.0.0" hashes::hmset,
+        "Sets the values of multiple fields (HSET's old name, answering OK).";
+    "hsetnx" 4 [write denyoom fast] (1 1 1) hash "2.0.0" hashes::hsetnx,
+        "Sets the value of a field in a hash only when the field doesn't exist.";
+    "hget" 3 [readonly fast] (1 1 1) hash "2.0.0" hashes::hget,
+        "Returns the value of a field in a hash.";
+    "hmget" -3 [readonly fast] (1 1 1) hash "2.0.0" hashes::hmget,
+        "Returns the values of all fields in a hash.";
+    "hgetall" 2 [readonly] (1 1 1) hash "2.0.0" hashes::hgetall,
+        "Returns all fields and values in a hash, in field order.";
+    "hdel" -3 [write fast] (1 1 1) hash "2.0.0" hashes::hdel,
+        "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.";
+    "hlen" 2 [readonly fast] (1 1 1) hash "2.0.0" hashes::hlen,
+        "Returns the number of fields in a hash.";
+    "hexists" 3 [readonly fast] (1 1 1) hash "2.0.0" hashes::hexists,
+        "Determines whether a field exists in a hash.";
+    "hkeys" 2 [readonly] (1 1 1) hash "2.0.0" hashes::hkeys,
+        "Returns all fields in a hash, in field order.";
+    "hvals" 2 [readonly] (1 1 1) hash "2.0.0" hashes::hvals,
+        "Returns all values in a hash, in field order.";
+    "hincrby" 4 [write denyoom fast] (1 1 1) hash "2.0.0" hashes::hincrby,
+        "Increments the integer value of a field in a hash by a number.";
+    "hincrbyfloat" 4 [write denyoom fast] (1 1 1) hash "2.6.0" hashes::hincrbyfloat,
+        "Increments the floating point value of a field by a number.";
+    "hstrlen" 3 [readonly fast] (1 1 1) hash "3.2.0" hashes::hstrlen,
+        "Returns the length of the value of a field.";
+    "hscan" -3 [readonly] (1 1 1) hash "2.8.0" hashes::hscan,
+        "Iterates over fields and values of a hash, in field order.";
     "del" -2 [write] (1 -1 1) generic "1.0.0" keys::del,
         "Deletes one or more keys.";
     "unlink" -2 [write fast] (1 -1 1) generic "4.0.0" keys::del,

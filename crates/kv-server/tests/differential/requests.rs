@@ -11,6 +11,11 @@ pub enum Compare {
     Unordered,
     /// SCAN: errors as bytes, otherwise the keys of the whole scan as sets.
     Scan,
+    /// HSCAN: errors as bytes, otherwise the (field, value) pairs of the whole scan as sets.
+    HScan,
+    /// HGETALL (a map in RESP3, fields and values in turn in RESP2), in Redis's hash order:
+    /// the pairs compared sorted.
+    UnorderedPairs,
     /// A key that exists on its server, or nil on both.
     RandomKey,
     /// An integer on both.
@@ -40,12 +45,12 @@ impl std::fmt::Debug for Request {
     }
 }
 
-fn request(compare: Compare, args: Vec<Vec<u8>>) -> Request {
+pub fn request(compare: Compare, args: Vec<Vec<u8>>) -> Request {
     Request { args, compare }
 }
 
 /// A request of `name` and `rest`, compared as bytes.
-fn command(name: &str, rest: Vec<Vec<u8>>) -> Request {
+pub fn command(name: &str, rest: Vec<Vec<u8>>) -> Request {
     let mut args = vec![name.as_bytes().to_vec()];
     args.extend(rest);
     request(Compare::Bytes, args)
@@ -55,7 +60,7 @@ pub fn words(list: &[&str]) -> Vec<Vec<u8>> {
     list.iter().map(|w| w.as_bytes().to_vec()).collect()
 }
 
-fn key() -> impl Strategy<Value = Vec<u8>> {
+pub fn key() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         8 => (0u8..6).prop_map(|i| format!("k{i}").into_bytes()),
         1 => Just(Vec::new()),
@@ -65,7 +70,7 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// Text an integer argument may be: valid, in the forms Redis refuses, out of range.
-fn integer_text() -> impl Strategy<Value = Vec<u8>> {
+pub fn integer_text() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => (-20i64..20).prop_map(|n| n.to_string().into_bytes()),
         1 => any::<i64>().prop_map(|n| n.to_string().into_bytes()),
@@ -79,7 +84,7 @@ fn integer_text() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// Text a float argument may be.
-fn float_text() -> impl Strategy<Value = Vec<u8>> {
+pub fn float_text() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         3 => (-1_000_000i64..1_000_000, 0u32..6, -30i32..30).prop_map(|(mantissa, point, exponent)| {
             let digits = mantissa.unsigned_abs().to_string();
@@ -99,7 +104,7 @@ fn float_text() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-fn value() -> impl Strategy<Value = Vec<u8>> {
+pub fn value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         3 => (-100i64..100).prop_map(|n| n.to_string().into_bytes()),
         2 => float_text(),
@@ -109,7 +114,7 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// A glob pattern over the keys' bytes and every wildcard.
-fn pattern() -> impl Strategy<Value = Vec<u8>> {
+pub fn pattern() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(
         proptest::sample::select(b"k0123*?[]^-\\:user".to_vec()),
         0..7,
@@ -142,6 +147,7 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
         1 => (key(), value(), bad_expiry)
             .prop_map(|(k, v, (o, n))| command("SET", vec![k, v, o.into(), n.into()])),
         8 => expiry_strategy(),
+        12 => super::hash_requests::hash_strategy(),
         4 => key().prop_map(|k| command("GET", vec![k])),
         2 => (key(), value()).prop_map(|(k, v)| command("SETNX", vec![k, v])),
         3 => (key(), value()).prop_map(|(k, v)| command("APPEND", vec![k, v])),
@@ -188,11 +194,22 @@ pub fn request_strategy() -> impl Strategy<Value = Request> {
     ]
 }
 
-/// Plain writes only (`SET key value`, `MSET`): a run of them is what a connection's
-/// pipeline commits as one batch.
+/// Plain writes only (`SET key value`, `SET key value EX time` and its kin, `MSET`): a run of
+/// them is what a connection's pipeline commits as one batch (an expiry time Redis refuses
+/// is not deferred, and gets its error).
 pub fn plain_write_strategy() -> impl Strategy<Value = Request> {
+    let expiry = proptest::sample::select(vec![
+        ("EX", "100"),
+        ("px", "100000"),
+        ("EXAT", "4102444800"),
+        ("PXAT", "4102444800000"),
+        ("EX", "0"),
+        ("PX", "x"),
+    ]);
     prop_oneof![
         3 => (key(), value()).prop_map(|(k, v)| command("SET", vec![k, v])),
+        2 => (key(), value(), expiry)
+            .prop_map(|(k, v, (o, t))| command("SET", vec![k, v, o.into(), t.into()])),
         1 => proptest::collection::vec((key(), value()), 1..4)
             .prop_map(|pairs| command("MSET", pairs.into_iter().flat_map(|(k, v)| [k, v]).collect())),
     ]
@@ -467,6 +484,7 @@ fn wrong_arity_strategy() -> impl Strategy<Value = Request> {
         ("PSETEX", 4, false),
         ("GETEX", 2, true),
     ];
+    let commands = [&commands[..], super::hash_requests::HASH_ARITIES].concat();
     (proptest::sample::select(commands), 0usize..3, any::<bool>()).prop_map(
         |((name, arity, more), extra, fewer)| {
             // Arguments after the name: fewer than the command takes, or (where it takes

@@ -42,6 +42,27 @@ def commands(r, label):
     with r.pipeline(transaction=False) as pipe:
         pipe.set(prefix + "p", 1).incr(prefix + "p").get(prefix + "p")
         check(pipe.execute() == [True, 2, b"2"], "a plain pipeline")
+    hashes(r, prefix)
+
+
+def hashes(r, prefix):
+    h = prefix + "h"
+    check(r.hset(h, mapping={"name": "ann", "visits": 1}) == 2, "HSET of a mapping")
+    check(r.hget(h, "name") == b"ann" and r.hget(h, "nope") is None, "HGET")
+    check(r.hgetall(h) == {b"name": b"ann", b"visits": b"1"}, "HGETALL as a dict")
+    check(r.hincrby(h, "visits", 2) == 3 and r.hincrbyfloat(h, "score", 1.5) == 1.5, "HINCRBY, HINCRBYFLOAT")
+    check(r.hmget(h, ["name", "nope"]) == [b"ann", None], "HMGET")
+    check(r.hlen(h) == 3 and r.hexists(h, "score") and r.hstrlen(h, "name") == 3, "HLEN, HEXISTS, HSTRLEN")
+    check(sorted(r.hkeys(h)) == [b"name", b"score", b"visits"], "HKEYS")
+    check(dict(r.hscan_iter(h, match="*s*", count=1)) == {b"visits": b"3", b"score": b"1.5"}, "HSCAN")
+    check(r.type(h) in (b"hash", "hash"), "TYPE of a hash")
+    try:
+        r.get(h)
+    except redis.ResponseError as error:
+        check(str(error).startswith("WRONGTYPE"), f"GET of a hash: {error}")
+    else:
+        raise SystemExit("failed: GET of a hash answered")
+    check(r.hdel(h, "name", "score", "visits") == 3 and r.exists(h) == 0, "HDEL of every field")
 
 
 def transactions(r, label):

@@ -75,6 +75,13 @@ use pmem_ordering::Granularity;
 ///   durable commit each and per 1,000, and gets). Skipped, with the reason, when
 ///   redis-benchmark or redis-server is not installed (a few minutes; --quick a few seconds).
 ///
+/// * cluster: the server replicated on 3 nodes (processes of this binary, on loopback) against
+///   the standalone server and redis-server with and without AOF, redis-benchmark SET and GET
+///   as in the service section (100,000 requests, keys below 100,000); then the leader killed
+///   10 times while a client writes: the time until a write is acknowledged again, and every
+///   acknowledged write read back (a few minutes; --quick 1,000 requests and one kill, a few
+///   seconds).
+///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions
 ///   side by side with the same operations of ours.
 ///
@@ -235,6 +242,9 @@ pub(crate) enum SectionArg {
     ///
     /// Our server against redis-server under redis-benchmark; our maps against redb.
     Service,
+    /// The server replicated on 3 nodes against the standalone server and redis-server;
+    /// leader failover.
+    Cluster,
 }
 
 /// A page size, on the command line.
@@ -329,6 +339,7 @@ impl Selection {
                 SectionArg::ReadAfterPersist,
                 SectionArg::Perc,
                 SectionArg::Service,
+                SectionArg::Cluster,
             ];
             if cfg!(feature = "pmdk") {
                 all.push(SectionArg::Pmdk);

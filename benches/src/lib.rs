@@ -40,12 +40,15 @@
 //! * [`flushlat`]: single loads after a persist (read-after-persist) and PERC's flush and fence
 //!   micro-benchmarks, on the CPU's real instructions over DRAM;
 //! * [`service`]: our RESP2 server against redis-server (AOF fsync always, and no persistence)
-//!   under redis-benchmark, and the store's byte-key maps against redb in process.
+//!   under redis-benchmark, and the store's byte-key maps against redb in process;
+//! * [`cluster`]: the server replicated on three nodes against the standalone server and
+//!   redis-server under redis-benchmark, and leader failover.
 #![deny(missing_docs)]
 
 pub mod allocbench;
 pub mod bytekeys;
 pub mod ccehbench;
+pub mod cluster;
 pub mod datalogbench;
 pub mod fastfairbench;
 pub mod flushlat;

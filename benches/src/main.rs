@@ -23,6 +23,7 @@ use clap::Parser;
 use pmem_bench::allocbench::AllocBenchError;
 use pmem_bench::bytekeys::{self, ByteKeyError, MapKind};
 use pmem_bench::ccehbench::{self, CcehBenchError, CcehPlan};
+use pmem_bench::cluster::ClusterBenchError;
 use pmem_bench::datalogbench::{self, DatalogBenchError, DatalogPlan};
 use pmem_bench::fastfairbench::{self, FastFairBenchError, FastFairPlan};
 use pmem_bench::machine::{granularity_note, Machine};
@@ -80,6 +81,8 @@ enum RunError {
     Alloc(#[from] AllocBenchError),
     #[error(transparent)]
     Service(#[from] ServiceError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterBenchError),
     #[error("cannot write {path}: {source}")]
     Output {
         path: PathBuf,
@@ -510,6 +513,10 @@ fn plot(
 }
 
 fn main() -> ExitCode {
+    // The cluster section starts its nodes as processes of this binary.
+    if let Some(code) = pmem_bench::cluster::nodes::serve_if_asked() {
+        return code;
+    }
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,

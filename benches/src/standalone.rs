@@ -1,10 +1,11 @@
 //! The sections that print their own tables after the main report (page size, allocators,
-//! read-after-persist and PERC, the service): their plans, their measurement in run order,
+//! read-after-persist and PERC, the service, the cluster): their plans, their measurement in run order,
 //! their text and markdown, and their part of the JSON.
 
 use std::path::Path;
 
 use pmem_bench::allocbench::{self, AllocPlan, AllocResults};
+use pmem_bench::cluster::{self, ClusterResults};
 use pmem_bench::flushlat::{self, FlushPlan, FlushResults};
 use pmem_bench::pagesize::{self, PagePlan, PageResults};
 use pmem_bench::service::{self, ServiceResults};
@@ -18,6 +19,7 @@ pub(crate) struct Standalone {
     alloc: Option<AllocResults>,
     flush: Option<FlushResults>,
     service: Option<ServiceResults>,
+    cluster: Option<ClusterResults>,
 }
 
 /// Which standalone sections a run measures.
@@ -26,6 +28,7 @@ pub(crate) struct StandalonePlan {
     alloc: bool,
     flush: FlushPlan,
     service: bool,
+    cluster: bool,
 }
 
 impl StandalonePlan {
@@ -39,6 +42,7 @@ impl StandalonePlan {
                 selection.runs(SectionArg::Perc),
             ),
             service: selection.runs(SectionArg::Service),
+            cluster: selection.runs(SectionArg::Cluster),
         }
     }
 
@@ -48,6 +52,7 @@ impl StandalonePlan {
             + usize::from(self.alloc)
             + usize::from(self.flush.runs())
             + usize::from(self.service)
+            + usize::from(self.cluster)
     }
 
     /// Measure the sections chosen, in order, with pools and scratch files under `dir`.
@@ -117,11 +122,30 @@ impl StandalonePlan {
         } else {
             None
         };
+        let cluster = if self.cluster {
+            progress.next();
+            // The nodes are processes of this binary (`pmem-bench cluster-node ...`).
+            let program =
+                std::env::current_exe().map_err(|source| cluster::ClusterBenchError::Io {
+                    what: "find this binary, to start the cluster's nodes".into(),
+                    source,
+                })?;
+            Some(cluster::run(
+                cli.quick,
+                &program,
+                dir,
+                TX_POOL_PREFIX,
+                |l| progress.line(l),
+            )?)
+        } else {
+            None
+        };
         Ok(Standalone {
             page_size,
             alloc,
             flush,
             service,
+            cluster,
         })
     }
 }
@@ -142,6 +166,9 @@ impl Standalone {
         if let Some(r) = &self.service {
             out.push_str(&service::report::text(r));
         }
+        if let Some(r) = &self.cluster {
+            out.push_str(&cluster::report::text(r));
+        }
         out
     }
 
@@ -160,6 +187,9 @@ impl Standalone {
         if let Some(r) = &self.service {
             out.push_str(&service::report::markdown(r));
         }
+        if let Some(r) = &self.cluster {
+            out.push_str(&cluster::report::markdown(r));
+        }
         out
     }
 
@@ -169,6 +199,7 @@ impl Standalone {
         json["alloc"] = serde_json::to_value(&self.alloc)?;
         flushlat::add_to_json(self.flush.as_ref(), json)?;
         json["service"] = serde_json::to_value(&self.service)?;
+        json["cluster"] = serde_json::to_value(&self.cluster)?;
         Ok(())
     }
 }

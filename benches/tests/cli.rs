@@ -17,7 +17,7 @@ mod quick_sections;
 
 use quick_sections::{
     check_cceh_section, check_datalog_section, check_fastfair_section, check_store_section,
-    check_transaction_sections, check_ycsb_section, flush_section_lines,
+    check_transaction_sections, check_ycsb_section, cluster_lines, flush_section_lines,
     page_size_alloc_and_service_lines,
 };
 
@@ -141,7 +141,8 @@ fn quick_run_writes_a_json_row_for_every_variant() {
         + byte_key_lines
         + (ycsb_rows + 2 * Structure::ALL.len())
         + page_size_alloc_and_service_lines(&report)
-        + flush_section_lines(&report);
+        + flush_section_lines(&report)
+        + cluster_lines(&report);
     // With the feature, the PMDK copy and transaction tables follow.
     #[cfg(feature = "pmdk")]
     let table_lines = table_lines

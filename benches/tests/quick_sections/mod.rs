@@ -32,6 +32,20 @@ pub fn page_size_alloc_and_service_lines(report: &Value) -> usize {
         + service
 }
 
+/// The markdown table lines of the cluster section, which runs by default: its throughput
+/// table unless skipped, then the failover rounds' (its rows are checked in tests/cluster.rs).
+pub fn cluster_lines(report: &Value) -> usize {
+    let cluster = &report["cluster"];
+    let network = cluster["network"].as_array().expect("cluster rows").len();
+    let rounds = cluster["failover"]["rounds"]
+        .as_array()
+        .expect("failover rounds")
+        .len();
+    assert!(rounds > 0, "{cluster}");
+    let throughput = if network == 0 { 0 } else { network + 2 };
+    throughput + rounds + 2
+}
+
 /// The markdown table lines of the read-after-persist and PERC sections, which run by default:
 /// the machine table, then one table of loads and three of PERC's loops.
 pub fn flush_section_lines(report: &Value) -> usize {

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::types::{LogId, NodeId};
 
@@ -147,6 +148,21 @@ pub enum ClusterError {
     /// state machine serves nothing until a restart makes it.
     #[error("the keyspace is missing: a flush removed it and could not make it anew")]
     KeyspaceGone,
+    /// `CLUSTER RAFT ADD-LEARNER` added the node, which had not caught up with the log when
+    /// the learner timeout passed.
+    #[error("node {node} was added as a learner but has not caught up with the log in {waited:?} (it has the log to {matched}, it needs it to index {needed}); it stays a learner: check that it runs and that its Raft address {raft_addr} is reachable from the leader, then send ADD-LEARNER again to wait once more, or REMOVE it", matched = matched.map_or_else(|| "no index the leader knows of".to_string(), |i| format!("index {i}")))]
+    LearnerBehind {
+        /// The learner.
+        node: NodeId,
+        /// The Raft address it was added with.
+        raft_addr: String,
+        /// How long the command waited.
+        waited: Duration,
+        /// The last log index the leader knows the learner has.
+        matched: Option<u64>,
+        /// The index of the membership entry that added it.
+        needed: u64,
+    },
     /// A file or socket operation failed.
     #[error("{what}: {source}")]
     Io {

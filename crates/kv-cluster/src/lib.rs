@@ -11,8 +11,10 @@
 //! * `types`: the log's entries (writes to the keyspace) and what applying them answers;
 //! * `identity`: the cluster and node a pool belongs to, recorded on first start;
 //! * `net`: openraft's RPCs between nodes over TCP (a versioned frame carrying the cluster id);
-//! * `node`: a replicated node serving the Redis protocol (the `pmem-kv-cluster` binary).
+//! * `node`: a replicated node serving the Redis protocol;
+//! * `cli`: the `pmem-kv-cluster` command line, which starts a node.
 
+pub mod cli;
 pub mod error;
 pub mod identity;
 pub mod log_store;

@@ -4,7 +4,8 @@
 //! * `CLUSTER RAFT INIT [<id> <raft-addr> <client-addr> ...]`: make the cluster, of this
 //!   node alone or of the members listed (this node among them); once per cluster;
 //! * `CLUSTER RAFT ADD-LEARNER <id> <raft-addr> <client-addr>`: add a node that receives
-//!   the log but does not vote; answered once it has caught up;
+//!   the log but does not vote; answered once it has caught up, or with an error once the
+//!   node's learner timeout has passed (it stays a learner);
 //! * `CLUSTER RAFT PROMOTE <id>`: make a learner a voter;
 //! * `CLUSTER RAFT REMOVE <id>`: take a voter or learner out of the cluster;
 //! * `CLUSTER RAFT PARTITION <id> ...` and `CLUSTER RAFT HEAL`: test-only (a node started
@@ -17,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::metrics::WaitError;
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{ChangeMembers, RaftMetrics};
 use pmem_kv_server::protocol::Reply;
@@ -24,6 +26,7 @@ use pmem_kv_server::protocol::Reply;
 use super::routing::{elsewhere, redis_id};
 use super::slot::{key_slot, SLOTS};
 use super::NodeShared;
+use crate::error::ClusterError;
 use crate::types::{KvRaft, Member, NodeId};
 
 /// Run `CLUSTER <subcommand> ...`.
@@ -257,7 +260,7 @@ async fn raft(shared: &NodeShared, args: &[Bytes]) -> Reply {
         "add-learner" => match members(&args[1..]) {
             Ok(members) if members.len() == 1 => {
                 let (id, member) = members.into_iter().next().expect("one member");
-                changed(shared.raft.add_learner(id, member, true).await)
+                add_learner(shared, id, member).await
             }
             Ok(_) => Err(Reply::error(
                 "ERR ADD-LEARNER takes one <id> <raft-addr> <client-addr>",
@@ -336,6 +339,68 @@ async fn init(shared: &NodeShared, args: &[Bytes]) -> Result<Reply, Reply> {
             "ERR this node must be one of the members: {e}"
         ))),
         Err(RaftError::Fatal(e)) => Err(Reply::error(format!("ERR {e}"))),
+    }
+}
+
+/// Add `id` as a learner, then wait (at most the node's learner timeout: openraft's own
+/// blocking wait has no limit) until the leader has replicated to it the log up to the
+/// membership entry that added it.
+async fn add_learner(shared: &NodeShared, id: NodeId, member: Member) -> Result<Reply, Reply> {
+    let raft_addr = member.raft.clone();
+    let added = match shared.raft.add_learner(id, member, false).await {
+        Ok(response) => response.log_id.index,
+        Err(e) => return changed::<()>(Err(e)),
+    };
+    if id == shared.me {
+        return Ok(Reply::ok());
+    }
+    let matched = |m: &RaftMetrics<KvRaft>| {
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&id).cloned().flatten())
+            .map(|log_id| log_id.index)
+    };
+    // The metrics show the change a moment after it is committed; until then they say
+    // nothing of the learner.
+    let current = |m: &RaftMetrics<KvRaft>| {
+        m.membership_config.log_id().as_ref().map(|l| l.index) >= Some(added)
+    };
+    let is_member =
+        |m: &RaftMetrics<KvRaft>| m.membership_config.membership().get_node(&id).is_some();
+    // Stop waiting too when this node stops leading or the learner is removed meanwhile.
+    let settled = |m: &RaftMetrics<KvRaft>| {
+        current(m)
+            && (m.replication.is_none()
+                || !is_member(m)
+                || matched(m).is_some_and(|index| index >= added))
+    };
+    let waited = shared
+        .raft
+        .wait(Some(shared.learner_timeout))
+        .metrics(settled, "the new learner catches up")
+        .await;
+    match waited {
+        Ok(m) if m.replication.is_none() => Err(Reply::error(format!(
+            "ERR node {id} was added as a learner, but this node stopped leading before it caught up; ask the new leader (CLUSTER NODES names it)"
+        ))),
+        Ok(m) if !is_member(&m) => Err(Reply::error(format!(
+            "ERR node {id} was added as a learner, then removed before it caught up"
+        ))),
+        Ok(_) => Ok(Reply::ok()),
+        Err(WaitError::Timeout(..)) => {
+            let now = shared.raft.metrics().borrow_watched().clone();
+            let behind = ClusterError::LearnerBehind {
+                node: id,
+                raft_addr,
+                waited: shared.learner_timeout,
+                matched: matched(&now),
+                needed: added,
+            };
+            Err(Reply::error(format!("ERR {behind}")))
+        }
+        Err(WaitError::ShuttingDown) => Err(Reply::error(
+            "ERR this node is shutting down; the learner was added, its catching up is not known",
+        )),
     }
 }
 

@@ -7,15 +7,17 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
+use futures_util::StreamExt;
+use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
 use pmem_kv_server::protocol::Reply;
 
+use super::pipeline::Queued;
 use super::routing::elsewhere;
 use super::session::Session;
 use super::slot::key_slot;
 use super::{admin, info, NodeShared};
 use crate::state_machine::writes::parse_integer;
-use crate::types::{Condition, Outcome, Write};
+use crate::types::{Condition, KvRaft, Outcome, Write};
 
 /// Run one request (a non-empty list of arguments).
 pub(crate) async fn execute(shared: &NodeShared, session: &mut Session, args: &[Bytes]) -> Reply {
@@ -95,7 +97,7 @@ impl From<Read> for Handled {
 }
 
 /// The reads.
-enum Read {
+pub(crate) enum Read {
     Get,
     Strlen,
     MGet,
@@ -248,21 +250,64 @@ async fn propose(shared: &NodeShared, write: Write) -> Reply {
     let slot = write_slot(&write);
     let proposed = tokio::time::timeout(shared.write_timeout, shared.raft.client_write(write));
     match proposed.await {
-        Err(_) => Reply::error(format!(
-            "ERR the write was not confirmed within {:?}: it may or may not be applied",
-            shared.write_timeout
-        )),
+        Err(_) => unconfirmed(shared),
         Ok(Ok(response)) => outcome(response.data),
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
-            elsewhere(&forward, slot)
-        }
-        Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Reply::error(
+        Ok(Err(RaftError::APIError(refused))) => write_refused(refused, slot),
+        Ok(Err(RaftError::Fatal(fatal))) => stopped(&fatal),
+    }
+}
+
+/// Propose a connection's consecutive `writes` together (one message to Raft, appended in
+/// order) and answer each, in order, once it is committed and applied.
+pub(crate) async fn propose_all(shared: &NodeShared, writes: Vec<Write>) -> Vec<Reply> {
+    if writes.len() == 1 {
+        let write = writes.into_iter().next().expect("one write");
+        return vec![propose(shared, write).await];
+    }
+    let slots: Vec<u16> = writes.iter().map(write_slot).collect();
+    let deadline = tokio::time::Instant::now() + shared.write_timeout;
+    let proposed = tokio::time::timeout_at(deadline, shared.raft.client_write_many(writes));
+    let mut results = match proposed.await {
+        Err(_) => return slots.iter().map(|_| unconfirmed(shared)).collect(),
+        Ok(Err(fatal)) => return slots.iter().map(|_| stopped(&fatal)).collect(),
+        Ok(Ok(results)) => results,
+    };
+    let mut replies = Vec::with_capacity(slots.len());
+    for slot in slots {
+        replies.push(
+            match tokio::time::timeout_at(deadline, results.next()).await {
+                Err(_) => unconfirmed(shared),
+                Ok(None) => {
+                    Reply::error("ERR the write's result never came: it may or may not be applied")
+                }
+                Ok(Some(Err(fatal))) => stopped(&fatal),
+                Ok(Some(Ok(Ok(response)))) => outcome(response.response),
+                Ok(Some(Ok(Err(refused)))) => write_refused(refused, slot),
+            },
+        );
+    }
+    replies
+}
+
+fn unconfirmed(shared: &NodeShared) -> Reply {
+    Reply::error(format!(
+        "ERR the write was not confirmed within {:?}: it may or may not be applied",
+        shared.write_timeout
+    ))
+}
+
+fn stopped(fatal: &impl std::fmt::Display) -> Reply {
+    Reply::error(format!("CLUSTERDOWN this node's Raft has stopped: {fatal}"))
+}
+
+/// Why a write for slot `slot` was not applied, or is in doubt.
+fn write_refused(refused: ClientWriteError<KvRaft>, slot: u16) -> Reply {
+    match refused {
+        ClientWriteError::ForwardToLeader(forward) => elsewhere(&forward, slot),
+        ClientWriteError::LogEntryDiscarded(_) => Reply::error(
             "ERR the leader changed before the write was confirmed: it may or may not be applied",
         ),
-        Ok(Err(RaftError::APIError(other))) => Reply::error(format!("ERR {other}")),
-        Ok(Err(RaftError::Fatal(fatal))) => {
-            Reply::error(format!("CLUSTERDOWN this node's Raft has stopped: {fatal}"))
-        }
+        other => Reply::error(format!("ERR {other}")),
     }
 }
 
@@ -276,26 +321,67 @@ fn outcome(outcome: Outcome) -> Reply {
     }
 }
 
-/// Wait until a read of the state machine is linearizable, then read `keys`.
-async fn linearizable_read(shared: &NodeShared, read: Read, keys: &[Bytes]) -> Reply {
-    let slot = key_slot(&keys[0]);
+/// Why reads cannot be served here and now.
+enum NotReady {
+    Elsewhere(ForwardToLeader<KvRaft>),
+    TryAgain,
+    Stopped(String),
+}
+
+impl NotReady {
+    fn reply(&self, slot: u16) -> Reply {
+        match self {
+            NotReady::Elsewhere(forward) => elsewhere(forward, slot),
+            NotReady::TryAgain => try_again(),
+            NotReady::Stopped(fatal) => stopped(fatal),
+        }
+    }
+}
+
+/// Wait until a read of the state machine is linearizable (a read index, or the lease).
+async fn ready_to_read(shared: &NodeShared) -> Result<(), NotReady> {
     let ready = tokio::time::timeout(
         shared.write_timeout,
         shared.raft.ensure_linearizable(shared.read_policy.clone()),
     );
     match ready.await {
-        Err(_) => return try_again(),
-        Ok(Ok(_)) => {}
+        Err(_) => Err(NotReady::TryAgain),
+        Ok(Ok(_)) => Ok(()),
         Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward)))) => {
-            return elsewhere(&forward, slot)
+            Err(NotReady::Elsewhere(forward))
         }
         Ok(Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)))) => {
-            return try_again()
+            Err(NotReady::TryAgain)
         }
-        Ok(Err(RaftError::Fatal(fatal))) => {
-            return Reply::error(format!("CLUSTERDOWN this node's Raft has stopped: {fatal}"))
-        }
+        Ok(Err(RaftError::Fatal(fatal))) => Err(NotReady::Stopped(fatal.to_string())),
     }
+}
+
+/// Wait until a read of the state machine is linearizable, then read `keys`.
+async fn linearizable_read(shared: &NodeShared, read: Read, keys: &[Bytes]) -> Reply {
+    match ready_to_read(shared).await {
+        Ok(()) => read_now(shared, &read, keys),
+        Err(not_ready) => not_ready.reply(key_slot(&keys[0])),
+    }
+}
+
+/// A connection's consecutive reads behind one read index: it is taken after all of them
+/// arrived and before any is answered, so each is linearizable.
+pub(crate) async fn read_all(shared: &NodeShared, reads: Vec<(Read, Vec<Bytes>)>) -> Vec<Reply> {
+    match ready_to_read(shared).await {
+        Ok(()) => reads
+            .iter()
+            .map(|(read, keys)| read_now(shared, read, keys))
+            .collect(),
+        Err(not_ready) => reads
+            .iter()
+            .map(|(_, keys)| not_ready.reply(key_slot(&keys[0])))
+            .collect(),
+    }
+}
+
+/// Read `keys` from the state machine as applied here.
+fn read_now(shared: &NodeShared, read: &Read, keys: &[Bytes]) -> Reply {
     let get = |key: &Bytes| shared.maps.get(key);
     let result = match read {
         Read::Get => get(&keys[0]).map(Reply::bulk_or_null),
@@ -312,6 +398,24 @@ async fn linearizable_read(shared: &NodeShared, read: Read, keys: &[Bytes]) -> R
             .map(Reply::Integer),
     };
     result.unwrap_or_else(|e| Reply::error(format!("ERR {e}")))
+}
+
+/// A write or a keyed read that may run with its neighbours of the same kind, or `None`.
+pub(crate) fn queueable(args: &[Bytes]) -> Option<Queued> {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    let read = match (name.as_str(), args.len()) {
+        ("get", 2) => Read::Get,
+        ("strlen", 2) => Read::Strlen,
+        ("mget", n) if n >= 2 => Read::MGet,
+        ("exists", n) if n >= 2 => Read::Exists,
+        _ => {
+            return match parse_write(&name, args) {
+                Some(Ok(write)) => Some(Queued::Write(write)),
+                _ => None,
+            }
+        }
+    };
+    Some(Queued::Read(read, args[1..].to_vec()))
 }
 
 fn try_again() -> Reply {

@@ -1,6 +1,7 @@
-//! Client connections: read, run each whole request in turn (a write waits for its commit),
-//! send the replies of what was read in one write, repeat. Requests are framed and replies
-//! encoded by the standalone server's own code, so both speak the protocol alike.
+//! Client connections: read, run the whole requests read (consecutive writes proposed
+//! together, consecutive reads behind one read index: `pipeline`; anything else in turn),
+//! send their replies in one write, repeat. Requests are framed and replies encoded by the
+//! standalone server's own code, so both speak the protocol alike.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -14,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::commands;
+use super::pipeline::Run;
 use super::session::Session;
 use super::NodeShared;
 use crate::error::ClusterError;
@@ -68,11 +70,23 @@ async fn connection(mut socket: TcpStream, shared: &NodeShared, mut stop: watch:
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut framer = Framer::default();
+    let mut run = Run::default();
+    let mut replies = Vec::new();
     loop {
         let mut close = false;
         loop {
             match framer.next(&mut input, &shared.limits) {
                 Next::Request(args) => {
+                    if let Some(queued) = commands::queueable(&args) {
+                        run.push(shared, queued, &mut replies).await;
+                        continue;
+                    }
+                    // What came before is encoded before the command runs: it may change
+                    // the protocol.
+                    run.finish(shared, &mut replies).await;
+                    for reply in replies.drain(..) {
+                        reply.encode(session.protocol, &mut output);
+                    }
                     let reply = commands::execute(shared, &mut session, &args).await;
                     reply.encode(session.protocol, &mut output);
                     if session.closing {
@@ -82,13 +96,18 @@ async fn connection(mut socket: TcpStream, shared: &NodeShared, mut stop: watch:
                 }
                 Next::Incomplete => break,
                 Next::Fatal(message) => {
+                    run.finish(shared, &mut replies).await;
                     let mut text = b"ERR Protocol error: ".to_vec();
                     text.extend_from_slice(&message);
-                    Reply::error(text).encode(session.protocol, &mut output);
+                    replies.push(Reply::error(text));
                     close = true;
                     break;
                 }
             }
+        }
+        run.finish(shared, &mut replies).await;
+        for reply in replies.drain(..) {
+            reply.encode(session.protocol, &mut output);
         }
         if !output.is_empty() {
             if socket.write_all(&output).await.is_err() {

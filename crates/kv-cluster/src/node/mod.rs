@@ -2,6 +2,8 @@
 //! its peers' RPCs and the Redis-protocol listener for clients.
 //!
 //! * `front`: client connections (the standalone server's framing and replies);
+//! * `pipeline`: a connection's consecutive writes proposed together, consecutive reads
+//!   behind one read index;
 //! * `commands`: the keyed commands, routed to the leader (`-MOVED`), writes through
 //!   `client_write`, reads behind a read index;
 //! * `admin`: `CLUSTER` (slots, shards, nodes, and the Raft membership commands);
@@ -12,6 +14,7 @@ mod admin;
 mod commands;
 mod front;
 mod info;
+mod pipeline;
 mod routing;
 mod session;
 pub mod slot;
@@ -64,6 +67,9 @@ pub struct NodeConfig {
     /// How long a write waits to be committed and applied before the client is told it is
     /// unconfirmed.
     pub write_timeout: Duration,
+    /// How long `CLUSTER RAFT ADD-LEARNER` waits for the new node to catch up with the log
+    /// before it answers an error (the node stays a learner).
+    pub learner_timeout: Duration,
     /// Request limits (the standalone server's).
     pub limits: Limits,
     /// Serve `CLUSTER RAFT PARTITION`, the test-only cut of this node from named peers
@@ -92,6 +98,7 @@ impl NodeConfig {
             election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
             read_policy: ReadPolicy::ReadIndex,
             write_timeout: Duration::from_secs(10),
+            learner_timeout: Duration::from_secs(60),
             limits: Limits::default(),
             test_partitions: false,
         }
@@ -124,6 +131,7 @@ pub(crate) struct NodeShared {
     pub(crate) cluster_id: u128,
     pub(crate) read_policy: ReadPolicy,
     pub(crate) write_timeout: Duration,
+    pub(crate) learner_timeout: Duration,
     pub(crate) limits: Limits,
     /// The test partition, when `CLUSTER RAFT PARTITION` is served.
     pub(crate) cut: Option<Arc<Cut>>,
@@ -190,6 +198,7 @@ impl Node {
             cluster_id: cluster,
             read_policy: config.read_policy,
             write_timeout: config.write_timeout,
+            learner_timeout: config.learner_timeout,
             limits: config.limits,
             cut: config.test_partitions.then(|| cut.clone()),
             granularity,
@@ -224,6 +233,12 @@ impl Node {
     /// The node's Raft.
     pub fn raft(&self) -> &Raft {
         &self.shared.raft
+    }
+
+    /// The node's state machine as this node has applied it (reads through it are not
+    /// linearizable: a follower may lag).
+    pub fn state_machine(&self) -> &SmMaps {
+        &self.shared.maps
     }
 
     /// Stop serving and shut Raft down (the store closes when the last handle goes).

@@ -16,38 +16,88 @@
 //!   crash-safe step each, as the standalone server does): the flush's log id is recorded
 //!   first, and "last applied" and the marker's removal commit in one batch after; an open
 //!   that finds the marker does the flush again ([`SmCore::open`]);
-//! * **a snapshot** is installed in one batch: every key it lacks removed, every pair it
-//!   holds written, "last applied" and the membership set. A half-installed snapshot never
-//!   survives. (Its size is bounded by a batch's: `MAX_BATCH_CHANGES` keys, the present and
-//!   the snapshot's together; a larger one is refused with the store's typed error.)
+//! * **a snapshot** is installed in stages ([`super::snapshot`]): its pairs written into a
+//!   fresh map under the keyspace's other name, a batch of at most `install_chunk` pairs at a
+//!   time; then ONE batch switches over (the `keyspace` marker names the new map, with "last
+//!   applied" and the membership); then the old map is removed. An open removes any map under
+//!   the name not in use: a staged copy a crash cut short, or the map a switch replaced. A
+//!   half-installed snapshot never survives, whatever its size.
+//!
+//! Every change of the state machine (an entry applied, a flush, an install) holds the
+//! `gate`; a snapshot build holds it too while it reads, so it reads one state whole without
+//! retrying while the log store's own batches go on.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use openraft::entry::RaftEntry;
 use openraft::EntryPayload;
 use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
-use pmem_structures::{Error, HashMap, Store, WriteBatch};
+use pmem_structures::{Error, HashMap, Store, WriteBatch, MAX_BATCH_CHANGES};
 use serde::{Deserialize, Serialize};
 
 use super::writes::{apply_in, Keyspace};
 use crate::error::{decode, encode, ClusterError};
 use crate::types::{Entry, LogId, Outcome, SnapshotMeta, StoredMembership, Write};
 
-/// The keyspace's name in the store (the standalone server's).
+/// The keyspace's name in the store until a snapshot is installed (the standalone server's).
 pub const KEYSPACE: &str = "db0";
+/// The keyspace's other name: a snapshot is staged under the name not in use.
+pub const KEYSPACE_STAGED: &str = "db0.snapshot";
 /// The state machine's small map of markers.
 pub const SM_MAP: &str = "raft.sm";
+/// A snapshot's pairs written per write batch while it is staged (a batch takes at most
+/// `MAX_BATCH_CHANGES`).
+pub const INSTALL_CHUNK: usize = 4096;
 
-const APPLIED: &str = "applied";
-const MEMBERSHIP: &str = "membership";
+pub(super) const APPLIED: &str = "applied";
+pub(super) const MEMBERSHIP: &str = "membership";
 const FLUSHING: &str = "flushing";
+/// Which of the two names the keyspace is under (absent: [`KEYSPACE`]).
+pub(super) const KEYSPACE_MARKER: &str = "keyspace";
 
 /// A keyspace's pairs, in key order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The first bytes of an encoded snapshot.
-const SNAPSHOT_MAGIC: &[u8; 8] = b"PMKVSNP1";
+/// Which of its two names the keyspace is under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) enum KeyspaceName {
+    /// [`KEYSPACE`].
+    First,
+    /// [`KEYSPACE_STAGED`].
+    Second,
+}
+
+impl KeyspaceName {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            KeyspaceName::First => KEYSPACE,
+            KeyspaceName::Second => KEYSPACE_STAGED,
+        }
+    }
+
+    pub(super) fn other(self) -> KeyspaceName {
+        match self {
+            KeyspaceName::First => KeyspaceName::Second,
+            KeyspaceName::Second => KeyspaceName::First,
+        }
+    }
+}
+
+/// Remove the structure `name` if the store has one.
+pub(super) fn remove_if_present<B: Backend>(store: &Store<B>, name: &str) -> Result<(), Error> {
+    match store.remove_structure(name) {
+        Ok(()) | Err(Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Take `mutex`: a panic while another holder had it left each store step whole (each is
+/// crash-safe), so what it guards is usable.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The keyspace handle, shared with snapshot builders: a flush takes it whole (the map is
 /// removed and made anew), a build reads under it.
@@ -56,9 +106,11 @@ type SharedKeys<B> = Arc<RwLock<Option<Keyspace<B>>>>;
 
 /// The state machine's maps: cheap to clone, shared by the applier and snapshot builders.
 pub struct SmMaps<B: Backend = Hardware> {
-    store: Store<B>,
-    keys: SharedKeys<B>,
-    meta: HashMap<String, Vec<u8>, B>,
+    pub(super) store: Store<B>,
+    pub(super) keys: SharedKeys<B>,
+    pub(super) meta: HashMap<String, Vec<u8>, B>,
+    /// Held by every change of the state machine and by a snapshot's read of it.
+    pub(super) gate: Arc<Mutex<()>>,
 }
 
 impl<B: Backend> Clone for SmMaps<B> {
@@ -67,20 +119,14 @@ impl<B: Backend> Clone for SmMaps<B> {
             store: self.store.clone(),
             keys: self.keys.clone(),
             meta: self.meta.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
 
-/// What a snapshot holds: what it covers and the keyspace's pairs, in key order.
-#[derive(Serialize, Deserialize)]
-struct SnapshotBody {
-    meta: SnapshotMeta,
-    pairs: Pairs,
-}
-
 impl<B: Backend> SmMaps<B> {
     /// Run `f` on the keyspace (a flush waits for it).
-    fn with_keys<T>(
+    pub(super) fn with_keys<T>(
         &self,
         f: impl FnOnce(&Keyspace<B>) -> Result<T, ClusterError>,
     ) -> Result<T, ClusterError> {
@@ -105,40 +151,25 @@ impl<B: Backend> SmMaps<B> {
         Ok((applied, membership))
     }
 
-    /// Every pair of the keyspace with the applied state, as one batch left them (never a
-    /// batch in part).
+    /// Every pair of the keyspace with the applied state, between two changes of the state
+    /// machine (never an entry in part). Changes wait meanwhile; reads do not.
     pub fn read_all(&self) -> Result<(SnapshotMeta, Pairs), ClusterError> {
-        self.with_keys(|keys| self.read_all_of(keys))
-    }
-
-    fn read_all_of(&self, keys: &Keyspace<B>) -> Result<(SnapshotMeta, Pairs), ClusterError> {
-        // The markers' own decoding errors ride inside the store's `Ok`.
-        self.store.read_consistent(|| {
+        let _gate = lock(&self.gate);
+        self.with_keys(|keys| {
             let pairs = keys.iter().collect::<Result<Vec<_>, _>>()?;
-            Ok(self.applied_state().map(|(last_log_id, last_membership)| {
-                let meta = SnapshotMeta {
-                    last_log_id,
-                    last_membership,
-                };
-                (meta, pairs)
-            }))
-        })?
+            let (last_log_id, last_membership) = self.applied_state()?;
+            let meta = SnapshotMeta {
+                last_log_id,
+                last_membership,
+            };
+            Ok((meta, pairs))
+        })
     }
 
-    /// A snapshot of the state machine: its metadata and its bytes (magic, CRC-32C of the
-    /// body, the body).
-    pub fn build_snapshot(&self) -> Result<(SnapshotMeta, Vec<u8>), ClusterError> {
-        let (meta, pairs) = self.read_all()?;
-        let body = SnapshotBody { meta, pairs };
-        let encoded = encode(&body, || "a snapshot".to_string())?;
-        let mut bytes = Vec::with_capacity(12 + encoded.len());
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        bytes.extend_from_slice(&crc32c::crc32c(&encoded).to_le_bytes());
-        bytes.extend_from_slice(&encoded);
-        Ok((body.meta, bytes))
-    }
-
-    fn marker<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ClusterError> {
+    pub(super) fn marker<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, ClusterError> {
         match self.meta.get(key)? {
             Some(bytes) => Ok(Some(decode(&bytes, || {
                 format!("the state machine's {key} marker")
@@ -147,7 +178,7 @@ impl<B: Backend> SmMaps<B> {
         }
     }
 
-    fn set_marker_in<T: Serialize>(
+    pub(super) fn set_marker_in<T: Serialize>(
         &self,
         batch: &mut WriteBatch<B>,
         key: &str,
@@ -159,70 +190,58 @@ impl<B: Backend> SmMaps<B> {
     }
 }
 
-/// Decode and check an encoded snapshot that claims to cover `meta`.
-fn decode_snapshot(meta: &SnapshotMeta, bytes: &[u8]) -> Result<Pairs, ClusterError> {
-    let bad = |reason: String| ClusterError::BadSnapshot {
-        snapshot: format!("up to {:?}", meta.last_log_id),
-        reason,
-    };
-    if bytes.len() < 12 || &bytes[..8] != SNAPSHOT_MAGIC {
-        return Err(bad(
-            "it does not start as a snapshot of this build does".into()
-        ));
-    }
-    let crc = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&bytes[12..]) != crc {
-        return Err(bad(
-            "its checksum does not match its bytes (torn or damaged)".into(),
-        ));
-    }
-    let body: SnapshotBody = decode(&bytes[12..], || "a snapshot".to_string())?;
-    if &body.meta != meta {
-        return Err(bad(format!(
-            "it holds the state up to {:?}, not what was offered",
-            body.meta.last_log_id
-        )));
-    }
-    if body.pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err(bad("its keys are not in strictly increasing order".into()));
-    }
-    Ok(body.pairs)
-}
-
 /// The state machine's writer.
 pub struct SmCore<B: Backend = Hardware> {
-    maps: SmMaps<B>,
+    pub(super) maps: SmMaps<B>,
+    /// The name the keyspace is under.
+    pub(super) keyspace: KeyspaceName,
+    /// Pairs per batch while a snapshot is staged.
+    pub(super) install_chunk: usize,
 }
 
 impl<B: Backend> SmCore<B> {
     /// Open the state machine in `store` (its maps made if new), finishing a flush a crash
-    /// interrupted.
+    /// interrupted and removing what an interrupted snapshot install left.
     pub fn open(store: &Store<B>) -> Result<SmCore<B>, ClusterError> {
         let meta = store.hash_map::<String, Vec<u8>>(SM_MAP)?;
-        let flushing: Option<LogId> = match meta.get(FLUSHING)? {
+        let read = |key: &str| -> Result<Option<Vec<u8>>, ClusterError> { Ok(meta.get(key)?) };
+        let keyspace: KeyspaceName = match read(KEYSPACE_MARKER)? {
+            Some(bytes) => decode(&bytes, || "the state machine's keyspace marker".into())?,
+            None => KeyspaceName::First,
+        };
+        // A map under the other name is a staged snapshot a crash cut short (before its
+        // switch) or the keyspace a switch replaced (after it): neither is the state's.
+        remove_if_present(store, keyspace.other().name())?;
+        let flushing: Option<LogId> = match read(FLUSHING)? {
             Some(bytes) => Some(decode(&bytes, || {
                 "the state machine's flush marker".into()
             })?),
             None => None,
         };
         if flushing.is_some() {
-            match store.remove_structure(KEYSPACE) {
-                Ok(()) | Err(Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+            remove_if_present(store, keyspace.name())?;
         }
-        let keys = store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?;
+        let keys = store.btree_map::<Vec<u8>, Vec<u8>>(keyspace.name())?;
         let core = SmCore {
             maps: SmMaps {
                 store: store.clone(),
                 keys: Arc::new(RwLock::new(Some(keys))),
                 meta,
+                gate: Arc::default(),
             },
+            keyspace,
+            install_chunk: INSTALL_CHUNK,
         };
         if let Some(log_id) = flushing {
             core.finish_flush(&log_id)?;
         }
         Ok(core)
+    }
+
+    /// Stage snapshots `pairs` at a time (at least 1, at most a batch's limit; the default
+    /// is [`INSTALL_CHUNK`]). Tests use small chunks to cut an install at every step.
+    pub fn set_install_chunk(&mut self, pairs: usize) {
+        self.install_chunk = pairs.clamp(1, MAX_BATCH_CHANGES);
     }
 
     /// The maps, for readers and snapshot builders.
@@ -233,6 +252,8 @@ impl<B: Backend> SmCore<B> {
     /// Apply `entry` (durable on return) and answer what its client is told.
     pub fn apply(&mut self, entry: &Entry) -> Result<Outcome, ClusterError> {
         let log_id = entry.log_id();
+        let gate = self.maps.gate.clone();
+        let _gate = lock(&gate);
         let maps = &self.maps;
         match &entry.payload {
             EntryPayload::Blank => {
@@ -288,14 +309,12 @@ impl<B: Backend> SmCore<B> {
                 .keys
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            // The store removes no map with a handle open: this one goes first, and the
-            // snapshot builders and readers wait on the lock meanwhile.
+            // The store removes no map with a handle open: this one goes first, and readers
+            // wait on the lock meanwhile (snapshot builds wait on the gate).
             drop(keys.take());
-            match self.maps.store.remove_structure(KEYSPACE) {
-                Ok(()) | Err(Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            *keys = Some(self.maps.store.btree_map::<Vec<u8>, Vec<u8>>(KEYSPACE)?);
+            let name = self.keyspace.name();
+            remove_if_present(&self.maps.store, name)?;
+            *keys = Some(self.maps.store.btree_map::<Vec<u8>, Vec<u8>>(name)?);
         }
         self.finish_flush(log_id)
     }
@@ -306,43 +325,6 @@ impl<B: Backend> SmCore<B> {
             maps.set_marker_in(batch, APPLIED, log_id)?;
             maps.meta.delete_in(batch, FLUSHING)?;
             Ok::<_, ClusterError>(())
-        })
-    }
-
-    /// Install the snapshot `bytes` covering `meta`, in one batch (durable on return).
-    pub fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta,
-        bytes: &[u8],
-    ) -> Result<(), ClusterError> {
-        let pairs = decode_snapshot(meta, bytes)?;
-        let (applied, _) = self.maps.applied_state()?;
-        if meta.last_log_id < applied {
-            return Err(ClusterError::StaleSnapshot {
-                offered: meta.last_log_id,
-                applied,
-            });
-        }
-        let maps = &self.maps;
-        let wanted: BTreeSet<&[u8]> = pairs.iter().map(|(k, _)| k.as_slice()).collect();
-        maps.with_keys(|keys| {
-            let present = keys
-                .iter()
-                .map(|pair| pair.map(|(k, _)| k))
-                .collect::<Result<Vec<_>, _>>()?;
-            maps.store.write(|batch| {
-                for key in present.iter().filter(|k| !wanted.contains(k.as_slice())) {
-                    keys.delete_in(batch, key)?;
-                }
-                for (key, value) in &pairs {
-                    keys.put_in(batch, key, value)?;
-                }
-                match &meta.last_log_id {
-                    Some(last) => maps.set_marker_in(batch, APPLIED, last)?,
-                    None => maps.meta.delete_in(batch, APPLIED)?,
-                }
-                maps.set_marker_in(batch, MEMBERSHIP, &meta.last_membership)
-            })
         })
     }
 }

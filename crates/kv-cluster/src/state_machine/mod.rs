@@ -6,6 +6,7 @@
 //! send; after a restart openraft builds a new one when it needs one.
 
 pub mod core;
+pub mod snapshot;
 pub mod writes;
 
 use std::io::Cursor;
@@ -72,7 +73,11 @@ impl RaftSnapshotBuilder<KvRaft> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, std::io::Error> {
-        let (meta, bytes) = self.maps.build_snapshot()?;
+        // A whole keyspace read and encoded: off the runtime's worker threads.
+        let maps = self.maps.clone();
+        let (meta, bytes) = tokio::task::spawn_blocking(move || maps.build_snapshot())
+            .await
+            .map_err(std::io::Error::other)??;
         remember(&self.current, &meta, &bytes);
         Ok(Snapshot {
             meta,

@@ -9,5 +9,6 @@ mod conformance;
 mod log_store_crash;
 mod log_store_proptest;
 mod multi_process;
+mod nodes;
 mod state_machine;
 mod state_machine_crash;

@@ -1,15 +1,16 @@
 //! The state machine's replies and refusals: every write's reply as the std model (Redis 7's
 //! replies) gives it; entries every node refuses alike (a key past the limit) change nothing
-//! but the applied index; snapshots round-trip, and a damaged, mismatched or stale one is
-//! refused with its typed error, nothing changed; the state survives a reopen of its file.
+//! but the applied index; snapshots round-trip, past one write batch's limit too, and a
+//! damaged, mismatched, stale or too large one is refused with its typed error, nothing
+//! changed; the state survives a reopen of its file.
 
 use super::common;
 
 use common::kv_model::KvState;
 use common::{blank, del, incr, membership, normal, observe_sm, set};
-use pmem_kv_cluster::state_machine::core::SmCore;
+use pmem_kv_cluster::state_machine::core::{SmCore, KEYSPACE, KEYSPACE_STAGED};
 use pmem_kv_cluster::{ClusterError, Condition, Outcome, Write};
-use pmem_structures::{Store, StoreOptions};
+use pmem_structures::{Store, StoreOptions, MAX_BATCH_CHANGES};
 
 fn b(s: &str) -> Vec<u8> {
     s.as_bytes().to_vec()
@@ -232,4 +233,88 @@ fn the_state_survives_a_reopen_of_its_file() {
     assert_eq!(observe_sm(&sm).unwrap(), expected);
     assert_eq!(expected.applied, Some(5));
     assert_eq!(expected.keys.len(), 1);
+}
+
+/// A leader of `keys` keys (MSETs of 1,000 pairs, values of `value_bytes`), its snapshot.
+fn big_leader(
+    keys: usize,
+    value_bytes: usize,
+) -> (SmCore, pmem_kv_cluster::types::SnapshotMeta, Vec<u8>) {
+    let store = Store::anonymous(256 << 20, &StoreOptions::new()).unwrap();
+    let mut leader = SmCore::open(&store).unwrap();
+    leader.apply(&membership(1, 1, &[1, 2])).unwrap();
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..keys)
+        .map(|i| {
+            (
+                format!("key:{i:06}").into_bytes(),
+                vec![b'a' + (i % 26) as u8; value_bytes],
+            )
+        })
+        .collect();
+    for (n, chunk) in pairs.chunks(1000).enumerate() {
+        let entry = normal(
+            1,
+            2 + n as u64,
+            Write::MSet {
+                pairs: chunk.to_vec(),
+            },
+        );
+        assert_eq!(leader.apply(&entry).unwrap(), Outcome::Ok);
+    }
+    let (meta, bytes) = leader.maps().build_snapshot().unwrap();
+    (leader, meta, bytes)
+}
+
+fn keyspaces(store: &Store) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .names()
+        .into_iter()
+        .filter(|n| n == KEYSPACE || n == KEYSPACE_STAGED)
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_snapshot_past_one_batchs_limit_installs_whole_under_the_other_name_and_back() {
+    let keys = MAX_BATCH_CHANGES + 3_000;
+    let (mut leader, meta, bytes) = big_leader(keys, 16);
+    let store = Store::anonymous(256 << 20, &StoreOptions::new()).unwrap();
+    let mut follower = SmCore::open(&store).unwrap();
+    follower.apply(&set(1, 1, "stale", "x")).unwrap();
+    follower.install_snapshot(&meta, &bytes).unwrap();
+    let installed = observe_sm(&follower).unwrap();
+    assert_eq!(installed, observe_sm(&leader).unwrap());
+    assert_eq!(installed.keys.len(), keys);
+    assert!(!installed.keys.contains_key(&b"stale"[..]));
+    assert_eq!(keyspaces(&store), [KEYSPACE_STAGED]);
+
+    // A later snapshot moves the keyspace back to its first name; a reopen finds it there.
+    let last = meta.last_log_id.as_ref().unwrap().index;
+    leader
+        .apply(&del(1, last + 1, &["key:000000", "key:000001"]))
+        .unwrap();
+    let (meta, bytes) = leader.maps().build_snapshot().unwrap();
+    follower.install_snapshot(&meta, &bytes).unwrap();
+    assert_eq!(observe_sm(&follower).unwrap(), observe_sm(&leader).unwrap());
+    assert_eq!(keyspaces(&store), [KEYSPACE]);
+    drop(follower);
+    let reopened = SmCore::open(&store).unwrap();
+    assert_eq!(observe_sm(&reopened).unwrap().keys.len(), keys - 2);
+}
+
+#[test]
+fn a_snapshot_that_does_not_fit_changes_nothing_and_leaves_no_staged_copy() {
+    let (_leader, meta, bytes) = big_leader(MAX_BATCH_CHANGES + 3_000, 200);
+    let store = Store::anonymous(4 << 20, &StoreOptions::new()).unwrap();
+    let mut follower = SmCore::open(&store).unwrap();
+    follower.apply(&set(1, 1, "mine", "x")).unwrap();
+    let before = observe_sm(&follower).unwrap();
+    let e = follower.install_snapshot(&meta, &bytes).unwrap_err();
+    assert!(matches!(e, ClusterError::Store(_)), "{e}");
+    assert_eq!(observe_sm(&follower).unwrap(), before);
+    assert_eq!(keyspaces(&store), [KEYSPACE]);
+    // The space the staged copy took is back: the state machine goes on.
+    follower.apply(&set(1, 2, "next", "y")).unwrap();
+    assert_eq!(observe_sm(&follower).unwrap().applied, Some(2));
 }

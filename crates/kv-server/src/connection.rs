@@ -12,8 +12,8 @@ use crate::commands;
 use crate::framing::{Framer, Next};
 use crate::pipeline::Pipeline;
 use crate::reply::Reply;
-use crate::server::Shared;
 use crate::session::Session;
+use crate::shared::Shared;
 
 /// What the connection does after replying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

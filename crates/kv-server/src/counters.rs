@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::commands::COMMANDS;
-
 /// Slots: more than the workers a server runs, so threads rarely share one.
 const SLOTS: usize = 64;
+
+/// Commands counted, at most (the command table checks it has no more).
+pub(crate) const MAX_COMMANDS: usize = 128;
 
 /// One command's counts in one slot.
 #[derive(Default)]
@@ -40,7 +41,7 @@ impl Default for Slot {
             keys_written: AtomicU64::new(0),
             fences: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
-            per_command: COMMANDS.iter().map(|_| PerCommand::default()).collect(),
+            per_command: (0..MAX_COMMANDS).map(|_| PerCommand::default()).collect(),
         }
     }
 }

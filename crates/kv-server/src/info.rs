@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::commands::COMMANDS;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// The sections INFO knows, in the order it prints them, and whether `INFO` alone (or
 /// `default`) prints each; `all` and `everything` print them all.
+/// The Redis version whose replies the server follows (what `HELLO` and `INFO` report).
+pub(crate) const REDIS_VERSION: &str = "7.0.15";
+
 const SECTIONS: [(&str, bool); 10] = [
     ("server", true),
     ("clients", true),
@@ -31,8 +33,9 @@ const SECTIONS: [(&str, bool); 10] = [
     ("pool", true),
 ];
 
-/// The INFO text for the sections asked for (the default ones for none).
-pub(crate) fn render(shared: &Shared, asked: &[Bytes]) -> String {
+/// The INFO text for the sections asked for (the default ones for none); `commands` names
+/// the server's commands in the order of their counters (`commandstats`).
+pub(crate) fn render(shared: &Shared, asked: &[Bytes], commands: &[&str]) -> String {
     let asked_for = |word: &str| {
         asked
             .iter()
@@ -56,7 +59,7 @@ pub(crate) fn render(shared: &Shared, asked: &[Bytes]) -> String {
             title[..1].make_ascii_uppercase();
         }
         let _ = write!(text, "# {title}\r\n");
-        for (field, value) in fields(shared, section) {
+        for (field, value) in fields(shared, section, commands) {
             let _ = write!(text, "{field}:{value}\r\n");
         }
     }
@@ -110,14 +113,14 @@ fn seconds(time: Duration) -> String {
     format!("{}.{:06}", time.as_secs(), time.subsec_micros())
 }
 
-fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
+fn fields(shared: &Shared, section: &str, commands: &[&str]) -> Vec<(String, String)> {
     let mut fields: Vec<(&str, String)> = Vec::new();
     let totals = shared.db.counters.totals();
     match section {
         "server" => {
             let uptime = shared.started.elapsed().as_secs();
             fields.extend([
-                ("redis_version", crate::commands::REDIS_VERSION.into()),
+                ("redis_version", REDIS_VERSION.into()),
                 ("redis_mode", "standalone".into()),
                 ("server_name", "pmem-kv-server".into()),
                 ("server_version", env!("CARGO_PKG_VERSION").into()),
@@ -207,7 +210,7 @@ fn fields(shared: &Shared, section: &str) -> Vec<(String, String)> {
             ]);
         }
         "commandstats" => {
-            return command_stats(shared);
+            return command_stats(shared, commands);
         }
         "keyspace" => {
             let keys = shared.db.with_map(|map| map.len()).unwrap_or(0);
@@ -253,11 +256,11 @@ fn pool_bytes(shared: &Shared) -> (u64, u64) {
 
 /// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,failed_calls=..` for
 /// every command that was asked for at least once.
-fn command_stats(shared: &Shared) -> Vec<(String, String)> {
-    COMMANDS
+fn command_stats(shared: &Shared, commands: &[&str]) -> Vec<(String, String)> {
+    commands
         .iter()
         .enumerate()
-        .filter_map(|(index, command)| {
+        .filter_map(|(index, name)| {
             let counts = shared.db.counters.command_totals(index);
             if counts.calls == 0 && counts.failed == 0 && counts.rejected == 0 {
                 return None;
@@ -268,7 +271,7 @@ fn command_stats(shared: &Shared) -> Vec<(String, String)> {
                 counts.micros as f64 / counts.calls as f64
             };
             Some((
-                format!("cmdstat_{}", command.name),
+                format!("cmdstat_{name}"),
                 format!(
                     "calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
                     counts.calls, counts.micros, counts.rejected, counts.failed

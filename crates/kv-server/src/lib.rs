@@ -41,20 +41,22 @@
 //! # Ok::<(), pmem_kv_server::ServerError>(())
 //! ```
 
+mod args;
 mod commands;
 mod config;
 mod connection;
 mod counters;
 mod db;
+// The keyspace's expiry and hashes are parts of `db` (each names the other's maps), used
+// across the crate by these short paths.
+use db::{expiry, hashes};
 mod error;
-mod expiry;
 #[cfg(test)]
 mod expiry_crash;
 mod framing;
 mod glob;
 #[cfg(test)]
 mod hash_crash;
-mod hashes;
 mod info;
 mod inline;
 mod numbers;
@@ -65,6 +67,7 @@ mod reply;
 mod scan;
 mod server;
 mod session;
+mod shared;
 
 /// The protocol layer (requests out of a read buffer, replies in RESP2 or RESP3), shared with
 /// the replicated server (`pmem-kv-cluster`), which serves the same protocol. Not a stable API.

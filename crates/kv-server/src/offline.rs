@@ -11,8 +11,8 @@ use crate::connection::{run_buffered, After};
 use crate::db::Db;
 use crate::error::ServerError;
 use crate::framing::Framer;
-use crate::server::Shared;
 use crate::session::Session;
+use crate::shared::Shared;
 
 /// One connection's worth of state over an anonymous store.
 pub struct Offline {

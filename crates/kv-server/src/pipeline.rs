@@ -29,10 +29,9 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use parking_lot::MutexGuard;
 
-use crate::commands;
 use crate::db::stripe_of;
 use crate::reply::{Protocol, Reply};
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// The most keys one pipeline batch gathers before it is committed: small enough that its
 /// log fits any store's write-batch area (64 KiB at least) and the replies are not held back
@@ -103,7 +102,7 @@ impl<'a> Pipeline<'a> {
                     .find(|o| o.as_bytes() == option.as_slice())?;
                 // A time Redis refuses is not deferred: run alone, it gets its error.
                 let now = crate::expiry::now_ms();
-                commands::deadline_of(option, &args[4], now, "set")
+                crate::args::deadline_of(option, &args[4], now, "set")
                     .ok()
                     .map(Some)
             }
@@ -193,7 +192,7 @@ impl<'a> Pipeline<'a> {
         let together = db.set_all(writes, self.keys);
         let replies: Vec<Reply> = match together {
             Ok(()) => self.deferred.iter().map(|_| Reply::ok()).collect(),
-            Err(error) if self.deferred.len() == 1 => vec![commands::store_error(error)],
+            Err(error) if self.deferred.len() == 1 => vec![crate::db::store_error(error)],
             // Nothing of the batch applied: each command on its own, in order.
             Err(_) => self
                 .deferred
@@ -201,7 +200,7 @@ impl<'a> Pipeline<'a> {
                 .map(
                     |write| match db.set_all(write.writes(), write.writes().len()) {
                         Ok(()) => Reply::ok(),
-                        Err(error) => commands::store_error(error),
+                        Err(error) => crate::db::store_error(error),
                     },
                 )
                 .collect(),

@@ -7,10 +7,8 @@
 use bytes::Bytes;
 
 use super::{integer, Call};
+use crate::info::REDIS_VERSION;
 use crate::reply::{Protocol, Reply};
-
-/// The Redis version whose replies the server follows (what `HELLO` and `INFO` report).
-pub(crate) const REDIS_VERSION: &str = "7.0.15";
 
 pub(super) fn ping(call: &mut Call) -> Reply {
     match call.args.len() {

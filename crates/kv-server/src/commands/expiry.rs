@@ -5,7 +5,8 @@
 
 use pmem_structures::Error;
 
-use super::strings::{deadline_of, set_options, update, Old, Ttl};
+use super::deadline_of;
+use super::strings::{set_options, update, Old, Ttl};
 use super::{integer, store_error, string_value, Call};
 use crate::db::DbError;
 use crate::reply::Reply;

@@ -33,12 +33,12 @@ use crate::db::{DbError, Keyspace};
 use crate::hashes::Kind;
 use crate::pipeline::Pipeline;
 use crate::reply::Reply;
-use crate::server::Shared;
 use crate::session::Session;
+use crate::shared::Shared;
 
-pub(crate) use connection::REDIS_VERSION;
-pub(crate) use strings::deadline_of;
-pub(crate) use table::COMMANDS;
+pub(crate) use crate::args::{deadline_of, integer, not_an_integer};
+pub(crate) use crate::db::store_error;
+pub(crate) use table::{COMMANDS, COMMAND_NAMES};
 
 /// One command being run: the server, the connection, the arguments (name first).
 pub(crate) struct Call<'a> {
@@ -293,24 +293,6 @@ pub(crate) fn with_maps(
 
 pub(crate) fn syntax_error() -> Reply {
     Reply::error("ERR syntax error")
-}
-
-pub(crate) fn not_an_integer() -> Reply {
-    Reply::error("ERR value is not an integer or out of range")
-}
-
-/// An integer argument as Redis reads one.
-pub(crate) fn integer(text: &[u8]) -> Result<i64, Reply> {
-    crate::numbers::parse_i64(text).ok_or_else(not_an_integer)
-}
-
-/// The error reply for a store refusal.
-pub(crate) fn store_error(error: DbError) -> Reply {
-    Reply::error(match error {
-        DbError::Store(error @ Error::PoolFull { .. }) => format!("OOM {error}"),
-        DbError::Store(error) => format!("ERR {error}"),
-        DbError::Unavailable => "ERR the keyspace is unavailable: FLUSHDB removed it and could not make a new one (see the server's log); FLUSHDB again to retry".into(),
-    })
 }
 
 /// Run `command` on the keyspace; a store error becomes its reply.

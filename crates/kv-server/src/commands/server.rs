@@ -8,7 +8,11 @@ use crate::info;
 use crate::reply::Reply;
 
 pub(super) fn info(call: &mut Call) -> Reply {
-    Reply::Verbatim(info::render(call.shared, &call.args[1..]))
+    Reply::Verbatim(info::render(
+        call.shared,
+        &call.args[1..],
+        super::COMMAND_NAMES,
+    ))
 }
 
 /// A container command named alone (`CLIENT`) fails its arity check before it gets here;

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use pmem_structures::Error;
 
 use super::{
-    integer, not_an_integer, store_error, string_value, syntax_error, with_maps, wrong_type, Call,
+    deadline_of, integer, not_an_integer, store_error, string_value, syntax_error, with_maps,
+    wrong_type, Call,
 };
 use crate::db::DbError;
 use crate::numbers::{parse_long_double, LongDouble, ParsedFloat};
@@ -139,31 +140,6 @@ pub(super) fn set_options(options: &[Bytes], getex: bool) -> Result<SetOptions, 
         at += 1;
     }
     Ok(parsed)
-}
-
-/// The deadline an expiry option (`EX`, `PX`, `EXAT`, `PXAT`) and its argument give at
-/// `now`, or Redis's error for `command` (a time not above 0, or past the 64-bit range).
-pub(crate) fn deadline_of(
-    option: &str,
-    value: &[u8],
-    now: u64,
-    command: &str,
-) -> Result<u64, Reply> {
-    let invalid = || Reply::error(format!("ERR invalid expire time in '{command}' command"));
-    let n = integer(value)?;
-    let seconds = option == "EX" || option == "EXAT";
-    if n <= 0 || (seconds && n > i64::MAX / 1000) {
-        return Err(invalid());
-    }
-    let millis = if seconds { n * 1000 } else { n };
-    if option == "EX" || option == "PX" {
-        return millis
-            .checked_add(now as i64)
-            .filter(|&at| at > 0)
-            .map(|at| at as u64)
-            .ok_or_else(invalid);
-    }
-    Ok(millis as u64)
 }
 
 pub(super) fn set(call: &mut Call) -> Reply {

@@ -10,6 +10,12 @@ macro_rules! table {
         $name:literal $arity:literal [$($flag:ident)*] ($first:literal $last:literal $step:literal)
         $group:ident $since:literal $run:path, $summary:literal;
     )*) => {
+        /// Every command's name, in [`COMMANDS`]' order.
+        pub(crate) static COMMAND_NAMES: &[&str] = &[$($name),*];
+
+        // The counters keep a slot per command (`crate::counters::MAX_COMMANDS`).
+        const _: () = assert!([$($name),*].len() <= crate::counters::MAX_COMMANDS);
+
         /// Every command, containers before their subcommands.
         pub(crate) static COMMANDS: &[Command] = &[$(
             Command {

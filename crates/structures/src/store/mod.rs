@@ -28,8 +28,7 @@
 //! * `name`, `error`: valid names; the one [`Error`] type.
 //! * `space`: what the store tells about itself ([`Store::space`], [`Store::granularity`],
 //!   [`thread_persist_counts`]) without handing out its engine.
-//! * `verify/`: [`Store::verify`] and [`verify_pool`] for a file; `verify/report.rs`, what they
-//!   report.
+//! * `verify`: [`Store::verify`] and [`verify_pool`] for a file; `findings`, what they report.
 //!
 //! A store holds its pool file open, and the file's lock (a second open, from this process or
 //! another, is refused with [`PoolError::AlreadyOpen`](pmem_ordering::PoolError)), until the
@@ -43,6 +42,7 @@ mod codec;
 mod datalog;
 mod entries;
 mod error;
+mod findings;
 mod handle_methods;
 mod hash_map;
 mod map;
@@ -69,11 +69,11 @@ pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
+pub use findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 pub use space::{thread_persist_counts, PersistCounts, Space};
 pub use verify::verify_pool;
-pub use verify::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 
 use self::btree_map::TreeRepr;
 use self::catalog::Catalog;

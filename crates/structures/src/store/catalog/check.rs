@@ -7,7 +7,7 @@ use pmem_ordering::{Backend, Pool};
 
 use super::layout::{self, header, EntryImage, ENTRY_BYTES};
 use super::Catalog;
-use crate::store::verify::{StoreFinding, StoreProblem};
+use crate::store::findings::{StoreFinding, StoreProblem};
 
 impl Catalog {
     /// The header (magic, version, capacity, write-batch area) and each entry as the pool holds them now,

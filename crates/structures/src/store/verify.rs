@@ -8,12 +8,9 @@ use std::path::Path;
 use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
-mod report;
-
-pub use report::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
-
 use super::catalog::Listed;
 use super::error::Error;
+use super::findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
 use super::Store;
 use crate::kind::StructureKind;
 use crate::records::{hash as record_hash, tree as record_tree};

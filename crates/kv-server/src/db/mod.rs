@@ -13,6 +13,9 @@
 //! (writer gates, structure locks). Every writer of a key holds its stripe from its read to
 //! its durable write, so what a command reads under its stripes stays true until it writes.
 
+pub(crate) mod expiry;
+pub(crate) mod hashes;
+
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,6 +27,7 @@ use pmem_structures::{BTreeMap, Error, Store, WriteBatch};
 
 use crate::counters::Counters;
 use crate::hashes::highest_id;
+use crate::reply::Reply;
 
 /// The map's name in the store.
 pub(crate) const KEYSPACE: &str = "db0";
@@ -415,6 +419,15 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Bound<Vec<u8>> {
         }
     }
     Bound::Unbounded
+}
+
+/// The error reply for a store refusal.
+pub(crate) fn store_error(error: DbError) -> Reply {
+    Reply::error(match error {
+        DbError::Store(error @ Error::PoolFull { .. }) => format!("OOM {error}"),
+        DbError::Store(error) => format!("ERR {error}"),
+        DbError::Unavailable => "ERR the keyspace is unavailable: FLUSHDB removed it and could not make a new one (see the server's log); FLUSHDB again to retry".into(),
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use futures_util::StreamExt;
 use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
 use pmem_kv_server::protocol::Reply;
 
-use super::pipeline::Queued;
 use super::routing::elsewhere;
 use super::session::Session;
 use super::slot::key_slot;
@@ -137,7 +136,7 @@ fn client(shared: &NodeShared, args: &[Bytes]) -> Reply {
 }
 
 /// The write `args` ask for (`None`: not a write command).
-fn parse_write(name: &str, args: &[Bytes]) -> Option<Result<Write, Reply>> {
+pub(crate) fn parse_write(name: &str, args: &[Bytes]) -> Option<Result<Write, Reply>> {
     let key = |i: usize| args[i].to_vec();
     let exact = |n: usize| {
         if args.len() == n {
@@ -398,24 +397,6 @@ fn read_now(shared: &NodeShared, read: &Read, keys: &[Bytes]) -> Reply {
             .map(Reply::Integer),
     };
     result.unwrap_or_else(|e| Reply::error(format!("ERR {e}")))
-}
-
-/// A write or a keyed read that may run with its neighbours of the same kind, or `None`.
-pub(crate) fn queueable(args: &[Bytes]) -> Option<Queued> {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let read = match (name.as_str(), args.len()) {
-        ("get", 2) => Read::Get,
-        ("strlen", 2) => Read::Strlen,
-        ("mget", n) if n >= 2 => Read::MGet,
-        ("exists", n) if n >= 2 => Read::Exists,
-        _ => {
-            return match parse_write(&name, args) {
-                Some(Ok(write)) => Some(Queued::Write(write)),
-                _ => None,
-            }
-        }
-    };
-    Some(Queued::Read(read, args[1..].to_vec()))
 }
 
 fn try_again() -> Reply {

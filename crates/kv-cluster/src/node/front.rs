@@ -77,7 +77,7 @@ async fn connection(mut socket: TcpStream, shared: &NodeShared, mut stop: watch:
         loop {
             match framer.next(&mut input, &shared.limits) {
                 Next::Request(args) => {
-                    if let Some(queued) = commands::queueable(&args) {
+                    if let Some(queued) = super::pipeline::queueable(&args) {
                         run.push(shared, queued, &mut replies).await;
                         continue;
                     }

@@ -63,3 +63,21 @@ impl Run {
         }
     }
 }
+
+/// A write or a keyed read that may run with its neighbours of the same kind, or `None`.
+pub(crate) fn queueable(args: &[Bytes]) -> Option<Queued> {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    let read = match (name.as_str(), args.len()) {
+        ("get", 2) => Read::Get,
+        ("strlen", 2) => Read::Strlen,
+        ("mget", n) if n >= 2 => Read::MGet,
+        ("exists", n) if n >= 2 => Read::Exists,
+        _ => {
+            return match commands::parse_write(&name, args) {
+                Some(Ok(write)) => Some(Queued::Write(write)),
+                _ => None,
+            }
+        }
+    };
+    Some(Queued::Read(read, args[1..].to_vec()))
+}

@@ -2,8 +2,7 @@
 //! rounds.
 
 use super::{ClusterResults, CLIENTS};
-use crate::pagesize::report::rate;
-use crate::report::Block;
+use crate::report::{format_rate as rate, Block};
 
 fn ms(x: f64) -> String {
     format!("{x:.3}")

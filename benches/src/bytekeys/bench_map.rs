@@ -20,9 +20,9 @@ pub enum MapKind {
     Hash,
     /// `Store::btree_map` (FAST&FAIR, default configuration: FAST shifts).
     Ordered,
-    /// LMDB, through heed ([`peers::lmdb`]).
+    /// LMDB, through heed ([`super::peers::lmdb`]).
     Lmdb,
-    /// redb ([`peers::redb`]).
+    /// redb ([`super::peers::redb`]).
     Redb,
 }
 

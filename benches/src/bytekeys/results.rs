@@ -1,7 +1,7 @@
 //! What the byte-key section reports ([`ByteKeyResults`]: one [`ByteKeyRow`] per map and
 //! workload, ours over the peers' figures ([`PeerComparison`]) with the run's conditions
 //! ([`Conditions`]), and the speed targets checked, [`TargetCheck`]) and why it fails
-//! ([`ByteKeyError`]).
+//! ([`super::ByteKeyError`]).
 
 use std::path::PathBuf;
 

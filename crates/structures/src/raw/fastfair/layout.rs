@@ -553,8 +553,8 @@ impl<'a> NodeView<'a> {
     pub(super) fn entries_locked_into(&self, out: &mut Vec<(u64, u64)>) {
         let used = self.count();
         out.clear();
-        // SAFETY: `slot < used <= self.capacity` (a count is at most the capacity).
         out.extend(
+            // SAFETY: `slot < used <= self.capacity` (a count is at most the capacity).
             (0..used).map(|slot| unsafe { (self.key_unchecked(slot), self.value_unchecked(slot)) }),
         );
         debug_assert!(

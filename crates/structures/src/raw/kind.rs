@@ -23,16 +23,20 @@ pub enum StructureKind {
     /// An ordered map of byte-string keys and values in records: a trie of FAST&FAIR layers
     /// ([`crate::records`]).
     RecordBTreeMap,
+    /// An ordered map of byte-string keys and values inline in persistent leaves, its inner
+    /// nodes in DRAM ([`crate::raw::leafmap`]).
+    LeafMap,
 }
 
 impl StructureKind {
     /// Every kind, in catalog-code order.
-    pub const ALL: [StructureKind; 5] = [
+    pub const ALL: [StructureKind; 6] = [
         StructureKind::HashMap,
         StructureKind::BTreeMap,
         StructureKind::Datalog,
         StructureKind::RecordHashMap,
         StructureKind::RecordBTreeMap,
+        StructureKind::LeafMap,
     ];
 
     /// The magic its roots start with.
@@ -43,6 +47,7 @@ impl StructureKind {
             StructureKind::Datalog => *b"DATALOG2",
             StructureKind::RecordHashMap => *b"CCEHREC1",
             StructureKind::RecordBTreeMap => *b"FFREC001",
+            StructureKind::LeafMap => *b"LEAFMAP1",
         })
     }
 
@@ -59,6 +64,7 @@ impl StructureKind {
             StructureKind::Datalog => 3,
             StructureKind::RecordHashMap => 4,
             StructureKind::RecordBTreeMap => 5,
+            StructureKind::LeafMap => 6,
         }
     }
 
@@ -75,6 +81,7 @@ impl StructureKind {
             StructureKind::Datalog => "a datalog file store",
             StructureKind::RecordHashMap => "a CCEH hash table of byte strings",
             StructureKind::RecordBTreeMap => "a FAST&FAIR B+-tree of byte strings",
+            StructureKind::LeafMap => "an ordered map of byte strings in inline leaves",
         }
     }
 }

@@ -13,6 +13,9 @@
 //!   store and freed crash-safely without a transaction per write, under a CCEH table
 //!   ([`records::RecordHashMap`]) or a trie of FAST&FAIR layers ([`records::RecordTreeMap`],
 //!   after EuroSys'12 Masstree, Sec. 4).
+//! * [`leafmap`]: an ordered map of byte strings kept inline in persistent leaves, with
+//!   fingerprints and its inner nodes in DRAM rebuilt at open (after SIGMOD'16 FPTree), whose
+//!   scans read consecutive slots (not yet served by the store).
 //! * [`verify`]: each structure's offline check, which the store's verification runs.
 //! * [`kind`]: the kinds of structure a store names, and their root blocks' magic numbers.
 //!
@@ -28,6 +31,7 @@ pub mod cceh;
 pub mod datalog;
 pub mod fastfair;
 pub mod kind;
+pub mod leafmap;
 pub mod records;
 pub(crate) mod u64map;
 pub mod verify;

@@ -264,6 +264,7 @@ fn walk_closed<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Walked, Er
         StructureKind::HashMap => walk(&HashTable::open(heap, root)?),
         StructureKind::BTreeMap => walk(&Tree::open(heap, root)?),
         StructureKind::Datalog => walk(&Files::open(heap, root)?),
+        StructureKind::LeafMap => return Err(not_served(listed.kind)),
     })
 }
 
@@ -276,6 +277,7 @@ fn drains<B: Backend>(kind: StructureKind) -> bool {
         StructureKind::HashMap => <HashTable<B> as Structure<B>>::DRAINS,
         StructureKind::BTreeMap => <Tree<B> as Structure<B>>::DRAINS,
         StructureKind::Datalog => <Files<B> as Structure<B>>::DRAINS,
+        StructureKind::LeafMap => false,
     }
 }
 
@@ -299,6 +301,7 @@ fn drain_and_remove<B: Backend>(
         StructureKind::HashMap => drained::<B, HashTable<B>>(heap, root)?,
         StructureKind::BTreeMap => drained::<B, Tree<B>>(heap, root)?,
         StructureKind::Datalog => drained::<B, Files<B>>(heap, root)?,
+        StructureKind::LeafMap => return Err(not_served(listed.kind)),
     };
     catalog.remove(heap, listed.slot, &blocks)
 }
@@ -312,6 +315,15 @@ fn blocks_of<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Vec<u64>, Er
         StructureKind::HashMap => Structure::blocks(&HashTable::open(heap, listed.root)?),
         StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap, listed.root)?),
         StructureKind::Datalog => Structure::blocks(&Files::open(heap, listed.root)?),
+        StructureKind::LeafMap => Err(not_served(listed.kind)),
+    }
+}
+
+/// The error for a catalog entry of a kind this build's store makes no handle of (the leaf
+/// map is a raw structure for now): the catalog cannot have been written by it.
+fn not_served(kind: StructureKind) -> Error {
+    Error::CorruptCatalog {
+        reason: format!("it lists {kind}, which this build's store does not serve"),
     }
 }
 

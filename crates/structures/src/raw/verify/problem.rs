@@ -393,6 +393,32 @@ pub enum Problem {
         /// The depth of the layer holding the entry.
         parent_depth: u64,
     },
+
+    // --------------------------------------------------------------------- the leaf map
+    /// A leaf whose tag word is not the one of its map's leaves.
+    NotALeaf {
+        /// The tag word found.
+        tag: u64,
+    },
+    /// A leaf whose bitmap sets bits past its slots.
+    BitmapPastSlots {
+        /// The bitmap.
+        bitmap: u64,
+        /// Slots a leaf has.
+        slots: u64,
+    },
+    /// A live slot whose pair cannot be read whole (lengths, checksum, its record's).
+    DamagedSlot {
+        /// What reading it said.
+        reason: String,
+    },
+    /// A leaf other than the first that holds no pair (an emptied leaf is unlinked).
+    EmptyLeaf,
+    /// A root object that cannot be read (its version, checksum or shape).
+    BadRoot {
+        /// What reading it said.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -632,6 +658,15 @@ impl fmt::Display for Problem {
                 "entry of a layer of depth {parent_depth} names layer {layer:#x} of depth \
                  {depth} skipping key bytes from {skip_from}: it cannot sit there"
             ),
+            Problem::NotALeaf { tag } => {
+                write!(f, "not a leaf of the map (tag word {tag:#x})")
+            }
+            Problem::BitmapPastSlots { bitmap, slots } => {
+                write!(f, "bitmap {bitmap:#x} sets bits past the leaf's {slots} slots")
+            }
+            Problem::DamagedSlot { reason } => write!(f, "live slot unreadable: {reason}"),
+            Problem::EmptyLeaf => write!(f, "a leaf other than the first holds no pair"),
+            Problem::BadRoot { reason } => write!(f, "root object unreadable: {reason}"),
         }
     }
 }

@@ -1,0 +1,307 @@
+//! The leaf map: an ordered map of byte-string keys and values kept **inline in persistent
+//! leaves**, with its inner nodes in DRAM, rebuilt at open (after SIGMOD'16 FPTree
+//! and VLDB'20 LB+-tree). A range scan reads the pairs of a leaf from consecutive slots
+//! of one block, not one randomly placed record per pair as the trie of FAST&FAIR layers
+//! ([`crate::records::RecordTreeMap`]) does.
+//!
+//! # On the media (format version 1)
+//!
+//! The **root object** ([`ROOT_BYTES`], at an offset the caller gives, 64-byte aligned):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..8 | magic, [`StructureKind::LeafMap`] (`LEAFMAP1`) |
+//! | 8..16 | format version (1) |
+//! | 16..24 | the first leaf (never freed) |
+//! | 24..32 | bytes of a leaf block ([`LeafMapConfig::leaf_bytes`]) |
+//! | 32..40 | bytes of a slot ([`LeafMapConfig::slot_bytes`]) |
+//! | 40..48 | CRC-32C of bytes 0..40 |
+//!
+//! Written once, in the transaction that makes the map. A **leaf** is a heap block:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..8 | bitmap: bit `i` set when slot `i` holds a pair (the commit word) |
+//! | 8..16 | the next leaf, 0 for the last |
+//! | 16..24 | tag: `LEAFNODE` XOR the map's root offset |
+//! | 24..64 | zero |
+//! | 64 + i * slot_bytes.. | slot `i` (up to 64 slots) |
+//!
+//! The leaves form one chain in key order: every key of a leaf sorts before every key of the
+//! next. Inside a leaf the slots are in no order. A **slot** is:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | CRC-32C of bytes 4..8 and the payload |
+//! | 4..6 | key length; `0x8000` for a pair kept out of line |
+//! | 6..8 | value length (0 out of line) |
+//! | 8.. | inline: the key, then the value; out of line: the offset of a record (the record maps' format, [`crate::records`]: owner, lengths, CRC-32C, key, value) |
+//!
+//! A pair whose key and value fit in `slot_bytes - 8` bytes is inline; a larger one lives in
+//! its record. Every read of a pair checks the checksum; a mismatch is
+//! [`RecordMapError::CorruptRecord`], never served.
+//!
+//! # Writes and crashes
+//!
+//! * **Insert** of an inline pair (no split): write a free slot, flush it, fence; then store
+//!   the bitmap with the slot's bit set (one 8-byte store), flush, fence. Two fences. A crash
+//!   before the bitmap store is durable leaves the slot free: its bytes are never read.
+//! * **Overwrite**: write the new pair into a free slot, fence; then one bitmap store sets the
+//!   new slot's bit and clears the old one's: the key moves atomically.
+//! * **Remove**: one bitmap store clearing the slot's bit, persisted. One fence.
+//! * A **record** (a large pair) is allocated, written, named by its slot and published by the
+//!   bitmap store in one undo-log transaction; the record a remove or an overwrite drops is
+//!   freed in the transaction that stores the bitmap. No block is ever in doubt after a crash.
+//! * A full leaf **splits** in one transaction: a new leaf gets the upper half of the pairs
+//!   (copied slot for slot, checksums unchanged), the old one's bitmap loses them and its next
+//!   pointer names the new one. A remove that would empty a leaf other than the first unlinks
+//!   and frees it in one transaction instead.
+//!
+//! Recovery is the heap's: [`Heap::open`] rolls back a transaction a crash interrupted.
+//! [`LeafMap::open`] then only reads: it walks the chain, checks every leaf (an allocated
+//! block of the map's shape, its tag, a bitmap within its slots) and every live slot (its
+//! lengths and checksum; a damaged slot is remembered, never served nor written over, and
+//! reported by reads that may need it), and rebuilds the DRAM index.
+//!
+//! # In DRAM, and threads
+//!
+//! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a lookup reads only the slots
+//! whose fingerprint matches: one slot, nearly always) and its live slots in key order (a scan
+//! reads the slots in that order; an insert finds its place by binary search). Above the
+//! leaves, a `BTreeMap` from each leaf's lowest bound to its state: the inner nodes.
+//!
+//! One `RwLock` for the whole map guards the DRAM state: lookups and scans share it, writes
+//! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
+//! fences, so writers do not run in parallel (they would share the media's bandwidth anyway),
+//! and readers wait for a writer's fences. A scan copies one leaf's pairs at a time under the
+//! lock and lends them to its callback with the lock released, so a callback may read or
+//! write the map. Every pool access is the pool's atomic word access: whatever the pool
+//! holds, no access races.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `layout.rs` | the bytes: root, leaf header, slot; [`LeafMapConfig`] |
+//! | `leaf.rs` | a leaf's DRAM state, and the reads of a slot's pair |
+//! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
+//! | `write.rs` | insert, upsert, remove |
+//! | `split.rs` | the structural transactions: split, unlink |
+//! | `scan.rs` | range scans that lend each pair |
+//! | `verify.rs` | `verify()` and `blocks()` |
+
+mod layout;
+mod leaf;
+mod open;
+mod scan;
+mod split;
+mod verify;
+mod write;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use pmem_ordering::Backend;
+use pmem_undo_log::Heap;
+
+pub use layout::{LeafMapConfig, ROOT_BYTES};
+
+use self::layout::{fingerprint, leaf_header, root_bytes};
+use self::leaf::{Leaf, Slots};
+use crate::kind::StructureKind;
+use crate::records::layout::MAX_OWNER_ROOT;
+use crate::records::{RecordMapError, MAX_KEY_BYTES};
+
+type Result<T, E = RecordMapError> = std::result::Result<T, E>;
+
+/// The DRAM index: every leaf by its lowest bound (the first leaf's is the empty key), and
+/// the number of pairs.
+#[derive(Default)]
+pub(crate) struct Index {
+    leaves: BTreeMap<Vec<u8>, Leaf>,
+    len: u64,
+}
+
+impl Index {
+    /// The leaf whose range holds `key`, with its bound.
+    fn leaf_of(&self, key: &[u8]) -> Option<(&Vec<u8>, &Leaf)> {
+        self.leaves
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+    }
+}
+
+/// An ordered map of byte strings in persistent leaves (see the module docs).
+pub struct LeafMap<B: Backend> {
+    heap: Heap<B>,
+    root: u64,
+    config: LeafMapConfig,
+    head: u64,
+    index: RwLock<Index>,
+}
+
+impl<B: Backend> LeafMap<B> {
+    /// Make an empty map at `root` (an all-zero, 64-byte aligned range of [`ROOT_BYTES`]) with
+    /// leaves of `config`, in one transaction (joining the caller's, if any).
+    pub fn create(heap: &Heap<B>, root: u64, config: LeafMapConfig) -> Result<Self> {
+        config
+            .check()
+            .map_err(|reason| RecordMapError::InvalidConfig { reason })?;
+        let pool = heap.pool();
+        if !root.is_multiple_of(64) || root >= MAX_OWNER_ROOT {
+            return Err(RecordMapError::InvalidConfig {
+                reason: format!(
+                    "root offset {root:#x} must be 64-byte aligned and below {MAX_OWNER_ROOT:#x}"
+                ),
+            });
+        }
+        pool.check_range(root, ROOT_BYTES)?;
+        let magic = pool.read::<u64>(root)?;
+        if magic != 0 {
+            return Err(RecordMapError::AlreadyExists {
+                root,
+                found: crate::kind::describe_magic(magic),
+            });
+        }
+        let head = heap.transaction(|tx| -> Result<u64> {
+            let head = tx.alloc(config.leaf_bytes)?.offset();
+            tx.write(head, &leaf_header(root, 0, 0))?;
+            tx.write(root, &root_bytes(head, config))?;
+            Ok(head)
+        })?;
+        let mut index = Index::default();
+        index.leaves.insert(Vec::new(), Leaf::empty(head));
+        Ok(LeafMap {
+            heap: heap.clone(),
+            root,
+            config,
+            head,
+            index: RwLock::new(index),
+        })
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &Heap<B> {
+        &self.heap
+    }
+
+    /// The root object's offset.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// The leaves' shape.
+    pub fn config(&self) -> LeafMapConfig {
+        self.config
+    }
+
+    /// The kind of structure this is.
+    pub const KIND: StructureKind = StructureKind::LeafMap;
+
+    /// Number of pairs.
+    pub fn len(&self) -> u64 {
+        self.read().len
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of leaves.
+    pub fn leaves(&self) -> usize {
+        self.read().leaves.len()
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// The value of `key` into `out` (cleared first; its capacity is reused, so a read
+    /// allocates nothing once `out` is large enough): whether `key` is present (`out` is left
+    /// empty if not). A key that may be in a slot found damaged at open is
+    /// [`RecordMapError::CorruptRecord`].
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        out.clear();
+        if key.len() > MAX_KEY_BYTES {
+            return Ok(false);
+        }
+        let index = self.read();
+        let (_, leaf) = self.leaf_of(&index, key)?;
+        match self.find(leaf, key)? {
+            Some(slot) => {
+                let at = self.config.slot_at(leaf.offset, slot);
+                self.slots().value_into(at, key, out)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &[u8]) -> Result<bool> {
+        if key.len() > MAX_KEY_BYTES {
+            return Ok(false);
+        }
+        let index = self.read();
+        let (_, leaf) = self.leaf_of(&index, key)?;
+        Ok(self.find(leaf, key)?.is_some())
+    }
+
+    /// The slot of `leaf` holding `key`, if any; a key that may be in a damaged slot is an
+    /// error.
+    fn find(&self, leaf: &Leaf, key: &[u8]) -> Result<Option<usize>> {
+        let slots = self.slots();
+        let mut candidates = leaf.matching(fingerprint(key));
+        while candidates != 0 {
+            let slot = candidates.trailing_zeros() as usize;
+            candidates &= candidates - 1;
+            let at = self.config.slot_at(leaf.offset, slot);
+            if slots.holds(at, key)? {
+                return Ok(Some(slot));
+            }
+            // Another key of the same fingerprint, or this key's slot damaged: its checksum
+            // tells (a collision is one lookup in 256 or so).
+            slots.pair(at)?;
+        }
+        match leaf.damage(&self.config) {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// The leaf whose range holds `key`.
+    fn leaf_of<'i>(&self, index: &'i Index, key: &[u8]) -> Result<(&'i Vec<u8>, &'i Leaf)> {
+        index.leaf_of(key).ok_or_else(|| self.no_first_leaf())
+    }
+
+    fn no_first_leaf(&self) -> RecordMapError {
+        RecordMapError::Corrupt {
+            root: self.root,
+            reason: "the DRAM index lost its first leaf".into(),
+        }
+    }
+
+    fn slots(&self) -> Slots<'_, B> {
+        Slots {
+            pool: self.heap.pool(),
+            config: self.config,
+        }
+    }
+
+    /// The index, shared. A panic of another thread while it held the lock (a bug, or an
+    /// allocation failure) leaves the index as that thread left it: every step of a write
+    /// changes the DRAM state only after the pool's, so it still describes the pool.
+    fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The index, alone (see [`LeafMap::read`]).
+    fn write(&self) -> RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests;

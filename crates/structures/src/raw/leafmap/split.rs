@@ -1,0 +1,105 @@
+//! The leaf map's structural changes, each one undo-log transaction: a full leaf split in two,
+//! an emptied leaf unlinked and freed.
+
+use std::ops::Bound;
+
+use pmem_ordering::{Backend, PPtr};
+
+use super::layout::{leaf_header, low_bits, LEAF_HEADER};
+use super::leaf::Leaf;
+use super::write::free_record;
+use super::{Index, LeafMap, Result};
+use crate::records::RecordMapError;
+
+impl<B: Backend> LeafMap<B> {
+    /// Split the leaf whose bound is `bound`: a new leaf, linked after it, takes the upper
+    /// half of its pairs (their slots copied as they are), in one transaction.
+    pub(super) fn split(&self, index: &mut Index, bound: &[u8]) -> Result<()> {
+        let pool = self.heap.pool();
+        let leaf = index
+            .leaves
+            .get(bound)
+            .ok_or_else(|| self.no_first_leaf())?
+            .clone();
+        let order = leaf.ordered();
+        if order.len() < 2 {
+            return Err(RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!(
+                    "leaf {:#x} is full but holds {} pairs it can move",
+                    leaf.offset,
+                    order.len()
+                ),
+            });
+        }
+        let moved = &order[order.len() / 2..];
+        let first_at = self.config.slot_at(leaf.offset, moved[0] as usize);
+        let (separator, _) = self.slots().pair(first_at)?;
+        let next = pool.load_u64(leaf.offset + 8)?;
+        let slot_bytes = self.config.slot_bytes as usize;
+        let mut image = vec![0u8; LEAF_HEADER as usize + moved.len() * slot_bytes];
+        image[..LEAF_HEADER as usize].copy_from_slice(&leaf_header(
+            self.root,
+            low_bits(moved.len() as u64),
+            next,
+        ));
+        let mut moved_bits = 0u64;
+        let mut fresh = Leaf::empty(0);
+        for (j, &slot) in moved.iter().enumerate() {
+            let to = LEAF_HEADER as usize + j * slot_bytes;
+            let from = self.config.slot_at(leaf.offset, slot as usize);
+            pool.read_bytes(from, &mut image[to..to + slot_bytes])?;
+            moved_bits |= 1u64 << slot;
+            fresh.fps[j] = leaf.fps[slot as usize];
+            fresh.order[j] = j as u8;
+        }
+        let kept = leaf.bitmap & !moved_bits;
+        let new = self.heap.transaction(|tx| -> Result<u64> {
+            let new = tx.alloc(self.config.leaf_bytes)?.offset();
+            tx.write(new, &image)?;
+            tx.write(leaf.offset + 8, &new.to_le_bytes())?;
+            tx.write(leaf.offset, &kept.to_le_bytes())?;
+            Ok(new)
+        })?;
+        fresh.offset = new;
+        fresh.bitmap = low_bits(moved.len() as u64);
+        fresh.count = moved.len() as u8;
+        let old = index
+            .leaves
+            .get_mut(bound)
+            .ok_or_else(|| self.no_first_leaf())?;
+        old.bitmap = kept;
+        old.count -= moved.len() as u8;
+        index.leaves.insert(separator, fresh);
+        Ok(())
+    }
+
+    /// Unlink the leaf whose bound is `bound` (not the first), whose last pair a remove takes
+    /// (with `record`, the record it named, if any), and free it, in one transaction.
+    pub(super) fn unlink(
+        &self,
+        index: &mut Index,
+        bound: &[u8],
+        record: Option<u64>,
+    ) -> Result<()> {
+        let pool = self.heap.pool();
+        let leaf = index
+            .leaves
+            .get(bound)
+            .ok_or_else(|| self.no_first_leaf())?
+            .offset;
+        let (_, previous) = index
+            .leaves
+            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(bound)))
+            .next_back()
+            .ok_or_else(|| self.no_first_leaf())?;
+        let next = pool.load_u64(leaf + 8)?;
+        self.heap.transaction(|tx| -> Result<()> {
+            tx.write(previous.offset + 8, &next.to_le_bytes())?;
+            tx.free(PPtr::<u8>::new(leaf))?;
+            free_record(tx, record)
+        })?;
+        index.leaves.remove(bound);
+        Ok(())
+    }
+}

@@ -1,0 +1,202 @@
+//! Insert, upsert and remove: a slot written and fenced, then one 8-byte bitmap store
+//! persisted (see the module docs); records and emptied leaves through the undo log.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+
+use pmem_ordering::PPtr;
+use pmem_undo_log::Tx;
+
+use super::layout::{fingerprint, inline_header, out_of_line_slot, SLOT_HEADER};
+use super::leaf::Leaf;
+use super::{Index, LeafMap, Result};
+use crate::records::layout::{self as record_layout, check_sizes, owner_of, Header};
+use crate::records::RecordMapError;
+use pmem_ordering::Backend;
+
+/// What a write found for its key.
+struct Found {
+    slot: usize,
+    record: Option<u64>,
+}
+
+impl<B: Backend> LeafMap<B> {
+    /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
+    /// written) if it was there.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        Ok(self.put(key, value, None)?)
+    }
+
+    /// Insert or overwrite `key -> value`; the old value if there was one.
+    pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut old = Vec::new();
+        let replaced = !self.put(key, value, Some(&mut old))?;
+        Ok(replaced.then_some(old))
+    }
+
+    /// Write `key -> value`: with `old`, overwriting a present key (its value copied into
+    /// `old`), else only if absent. Whether the key was absent.
+    fn put(&self, key: &[u8], value: &[u8], mut old: Option<&mut Vec<u8>>) -> Result<bool> {
+        check_sizes(key, value)?;
+        let mut guard = self.write();
+        let index: &mut Index = &mut guard;
+        loop {
+            let (bound, leaf) = index
+                .leaves
+                .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+                .next_back()
+                .ok_or_else(|| self.no_first_leaf())?;
+            if let Some(e) = leaf.damage(&self.config) {
+                return Err(e);
+            }
+            let found = self.found(leaf, key)?;
+            if found.is_some() && old.is_none() {
+                return Ok(false);
+            }
+            let Some(free) = leaf.free_slot(self.config.slots()) else {
+                let bound = bound.clone();
+                self.split(index, &bound)?;
+                continue;
+            };
+            if let Some(found) = found {
+                if let Some(out) = old.as_deref_mut() {
+                    let at = self.config.slot_at(leaf.offset, found.slot);
+                    self.slots().value_into(at, key, out)?;
+                }
+                self.commit(leaf, free, Some(&found), key, value)?;
+                leaf.order_replace(found.slot, free);
+                return Ok(false);
+            }
+            let position = self.position(leaf, key)?;
+            self.commit(leaf, free, None, key, value)?;
+            leaf.order_insert(position, free);
+            index.len += 1;
+            return Ok(true);
+        }
+    }
+
+    /// Remove `key`; its value if it was there.
+    pub fn remove(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.len() > crate::records::MAX_KEY_BYTES {
+            return Ok(None);
+        }
+        let mut guard = self.write();
+        let index: &mut Index = &mut guard;
+        let (bound, leaf) = index
+            .leaves
+            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            .ok_or_else(|| self.no_first_leaf())?;
+        if let Some(e) = leaf.damage(&self.config) {
+            return Err(e);
+        }
+        let Some(found) = self.found(leaf, key)? else {
+            return Ok(None);
+        };
+        let mut old = Vec::new();
+        let at = self.config.slot_at(leaf.offset, found.slot);
+        self.slots().value_into(at, key, &mut old)?;
+        let bitmap = leaf.bitmap & !(1u64 << found.slot);
+        if bitmap == 0 && leaf.offset != self.head {
+            let bound = bound.clone();
+            self.unlink(index, &bound, found.record)?;
+        } else {
+            self.store_bitmap(leaf, bitmap, found.record)?;
+            leaf.order_remove(found.slot);
+        }
+        index.len -= 1;
+        Ok(Some(old))
+    }
+
+    /// The slot of `leaf` holding `key` and the record it names, if any.
+    fn found(&self, leaf: &Leaf, key: &[u8]) -> Result<Option<Found>> {
+        let Some(slot) = self.find(leaf, key)? else {
+            return Ok(None);
+        };
+        let record = self
+            .slots()
+            .record_of(self.config.slot_at(leaf.offset, slot))?;
+        Ok(Some(Found { slot, record }))
+    }
+
+    /// Where `key` (absent) goes in `leaf`'s key order: before the first larger key.
+    fn position(&self, leaf: &Leaf, key: &[u8]) -> Result<usize> {
+        let slots = self.slots();
+        let order = leaf.ordered();
+        let (mut lo, mut hi) = (0, order.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let at = self.config.slot_at(leaf.offset, order[mid] as usize);
+            match slots.compare(at, key)? {
+                Ordering::Less => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Write `key -> value` into the free slot `free` of `leaf` and publish it (taking the
+    /// place of `old`, if any), durable on return; the leaf's bitmap and fingerprint in DRAM
+    /// follow, its key order is the caller's.
+    fn commit(
+        &self,
+        leaf: &mut Leaf,
+        free: usize,
+        old: Option<&Found>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        let pool = self.heap.pool();
+        let at = self.config.slot_at(leaf.offset, free);
+        let bitmap = (leaf.bitmap | 1u64 << free) & !old.map_or(0, |f| 1u64 << f.slot);
+        if key.len() + value.len() <= self.config.inline_bytes() {
+            let header = inline_header(key, value);
+            let mut w = pool.write(at, &header)?;
+            w = w.merge(pool.write(at + SLOT_HEADER as u64, key)?);
+            w = w.merge(pool.write(at + (SLOT_HEADER + key.len()) as u64, value)?);
+            pool.fence(pool.flush(w));
+            self.store_bitmap(leaf, bitmap, old.and_then(|f| f.record))?;
+        } else {
+            let owner = owner_of(self.root);
+            self.heap.transaction(|tx| -> Result<()> {
+                let record = tx
+                    .alloc(record_layout::record_bytes(key.len(), value.len()))?
+                    .offset();
+                tx.write(record, &record_layout::header(owner, key, value))?;
+                tx.write(Header::key_at(record), key)?;
+                tx.write(Header::key_at(record) + key.len() as u64, value)?;
+                tx.write(at, &out_of_line_slot(record))?;
+                tx.write(leaf.offset, &bitmap.to_le_bytes())?;
+                free_record(tx, old.and_then(|f| f.record))
+            })?;
+            leaf.bitmap = bitmap;
+        }
+        leaf.fps[free] = fingerprint(key);
+        Ok(())
+    }
+
+    /// Store `bitmap` as `leaf`'s, persisted, freeing `record` with it (in one transaction)
+    /// if a pair it held was in one; the DRAM mirror follows.
+    fn store_bitmap(&self, leaf: &mut Leaf, bitmap: u64, record: Option<u64>) -> Result<()> {
+        let pool = self.heap.pool();
+        match record {
+            None => {
+                pool.persist(pool.store_u64(leaf.offset, bitmap)?);
+            }
+            Some(_) => self.heap.transaction(|tx| -> Result<()> {
+                tx.write(leaf.offset, &bitmap.to_le_bytes())?;
+                free_record(tx, record)
+            })?,
+        }
+        leaf.bitmap = bitmap;
+        Ok(())
+    }
+}
+
+/// Free `record` (a block a slot named) inside `tx`, if there is one.
+pub(super) fn free_record<B: Backend>(tx: &Tx<'_, B>, record: Option<u64>) -> Result<()> {
+    if let Some(r) = record {
+        tx.free(PPtr::<u8>::new(r)).map_err(RecordMapError::from)?;
+    }
+    Ok(())
+}

@@ -14,6 +14,8 @@
 //! * [`records::RecordOp`], the same for the byte-key maps (`Vec<u8>` keys and values, in
 //!   records): both map kinds of one store against one `BTreeMap` model, keys of shared
 //!   7/14/21-byte prefixes and up to 64 KiB, values up to 48 KiB, reopens and full checks;
+//! * [`leafmap::LeafOp`], the same for the raw leaf map (byte keys of four families, values
+//!   inline or in records, reopens), with its crash driver;
 //! * [`kill`]: the harness of the kill tests: a test re-executed as a child process that
 //!   writes a store file, killed with SIGKILL at seeded moments;
 //! * [`cases`]: every structure under every policy as one crash case of a chosen length, for
@@ -35,6 +37,7 @@ pub mod fuzz_input;
 pub mod fuzz_seeds;
 mod key_value;
 pub mod kill;
+pub mod leafmap;
 mod model;
 pub mod records;
 pub mod store;

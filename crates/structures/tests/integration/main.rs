@@ -23,6 +23,8 @@ mod fastfair_crash;
 mod full_store_removal;
 mod full_store_shrinks;
 mod golden;
+mod leaf_map_crash;
+mod leaf_map_proptest;
 mod owned_handles;
 mod record_header_damage;
 mod record_maps_crash;

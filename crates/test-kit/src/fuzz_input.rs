@@ -16,6 +16,7 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_FILES, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
+use crate::leafmap::{leaf_key, leaf_value, LeafOp};
 use crate::records::{
     BoundKind, RecordKey, RecordOp, RecordSetup, RecordValue, MAX_TAIL, RECORD_OP_VARIANTS,
     SHAPE_DRAWS, TAIL_ALPHABET, VALUE_DRAWS,
@@ -190,6 +191,15 @@ pub type DatalogInput = FuzzInput<DatalogSetup, DatalogOp>;
 pub type StoreInput = FuzzInput<StoreFuzzSetup, StoreOp>;
 /// The byte-key maps target's input.
 pub type RecordInput = FuzzInput<RecordFuzzSetup, RecordOp>;
+/// The leaf map target's input.
+pub type LeafMapInput = FuzzInput<LeafFuzzSetup, LeafOp>;
+
+/// The leaf map target's set-up: the seed of the crash points it samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub struct LeafFuzzSetup {
+    /// Seed of the crash points and images.
+    pub crash_seed: u8,
+}
 
 /// Bytes that `arbitrary` decodes back into given values.
 #[derive(Default)]
@@ -396,6 +406,58 @@ impl FuzzEncode for CcehSetup {
         out.choice(&self.policy, &CCEH_FENCE_POLICIES);
         out.bool(self.wide_segments);
         out.bool(self.check_current_image);
+    }
+}
+
+impl FuzzEncode for LeafFuzzSetup {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.u8(self.crash_seed);
+    }
+}
+
+impl FuzzEncode for LeafOp {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let key = |out: &mut FuzzBytes, key: &[u8]| {
+            let (family, n) = (0..4u8)
+                .flat_map(|f| (0..64u8).map(move |n| (f, n)))
+                .find(|&(f, n)| leaf_key(f, n) == key)
+                .unwrap_or_else(|| panic!("key {key:?} has no fuzz encoding"));
+            out.u8(family);
+            out.u8(n);
+        };
+        let value = |out: &mut FuzzBytes, value: &[u8]| {
+            let seed = value.first().copied().unwrap_or(0);
+            let len = (0..1600u16)
+                .find(|&l| leaf_value(l, seed) == value)
+                .unwrap_or_else(|| panic!("a value of {} bytes has no fuzz encoding", value.len()));
+            out.bytes.extend_from_slice(&len.to_le_bytes());
+            out.u8(seed);
+        };
+        match self {
+            LeafOp::Insert(k, v) | LeafOp::Upsert(k, v) => {
+                out.variant(u64::from(matches!(self, LeafOp::Upsert(..))), 6);
+                key(out, k);
+                value(out, v);
+            }
+            LeafOp::Remove(k) | LeafOp::Get(k) => {
+                out.variant(
+                    if matches!(self, LeafOp::Remove(_)) {
+                        2
+                    } else {
+                        3
+                    },
+                    6,
+                );
+                key(out, k);
+            }
+            LeafOp::Scan(a, b, limit) => {
+                out.variant(4, 6);
+                key(out, a);
+                key(out, b);
+                out.u8(*limit);
+            }
+            LeafOp::Reopen => out.variant(5, 6),
+        }
     }
 }
 

@@ -14,8 +14,10 @@ use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
 use crate::fuzz_input::{
-    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, RecordFuzzSetup, StoreFuzzSetup,
+    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, LeafFuzzSetup, RecordFuzzSetup,
+    StoreFuzzSetup,
 };
+use crate::leafmap::LeafOp;
 use crate::records::{
     BoundKind, KeyShape, RecordKey, RecordOp, RecordValue, MAX_TAIL, TAIL_ALPHABET, VALUE_CLASSES,
 };
@@ -64,7 +66,44 @@ pub fn seeds() -> Vec<Seed> {
     out.extend(datalog_seeds());
     out.extend(store_seeds());
     out.extend(record_seeds());
+    out.extend(leaf_map_seeds());
     out
+}
+
+fn leaf_map_seeds() -> Vec<Seed> {
+    // Leaves split, pairs moved into records and back, leaves emptied and unlinked.
+    let grow_shrink = LeafOp::grow_then_shrink(300, 24, 7);
+    // The same with a reopen every 40 operations and a stopped scan every 10.
+    let with_reopens: Vec<LeafOp> = LeafOp::grow_then_shrink(240, 40, 8)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, op)| {
+            let extra = match i % 40 {
+                39 => Some(LeafOp::Reopen),
+                9 | 19 | 29 => Some(LeafOp::Scan(
+                    crate::leafmap::leaf_key(1, 0),
+                    crate::leafmap::leaf_key(2, 63),
+                    (i % 7) as u8,
+                )),
+                _ => None,
+            };
+            std::iter::once(op).chain(extra)
+        })
+        .collect();
+    vec![
+        seed(
+            "leaf_map",
+            "grow-shrink",
+            LeafFuzzSetup { crash_seed: 1 },
+            grow_shrink,
+        ),
+        seed(
+            "leaf_map",
+            "reopens-scans",
+            LeafFuzzSetup { crash_seed: 2 },
+            with_reopens,
+        ),
+    ]
 }
 
 fn cceh_seeds() -> Vec<Seed> {

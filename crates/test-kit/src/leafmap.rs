@@ -206,15 +206,6 @@ impl LeafOp {
     }
 }
 
-/// A fuzz input: the seed of the crash points sampled, then the operations.
-#[derive(Clone, Debug, Arbitrary)]
-pub struct LeafMapInput {
-    /// Seed of the crash points and images.
-    pub crash_seed: u16,
-    /// The operations.
-    pub ops: Vec<LeafOp>,
-}
-
 /// Runs `ops` in order on the map of `heap` at `root` (a [`LeafOp::Reopen`] closes the map
 /// and opens it again on a heap opened afresh from the pool, as a restart would), each checked
 /// against `model`, telling the pool after each that an operation returned.

@@ -9,9 +9,11 @@ use pmem_test_kit::datalog::DatalogOp;
 use pmem_test_kit::fastfair::FastFairOp;
 use pmem_test_kit::fuzz_input::{
     decode, CcehInput, CcehSetup, DatalogInput, DatalogSetup, FastFairInput, FastFairSetup,
-    FuzzEncode, FuzzInput, RecordFuzzSetup, RecordInput, StoreFuzzSetup, StoreInput,
+    FuzzEncode, FuzzInput, LeafFuzzSetup, LeafMapInput, RecordFuzzSetup, RecordInput,
+    StoreFuzzSetup, StoreInput,
 };
 use pmem_test_kit::fuzz_seeds::{seeds, Seed};
+use pmem_test_kit::leafmap::LeafOp;
 use pmem_test_kit::records::RecordOp;
 use pmem_test_kit::store::StoreOp;
 use proptest::prelude::*;
@@ -38,6 +40,7 @@ proptest! {
         round_trips::<DatalogInput>(&bytes)?;
         round_trips::<StoreInput>(&bytes)?;
         round_trips::<RecordInput>(&bytes)?;
+        round_trips::<LeafMapInput>(&bytes)?;
     }
 }
 
@@ -56,7 +59,7 @@ where
 #[test]
 fn every_seed_decodes_to_a_long_sequence_of_several_kinds_of_operation() {
     let all = seeds();
-    assert_eq!(all.len(), 4 + 6 + 4 + 3 + 4);
+    assert_eq!(all.len(), 4 + 6 + 4 + 3 + 4 + 2);
     for seed in &all {
         let (ops, kinds) = match seed.target {
             "cceh_ops" => shape::<CcehSetup, CcehOp>(seed),
@@ -64,6 +67,7 @@ fn every_seed_decodes_to_a_long_sequence_of_several_kinds_of_operation() {
             "datalog_ops" => shape::<DatalogSetup, DatalogOp>(seed),
             "store_ops" => shape::<StoreFuzzSetup, StoreOp>(seed),
             "record_maps" => shape::<RecordFuzzSetup, RecordOp>(seed),
+            "leaf_map" => shape::<LeafFuzzSetup, LeafOp>(seed),
             other => panic!("a seed for an unknown target {other}"),
         };
         assert!(

@@ -37,7 +37,8 @@ use pmem_ordering::Granularity;
 /// * byte-keys: byte keys through the Store's typed maps beside the u64 path, one thread,
 ///   1M records (or --keys): hash_map::<Vec<u8>, Vec<u8>> and btree_map::<Vec<u8>, Vec<u8>>
 ///   (FAST shifts) with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of
-///   user:%011d keys (a layered map), each beside the u64 -> u64 map of its kind, and LMDB
+///   user:%011d keys (a layered map), each beside the u64 -> u64 map of its kind; the raw
+///   leaf map (pairs inline in persistent leaves, its open timed) with the same three; and LMDB
 ///   (heed) and redb with the same keys, 100 B values and operations, one durable commit per
 ///   write: YCSB load, A, B, C (and E: 100-record range scans, ordered maps): ops/s, latency
 ///   percentiles, fences, flushes and bytes per operation, the ratio to the u64 path, ours
@@ -123,8 +124,9 @@ pub(crate) struct Cli {
 
     /// Maps of the byte-keys section, comma-separated or repeated (default: all of them):
     /// hash-u64, hash-100, hash-1024, ordered-u64, ordered-100, ordered-1024, ordered-user,
-    /// lmdb, redb (the number: bytes of a value under 16 random bytes of key). At 10M keys,
-    /// e.g. hash-100,ordered-100,lmdb,redb (the 1 KiB maps would not fit in memory).
+    /// leaf-100, leaf-1024, leaf-user, lmdb, redb (the number: bytes of a value under 16
+    /// random bytes of key). At 10M keys, e.g. hash-100,ordered-100,leaf-100,lmdb,redb (the
+    /// 1 KiB maps would not fit in memory).
     #[arg(long, value_delimiter = ',', value_name = "MAP", value_parser = byte_key_map)]
     pub(crate) byte_key_map: Vec<String>,
 

@@ -20,6 +20,8 @@ pub enum MapKind {
     Hash,
     /// `Store::btree_map` (FAST&FAIR, default configuration: FAST shifts).
     Ordered,
+    /// The raw leaf map, pairs inline in persistent leaves ([`super::leaf`]).
+    Leaf,
     /// LMDB, through heed ([`super::peers::lmdb`]).
     Lmdb,
     /// redb ([`super::peers::redb`]).
@@ -32,14 +34,15 @@ impl MapKind {
         match self {
             MapKind::Hash => "hash map",
             MapKind::Ordered => "ordered map",
+            MapKind::Leaf => "leaf map",
             MapKind::Lmdb => "LMDB",
             MapKind::Redb => "redb",
         }
     }
 
-    /// Whether this is one of the store's maps (not a peer's database).
+    /// Whether this is one of our maps (not a peer's database).
     pub fn is_ours(self) -> bool {
-        matches!(self, MapKind::Hash | MapKind::Ordered)
+        matches!(self, MapKind::Hash | MapKind::Ordered | MapKind::Leaf)
     }
 }
 
@@ -55,6 +58,11 @@ pub trait BenchMap {
     /// Visit up to `len` pairs in key order from record `record`'s key (checked by
     /// [`ScanCheck`]): how many. Hash maps have no order and refuse.
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError>;
+    /// Open the map once more and time it: the seconds of an open that rebuilds a DRAM index
+    /// from the media (`None`: the map has no such open to time).
+    fn open_seconds(&mut self) -> Result<Option<f64>, ByteKeyError> {
+        Ok(None)
+    }
 }
 
 /// Check a value read for record `record`: `value_bytes` long, tagged with the record (at any

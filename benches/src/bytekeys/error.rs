@@ -14,6 +14,17 @@ pub enum ByteKeyError {
     /// An operation through the store failed.
     #[error("a byte-key map operation failed: {0}")]
     Store(#[from] pmem_structures::Error),
+    /// An operation on the leaf map failed.
+    #[error("a leaf map operation failed: {0}")]
+    Leaf(#[from] pmem_structures::raw::records::RecordMapError),
+    /// A map opened again holds another number of pairs (a bug, not a measurement).
+    #[error("the map opened again holds {found} pairs, not {expected}")]
+    Reopened {
+        /// Pairs the reopened map holds.
+        found: u64,
+        /// Pairs the map held.
+        expected: u64,
+    },
     /// Operations did not do what they should have (a bug, not a measurement).
     #[error(transparent)]
     Count(#[from] CountError),

@@ -37,6 +37,7 @@ impl MapConfig {
         let kind = match self.map {
             MapKind::Hash => "hash",
             MapKind::Ordered => "ordered",
+            MapKind::Leaf => "leaf",
             MapKind::Lmdb => return "lmdb".to_string(),
             MapKind::Redb => return "redb".to_string(),
         };
@@ -76,7 +77,7 @@ impl MapConfig {
 
 /// The maps measured, in report order: each kind's `u64` path first, the peers last (with the
 /// keys and values of the rows they are compared with).
-pub const CONFIGS: [MapConfig; 9] = [
+pub const CONFIGS: [MapConfig; 12] = [
     MapConfig {
         map: MapKind::Hash,
         keys: KeyKind::U64,
@@ -109,6 +110,21 @@ pub const CONFIGS: [MapConfig; 9] = [
     },
     MapConfig {
         map: MapKind::Ordered,
+        keys: KeyKind::User,
+        value_bytes: 100,
+    },
+    MapConfig {
+        map: MapKind::Leaf,
+        keys: KeyKind::Random16,
+        value_bytes: 100,
+    },
+    MapConfig {
+        map: MapKind::Leaf,
+        keys: KeyKind::Random16,
+        value_bytes: 1024,
+    },
+    MapConfig {
+        map: MapKind::Leaf,
         keys: KeyKind::User,
         value_bytes: 100,
     },
@@ -239,11 +255,15 @@ pub fn with_map<R>(
     keys: Keys,
     f: impl FnOnce(&mut dyn BenchMap) -> Result<R, ByteKeyError>,
 ) -> Result<R, ByteKeyError> {
-    if !config.map.is_ours() {
+    if !matches!(config.map, MapKind::Hash | MapKind::Ordered) {
         let Keys::Bytes(keys) = keys else {
             return Err(ByteKeyError::PeerKeys(config.map.name()));
         };
         return match config.map {
+            MapKind::Leaf => {
+                let bytes = config.pool_bytes(keys.len() as u64, files.new_records);
+                super::leaf::with_map(files, bytes, keys, config.value_bytes, f)
+            }
             MapKind::Lmdb => peers::lmdb::with_map(files, keys, config.value_bytes, f),
             _ => peers::redb::with_map(files, keys, config.value_bytes, f),
         };

@@ -22,6 +22,11 @@
 //! operation). Every result is checked (inserts inserted, reads found their record's value,
 //! updates replaced one, scans visited pairs).
 //!
+//! Beside them, the raw leaf map ([`leaf`]: pairs inline in persistent leaves, its DRAM index
+//! rebuilt at open, not yet behind the store) in a heap file of its own, with 16 random bytes
+//! to 100 B and 1 KiB and with `user:%011d` keys; after its workloads its open is timed
+//! ([`OpenTime`]).
+//!
 //! Beside them, the same workloads on two embedded stores ([`peers`]), LMDB (through heed) and
 //! redb, with the same 16-byte keys (the same key set: keys are drawn per kind of key, not per
 //! map), 100-byte values, operations and checks, each write durable before its call returns
@@ -41,6 +46,7 @@
 pub mod bench_map;
 pub mod error;
 pub mod keyset;
+pub mod leaf;
 pub mod maps;
 pub mod peers;
 pub mod results;
@@ -50,7 +56,7 @@ pub use error::ByteKeyError;
 pub use maps::{MapConfig, MapKind, CONFIGS};
 pub use peers::REDB_VERSION;
 pub use results::{
-    check_targets, ByteKeyResults, ByteKeyRow, Conditions, PeerComparison, TargetCheck,
+    check_targets, ByteKeyResults, ByteKeyRow, Conditions, OpenTime, PeerComparison, TargetCheck,
 };
 pub use workload::{ByteWorkload, LATENCY_EVERY, SCAN_RECORDS};
 
@@ -157,6 +163,7 @@ pub fn measure(
     let timer_ns = timer_overhead_ns();
     let stem = format!("{prefix}-bytekeys");
     let mut rows: Vec<ByteKeyRow> = Vec::new();
+    let mut opens: Vec<OpenTime> = Vec::new();
     for (i, config) in plan.maps.iter().enumerate() {
         let workloads = plan.workloads(config.map);
         let files = MapFiles {
@@ -169,17 +176,24 @@ pub fn measure(
                 .sum(),
         };
         let keys = Keys::new(config.keys, plan.records, key_seed(plan.seed, config.keys));
-        let measured = maps::with_map(files, *config, keys, |map| {
-            workloads
+        let (measured, open) = maps::with_map(files, *config, keys, |map| {
+            let measured = workloads
                 .iter()
                 .map(|(w, ops)| {
                     let label =
                         || format!("{} {}, {}", config.map.name(), config.label(), w.name());
                     run(map, ops, label).map(|m| (*w, m))
                 })
-                .collect::<Result<Vec<_>, _>>()
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((measured, map.open_seconds()?))
         })?;
         rows.extend(measured.iter().map(|(w, m)| row(config, *w, m)));
+        opens.extend(open.map(|seconds| OpenTime {
+            map: config.map.name().to_string(),
+            label: config.label(),
+            records: plan.records,
+            seconds,
+        }));
         progress(i + 1, plan.maps.len());
     }
     add_ratios(&mut rows);
@@ -210,6 +224,7 @@ pub fn measure(
             .filter_map(|c| peers::describe(c.map))
             .collect(),
         rows,
+        opens,
         comparison,
         targets,
         total_seconds: start.elapsed().as_secs_f64(),
@@ -286,18 +301,22 @@ fn compare_with_peers(rows: &[ByteKeyRow]) -> Vec<PeerComparison> {
         .iter()
         .map(|&w| {
             let (hash, ordered) = (rate(MapKind::Hash, w), rate(MapKind::Ordered, w));
+            let leaf = rate(MapKind::Leaf, w);
             let (lmdb, redb) = (rate(MapKind::Lmdb, w), rate(MapKind::Redb, w));
             PeerComparison {
                 workload: w.name().to_string(),
                 operation: w.operation().to_string(),
                 hash,
                 ordered,
+                leaf,
                 lmdb,
                 redb,
                 hash_over_lmdb: over(hash, lmdb),
                 ordered_over_lmdb: over(ordered, lmdb),
                 hash_over_redb: over(hash, redb),
                 ordered_over_redb: over(ordered, redb),
+                leaf_over_lmdb: over(leaf, lmdb),
+                leaf_over_redb: over(leaf, redb),
             }
         })
         .collect()
@@ -330,9 +349,14 @@ mod tests {
         let expected: usize = CONFIGS.iter().map(|c| c.map.workloads().len()).sum();
         assert_eq!(results.rows.len(), expected);
         for r in &results.rows {
-            let ours = r.map == "hash map" || r.map == "ordered map";
+            let ours = r.map == "hash map" || r.map == "ordered map" || r.map == "leaf map";
             assert!(r.ops_per_sec > 0.0 && r.p50_ns.is_some(), "{r:?}");
-            assert_eq!(r.ratio_to_u64.is_some(), ours && r.keys != "u64", "{r:?}");
+            let has_u64_row = r.map != "leaf map";
+            assert_eq!(
+                r.ratio_to_u64.is_some(),
+                ours && has_u64_row && r.keys != "u64",
+                "{r:?}"
+            );
             assert_eq!(r.fences_per_op.is_some(), ours, "{r:?}");
             if r.workload == "load" {
                 assert_eq!(r.ops, 3_000);
@@ -361,9 +385,15 @@ mod tests {
             let scan = c.workload == "E";
             assert!(c.lmdb.is_some() && c.redb.is_some(), "{c:?}");
             assert!(c.ordered_over_lmdb.is_some() && c.ordered_over_redb.is_some());
+            assert!(c.leaf_over_lmdb.is_some() && c.leaf_over_redb.is_some());
             assert_eq!(c.hash_over_lmdb.is_none(), scan, "{c:?}");
             assert_eq!(c.hash_over_redb.is_none(), scan, "{c:?}");
         }
+        assert_eq!(results.opens.len(), 3, "each leaf map's open timed");
+        assert!(results
+            .opens
+            .iter()
+            .all(|o| o.seconds > 0.0 && o.records == 3_000));
         assert_eq!(results.conditions.threads, 1);
         assert!(results.conditions.granularity.starts_with("emulated"));
         assert!(

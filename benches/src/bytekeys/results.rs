@@ -175,6 +175,8 @@ pub struct PeerComparison {
     pub hash: Option<f64>,
     /// Our ordered map's ops/s.
     pub ordered: Option<f64>,
+    /// Our leaf map's ops/s.
+    pub leaf: Option<f64>,
     /// LMDB's ops/s.
     pub lmdb: Option<f64>,
     /// redb's ops/s.
@@ -187,6 +189,24 @@ pub struct PeerComparison {
     pub hash_over_redb: Option<f64>,
     /// Ordered map / redb.
     pub ordered_over_redb: Option<f64>,
+    /// Leaf map / LMDB.
+    pub leaf_over_lmdb: Option<f64>,
+    /// Leaf map / redb.
+    pub leaf_over_redb: Option<f64>,
+}
+
+/// One open of a map that rebuilds its DRAM index from the media (the leaf map), timed after
+/// its workloads.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenTime {
+    /// The map's name.
+    pub map: String,
+    /// Its keys and values.
+    pub label: String,
+    /// Records it held (loaded; the workloads insert none).
+    pub records: u64,
+    /// Seconds of the open.
+    pub seconds: f64,
 }
 
 /// Under what conditions the section measured, printed with its numbers.
@@ -242,6 +262,8 @@ pub struct ByteKeyResults {
     pub peers: Vec<PeerInfo>,
     /// One row per map and workload, in run order.
     pub rows: Vec<ByteKeyRow>,
+    /// The opens timed (the leaf maps').
+    pub opens: Vec<OpenTime>,
     /// Ours against the peers, per workload (empty when no peer, or none of ours of their
     /// keys and values, was measured).
     pub comparison: Vec<PeerComparison>,

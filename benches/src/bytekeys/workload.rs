@@ -236,7 +236,9 @@ impl MapKind {
     pub fn workloads(self) -> &'static [ByteWorkload] {
         match self {
             MapKind::Hash => &ByteWorkload::HASH,
-            MapKind::Ordered | MapKind::Lmdb | MapKind::Redb => &ByteWorkload::ORDERED,
+            MapKind::Ordered | MapKind::Leaf | MapKind::Lmdb | MapKind::Redb => {
+                &ByteWorkload::ORDERED
+            }
         }
     }
 }

@@ -14,7 +14,8 @@ fn title(s: &ByteKeyResults) -> String {
     format!(
         "byte keys through the store: one thread, each map a fresh Store (Store::create in its \
          own pool file, batched fences, default configurations: CCEH, FAST&FAIR with FAST \
-         shifts) beside the u64 -> u64 map of the same kind in the same run{}; {} records \
+         shifts; the leaf map, not yet behind the store: raw, in a heap of its own pool file, \
+         8 KiB leaves) beside the u64 -> u64 map of the same kind in the same run{}; {} records \
          loaded (one insert each, keys in a random order), then A, B, C with {} operations \
          each and E with {} scans, uniform keys; {}",
         if s.peers.is_empty() {
@@ -142,12 +143,15 @@ fn comparison_cells(c: &PeerComparison) -> Vec<String> {
         format!("{} ({})", c.workload, c.operation),
         rate(c.hash),
         rate(c.ordered),
+        rate(c.leaf),
         rate(c.lmdb),
         rate(c.redb),
         ratio(c.hash_over_lmdb),
         ratio(c.ordered_over_lmdb),
+        ratio(c.leaf_over_lmdb),
         ratio(c.hash_over_redb),
         ratio(c.ordered_over_redb),
+        ratio(c.leaf_over_redb),
     ]
 }
 
@@ -161,9 +165,20 @@ fn peers_block(s: &ByteKeyResults) -> Option<Block> {
             .to_string(),
         "ours: every insert and upsert durable when the call returns (its flushes and fences \
          issued); gets: get(key), an owned value; scans: the ordered map's range(key..) \
-         taking 100 pairs, owned keys and values"
+         taking 100 pairs, owned keys and values; the leaf map (raw, in a heap file of its \
+         own): get_into a reused buffer, scan(key..) lending 100 pairs to a callback"
             .to_string(),
     ];
+    legend.extend(s.opens.iter().map(|o| {
+        format!(
+            "{} {} open after its workloads ({} records, the DRAM index rebuilt from the \
+             leaves): {:.1} ms",
+            o.map,
+            o.label,
+            o.records,
+            o.seconds * 1e3
+        )
+    }));
     legend.extend(s.peers.iter().map(|p| {
         format!(
             "{} ({}): writes {}; reads: {}",
@@ -186,12 +201,15 @@ fn peers_block(s: &ByteKeyResults) -> Option<Block> {
             "workload",
             "ours, hash",
             "ours, ordered",
+            "ours, leaf",
             "LMDB",
             "redb",
             "hash / LMDB",
             "ordered / LMDB",
+            "leaf / LMDB",
             "hash / redb",
             "ordered / redb",
+            "leaf / redb",
         ],
         rows: s.comparison.iter().map(comparison_cells).collect(),
         text_columns: &[0],

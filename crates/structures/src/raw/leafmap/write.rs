@@ -24,7 +24,7 @@ impl<B: Backend> LeafMap<B> {
     /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
     /// written) if it was there.
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        Ok(self.put(key, value, None)?)
+        self.put(key, value, None)
     }
 
     /// Insert or overwrite `key -> value`; the old value if there was one.

@@ -182,8 +182,6 @@ pub(crate) struct SlotHeader {
     pub value_len: usize,
     /// The pair lives in a record, whose offset follows the header.
     pub out_of_line: bool,
-    /// The header's length bytes (4..8), which the checksum covers.
-    lens: [u8; 4],
 }
 
 impl SlotHeader {
@@ -194,14 +192,12 @@ impl SlotHeader {
         let crc = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let key_field = u16::from_le_bytes([b[4], b[5]]);
         let value_len = u16::from_le_bytes([b[6], b[7]]) as usize;
-        let lens = [b[4], b[5], b[6], b[7]];
         if key_field == OUT_OF_LINE {
             return (value_len == 0).then_some(SlotHeader {
                 crc,
                 key_len: 0,
                 value_len: 0,
                 out_of_line: true,
-                lens,
             });
         }
         let key_len = key_field as usize;
@@ -211,14 +207,8 @@ impl SlotHeader {
                 key_len,
                 value_len,
                 out_of_line: false,
-                lens,
             },
         )
-    }
-
-    /// The checksum of this header's lengths with the payload, `first` then `second`.
-    pub fn computed(&self, first: &[u8], second: &[u8]) -> u32 {
-        slot_checksum(&self.lens, first, second)
     }
 }
 
@@ -272,14 +262,19 @@ mod tests {
         let parsed = SlotHeader::parse(u64::from_le_bytes(h), 8).expect("fits 8 bytes");
         assert_eq!((parsed.key_len, parsed.value_len), (3, 5));
         assert!(!parsed.out_of_line);
-        assert_eq!(parsed.computed(b"key", b"value"), parsed.crc);
-        assert_ne!(parsed.computed(b"key", b"valuf"), parsed.crc);
+        let slot = [&h[..], b"keyvalue"].concat();
+        assert_eq!(
+            crc32c::crc32c(&slot[4..]),
+            parsed.crc,
+            "over lengths, key, value"
+        );
+        assert_ne!(crc32c::crc32c(&[&h[4..], b"keyvaluf"].concat()), parsed.crc);
         assert_eq!(SlotHeader::parse(u64::from_le_bytes(h), 7), None);
         let slot = out_of_line_slot(0x1240);
         let word = u64::from_le_bytes(slot[..8].try_into().unwrap());
         let parsed = SlotHeader::parse(word, 24).expect("an out-of-line slot");
         assert!(parsed.out_of_line);
-        assert_eq!(parsed.computed(&0x1240u64.to_le_bytes(), &[]), parsed.crc);
+        assert_eq!(crc32c::crc32c(&slot[4..]), parsed.crc);
         // A key length with the out-of-line bit and more set is no slot's.
         let bad = u64::from_le_bytes(h) | (0x8001u64 << 32);
         assert_eq!(SlotHeader::parse(bad, 4000), None);

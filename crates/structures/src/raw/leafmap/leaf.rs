@@ -105,11 +105,52 @@ pub(crate) struct Slots<'a, B: Backend> {
     pub config: LeafMapConfig,
 }
 
-/// Where a slot's pair is: inline at `at` (key, then value), or in the record at `record`.
+/// A slot's pair as read: inline (its key and value in the slot's bytes, and whether they
+/// match the slot's checksum), or in the record at `record`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Place {
-    Inline { at: u64, header: SlotHeader },
-    Record { record: u64, header: Header },
+pub(crate) enum Pair<'b> {
+    Inline {
+        key: &'b [u8],
+        value: &'b [u8],
+        checked: bool,
+    },
+    Record {
+        record: u64,
+    },
+}
+
+/// A buffer one slot is read into: on the stack for slots of up to 256 bytes.
+pub(crate) struct SlotBuf {
+    small: [u8; 256],
+    large: Vec<u8>,
+}
+
+impl SlotBuf {
+    pub fn new() -> SlotBuf {
+        SlotBuf {
+            small: [0; 256],
+            large: Vec::new(),
+        }
+    }
+
+    /// The first `n` bytes.
+    fn get(&mut self, n: usize) -> &mut [u8] {
+        if n <= self.small.len() {
+            &mut self.small[..n]
+        } else {
+            self.large.resize(n, 0);
+            &mut self.large[..n]
+        }
+    }
+
+    /// The first `n` bytes, as read.
+    fn bytes(&self, n: usize) -> &[u8] {
+        if n <= self.small.len() {
+            &self.small[..n]
+        } else {
+            &self.large[..n]
+        }
+    }
 }
 
 /// The error for the slot at `slot` whose bytes cannot be a slot's.
@@ -120,25 +161,60 @@ fn bad_slot(slot: u64, reason: impl Into<String>) -> RecordMapError {
     }
 }
 
-impl<B: Backend> Slots<'_, B> {
-    /// Where the pair of the slot at `slot` is, its header parsed (not yet checksummed).
-    pub fn place(&self, slot: u64) -> Result<Place, RecordMapError> {
-        let word = self.pool.load_u64(slot)?;
-        let header = SlotHeader::parse(word, self.config.inline_bytes())
-            .ok_or_else(|| bad_slot(slot, "its lengths do not fit the slot"))?;
-        if !header.out_of_line {
-            return Ok(Place::Inline {
-                at: slot + SLOT_HEADER as u64,
-                header,
-            });
-        }
-        let record = self.pool.load_u64(slot + SLOT_HEADER as u64)?;
-        if header.computed(&record.to_le_bytes(), &[]) != header.crc {
+/// The error for an inline pair whose bytes fail the slot's checksum.
+fn failed_checksum(slot: u64) -> RecordMapError {
+    bad_slot(slot, "its bytes fail the slot's checksum")
+}
+
+/// Parse the bytes of a slot (`bytes`, the whole slot) holding `inline` bytes of payload at
+/// most.
+fn parse(slot: u64, bytes: &[u8], inline: usize) -> Result<Pair<'_>, RecordMapError> {
+    let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    let header = SlotHeader::parse(word, inline)
+        .ok_or_else(|| bad_slot(slot, "its lengths do not fit the slot"))?;
+    if header.out_of_line {
+        // The checksum covers the lengths and the record's offset: one call over both.
+        if crc32c::crc32c(&bytes[4..SLOT_HEADER + 8]) != header.crc {
             return Err(bad_slot(
                 slot,
                 "its record pointer fails the slot's checksum",
             ));
         }
+        let record = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        return Ok(Pair::Record { record });
+    }
+    let end = SLOT_HEADER + header.key_len + header.value_len;
+    Ok(Pair::Inline {
+        key: &bytes[SLOT_HEADER..SLOT_HEADER + header.key_len],
+        value: &bytes[SLOT_HEADER + header.key_len..end],
+        checked: crc32c::crc32c(&bytes[4..end]) == header.crc,
+    })
+}
+
+impl<B: Backend> Slots<'_, B> {
+    fn slot_bytes(&self) -> usize {
+        self.config.slot_bytes as usize
+    }
+
+    /// Read the slot at `slot` into `buf` and parse it.
+    pub fn read<'b>(&self, slot: u64, buf: &'b mut SlotBuf) -> Result<Pair<'b>, RecordMapError> {
+        let n = self.slot_bytes();
+        self.pool.read_bytes(slot, buf.get(n))?;
+        parse(slot, buf.bytes(n), self.config.inline_bytes())
+    }
+
+    /// The slot at `slot` as [`Slots::read`] left it in `buf`, parsed again.
+    pub fn parsed<'b>(&self, slot: u64, buf: &'b SlotBuf) -> Result<Pair<'b>, RecordMapError> {
+        parse(
+            slot,
+            buf.bytes(self.slot_bytes()),
+            self.config.inline_bytes(),
+        )
+    }
+
+    /// The header of the record at `record`, which a slot names: one of a record inside the
+    /// pool.
+    fn record(&self, record: u64) -> Result<Header, RecordMapError> {
         let line = record_layout::first_line(self.pool, record)?;
         if self
             .pool
@@ -147,114 +223,125 @@ impl<B: Backend> Slots<'_, B> {
         {
             return Err(bad_slot(record, "the record runs past the pool's end"));
         }
-        Ok(Place::Record {
-            record,
-            header: line.header,
-        })
+        Ok(line.header)
     }
 
-    /// Compare the key of the slot at `slot` with `key`, reading it a piece at a time.
+    /// Compare the key of the slot at `slot` with `key`.
     pub fn compare(&self, slot: u64, key: &[u8]) -> Result<Ordering, RecordMapError> {
-        let (at, len) = match self.place(slot)? {
-            Place::Inline { at, header } => (at, header.key_len),
-            Place::Record { record, header } => (Header::key_at(record), header.key_len),
-        };
-        compare_at(self.pool, at, len, key)
+        let mut buf = SlotBuf::new();
+        match self.read(slot, &mut buf)? {
+            Pair::Inline { key: theirs, .. } => Ok(theirs.cmp(key)),
+            Pair::Record { record } => {
+                let header = self.record(record)?;
+                compare_at(self.pool, Header::key_at(record), header.key_len, key)
+            }
+        }
     }
 
-    /// Whether the slot at `slot` holds `key`.
-    pub fn holds(&self, slot: u64, key: &[u8]) -> Result<bool, RecordMapError> {
-        let (at, len) = match self.place(slot)? {
-            Place::Inline { at, header } => (at, header.key_len),
-            Place::Record { record, header } => (Header::key_at(record), header.key_len),
-        };
-        Ok(len == key.len() && compare_at(self.pool, at, len, key)? == Ordering::Equal)
+    /// Whether the slot at `slot` holds `key`, the slot left in `buf`. A slot holding another
+    /// key whose bytes fail its checksum is [`RecordMapError::CorruptRecord`]: it may be
+    /// `key`'s, damaged.
+    pub fn holds(&self, slot: u64, key: &[u8], buf: &mut SlotBuf) -> Result<bool, RecordMapError> {
+        match self.read(slot, buf)? {
+            Pair::Inline { key: theirs, .. } if theirs == key => Ok(true),
+            Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
+            Pair::Inline { .. } => Ok(false),
+            Pair::Record { record } => {
+                let line = record_layout::first_line(self.pool, record)?;
+                if line.key_equals(self.pool, record, key)? {
+                    return Ok(true);
+                }
+                line.check(self.pool, record)?;
+                Ok(false)
+            }
+        }
     }
 
-    /// The value of the slot at `slot`, whose key is `key`, into `out` (cleared first), the
-    /// pair checked against its checksum.
+    /// The value of the slot at `slot`, left in `buf` by [`Slots::holds`], whose key is `key`,
+    /// into `out` (cleared first), the pair checked against its checksum.
     pub fn value_into(
         &self,
         slot: u64,
         key: &[u8],
+        buf: &SlotBuf,
         out: &mut Vec<u8>,
     ) -> Result<(), RecordMapError> {
         out.clear();
-        match self.place(slot)? {
-            Place::Inline { at, header } => {
-                out.resize(header.value_len, 0);
-                self.pool.read_bytes(at + header.key_len as u64, out)?;
-                if header.computed(key, out) != header.crc {
-                    out.clear();
-                    return Err(bad_slot(slot, "its bytes fail the slot's checksum"));
-                }
+        match self.parsed(slot, buf)? {
+            Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
+            Pair::Inline { value, .. } => {
+                out.extend_from_slice(value);
+                Ok(())
             }
-            Place::Record { record, header } => {
+            Pair::Record { record } => {
+                let header = self.record(record)?;
                 out.resize(header.value_len, 0);
                 self.pool.read_bytes(header.value_at(record), out)?;
-                if let Err(e) = header.check(record, key, out) {
-                    out.clear();
-                    return Err(e);
-                }
+                header.check(record, key, out).inspect_err(|_| out.clear())
             }
         }
-        Ok(())
     }
 
     /// Append the key and then the value of the slot at `slot` to `out`, the pair checked:
-    /// the key's length and the value's.
+    /// where the key starts in `out`, the key's length and the value's. (An inline slot is
+    /// read whole into `out`, whose bytes past the pair are left there.)
     pub fn append_pair(
         &self,
         slot: u64,
         out: &mut Vec<u8>,
-    ) -> Result<(usize, usize), RecordMapError> {
+    ) -> Result<(usize, usize, usize), RecordMapError> {
         let start = out.len();
-        let (at, header_crc, key_len, value_len, record) = match self.place(slot)? {
-            Place::Inline { at, header } => (at, header, header.key_len, header.value_len, None),
-            Place::Record { record, header } => {
-                let h = SlotHeader::parse(self.pool.load_u64(slot)?, self.config.inline_bytes())
-                    .ok_or_else(|| bad_slot(slot, "its lengths do not fit the slot"))?;
-                (
-                    Header::key_at(record),
-                    h,
-                    header.key_len,
-                    header.value_len,
-                    Some((record, header)),
-                )
+        let n = self.slot_bytes();
+        out.resize(start + n, 0);
+        let read = self
+            .pool
+            .read_bytes(slot, &mut out[start..])
+            .map_err(RecordMapError::from)
+            .and_then(
+                |()| match parse(slot, &out[start..], self.config.inline_bytes())? {
+                    Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
+                    Pair::Inline { key, value, .. } => Ok((key.len(), value.len(), None)),
+                    Pair::Record { record } => Ok((0, 0, Some(record))),
+                },
+            );
+        let (key_len, value_len, record) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                out.truncate(start);
+                return Err(e);
             }
         };
-        out.resize(start + key_len + value_len, 0);
-        let read = self.pool.read_bytes(at, &mut out[start..]);
-        let checked = read.map_err(RecordMapError::from).and_then(|()| {
-            let (key, value) = out[start..].split_at(key_len);
-            match record {
-                None if header_crc.computed(key, value) != header_crc.crc => {
-                    Err(bad_slot(slot, "its bytes fail the slot's checksum"))
-                }
-                None => Ok(()),
-                Some((record, header)) => header.check(record, key, value),
-            }
+        let Some(record) = record else {
+            return Ok((start + SLOT_HEADER, key_len, value_len));
+        };
+        out.truncate(start);
+        let checked = self.record(record).and_then(|header| {
+            out.resize(start + header.key_len + header.value_len, 0);
+            self.pool
+                .read_bytes(Header::key_at(record), &mut out[start..])?;
+            let (key, value) = out[start..].split_at(header.key_len);
+            header.check(record, key, value)?;
+            Ok((start, header.key_len, header.value_len))
         });
-        if let Err(e) = checked {
-            out.truncate(start);
-            return Err(e);
-        }
-        Ok((key_len, value_len))
+        checked.inspect_err(|_| out.truncate(start))
     }
 
     /// The whole pair of the slot at `slot`, checked (for open, splits and verification).
     pub fn pair(&self, slot: u64) -> Result<(Vec<u8>, Vec<u8>), RecordMapError> {
         let mut bytes = Vec::new();
-        let (key_len, _) = self.append_pair(slot, &mut bytes)?;
-        let value = bytes.split_off(key_len);
+        let (at, key_len, value_len) = self.append_pair(slot, &mut bytes)?;
+        let value = bytes[at + key_len..at + key_len + value_len].to_vec();
+        bytes.truncate(at + key_len);
+        bytes.drain(..at);
         Ok((bytes, value))
     }
 
     /// The record the slot at `slot` names, if its pair is out of line.
     pub fn record_of(&self, slot: u64) -> Result<Option<u64>, RecordMapError> {
-        Ok(match self.place(slot)? {
-            Place::Record { record, .. } => Some(record),
-            Place::Inline { .. } => None,
+        let mut buf = SlotBuf::new();
+        Ok(match self.read(slot, &mut buf)? {
+            Pair::Record { record } => Some(record),
+            Pair::Inline { .. } => None,
         })
     }
 }

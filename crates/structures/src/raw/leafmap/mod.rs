@@ -82,12 +82,14 @@
 //! |---|---|
 //! | `layout.rs` | the bytes: root, leaf header, slot; [`LeafMapConfig`] |
 //! | `leaf.rs` | a leaf's DRAM state, and the reads of a slot's pair |
+//! | `index.rs` | the DRAM index: leaves by their (short, inline) lower bounds |
 //! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
 //! | `write.rs` | insert, upsert, remove |
 //! | `split.rs` | the structural transactions: split, unlink |
 //! | `scan.rs` | range scans that lend each pair |
 //! | `verify.rs` | `verify()` and `blocks()` |
 
+mod index;
 mod layout;
 mod leaf;
 mod open;
@@ -96,8 +98,6 @@ mod split;
 mod verify;
 mod write;
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use pmem_ordering::Backend;
@@ -105,30 +105,14 @@ use pmem_undo_log::Heap;
 
 pub use layout::{LeafMapConfig, ROOT_BYTES};
 
+use self::index::{Index, LeafBound};
 use self::layout::{fingerprint, leaf_header, root_bytes};
-use self::leaf::{Leaf, Slots};
+use self::leaf::{Leaf, SlotBuf, Slots};
 use crate::kind::StructureKind;
 use crate::records::layout::MAX_OWNER_ROOT;
 use crate::records::{RecordMapError, MAX_KEY_BYTES};
 
 type Result<T, E = RecordMapError> = std::result::Result<T, E>;
-
-/// The DRAM index: every leaf by its lowest bound (the first leaf's is the empty key), and
-/// the number of pairs.
-#[derive(Default)]
-pub(crate) struct Index {
-    leaves: BTreeMap<Vec<u8>, Leaf>,
-    len: u64,
-}
-
-impl Index {
-    /// The leaf whose range holds `key`, with its bound.
-    fn leaf_of(&self, key: &[u8]) -> Option<(&Vec<u8>, &Leaf)> {
-        self.leaves
-            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-    }
-}
 
 /// An ordered map of byte strings in persistent leaves (see the module docs).
 pub struct LeafMap<B: Backend> {
@@ -169,7 +153,7 @@ impl<B: Backend> LeafMap<B> {
             Ok(head)
         })?;
         let mut index = Index::default();
-        index.leaves.insert(Vec::new(), Leaf::empty(head));
+        index.leaves.insert(LeafBound::new(&[]), Leaf::empty(head));
         Ok(LeafMap {
             heap: heap.clone(),
             root,
@@ -229,10 +213,11 @@ impl<B: Backend> LeafMap<B> {
         }
         let index = self.read();
         let (_, leaf) = self.leaf_of(&index, key)?;
-        match self.find(leaf, key)? {
+        let mut buf = SlotBuf::new();
+        match self.find(leaf, key, &mut buf)? {
             Some(slot) => {
                 let at = self.config.slot_at(leaf.offset, slot);
-                self.slots().value_into(at, key, out)?;
+                self.slots().value_into(at, key, &buf, out)?;
                 Ok(true)
             }
             None => Ok(false),
@@ -246,24 +231,22 @@ impl<B: Backend> LeafMap<B> {
         }
         let index = self.read();
         let (_, leaf) = self.leaf_of(&index, key)?;
-        Ok(self.find(leaf, key)?.is_some())
+        Ok(self.find(leaf, key, &mut SlotBuf::new())?.is_some())
     }
 
-    /// The slot of `leaf` holding `key`, if any; a key that may be in a damaged slot is an
-    /// error.
-    fn find(&self, leaf: &Leaf, key: &[u8]) -> Result<Option<usize>> {
+    /// The slot of `leaf` holding `key`, if any, its bytes left in `buf`; a key that may be
+    /// in a damaged slot is an error.
+    fn find(&self, leaf: &Leaf, key: &[u8], buf: &mut SlotBuf) -> Result<Option<usize>> {
         let slots = self.slots();
         let mut candidates = leaf.matching(fingerprint(key));
         while candidates != 0 {
             let slot = candidates.trailing_zeros() as usize;
             candidates &= candidates - 1;
-            let at = self.config.slot_at(leaf.offset, slot);
-            if slots.holds(at, key)? {
+            // Another key of the same fingerprint (one lookup in 256 or so), or this key's slot
+            // damaged: `holds` checks the checksum of a slot whose key differs.
+            if slots.holds(self.config.slot_at(leaf.offset, slot), key, buf)? {
                 return Ok(Some(slot));
             }
-            // Another key of the same fingerprint, or this key's slot damaged: its checksum
-            // tells (a collision is one lookup in 256 or so).
-            slots.pair(at)?;
         }
         match leaf.damage(&self.config) {
             Some(e) => Err(e),
@@ -272,7 +255,7 @@ impl<B: Backend> LeafMap<B> {
     }
 
     /// The leaf whose range holds `key`.
-    fn leaf_of<'i>(&self, index: &'i Index, key: &[u8]) -> Result<(&'i Vec<u8>, &'i Leaf)> {
+    fn leaf_of<'i>(&self, index: &'i Index, key: &[u8]) -> Result<(&'i LeafBound, &'i Leaf)> {
         index.leaf_of(key).ok_or_else(|| self.no_first_leaf())
     }
 

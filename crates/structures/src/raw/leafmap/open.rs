@@ -6,9 +6,10 @@ use std::sync::RwLock;
 use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
+use super::index::{separator, Index, LeafBound};
 use super::layout::{fingerprint, leaf_tag, low_bits, read_root, ROOT_BYTES};
 use super::leaf::{Leaf, Slots};
-use super::{Index, LeafMap, Result};
+use super::{LeafMap, Result};
 use crate::records::layout as record_layout;
 use crate::records::RecordMapError;
 
@@ -95,15 +96,16 @@ impl<B: Backend> LeafMap<B> {
                     )));
                 }
             }
-            let bound = if at == found.head {
-                Vec::new()
-            } else if let Some((min, _)) = keyed.first() {
-                min.clone()
-            } else {
+            let bound = match (&previous_max, keyed.first()) {
+                _ if at == found.head => Vec::new(),
+                (Some(max), Some((min, _))) => separator(max, min).to_vec(),
+                (None, Some((min, _))) => min[..min.len().min(1)].to_vec(),
                 // A leaf whose every pair is damaged: just above the keys before it.
-                let mut above = previous_max.clone().unwrap_or_default();
-                above.push(0);
-                above
+                (max, None) => {
+                    let mut above = max.clone().unwrap_or_default();
+                    above.push(0);
+                    above
+                }
             };
             if previous_bound.as_ref().is_some_and(|b| *b >= bound) {
                 return Err(corrupt(format!(
@@ -125,7 +127,7 @@ impl<B: Backend> LeafMap<B> {
                 previous_max = Some(max);
             }
             previous_bound = Some(bound.clone());
-            index.leaves.insert(bound, leaf);
+            index.leaves.insert(LeafBound::new(&bound), leaf);
             at = next;
         }
         if index.leaves.is_empty() {

@@ -124,12 +124,17 @@ impl<B: Backend> LeafMap<B> {
         let (first_bound, mut lower): (&[u8], Bound<&[u8]>) = match from {
             From::Start => match start {
                 Bound::Unbounded => (&[], Bound::Unbounded),
-                Bound::Included(k) | Bound::Excluded(k) => (self.leaf_of(index, k)?.0, start),
+                Bound::Included(k) | Bound::Excluded(k) => {
+                    (self.leaf_of(index, k)?.0.as_slice(), start)
+                }
             },
             From::NextLeaf if index.leaves.contains_key(&next_bound[..]) => {
                 (&next_bound[..], Bound::Unbounded)
             }
-            From::NextLeaf => (self.leaf_of(index, last)?.0, Bound::Excluded(&last[..])),
+            From::NextLeaf => (
+                self.leaf_of(index, last)?.0.as_slice(),
+                Bound::Excluded(&last[..]),
+            ),
         };
         let slots = self.slots();
         let mut leaves = index
@@ -141,12 +146,19 @@ impl<B: Backend> LeafMap<B> {
             }
             let from_slot = self.lower_position(leaf, lower)?;
             lower = Bound::Unbounded;
-            for &slot in &leaf.ordered()[from_slot..] {
-                let at = bytes.len();
-                let (key_len, value_len) =
+            let ordered = &leaf.ordered()[from_slot..];
+            // The slots are read in key order, not in place order: ask for all their lines at
+            // once, so the misses overlap instead of following one another.
+            for &slot in ordered {
+                let at = self.config.slot_at(leaf.offset, slot as usize);
+                self.heap.pool().prefetch(at, self.config.slot_bytes);
+            }
+            for &slot in ordered {
+                let mark = bytes.len();
+                let (at, key_len, value_len) =
                     slots.append_pair(self.config.slot_at(leaf.offset, slot as usize), bytes)?;
                 if past(&bytes[at..at + key_len], end) {
-                    bytes.truncate(at);
+                    bytes.truncate(mark);
                     return Ok(true);
                 }
                 pairs.push((at, key_len, value_len));
@@ -155,7 +167,7 @@ impl<B: Backend> LeafMap<B> {
                 return Ok(match leaves.next() {
                     Some((bound, _)) => {
                         next_bound.clear();
-                        next_bound.extend_from_slice(bound);
+                        next_bound.extend_from_slice(bound.as_slice());
                         false
                     }
                     None => true,

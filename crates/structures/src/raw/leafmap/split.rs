@@ -5,10 +5,11 @@ use std::ops::Bound;
 
 use pmem_ordering::{Backend, PPtr};
 
+use super::index::{separator, Index, LeafBound};
 use super::layout::{leaf_header, low_bits, LEAF_HEADER};
 use super::leaf::Leaf;
 use super::write::free_record;
-use super::{Index, LeafMap, Result};
+use super::{LeafMap, Result};
 use crate::records::RecordMapError;
 
 impl<B: Backend> LeafMap<B> {
@@ -32,9 +33,14 @@ impl<B: Backend> LeafMap<B> {
                 ),
             });
         }
-        let moved = &order[order.len() / 2..];
-        let first_at = self.config.slot_at(leaf.offset, moved[0] as usize);
-        let (separator, _) = self.slots().pair(first_at)?;
+        let half = order.len() / 2;
+        let moved = &order[half..];
+        let key_of = |slot: u8| {
+            let at = self.config.slot_at(leaf.offset, slot as usize);
+            self.slots().pair(at).map(|(key, _)| key)
+        };
+        let (last_kept, first_moved) = (key_of(order[half - 1])?, key_of(moved[0])?);
+        let new_bound = LeafBound::new(separator(&last_kept, &first_moved));
         let next = pool.load_u64(leaf.offset + 8)?;
         let slot_bytes = self.config.slot_bytes as usize;
         let mut image = vec![0u8; LEAF_HEADER as usize + moved.len() * slot_bytes];
@@ -70,7 +76,7 @@ impl<B: Backend> LeafMap<B> {
             .ok_or_else(|| self.no_first_leaf())?;
         old.bitmap = kept;
         old.count -= moved.len() as u8;
-        index.leaves.insert(separator, fresh);
+        index.leaves.insert(new_bound, fresh);
         Ok(())
     }
 

@@ -285,7 +285,12 @@ fn a_damaged_slot_is_reported_by_reads_writes_scans_and_verify_never_served() {
     let (leaf, slot) = {
         let index = map.read();
         let (_, leaf) = index.leaf_of(&victim).unwrap();
-        (leaf.offset, map.find(leaf, &victim).unwrap().unwrap())
+        (
+            leaf.offset,
+            map.find(leaf, &victim, &mut super::leaf::SlotBuf::new())
+                .unwrap()
+                .unwrap(),
+        )
     };
     let flip = |at: u64| {
         let (word, shift) = (at & !7, (at & 7) * 8);

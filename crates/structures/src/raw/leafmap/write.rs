@@ -8,7 +8,7 @@ use pmem_ordering::PPtr;
 use pmem_undo_log::Tx;
 
 use super::layout::{fingerprint, inline_header, out_of_line_slot, SLOT_HEADER};
-use super::leaf::Leaf;
+use super::leaf::{Leaf, Pair, SlotBuf};
 use super::{Index, LeafMap, Result};
 use crate::records::layout::{self as record_layout, check_sizes, owner_of, Header};
 use crate::records::RecordMapError;
@@ -49,19 +49,20 @@ impl<B: Backend> LeafMap<B> {
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
-            let found = self.found(leaf, key)?;
+            let mut buf = SlotBuf::new();
+            let found = self.found(leaf, key, &mut buf)?;
             if found.is_some() && old.is_none() {
                 return Ok(false);
             }
             let Some(free) = leaf.free_slot(self.config.slots()) else {
                 let bound = bound.clone();
-                self.split(index, &bound)?;
+                self.split(index, bound.as_slice())?;
                 continue;
             };
             if let Some(found) = found {
                 if let Some(out) = old.as_deref_mut() {
                     let at = self.config.slot_at(leaf.offset, found.slot);
-                    self.slots().value_into(at, key, out)?;
+                    self.slots().value_into(at, key, &buf, out)?;
                 }
                 self.commit(leaf, free, Some(&found), key, value)?;
                 leaf.order_replace(found.slot, free);
@@ -90,16 +91,17 @@ impl<B: Backend> LeafMap<B> {
         if let Some(e) = leaf.damage(&self.config) {
             return Err(e);
         }
-        let Some(found) = self.found(leaf, key)? else {
+        let mut buf = SlotBuf::new();
+        let Some(found) = self.found(leaf, key, &mut buf)? else {
             return Ok(None);
         };
         let mut old = Vec::new();
         let at = self.config.slot_at(leaf.offset, found.slot);
-        self.slots().value_into(at, key, &mut old)?;
+        self.slots().value_into(at, key, &buf, &mut old)?;
         let bitmap = leaf.bitmap & !(1u64 << found.slot);
         if bitmap == 0 && leaf.offset != self.head {
             let bound = bound.clone();
-            self.unlink(index, &bound, found.record)?;
+            self.unlink(index, bound.as_slice(), found.record)?;
         } else {
             self.store_bitmap(leaf, bitmap, found.record)?;
             leaf.order_remove(found.slot);
@@ -108,14 +110,17 @@ impl<B: Backend> LeafMap<B> {
         Ok(Some(old))
     }
 
-    /// The slot of `leaf` holding `key` and the record it names, if any.
-    fn found(&self, leaf: &Leaf, key: &[u8]) -> Result<Option<Found>> {
-        let Some(slot) = self.find(leaf, key)? else {
+    /// The slot of `leaf` holding `key` and the record it names, if any, its bytes left in
+    /// `buf`.
+    fn found(&self, leaf: &Leaf, key: &[u8], buf: &mut SlotBuf) -> Result<Option<Found>> {
+        let Some(slot) = self.find(leaf, key, buf)? else {
             return Ok(None);
         };
-        let record = self
-            .slots()
-            .record_of(self.config.slot_at(leaf.offset, slot))?;
+        let at = self.config.slot_at(leaf.offset, slot);
+        let record = match self.slots().parsed(at, buf)? {
+            Pair::Record { record } => Some(record),
+            Pair::Inline { .. } => None,
+        };
         Ok(Some(Found { slot, record }))
     }
 

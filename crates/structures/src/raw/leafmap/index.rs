@@ -1,0 +1,128 @@
+//! The DRAM index over the leaves: each leaf by its lower bound, the number of pairs. Bounds
+//! are kept short (a split's is the shortest prefix of the upper half's first key that sorts
+//! after the lower half's last, as a B+-tree's suffix truncation) and inline up to
+//! [`INLINE`] bytes, so a search compares bytes held in the index's own nodes instead of
+//! following a pointer per bound.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+
+use super::leaf::Leaf;
+
+/// Bytes of a bound kept inline.
+const INLINE: usize = 22;
+
+/// The DRAM index: every leaf by its lower bound (the first leaf's is the empty key), and the
+/// number of pairs.
+#[derive(Default)]
+pub(crate) struct Index {
+    pub leaves: BTreeMap<LeafBound, Leaf>,
+    pub len: u64,
+}
+
+impl Index {
+    /// The leaf whose range holds `key`, with its bound.
+    pub fn leaf_of(&self, key: &[u8]) -> Option<(&LeafBound, &Leaf)> {
+        self.leaves
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+    }
+}
+
+/// A leaf's lower bound: a byte string, inline when short.
+#[derive(Clone)]
+pub(crate) enum LeafBound {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl LeafBound {
+    pub fn new(bound: &[u8]) -> LeafBound {
+        if bound.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..bound.len()].copy_from_slice(bound);
+            LeafBound::Inline {
+                len: bound.len() as u8,
+                bytes,
+            }
+        } else {
+            LeafBound::Heap(bound.into())
+        }
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            LeafBound::Inline { len, bytes } => &bytes[..*len as usize],
+            LeafBound::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl Borrow<[u8]> for LeafBound {
+    #[inline]
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for LeafBound {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for LeafBound {}
+
+impl PartialOrd for LeafBound {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LeafBound {
+    /// As the bytes: what `Borrow<[u8]>` requires.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl fmt::Debug for LeafBound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_slice())
+    }
+}
+
+/// The shortest prefix of `right` that sorts after `left`, for `left < right`: a bound
+/// between them.
+pub(crate) fn separator<'k>(left: &[u8], right: &'k [u8]) -> &'k [u8] {
+    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    &right[..(common + 1).min(right.len())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn separators_are_short_and_between() {
+        let cases: [(&[u8], &[u8], &[u8]); 4] = [
+            (b"apple", b"banana", b"b"),
+            (b"user:0001", b"user:0002", b"user:0002"),
+            (b"ab", b"abc", b"abc"),
+            (b"", b"\0", b"\0"),
+        ];
+        for (left, right, want) in cases {
+            let s = separator(left, right);
+            assert_eq!(s, want);
+            assert!(left < s && s <= right);
+        }
+        let long = LeafBound::new(&[b'b'; 40]);
+        let short = LeafBound::new(b"abc");
+        assert!(matches!(long, LeafBound::Heap(_)) && matches!(short, LeafBound::Inline { .. }));
+        assert!(short < long && long.as_slice() == [b'b'; 40]);
+    }
+}

@@ -1,5 +1,5 @@
-//! Range scans that lend each pair: one leaf's pairs, in key order, are copied (and checked)
-//! into a buffer under the map's lock, then lent to the caller's callback with the lock
+//! Range scans that lend each pair: whole leaves' pairs, in key order, are copied (and
+//! checked) into a buffer under the map's lock (until it holds a few dozen), then lent to the caller's callback with the lock
 //! released; the next leaf is found by its bound, or (if a write moved it) by the last key
 //! lent. The buffers are the thread's, reused: a scan allocates nothing per pair, and nothing
 //! at all once they are large enough.
@@ -29,6 +29,10 @@ thread_local! {
     /// own).
     static SPARE: Cell<Option<Box<Batch>>> = const { Cell::new(None) };
 }
+
+/// Pairs a batch holds at least before it is lent (unless the scan ends first): whole leaves
+/// are copied until it does, so a scan of 100 pairs takes the lock two or three times.
+const BATCH_PAIRS: usize = 48;
 
 /// Where a batch starts.
 #[derive(Clone, Copy)]
@@ -103,8 +107,9 @@ impl<B: Backend> LeafMap<B> {
         Ok(pairs)
     }
 
-    /// Copy into `batch` the pairs of the first leaf, from `from`, that has any in range:
-    /// whether the scan has nothing after them (its end bound reached, or no leaf left).
+    /// Copy into `batch` the pairs in range of the leaves from `from` on, whole leaves until
+    /// it holds [`BATCH_PAIRS`]: whether the scan has nothing after them (its end bound
+    /// reached, or no leaf left).
     fn fill(
         &self,
         index: &Index,
@@ -140,6 +145,7 @@ impl<B: Backend> LeafMap<B> {
         let mut leaves = index
             .leaves
             .range::<[u8], _>((Bound::Included(first_bound), Bound::Unbounded));
+        let mut prefetched = false;
         while let Some((_, leaf)) = leaves.next() {
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
@@ -147,11 +153,9 @@ impl<B: Backend> LeafMap<B> {
             let from_slot = self.lower_position(leaf, lower)?;
             lower = Bound::Unbounded;
             let ordered = &leaf.ordered()[from_slot..];
-            // The slots are read in key order, not in place order: ask for all their lines at
-            // once, so the misses overlap instead of following one another.
-            for &slot in ordered {
-                let at = self.config.slot_at(leaf.offset, slot as usize);
-                self.heap.pool().prefetch(at, self.config.slot_bytes);
+            // The leaves after the first were asked for while the one before was copied.
+            if !prefetched {
+                self.prefetch(leaf, ordered);
             }
             for &slot in ordered {
                 let mark = bytes.len();
@@ -163,18 +167,28 @@ impl<B: Backend> LeafMap<B> {
                 }
                 pairs.push((at, key_len, value_len));
             }
-            if !pairs.is_empty() {
-                return Ok(match leaves.next() {
-                    Some((bound, _)) => {
-                        next_bound.clear();
-                        next_bound.extend_from_slice(bound.as_slice());
-                        false
-                    }
-                    None => true,
-                });
+            let Some((bound, next)) = leaves.clone().next() else {
+                return Ok(true);
+            };
+            // The next leaf's lines are on their way while these pairs are copied or lent.
+            self.prefetch(next, next.ordered());
+            prefetched = true;
+            if pairs.len() >= BATCH_PAIRS {
+                next_bound.clear();
+                next_bound.extend_from_slice(bound.as_slice());
+                return Ok(false);
             }
         }
         Ok(true)
+    }
+
+    /// Ask for the lines of `slots` of `leaf` at once: they are read in key order, not in
+    /// place order, and this way their misses overlap instead of following one another.
+    fn prefetch(&self, leaf: &Leaf, slots: &[u8]) {
+        for &slot in slots {
+            let at = self.config.slot_at(leaf.offset, slot as usize);
+            self.heap.pool().prefetch(at, self.config.slot_bytes);
+        }
     }
 
     /// The first position of `leaf`'s key order whose key is inside `lower`.

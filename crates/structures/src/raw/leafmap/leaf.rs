@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use pmem_ordering::{Backend, Pool};
 
-use super::layout::{LeafMapConfig, SlotHeader, SLOT_HEADER};
+use super::layout::{slot_checksum, LeafMapConfig, SlotHeader, SLOT_HEADER};
 use crate::records::layout::{self as record_layout, Header};
 use crate::records::RecordMapError;
 
@@ -22,6 +22,9 @@ pub(crate) struct Leaf {
     pub damaged: u64,
     /// Each slot's key fingerprint (live slots only).
     pub fps: [u8; 64],
+    /// Each slot's key's first 8 bytes ([`key_prefix`]): a search in key order reads a slot
+    /// only when they tie.
+    pub prefixes: [u64; 64],
     /// The live, undamaged slots in key order (`count` of them).
     pub order: [u8; 64],
     pub count: u8,
@@ -35,9 +38,38 @@ impl Leaf {
             bitmap: 0,
             damaged: 0,
             fps: [0; 64],
+            prefixes: [0; 64],
             order: [0; 64],
             count: 0,
         }
+    }
+
+    /// The first position of the key order whose key is not below `key` (`inclusive`), or
+    /// above it (not `inclusive`): a binary search on the keys' prefixes, reading a slot's key
+    /// through `compare` only where they tie.
+    pub fn search(
+        &self,
+        key: &[u8],
+        inclusive: bool,
+        mut compare: impl FnMut(usize) -> Result<Ordering, RecordMapError>,
+    ) -> Result<usize, RecordMapError> {
+        let prefix = key_prefix(key);
+        let order = self.ordered();
+        let (mut lo, mut hi) = (0, order.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let slot = order[mid] as usize;
+            let theirs = match self.prefixes[slot].cmp(&prefix) {
+                Ordering::Equal => compare(slot)?,
+                decided => decided,
+            };
+            match theirs {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Equal if !inclusive => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        Ok(lo)
     }
 
     /// The live slots in key order.
@@ -97,6 +129,16 @@ impl Leaf {
             }
         })
     }
+}
+
+/// The first 8 bytes of `key`, big-endian, zero-padded: prefixes compare as their keys do,
+/// unless they are equal (a key and its extension by zero bytes tie).
+#[inline]
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
 }
 
 /// Reads of one map's slots.
@@ -174,7 +216,7 @@ fn parse(slot: u64, bytes: &[u8], inline: usize) -> Result<Pair<'_>, RecordMapEr
         .ok_or_else(|| bad_slot(slot, "its lengths do not fit the slot"))?;
     if header.out_of_line {
         // The checksum covers the lengths and the record's offset: one call over both.
-        if crc32c::crc32c(&bytes[4..SLOT_HEADER + 8]) != header.crc {
+        if slot_checksum(&bytes[4..SLOT_HEADER + 8]) != header.crc {
             return Err(bad_slot(
                 slot,
                 "its record pointer fails the slot's checksum",
@@ -187,7 +229,7 @@ fn parse(slot: u64, bytes: &[u8], inline: usize) -> Result<Pair<'_>, RecordMapEr
     Ok(Pair::Inline {
         key: &bytes[SLOT_HEADER..SLOT_HEADER + header.key_len],
         value: &bytes[SLOT_HEADER + header.key_len..end],
-        checked: crc32c::crc32c(&bytes[4..end]) == header.crc,
+        checked: slot_checksum(&bytes[4..end]) == header.crc,
     })
 }
 

@@ -8,7 +8,7 @@ use pmem_undo_log::Heap;
 
 use super::index::{separator, Index, LeafBound};
 use super::layout::{fingerprint, leaf_tag, low_bits, read_root, ROOT_BYTES};
-use super::leaf::{Leaf, Slots};
+use super::leaf::{key_prefix, Leaf, Slots};
 use super::{LeafMap, Result};
 use crate::records::layout as record_layout;
 use crate::records::RecordMapError;
@@ -77,6 +77,7 @@ impl<B: Backend> LeafMap<B> {
                 match slots.pair(slot_at) {
                     Ok((key, _)) if record_owned(heap, &slots, slot_at, root)? => {
                         leaf.fps[slot] = fingerprint(&key);
+                        leaf.prefixes[slot] = key_prefix(&key);
                         keyed.push((key, slot as u8));
                     }
                     Ok(_) | Err(RecordMapError::CorruptRecord { .. }) => {

@@ -5,7 +5,6 @@
 //! at all once they are large enough.
 
 use std::cell::Cell;
-use std::cmp::Ordering;
 use std::ops::{Bound, ControlFlow};
 
 use pmem_ordering::Backend;
@@ -199,18 +198,9 @@ impl<B: Backend> LeafMap<B> {
             Bound::Excluded(k) => (k, false),
         };
         let slots = self.slots();
-        let order = leaf.ordered();
-        let (mut lo, mut hi) = (0, order.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let at = self.config.slot_at(leaf.offset, order[mid] as usize);
-            match slots.compare(at, key)? {
-                Ordering::Less => lo = mid + 1,
-                Ordering::Equal if !inclusive => lo = mid + 1,
-                _ => hi = mid,
-            }
-        }
-        Ok(lo)
+        leaf.search(key, inclusive, |slot| {
+            slots.compare(self.config.slot_at(leaf.offset, slot), key)
+        })
     }
 }
 

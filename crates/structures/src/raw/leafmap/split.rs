@@ -57,6 +57,7 @@ impl<B: Backend> LeafMap<B> {
             pool.read_bytes(from, &mut image[to..to + slot_bytes])?;
             moved_bits |= 1u64 << slot;
             fresh.fps[j] = leaf.fps[slot as usize];
+            fresh.prefixes[j] = leaf.prefixes[slot as usize];
             fresh.order[j] = j as u8;
         }
         let kept = leaf.bitmap & !moved_bits;

@@ -1,14 +1,13 @@
 //! Insert, upsert and remove: a slot written and fenced, then one 8-byte bitmap store
 //! persisted (see the module docs); records and emptied leaves through the undo log.
 
-use std::cmp::Ordering;
 use std::ops::Bound;
 
 use pmem_ordering::PPtr;
 use pmem_undo_log::Tx;
 
 use super::layout::{fingerprint, inline_header, out_of_line_slot, SLOT_HEADER};
-use super::leaf::{Leaf, Pair, SlotBuf};
+use super::leaf::{key_prefix, Leaf, Pair, SlotBuf};
 use super::{Index, LeafMap, Result};
 use crate::records::layout::{self as record_layout, check_sizes, owner_of, Header};
 use crate::records::RecordMapError;
@@ -127,17 +126,9 @@ impl<B: Backend> LeafMap<B> {
     /// Where `key` (absent) goes in `leaf`'s key order: before the first larger key.
     fn position(&self, leaf: &Leaf, key: &[u8]) -> Result<usize> {
         let slots = self.slots();
-        let order = leaf.ordered();
-        let (mut lo, mut hi) = (0, order.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let at = self.config.slot_at(leaf.offset, order[mid] as usize);
-            match slots.compare(at, key)? {
-                Ordering::Less => lo = mid + 1,
-                _ => hi = mid,
-            }
-        }
-        Ok(lo)
+        leaf.search(key, true, |slot| {
+            slots.compare(self.config.slot_at(leaf.offset, slot), key)
+        })
     }
 
     /// Write `key -> value` into the free slot `free` of `leaf` and publish it (taking the
@@ -177,6 +168,7 @@ impl<B: Backend> LeafMap<B> {
             leaf.bitmap = bitmap;
         }
         leaf.fps[free] = fingerprint(key);
+        leaf.prefixes[free] = key_prefix(key);
         Ok(())
     }
 

@@ -2,7 +2,9 @@
 //! are kept short (a split's is the shortest prefix of the upper half's first key that sorts
 //! after the lower half's last, as a B+-tree's suffix truncation) and inline up to
 //! [`INLINE`] bytes, so a search compares bytes held in the index's own nodes instead of
-//! following a pointer per bound.
+//! following a pointer per bound; and the leaves' states live in an arena beside the tree,
+//! which holds their numbers: its nodes stay small, and a million keys' tree fits in the
+//! caches.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
@@ -19,16 +21,91 @@ const INLINE: usize = 22;
 /// number of pairs.
 #[derive(Default)]
 pub(crate) struct Index {
-    pub leaves: BTreeMap<LeafBound, Leaf>,
+    /// Each leaf's number in `arena`, by its bound.
+    bounds: BTreeMap<LeafBound, u32>,
+    arena: Vec<Leaf>,
+    /// Numbers of `arena` no leaf has.
+    unused: Vec<u32>,
     pub len: u64,
 }
 
 impl Index {
     /// The leaf whose range holds `key`, with its bound.
     pub fn leaf_of(&self, key: &[u8]) -> Option<(&LeafBound, &Leaf)> {
-        self.leaves
+        let (bound, &id) = self
+            .bounds
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
+            .next_back()?;
+        Some((bound, &self.arena[id as usize]))
+    }
+
+    /// The leaf whose range holds `key`, to change, with its bound.
+    pub fn leaf_of_mut(&mut self, key: &[u8]) -> Option<(&LeafBound, &mut Leaf)> {
+        let (bound, &id) = self
+            .bounds
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()?;
+        Some((bound, &mut self.arena[id as usize]))
+    }
+
+    /// The leaf whose bound is `bound`.
+    pub fn get(&self, bound: &[u8]) -> Option<&Leaf> {
+        Some(&self.arena[*self.bounds.get(bound)? as usize])
+    }
+
+    /// The leaf whose bound is `bound`, to change.
+    pub fn get_mut(&mut self, bound: &[u8]) -> Option<&mut Leaf> {
+        Some(&mut self.arena[*self.bounds.get(bound)? as usize])
+    }
+
+    /// The leaf before the one whose bound is `bound`.
+    pub fn before(&self, bound: &[u8]) -> Option<&Leaf> {
+        let (_, &id) = self
+            .bounds
+            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(bound)))
+            .next_back()?;
+        Some(&self.arena[id as usize])
+    }
+
+    /// The leaves from the one whose bound is `bound` on, in key order.
+    pub fn from(&self, bound: &[u8]) -> impl Iterator<Item = (&LeafBound, &Leaf)> + Clone + '_ {
+        self.bounds
+            .range::<[u8], _>((Bound::Included(bound), Bound::Unbounded))
+            .map(|(b, &id)| (b, &self.arena[id as usize]))
+    }
+
+    /// Every leaf, in key order.
+    pub fn leaves(&self) -> impl Iterator<Item = &Leaf> + '_ {
+        self.bounds.values().map(|&id| &self.arena[id as usize])
+    }
+
+    /// Number of leaves.
+    pub fn count(&self) -> usize {
+        self.bounds.len()
+    }
+
+    /// Add `leaf` under `bound`.
+    pub fn insert(&mut self, bound: LeafBound, leaf: Leaf) {
+        let id = match self.unused.pop() {
+            Some(id) => {
+                self.arena[id as usize] = leaf;
+                id
+            }
+            None => {
+                self.arena.push(leaf);
+                (self.arena.len() - 1) as u32
+            }
+        };
+        if let Some(old) = self.bounds.insert(bound, id) {
+            self.unused.push(old);
+        }
+    }
+
+    /// Take out the leaf whose bound is `bound`.
+    pub fn remove(&mut self, bound: &[u8]) {
+        if let Some(id) = self.bounds.remove(bound) {
+            self.unused.push(id);
+        }
     }
 }
 

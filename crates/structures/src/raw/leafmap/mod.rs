@@ -69,8 +69,9 @@
 //!
 //! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a lookup reads only the slots
 //! whose fingerprint matches: one slot, nearly always) and its live slots in key order (a scan
-//! reads the slots in that order; an insert finds its place by binary search). Above the
-//! leaves, a `BTreeMap` from each leaf's lowest bound to its state: the inner nodes.
+//! reads the slots in that order; an insert finds its place by binary search on the keys'
+//! first 8 bytes, kept per slot too). Above the leaves, a `BTreeMap` from each leaf's short
+//! lower bound to its number in an arena of leaf states: the inner nodes (`index.rs`).
 //!
 //! One `RwLock` for the whole map guards the DRAM state: lookups and scans share it, writes
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
@@ -155,7 +156,7 @@ impl<B: Backend> LeafMap<B> {
             Ok(head)
         })?;
         let mut index = Index::default();
-        index.leaves.insert(LeafBound::new(&[]), Leaf::empty(head));
+        index.insert(LeafBound::new(&[]), Leaf::empty(head));
         Ok(LeafMap {
             heap: heap.clone(),
             root,
@@ -195,7 +196,7 @@ impl<B: Backend> LeafMap<B> {
 
     /// Number of leaves.
     pub fn leaves(&self) -> usize {
-        self.read().leaves.len()
+        self.read().count()
     }
 
     /// The value of `key`, if present.

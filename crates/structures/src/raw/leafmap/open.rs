@@ -128,10 +128,10 @@ impl<B: Backend> LeafMap<B> {
                 previous_max = Some(max);
             }
             previous_bound = Some(bound.clone());
-            index.leaves.insert(LeafBound::new(&bound), leaf);
+            index.insert(LeafBound::new(&bound), leaf);
             at = next;
         }
-        if index.leaves.is_empty() {
+        if index.count() == 0 {
             return Err(corrupt("its first leaf is missing (offset 0)".into()));
         }
         Ok(LeafMap {

@@ -132,7 +132,7 @@ impl<B: Backend> LeafMap<B> {
                     (self.leaf_of(index, k)?.0.as_slice(), start)
                 }
             },
-            From::NextLeaf if index.leaves.contains_key(&next_bound[..]) => {
+            From::NextLeaf if index.get(&next_bound[..]).is_some() => {
                 (&next_bound[..], Bound::Unbounded)
             }
             From::NextLeaf => (
@@ -141,9 +141,7 @@ impl<B: Backend> LeafMap<B> {
             ),
         };
         let slots = self.slots();
-        let mut leaves = index
-            .leaves
-            .range::<[u8], _>((Bound::Included(first_bound), Bound::Unbounded));
+        let mut leaves = index.from(first_bound);
         let mut prefetched = false;
         while let Some((_, leaf)) = leaves.next() {
             if let Some(e) = leaf.damage(&self.config) {

@@ -1,8 +1,6 @@
 //! The leaf map's structural changes, each one undo-log transaction: a full leaf split in two,
 //! an emptied leaf unlinked and freed.
 
-use std::ops::Bound;
-
 use pmem_ordering::{Backend, PPtr};
 
 use super::index::{separator, Index, LeafBound};
@@ -18,7 +16,6 @@ impl<B: Backend> LeafMap<B> {
     pub(super) fn split(&self, index: &mut Index, bound: &[u8]) -> Result<()> {
         let pool = self.heap.pool();
         let leaf = index
-            .leaves
             .get(bound)
             .ok_or_else(|| self.no_first_leaf())?
             .clone();
@@ -71,13 +68,10 @@ impl<B: Backend> LeafMap<B> {
         fresh.offset = new;
         fresh.bitmap = low_bits(moved.len() as u64);
         fresh.count = moved.len() as u8;
-        let old = index
-            .leaves
-            .get_mut(bound)
-            .ok_or_else(|| self.no_first_leaf())?;
+        let old = index.get_mut(bound).ok_or_else(|| self.no_first_leaf())?;
         old.bitmap = kept;
         old.count -= moved.len() as u8;
-        index.leaves.insert(new_bound, fresh);
+        index.insert(new_bound, fresh);
         Ok(())
     }
 
@@ -90,23 +84,15 @@ impl<B: Backend> LeafMap<B> {
         record: Option<u64>,
     ) -> Result<()> {
         let pool = self.heap.pool();
-        let leaf = index
-            .leaves
-            .get(bound)
-            .ok_or_else(|| self.no_first_leaf())?
-            .offset;
-        let (_, previous) = index
-            .leaves
-            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(bound)))
-            .next_back()
-            .ok_or_else(|| self.no_first_leaf())?;
+        let leaf = index.get(bound).ok_or_else(|| self.no_first_leaf())?.offset;
+        let previous = index.before(bound).ok_or_else(|| self.no_first_leaf())?;
         let next = pool.load_u64(leaf + 8)?;
         self.heap.transaction(|tx| -> Result<()> {
             tx.write(previous.offset + 8, &next.to_le_bytes())?;
             tx.free(PPtr::<u8>::new(leaf))?;
             free_record(tx, record)
         })?;
-        index.leaves.remove(bound);
+        index.remove(bound);
         Ok(())
     }
 }

@@ -162,7 +162,7 @@ impl<B: Backend> LeafMap<B> {
         let index = self.read();
         let slots = self.slots();
         let mut blocks = Vec::new();
-        for leaf in index.leaves.values() {
+        for leaf in index.leaves() {
             blocks.push(leaf.offset);
             let mut live = leaf.bitmap;
             while live != 0 {

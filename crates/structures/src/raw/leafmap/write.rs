@@ -1,8 +1,6 @@
 //! Insert, upsert and remove: a slot written and fenced, then one 8-byte bitmap store
 //! persisted (see the module docs); records and emptied leaves through the undo log.
 
-use std::ops::Bound;
-
 use pmem_ordering::PPtr;
 use pmem_undo_log::Tx;
 
@@ -40,11 +38,7 @@ impl<B: Backend> LeafMap<B> {
         let mut guard = self.write();
         let index: &mut Index = &mut guard;
         loop {
-            let (bound, leaf) = index
-                .leaves
-                .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-                .next_back()
-                .ok_or_else(|| self.no_first_leaf())?;
+            let (bound, leaf) = index.leaf_of_mut(key).ok_or_else(|| self.no_first_leaf())?;
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
@@ -82,11 +76,7 @@ impl<B: Backend> LeafMap<B> {
         }
         let mut guard = self.write();
         let index: &mut Index = &mut guard;
-        let (bound, leaf) = index
-            .leaves
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-            .ok_or_else(|| self.no_first_leaf())?;
+        let (bound, leaf) = index.leaf_of_mut(key).ok_or_else(|| self.no_first_leaf())?;
         if let Some(e) = leaf.damage(&self.config) {
             return Err(e);
         }

@@ -62,7 +62,7 @@ mod store;
 mod sync;
 
 // The raw modules by their short names inside the crate.
-use raw::{cceh, datalog, fastfair, kind, records, u64map, verify};
+use raw::{cceh, datalog, fastfair, kind, leafmap, records, u64map, verify};
 
 pub use kind::StructureKind;
 pub use records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};

@@ -120,7 +120,7 @@ fn check_root<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<(), String>
         StructureKind::Datalog => datalog::ROOT_BYTES,
         StructureKind::RecordHashMap => record_hash::ROOT_BYTES,
         StructureKind::RecordBTreeMap => record_tree::ROOT_BYTES,
-        StructureKind::LeafMap => crate::raw::leafmap::ROOT_BYTES,
+        StructureKind::LeafMap => crate::leafmap::ROOT_BYTES,
     };
     let root = listed.root;
     if heap.pool().check_range(root, bytes).is_err() {

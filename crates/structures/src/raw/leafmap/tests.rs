@@ -14,6 +14,8 @@ use crate::records::RecordMapError;
 use crate::verify::Problem;
 
 type Map = LeafMap<Hardware>;
+/// A scan's two bounds.
+type KeyRange<'k> = (Bound<&'k [u8]>, Bound<&'k [u8]>);
 
 /// Leaves of 4 slots of 64 bytes: 56 bytes inline, splits every few keys.
 const SMALL: LeafMapConfig = LeafMapConfig {
@@ -151,7 +153,7 @@ fn scans_honour_their_bounds_and_lend_pairs_to_a_callback_that_may_write() {
         model.insert(k, i.to_le_bytes().to_vec());
     }
     let bounds = |s: &'static str| s.as_bytes();
-    let cases: Vec<(Bound<&[u8]>, Bound<&[u8]>)> = vec![
+    let cases: Vec<KeyRange<'_>> = vec![
         (
             Bound::Included(bounds("010")),
             Bound::Excluded(bounds("050")),

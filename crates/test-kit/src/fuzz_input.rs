@@ -16,7 +16,7 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_FILES, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
-use crate::leafmap::{leaf_key, leaf_value, LeafOp};
+use crate::leafmap::LeafOp;
 use crate::records::{
     BoundKind, RecordKey, RecordOp, RecordSetup, RecordValue, MAX_TAIL, RECORD_OP_VARIANTS,
     SHAPE_DRAWS, TAIL_ALPHABET, VALUE_DRAWS,
@@ -215,7 +215,7 @@ impl FuzzBytes {
 
     /// The tag of variant `index` of an enum of `count` variants: the derive picks
     /// `(u32 * count) >> 32`, so the least `u32` reaching `index`.
-    fn variant(&mut self, index: u64, count: u64) {
+    pub(crate) fn variant(&mut self, index: u64, count: u64) {
         let tag = (index << 32).div_ceil(count);
         self.bytes.extend_from_slice(&(tag as u32).to_le_bytes());
     }
@@ -239,7 +239,7 @@ impl FuzzBytes {
         self.bytes.extend_from_slice(&value.to_le_bytes());
     }
 
-    fn u8(&mut self, value: u8) {
+    pub(crate) fn u8(&mut self, value: u8) {
         self.bytes.push(value);
     }
 
@@ -412,52 +412,6 @@ impl FuzzEncode for CcehSetup {
 impl FuzzEncode for LeafFuzzSetup {
     fn encode(&self, out: &mut FuzzBytes) {
         out.u8(self.crash_seed);
-    }
-}
-
-impl FuzzEncode for LeafOp {
-    fn encode(&self, out: &mut FuzzBytes) {
-        let key = |out: &mut FuzzBytes, key: &[u8]| {
-            let (family, n) = (0..4u8)
-                .flat_map(|f| (0..64u8).map(move |n| (f, n)))
-                .find(|&(f, n)| leaf_key(f, n) == key)
-                .unwrap_or_else(|| panic!("key {key:?} has no fuzz encoding"));
-            out.u8(family);
-            out.u8(n);
-        };
-        let value = |out: &mut FuzzBytes, value: &[u8]| {
-            let seed = value.first().copied().unwrap_or(0);
-            let len = (0..1600u16)
-                .find(|&l| leaf_value(l, seed) == value)
-                .unwrap_or_else(|| panic!("a value of {} bytes has no fuzz encoding", value.len()));
-            out.bytes.extend_from_slice(&len.to_le_bytes());
-            out.u8(seed);
-        };
-        match self {
-            LeafOp::Insert(k, v) | LeafOp::Upsert(k, v) => {
-                out.variant(u64::from(matches!(self, LeafOp::Upsert(..))), 6);
-                key(out, k);
-                value(out, v);
-            }
-            LeafOp::Remove(k) | LeafOp::Get(k) => {
-                out.variant(
-                    if matches!(self, LeafOp::Remove(_)) {
-                        2
-                    } else {
-                        3
-                    },
-                    6,
-                );
-                key(out, k);
-            }
-            LeafOp::Scan(a, b, limit) => {
-                out.variant(4, 6);
-                key(out, a);
-                key(out, b);
-                out.u8(*limit);
-            }
-            LeafOp::Reopen => out.variant(5, 6),
-        }
     }
 }
 

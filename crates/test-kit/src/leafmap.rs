@@ -1,4 +1,5 @@
-//! The leaf map's operations against a `BTreeMap` model, its checks, and its crash driver.
+//! The leaf map's operations against a `BTreeMap` model, its checks, its crash driver, and
+//! the operations' fuzz encoding.
 //!
 //! Keys are drawn from four families of up to 64 keys each (short, sharing a prefix, long enough
 //! to need a record in small slots, and the empty key's neighbours), values from empty to a
@@ -17,6 +18,7 @@ use pmem_structures::raw::leafmap::{LeafMap, LeafMapConfig};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
+use crate::fuzz_input::{FuzzBytes, FuzzEncode};
 use crate::model::{agree, failed, run_each};
 use crate::{crash_test_outcome_with_recovery, structure_verifies, History, ModelOp};
 
@@ -319,4 +321,54 @@ pub fn recover<B: Backend>(pool: &Arc<Pool<B>>) -> Result<(), String> {
     let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
     LeafMap::open(&heap, pool.root_offset()).map_err(|e| failed("LeafMap::open", e))?;
     Ok(())
+}
+
+/// The bytes `arbitrary` decodes back into this operation (the committed seeds'
+/// [`crate::fuzz_seeds`]).
+impl FuzzEncode for LeafOp {
+    fn encode(&self, out: &mut FuzzBytes) {
+        let key = |out: &mut FuzzBytes, key: &[u8]| {
+            let (family, n) = (0..4u8)
+                .flat_map(|f| (0..64u8).map(move |n| (f, n)))
+                .find(|&(f, n)| leaf_key(f, n) == key)
+                .unwrap_or_else(|| panic!("key {key:?} has no fuzz encoding"));
+            out.u8(family);
+            out.u8(n);
+        };
+        let value = |out: &mut FuzzBytes, value: &[u8]| {
+            let seed = value.first().copied().unwrap_or(0);
+            let len = (0..1600u16)
+                .find(|&l| leaf_value(l, seed) == value)
+                .unwrap_or_else(|| panic!("a value of {} bytes has no fuzz encoding", value.len()));
+            // A `u16`, as `arbitrary` reads one: little-endian.
+            out.u8(len as u8);
+            out.u8((len >> 8) as u8);
+            out.u8(seed);
+        };
+        match self {
+            LeafOp::Insert(k, v) | LeafOp::Upsert(k, v) => {
+                out.variant(u64::from(matches!(self, LeafOp::Upsert(..))), 6);
+                key(out, k);
+                value(out, v);
+            }
+            LeafOp::Remove(k) | LeafOp::Get(k) => {
+                out.variant(
+                    if matches!(self, LeafOp::Remove(_)) {
+                        2
+                    } else {
+                        3
+                    },
+                    6,
+                );
+                key(out, k);
+            }
+            LeafOp::Scan(a, b, limit) => {
+                out.variant(4, 6);
+                key(out, a);
+                key(out, b);
+                out.u8(*limit);
+            }
+            LeafOp::Reopen => out.variant(5, 6),
+        }
+    }
 }

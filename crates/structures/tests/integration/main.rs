@@ -23,6 +23,7 @@ mod fastfair_crash;
 mod full_store_removal;
 mod full_store_shrinks;
 mod golden;
+mod lending_scans;
 mod owned_handles;
 mod record_header_damage;
 mod record_maps_crash;

@@ -287,7 +287,10 @@ fn a_warm_borrowed_scan_allocates_nothing_per_pair() {
     counted_walk(1, walk_words);
 
     for (what, walk) in [
-        ("records", &walk_tree as &dyn Fn(&mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>)),
+        (
+            "records",
+            &walk_tree as &dyn Fn(&mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>),
+        ),
         ("words", &walk_words),
     ] {
         let (pairs, whole, per_pair) = counted_walk(100, walk);
@@ -299,7 +302,10 @@ fn a_warm_borrowed_scan_allocates_nothing_per_pair() {
             PAIRS - 100
         );
         // A scan's own set-up (its stack of layers) is per scan, not per pair.
-        assert!(whole <= 2, "{what}: {whole} allocations in a scan of {pairs}");
+        assert!(
+            whole <= 2,
+            "{what}: {whole} allocations in a scan of {pairs}"
+        );
     }
 
     // The benchmark's pattern: many short scans through the cursor, from a key each.

@@ -31,8 +31,14 @@ const SCAN_BATCH: usize = 64;
 const FIRST_BATCH: usize = 8;
 /// Bytes of pairs a refill copies before it stops (it copies at least one pair).
 const REFILL_BYTES: usize = 1 << 20;
-/// Records prefetched ahead of the one a refill reads: their cache misses overlap.
+/// Records prefetched ahead of the one a refill reads, so that their cache misses overlap:
+/// the first line of the record `2 * PREFETCH_AHEAD` ahead, and the rest of the one
+/// `PREFETCH_AHEAD` ahead, as far as its header (in that first line, fetched by then) says.
 const PREFETCH_AHEAD: usize = 8;
+/// Bytes of a record prefetched at most: past them a long value is read as a stream.
+const PREFETCH_BYTES: u64 = 512;
+/// Bytes of a record's first line.
+const LINE: u64 = 64;
 /// The largest arena a thread keeps for its next scan (a refill stops past [`REFILL_BYTES`],
 /// so only a batch of large values grows one past this).
 const KEPT_ARENA_BYTES: usize = 2 * REFILL_BYTES;
@@ -252,15 +258,21 @@ where
             }
         }
         let ran_out = entries.len() < level.batch && entries.last().is_none_or(|e| !is_layer(e.1));
-        for &(_, value) in entries.iter().take(PREFETCH_AHEAD) {
-            prefetch_record(map, value);
+        // The first records' first two lines at once (nothing is fetched ahead of them yet),
+        // the next ones' first lines.
+        for (i, &(_, value)) in entries.iter().take(2 * PREFETCH_AHEAD).enumerate() {
+            let lines = if i < PREFETCH_AHEAD { 2 } else { 1 };
+            prefetch_lines(map, value, lines * LINE);
         }
         let mut low = level.low;
         let mut child = None;
         let mut stopped = false;
         for (i, &(word, value)) in entries.iter().enumerate() {
-            if let Some(&(_, ahead)) = entries.get(i + PREFETCH_AHEAD) {
-                prefetch_record(map, ahead);
+            if let Some(&(_, far)) = entries.get(i + 2 * PREFETCH_AHEAD) {
+                prefetch_lines(map, far, LINE);
+            }
+            if let Some(&(_, near)) = entries.get(i + PREFETCH_AHEAD) {
+                prefetch_rest(map, near);
             }
             low = Bound::Excluded(word);
             if is_layer(value) {
@@ -310,14 +322,33 @@ where
     }
 }
 
-/// Bring the first two lines of the record at `value` (if it is one) into the cache: a hint,
+/// Bring the first `bytes` of the record at `value` (if it is one) into the cache: a hint,
 /// harmless on anything else.
-fn prefetch_record<B>(map: &RecordTreeMap<B>, value: u64)
+fn prefetch_lines<B>(map: &RecordTreeMap<B>, value: u64, bytes: u64)
 where
     B: Backend,
 {
     if !is_layer(value) {
-        map.heap.pool().prefetch(value, 128);
+        map.heap.pool().prefetch(value, bytes);
+    }
+}
+
+/// Bring the record at `value` past its first line (up to [`PREFETCH_BYTES`]) into the cache,
+/// as long as the header in that line says it is: a hint, harmless on anything else (a header
+/// that is none, or damaged, asks for lines of the pool a read checks anyway).
+fn prefetch_rest<B>(map: &RecordTreeMap<B>, value: u64)
+where
+    B: Backend,
+{
+    if is_layer(value) {
+        return;
+    }
+    let pool = map.heap.pool();
+    if let Ok(Some(header)) = layout::read_header(pool, value, u64::MAX) {
+        let bytes = header.record_bytes().min(PREFETCH_BYTES);
+        if bytes > LINE {
+            pool.prefetch(value + LINE, bytes - LINE);
+        }
     }
 }
 

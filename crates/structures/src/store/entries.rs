@@ -1,8 +1,6 @@
 //! The maps' iterators: the structure's own, in the store's error type, followed by the key
 //! the structure reserves (whose value the catalog entry keeps) when it is in the map. The
-//! ordered map's takes the tree's pairs in batches ([`BTreeEntries`]).
-
-use std::cell::Cell;
+//! ordered map's hands out the tree's pairs in place ([`BTreeEntries`]).
 
 use pmem_ordering::Backend;
 
@@ -66,104 +64,54 @@ where
 /// `Ok`, or an error that ends the walk; the reserved key (`u64::MAX`, the largest) last, when
 /// in the range.
 ///
-/// The tree's pairs come in batches of whole leaves ([`fastfair::Range::next_leaves`]: one
-/// validated copy per leaf, where `next` checks each pair, and no leaf read twice, where
-/// batches cut at a count resume inside a leaf and read it again) into a buffer handed out
-/// one pair per call. A batch is read before its pairs are handed out, which a scan beside
-/// writers may do anyway: every key present for the scan's whole duration is still seen, and
-/// each once.
+/// The tree's pairs are handed out in place, one validated read each, as the tree's own
+/// [`fastfair::Range`] does: its common case ([`fastfair::Range::next_in_leaf`]) is inlined
+/// into the typed iterator's `next`, so a scan through the store runs the raw scan's code. (A
+/// scan taken in batches of whole leaves counted fewer instructions but read past where a
+/// short scan stops: a 100-key scan through the store measured 0.85x the raw tree's.)
 pub struct BTreeEntries<'a, B: Backend> {
     raw: TreeRange<'a, B>,
-    /// The batch being handed out, from `at` on.
-    buf: Vec<(u64, u64)>,
-    at: usize,
-    /// Pairs the next batch asks for at least (it ends at a leaf's end): growing, so a short
-    /// scan reads few leaves past what it takes.
-    batch: usize,
-    /// Pairs one leaf of the tree holds at most: the buffer holds a batch and one leaf.
-    leaf_pairs: usize,
-    /// The tree's range gave its last batch (or failed).
+    /// The tree's range ended (or failed, or the typed iterator stopped the walk).
     raw_done: bool,
-    /// The tree's error, returned once the pairs read before it are handed out.
-    error: Option<Error>,
     last: Option<(u64, u64)>,
 }
 
-/// The first batch's pairs.
-const FIRST_BATCH: usize = 16;
-/// The largest batch. `next_leaves` appends less than its minimum plus a leaf's pairs, so the
-/// buffer holds `MAX_BATCH - 1` plus a leaf's pairs (at most about 5 KiB, for the largest
-/// nodes) and is never reallocated.
-const MAX_BATCH: usize = 63;
-
-thread_local! {
-    /// The buffer of the thread's last scan, for its next one: a scan then allocates nothing.
-    static SPARE: Cell<Vec<(u64, u64)>> = const { Cell::new(Vec::new()) };
-}
-
 impl<'a, B: Backend> BTreeEntries<'a, B> {
-    /// The pairs `raw` reads, in a tree whose leaves hold at most `leaf_pairs` pairs
-    /// ([`fastfair::FastFair::capacity`]), then `last`.
-    pub(crate) fn new(raw: TreeRange<'a, B>, leaf_pairs: usize, last: Option<(u64, u64)>) -> Self {
+    /// The pairs `raw` reads, then `last`.
+    pub(crate) fn new(raw: TreeRange<'a, B>, last: Option<(u64, u64)>) -> Self {
         BTreeEntries {
             raw,
-            buf: Vec::new(),
-            at: 0,
-            batch: FIRST_BATCH,
-            leaf_pairs,
             raw_done: false,
-            error: None,
             last,
         }
     }
 
-    /// The next pair of the batch in hand, if any: the common case, inlined into the typed
+    /// The next pair of the leaf in hand, if any: the common case, inlined into the typed
     /// iterator.
     #[inline(always)]
     pub(super) fn next_buffered(&mut self) -> Option<(u64, u64)> {
-        let pair = *self.buf.get(self.at)?;
-        self.at += 1;
-        Some(pair)
+        self.raw.next_in_leaf()
     }
 
     /// End the walk: nothing more comes (the typed iterator met a pair it cannot decode).
     pub(super) fn stop(&mut self) {
-        self.buf.clear();
-        self.at = 0;
         self.raw_done = true;
-        self.error = None;
         self.last = None;
     }
 
-    /// The next pair once the batch is handed out: the first of a new batch, else the tree's
-    /// error, else the reserved key's pair.
+    /// The next pair past the leaf in hand: the tree's next (a new leaf, a leaf read again),
+    /// else its error (after which nothing comes), else the reserved key's pair.
     #[inline(never)]
-    fn refill(&mut self) -> Option<Result<(u64, u64), Error>> {
-        self.buf.clear();
-        self.at = 0;
+    fn next_slow(&mut self) -> Option<Result<(u64, u64), Error>> {
         if !self.raw_done {
-            if self.buf.capacity() == 0 {
-                self.buf = SPARE.try_with(Cell::take).unwrap_or_default();
-                self.buf.reserve_exact(MAX_BATCH - 1 + self.leaf_pairs);
-            }
-            match self.raw.next_leaves(&mut self.buf, self.batch) {
-                // Fewer than asked for only at the range's end.
-                Ok(n) => self.raw_done = n < self.batch,
-                Err(e) => {
-                    // The pairs read before the error come first, as `next` hands them out.
-                    self.raw_done = true;
-                    self.error = Some(Error::from(e));
-                    self.last = None;
+            match self.raw.next() {
+                Some(Ok(pair)) => return Some(Ok(pair)),
+                Some(Err(e)) => {
+                    self.stop();
+                    return Some(Err(Error::from(e)));
                 }
+                None => self.raw_done = true,
             }
-            self.batch = (self.batch * 2).min(MAX_BATCH);
-            if let Some(&pair) = self.buf.first() {
-                self.at = 1;
-                return Some(Ok(pair));
-            }
-        }
-        if let Some(e) = self.error.take() {
-            return Some(Err(e));
         }
         self.last.take().map(Ok)
     }
@@ -176,20 +124,7 @@ impl<B: Backend> Iterator for BTreeEntries<'_, B> {
     fn next(&mut self) -> Option<Self::Item> {
         match self.next_buffered() {
             Some(pair) => Some(Ok(pair)),
-            None => self.refill(),
-        }
-    }
-}
-
-impl<B: Backend> Drop for BTreeEntries<'_, B> {
-    fn drop(&mut self) {
-        // Kept whenever allocated: it never grows past what `refill` reserved (a batch and a
-        // leaf), so a thread keeps at most one buffer of a few KiB.
-        if self.buf.capacity() > 0 {
-            self.buf.clear();
-            let buf = std::mem::take(&mut self.buf);
-            // After the thread's slot is gone (its exit), the buffer is just freed.
-            let _ = SPARE.try_with(|spare| spare.set(buf));
+            None => self.next_slow(),
         }
     }
 }

@@ -206,6 +206,6 @@ impl<B: Backend> TreeCore<B> {
             Some(value) if range.contains(&reserved) => Some((reserved, value)),
             _ => None,
         };
-        BTreeEntries::new(self.raw.range(range), self.raw.capacity(), last)
+        BTreeEntries::new(self.raw.range(range), last)
     }
 }

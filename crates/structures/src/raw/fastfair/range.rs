@@ -562,18 +562,30 @@ impl<B: Backend> Range<'_, B> {
     }
 }
 
+impl<B: Backend> Range<'_, B> {
+    /// `next`'s common case alone: the next pair of the leaf in hand, read and validated in
+    /// place, or `None` when anything more is needed (the run's end, a leaf changed under the
+    /// read, no leaf yet), after which `next` goes on from where this stopped. For iterators
+    /// wrapping this one that keep the common case inlined in their own `next`.
+    #[inline(always)]
+    pub fn next_in_leaf(&mut self) -> Option<(u64, u64)> {
+        if self.at < self.end {
+            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
+            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
+            return leaf.next_fast(&mut self.at);
+        }
+        None
+    }
+}
+
 impl<B: Backend> Iterator for Range<'_, B> {
     type Item = Result<(u64, u64), FastFairError>;
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         // The common case first: a pair of the leaf in hand, read and validated in place.
-        if self.at < self.end {
-            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
-            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
-            if let Some(pair) = leaf.next_fast(&mut self.at) {
-                return Some(Ok(pair));
-            }
+        if let Some(pair) = self.next_in_leaf() {
+            return Some(Ok(pair));
         }
         match self.next_slow() {
             Some(pair) => Some(Ok(pair)),

@@ -12,6 +12,9 @@ use super::error::Error;
 use super::types::{Key, Value};
 use crate::records::tree::Scan;
 
+/// A key's and its value's encodings, lent by [`EncodedRange::next_pair`].
+pub type LentPair<'a> = (&'a [u8], &'a [u8]);
+
 /// The `(key, value)` pairs of a [`BTreeMap`](super::BTreeMap) in a range, in key order, each
 /// lent as its encoding (the bytes [`BTreeMap::get_into`](super::BTreeMap::get_into) writes: a
 /// byte string's own bytes, an integer's big-endian bytes) until the next call of
@@ -65,7 +68,7 @@ impl<'a, K: Key, V: Value, B: Backend> EncodedRange<'a, K, V, B> {
     /// The next pair's key and value encodings, lent until the next call; `None` at the
     /// range's end. An error ends the walk (`None` after it).
     #[inline]
-    pub fn next_pair(&mut self) -> Option<Result<(&[u8], &[u8]), Error>> {
+    pub fn next_pair(&mut self) -> Option<Result<LentPair<'_>, Error>> {
         match &mut self.inner {
             Lent::Words {
                 entries,

@@ -69,7 +69,7 @@ pub use batch::{WriteBatch, MAX_BATCH_CHANGES};
 pub use btree_map::{BTreeIter, BTreeMap};
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
-pub use encoded_range::EncodedRange;
+pub use encoded_range::{EncodedRange, LentPair};
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};

@@ -231,6 +231,9 @@ fn get_with_may_read_again_inside_its_closure() {
     assert_eq!(map.get_with("missing", |_| unreachable!()).unwrap(), None);
 }
 
+/// What a borrowed scan calls on each pair.
+type Visitor<'v> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'v;
+
 /// This thread's allocations so far.
 fn allocations_now() -> u64 {
     ALLOCATIONS.with(Cell::get)
@@ -239,10 +242,7 @@ fn allocations_now() -> u64 {
 /// Walk `walk` (a borrowed scan, which calls its visitor on each pair), counting allocations:
 /// the pairs visited, the allocations of the whole walk, and those made from the visit of
 /// pair `from` to the visit of the last pair.
-fn counted_walk(
-    from: usize,
-    walk: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>),
-) -> (usize, u64, u64) {
+fn counted_walk(from: usize, walk: impl FnOnce(&mut Visitor)) -> (usize, u64, u64) {
     let (mut pairs, mut at_from, mut at_last) = (0, 0, 0);
     let ((), whole) = allocations_of(|| {
         walk(&mut |key: &[u8], value: &[u8]| {
@@ -275,10 +275,10 @@ fn a_warm_borrowed_scan_allocates_nothing_per_pair() {
         assert!(tree.insert(&key, &value).unwrap());
         assert!(words.insert(i as u64 * 7_919, i as u64).unwrap());
     }
-    let walk_tree = |visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>| {
+    let walk_tree = |visit: &mut Visitor| {
         assert_eq!(tree.iter_with(visit).unwrap(), None);
     };
-    let walk_words = |visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>| {
+    let walk_words = |visit: &mut Visitor| {
         assert_eq!(words.iter_with(visit).unwrap(), None);
     };
     // Warm: the epoch's thread registration, and the buffers a scan leaves the thread's next
@@ -287,10 +287,7 @@ fn a_warm_borrowed_scan_allocates_nothing_per_pair() {
     counted_walk(1, walk_words);
 
     for (what, walk) in [
-        (
-            "records",
-            &walk_tree as &dyn Fn(&mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>),
-        ),
+        ("records", &walk_tree as &dyn Fn(&mut Visitor)),
         ("words", &walk_words),
     ] {
         let (pairs, whole, per_pair) = counted_walk(100, walk);

@@ -366,7 +366,7 @@ fn a_borrowed_scan_beside_writers_lends_each_lasting_key_once_in_order() {
                 );
                 last = Some(k.to_vec());
                 let n: u32 = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     assert_eq!(k, v, "a lasting key's value");
                     lasting.push(n);
                 }

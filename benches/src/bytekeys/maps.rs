@@ -224,9 +224,14 @@ impl BenchMap for BytesMap<BTreeMap<Vec<u8>, Vec<u8>>> {
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError> {
         let start = &self.keys[record][..];
         let mut check = ScanCheck::new(record, start, self.keys.len(), self.value_bytes);
-        for pair in self.map.range(start..).take(len) {
+        // Each pair lent, not copied out: the peers' scans read borrowed slices too.
+        let mut pairs = self.map.range_encoded(start..);
+        while check.visited() < len {
+            let Some(pair) = pairs.next_pair() else {
+                break;
+            };
             let (key, value) = pair?;
-            check.pair(&key, &value)?;
+            check.pair(key, value)?;
         }
         Ok(check.visited())
     }

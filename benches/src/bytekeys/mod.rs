@@ -15,7 +15,8 @@
 //! ([`workload::ByteWorkload`]), run in order on the one map: the load (one `insert` per
 //! record, keys in a random order), A (50% `get`, 50% `upsert`), B (95/5), C (`get` only),
 //! and for ordered maps E (`range(key..)` taking [`workload::SCAN_RECORDS`] pairs, from a
-//! uniformly chosen loaded key). Keys and operations are fixed from a seed before timing;
+//! uniformly chosen loaded key; the byte-key map's pairs lent by `range_encoded`, as the peers'
+//! scans lend theirs). Keys and operations are fixed from a seed before timing;
 //! each run is timed whole, every [`workload::LATENCY_EVERY`]th call also on its own (latency
 //! percentiles, and its fences: the median is an insert without a split), with the thread's
 //! persistence counters read around the run (fences, flushes, bytes to the media per

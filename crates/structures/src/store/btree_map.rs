@@ -1,13 +1,14 @@
 //! [`BTreeMap`]: a named ordered map of typed keys and values.
 
 use std::marker::PhantomData;
-use std::ops::{Bound, RangeBounds};
+use std::ops::{Bound, ControlFlow, RangeBounds};
 use std::sync::Arc;
 
 use pmem_ordering::{Backend, Hardware};
 
 use super::batch::{BatchMap, WriteBatch};
 use super::codec::{decode, decode_word, encode_word, with_read_buffer, word_encoding};
+use super::encoded_range::EncodedRange;
 use super::entries::BTreeEntries;
 use super::error::Error;
 use super::handle_methods::typed_map_methods;
@@ -99,6 +100,85 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
             start.as_ref().map(Encoded::bytes),
             end.as_ref().map(Encoded::bytes),
         )
+    }
+
+    /// The `(key, value)`s with keys in `range`, in key order, each lent to `visit` as its
+    /// encoding (what [`Self::get_into`] writes: a byte string's own bytes, an integer's
+    /// big-endian bytes) until `visit` breaks: what it broke with, or `None` if it saw every
+    /// pair. The borrowed scan, as [`Self::get_with`] is the borrowed read: no allocation per
+    /// pair (see [`EncodedRange`]), read as [`Self::range`] reads. An error ends the walk.
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// # use pmem_structures::{Store, StoreOptions};
+    /// # fn main() -> Result<(), pmem_structures::Error> {
+    /// # let store = Store::anonymous(8 << 20, &StoreOptions::new())?;
+    /// let users = store.btree_map::<String, String>("users")?;
+    /// users.insert("user:1", "ada")?;
+    /// users.insert("user:2", "brian")?;
+    /// let mut bytes = 0;
+    /// users.range_with("user:".."user;", |_key, value| {
+    ///     bytes += value.len();
+    ///     ControlFlow::<()>::Continue(())
+    /// })?;
+    /// assert_eq!(bytes, 8);
+    /// let long = users.range_with("user:".."user;", |key, value| match value.len() > 3 {
+    ///     true => ControlFlow::Break(key.to_vec()),
+    ///     false => ControlFlow::Continue(()),
+    /// })?;
+    /// assert_eq!(long.as_deref(), Some(&b"user:2"[..]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn range_with<A: Encode<K>, Rg: RangeBounds<A>, R>(
+        &self,
+        range: Rg,
+        visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<R>,
+    ) -> Result<Option<R>, Error> {
+        self.range_encoded(range).visit(visit)
+    }
+
+    /// Every `(key, value)` in key order, lent to `visit` ([`Self::range_with`] over all
+    /// keys).
+    pub fn iter_with<R>(
+        &self,
+        visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<R>,
+    ) -> Result<Option<R>, Error> {
+        self.iter_encoded().visit(visit)
+    }
+
+    /// The `(key, value)`s with keys in `range`, in key order, each lent as its encoding by
+    /// [`EncodedRange::next_pair`] until the next call: [`Self::range_with`] as a cursor the
+    /// caller steps (and may stop or drop at any pair).
+    #[inline]
+    pub fn range_encoded<A: Encode<K>, R: RangeBounds<A>>(
+        &self,
+        range: R,
+    ) -> EncodedRange<'_, K, V, B> {
+        let (start, end) = (
+            range.start_bound().map(|a| a.encode()),
+            range.end_bound().map(|a| a.encode()),
+        );
+        let (start, end) = (
+            start.as_ref().map(Encoded::bytes),
+            end.as_ref().map(Encoded::bytes),
+        );
+        match &self.repr {
+            TreeRepr::Words(core) => EncodedRange::words(
+                core.range_entries((start.map(encode_word), end.map(encode_word))),
+            ),
+            TreeRepr::Records(core) => EncodedRange::records(core.raw.range(start, end)),
+        }
+    }
+
+    /// Every `(key, value)` in key order, lent ([`Self::range_encoded`] over all keys).
+    pub fn iter_encoded(&self) -> EncodedRange<'_, K, V, B> {
+        match &self.repr {
+            TreeRepr::Words(core) => {
+                EncodedRange::words(core.range_entries((Bound::Unbounded, Bound::Unbounded)))
+            }
+            TreeRepr::Records(core) => EncodedRange::records(core.raw.iter()),
+        }
     }
 
     #[inline]

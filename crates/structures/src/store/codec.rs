@@ -35,8 +35,13 @@ fn undecodable<T: Value>(what: &'static str, name: &str) -> Error {
 /// Append the encoding of the `T` that `word` holds (its first `T::WIDTH` big-endian bytes,
 /// the inverse of [`encode_word`]) to `out`.
 pub(super) fn word_encoding<T: Value>(word: u64, out: &mut Vec<u8>) {
-    let width = T::WIDTH.map_or(8, |w| w.min(8));
-    out.extend_from_slice(&word.to_be_bytes()[..width]);
+    out.extend_from_slice(&word.to_be_bytes()[..word_width::<T>()]);
+}
+
+/// Bytes of the encoding of a `T` held in a word: its first bytes, big-endian.
+#[inline(always)]
+pub(super) fn word_width<T: Value>() -> usize {
+    T::WIDTH.map_or(8, |w| w.min(8))
 }
 
 /// A reused buffer keeps at most this much capacity between calls.

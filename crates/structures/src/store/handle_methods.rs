@@ -45,7 +45,8 @@ macro_rules! typed_map_methods {
         /// The value of `key`, lent to `read` as its encoding (as [`Self::get_into`] writes it)
         /// from a buffer the calling thread keeps: no allocation per call once the buffer has
         /// grown to the values read (one past 1 MiB is given back after the call). `None`, and
-        /// `read` not called, if `key` is absent.
+        /// `read` not called, if `key` is absent. (The ordered map's scans lend their pairs
+        /// likewise: [`BTreeMap::range_with`](super::BTreeMap::range_with).)
         pub fn get_with<R>(
             &self,
             key: impl Encode<K>,

@@ -21,6 +21,7 @@
 //!   `handle_methods`: the methods both share; `types`: the key and value types and their
 //!   encodings; `codec`: typed keys and values to and from what the structures hold; `map`:
 //!   the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their iterators;
+//!   `encoded_range`: the ordered map's borrowed scan ([`EncodedRange`]);
 //!   `record_map`: the state of maps of records ([`crate::records`]).
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together;
@@ -40,6 +41,7 @@ mod btree_map;
 mod catalog;
 mod codec;
 mod datalog;
+mod encoded_range;
 mod entries;
 mod error;
 mod findings;
@@ -67,6 +69,7 @@ pub use batch::{WriteBatch, MAX_BATCH_CHANGES};
 pub use btree_map::{BTreeIter, BTreeMap};
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
+pub use encoded_range::{EncodedRange, LentPair};
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};

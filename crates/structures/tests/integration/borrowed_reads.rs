@@ -1,9 +1,12 @@
 //! Reads into a caller's buffer (`get_into`) and lent from the thread's buffer (`get_with`):
 //! the same bytes as the value's encoding that `get` decodes, for every kind of map, and no
-//! allocation per call on maps of records once the buffer has grown.
+//! allocation per call on maps of records once the buffer has grown; and the ordered map's
+//! borrowed scans (`range_with`, `iter_with`, `range_encoded`), which allocate nothing per pair
+//! once warm (their agreement with the owned scans is `lending_scans.rs`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::ops::ControlFlow;
 
 use pmem_structures::types::{Encode, Value};
 use pmem_structures::{Store, StoreOptions};
@@ -226,4 +229,108 @@ fn get_with_may_read_again_inside_its_closure() {
         .unwrap();
     assert_eq!(chained, Some(Some("the end".to_string())));
     assert_eq!(map.get_with("missing", |_| unreachable!()).unwrap(), None);
+}
+
+/// What a borrowed scan calls on each pair.
+type Visitor<'v> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'v;
+
+/// This thread's allocations so far.
+fn allocations_now() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// Walk `walk` (a borrowed scan, which calls its visitor on each pair), counting allocations:
+/// the pairs visited, the allocations of the whole walk, and those made from the visit of
+/// pair `from` to the visit of the last pair.
+fn counted_walk(from: usize, walk: impl FnOnce(&mut Visitor)) -> (usize, u64, u64) {
+    let (mut pairs, mut at_from, mut at_last) = (0, 0, 0);
+    let ((), whole) = allocations_of(|| {
+        walk(&mut |key: &[u8], value: &[u8]| {
+            assert!(!key.is_empty() && !value.is_empty());
+            pairs += 1;
+            let now = allocations_now();
+            if pairs == from {
+                at_from = now;
+            }
+            at_last = now;
+            ControlFlow::Continue(())
+        })
+    });
+    (pairs, whole, at_last - at_from)
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "pins a crossbeam epoch, which Miri's stacked borrows refuses"
+)]
+fn a_warm_borrowed_scan_allocates_nothing_per_pair() {
+    let store = store();
+    let tree = store.btree_map::<Vec<u8>, Vec<u8>>("scanned").unwrap();
+    let words = store.btree_map::<u64, u64>("words").unwrap();
+    let mut rng = SplitMix64::new(33);
+    const PAIRS: usize = 5_000;
+    for i in 0..PAIRS {
+        let (key, value) = (bytes(&mut rng, 16), bytes(&mut rng, 100 + i % 300));
+        assert!(tree.insert(&key, &value).unwrap());
+        assert!(words.insert(i as u64 * 7_919, i as u64).unwrap());
+    }
+    let walk_tree = |visit: &mut Visitor| {
+        assert_eq!(tree.iter_with(visit).unwrap(), None);
+    };
+    let walk_words = |visit: &mut Visitor| {
+        assert_eq!(words.iter_with(visit).unwrap(), None);
+    };
+    // Warm: the epoch's thread registration, and the buffers a scan leaves the thread's next
+    // one (the arena of records, the batch of words) grown to the largest batch.
+    counted_walk(1, walk_tree);
+    counted_walk(1, walk_words);
+
+    for (what, walk) in [
+        ("records", &walk_tree as &dyn Fn(&mut Visitor)),
+        ("words", &walk_words),
+    ] {
+        let (pairs, whole, per_pair) = counted_walk(100, walk);
+        assert_eq!(pairs, PAIRS, "{what}");
+        assert_eq!(
+            per_pair,
+            0,
+            "{what}: {per_pair} allocations in {} pairs",
+            PAIRS - 100
+        );
+        // A scan's own set-up (its stack of layers) is per scan, not per pair.
+        assert!(
+            whole <= 2,
+            "{what}: {whole} allocations in a scan of {pairs}"
+        );
+    }
+
+    // The benchmark's pattern: many short scans through the cursor, from a key each.
+    let starts: Vec<Vec<u8>> = (0..200).map(|_| bytes(&mut rng, 16)).collect();
+    let (visited, allocations) = allocations_of(|| {
+        let mut visited = 0;
+        for start in &starts {
+            let mut cursor = tree.range_encoded(start.as_slice()..);
+            for _ in 0..100 {
+                let Some(pair) = cursor.next_pair() else {
+                    break;
+                };
+                let (key, _) = pair.unwrap();
+                assert!(key >= start.as_slice());
+                visited += 1;
+            }
+        }
+        visited
+    });
+    assert!(visited > 100 * starts.len() / 2, "{visited} pairs");
+    // Each scan copies its start key and makes its stack of layers: three allocations at
+    // most, whatever the pairs.
+    assert!(
+        allocations <= 3 * starts.len() as u64,
+        "{allocations} allocations in {} scans of {visited} pairs",
+        starts.len()
+    );
+    // The owned scan allocates each key and value, which the count sees.
+    let (_, owned) = allocations_of(|| tree.iter().take(100).count());
+    assert!(owned >= 200, "{owned}");
 }

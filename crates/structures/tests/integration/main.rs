@@ -25,6 +25,7 @@ mod full_store_shrinks;
 mod golden;
 mod leaf_map_crash;
 mod leaf_map_proptest;
+mod lending_scans;
 mod owned_handles;
 mod record_header_damage;
 mod record_maps_crash;

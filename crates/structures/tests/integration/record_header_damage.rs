@@ -1,9 +1,10 @@
 //! A flipped bit in the key-length or value-length field of a record's header, in both
 //! byte-key maps: whatever the flip makes of the lengths (possible or not), every read of the
-//! key's value reports the damage instead of serving "absent" or other bytes, no call takes
-//! the key for absent, no write adds a second entry for it, the other keys still read, and
-//! `verify()` finds the record.
+//! key's value (a scan, owned or borrowed, included) reports the damage instead of serving
+//! "absent" or other bytes, no call takes the key for absent, no write adds a second entry for
+//! it, the other keys still read, and `verify()` finds the record.
 
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -160,6 +161,10 @@ fn check_damaged(path: &Path, kind: Kind, key: &[u8], bit: u64) {
         map.all().iter().any(Result::is_err),
         "{what}: a full iteration reported nothing"
     );
+    if let Map::Tree(tree) = &map {
+        let walk = tree.iter_with(|_, _| ControlFlow::<()>::Continue(()));
+        assert!(walk.is_err(), "{what}: the borrowed walk reported nothing");
+    }
     for other in keys().into_iter().filter(|k| k != key) {
         assert_eq!(
             map.get(&other).unwrap(),

@@ -3,6 +3,7 @@
 //! reopening it midway.
 
 use std::collections::HashMap as Unordered;
+use std::ops::{Bound, ControlFlow};
 use std::sync::Arc;
 
 use pmem_ordering::{Backend, Pool, PoolOptions};
@@ -220,14 +221,17 @@ impl<'a, B: Backend> RecordDriver<'a, B> {
                     .collect::<Result<_, _>>()
                     .map_err(|e| failed("the range scan", e))?;
                 let want = model_range(model, lo, hi);
-                if got != want {
-                    return Err(format!(
-                        "the range scan gave {} pairs (keys {:?}), the model {} (keys {:?})",
-                        got.len(),
-                        short_keys(got.iter().map(|(k, v)| (k, v))),
-                        want.len(),
-                        short_keys(want.iter().map(|(k, v)| (k, v)))
-                    ));
+                let lent = lent_pairs(tree, (lo, hi))?;
+                for (what, got) in [("the range scan", got), ("the borrowed range scan", lent)] {
+                    if got != want {
+                        return Err(format!(
+                            "{what} gave {} pairs (keys {:?}), the model {} (keys {:?})",
+                            got.len(),
+                            short_keys(got.iter().map(|(k, v)| (k, v))),
+                            want.len(),
+                            short_keys(want.iter().map(|(k, v)| (k, v)))
+                        ));
+                    }
                 }
             }
             RecordOp::Reopen => {
@@ -292,6 +296,10 @@ pub fn contents<B: Backend>(
         .iter()
         .collect::<Result<_, _>>()
         .map_err(|e| failed("the ordered map's walk", e))?;
+    let unbounded = (Bound::Unbounded, Bound::Unbounded);
+    if lent_pairs(&tree, unbounded)? != walk {
+        return Err("the ordered map's borrowed walk differs from its walk".to_string());
+    }
     if let Some(pair) = walk.windows(2).find(|w| w[0].0 >= w[1].0) {
         return Err(format!(
             "the ordered map walks {:?} before {:?}",
@@ -322,6 +330,20 @@ pub fn contents<B: Backend>(
         }
     }
     Ok((hashed.into_iter().collect(), walk.into_iter().collect()))
+}
+
+/// The pairs of `tree` in `bounds` as its borrowed scan lends them, copied.
+fn lent_pairs<B: Backend>(
+    tree: &BTreeMap<Bytes, Bytes, B>,
+    bounds: (Bound<&[u8]>, Bound<&[u8]>),
+) -> Result<Vec<(Bytes, Bytes)>, String> {
+    let mut lent = Vec::new();
+    tree.range_with::<&[u8], _, ()>(bounds, |k, v| {
+        lent.push((k.to_vec(), v.to_vec()));
+        ControlFlow::Continue(())
+    })
+    .map_err(|e| failed("the borrowed range scan", e))?;
+    Ok(lent)
 }
 
 /// The error a write of `key` (longer than the maps take) must give.

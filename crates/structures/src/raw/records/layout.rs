@@ -134,6 +134,15 @@ impl Header {
         }
     }
 
+    /// [`Header::check`] of a key and value read as one run of bytes, `body` (the key then
+    /// the value, as the record holds them): the same checksum, in one pass over them.
+    pub fn check_body(&self, record: u64, body: &[u8]) -> Result<(), RecordMapError> {
+        match crc32c::crc32c_append(crc32c::crc32c(&self.words), body) {
+            computed if computed == self.crc => Ok(()),
+            computed => Err(corrupt(record, self.crc, computed)),
+        }
+    }
+
     /// The checksum of this header's words with `key` and `value`.
     pub fn computed(&self, key: &[u8], value: &[u8]) -> u32 {
         checksum(&self.words, key, value)
@@ -322,16 +331,49 @@ impl FirstLine {
         count: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), PoolError> {
+        out.clear();
+        self.append(pool, record, from, count, out)
+    }
+
+    /// [`FirstLine::copy`] appended to `out`, reusing its capacity (`out` is as it was on an
+    /// error).
+    fn append<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        from: usize,
+        count: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), PoolError> {
         // Lengths come from the pool's bytes: refuse a range past the pool before allocating.
         pool.check_range(record + from as u64, count as u64)?;
         let held = self.held(from, count);
-        out.clear();
-        out.resize(count, 0);
-        out[..held.len()].copy_from_slice(held);
+        let at = out.len();
+        out.extend_from_slice(held);
+        out.resize(at + count, 0);
         if held.len() < count {
-            pool.read_bytes(record + (from + held.len()) as u64, &mut out[held.len()..])?;
+            let rest = &mut out[at + held.len()..];
+            if let Err(e) = pool.read_bytes(record + (from + held.len()) as u64, rest) {
+                out.truncate(at);
+                return Err(e);
+            }
         }
         Ok(())
+    }
+
+    /// [`RecordMapError::CorruptRecord`] if the record the header describes runs past the
+    /// pool's end.
+    fn in_pool<B: Backend>(&self, pool: &Pool<B>, record: u64) -> Result<(), RecordMapError> {
+        match pool.check_range(record, self.header.record_bytes()) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(RecordMapError::CorruptRecord {
+                offset: record,
+                reason: format!(
+                    "its header gives a {}-byte key and a {}-byte value, past the pool's end",
+                    self.header.key_len, self.header.value_len
+                ),
+            }),
+        }
     }
 
     /// Whether the record at `record` holds `key`.
@@ -365,18 +407,7 @@ impl FirstLine {
         pool: &Pool<B>,
         record: u64,
     ) -> Result<(Vec<u8>, Vec<u8>), RecordMapError> {
-        if pool
-            .check_range(record, self.header.record_bytes())
-            .is_err()
-        {
-            return Err(RecordMapError::CorruptRecord {
-                offset: record,
-                reason: format!(
-                    "its header gives a {}-byte key and a {}-byte value, past the pool's end",
-                    self.header.key_len, self.header.value_len
-                ),
-            });
-        }
+        self.in_pool(pool, record)?;
         let key = self.copy(pool, record, HEADER_BYTES as usize, self.header.key_len)?;
         let value = self.value(pool, record)?;
         self.header.check(record, &key, &value)?;
@@ -405,21 +436,31 @@ impl FirstLine {
         out: &mut Vec<u8>,
     ) -> Result<(), RecordMapError> {
         debug_assert_eq!(key.len(), self.header.key_len);
-        if pool
-            .check_range(record, self.header.record_bytes())
-            .is_err()
-        {
-            return Err(RecordMapError::CorruptRecord {
-                offset: record,
-                reason: format!(
-                    "its header gives a {}-byte key and a {}-byte value, past the pool's end",
-                    self.header.key_len, self.header.value_len
-                ),
-            });
-        }
+        self.in_pool(pool, record)?;
         let from = HEADER_BYTES as usize + self.header.key_len;
         self.copy_into(pool, record, from, self.header.value_len, out)?;
         self.header.check(record, key, out)
+    }
+
+    /// The record's key then its value appended to `out` (one copy of the record past its
+    /// header; `out`'s capacity reused, so nothing is allocated once it is large enough),
+    /// checked against the checksum: the key is `out[at..at + header.key_len]`, where `at`
+    /// was `out.len()`. On an error `out` is as it was.
+    pub fn checked_append<B: Backend>(
+        &self,
+        pool: &Pool<B>,
+        record: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordMapError> {
+        self.in_pool(pool, record)?;
+        let at = out.len();
+        let body = self.header.key_len + self.header.value_len;
+        self.append(pool, record, HEADER_BYTES as usize, body, out)?;
+        let checked = self.header.check_body(record, &out[at..]);
+        if checked.is_err() {
+            out.truncate(at);
+        }
+        checked
     }
 
     /// Check the whole record against the checksum (a key that differs from the one looked
@@ -460,6 +501,8 @@ mod tests {
         let h = header(owner_of(0x4000), &key, &value);
         let parsed = parse_header(&h, 64).expect("fits");
         assert!(parsed.check(0x80, &key, &value).is_ok());
+        assert!(parsed.check_body(0x80, b"user:1alice").is_ok(), "one pass");
+        assert!(parsed.check_body(0x80, b"user:1alicf").is_err());
         let err = parsed.check(0x80, &key, b"alicf").unwrap_err();
         assert!(
             matches!(err, RecordMapError::CorruptRecord { offset: 0x80, .. }),
@@ -478,5 +521,48 @@ mod tests {
             other.check(0x80, &key, &value).is_err(),
             "the owner is covered"
         );
+    }
+
+    #[test]
+    fn checked_append_adds_the_key_then_the_value_or_nothing_on_damage() {
+        use pmem_ordering::{Pool, PoolOptions};
+        let pool = Pool::anonymous("record-append", 1 << 20, &PoolOptions::new()).unwrap();
+        // A key in the first line and a value past it; a record ending at the pool's end.
+        let (key, value) = (b"user:42".to_vec(), vec![0x5a; 300]);
+        let write = |record: u64, key: &[u8], value: &[u8]| {
+            let bytes = [&header(owner_of(0x4000), key, value)[..], key, value].concat();
+            drop(pool.write(record, &bytes).unwrap());
+        };
+        write(0x1000, &key, &value);
+        let line = first_line(&pool, 0x1000).unwrap();
+        let mut out = b"before".to_vec();
+        line.checked_append(&pool, 0x1000, &mut out).unwrap();
+        assert_eq!(out, [&b"before"[..], &key, &value].concat());
+        let end = (1 << 20) - 64;
+        write(end, b"k", &[1; 20]);
+        let mut out = Vec::new();
+        first_line(&pool, end)
+            .unwrap()
+            .checked_append(&pool, end, &mut out)
+            .unwrap();
+        assert_eq!(out, [&b"k"[..], &[1; 20]].concat());
+
+        // A flipped value byte: an error naming the record, and `out` as it was.
+        drop(pool.write(0x1000 + HEADER_BYTES + 200, &[0x5b]).unwrap());
+        let mut out = b"before".to_vec();
+        let err = line.checked_append(&pool, 0x1000, &mut out).unwrap_err();
+        assert!(
+            matches!(err, RecordMapError::CorruptRecord { offset: 0x1000, .. }),
+            "{err}"
+        );
+        assert_eq!(out, b"before");
+        // A header whose value runs past the pool's end.
+        drop(pool.write(end + 8, &4096u32.to_le_bytes()).unwrap());
+        let err = first_line(&pool, end)
+            .unwrap()
+            .checked_append(&pool, end, &mut out)
+            .unwrap_err();
+        assert!(err.to_string().contains("past the pool's end"), "{err}");
+        assert_eq!(out, b"before");
     }
 }

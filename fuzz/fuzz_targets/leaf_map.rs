@@ -1,7 +1,7 @@
 //! Fuzz the leaf map (`pmem_structures::raw::leafmap`) against a `BTreeMap<Vec<u8>, Vec<u8>>`
 //! model, with crash injection.
 //!
-//! The input is a `pmem_test_kit::fuzz_input::LeafMapInput`: the seed of the crash points,
+//! The input is a `pmem_test_kit::leafmap::LeafMapInput`: the seed of the crash points,
 //! then `LeafOp`s on a map of leaves of 4 slots of 64 bytes on a simulated pool: inserts,
 //! upserts, removes, lookups, scans between two keys stopped after a few pairs, and reopens
 //! (the heap and the map opened afresh). Keys come from four families (one byte, `user:NNNN`,
@@ -21,8 +21,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimConfig};
-use pmem_test_kit::fuzz_input::LeafMapInput;
-use pmem_test_kit::leafmap::{crash_ops, SMALL_LEAVES};
+use pmem_test_kit::leafmap::{crash_ops, LeafMapInput, SMALL_LEAVES};
 
 const POOL_SIZE: u64 = 512 << 10;
 const ROOT_SIZE: u64 = 1024;

@@ -16,7 +16,6 @@ use pmem_undo_log::FencePolicy;
 use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_FILES, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
-use crate::leafmap::LeafOp;
 use crate::records::{
     BoundKind, RecordKey, RecordOp, RecordSetup, RecordValue, MAX_TAIL, RECORD_OP_VARIANTS,
     SHAPE_DRAWS, TAIL_ALPHABET, VALUE_DRAWS,
@@ -191,15 +190,6 @@ pub type DatalogInput = FuzzInput<DatalogSetup, DatalogOp>;
 pub type StoreInput = FuzzInput<StoreFuzzSetup, StoreOp>;
 /// The byte-key maps target's input.
 pub type RecordInput = FuzzInput<RecordFuzzSetup, RecordOp>;
-/// The leaf map target's input.
-pub type LeafMapInput = FuzzInput<LeafFuzzSetup, LeafOp>;
-
-/// The leaf map target's set-up: the seed of the crash points it samples.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
-pub struct LeafFuzzSetup {
-    /// Seed of the crash points and images.
-    pub crash_seed: u8,
-}
 
 /// Bytes that `arbitrary` decodes back into given values.
 #[derive(Default)]
@@ -406,12 +396,6 @@ impl FuzzEncode for CcehSetup {
         out.choice(&self.policy, &CCEH_FENCE_POLICIES);
         out.bool(self.wide_segments);
         out.bool(self.check_current_image);
-    }
-}
-
-impl FuzzEncode for LeafFuzzSetup {
-    fn encode(&self, out: &mut FuzzBytes) {
-        out.u8(self.crash_seed);
     }
 }
 

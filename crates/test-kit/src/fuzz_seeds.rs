@@ -14,10 +14,9 @@ use crate::cceh::{Batch, CcehOp, FUZZ_KEYS as CCEH_KEYS};
 use crate::datalog::{length_of, DatalogOp, FUZZ_SPAN, LEN_CLASSES, MODES};
 use crate::fastfair::{FastFairOp, FUZZ_KEYS as FASTFAIR_KEYS};
 use crate::fuzz_input::{
-    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, LeafFuzzSetup, RecordFuzzSetup,
-    StoreFuzzSetup,
+    CcehSetup, DatalogSetup, FastFairSetup, FuzzEncode, FuzzInput, RecordFuzzSetup, StoreFuzzSetup,
 };
-use crate::leafmap::LeafOp;
+use crate::leafmap::{LeafFuzzSetup, LeafOp};
 use crate::records::{
     BoundKind, KeyShape, RecordKey, RecordOp, RecordValue, MAX_TAIL, TAIL_ALPHABET, VALUE_CLASSES,
 };

@@ -18,7 +18,7 @@ use pmem_structures::raw::leafmap::{LeafMap, LeafMapConfig};
 use pmem_undo_log::{FencePolicy, Heap};
 
 use crate::fixture::{heap_holds_exactly, simulated_heap};
-use crate::fuzz_input::{FuzzBytes, FuzzEncode};
+use crate::fuzz_input::{FuzzBytes, FuzzEncode, FuzzInput};
 use crate::model::{agree, failed, run_each};
 use crate::{crash_test_outcome_with_recovery, structure_verifies, History, ModelOp};
 
@@ -321,6 +321,22 @@ pub fn recover<B: Backend>(pool: &Arc<Pool<B>>) -> Result<(), String> {
     let heap = Heap::open(pool.clone()).map_err(|e| failed("Heap::open", e))?;
     LeafMap::open(&heap, pool.root_offset()).map_err(|e| failed("LeafMap::open", e))?;
     Ok(())
+}
+
+/// The leaf map fuzz target's input.
+pub type LeafMapInput = FuzzInput<LeafFuzzSetup, LeafOp>;
+
+/// The leaf map fuzz target's set-up: the seed of the crash points it samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub struct LeafFuzzSetup {
+    /// Seed of the crash points and images.
+    pub crash_seed: u8,
+}
+
+impl FuzzEncode for LeafFuzzSetup {
+    fn encode(&self, out: &mut FuzzBytes) {
+        out.u8(self.crash_seed);
+    }
 }
 
 /// The bytes `arbitrary` decodes back into this operation (the committed seeds'

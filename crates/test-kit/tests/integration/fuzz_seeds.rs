@@ -9,11 +9,10 @@ use pmem_test_kit::datalog::DatalogOp;
 use pmem_test_kit::fastfair::FastFairOp;
 use pmem_test_kit::fuzz_input::{
     decode, CcehInput, CcehSetup, DatalogInput, DatalogSetup, FastFairInput, FastFairSetup,
-    FuzzEncode, FuzzInput, LeafFuzzSetup, LeafMapInput, RecordFuzzSetup, RecordInput,
-    StoreFuzzSetup, StoreInput,
+    FuzzEncode, FuzzInput, RecordFuzzSetup, RecordInput, StoreFuzzSetup, StoreInput,
 };
 use pmem_test_kit::fuzz_seeds::{seeds, Seed};
-use pmem_test_kit::leafmap::LeafOp;
+use pmem_test_kit::leafmap::{LeafFuzzSetup, LeafMapInput, LeafOp};
 use pmem_test_kit::records::RecordOp;
 use pmem_test_kit::store::StoreOp;
 use proptest::prelude::*;

@@ -2,6 +2,10 @@
 //! sequences that fill, split and empty the structures, which libFuzzer alone, growing inputs
 //! a few bytes at a time, would take the whole smoke run to reach.
 //!
+//! One file past 600 lines: one maker per target, each a few short sequences, all gathered by
+//! [`seeds`] for the example that writes them and the test that compares them; split, they
+//! would be many files of a few dozen lines.
+//!
 //! Regenerate them after changing an input's layout with
 //! `cargo run -p pmem-test-kit --example fuzz_seeds` (from the workspace root); the kit's test
 //! `fuzz_seeds` fails while the committed files differ from what this module makes.

@@ -1,6 +1,9 @@
 //! The lock-free lookup ([`Cceh::get`], [`Cceh::get_batch`]) and the prefetching of a key's
 //! lookup path that lookups, writers and the helper thread share.
 //!
+//! One file past 600 lines: the lookup and the prefetching of its path walk the same
+//! directory, segment and bucket reads, and read best side by side.
+//!
 //! A lookup takes no lock and never waits for a writer. It runs in a read section
 //! ([`ReadSection`]: two plain stores, no barrier; so no directory it loads is freed under it),
 //! reads the current directory (its fast pass from the handle's cache, `directory_cache.rs`;

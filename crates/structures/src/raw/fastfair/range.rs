@@ -512,6 +512,19 @@ impl<B: Backend> Range<'_, B> {
         Ok(out.len() - start)
     }
 
+    /// `next`'s common case alone, for iterators that wrap this one and inline it: the next
+    /// pair of the leaf in hand, read and validated in place, or `None` when more is needed (the
+    /// run's end, a changed leaf, no leaf yet); `next` then goes on from there.
+    #[inline(always)]
+    pub fn next_in_leaf(&mut self) -> Option<(u64, u64)> {
+        if self.at < self.end {
+            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
+            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
+            return leaf.next_fast(&mut self.at);
+        }
+        None
+    }
+
     /// Give back to the walk a leaf `next` is handing out in place, for a bulk read: it is
     /// read again from the first key not handed out (and followed right if it split
     /// meanwhile). A run handed out to its end leaves the walk past the leaf already.
@@ -559,22 +572,6 @@ impl<B: Backend> Range<'_, B> {
                 }
             }
         }
-    }
-}
-
-impl<B: Backend> Range<'_, B> {
-    /// `next`'s common case alone: the next pair of the leaf in hand, read and validated in
-    /// place, or `None` when anything more is needed (the run's end, a leaf changed under the
-    /// read, no leaf yet), after which `next` goes on from where this stopped. For iterators
-    /// wrapping this one that keep the common case inlined in their own `next`.
-    #[inline(always)]
-    pub fn next_in_leaf(&mut self) -> Option<(u64, u64)> {
-        if self.at < self.end {
-            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
-            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
-            return leaf.next_fast(&mut self.at);
-        }
-        None
     }
 }
 

@@ -68,7 +68,8 @@ pub use kind::StructureKind;
 pub use records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use store::types;
 pub use store::{
-    thread_persist_counts, verify_pool, BTreeEntries, BTreeIter, BTreeMap, Datalog, EncodedRange,
+    thread_persist_counts, verify_pool, BTreeEntries, BTreeIter, BTreeLayout, BTreeMap, Datalog,
+    EncodedRange,
     Entries, Error, HashEntries, HashIter, HashMap, LentPair, PersistCounts, Space, Store,
     StoreFinding, StoreOptions, StoreProblem, StoreVerification, StructureVerification, WriteBatch,
     MAX_BATCH_CHANGES, MAX_NAME_BYTES, MAX_STRUCTURES,
@@ -78,6 +79,7 @@ pub use store::{
 pub use cceh::CcehConfig;
 pub use datalog::{DatalogConfig, WriteMode};
 pub use fastfair::{FastFairConfig, ShiftPolicy};
+pub use leafmap::LeafMapConfig;
 pub use pmem_ordering::{Granularity, PoolError};
 pub use pmem_undo_log::{FencePolicy, HeapConfig};
 

@@ -62,7 +62,7 @@ fn named_structures_survive_a_reopen_with_nothing_passed_again() {
     let users = store.hash_map::<u64, u64>("users").unwrap();
     // The default configuration passed here is not applied: the tree keeps its own.
     let orders = store.btree_map::<u64, u64>("orders").unwrap();
-    assert_eq!(orders.config(), tree_config);
+    assert_eq!(orders.layout(), tree_config.into());
     assert_eq!(users.len(), 2_000);
     assert_eq!(orders.len(), 2_000);
     for k in 0..2_000u64 {

@@ -208,17 +208,18 @@ fn record_ops(n: usize, seed: u64) -> Vec<RecordOp> {
         .collect()
 }
 
-/// A hash map and an ordered map opened, `n` writes spread over them, then the hash map's
-/// handle dropped and the structure removed.
+/// A hash map and an ordered map of each layout opened, `n` writes spread over them, then the
+/// hash map's handle dropped and the structure removed, then the map of leaves'.
 fn store_ops(n: usize, seed: u64) -> Vec<StoreOp> {
     let mut rng = SplitMix64::new(seed);
-    let (hash, tree) = (NameId::new(0), NameId::new(1));
+    let (hash, tree, leaves) = (NameId::new(0), NameId::new(1), NameId::new(2));
     let mut ops = vec![
         StoreOp::Open(hash, StructureKind::HashMap),
         StoreOp::Open(tree, StructureKind::BTreeMap),
+        StoreOp::Open(leaves, StructureKind::LeafMap),
     ];
     ops.extend((0..n).map(|i| {
-        let name = if i % 2 == 0 { hash } else { tree };
+        let name = [hash, tree, leaves][i % 3];
         let key = rng.below(24) + 1;
         match i % 5 {
             0..=2 => StoreOp::Insert(name, key, i as u64),
@@ -228,5 +229,7 @@ fn store_ops(n: usize, seed: u64) -> Vec<StoreOp> {
     }));
     ops.push(StoreOp::DropHandles(hash));
     ops.push(StoreOp::RemoveStructure(hash));
+    ops.push(StoreOp::DropHandles(leaves));
+    ops.push(StoreOp::RemoveStructure(leaves));
     ops
 }

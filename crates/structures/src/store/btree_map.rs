@@ -12,22 +12,31 @@ use super::encoded_range::EncodedRange;
 use super::entries::BTreeEntries;
 use super::error::Error;
 use super::handle_methods::typed_map_methods;
+use super::leaf_tree::{visit_range, LeafCursor, LeafTreeCore};
 use super::map::TreeCore;
 use super::record_map::RecordTreeCore;
+use super::tree_layout::BTreeLayout;
 use super::types::{Encode, Encoded, Key, Value};
 use crate::fastfair::FastFairConfig;
 use crate::records::tree::Scan;
 
-/// A persistent ordered map from `K` to `V` (FAST&FAIR, FAST'18 FAST&FAIR), named in a
-/// [`Store`].
+/// A persistent ordered map from `K` to `V`, named in a [`Store`].
 ///
 /// Keys are walked in their type's order: numeric for the integers (negative numbers first
-/// for the signed ones), lexicographic for byte strings and `String`s. A map whose key and
-/// value both fit 8 bytes keeps them in the tree's slots; any other map is a trie of trees
-/// keyed by 7 key bytes each whose entries point at records (see [`crate::records`]).
+/// for the signed ones), lexicographic for byte strings and `String`s. The map's layout is
+/// chosen when it is made ([`BTreeLayout`], recorded in the store):
 ///
-/// Cheap to clone; `Send + Sync + 'static` for a store on a file. Each write is durable when
-/// it returns; lookups and scans take no lock.
+/// * [`BTreeLayout::Trees`], the default: FAST&FAIR (FAST'18 FAST&FAIR). A map whose key and
+///   value both fit 8 bytes keeps them in the tree's slots; any other map is a trie of trees
+///   keyed by 7 key bytes each whose entries point at records (see [`crate::records`]).
+///   Lookups and scans take no lock.
+/// * [`BTreeLayout::Leaves`]: pairs inline in persistent leaves, inner nodes in DRAM rebuilt
+///   at open ([`crate::leafmap`]): scans read each leaf's pairs from one block. Lookups and
+///   scans share a map-wide lock that each write takes alone (for its two fences), and
+///   write batches do not take such a map ([`Error::NotInBatches`]).
+///
+/// Both layouts give the same answers to every method. Cheap to clone; `Send + Sync +
+/// 'static` for a store on a file. Each write is durable when it returns.
 ///
 /// [`Store`]: super::Store
 pub struct BTreeMap<K = u64, V = u64, B: Backend = Hardware> {
@@ -41,6 +50,8 @@ pub(super) enum TreeRepr<B: Backend> {
     Words(Arc<TreeCore<B>>),
     /// In records.
     Records(Arc<RecordTreeCore<B>>),
+    /// Inline in leaves.
+    Leaves(Arc<LeafTreeCore<B>>),
 }
 
 impl<K, V, B: Backend> Clone for BTreeMap<K, V, B> {
@@ -49,6 +60,7 @@ impl<K, V, B: Backend> Clone for BTreeMap<K, V, B> {
             repr: match &self.repr {
                 TreeRepr::Words(core) => TreeRepr::Words(core.clone()),
                 TreeRepr::Records(core) => TreeRepr::Records(core.clone()),
+                TreeRepr::Leaves(core) => TreeRepr::Leaves(core.clone()),
             },
             types: PhantomData,
         }
@@ -56,25 +68,30 @@ impl<K, V, B: Backend> Clone for BTreeMap<K, V, B> {
 }
 
 impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
-    typed_map_methods!(TreeRepr);
+    typed_map_methods!(TreeRepr, Leaves);
 
-    /// The map as a write batch names it.
-    fn batch_map(&self) -> BatchMap<B> {
+    /// The map as a write batch names it: refused for a map of leaves.
+    fn batch_map(&self) -> Result<BatchMap<B>, Error> {
         match &self.repr {
-            TreeRepr::Words(core) => BatchMap::TreeWords(core.clone()),
-            TreeRepr::Records(core) => BatchMap::TreeRecords(core.clone()),
+            TreeRepr::Words(core) => Ok(BatchMap::TreeWords(core.clone())),
+            TreeRepr::Records(core) => Ok(BatchMap::TreeRecords(core.clone())),
+            TreeRepr::Leaves(core) => Err(Error::NotInBatches {
+                name: core.name.clone(),
+            }),
         }
     }
 
-    /// The node size and shift policy the tree (each layer of a map of records) was created
-    /// with (recorded in the store).
-    pub fn config(&self) -> FastFairConfig {
+    /// The layout the map was created with (recorded in the store): for trees, the node size
+    /// and shift policy of the tree (of each layer, for a map of records); for leaves, their
+    /// shape.
+    pub fn layout(&self) -> BTreeLayout {
         match &self.repr {
-            TreeRepr::Words(core) => FastFairConfig {
+            TreeRepr::Words(core) => BTreeLayout::Trees(FastFairConfig {
                 node_size: core.raw.node_size(),
                 policy: core.raw.policy(),
-            },
-            TreeRepr::Records(core) => core.raw.config(),
+            }),
+            TreeRepr::Records(core) => BTreeLayout::Trees(core.raw.config()),
+            TreeRepr::Leaves(core) => BTreeLayout::Leaves(core.raw.config()),
         }
     }
 
@@ -84,10 +101,11 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
     }
 
     /// The `(key, value)`s with keys in `range`, in key order, each `Ok` (or an error that
-    /// ends the walk): `map.range("user:".."user;")` is every key starting with `user:`. Read
-    /// without a lock: a scan beside writers sees every key present for its whole duration,
-    /// and each key once. A scan of a map of records pins the epoch while it lives (see
-    /// [`super::HashMap::iter`]).
+    /// ends the walk): `map.range("user:".."user;")` is every key starting with `user:`. A
+    /// scan beside writers sees every key present for its whole duration, and each key once.
+    /// Trees are read without a lock, and a scan of a map of records pins the epoch while it
+    /// lives (see [`super::HashMap::iter`]); leaves are copied a few dozen pairs at a time
+    /// under the map's lock, which is let go in between.
     #[inline]
     pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B> {
         // Encoded in place (no allocation): a map of words takes the words, one of records
@@ -135,6 +153,17 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
         range: Rg,
         visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<R>,
     ) -> Result<Option<R>, Error> {
+        if let TreeRepr::Leaves(core) = &self.repr {
+            let (start, end) = (
+                range.start_bound().map(|a| a.encode()),
+                range.end_bound().map(|a| a.encode()),
+            );
+            let (start, end) = (
+                start.as_ref().map(Encoded::bytes),
+                end.as_ref().map(Encoded::bytes),
+            );
+            return visit_range(&core.raw, start, end, visit);
+        }
         self.range_encoded(range).visit(visit)
     }
 
@@ -144,6 +173,9 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
         &self,
         visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<R>,
     ) -> Result<Option<R>, Error> {
+        if let TreeRepr::Leaves(core) = &self.repr {
+            return visit_range(&core.raw, Bound::Unbounded, Bound::Unbounded, visit);
+        }
         self.iter_encoded().visit(visit)
     }
 
@@ -168,6 +200,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
                 core.range_entries((start.map(encode_word), end.map(encode_word))),
             ),
             TreeRepr::Records(core) => EncodedRange::records(core.raw.range(start, end)),
+            TreeRepr::Leaves(core) => EncodedRange::leaves(LeafCursor::new(&core.raw, start, end)),
         }
     }
 
@@ -178,6 +211,11 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
                 EncodedRange::words(core.range_entries((Bound::Unbounded, Bound::Unbounded)))
             }
             TreeRepr::Records(core) => EncodedRange::records(core.raw.iter()),
+            TreeRepr::Leaves(core) => EncodedRange::leaves(LeafCursor::new(
+                &core.raw,
+                Bound::Unbounded,
+                Bound::Unbounded,
+            )),
         }
     }
 
@@ -188,6 +226,9 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
                 core.range_entries((start.map(encode_word), end.map(encode_word))),
             ),
             TreeRepr::Records(core) => TreeIterRepr::Records(core.raw.range(start, end)),
+            TreeRepr::Leaves(core) => {
+                TreeIterRepr::Leaves(LeafCursor::new(&core.raw, start, end))
+            }
         };
         BTreeIter {
             inner,
@@ -202,7 +243,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
 pub struct BTreeIter<'a, K, V, B: Backend> {
     inner: TreeIterRepr<'a, B>,
     name: &'a str,
-    /// A map of records' walk met an error (a map of words' entries stop by themselves).
+    /// A walk of records or leaves met an error (a map of words' entries stop by themselves).
     done: bool,
     types: PhantomData<fn() -> (K, V)>,
 }
@@ -214,6 +255,7 @@ pub struct BTreeIter<'a, K, V, B: Backend> {
 enum TreeIterRepr<'a, B: Backend> {
     Words(BTreeEntries<'a, B>),
     Records(Scan<'a, B>),
+    Leaves(LeafCursor<'a, B>),
 }
 
 /// The typed pair of a map of words' `(key, value)` words; an error ends the walk.
@@ -249,6 +291,18 @@ impl<K: Key, V: Value, B: Backend> BTreeIter<'_, K, V, B> {
                     Ok((k, v)) => decode(k, "key", self.name)
                         .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
                     Err(e) => Err(e.into()),
+                };
+                self.done = item.is_err();
+                Some(item)
+            }
+            TreeIterRepr::Leaves(cursor) => {
+                if self.done {
+                    return None;
+                }
+                let item = match cursor.next_pair()? {
+                    Ok((k, v)) => decode(k.to_vec(), "key", self.name)
+                        .and_then(|k| Ok((k, decode(v.to_vec(), "value", self.name)?))),
+                    Err(e) => Err(e),
                 };
                 self.done = item.is_err();
                 Some(item)

@@ -9,6 +9,7 @@ use pmem_ordering::Backend;
 use super::codec::word_width;
 use super::entries::BTreeEntries;
 use super::error::Error;
+use super::leaf_tree::LeafCursor;
 use super::types::{Key, Value};
 use crate::records::tree::Scan;
 
@@ -22,9 +23,10 @@ pub type LentPair<'a> = (&'a [u8], &'a [u8]);
 /// and [`BTreeMap::iter_encoded`](super::BTreeMap::iter_encoded).
 ///
 /// Nothing is allocated per pair: a map of records copies each batch of pairs into one buffer
-/// the scan reuses (and the thread's next scan takes over), a map of words encodes each pair
-/// in place. It reads as [`BTreeMap::range`](super::BTreeMap::range) does: no lock, every key
-/// present for the whole scan seen once.
+/// the scan reuses (and the thread's next scan takes over), a map of leaves likewise into the
+/// range's own buffer, a map of words encodes each pair in place. It reads as
+/// [`BTreeMap::range`](super::BTreeMap::range) does: every key present for the whole scan
+/// seen once.
 pub struct EncodedRange<'a, K, V, B: Backend> {
     inner: Lent<'a, B>,
     types: PhantomData<fn() -> (K, V)>,
@@ -42,6 +44,8 @@ enum Lent<'a, B: Backend> {
     },
     /// A map of records.
     Records(Scan<'a, B>),
+    /// A map of leaves.
+    Leaves(LeafCursor<'a, B>),
 }
 
 impl<'a, K: Key, V: Value, B: Backend> EncodedRange<'a, K, V, B> {
@@ -65,6 +69,14 @@ impl<'a, K: Key, V: Value, B: Backend> EncodedRange<'a, K, V, B> {
         }
     }
 
+    /// The pairs of a map of leaves.
+    pub(super) fn leaves(cursor: LeafCursor<'a, B>) -> Self {
+        EncodedRange {
+            inner: Lent::Leaves(cursor),
+            types: PhantomData,
+        }
+    }
+
     /// The next pair's key and value encodings, lent until the next call; `None` at the
     /// range's end. An error ends the walk (`None` after it).
     #[inline]
@@ -83,6 +95,7 @@ impl<'a, K: Key, V: Value, B: Backend> EncodedRange<'a, K, V, B> {
                 Err(e) => Some(Err(e)),
             },
             Lent::Records(scan) => Some(scan.next_pair()?.map_err(Error::from)),
+            Lent::Leaves(cursor) => cursor.next_pair(),
         }
     }
 

@@ -1,10 +1,13 @@
 //! The methods both typed maps share, with the same names, arguments and meaning: written
-//! once, over either map's two representations (inline words, or records).
+//! once, over each map's representations (inline words, records, and for the ordered map,
+//! leaves).
 
-/// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `remove`, `len`, `is_empty`, `check` and `name`
-/// of a typed map whose `repr` is the enum `$repr` of `Words(core)` and `Records(core)`.
+/// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `remove`, `len`,
+/// `is_empty`, `check` and `name` of a typed map whose `repr` is the enum `$repr` of
+/// `Words(core)` and `Records(core)`, and of `$leaves(core)` if named (a map of leaves: the
+/// records' calls on its leaf map, without a writer gate, since batches do not take it).
 macro_rules! typed_map_methods {
-    ($repr:ident) => {
+    ($repr:ident $(, $leaves:ident)?) => {
         /// The value of `key`.
         pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
             let key = key.encode();
@@ -18,6 +21,11 @@ macro_rules! typed_map_methods {
                     .get(key.bytes())?
                     .map(|v| decode(v, "value", &core.name))
                     .transpose(),
+                $($repr::$leaves(core) => core
+                    .raw
+                    .get(key.bytes())?
+                    .map(|v| decode(v, "value", &core.name))
+                    .transpose(),)?
             }
         }
 
@@ -39,6 +47,7 @@ macro_rules! typed_map_methods {
                     }
                 }
                 $repr::Records(core) => Ok(core.raw.get_into(key.bytes(), out)?),
+                $($repr::$leaves(core) => Ok(core.raw.get_into(key.bytes(), out)?),)?
             }
         }
 
@@ -67,6 +76,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => Ok(core.get(encode_word(key.bytes()))?.is_some()),
                 $repr::Records(core) => Ok(core.raw.contains_key(key.bytes())?),
+                $($repr::$leaves(core) => Ok(core.raw.contains_key(key.bytes())?),)?
             }
         }
 
@@ -82,6 +92,7 @@ macro_rules! typed_map_methods {
                     let _section = core.enter()?;
                     Ok(core.raw.insert(key.bytes(), value.bytes())?)
                 }
+                $($repr::$leaves(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),)?
             }
         }
 
@@ -105,6 +116,11 @@ macro_rules! typed_map_methods {
                         .map(|v| decode(v, "value", &core.name))
                         .transpose()
                 }
+                $($repr::$leaves(core) => core
+                    .raw
+                    .upsert(key.bytes(), value.bytes())?
+                    .map(|v| decode(v, "value", &core.name))
+                    .transpose(),)?
             }
         }
 
@@ -123,6 +139,11 @@ macro_rules! typed_map_methods {
                         .map(|v| decode(v, "value", &core.name))
                         .transpose()
                 }
+                $($repr::$leaves(core) => core
+                    .raw
+                    .remove(key.bytes())?
+                    .map(|v| decode(v, "value", &core.name))
+                    .transpose(),)?
             }
         }
 
@@ -131,6 +152,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => core.len(),
                 $repr::Records(core) => core.raw.len(),
+                $($repr::$leaves(core) => core.raw.len(),)?
             }
         }
 
@@ -145,6 +167,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => core.check(),
                 $repr::Records(core) => Ok(core.raw.check()?),
+                $($repr::$leaves(core) => core.check(),)?
             }
         }
 
@@ -154,6 +177,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => core.raw.verify(),
                 $repr::Records(core) => core.raw.verify(),
+                $($repr::$leaves(core) => core.raw.verify(),)?
             }
         }
 
@@ -164,7 +188,7 @@ macro_rules! typed_map_methods {
             batch: &mut WriteBatch<B>,
             key: impl Encode<K>,
         ) -> Result<Option<V>, Error> {
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             self.read_in(batch, i, key.encode().bytes())
         }
 
@@ -187,7 +211,7 @@ macro_rules! typed_map_methods {
             value: impl Encode<V>,
         ) -> Result<bool, Error> {
             let (key, value) = (key.encode(), value.encode());
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             if self.read_in(batch, i, key.bytes())?.is_some() {
                 return Ok(false);
             }
@@ -203,7 +227,7 @@ macro_rules! typed_map_methods {
             value: impl Encode<V>,
         ) -> Result<Option<V>, Error> {
             let (key, value) = (key.encode(), value.encode());
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             let old = self.read_in(batch, i, key.bytes())?;
             self.write_in(batch, i, key.bytes(), Some(value.bytes()))?;
             Ok(old)
@@ -216,7 +240,7 @@ macro_rules! typed_map_methods {
             key: impl Encode<K>,
         ) -> Result<Option<V>, Error> {
             let key = key.encode();
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             let old = self.read_in(batch, i, key.bytes())?;
             if old.is_some() {
                 self.write_in(batch, i, key.bytes(), None)?;
@@ -234,7 +258,7 @@ macro_rules! typed_map_methods {
             value: impl Encode<V>,
         ) -> Result<(), Error> {
             let (key, value) = (key.encode(), value.encode());
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             self.write_in(batch, i, key.bytes(), Some(value.bytes()))
         }
 
@@ -245,7 +269,7 @@ macro_rules! typed_map_methods {
             key: impl Encode<K>,
         ) -> Result<(), Error> {
             let key = key.encode();
-            let i = batch.touch(self.batch_map())?;
+            let i = batch.touch(self.batch_map()?)?;
             self.write_in(batch, i, key.bytes(), None)
         }
 
@@ -265,6 +289,10 @@ macro_rules! typed_map_methods {
                     .read_record(i, key)?
                     .map(|v| decode(v, "value", &core.name))
                     .transpose(),
+                // Refused by `batch_map` before any index `i` is given out.
+                $($repr::$leaves(core) => Err(Error::NotInBatches {
+                    name: core.name.clone(),
+                }),)?
             }
         }
 
@@ -279,6 +307,9 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(_) => batch.write_word(i, encode_word(key), value.map(encode_word)),
                 $repr::Records(_) => batch.write_record(i, key, value),
+                $($repr::$leaves(core) => Err(Error::NotInBatches {
+                    name: core.name.clone(),
+                }),)?
             }
         }
 
@@ -287,6 +318,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => &core.name,
                 $repr::Records(core) => &core.name,
+                $($repr::$leaves(core) => &core.name,)?
             }
         }
     };

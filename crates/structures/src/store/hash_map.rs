@@ -56,11 +56,11 @@ impl<K: Key, V: Value, B: Backend> HashMap<K, V, B> {
     typed_map_methods!(HashRepr);
 
     /// The map as a write batch names it.
-    fn batch_map(&self) -> BatchMap<B> {
-        match &self.repr {
+    fn batch_map(&self) -> Result<BatchMap<B>, Error> {
+        Ok(match &self.repr {
             HashRepr::Words(core) => BatchMap::HashWords(core.clone()),
             HashRepr::Records(core) => BatchMap::HashRecords(core.clone()),
-        }
+        })
     }
 
     /// Every `(key, value)`, in no particular order, each `Ok` (or an error that ends the

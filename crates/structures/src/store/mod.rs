@@ -23,6 +23,8 @@
 //!   the state of maps of `u64` words (CCEH, FAST&FAIR) and `entries`, their iterators;
 //!   `encoded_range`: the ordered map's borrowed scan ([`EncodedRange`]);
 //!   `record_map`: the state of maps of records ([`crate::records`]).
+//! * `tree_layout`: [`BTreeLayout`], how a new ordered map keeps its pairs; `leaf_tree`: the
+//!   state and scans of an ordered map of the leaf layout ([`crate::leafmap`]).
 //! * `datalog`: [`Datalog`], a named file store.
 //! * `batch/`: [`WriteBatch`], writes to any of the maps made durable and visible together;
 //!   `batch_state/`: the write-batch area (the log's bytes and recovery) and the batch lock.
@@ -47,6 +49,7 @@ mod error;
 mod findings;
 mod handle_methods;
 mod hash_map;
+mod leaf_tree;
 mod map;
 mod name;
 mod options;
@@ -54,6 +57,7 @@ pub(crate) mod raw;
 mod record_map;
 mod registry;
 mod space;
+mod tree_layout;
 
 pub mod types;
 mod verify;
@@ -76,6 +80,7 @@ pub use findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerif
 pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 pub use space::{thread_persist_counts, PersistCounts, Space};
+pub use tree_layout::BTreeLayout;
 pub use verify::verify_pool;
 
 use self::btree_map::TreeRepr;
@@ -85,7 +90,6 @@ use self::registry::Shared;
 use self::types::{Key, Value};
 use crate::cceh::CcehConfig;
 use crate::datalog::DatalogConfig;
-use crate::fastfair::FastFairConfig;
 use crate::kind::StructureKind;
 
 /// Whether an open's error says the file provably never finished creation (and may be made
@@ -362,7 +366,8 @@ impl<B: Backend> Store<B> {
 
     /// The ordered map named `name` from `K` to `V`: the one in the store (which must have
     /// been created with these types: [`Error::TypeMismatch`] otherwise), or a new empty one
-    /// with the default configuration (FAST&FAIR's 512-byte nodes, FAST shifts).
+    /// of the default layout ([`BTreeLayout::Trees`]: FAST&FAIR's 512-byte nodes, FAST
+    /// shifts).
     ///
     /// ```no_run
     /// # use pmem_structures::{Store, StoreOptions};
@@ -374,27 +379,87 @@ impl<B: Backend> Store<B> {
     /// # }
     /// ```
     pub fn btree_map<K: Key, V: Value>(&self, name: &str) -> Result<BTreeMap<K, V, B>, Error> {
-        self.btree_map_with(name, FastFairConfig::default())
+        self.btree_map_with(name, BTreeLayout::default())
     }
 
-    /// The ordered map named `name` from `K` to `V`; `config` (node size, shift policy) shapes
-    /// it if it is new (an existing map keeps the configuration recorded in the store, and
-    /// must have been created with these types: [`Error::TypeMismatch`] otherwise).
+    /// The ordered map named `name` from `K` to `V`; `layout` shapes it if it is new: a
+    /// [`FastFairConfig`](crate::FastFairConfig) (node size, shift policy) for the default
+    /// layout of trees, or [`BTreeLayout::Leaves`] for pairs inline in leaves (see
+    /// [`BTreeLayout`] for which to choose). An existing map opens with the layout and
+    /// configuration recorded in the store, whatever `layout` asks (see
+    /// [`BTreeMap::layout`]), and must have been created with these types
+    /// ([`Error::TypeMismatch`] otherwise).
+    ///
+    /// ```
+    /// # use pmem_structures::{BTreeLayout, Store, StoreOptions};
+    /// # fn main() -> Result<(), pmem_structures::Error> {
+    /// # let store = Store::anonymous(16 << 20, &StoreOptions::new())?;
+    /// let events = store.btree_map_with::<String, Vec<u8>>("events", BTreeLayout::leaves())?;
+    /// events.insert("2026-11-29T17:00:00Z", b"deploy")?;
+    /// assert_eq!(events.layout(), BTreeLayout::leaves());
+    /// // Opened again with the default: still the map of leaves.
+    /// assert_eq!(store.btree_map::<String, Vec<u8>>("events")?.layout(), BTreeLayout::leaves());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn btree_map_with<K: Key, V: Value>(
         &self,
         name: &str,
-        config: FastFairConfig,
+        layout: impl Into<BTreeLayout>,
     ) -> Result<BTreeMap<K, V, B>, Error> {
         let types = types::MapTypes::of::<K, V>();
-        let repr = if types::inline::<K, V>() {
-            TreeRepr::Words(self.shared.open_or_create(name, config, types)?)
-        } else {
-            TreeRepr::Records(self.shared.open_or_create(name, config, types)?)
-        };
-        Ok(BTreeMap {
-            repr,
-            types: PhantomData,
-        })
+        let layout = layout.into();
+        // Twice at most: a map another thread makes between the look-up and the open is
+        // opened as it was made.
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            let listed = self.shared.lock().catalog.find(name).map(|l| l.kind);
+            // An ordered map listed opens as it was made; a name listed as another kind is
+            // refused naming the kind asked for.
+            let leaves = match listed {
+                Some(StructureKind::LeafMap) => true,
+                Some(StructureKind::BTreeMap | StructureKind::RecordBTreeMap) => false,
+                _ => matches!(layout, BTreeLayout::Leaves(_)),
+            };
+            let opened = match leaves {
+                true => {
+                    let config = match layout {
+                        BTreeLayout::Leaves(config) => config,
+                        BTreeLayout::Trees(_) => Default::default(),
+                    };
+                    self.shared
+                        .open_or_create(name, config, types)
+                        .map(TreeRepr::Leaves)
+                }
+                false => {
+                    let config = match layout {
+                        BTreeLayout::Trees(config) => config,
+                        BTreeLayout::Leaves(_) => Default::default(),
+                    };
+                    if types::inline::<K, V>() {
+                        self.shared
+                            .open_or_create(name, config, types)
+                            .map(TreeRepr::Words)
+                    } else {
+                        self.shared
+                            .open_or_create(name, config, types)
+                            .map(TreeRepr::Records)
+                    }
+                }
+            };
+            let kind_now = || self.shared.lock().catalog.find(name).map(|l| l.kind);
+            match opened {
+                Ok(repr) => {
+                    return Ok(BTreeMap {
+                        repr,
+                        types: PhantomData,
+                    })
+                }
+                Err(Error::TypeMismatch { .. }) if passes < 2 && kind_now() != listed => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The file store named `name`; `config` (write policy, file limit) shapes it if it is new

@@ -1,6 +1,8 @@
 //! The structures behind the handles, seen through one interface: how each is created,
 //! opened and walked for its blocks. (The maps' operations are [`crate::raw::U64Map`].)
 
+use std::ops::{Bound, ControlFlow};
+
 use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
@@ -9,6 +11,7 @@ use crate::cceh::{self, Cceh, CcehConfig};
 use crate::datalog::{self, Datalog, DatalogConfig};
 use crate::fastfair::{self, FastFair, FastFairConfig};
 use crate::kind::StructureKind;
+use crate::leafmap::{self, LeafMap, LeafMapConfig};
 use crate::records::{hash as record_hash, tree as record_tree, RecordHashMap, RecordTreeMap};
 use crate::verify::Verification;
 
@@ -64,6 +67,8 @@ pub(crate) type Tree<B> = FastFair<B>;
 pub(crate) type RecordTable<B> = RecordHashMap<B>;
 /// The byte-key ordered map as the store holds it.
 pub(crate) type RecordTree<B> = RecordTreeMap<B>;
+/// The byte-key ordered map of inline leaves as the store holds it.
+pub(crate) type LeafTree<B> = LeafMap<B>;
 /// The datalog as the store holds it.
 pub(crate) type Files<B> = Datalog<B>;
 
@@ -207,6 +212,42 @@ impl<B: Backend> Structure<B> for RecordTree<B> {
                     .map(drop)
                     .map_err(Error::from)
             },
+        )
+    }
+}
+
+impl<B: Backend> Structure<B> for LeafTree<B> {
+    const KIND: StructureKind = StructureKind::LeafMap;
+    const ROOT_BYTES: u64 = leafmap::ROOT_BYTES;
+    type Config = LeafMapConfig;
+    fn create(heap: &Heap<B>, root: u64, config: LeafMapConfig) -> Result<Self, Error> {
+        Ok(LeafMap::create(heap, root, config)?)
+    }
+    fn open(heap: &Heap<B>, root: u64) -> Result<Self, Error> {
+        Ok(LeafMap::open(heap, root)?)
+    }
+    fn blocks(&self) -> Result<Vec<u64>, Error> {
+        Ok(LeafMap::blocks(self)?)
+    }
+    fn verify(&self) -> Verification {
+        LeafMap::verify(self)
+    }
+    // Its removes free its records and unlink and free its emptied leaves.
+    const DRAINS: bool = true;
+    fn drain(&self) -> Result<(), Error> {
+        drain_keys(
+            || {
+                let mut keys = Vec::with_capacity(DRAIN_BATCH);
+                self.scan(Bound::Unbounded, Bound::Unbounded, |key, _| {
+                    keys.push(key.to_vec());
+                    match keys.len() < DRAIN_BATCH {
+                        true => ControlFlow::Continue(()),
+                        false => ControlFlow::Break(()),
+                    }
+                })?;
+                Ok(keys)
+            },
+            |k| LeafMap::remove(self, k).map(drop).map_err(Error::from),
         )
     }
 }

@@ -256,7 +256,7 @@ fn walk<B: Backend, S: Structure<B>>(structure: &S) -> Walked {
 
 /// [`Walked`] for a structure no handle has open, through a handle made for the walk.
 fn walk_closed<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Walked, Error> {
-    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    use super::raw::{Files, HashTable, LeafTree, RecordTable, RecordTree, Tree};
     let root = listed.root;
     Ok(match listed.kind {
         StructureKind::RecordBTreeMap => walk(&RecordTree::open(heap, root)?),
@@ -264,20 +264,20 @@ fn walk_closed<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Walked, Er
         StructureKind::HashMap => walk(&HashTable::open(heap, root)?),
         StructureKind::BTreeMap => walk(&Tree::open(heap, root)?),
         StructureKind::Datalog => walk(&Files::open(heap, root)?),
-        StructureKind::LeafMap => return Err(not_served(listed.kind)),
+        StructureKind::LeafMap => walk(&LeafTree::open(heap, root)?),
     })
 }
 
 /// Whether structures of `kind` shrink when emptied ([`Structure::DRAINS`]).
 fn drains<B: Backend>(kind: StructureKind) -> bool {
-    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    use super::raw::{Files, HashTable, LeafTree, RecordTable, RecordTree, Tree};
     match kind {
         StructureKind::RecordBTreeMap => <RecordTree<B> as Structure<B>>::DRAINS,
         StructureKind::RecordHashMap => <RecordTable<B> as Structure<B>>::DRAINS,
         StructureKind::HashMap => <HashTable<B> as Structure<B>>::DRAINS,
         StructureKind::BTreeMap => <Tree<B> as Structure<B>>::DRAINS,
         StructureKind::Datalog => <Files<B> as Structure<B>>::DRAINS,
-        StructureKind::LeafMap => false,
+        StructureKind::LeafMap => <LeafTree<B> as Structure<B>>::DRAINS,
     }
 }
 
@@ -288,7 +288,7 @@ fn drain_and_remove<B: Backend>(
     catalog: &mut Catalog,
     listed: &Listed,
 ) -> Result<(), Error> {
-    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    use super::raw::{Files, HashTable, LeafTree, RecordTable, RecordTree, Tree};
     fn drained<B: Backend, S: Structure<B>>(heap: &Heap<B>, root: u64) -> Result<Vec<u64>, Error> {
         let structure = S::open(heap, root)?;
         structure.drain()?;
@@ -301,29 +301,21 @@ fn drain_and_remove<B: Backend>(
         StructureKind::HashMap => drained::<B, HashTable<B>>(heap, root)?,
         StructureKind::BTreeMap => drained::<B, Tree<B>>(heap, root)?,
         StructureKind::Datalog => drained::<B, Files<B>>(heap, root)?,
-        StructureKind::LeafMap => return Err(not_served(listed.kind)),
+        StructureKind::LeafMap => drained::<B, LeafTree<B>>(heap, root)?,
     };
     catalog.remove(heap, listed.slot, &blocks)
 }
 
 /// The blocks of a structure no handle has open, through a handle made for the walk.
 fn blocks_of<B: Backend>(heap: &Heap<B>, listed: &Listed) -> Result<Vec<u64>, Error> {
-    use super::raw::{Files, HashTable, RecordTable, RecordTree, Tree};
+    use super::raw::{Files, HashTable, LeafTree, RecordTable, RecordTree, Tree};
     match listed.kind {
         StructureKind::RecordBTreeMap => Structure::blocks(&RecordTree::open(heap, listed.root)?),
         StructureKind::RecordHashMap => Structure::blocks(&RecordTable::open(heap, listed.root)?),
         StructureKind::HashMap => Structure::blocks(&HashTable::open(heap, listed.root)?),
         StructureKind::BTreeMap => Structure::blocks(&Tree::open(heap, listed.root)?),
         StructureKind::Datalog => Structure::blocks(&Files::open(heap, listed.root)?),
-        StructureKind::LeafMap => Err(not_served(listed.kind)),
-    }
-}
-
-/// The error for a catalog entry of a kind this build's store makes no handle of (the leaf
-/// map is a raw structure for now): the catalog cannot have been written by it.
-fn not_served(kind: StructureKind) -> Error {
-    Error::CorruptCatalog {
-        reason: format!("it lists {kind}, which this build's store does not serve"),
+        StructureKind::LeafMap => Structure::blocks(&LeafTree::open(heap, listed.root)?),
     }
 }
 
@@ -340,7 +332,7 @@ fn check_types(
 ) -> Result<(), Error> {
     let family = |kind| match kind {
         StructureKind::RecordHashMap => StructureKind::HashMap,
-        StructureKind::RecordBTreeMap => StructureKind::BTreeMap,
+        StructureKind::RecordBTreeMap | StructureKind::LeafMap => StructureKind::BTreeMap,
         other => other,
     };
     if family(listed.kind) != family(wanted) {

@@ -146,8 +146,8 @@ impl<'a, B: Backend> RecordDriver<'a, B> {
             .map_err(|e| failed("opening the ordered map", e))?;
         agree(
             "the ordered map's config".into(),
-            tree.config(),
-            self.setup.tree(),
+            tree.layout(),
+            self.setup.tree().into(),
         )?;
         self.maps = Some(Maps { hash, tree });
         Ok(())

@@ -128,14 +128,28 @@ impl<'a, B: Backend> StoreDriver<'a, B> {
             let Some(handle) = self.handles.get(&change.name) else {
                 continue;
             };
-            if model.map_kind(change.name).is_none() {
+            let Some(kind) = model.map_kind(change.name) else {
                 continue;
-            }
+            };
             let written = match change.value {
                 Some(v) => on_map!(handle, m => m.put_in(&mut batch, change.key, v)),
                 None => on_map!(handle, m => m.delete_in(&mut batch, change.key)),
             };
-            written.map_err(|e| failed("a write through a batch", e))?;
+            match (written, kind) {
+                // A map of leaves is refused, and the batch dropped (`StoreModel::batch_refused`).
+                (Err(Error::NotInBatches { name }), StructureKind::LeafMap)
+                    if name == change.name.name() =>
+                {
+                    return Ok(());
+                }
+                (Ok(()), StructureKind::LeafMap) => {
+                    return Err(format!(
+                        "a batch took a write to the map of leaves {:?}",
+                        change.name.name()
+                    ))
+                }
+                (written, _) => written.map_err(|e| failed("a write through a batch", e))?,
+            }
         }
         if commit {
             batch.commit().map_err(|e| failed("a batch's commit", e))?;
@@ -184,6 +198,9 @@ impl<'a, B: Backend> StoreDriver<'a, B> {
             }
             StructureKind::BTreeMap => {
                 Handle::Tree(store.btree_map_with::<u64, u64>(name.name(), self.setup.tree())?)
+            }
+            StructureKind::LeafMap => {
+                Handle::Tree(store.btree_map_with::<u64, u64>(name.name(), self.setup.leaves())?)
             }
             StructureKind::Datalog => {
                 Handle::Files(store.datalog(name.name(), self.setup.datalog())?)
@@ -389,11 +406,14 @@ pub fn observe<B: Backend>(store: &Store<B>, setup: &StoreSetup) -> Result<Catal
     let mut catalog = Catalog::new();
     for (name, kind) in store.structures() {
         let pairs = match kind {
-            StructureKind::HashMap | StructureKind::BTreeMap => {
+            StructureKind::HashMap | StructureKind::BTreeMap | StructureKind::LeafMap => {
                 let opened = match kind {
                     StructureKind::HashMap => store
                         .hash_map_with::<u64, u64>(&name, setup.table())
                         .map(Handle::Hash),
+                    StructureKind::LeafMap => store
+                        .btree_map_with::<u64, u64>(&name, setup.leaves())
+                        .map(Handle::Tree),
                     _ => store
                         .btree_map_with::<u64, u64>(&name, setup.tree())
                         .map(Handle::Tree),

@@ -1,4 +1,5 @@
-//! The `Store`'s catalog and map handles against a model: named structures of three kinds, the
+//! The `Store`'s catalog and map handles against a model: named structures of four kinds (the
+//! ordered map in either layout among them), the
 //! errors the catalog gives (invalid names, a full catalog, kind mismatches, removal of a
 //! missing or open structure), map operations through the handles (the reserved keys 0 and
 //! `u64::MAX` drawn often), write batches over several maps (committed or dropped), dropped
@@ -56,11 +57,14 @@ pub const CATALOG_CAPACITY: u64 = 3;
 /// Keys of fuzz inputs besides the reserved ones: 1..=FUZZ_KEYS.
 pub const FUZZ_KEYS: u64 = 32;
 
-/// The structure kinds, in the order fuzz inputs choose them.
-pub const KINDS: [StructureKind; 3] = [
+/// The structure kinds, in the order fuzz inputs choose them. `LeafMap` is the ordered map
+/// of the leaf layout: opened with [`StoreSetup::leaves`], it is the same family as `BTreeMap`
+/// (either opens a listed map of the other, as the store records it).
+pub const KINDS: [StructureKind; 4] = [
     StructureKind::HashMap,
     StructureKind::BTreeMap,
     StructureKind::Datalog,
+    StructureKind::LeafMap,
 ];
 
 /// One of [`NAMES`], by index.

@@ -73,7 +73,7 @@ impl StoreModel {
             return Err(Refusal::InvalidName);
         }
         match self.catalog.get(name.name()) {
-            Some(&(found, _)) if found != kind => Err(Refusal::KindMismatch {
+            Some(&(found, _)) if family(found) != family(kind) => Err(Refusal::KindMismatch {
                 found,
                 wanted: kind,
             }),
@@ -81,6 +81,14 @@ impl StoreModel {
             None if self.catalog.len() as u64 >= CATALOG_CAPACITY => Err(Refusal::CatalogFull),
             None => Ok(()),
         }
+    }
+
+    /// Whether a batch of `changes` is refused: it writes a listed map of the leaf layout,
+    /// which batches do not take (`Error::NotInBatches`; the driver drops the batch).
+    pub fn batch_refused(&self, changes: &[super::BatchChange]) -> bool {
+        changes
+            .iter()
+            .any(|c| self.map_kind(c.name) == Some(StructureKind::LeafMap))
     }
 
     /// What `remove_structure(name)` gives. (The store looks an invalid name up like any
@@ -156,7 +164,9 @@ impl ModelOp for StoreOp {
             StoreOp::Reopen => model.live.clear(),
             StoreOp::Check => {}
             StoreOp::Batch(changes, len, commit) => {
-                for change in &changes[..usize::from(len)] {
+                let changes = &changes[..usize::from(len)];
+                let commit = commit && !model.batch_refused(changes);
+                for change in changes {
                     // The batch opens the handle of each listed map it writes.
                     let Some(pairs) = model.map_mut(change.name) else {
                         continue;
@@ -170,5 +180,14 @@ impl ModelOp for StoreOp {
                 }
             }
         }
+    }
+}
+
+/// The kinds one handle type opens: an ordered map opens a listed ordered map of either
+/// layout.
+fn family(kind: StructureKind) -> StructureKind {
+    match kind {
+        StructureKind::LeafMap => StructureKind::BTreeMap,
+        other => other,
     }
 }

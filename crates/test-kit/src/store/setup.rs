@@ -8,6 +8,7 @@ use pmem_ordering::{Pool, PoolOptions};
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::datalog::DatalogConfig;
 use pmem_structures::raw::fastfair::{FastFairConfig, ShiftPolicy};
+use pmem_structures::raw::leafmap::LeafMapConfig;
 use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_undo_log::FencePolicy;
@@ -67,6 +68,11 @@ impl StoreSetup {
             node_size: 128,
             policy: self.shift,
         }
+    }
+
+    /// New ordered maps' leaves, for the leaf layout: four slots, so a few keys split them.
+    pub fn leaves(&self) -> LeafMapConfig {
+        crate::leafmap::SMALL_LEAVES
     }
 
     /// New datalogs' shape: a few inodes.

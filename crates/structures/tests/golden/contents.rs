@@ -6,7 +6,9 @@
 //! truncated, renamed and removed files, the keys the `u64` structures reserve for
 //! themselves, and a catalog entry freed by a removed structure. The byte-key maps' first
 //! writes are write batches (which give the store its write-batch area), the same pairs as
-//! files written before batches existed hold by single writes.
+//! files written before batches existed hold by single writes. Files made since the store
+//! serves the leaf layout also hold "events", an ordered map of leaves (pairs inline and in
+//! records, leaves split and unlinked); [`check`] checks it where the file lists it.
 //!
 //! Changing what this file writes changes what every golden file must hold: add to it only
 //! together with a new golden file, and keep reading the old ones the same way.
@@ -15,8 +17,8 @@ use std::collections::BTreeMap as Model;
 
 use pmem_structures::raw::datalog::{DatalogConfig, Policy};
 use pmem_structures::{
-    CcehConfig, FastFairConfig, Granularity, HeapConfig, ShiftPolicy, Store, StoreOptions,
-    WriteMode,
+    BTreeLayout, CcehConfig, FastFairConfig, Granularity, HeapConfig, LeafMapConfig, ShiftPolicy,
+    Store, StoreOptions, WriteMode,
 };
 
 /// Bytes of a golden pool.
@@ -137,6 +139,27 @@ fn ids() -> Vec<Op<[u8; 16], u128>> {
 }
 
 /// The datalog's files after [`write_files`], name -> contents.
+/// "events", an ordered map of leaves of 4 KiB (31 slots of 128 bytes): 300 keys in order
+/// split leaves; values of 300 bytes (every ninth key) live in records; removes of every key
+/// from 120 to 199 empty and unlink the leaves between; some keys overwritten.
+fn events() -> Vec<Op<String, Vec<u8>>> {
+    let key = |i: u32| format!("event:{i:05}");
+    let value = |i: u32, round: u8| match i % 9 {
+        0 => vec![round ^ (i as u8); 300],
+        _ => format!("payload {i} round {round}").into_bytes(),
+    };
+    let mut ops: Vec<Op<String, Vec<u8>>> = (0..300).map(|i| (key(i), Some(value(i, 0)))).collect();
+    ops.extend((120..200).map(|i| (key(i), None)));
+    ops.extend((0..300).step_by(7).map(|i| (key(i), Some(value(i, 1)))));
+    ops
+}
+
+/// The shape of "events"' leaves.
+pub const EVENT_LEAVES: LeafMapConfig = LeafMapConfig {
+    leaf_bytes: 4096,
+    slot_bytes: 128,
+};
+
 fn files_model() -> Model<String, Vec<u8>> {
     let mut journal = vec![b'.'; 8192];
     journal[100..105].copy_from_slice(b"hello");
@@ -242,6 +265,13 @@ pub fn write(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
         ids_map.upsert(k, v.expect("only upserts"))?;
     }
     write_files(store)?;
+    let events_map = store.btree_map_with::<String, Vec<u8>>("events", EVENT_LEAVES)?;
+    for (k, v) in events() {
+        match v {
+            Some(v) => events_map.upsert(&k, &v).map(drop)?,
+            None => events_map.remove(&k).map(drop)?,
+        }
+    }
     store.remove_structure("scratch")?;
     Ok(())
 }
@@ -274,9 +304,13 @@ fn same<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
 /// through lookups, ordered scans of the B+-trees, the datalog's files byte for byte.
 pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     let names = store.names();
-    let expected = [
+    let has_events = names.iter().any(|n| n == "events");
+    let mut expected = vec![
         "counters", "files", "ids", "levels", "orders", "sessions", "ticks", "users",
     ];
+    if has_events {
+        expected.insert(1, "events");
+    }
     if names != expected {
         return Err(format!("names {names:?}, {expected:?} expected").into());
     }
@@ -342,6 +376,10 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     }
     same("sessions", map.iter().collect::<Result<_, _>>()?, model)?;
 
+    if has_events {
+        check_events(store)?;
+    }
+
     let map = store.hash_map::<[u8; 16], u128>("ids")?;
     same("ids", map.iter().collect::<Result<_, _>>()?, apply(&ids()))?;
 
@@ -362,5 +400,44 @@ pub fn check(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("files: {name} differs").into());
         }
     }
+    Ok(())
+}
+
+/// "events": opened with the default layout asked (it keeps its own), every pair by lookups,
+/// a range and the lent scan.
+fn check_events(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
+    let map = store.btree_map::<String, Vec<u8>>("events")?;
+    if map.layout() != BTreeLayout::Leaves(EVENT_LEAVES) {
+        return Err(format!("events: layout {:?}", map.layout()).into());
+    }
+    let model = apply(&events());
+    for (k, v) in &model {
+        if map.get(k.as_str())?.as_ref() != Some(v) {
+            return Err(format!("events: key {k} does not hold its value").into());
+        }
+    }
+    if map.contains_key("event:00150")? {
+        return Err("events: removed key event:00150 is found".into());
+    }
+    let range: Vec<(String, Vec<u8>)> = map
+        .range("event:00100".."event:00210")
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<(String, Vec<u8>)> = model
+        .range("event:00100".to_string().."event:00210".to_string())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if range != expected {
+        return Err(format!("events: the range gave {} pairs", range.len()).into());
+    }
+    let mut lent = 0u64;
+    map.iter_with(|_, value| {
+        lent += value.len() as u64;
+        std::ops::ControlFlow::<()>::Continue(())
+    })?;
+    let bytes: u64 = model.values().map(|v| v.len() as u64).sum();
+    if lent != bytes {
+        return Err(format!("events: the lent scan gave {lent} value bytes, {bytes} expected").into());
+    }
+    same("events", map.iter().collect::<Result<_, _>>()?, model)?;
     Ok(())
 }

@@ -20,13 +20,19 @@ pub struct Formats {
     /// The ordered map of records ("sessions"), whose layers have a format of their own.
     pub record_tree: u64,
     pub datalog: String,
+    /// The ordered map of the leaf layout ("events"), in files made since stores serve it.
+    pub leaf_map: Option<u64>,
 }
 
 impl Formats {
     /// The name of the golden file of these versions.
     pub fn file_name(&self) -> String {
+        let leaf_map = match self.leaf_map {
+            Some(version) => format!("-leafmap{version}"),
+            None => String::new(),
+        };
         format!(
-            "pool{}-heap{}-catalog{}-cceh{}-fastfair{}-records{}-recordtree{}-datalog{}.pool",
+            "pool{}-heap{}-catalog{}-cceh{}-fastfair{}-records{}-recordtree{}-datalog{}{leaf_map}.pool",
             self.pool,
             self.heap,
             self.catalog,
@@ -106,7 +112,8 @@ impl StoreFile {
     }
 
     /// The versions of the golden contents' structures in `bytes`: "counters" (CCEH),
-    /// "orders" (FAST&FAIR), "users" (records) and "files" (datalog).
+    /// "orders" (FAST&FAIR), "users" (records), "files" (datalog) and, if listed, "events"
+    /// (the leaf map).
     pub fn formats(&self, bytes: &[u8]) -> Formats {
         let cceh = text_at(bytes, self.root("counters"));
         let datalog = text_at(bytes, self.root("files"));
@@ -122,6 +129,7 @@ impl StoreFile {
                 .strip_prefix("DATALOG")
                 .unwrap_or(&datalog)
                 .to_string(),
+            leaf_map: self.roots.get("events").map(|&root| u64_at(bytes, root + 8)),
         }
     }
 }

@@ -44,6 +44,7 @@ fn current() -> Formats {
         records: 2,
         record_tree: 3,
         datalog: "2".into(),
+        leaf_map: Some(1),
     }
 }
 
@@ -139,6 +140,7 @@ enum When {
     Open,
     HashMap(&'static str),
     BTreeMap(&'static str),
+    LeafMap(&'static str),
     Datalog(&'static str),
 }
 
@@ -153,6 +155,7 @@ fn refusal(path: &Path, when: &When) -> String {
         When::Open => "no error".to_string(),
         When::HashMap(name) => error_text(store.hash_map::<u64, u64>(name)),
         When::BTreeMap(name) => error_text(store.btree_map::<i64, u32>(name)),
+        When::LeafMap(name) => error_text(store.btree_map::<String, Vec<u8>>(name)),
         When::Datalog(name) => error_text(store.datalog(name, DatalogConfig::default())),
     }
 }
@@ -248,6 +251,13 @@ fn versions_this_build_refuses_are_refused_with_their_message() {
             b"DATALOG1".to_vec(),
             When::Datalog("files"),
             "format version 1 (data pages without checksums), this build reads 2",
+        ),
+        (
+            "a newer leaf map",
+            file.root("events") + 8,
+            2u64.to_le_bytes().to_vec(),
+            When::LeafMap("events"),
+            "format version 2, this build reads 1",
         ),
         (
             "a newer CCEH table",

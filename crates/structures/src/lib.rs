@@ -69,10 +69,9 @@ pub use records::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use store::types;
 pub use store::{
     thread_persist_counts, verify_pool, BTreeEntries, BTreeIter, BTreeLayout, BTreeMap, Datalog,
-    EncodedRange,
-    Entries, Error, HashEntries, HashIter, HashMap, LentPair, PersistCounts, Space, Store,
-    StoreFinding, StoreOptions, StoreProblem, StoreVerification, StructureVerification, WriteBatch,
-    MAX_BATCH_CHANGES, MAX_NAME_BYTES, MAX_STRUCTURES,
+    EncodedRange, Entries, Error, HashEntries, HashIter, HashMap, LentPair, PersistCounts, Space,
+    Store, StoreFinding, StoreOptions, StoreProblem, StoreVerification, StructureVerification,
+    WriteBatch, MAX_BATCH_CHANGES, MAX_NAME_BYTES, MAX_STRUCTURES,
 };
 
 // The options' parts, so this crate is a store user's one dependency.

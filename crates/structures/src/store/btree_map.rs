@@ -226,9 +226,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
                 core.range_entries((start.map(encode_word), end.map(encode_word))),
             ),
             TreeRepr::Records(core) => TreeIterRepr::Records(core.raw.range(start, end)),
-            TreeRepr::Leaves(core) => {
-                TreeIterRepr::Leaves(LeafCursor::new(&core.raw, start, end))
-            }
+            TreeRepr::Leaves(core) => TreeIterRepr::Leaves(LeafCursor::new(&core.raw, start, end)),
         };
         BTreeIter {
             inner,

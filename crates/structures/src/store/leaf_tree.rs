@@ -122,10 +122,8 @@ impl<'a, B: Backend> LeafCursor<'a, B> {
         self.spans.clear();
         self.at = 0;
         let (bytes, spans) = (&mut self.bytes, &mut self.spans);
-        self.map.scan(
-            bound_ref(&self.next),
-            bound_ref(&self.end),
-            |key, value| {
+        self.map
+            .scan(bound_ref(&self.next), bound_ref(&self.end), |key, value| {
                 let at = bytes.len();
                 bytes.extend_from_slice(key);
                 bytes.extend_from_slice(value);
@@ -134,8 +132,7 @@ impl<'a, B: Backend> LeafCursor<'a, B> {
                     true => ControlFlow::Continue(()),
                     false => ControlFlow::Break(()),
                 }
-            },
-        )?;
+            })?;
         match self.spans.last() {
             Some(&(at, key_len, _)) if self.spans.len() == CHUNK_PAIRS => {
                 self.next = Bound::Excluded(self.bytes[at..at + key_len].to_vec());

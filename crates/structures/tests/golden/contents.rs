@@ -436,7 +436,9 @@ fn check_events(store: &Store) -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let bytes: u64 = model.values().map(|v| v.len() as u64).sum();
     if lent != bytes {
-        return Err(format!("events: the lent scan gave {lent} value bytes, {bytes} expected").into());
+        return Err(
+            format!("events: the lent scan gave {lent} value bytes, {bytes} expected").into(),
+        );
     }
     same("events", map.iter().collect::<Result<_, _>>()?, model)?;
     Ok(())

@@ -129,7 +129,10 @@ impl StoreFile {
                 .strip_prefix("DATALOG")
                 .unwrap_or(&datalog)
                 .to_string(),
-            leaf_map: self.roots.get("events").map(|&root| u64_at(bytes, root + 8)),
+            leaf_map: self
+                .roots
+                .get("events")
+                .map(|&root| u64_at(bytes, root + 8)),
         }
     }
 }

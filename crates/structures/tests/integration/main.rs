@@ -23,6 +23,7 @@ mod fastfair_crash;
 mod full_store_removal;
 mod full_store_shrinks;
 mod golden;
+mod leaf_layout;
 mod leaf_map_crash;
 mod leaf_map_proptest;
 mod lending_scans;

@@ -345,7 +345,7 @@ fn random_store_op(rng: &mut SplitMix64, i: u64) -> StoreOp {
         _ => 1 + rng.below(STORE_KEYS),
     };
     match i % 25 {
-        0..=2 => StoreOp::Open(name, KINDS[(i / 25 % 3) as usize]),
+        0..=2 => StoreOp::Open(name, KINDS[(i / 25 % KINDS.len() as u64) as usize]),
         3 | 4 => StoreOp::Get(name, key()),
         5..=8 => StoreOp::Insert(name, key(), i),
         9..=11 => StoreOp::Upsert(name, key(), i + 1000),

@@ -11,14 +11,15 @@ use crate::leafmap::LeafMapConfig;
 /// A [`FastFairConfig`] converts into [`BTreeLayout::Trees`], a [`LeafMapConfig`] into
 /// [`BTreeLayout::Leaves`], so `btree_map_with(name, FastFairConfig { .. })` reads as before.
 ///
-/// Which to choose, as measured (pmem-bench's `byte-keys` section, 1M 16-byte keys and
-/// 100-byte values on `/dev/shm`, one thread; `docs/results/byte-keys.md`): the leaves scan
-/// ranges 2-3x faster than the trees' records and insert faster, gets are level. The trees'
-/// reads take no lock, while the leaves take a map-wide reader-writer lock (a write holds it
-/// across its two fences, and readers wait for it); and a map of leaves cannot yet join a
-/// [`WriteBatch`](super::WriteBatch) ([`Error::NotInBatches`](super::Error::NotInBatches)).
-/// So the default stays `Trees`: choose `Leaves` for a map read mostly by range scans, or
-/// written by one thread at a time, and never written in batches.
+/// Which to choose, as measured (pmem-bench's `byte-keys` section, 1M random 16-byte keys and
+/// 100-byte values on `/dev/shm`, one thread, a loaded machine; the leaf map raw beside the
+/// store's map of records, `docs/results/byte-keys.md`): 100-pair scans 2.8x faster in
+/// leaves (73 k/s against 26 k/s), inserts 1.1x, a 50/50 get/upsert mix 1.6x, gets level
+/// (0.95x). But the trees' reads take no lock, while the leaves take a map-wide reader-writer
+/// lock (a write holds it across its two fences, and readers wait for it); and a map of leaves
+/// cannot join a [`WriteBatch`](super::WriteBatch) yet
+/// ([`Error::NotInBatches`](super::Error::NotInBatches)). So the default stays `Trees`: choose
+/// `Leaves` for a map read mostly by range scans and never written in batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BTreeLayout {
     /// FAST&FAIR (FAST'18 FAST&FAIR) with this node size and shift policy: a map whose key

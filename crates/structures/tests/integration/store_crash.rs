@@ -10,6 +10,7 @@ use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::datalog::DatalogConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::leafmap::LeafMapConfig;
 use pmem_structures::{Store, StructureKind};
 use pmem_test_kit::run_crash_test;
 use pmem_undo_log::Heap;
@@ -27,6 +28,12 @@ fn tree_config() -> FastFairConfig {
         ..FastFairConfig::default()
     }
 }
+
+/// Leaves of four slots: a few keys split them, a remove unlinks one.
+const LEAVES: LeafMapConfig = LeafMapConfig {
+    leaf_bytes: 320,
+    slot_bytes: 64,
+};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -95,6 +102,11 @@ fn apply(store: &SimStore, op: &Op) {
             store
                 .btree_map_with::<u64, u64>(name, tree_config())
                 .expect("open a tree");
+        }
+        Op::Open(name, StructureKind::LeafMap) => {
+            store
+                .btree_map_with::<u64, u64>(name, LEAVES)
+                .expect("open a map of leaves");
         }
         Op::Open(name, _) => {
             store
@@ -173,7 +185,8 @@ fn observe(store: &SimStore) -> Result<State, String> {
                 }
                 c
             }
-            StructureKind::BTreeMap => {
+            StructureKind::BTreeMap | StructureKind::LeafMap => {
+                // Either layout opens as its entry records.
                 let map = store
                     .btree_map_with::<u64, u64>(&name, tree_config())
                     .map_err(|e| e.to_string())?;
@@ -329,5 +342,55 @@ fn crashes_in_a_removal_listed_in_fresh_links_are_finished_by_open() {
         Images::Random(1),
     );
     // 400 seeded draws over the removal's events, a few of them repeated.
+    assert!(points >= 350, "{points} crash points");
+}
+
+#[test]
+fn every_crash_of_a_map_of_leaves_in_the_catalog_recovers() {
+    // Made, filled past a few splits, a key overwritten, leaves emptied (unlinked), removed,
+    // and made again under the name as a tree.
+    let ops = [
+        vec![Op::Open("events", StructureKind::LeafMap)],
+        fill("events", StructureKind::LeafMap, 1, 12),
+        vec![
+            Op::Put("events", 3, 33),
+            Op::Delete("events", 1),
+            Op::Delete("events", 2),
+            Op::Delete("events", 4),
+            Op::Delete("events", 5),
+            Op::Remove("events"),
+            Op::Open("events", StructureKind::BTreeMap),
+            Op::Put("events", 7, 8),
+        ],
+    ]
+    .concat();
+    let points = crash_run(
+        "store-leaves",
+        Vec::new(),
+        0,
+        ops,
+        CrashPoints::Every,
+        Images::Random(2),
+    );
+    assert!(points > 300, "{points} crash points");
+}
+
+#[test]
+fn crashes_in_a_batched_removal_of_a_map_of_leaves_are_finished_by_open() {
+    // 600 keys in leaves of four slots: a few hundred leaves, more than one removal
+    // transaction frees (64).
+    let setup = [
+        vec![Op::Open("events", StructureKind::LeafMap)],
+        fill("events", StructureKind::LeafMap, 1, 600),
+    ]
+    .concat();
+    let points = crash_run(
+        "store-leaves-removal",
+        setup,
+        150,
+        vec![Op::Remove("events")],
+        CrashPoints::Sample(400),
+        Images::Random(1),
+    );
     assert!(points >= 350, "{points} crash points");
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use pmem_ordering::Backend;
 
 use super::catalog::Listed;
+use super::encoded_range::LentPair;
 use super::error::Error;
 use super::raw::LeafTree;
 use super::registry::{Core, Shared};
@@ -96,7 +97,7 @@ impl<'a, B: Backend> LeafCursor<'a, B> {
     }
 
     /// The next pair, lent until the next call; `None` at the end. An error ends the walk.
-    pub(super) fn next_pair(&mut self) -> Option<Result<(&[u8], &[u8]), Error>> {
+    pub(super) fn next_pair(&mut self) -> Option<Result<LentPair<'_>, Error>> {
         if self.at == self.spans.len() {
             if self.finished {
                 return None;

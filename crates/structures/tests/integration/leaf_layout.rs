@@ -98,7 +98,7 @@ fn check_against(map: &BTreeMap<String, Vec<u8>>, model: &Model<String, Vec<u8>>
     assert_eq!(map.get("absent").unwrap(), None);
     assert!(!map.get_into("absent", &mut out).unwrap() && out.is_empty());
     assert_eq!(map.get_with("absent", |_| ()).unwrap(), None);
-    assert!(!map.contains_key(&"k".repeat(2000)).unwrap());
+    assert!(!map.contains_key("k".repeat(2000)).unwrap());
     let all: Vec<(String, Vec<u8>)> = map.iter().collect::<Result<_, _>>().unwrap();
     let want: Vec<(String, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     assert_eq!(all, want);
@@ -284,7 +284,7 @@ fn removal_frees_every_block_and_a_full_pool_is_a_typed_error() {
         .unwrap();
     let mut written = 0u64;
     let full = loop {
-        let value = vec![written as u8; if written % 3 == 0 { 500 } else { 60 }];
+        let value = vec![written as u8; if written.is_multiple_of(3) { 500 } else { 60 }];
         match map.insert(written, value) {
             Ok(true) => written += 1,
             Ok(false) => panic!("key {written} was present"),
@@ -297,7 +297,11 @@ fn removal_frees_every_block_and_a_full_pool_is_a_typed_error() {
     assert_eq!(map.check().unwrap(), written);
     assert_eq!(
         map.get(written - 1).unwrap().map(|v| v.len()),
-        Some(if (written - 1) % 3 == 0 { 500 } else { 60 })
+        Some(if (written - 1).is_multiple_of(3) {
+            500
+        } else {
+            60
+        })
     );
     assert!(store.verify().is_healthy());
     assert!(matches!(

@@ -110,10 +110,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
     pub fn range<A: Encode<K>, R: RangeBounds<A>>(&self, range: R) -> BTreeIter<'_, K, V, B> {
         // Encoded in place (no allocation): a map of words takes the words, one of records
         // copies what it keeps.
-        let (start, end) = (
-            range.start_bound().map(|a| a.encode()),
-            range.end_bound().map(|a| a.encode()),
-        );
+        let (start, end) = encoded_bounds(&range);
         self.scan(
             start.as_ref().map(Encoded::bytes),
             end.as_ref().map(Encoded::bytes),
@@ -154,10 +151,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
         visit: impl FnMut(&[u8], &[u8]) -> ControlFlow<R>,
     ) -> Result<Option<R>, Error> {
         if let TreeRepr::Leaves(core) = &self.repr {
-            let (start, end) = (
-                range.start_bound().map(|a| a.encode()),
-                range.end_bound().map(|a| a.encode()),
-            );
+            let (start, end) = encoded_bounds(&range);
             let (start, end) = (
                 start.as_ref().map(Encoded::bytes),
                 end.as_ref().map(Encoded::bytes),
@@ -187,10 +181,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
         &self,
         range: R,
     ) -> EncodedRange<'_, K, V, B> {
-        let (start, end) = (
-            range.start_bound().map(|a| a.encode()),
-            range.end_bound().map(|a| a.encode()),
-        );
+        let (start, end) = encoded_bounds(&range);
         let (start, end) = (
             start.as_ref().map(Encoded::bytes),
             end.as_ref().map(Encoded::bytes),
@@ -235,6 +226,17 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
             types: PhantomData,
         }
     }
+}
+
+/// The encodings of `range`'s bounds (in place: no allocation).
+#[inline(always)]
+fn encoded_bounds<'r, K: Key, A: Encode<K> + 'r, R: RangeBounds<A>>(
+    range: &'r R,
+) -> (Bound<Encoded<'r>>, Bound<Encoded<'r>>) {
+    (
+        range.start_bound().map(|a| a.encode()),
+        range.end_bound().map(|a| a.encode()),
+    )
 }
 
 /// The `(key, value)` pairs of a [`BTreeMap`] in a range, in key order.

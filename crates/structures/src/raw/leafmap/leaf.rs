@@ -299,6 +299,41 @@ impl<B: Backend> Slots<'_, B> {
         }
     }
 
+    /// If the slot at `slot` holds `key`, its value into `out` (cleared first), the pair
+    /// checked: whether it holds `key`. One read of the slot, one checksum (a point read's
+    /// whole visit to the pool for an inline pair). A slot holding another key whose bytes
+    /// fail its checksum is [`RecordMapError::CorruptRecord`], as for [`Slots::holds`].
+    pub fn value_of(
+        &self,
+        slot: u64,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, RecordMapError> {
+        out.clear();
+        let mut buf = SlotBuf::new();
+        match self.read(slot, &mut buf)? {
+            Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
+            Pair::Inline {
+                key: theirs, value, ..
+            } => {
+                if theirs != key {
+                    return Ok(false);
+                }
+                out.extend_from_slice(value);
+                Ok(true)
+            }
+            Pair::Record { record } => {
+                let line = record_layout::first_line(self.pool, record)?;
+                if !line.key_equals(self.pool, record, key)? {
+                    line.check(self.pool, record)?;
+                    return Ok(false);
+                }
+                self.value_into(slot, key, &buf, out)?;
+                Ok(true)
+            }
+        }
+    }
+
     /// The value of the slot at `slot`, left in `buf` by [`Slots::holds`], whose key is `key`,
     /// into `out` (cleared first), the pair checked against its checksum.
     pub fn value_into(
@@ -376,6 +411,26 @@ impl<B: Backend> Slots<'_, B> {
         bytes.truncate(at + key_len);
         bytes.drain(..at);
         Ok((bytes, value))
+    }
+
+    /// `f` of the key of the slot at `slot`, whose bytes (the whole slot) are `bytes`, as
+    /// read: an inline key from `bytes`, an out-of-line one from its record (its lengths
+    /// checked, not its checksum: a split moving a slot reads its key so).
+    pub fn with_key<R>(
+        &self,
+        slot: u64,
+        bytes: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, RecordMapError> {
+        match parse(slot, bytes, self.config.inline_bytes())? {
+            Pair::Inline { key, .. } => Ok(f(key)),
+            Pair::Record { record } => {
+                let header = self.record(record)?;
+                let mut key = vec![0u8; header.key_len];
+                self.pool.read_bytes(Header::key_at(record), &mut key)?;
+                Ok(f(&key))
+            }
+        }
     }
 
     /// The record the slot at `slot` names, if its pair is out of line.

@@ -93,6 +93,7 @@
 //! | `verify.rs` | `verify()` and `blocks()` |
 
 mod index;
+mod keys;
 mod layout;
 mod leaf;
 mod open;
@@ -209,21 +210,32 @@ impl<B: Backend> LeafMap<B> {
     /// allocates nothing once `out` is large enough): whether `key` is present (`out` is left
     /// empty if not). A key that may be in a slot found damaged at open is
     /// [`RecordMapError::CorruptRecord`].
+    ///
+    /// One probe of the DRAM hash index and one read of the slot it names, its checksum
+    /// checked (see the module docs).
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
         if key.len() > MAX_KEY_BYTES {
             return Ok(false);
         }
         let index = self.read();
-        let (_, leaf) = self.leaf_of(&index, key)?;
-        let mut buf = SlotBuf::new();
-        match self.find(leaf, key, &mut buf)? {
-            Some(slot) => {
-                let at = self.config.slot_at(leaf.offset, slot);
-                self.slots().value_into(at, key, &buf, out)?;
-                Ok(true)
-            }
-            None => Ok(false),
+        let slots = self.slots();
+        let mut failed = None;
+        let hash = index.keys.hash(key);
+        let found = index.keys.find(hash, |slot| {
+            slots.value_of(slot, key, out).unwrap_or_else(|e| {
+                // Stop the probe: the error is the answer.
+                failed = Some(e);
+                true
+            })
+        });
+        if let Some(e) = failed {
+            out.clear();
+            return Err(e);
+        }
+        match found {
+            Some(_) => Ok(true),
+            None => self.absent(&index, key).map(|()| false),
         }
     }
 
@@ -233,15 +245,44 @@ impl<B: Backend> LeafMap<B> {
             return Ok(false);
         }
         let index = self.read();
-        let (_, leaf) = self.leaf_of(&index, key)?;
-        Ok(self.find(leaf, key, &mut SlotBuf::new())?.is_some())
+        let slots = self.slots();
+        let mut buf = SlotBuf::new();
+        let mut failed = None;
+        let hash = index.keys.hash(key);
+        let found = index.keys.find(hash, |slot| {
+            slots.holds(slot, key, &mut buf).unwrap_or_else(|e| {
+                failed = Some(e);
+                true
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match found {
+            Some(_) => Ok(true),
+            None => self.absent(&index, key).map(|()| false),
+        }
     }
 
-    /// The slot of `leaf` holding `key`, if any, its bytes left in `buf`; a key that may be
-    /// in a damaged slot is an error.
-    fn find(&self, leaf: &Leaf, key: &[u8], buf: &mut SlotBuf) -> Result<Option<usize>> {
+    /// For a key the hash index lacks: absent, unless its leaf has a slot found damaged at
+    /// open, which may be the key's (an error then).
+    fn absent(&self, index: &Index, key: &[u8]) -> Result<()> {
+        if index.damaged_leaves == 0 {
+            return Ok(());
+        }
+        let (_, leaf) = self.leaf_of(index, key)?;
+        match leaf.damage(&self.config) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The slot of `leaf` holding `key` (of hash `hash`), if any, its bytes left in `buf`; a
+    /// key that may be in a damaged slot is an error. (The writes' search: they need the
+    /// leaf anyway; reads go through the hash index.)
+    fn find(&self, leaf: &Leaf, key: &[u8], hash: u64, buf: &mut SlotBuf) -> Result<Option<usize>> {
         let slots = self.slots();
-        let mut candidates = leaf.matching(fingerprint(key));
+        let mut candidates = leaf.matching(fingerprint(hash));
         while candidates != 0 {
             let slot = candidates.trailing_zeros() as usize;
             candidates &= candidates - 1;

@@ -11,8 +11,11 @@ use crate::records::layout::{self as record_layout, Header};
 use crate::records::RecordMapError;
 
 /// A leaf's DRAM state. The map's lock guards it; the pool's bitmap word always equals
-/// `bitmap` when no writer holds the lock.
+/// `bitmap` when no writer holds the lock. In C order, what a scan reads first (the offset,
+/// the damage, the key order and its length) in the first two cache lines, apart from the
+/// fingerprints and prefixes the writes search.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Leaf {
     /// The leaf block's offset.
     pub offset: u64,
@@ -20,14 +23,14 @@ pub(crate) struct Leaf {
     pub bitmap: u64,
     /// Live slots whose bytes failed their checks at open: never served, never written over.
     pub damaged: u64,
+    pub count: u8,
+    /// The live, undamaged slots in key order (`count` of them).
+    pub order: [u8; 64],
     /// Each slot's key fingerprint (live slots only).
     pub fps: [u8; 64],
     /// Each slot's key's first 8 bytes ([`key_prefix`]): a search in key order reads a slot
     /// only when they tie.
     pub prefixes: [u64; 64],
-    /// The live, undamaged slots in key order (`count` of them).
-    pub order: [u8; 64],
-    pub count: u8,
 }
 
 impl Leaf {

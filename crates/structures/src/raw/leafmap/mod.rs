@@ -67,18 +67,21 @@
 //!
 //! # In DRAM, and threads
 //!
-//! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a lookup reads only the slots
-//! whose fingerprint matches: one slot, nearly always) and its live slots in key order (a scan
-//! reads the slots in that order; an insert finds its place by binary search on the keys'
-//! first 8 bytes, kept per slot too). Above the leaves, a `BTreeMap` from each leaf's short
-//! lower bound to its number in an arena of leaf states: the inner nodes (`index.rs`).
+//! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a write's search of its leaf
+//! reads only the slots whose fingerprint matches: one slot, nearly always) and its live
+//! slots in key order (a scan reads the slots in that order; an insert finds its place by
+//! binary search on the keys' first 8 bytes, kept per slot too). Above the leaves, a
+//! `BTreeMap` from each leaf's short lower bound to its number in an arena of leaf states:
+//! the inner nodes (`index.rs`). Beside them, a hash index from each key's hash to its slot
+//! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)
+//! and reads that one slot, without the inner nodes. All of it is rebuilt at open.
 //!
 //! One `RwLock` for the whole map guards the DRAM state: lookups and scans share it, writes
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
 //! fences, so writers do not run in parallel (they would share the media's bandwidth anyway),
-//! and readers wait for a writer's fences. A scan copies one leaf's pairs at a time under the
-//! lock and lends them to its callback with the lock released, so a callback may read or
-//! write the map. Every pool access is the pool's atomic word access: whatever the pool
+//! and readers wait for a writer's fences. A scan copies a batch of pairs at a time under the
+//! lock (16, then twice as many each time) and lends them to its callback with the lock
+//! released, so a callback may read or write the map. Every pool access is the pool's atomic word access: whatever the pool
 //! holds, no access races.
 //!
 //! | file | owns |
@@ -86,6 +89,7 @@
 //! | `layout.rs` | the bytes: root, leaf header, slot; [`LeafMapConfig`] |
 //! | `leaf.rs` | a leaf's DRAM state, and the reads of a slot's pair |
 //! | `index.rs` | the DRAM index: leaves by their (short, inline) lower bounds |
+//! | `keys.rs` | the DRAM hash index: each key's slot by the key's hash |
 //! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
 //! | `write.rs` | insert, upsert, remove |
 //! | `split.rs` | the structural transactions: split, unlink |

@@ -1,18 +1,21 @@
 //! In process: the store's byte-key maps against redb, the embedded Rust database, with the
 //! same keys (16 random bytes) and values (100 bytes).
 //!
-//! Inserts of every key, then gets of every key in one random order. redb commits either
-//! one write transaction per insert or one per [`BATCH`] inserts, both with
-//! `Durability::Immediate` (the commit returns once the data is fsync'd); our maps make every
-//! insert durable before it returns and have no batch API, so they are measured once and
-//! shown beside both of redb's modes, marked as per-insert durable. redb's gets run in one
-//! read transaction. Every store and database is a fresh file in the pool directory, removed
+//! Inserts of every key, then gets of every key in one random order. Each engine commits
+//! either once per insert or once per [`BATCH`] inserts: redb one write transaction with
+//! `Durability::Immediate` (the commit returns once the data is fsync'd), ours a single
+//! insert (durable when it returns) or one write batch ([`Store::write`]: durable, all its
+//! inserts or none, when the commit returns). Gets are measured on the maps loaded one insert
+//! at a time; redb's run in one read transaction.
+//!
+//! [`Store::write`]: pmem_structures::Store::write Every store and database is a fresh file in the pool directory, removed
 //! after: on tmpfs an fsync costs about what our emulated flushes do, both without a device.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use pmem_ordering::Granularity;
+use pmem_structures::{BTreeMap, HashMap, Store, WriteBatch};
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use serde::Serialize;
 
@@ -116,27 +119,104 @@ fn time_gets(
     Ok(order.len() as f64 / secs)
 }
 
-/// One of our maps: every key inserted (`insert` says whether it was new), then read back.
-fn time_ours(
+/// Inserts per second of every key into one of our maps, `per_commit` keys a commit:
+/// `insert_chunk(keys, first)` inserts `keys` (record numbers from `first`) and returns how
+/// many were new.
+fn time_our_load(
     engine: &str,
     keys: &[Key],
-    order: &[usize],
-    mut insert: impl FnMut(&Key, &[u8]) -> Result<bool, pmem_structures::Error>,
-    mut get: impl FnMut(&Key) -> Result<Option<Vec<u8>>, pmem_structures::Error>,
-) -> Result<Rates, ServiceError> {
+    per_commit: usize,
+    mut insert_chunk: impl FnMut(&[Key], usize) -> Result<usize, pmem_structures::Error>,
+) -> Result<f64, ServiceError> {
     let start = Instant::now();
-    for (i, key) in keys.iter().enumerate() {
-        if !insert(key, &value_of(i))? {
+    for (n, chunk) in keys.chunks(per_commit).enumerate() {
+        if insert_chunk(chunk, n * per_commit)? != chunk.len() {
             return Err(ServiceError::Duplicate {
                 engine: engine.to_string(),
             });
         }
     }
-    let insert = keys.len() as f64 / start.elapsed().as_secs_f64();
-    let get = time_gets(engine, keys, order, |i, key| {
-        Ok(get(key)?.is_some_and(|v| v[..] == value_of(i)[..]))
-    })?;
-    Ok(Rates { insert, get })
+    Ok(keys.len() as f64 / start.elapsed().as_secs_f64())
+}
+
+/// What the measurement needs of one of our byte-key maps.
+trait OurMap: Sized {
+    fn open(store: &Store) -> Result<Self, pmem_structures::Error>;
+    fn insert(&self, key: &Key, value: &[u8]) -> Result<bool, pmem_structures::Error>;
+    fn insert_in(
+        &self,
+        batch: &mut WriteBatch,
+        key: &Key,
+        value: &[u8],
+    ) -> Result<bool, pmem_structures::Error>;
+    fn get(&self, key: &Key) -> Result<Option<Vec<u8>>, pmem_structures::Error>;
+}
+
+/// Implements [`OurMap`] for a map type by its methods of the same names.
+macro_rules! our_map {
+    ($map:ty, $open:ident) => {
+        impl OurMap for $map {
+            fn open(store: &Store) -> Result<Self, pmem_structures::Error> {
+                store.$open(NAME)
+            }
+            fn insert(&self, key: &Key, value: &[u8]) -> Result<bool, pmem_structures::Error> {
+                <$map>::insert(self, key, value)
+            }
+            fn insert_in(
+                &self,
+                batch: &mut WriteBatch,
+                key: &Key,
+                value: &[u8],
+            ) -> Result<bool, pmem_structures::Error> {
+                <$map>::insert_in(self, batch, key, value)
+            }
+            fn get(&self, key: &Key) -> Result<Option<Vec<u8>>, pmem_structures::Error> {
+                <$map>::get(self, key)
+            }
+        }
+    };
+}
+our_map!(HashMap<Vec<u8>, Vec<u8>>, hash_map);
+our_map!(BTreeMap<Vec<u8>, Vec<u8>>, btree_map);
+
+/// Our rates for one map kind: a load one insert a commit (then the gets, on that map) and
+/// one of [`BATCH`] inserts a write batch, each into a fresh store from `new_store(mode)`.
+fn time_ours<M: OurMap>(
+    engine: &str,
+    keys: &[Key],
+    order: &[usize],
+    new_store: impl Fn(&str) -> Result<StoreFile, ServiceError>,
+) -> Result<(Rates, f64), ServiceError> {
+    let each = {
+        let file = new_store("each")?;
+        let map = M::open(file.store())?;
+        let insert = time_our_load(engine, keys, 1, |chunk, first| {
+            let mut new = 0;
+            for (j, key) in chunk.iter().enumerate() {
+                new += usize::from(map.insert(key, &value_of(first + j))?);
+            }
+            Ok(new)
+        })?;
+        let get = time_gets(engine, keys, order, |i, key| {
+            Ok(map.get(key)?.is_some_and(|v| v[..] == value_of(i)[..]))
+        })?;
+        Rates { insert, get }
+    };
+    let batched = {
+        let file = new_store("batch")?;
+        let store = file.store();
+        let map = M::open(store)?;
+        time_our_load(engine, keys, BATCH as usize, |chunk, first| {
+            store.write(|batch| {
+                let mut new = 0;
+                for (j, key) in chunk.iter().enumerate() {
+                    new += usize::from(map.insert_in(batch, key, &value_of(first + j))?);
+                }
+                Ok::<_, pmem_structures::Error>(new)
+            })
+        })?
+    };
+    Ok((each, batched))
 }
 
 /// Pool bytes for `records` records: each record's block (header, key and value, rounded up
@@ -219,38 +299,22 @@ pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow
     let order = lookup_order(keys.len());
     let size = pool_bytes(records);
     let granularity = Some(Granularity::Emulated);
-    let hash = {
-        let file = StoreFile::create(
+    let new_store = |kind: &str, mode: &str| {
+        StoreFile::create(
             dir,
-            &format!("{prefix}-service-hash.pool"),
+            &format!("{prefix}-service-{kind}-{mode}.pool"),
             size,
             granularity,
-        )?;
-        let map = file.store().hash_map::<Vec<u8>, Vec<u8>>(NAME)?;
-        time_ours(
-            "ours: hash map",
-            &keys,
-            &order,
-            |k, v| map.insert(k, v),
-            |k| map.get(k),
-        )?
+        )
     };
-    let ordered = {
-        let file = StoreFile::create(
-            dir,
-            &format!("{prefix}-service-ordered.pool"),
-            size,
-            granularity,
-        )?;
-        let map = file.store().btree_map::<Vec<u8>, Vec<u8>>(NAME)?;
-        time_ours(
-            "ours: ordered map",
-            &keys,
-            &order,
-            |k, v| map.insert(k, v),
-            |k| map.get(k),
-        )?
-    };
+    let (hash, hash_batched) =
+        time_ours::<HashMap<Vec<u8>, Vec<u8>>>("ours: hash map", &keys, &order, |mode| {
+            Ok(new_store("hash", mode)?)
+        })?;
+    let (ordered, ordered_batched) =
+        time_ours::<BTreeMap<Vec<u8>, Vec<u8>>>("ours: ordered map", &keys, &order, |mode| {
+            Ok(new_store("ordered", mode)?)
+        })?;
     let redb_each = time_redb(
         dir,
         &format!("{prefix}-service-each.redb"),
@@ -266,7 +330,8 @@ pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow
         BATCH as usize,
     )?;
 
-    let ours_note = "durable when insert returns (no batch API: the same run in both modes)";
+    let ours_each_note = "durable when insert returns";
+    let ours_batch_note = format!("one write batch per {BATCH} inserts, durable when committed");
     let row =
         |operation: &str, commit: &str, engine: &str, note: &str, rate: f64, redb: Option<f64>| {
             EmbeddedRow {
@@ -281,20 +346,28 @@ pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow
     let per_batch = format!("per {BATCH} inserts");
     let batch_note = format!("one write transaction per {BATCH} inserts, Durability::Immediate");
     let mut rows = Vec::new();
-    for (commit, redb, redb_note) in [
+    for (commit, redb, redb_note, ours_note, [hash_insert, ordered_insert]) in [
         (
             "per insert",
             &redb_each,
             "one write transaction per insert, Durability::Immediate",
+            ours_each_note,
+            [hash.insert, ordered.insert],
         ),
-        (per_batch.as_str(), &redb_batch, batch_note.as_str()),
+        (
+            per_batch.as_str(),
+            &redb_batch,
+            batch_note.as_str(),
+            ours_batch_note.as_str(),
+            [hash_batched, ordered_batched],
+        ),
     ] {
         rows.push(row(
             "insert",
             commit,
             "ours: hash map",
             ours_note,
-            hash.insert,
+            hash_insert,
             Some(redb.insert),
         ));
         rows.push(row(
@@ -302,7 +375,7 @@ pub fn measure(dir: &Path, prefix: &str, records: u64) -> Result<Vec<EmbeddedRow
             commit,
             "ours: ordered map",
             ours_note,
-            ordered.insert,
+            ordered_insert,
             Some(redb.insert),
         ));
         rows.push(row("insert", commit, "redb", redb_note, redb.insert, None));

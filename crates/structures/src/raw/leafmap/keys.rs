@@ -19,16 +19,61 @@ const REMOVED: u64 = 1;
 const PER_LINE: usize = 4;
 
 /// One cache line of the table: four entries, each a key's hash and its slot's offset.
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct Line([u64; 2 * PER_LINE]);
+type Line = [u64; 2 * PER_LINE];
+
+/// Lines of a table this large or larger live in a mapping of their own on 2 MiB pages.
+const MAPPED_LINES: usize = (2 << 20) / 64;
+
+/// The table's lines, zeroed (every entry free): a large table in an anonymous mapping asked
+/// for 2 MiB pages (transparent huge pages), so a lookup's miss needs no walk of 4 KiB page
+/// tables; a small one, or one no mapping could be made for, on the heap.
+enum Lines {
+    Mapped(memmap2::MmapMut),
+    Heap(Vec<Line>),
+}
+
+impl Lines {
+    fn new(count: usize) -> Lines {
+        if count >= MAPPED_LINES {
+            if let Ok(map) = memmap2::MmapMut::map_anon(count * 64) {
+                // A hint: without huge pages the table works the same.
+                let _ = map.advise(memmap2::Advice::HugePage);
+                return Lines::Mapped(map);
+            }
+        }
+        Lines::Heap(vec![[0; 2 * PER_LINE]; count])
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [Line];
+
+    #[inline]
+    fn deref(&self) -> &[Line] {
+        match self {
+            // A page-aligned mapping of whole lines: the cast cannot fail.
+            Lines::Mapped(map) => bytemuck::cast_slice(&map[..]),
+            Lines::Heap(lines) => lines,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Line] {
+        match self {
+            Lines::Mapped(map) => bytemuck::cast_slice_mut(&mut map[..]),
+            Lines::Heap(lines) => lines,
+        }
+    }
+}
 
 /// Every live, undamaged slot's key, by hash: open addressing over cache lines of four
 /// `(hash, slot)` entries, probed line after line. Not `hashbrown`'s SwissTable: its control
 /// bytes lie apart from its entries, so a lookup there misses the cache twice (a control
 /// group, then the entry); here a lookup reads one line, nearly always.
 pub(crate) struct KeyIndex {
-    lines: Vec<Line>,
+    lines: Lines,
     /// Entries holding a key.
     live: usize,
     /// Entries marked [`REMOVED`].
@@ -39,7 +84,7 @@ pub(crate) struct KeyIndex {
 impl Default for KeyIndex {
     fn default() -> Self {
         KeyIndex {
-            lines: Vec::new(),
+            lines: Lines::new(0),
             live: 0,
             removed: 0,
             // A process-random seed, as the standard library's hash maps take theirs.
@@ -72,7 +117,7 @@ impl KeyIndex {
         let mask = self.lines.len().wrapping_sub(1);
         let mut line = hash as usize & mask;
         for _ in 0..self.lines.len() {
-            let words = &self.lines[line].0;
+            let words = &self.lines[line];
             for e in 0..PER_LINE {
                 let slot = words[2 * e + 1];
                 if slot == EMPTY {
@@ -92,7 +137,7 @@ impl KeyIndex {
     #[inline]
     pub fn find(&self, hash: u64, is_key: impl FnMut(u64) -> bool) -> Option<u64> {
         let (line, e) = self.position(hash, is_key)?;
-        Some(self.lines[line].0[2 * e + 1])
+        Some(self.lines[line][2 * e + 1])
     }
 
     /// Record a key of hash `hash`, absent from the index, in the slot at `slot`.
@@ -105,9 +150,9 @@ impl KeyIndex {
         }
         let (line, e) = self
             .probe(hash)
-            .find(|&(line, e)| self.lines[line].0[2 * e + 1] <= REMOVED)
+            .find(|&(line, e)| self.lines[line][2 * e + 1] <= REMOVED)
             .expect("a table at most three quarters full has a free entry");
-        let words = &mut self.lines[line].0;
+        let words = &mut self.lines[line];
         if words[2 * e + 1] == REMOVED {
             self.removed -= 1;
         }
@@ -132,14 +177,14 @@ impl KeyIndex {
     fn rebuild(&mut self, keys: usize) {
         let entries = (keys * 5 / 3).max(4 * PER_LINE);
         let lines = entries.div_ceil(PER_LINE).next_power_of_two();
-        let old = std::mem::replace(&mut self.lines, vec![Line::default(); lines]);
+        let old = std::mem::replace(&mut self.lines, Lines::new(lines));
         self.live = 0;
         self.removed = 0;
-        for line in &old {
+        for line in old.iter() {
             for e in 0..PER_LINE {
-                let slot = line.0[2 * e + 1];
+                let slot = line[2 * e + 1];
                 if slot > REMOVED {
-                    self.insert(line.0[2 * e], slot);
+                    self.insert(line[2 * e], slot);
                 }
             }
         }
@@ -149,7 +194,7 @@ impl KeyIndex {
     /// a split); recorded afresh if it was missing.
     pub fn relocate(&mut self, hash: u64, from: u64, to: u64) {
         match self.position(hash, |slot| slot == from) {
-            Some((line, e)) => self.lines[line].0[2 * e + 1] = to,
+            Some((line, e)) => self.lines[line][2 * e + 1] = to,
             None => self.insert(hash, to),
         }
     }
@@ -166,8 +211,8 @@ impl KeyIndex {
         } else {
             ((line + 1) & (self.lines.len() - 1), 0)
         };
-        let next_free = self.lines[next_line].0[2 * next_e + 1] == EMPTY;
-        let words = &mut self.lines[line].0;
+        let next_free = self.lines[next_line][2 * next_e + 1] == EMPTY;
+        let words = &mut self.lines[line];
         words[2 * e] = 0;
         words[2 * e + 1] = if next_free { EMPTY } else { REMOVED };
         self.removed += usize::from(!next_free);
@@ -220,6 +265,29 @@ mod tests {
     }
 
     #[test]
+    fn a_table_of_two_mib_or_more_lives_in_a_mapping_and_works_alike() {
+        let mut index = KeyIndex::default();
+        let keys = 100_000u64;
+        let entries: Vec<(u64, u64)> = (0..keys)
+            .map(|i| (index.hash(&i.to_le_bytes()), 64 + 8 * i))
+            .collect();
+        index.extend(&entries);
+        assert!(
+            matches!(index.lines, Lines::Mapped(_)),
+            "{} lines",
+            index.lines.len()
+        );
+        assert!(index.lines.len() >= MAPPED_LINES);
+        for &(hash, slot) in entries.iter().step_by(2) {
+            index.remove(hash, slot);
+        }
+        for (i, &(hash, slot)) in entries.iter().enumerate() {
+            assert_eq!(index.holds(hash, slot), i % 2 == 1, "entry {i}");
+        }
+        assert_eq!(index.len(), (keys / 2) as usize);
+    }
+
+    #[test]
     fn growth_removal_and_crowded_lines_agree_with_a_model() {
         let mut index = KeyIndex::default();
         let mut model = std::collections::HashMap::new();
@@ -260,7 +328,7 @@ mod tests {
         let entries: usize = index
             .lines
             .iter()
-            .flat_map(|l| (0..PER_LINE).map(move |e| l.0[2 * e + 1]))
+            .flat_map(|l| (0..PER_LINE).map(move |e| l[2 * e + 1]))
             .filter(|&s| s > REMOVED)
             .count();
         assert_eq!(entries, model.len(), "no entry left behind");

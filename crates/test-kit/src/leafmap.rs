@@ -169,7 +169,13 @@ impl LeafOp {
             LeafOp::Reopen => {}
         }
         self.apply(0, model);
-        agree("len".into(), map.len(), model.len() as u64)
+        agree("len".into(), map.len(), model.len() as u64)?;
+        match self {
+            LeafOp::Insert(k, _) | LeafOp::Upsert(k, _) | LeafOp::Remove(k) => {
+                gets_around(map, model, k)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `n` operations from `seed` on keys of every family: a growing phase (inserts, upserts,
@@ -235,6 +241,43 @@ pub fn run_all<B: Backend>(
             None => Err("no map open".into()),
         }
     })
+}
+
+/// Keys on each side of a written key whose lookups [`gets_around`] checks: more than a
+/// small leaf holds, so a split's moved keys are among them.
+const NEIGHBOURS: usize = 8;
+
+/// After a write of `key`: `get_into` and `contains_key` of `key` and of its
+/// [`NEIGHBOURS`] nearest keys on each side agree with `model` (the point reads go through
+/// the map's DRAM hash index, which every write, split and unlink must keep in step).
+fn gets_around<B: Backend>(map: &LeafMap<B>, model: &LeafModel, key: &[u8]) -> Result<(), String> {
+    let below = model
+        .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(key)))
+        .rev()
+        .take(NEIGHBOURS);
+    let above = model
+        .range::<[u8], _>((Bound::Excluded(key), Bound::Unbounded))
+        .take(NEIGHBOURS);
+    let mut out = Vec::new();
+    let mut check = |k: &[u8]| -> Result<(), String> {
+        let found = map.get_into(k, &mut out).map_err(|e| failed("get", e))?;
+        agree(
+            format!("get({k:?})"),
+            found.then_some(&out[..]),
+            model.get(k).map(|v| &v[..]),
+        )?;
+        let present = map.contains_key(k).map_err(|e| failed("contains_key", e))?;
+        agree(
+            format!("contains_key({k:?})"),
+            present,
+            model.contains_key(k),
+        )
+    };
+    check(key)?;
+    for (k, _) in below.chain(above) {
+        check(k)?;
+    }
+    Ok(())
 }
 
 /// What `map` holds, by a full scan, which must be strictly increasing in key.

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
+use super::keys::KeyIndex;
 use super::leaf::Leaf;
 
 /// Bytes of a bound kept inline.
@@ -27,6 +28,11 @@ pub(crate) struct Index {
     /// Numbers of `arena` no leaf has.
     unused: Vec<u32>,
     pub len: u64,
+    /// Every live, undamaged slot by its key's hash: the point reads' way in.
+    pub keys: KeyIndex,
+    /// Leaves with slots found damaged at open: while there are none, a key the hash index
+    /// lacks is absent without a look at its leaf.
+    pub damaged_leaves: usize,
 }
 
 impl Index {

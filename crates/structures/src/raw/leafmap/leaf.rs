@@ -11,8 +11,11 @@ use crate::records::layout::{self as record_layout, Header};
 use crate::records::RecordMapError;
 
 /// A leaf's DRAM state. The map's lock guards it; the pool's bitmap word always equals
-/// `bitmap` when no writer holds the lock.
+/// `bitmap` when no writer holds the lock. In C order, what a scan reads first (the offset,
+/// the damage, the key order and its length) in the first two cache lines, apart from the
+/// fingerprints and prefixes the writes search.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Leaf {
     /// The leaf block's offset.
     pub offset: u64,
@@ -20,14 +23,14 @@ pub(crate) struct Leaf {
     pub bitmap: u64,
     /// Live slots whose bytes failed their checks at open: never served, never written over.
     pub damaged: u64,
+    pub count: u8,
+    /// The live, undamaged slots in key order (`count` of them).
+    pub order: [u8; 64],
     /// Each slot's key fingerprint (live slots only).
     pub fps: [u8; 64],
     /// Each slot's key's first 8 bytes ([`key_prefix`]): a search in key order reads a slot
     /// only when they tie.
     pub prefixes: [u64; 64],
-    /// The live, undamaged slots in key order (`count` of them).
-    pub order: [u8; 64],
-    pub count: u8,
 }
 
 impl Leaf {
@@ -299,6 +302,41 @@ impl<B: Backend> Slots<'_, B> {
         }
     }
 
+    /// If the slot at `slot` holds `key`, its value into `out` (cleared first), the pair
+    /// checked: whether it holds `key`. One read of the slot, one checksum (a point read's
+    /// whole visit to the pool for an inline pair). A slot holding another key whose bytes
+    /// fail its checksum is [`RecordMapError::CorruptRecord`], as for [`Slots::holds`].
+    pub fn value_of(
+        &self,
+        slot: u64,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, RecordMapError> {
+        out.clear();
+        let mut buf = SlotBuf::new();
+        match self.read(slot, &mut buf)? {
+            Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
+            Pair::Inline {
+                key: theirs, value, ..
+            } => {
+                if theirs != key {
+                    return Ok(false);
+                }
+                out.extend_from_slice(value);
+                Ok(true)
+            }
+            Pair::Record { record } => {
+                let line = record_layout::first_line(self.pool, record)?;
+                if !line.key_equals(self.pool, record, key)? {
+                    line.check(self.pool, record)?;
+                    return Ok(false);
+                }
+                self.value_into(slot, key, &buf, out)?;
+                Ok(true)
+            }
+        }
+    }
+
     /// The value of the slot at `slot`, left in `buf` by [`Slots::holds`], whose key is `key`,
     /// into `out` (cleared first), the pair checked against its checksum.
     pub fn value_into(
@@ -376,6 +414,26 @@ impl<B: Backend> Slots<'_, B> {
         bytes.truncate(at + key_len);
         bytes.drain(..at);
         Ok((bytes, value))
+    }
+
+    /// `f` of the key of the slot at `slot`, whose bytes (the whole slot) are `bytes`, as
+    /// read: an inline key from `bytes`, an out-of-line one from its record (its lengths
+    /// checked, not its checksum: a split moving a slot reads its key so).
+    pub fn with_key<R>(
+        &self,
+        slot: u64,
+        bytes: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, RecordMapError> {
+        match parse(slot, bytes, self.config.inline_bytes())? {
+            Pair::Inline { key, .. } => Ok(f(key)),
+            Pair::Record { record } => {
+                let header = self.record(record)?;
+                let mut key = vec![0u8; header.key_len];
+                self.pool.read_bytes(Header::key_at(record), &mut key)?;
+                Ok(f(&key))
+            }
+        }
     }
 
     /// The record the slot at `slot` names, if its pair is out of line.

@@ -67,18 +67,21 @@
 //!
 //! # In DRAM, and threads
 //!
-//! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a lookup reads only the slots
-//! whose fingerprint matches: one slot, nearly always) and its live slots in key order (a scan
-//! reads the slots in that order; an insert finds its place by binary search on the keys'
-//! first 8 bytes, kept per slot too). Above the leaves, a `BTreeMap` from each leaf's short
-//! lower bound to its number in an arena of leaf states: the inner nodes (`index.rs`).
+//! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a write's search of its leaf
+//! reads only the slots whose fingerprint matches: one slot, nearly always) and its live
+//! slots in key order (a scan reads the slots in that order; an insert finds its place by
+//! binary search on the keys' first 8 bytes, kept per slot too). Above the leaves, a
+//! `BTreeMap` from each leaf's short lower bound to its number in an arena of leaf states:
+//! the inner nodes (`index.rs`). Beside them, a hash index from each key's hash to its slot
+//! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)
+//! and reads that one slot, without the inner nodes. All of it is rebuilt at open.
 //!
 //! One `RwLock` for the whole map guards the DRAM state: lookups and scans share it, writes
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
 //! fences, so writers do not run in parallel (they would share the media's bandwidth anyway),
-//! and readers wait for a writer's fences. A scan copies one leaf's pairs at a time under the
-//! lock and lends them to its callback with the lock released, so a callback may read or
-//! write the map. Every pool access is the pool's atomic word access: whatever the pool
+//! and readers wait for a writer's fences. A scan copies a batch of pairs at a time under the
+//! lock (16, then twice as many each time) and lends them to its callback with the lock
+//! released, so a callback may read or write the map. Every pool access is the pool's atomic word access: whatever the pool
 //! holds, no access races.
 //!
 //! | file | owns |
@@ -86,6 +89,7 @@
 //! | `layout.rs` | the bytes: root, leaf header, slot; [`LeafMapConfig`] |
 //! | `leaf.rs` | a leaf's DRAM state, and the reads of a slot's pair |
 //! | `index.rs` | the DRAM index: leaves by their (short, inline) lower bounds |
+//! | `keys.rs` | the DRAM hash index: each key's slot by the key's hash |
 //! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
 //! | `write.rs` | insert, upsert, remove |
 //! | `split.rs` | the structural transactions: split, unlink |
@@ -93,6 +97,7 @@
 //! | `verify.rs` | `verify()` and `blocks()` |
 
 mod index;
+mod keys;
 mod layout;
 mod leaf;
 mod open;
@@ -209,21 +214,32 @@ impl<B: Backend> LeafMap<B> {
     /// allocates nothing once `out` is large enough): whether `key` is present (`out` is left
     /// empty if not). A key that may be in a slot found damaged at open is
     /// [`RecordMapError::CorruptRecord`].
+    ///
+    /// One probe of the DRAM hash index and one read of the slot it names, its checksum
+    /// checked (see the module docs).
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         out.clear();
         if key.len() > MAX_KEY_BYTES {
             return Ok(false);
         }
         let index = self.read();
-        let (_, leaf) = self.leaf_of(&index, key)?;
-        let mut buf = SlotBuf::new();
-        match self.find(leaf, key, &mut buf)? {
-            Some(slot) => {
-                let at = self.config.slot_at(leaf.offset, slot);
-                self.slots().value_into(at, key, &buf, out)?;
-                Ok(true)
-            }
-            None => Ok(false),
+        let slots = self.slots();
+        let mut failed = None;
+        let hash = index.keys.hash(key);
+        let found = index.keys.find(hash, |slot| {
+            slots.value_of(slot, key, out).unwrap_or_else(|e| {
+                // Stop the probe: the error is the answer.
+                failed = Some(e);
+                true
+            })
+        });
+        if let Some(e) = failed {
+            out.clear();
+            return Err(e);
+        }
+        match found {
+            Some(_) => Ok(true),
+            None => self.absent(&index, key).map(|()| false),
         }
     }
 
@@ -233,15 +249,44 @@ impl<B: Backend> LeafMap<B> {
             return Ok(false);
         }
         let index = self.read();
-        let (_, leaf) = self.leaf_of(&index, key)?;
-        Ok(self.find(leaf, key, &mut SlotBuf::new())?.is_some())
+        let slots = self.slots();
+        let mut buf = SlotBuf::new();
+        let mut failed = None;
+        let hash = index.keys.hash(key);
+        let found = index.keys.find(hash, |slot| {
+            slots.holds(slot, key, &mut buf).unwrap_or_else(|e| {
+                failed = Some(e);
+                true
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match found {
+            Some(_) => Ok(true),
+            None => self.absent(&index, key).map(|()| false),
+        }
     }
 
-    /// The slot of `leaf` holding `key`, if any, its bytes left in `buf`; a key that may be
-    /// in a damaged slot is an error.
-    fn find(&self, leaf: &Leaf, key: &[u8], buf: &mut SlotBuf) -> Result<Option<usize>> {
+    /// For a key the hash index lacks: absent, unless its leaf has a slot found damaged at
+    /// open, which may be the key's (an error then).
+    fn absent(&self, index: &Index, key: &[u8]) -> Result<()> {
+        if index.damaged_leaves == 0 {
+            return Ok(());
+        }
+        let (_, leaf) = self.leaf_of(index, key)?;
+        match leaf.damage(&self.config) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The slot of `leaf` holding `key` (of hash `hash`), if any, its bytes left in `buf`; a
+    /// key that may be in a damaged slot is an error. (The writes' search: they need the
+    /// leaf anyway; reads go through the hash index.)
+    fn find(&self, leaf: &Leaf, key: &[u8], hash: u64, buf: &mut SlotBuf) -> Result<Option<usize>> {
         let slots = self.slots();
-        let mut candidates = leaf.matching(fingerprint(key));
+        let mut candidates = leaf.matching(fingerprint(hash));
         while candidates != 0 {
             let slot = candidates.trailing_zeros() as usize;
             candidates &= candidates - 1;

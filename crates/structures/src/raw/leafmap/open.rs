@@ -36,6 +36,8 @@ impl<B: Backend> LeafMap<B> {
         let mut previous_max: Option<Vec<u8>> = None;
         let mut previous_bound: Option<Vec<u8>> = None;
         let mut walked = 0u64;
+        // Each live, undamaged slot's key hash, for the hash index once the walk is done.
+        let mut located: Vec<(u64, u64)> = Vec::new();
         let mut at = found.head;
         while at != 0 {
             walked += 1;
@@ -76,7 +78,9 @@ impl<B: Backend> LeafMap<B> {
                 let slot_at = config.slot_at(at, slot);
                 match slots.pair(slot_at) {
                     Ok((key, _)) if record_owned(heap, &slots, slot_at, root)? => {
-                        leaf.fps[slot] = fingerprint(&key);
+                        let hash = index.keys.hash(&key);
+                        located.push((hash, slot_at));
+                        leaf.fps[slot] = fingerprint(hash);
                         leaf.prefixes[slot] = key_prefix(&key);
                         keyed.push((key, slot as u8));
                     }
@@ -123,6 +127,9 @@ impl<B: Backend> LeafMap<B> {
                 leaf.order[i] = *slot;
             }
             leaf.count = keyed.len() as u8;
+            if leaf.damaged != 0 {
+                index.damaged_leaves += 1;
+            }
             index.len += keyed.len() as u64;
             if let Some((max, _)) = keyed.pop() {
                 previous_max = Some(max);
@@ -131,6 +138,7 @@ impl<B: Backend> LeafMap<B> {
             index.insert(LeafBound::new(&bound), leaf);
             at = next;
         }
+        index.keys.extend(&located);
         if index.count() == 0 {
             return Err(corrupt("its first leaf is missing (offset 0)".into()));
         }

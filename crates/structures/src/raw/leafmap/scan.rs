@@ -1,26 +1,28 @@
-//! Range scans that lend each pair: whole leaves' pairs, in key order, are copied (and
-//! checked) into a buffer under the map's lock (until it holds a few dozen), then lent to the caller's callback with the lock
-//! released; the next leaf is found by its bound, or (if a write moved it) by the last key
-//! lent. The buffers are the thread's, reused: a scan allocates nothing per pair, and nothing
-//! at all once they are large enough.
+//! Range scans that lend each pair: pairs, in key order, are copied (and checked) into a
+//! buffer under the map's lock, a batch at a time, then lent to the caller's callback with
+//! the lock released; the next batch starts after the last key lent. Batches start small and
+//! double (16 pairs, then 32, up to 256): a short scan copies few pairs it does not lend, a
+//! long one takes the lock seldom. While a batch is copied, the slots [`PREFETCH_AHEAD`]
+//! pairs ahead in key order (into the next leaf too) are asked for, so their misses overlap;
+//! nothing is asked for past the batch's end. The buffers are the thread's, reused: a scan
+//! allocates nothing per pair, and nothing at all once they are large enough.
 
 use std::cell::Cell;
 use std::ops::{Bound, ControlFlow};
 
 use pmem_ordering::Backend;
 
+use super::index::LeafBound;
 use super::leaf::Leaf;
 use super::{Index, LeafMap, Result};
 
-/// One leaf's pairs, copied: `(start, key_len, value_len)` of each in `bytes`.
+/// Pairs copied, `(start, key_len, value_len)` of each in `bytes`.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
     pairs: Vec<(usize, usize, usize)>,
     /// The last key lent.
     last: Vec<u8>,
-    /// The bound of the leaf after the batch's.
-    next_bound: Vec<u8>,
 }
 
 thread_local! {
@@ -29,24 +31,64 @@ thread_local! {
     static SPARE: Cell<Option<Box<Batch>>> = const { Cell::new(None) };
 }
 
-/// Pairs a batch holds at least before it is lent (unless the scan ends first): whole leaves
-/// are copied until it does, so a scan of 100 pairs takes the lock two or three times.
-const BATCH_PAIRS: usize = 48;
+/// Pairs of a scan's first batch; each next batch doubles, up to [`LAST_BATCH_PAIRS`].
+const FIRST_BATCH_PAIRS: usize = 16;
+/// Pairs of a batch at most.
+const LAST_BATCH_PAIRS: usize = 256;
+/// How many pairs ahead of the one being copied its slot is asked for: enough misses in
+/// flight to cover the memory's latency, few enough not to stall on full miss buffers.
+const PREFETCH_AHEAD: usize = 12;
 
 /// Where a batch starts.
 #[derive(Clone, Copy)]
 enum From {
     /// The scan's lower bound.
     Start,
-    /// The leaf whose bound is `next_bound`, else after the last key lent.
-    NextLeaf,
+    /// After the last key lent.
+    AfterLast,
+}
+
+/// The slot number [`Slots`] yields on entering a leaf with slots found damaged at open (a
+/// key in range may be in one of them): past every slot.
+const DAMAGED: u8 = u8::MAX;
+
+/// The slots of a range of leaves in key order: from a position of a first leaf, then every
+/// slot of the leaves after it ([`DAMAGED`] on entering a damaged one).
+#[derive(Clone)]
+struct Slots<'i, L> {
+    /// The leaves after the current one.
+    leaves: L,
+    leaf: &'i Leaf,
+    /// The current leaf's slots still to come.
+    rest: &'i [u8],
+}
+
+impl<'i, L: Iterator<Item = (&'i LeafBound, &'i Leaf)>> Iterator for Slots<'i, L> {
+    /// A slot, and its leaf.
+    type Item = (&'i Leaf, u8);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((&slot, rest)) = self.rest.split_first() {
+                self.rest = rest;
+                return Some((self.leaf, slot));
+            }
+            let (_, leaf) = self.leaves.next()?;
+            self.leaf = leaf;
+            self.rest = leaf.ordered();
+            if leaf.damaged != 0 {
+                return Some((leaf, DAMAGED));
+            }
+        }
+    }
 }
 
 impl<B: Backend> LeafMap<B> {
     /// Visit the pairs whose keys lie between `start` and `end`, in key order, lending each
     /// key and value to `f` until it breaks: how many pairs it was lent. No pair is allocated.
     ///
-    /// The scan holds the map's lock while it copies one leaf's pairs, not while `f` runs, so
+    /// The scan holds the map's lock while it copies a batch of pairs, not while `f` runs, so
     /// `f` may read or write the map. It is not a snapshot: a pair written during the scan
     /// may or may not be visited, as its key lies before or after the scan's position; each
     /// key is visited at most once, in increasing order.
@@ -59,10 +101,11 @@ impl<B: Backend> LeafMap<B> {
         let mut batch = SPARE.with(|s| s.take()).unwrap_or_default();
         let mut visited = 0u64;
         let mut from = From::Start;
+        let mut limit = FIRST_BATCH_PAIRS;
         let outcome = loop {
             let ended = {
                 let index = self.read();
-                match self.fill(&index, &mut batch, from, start, end) {
+                match self.fill(&index, &mut batch, from, start, end, limit) {
                     Ok(ended) => ended,
                     Err(e) => break Err(e),
                 }
@@ -85,7 +128,8 @@ impl<B: Backend> LeafMap<B> {
                 last.clear();
                 last.extend_from_slice(&bytes[at..at + key_len]);
             }
-            from = From::NextLeaf;
+            from = From::AfterLast;
+            limit = (limit * 2).min(LAST_BATCH_PAIRS);
         };
         SPARE.with(|s| s.set(Some(batch)));
         outcome
@@ -106,9 +150,8 @@ impl<B: Backend> LeafMap<B> {
         Ok(pairs)
     }
 
-    /// Copy into `batch` the pairs in range of the leaves from `from` on, whole leaves until
-    /// it holds [`BATCH_PAIRS`]: whether the scan has nothing after them (its end bound
-    /// reached, or no leaf left).
+    /// Copy into `batch` up to `limit` pairs in range, in key order, from `from` on: whether
+    /// the scan has nothing after them (its end bound reached, or no leaf left).
     fn fill(
         &self,
         index: &Index,
@@ -116,76 +159,70 @@ impl<B: Backend> LeafMap<B> {
         from: From,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
+        limit: usize,
     ) -> Result<bool> {
         batch.bytes.clear();
         batch.pairs.clear();
-        let Batch {
-            bytes,
-            pairs,
-            last,
-            next_bound,
-        } = batch;
-        let (first_bound, mut lower): (&[u8], Bound<&[u8]>) = match from {
-            From::Start => match start {
-                Bound::Unbounded => (&[], Bound::Unbounded),
-                Bound::Included(k) | Bound::Excluded(k) => {
-                    (self.leaf_of(index, k)?.0.as_slice(), start)
-                }
-            },
-            From::NextLeaf if index.get(&next_bound[..]).is_some() => {
-                (&next_bound[..], Bound::Unbounded)
-            }
-            From::NextLeaf => (
-                self.leaf_of(index, last)?.0.as_slice(),
-                Bound::Excluded(&last[..]),
-            ),
+        let Batch { bytes, pairs, last } = batch;
+        let lower = match from {
+            From::Start => start,
+            From::AfterLast => Bound::Excluded(&last[..]),
         };
+        let (bound, first) = match lower {
+            Bound::Unbounded => self.leaf_of(index, &[])?,
+            Bound::Included(k) | Bound::Excluded(k) => self.leaf_of(index, k)?,
+        };
+        if let Some(e) = first.damage(&self.config) {
+            return Err(e);
+        }
+        let position = self.lower_position(first, lower)?;
+        let mut leaves = index.from(bound.as_slice());
+        leaves.next();
+        let mut copied = Slots {
+            leaves,
+            leaf: first,
+            rest: &first.ordered()[position..],
+        };
+        // The slots `PREFETCH_AHEAD` pairs ahead: asked for, as the copy advances, until the
+        // batch's end.
+        let mut ahead = copied.clone();
+        let pool = self.heap.pool();
+        let slot_bytes = self.config.slot_bytes;
+        let prefetch = |(leaf, slot): (&Leaf, u8)| {
+            if slot != DAMAGED {
+                pool.prefetch(self.config.slot_at(leaf.offset, slot as usize), slot_bytes);
+            }
+        };
+        ahead
+            .by_ref()
+            .take(PREFETCH_AHEAD.min(limit))
+            .for_each(prefetch);
         let slots = self.slots();
-        let mut leaves = index.from(first_bound);
-        let mut prefetched = false;
-        while let Some((_, leaf)) = leaves.next() {
-            if let Some(e) = leaf.damage(&self.config) {
-                return Err(e);
-            }
-            let from_slot = self.lower_position(leaf, lower)?;
-            lower = Bound::Unbounded;
-            let ordered = &leaf.ordered()[from_slot..];
-            // The leaves after the first were asked for while the one before was copied.
-            if !prefetched {
-                self.prefetch(leaf, ordered);
-            }
-            for &slot in ordered {
-                let mark = bytes.len();
-                let (at, key_len, value_len) =
-                    slots.append_pair(self.config.slot_at(leaf.offset, slot as usize), bytes)?;
-                if past(&bytes[at..at + key_len], end) {
-                    bytes.truncate(mark);
-                    return Ok(true);
-                }
-                pairs.push((at, key_len, value_len));
-            }
-            let Some((bound, next)) = leaves.clone().next() else {
+        while pairs.len() < limit {
+            let Some((leaf, slot)) = copied.next() else {
                 return Ok(true);
             };
-            // The next leaf's lines are on their way while these pairs are copied or lent.
-            self.prefetch(next, next.ordered());
-            prefetched = true;
-            if pairs.len() >= BATCH_PAIRS {
-                next_bound.clear();
-                next_bound.extend_from_slice(bound.as_slice());
-                return Ok(false);
+            if slot == DAMAGED {
+                match leaf.damage(&self.config) {
+                    Some(e) => return Err(e),
+                    None => continue,
+                }
             }
+            if pairs.len() + PREFETCH_AHEAD < limit {
+                if let Some(next) = ahead.next() {
+                    prefetch(next);
+                }
+            }
+            let mark = bytes.len();
+            let (at, key_len, value_len) =
+                slots.append_pair(self.config.slot_at(leaf.offset, slot as usize), bytes)?;
+            if past(&bytes[at..at + key_len], end) {
+                bytes.truncate(mark);
+                return Ok(true);
+            }
+            pairs.push((at, key_len, value_len));
         }
-        Ok(true)
-    }
-
-    /// Ask for the lines of `slots` of `leaf` at once: they are read in key order, not in
-    /// place order, and this way their misses overlap instead of following one another.
-    fn prefetch(&self, leaf: &Leaf, slots: &[u8]) {
-        for &slot in slots {
-            let at = self.config.slot_at(leaf.offset, slot as usize);
-            self.heap.pool().prefetch(at, self.config.slot_bytes);
-        }
+        Ok(false)
     }
 
     /// The first position of `leaf`'s key order whose key is inside `lower`.

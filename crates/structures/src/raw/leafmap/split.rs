@@ -48,10 +48,15 @@ impl<B: Backend> LeafMap<B> {
         ));
         let mut moved_bits = 0u64;
         let mut fresh = Leaf::empty(0);
+        // Each moved key's hash, for the hash index once the split is durable.
+        let mut hashes = [0u64; 64];
+        let slots = self.slots();
         for (j, &slot) in moved.iter().enumerate() {
             let to = LEAF_HEADER as usize + j * slot_bytes;
             let from = self.config.slot_at(leaf.offset, slot as usize);
             pool.read_bytes(from, &mut image[to..to + slot_bytes])?;
+            hashes[j] =
+                slots.with_key(from, &image[to..to + slot_bytes], |k| index.keys.hash(k))?;
             moved_bits |= 1u64 << slot;
             fresh.fps[j] = leaf.fps[slot as usize];
             fresh.prefixes[j] = leaf.prefixes[slot as usize];
@@ -71,6 +76,12 @@ impl<B: Backend> LeafMap<B> {
         let old = index.get_mut(bound).ok_or_else(|| self.no_first_leaf())?;
         old.bitmap = kept;
         old.count -= moved.len() as u8;
+        for (j, &slot) in moved.iter().enumerate() {
+            let from = self.config.slot_at(leaf.offset, slot as usize);
+            index
+                .keys
+                .relocate(hashes[j], from, self.config.slot_at(new, j));
+        }
         index.insert(new_bound, fresh);
         Ok(())
     }

@@ -93,11 +93,14 @@ fn random_writes_split_unlink_and_reopen_as_the_model_says() {
                 0 => {
                     let inserted = map.insert(&k, &v).unwrap();
                     assert_eq!(inserted, !model.contains_key(&k));
-                    model.entry(k).or_insert(v);
+                    model.entry(k.clone()).or_insert(v);
                 }
-                1 => assert_eq!(map.upsert(&k, &v).unwrap(), model.insert(k, v)),
+                1 => assert_eq!(map.upsert(&k, &v).unwrap(), model.insert(k.clone(), v)),
                 _ => assert_eq!(map.remove(&k).unwrap(), model.remove(&k)),
             }
+            // The point read goes through the DRAM hash index, which the write kept.
+            assert_eq!(map.get(&k).unwrap().as_ref(), model.get(&k), "get({k:?})");
+            assert_eq!(map.contains_key(&k).unwrap(), model.contains_key(&k));
         }
         assert!(map.leaves() > 10, "round {round}: {} leaves", map.leaves());
         agrees(&map, &model);
@@ -287,9 +290,10 @@ fn a_damaged_slot_is_reported_by_reads_writes_scans_and_verify_never_served() {
     let (leaf, slot) = {
         let index = map.read();
         let (_, leaf) = index.leaf_of(&victim).unwrap();
+        let hash = index.keys.hash(&victim);
         (
             leaf.offset,
-            map.find(leaf, &victim, &mut super::leaf::SlotBuf::new())
+            map.find(leaf, &victim, hash, &mut super::leaf::SlotBuf::new())
                 .unwrap()
                 .unwrap(),
         )
@@ -383,4 +387,42 @@ fn the_default_shape_keeps_sixteen_byte_keys_and_hundred_byte_values_inline() {
     assert_eq!(out, vec![7u8; 100]);
     assert!(!map.get_into(&[1u8; 16], &mut out).unwrap());
     assert!(out.is_empty());
+}
+
+#[test]
+fn verify_finds_a_hash_index_out_of_step_with_the_leaves() {
+    let map = map(SMALL);
+    for i in 0..40 {
+        map.insert(&key(i), b"value").unwrap();
+    }
+    assert!(map.verify().is_healthy());
+    let victim = key(7);
+    let slot = {
+        let index = map.read();
+        let (_, leaf) = index.leaf_of(&victim).unwrap();
+        let hash = index.keys.hash(&victim);
+        let slot = map
+            .find(leaf, &victim, hash, &mut super::leaf::SlotBuf::new())
+            .unwrap()
+            .unwrap();
+        map.config.slot_at(leaf.offset, slot)
+    };
+    {
+        let mut index = map.write();
+        let hash = index.keys.hash(&victim);
+        index.keys.remove(hash, slot);
+    }
+    // The key is still in its leaf, but the point read's index lost it: verify says so.
+    assert_eq!(map.get(&victim).unwrap(), None);
+    let report = map.verify();
+    let disagreements = report
+        .findings
+        .iter()
+        .filter(|f| matches!(f.problem, Problem::KeyIndexDisagrees { .. }))
+        .count();
+    assert_eq!(disagreements, 2, "its slot, and the count: {report}");
+    // A reopen rebuilds the index from the leaves.
+    let map = reopen(map);
+    assert_eq!(map.get(&victim).unwrap(), Some(b"value".to_vec()));
+    assert!(map.verify().is_healthy());
 }

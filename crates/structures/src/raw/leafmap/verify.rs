@@ -21,7 +21,8 @@ impl<B: Backend> LeafMap<B> {
     /// slots, not empty unless it is the first); each live slot (its pair read whole against
     /// its checksum; an out-of-line pair's record an allocated block of this map, reached
     /// once); every key after the one before it across the chain; and the keys counted
-    /// against [`LeafMap::len`]. For a healthy map, `blocks_walked` is the length of
+    /// against [`LeafMap::len`]; and the DRAM hash index, which must name each key's slot and
+    /// hold as many keys as the length says. For a healthy map, `blocks_walked` is the length of
     /// [`LeafMap::blocks`].
     pub fn verify(&self) -> Verification {
         let index = self.read();
@@ -98,6 +99,14 @@ impl<B: Backend> LeafMap<B> {
             }
             keys.sort_unstable();
             for (key, slot) in keys {
+                if !index.keys.holds(index.keys.hash(&key), slot) {
+                    report.report(
+                        slot,
+                        Problem::KeyIndexDisagrees {
+                            detail: format!("it does not name this slot for its key {key:?}"),
+                        },
+                    );
+                }
                 if let Some((before, before_slot)) = &previous {
                     if key <= *before {
                         report.report(
@@ -112,6 +121,18 @@ impl<B: Backend> LeafMap<B> {
                 previous = Some((key, slot));
             }
             at = next;
+        }
+        if index.keys.len() as u64 != index.len {
+            report.report(
+                self.root,
+                Problem::KeyIndexDisagrees {
+                    detail: format!(
+                        "it holds {} keys, the length says {}",
+                        index.keys.len(),
+                        index.len
+                    ),
+                },
+            );
         }
         if report.keys != index.len {
             report.report(

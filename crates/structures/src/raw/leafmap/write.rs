@@ -37,13 +37,14 @@ impl<B: Backend> LeafMap<B> {
         check_sizes(key, value)?;
         let mut guard = self.write();
         let index: &mut Index = &mut guard;
+        let hash = index.keys.hash(key);
         loop {
             let (bound, leaf) = index.leaf_of_mut(key).ok_or_else(|| self.no_first_leaf())?;
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
             let mut buf = SlotBuf::new();
-            let found = self.found(leaf, key, &mut buf)?;
+            let found = self.found(leaf, key, hash, &mut buf)?;
             if found.is_some() && old.is_none() {
                 return Ok(false);
             }
@@ -57,13 +58,18 @@ impl<B: Backend> LeafMap<B> {
                     let at = self.config.slot_at(leaf.offset, found.slot);
                     self.slots().value_into(at, key, &buf, out)?;
                 }
-                self.commit(leaf, free, Some(&found), key, value)?;
+                self.commit(leaf, free, Some(&found), key, hash, value)?;
                 leaf.order_replace(found.slot, free);
+                let from = self.config.slot_at(leaf.offset, found.slot);
+                let to = self.config.slot_at(leaf.offset, free);
+                index.keys.relocate(hash, from, to);
                 return Ok(false);
             }
             let position = self.position(leaf, key)?;
-            self.commit(leaf, free, None, key, value)?;
+            self.commit(leaf, free, None, key, hash, value)?;
             leaf.order_insert(position, free);
+            let to = self.config.slot_at(leaf.offset, free);
+            index.keys.insert(hash, to);
             index.len += 1;
             return Ok(true);
         }
@@ -76,12 +82,13 @@ impl<B: Backend> LeafMap<B> {
         }
         let mut guard = self.write();
         let index: &mut Index = &mut guard;
+        let hash = index.keys.hash(key);
         let (bound, leaf) = index.leaf_of_mut(key).ok_or_else(|| self.no_first_leaf())?;
         if let Some(e) = leaf.damage(&self.config) {
             return Err(e);
         }
         let mut buf = SlotBuf::new();
-        let Some(found) = self.found(leaf, key, &mut buf)? else {
+        let Some(found) = self.found(leaf, key, hash, &mut buf)? else {
             return Ok(None);
         };
         let mut old = Vec::new();
@@ -95,14 +102,21 @@ impl<B: Backend> LeafMap<B> {
             self.store_bitmap(leaf, bitmap, found.record)?;
             leaf.order_remove(found.slot);
         }
+        index.keys.remove(hash, at);
         index.len -= 1;
         Ok(Some(old))
     }
 
     /// The slot of `leaf` holding `key` and the record it names, if any, its bytes left in
     /// `buf`.
-    fn found(&self, leaf: &Leaf, key: &[u8], buf: &mut SlotBuf) -> Result<Option<Found>> {
-        let Some(slot) = self.find(leaf, key, buf)? else {
+    fn found(
+        &self,
+        leaf: &Leaf,
+        key: &[u8],
+        hash: u64,
+        buf: &mut SlotBuf,
+    ) -> Result<Option<Found>> {
+        let Some(slot) = self.find(leaf, key, hash, buf)? else {
             return Ok(None);
         };
         let at = self.config.slot_at(leaf.offset, slot);
@@ -121,7 +135,8 @@ impl<B: Backend> LeafMap<B> {
         })
     }
 
-    /// Write `key -> value` into the free slot `free` of `leaf` and publish it (taking the
+    /// Write `key -> value` (`hash`: the key's in the hash index) into the free slot `free`
+    /// of `leaf` and publish it (taking the
     /// place of `old`, if any), durable on return; the leaf's bitmap and fingerprint in DRAM
     /// follow, its key order is the caller's.
     fn commit(
@@ -130,6 +145,7 @@ impl<B: Backend> LeafMap<B> {
         free: usize,
         old: Option<&Found>,
         key: &[u8],
+        hash: u64,
         value: &[u8],
     ) -> Result<()> {
         let pool = self.heap.pool();
@@ -157,7 +173,7 @@ impl<B: Backend> LeafMap<B> {
             })?;
             leaf.bitmap = bitmap;
         }
-        leaf.fps[free] = fingerprint(key);
+        leaf.fps[free] = fingerprint(hash);
         leaf.prefixes[free] = key_prefix(key);
         Ok(())
     }

@@ -414,6 +414,12 @@ pub enum Problem {
     },
     /// A leaf other than the first that holds no pair (an emptied leaf is unlinked).
     EmptyLeaf,
+    /// The map's DRAM hash index from keys to slots disagrees with its leaves (a key it does
+    /// not name at its slot, or a count of keys other than the leaves').
+    KeyIndexDisagrees {
+        /// What differs.
+        detail: String,
+    },
     /// A root object that cannot be read (its version, checksum or shape).
     BadRoot {
         /// What reading it said.
@@ -666,6 +672,9 @@ impl fmt::Display for Problem {
             }
             Problem::DamagedSlot { reason } => write!(f, "live slot unreadable: {reason}"),
             Problem::EmptyLeaf => write!(f, "a leaf other than the first holds no pair"),
+            Problem::KeyIndexDisagrees { detail } => {
+                write!(f, "the DRAM hash index disagrees with the leaves: {detail}")
+            }
             Problem::BadRoot { reason } => write!(f, "root object unreadable: {reason}"),
         }
     }

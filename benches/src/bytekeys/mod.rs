@@ -24,7 +24,8 @@
 //! updates replaced one, scans visited pairs).
 //!
 //! Beside them, the raw leaf map ([`leaf`]: pairs inline in persistent leaves, its DRAM index
-//! rebuilt at open, not yet behind the store) in a heap file of its own, with 16 random bytes
+//! rebuilt at open; the Store serves it as an ordered map's leaf layout, measured here raw) in a
+//! heap file of its own, with 16 random bytes
 //! to 100 B and 1 KiB and with `user:%011d` keys; after its workloads its open is timed
 //! ([`OpenTime`]).
 //!

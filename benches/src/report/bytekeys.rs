@@ -14,7 +14,7 @@ fn title(s: &ByteKeyResults) -> String {
     format!(
         "byte keys through the store: one thread, each map a fresh Store (Store::create in its \
          own pool file, batched fences, default configurations: CCEH, FAST&FAIR with FAST \
-         shifts; the leaf map, not yet behind the store: raw, in a heap of its own pool file, \
+         shifts; the leaf map (the Store's leaf layout) raw, in a heap of its own pool file, \
          8 KiB leaves) beside the u64 -> u64 map of the same kind in the same run{}; {} records \
          loaded (one insert each, keys in a random order), then A, B, C with {} operations \
          each and E with {} scans, uniform keys; {}",

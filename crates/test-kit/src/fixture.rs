@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use pmem_ordering::sim::{SimBackend, SimConfig};
 use pmem_ordering::{Backend, Granularity, Pool, PoolOptions};
+use pmem_structures::raw::leafmap::LeafMapConfig;
 use pmem_structures::StoreOptions;
 use pmem_undo_log::{FencePolicy, Heap, HeapConfig, Layout};
 
@@ -35,6 +36,13 @@ pub const SIM_HEAP: HeapConfig = HeapConfig {
 
 /// A heap configuration, for the tests that need another than [`TEST_HEAP`] or [`SIM_HEAP`]
 /// (the undo-log's own tests size the lane log and the chunks to reach the states they test).
+/// Leaves of 4 slots of 64 bytes (56 bytes of key and value inline): a few keys split a leaf,
+/// a value of more than about 40 bytes goes to a record. The crash tests' and fuzzing's shape.
+pub const SMALL_LEAVES: LeafMapConfig = LeafMapConfig {
+    leaf_bytes: 320,
+    slot_bytes: 64,
+};
+
 pub const fn heap_config(lanes: u64, lane_log_bytes: u64, chunk_size: u64) -> HeapConfig {
     HeapConfig {
         lanes,

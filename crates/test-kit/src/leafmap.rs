@@ -25,12 +25,7 @@ use crate::{crash_test_outcome_with_recovery, structure_verifies, History, Model
 /// What a leaf map must hold.
 pub type LeafModel = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Leaves of 4 slots of 64 bytes (56 bytes of key and value inline): a few keys split a leaf,
-/// a value of more than about 40 bytes goes to a record. The crash tests' and fuzzing's shape.
-pub const SMALL_LEAVES: LeafMapConfig = LeafMapConfig {
-    leaf_bytes: 320,
-    slot_bytes: 64,
-};
+pub use crate::fixture::SMALL_LEAVES;
 
 /// The key of family `family` (0..4) and number `n` (0..64).
 pub fn leaf_key(family: u8, n: u8) -> Vec<u8> {

@@ -10,11 +10,8 @@ use super::codec::word_width;
 use super::entries::BTreeEntries;
 use super::error::Error;
 use super::leaf_tree::LeafCursor;
-use super::types::{Key, Value};
+use super::types::{Key, LentPair, Value};
 use crate::records::tree::Scan;
-
-/// A key's and its value's encodings, lent by [`EncodedRange::next_pair`].
-pub type LentPair<'a> = (&'a [u8], &'a [u8]);
 
 /// The `(key, value)` pairs of a [`BTreeMap`](super::BTreeMap) in a range, in key order, each
 /// lent as its encoding (the bytes [`BTreeMap::get_into`](super::BTreeMap::get_into) writes: a

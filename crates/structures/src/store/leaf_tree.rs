@@ -9,10 +9,10 @@ use std::sync::Arc;
 use pmem_ordering::Backend;
 
 use super::catalog::Listed;
-use super::encoded_range::LentPair;
 use super::error::Error;
 use super::raw::LeafTree;
 use super::registry::{Core, Shared};
+use super::types::LentPair;
 use crate::records::RecordMapError;
 
 /// An ordered map of the leaf layout: its shared state.

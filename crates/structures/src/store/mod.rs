@@ -73,7 +73,7 @@ pub use batch::{WriteBatch, MAX_BATCH_CHANGES};
 pub use btree_map::{BTreeIter, BTreeMap};
 pub use catalog::MAX_NAME_BYTES;
 pub use datalog::Datalog;
-pub use encoded_range::{EncodedRange, LentPair};
+pub use encoded_range::EncodedRange;
 pub use entries::{BTreeEntries, Entries, HashEntries};
 pub use error::Error;
 pub use findings::{StoreFinding, StoreProblem, StoreVerification, StructureVerification};
@@ -81,6 +81,7 @@ pub use hash_map::{HashIter, HashMap};
 pub use options::{StoreOptions, MAX_STRUCTURES};
 pub use space::{thread_persist_counts, PersistCounts, Space};
 pub use tree_layout::BTreeLayout;
+pub use types::LentPair;
 pub use verify::verify_pool;
 
 use self::btree_map::TreeRepr;

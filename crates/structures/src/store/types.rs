@@ -14,6 +14,10 @@
 
 use std::fmt;
 
+/// A key's and its value's encodings, lent by
+/// [`EncodedRange::next_pair`](super::EncodedRange::next_pair).
+pub type LentPair<'a> = (&'a [u8], &'a [u8]);
+
 /// What a map's key or value type is, as the catalog records it: a kind in the low 8 bits, a
 /// width (arrays and plain-data types) in the next 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

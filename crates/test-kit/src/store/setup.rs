@@ -14,7 +14,7 @@ use pmem_structures::{Error, Store, StoreOptions};
 use pmem_undo_log::FencePolicy;
 
 use super::CATALOG_CAPACITY;
-use crate::fixture::SIM_HEAP;
+use crate::fixture::{SIM_HEAP, SMALL_LEAVES};
 
 /// How the kit's stores are made: the heap's fence policy, the maps' shapes and the tree's
 /// shift policy. Every store has [`CATALOG_CAPACITY`] names and the [`SIM_HEAP`] heap.
@@ -72,7 +72,7 @@ impl StoreSetup {
 
     /// New ordered maps' leaves, for the leaf layout: four slots, so a few keys split them.
     pub fn leaves(&self) -> LeafMapConfig {
-        crate::leafmap::SMALL_LEAVES
+        SMALL_LEAVES
     }
 
     /// New datalogs' shape: a few inodes.

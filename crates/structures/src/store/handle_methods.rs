@@ -167,7 +167,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(core) => core.check(),
                 $repr::Records(core) => Ok(core.raw.check()?),
-                $($repr::$leaves(core) => core.check(),)?
+                $($repr::$leaves(core) => Ok(core.raw.check()?),)?
             }
         }
 

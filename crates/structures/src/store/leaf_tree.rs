@@ -13,7 +13,6 @@ use super::error::Error;
 use super::raw::LeafTree;
 use super::registry::{Core, Shared};
 use super::types::LentPair;
-use crate::records::RecordMapError;
 
 /// An ordered map of the leaf layout: its shared state.
 pub(crate) struct LeafTreeCore<B: Backend> {
@@ -39,22 +38,6 @@ impl<B: Backend> Core<B> for LeafTreeCore<B> {
     }
     fn raw(&self) -> &LeafTree<B> {
         &self.raw
-    }
-}
-
-impl<B: Backend> LeafTreeCore<B> {
-    /// Walk the whole map read-only: the number of keys, or the first violation found as
-    /// [`RecordMapError::Corrupt`] (the handles' `check`).
-    pub(super) fn check(&self) -> Result<u64, Error> {
-        let verification = self.raw.verify();
-        match verification.findings.first() {
-            None => Ok(verification.keys),
-            Some(finding) => Err(RecordMapError::Corrupt {
-                root: self.raw.root(),
-                reason: format!("at {:#x}: {}", finding.offset, finding.problem),
-            }
-            .into()),
-        }
     }
 }
 

@@ -13,6 +13,19 @@ use crate::records::RecordMapError;
 use crate::verify::{readable_block, Problem, Verification};
 
 impl<B: Backend> LeafMap<B> {
+    /// Walk the whole map read-only: the number of keys, or the first violation
+    /// [`LeafMap::verify`] finds as [`RecordMapError::Corrupt`].
+    pub fn check(&self) -> Result<u64> {
+        let verification = self.verify();
+        match verification.findings.first() {
+            None => Ok(verification.keys),
+            Some(finding) => Err(RecordMapError::Corrupt {
+                root: self.root,
+                reason: format!("at {:#x}: {}", finding.offset, finding.problem),
+            }),
+        }
+    }
+
     /// Walk the whole map and report every violation found, with the blocks and keys walked.
     /// Holds the map's lock shared while it walks (writers wait), and reads only.
     ///

@@ -32,8 +32,8 @@ use crate::records::tree::Scan;
 ///   Lookups and scans take no lock.
 /// * [`BTreeLayout::Leaves`]: pairs inline in persistent leaves, inner nodes in DRAM rebuilt
 ///   at open ([`crate::leafmap`]): scans read each leaf's pairs from one block. Lookups and
-///   scans share a map-wide lock that each write takes alone (for its two fences), and
-///   write batches do not take such a map ([`Error::NotInBatches`]).
+///   scans share a map-wide lock that each write takes alone (for its two fences, or a
+///   write batch for its apply).
 ///
 /// Both layouts give the same answers to every method. Cheap to clone; `Send + Sync +
 /// 'static` for a store on a file. Each write is durable when it returns.
@@ -70,15 +70,13 @@ impl<K, V, B: Backend> Clone for BTreeMap<K, V, B> {
 impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
     typed_map_methods!(TreeRepr, Leaves);
 
-    /// The map as a write batch names it: refused for a map of leaves.
+    /// The map as a write batch names it.
     fn batch_map(&self) -> Result<BatchMap<B>, Error> {
-        match &self.repr {
-            TreeRepr::Words(core) => Ok(BatchMap::TreeWords(core.clone())),
-            TreeRepr::Records(core) => Ok(BatchMap::TreeRecords(core.clone())),
-            TreeRepr::Leaves(core) => Err(Error::NotInBatches {
-                name: core.name.clone(),
-            }),
-        }
+        Ok(match &self.repr {
+            TreeRepr::Words(core) => BatchMap::TreeWords(core.clone()),
+            TreeRepr::Records(core) => BatchMap::TreeRecords(core.clone()),
+            TreeRepr::Leaves(core) => BatchMap::TreeLeaves(core.clone()),
+        })
     }
 
     /// The layout the map was created with (recorded in the store): for trees, the node size

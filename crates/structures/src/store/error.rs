@@ -187,14 +187,6 @@ pub enum Error {
         /// The map's name, or "the store" for a second batch.
         name: String,
     },
-    /// A write through a batch to an ordered map of the leaf layout
-    /// ([`BTreeLayout::Leaves`](super::BTreeLayout::Leaves)), which this build's write batches
-    /// do not take; nothing was added to the batch.
-    #[error("{name:?} is an ordered map of the leaf layout, which write batches do not take yet: write it with single writes; nothing was added to the batch")]
-    NotInBatches {
-        /// The map's name.
-        name: String,
-    },
     /// A map handle of another store passed to a write batch.
     #[error("{name:?} belongs to another store than the write batch's")]
     OtherStore {

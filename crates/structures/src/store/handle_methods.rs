@@ -5,7 +5,7 @@
 /// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `remove`, `len`,
 /// `is_empty`, `check` and `name` of a typed map whose `repr` is the enum `$repr` of
 /// `Words(core)` and `Records(core)`, and of `$leaves(core)` if named (a map of leaves: the
-/// records' calls on its leaf map, without a writer gate, since batches do not take it).
+/// records' calls on its leaf map, behind its writer gate as theirs are).
 macro_rules! typed_map_methods {
     ($repr:ident $(, $leaves:ident)?) => {
         /// The value of `key`.
@@ -92,7 +92,10 @@ macro_rules! typed_map_methods {
                     let _section = core.enter()?;
                     Ok(core.raw.insert(key.bytes(), value.bytes())?)
                 }
-                $($repr::$leaves(core) => Ok(core.raw.insert(key.bytes(), value.bytes())?),)?
+                $($repr::$leaves(core) => {
+                    let _section = core.enter()?;
+                    Ok(core.raw.insert(key.bytes(), value.bytes())?)
+                })?
             }
         }
 
@@ -116,11 +119,13 @@ macro_rules! typed_map_methods {
                         .map(|v| decode(v, "value", &core.name))
                         .transpose()
                 }
-                $($repr::$leaves(core) => core
-                    .raw
-                    .upsert(key.bytes(), value.bytes())?
-                    .map(|v| decode(v, "value", &core.name))
-                    .transpose(),)?
+                $($repr::$leaves(core) => {
+                    let _section = core.enter()?;
+                    core.raw
+                        .upsert(key.bytes(), value.bytes())?
+                        .map(|v| decode(v, "value", &core.name))
+                        .transpose()
+                })?
             }
         }
 
@@ -139,11 +144,13 @@ macro_rules! typed_map_methods {
                         .map(|v| decode(v, "value", &core.name))
                         .transpose()
                 }
-                $($repr::$leaves(core) => core
-                    .raw
-                    .remove(key.bytes())?
-                    .map(|v| decode(v, "value", &core.name))
-                    .transpose(),)?
+                $($repr::$leaves(core) => {
+                    let _section = core.enter()?;
+                    core.raw
+                        .remove(key.bytes())?
+                        .map(|v| decode(v, "value", &core.name))
+                        .transpose()
+                })?
             }
         }
 
@@ -289,10 +296,10 @@ macro_rules! typed_map_methods {
                     .read_record(i, key)?
                     .map(|v| decode(v, "value", &core.name))
                     .transpose(),
-                // Refused by `batch_map` before any index `i` is given out.
-                $($repr::$leaves(core) => Err(Error::NotInBatches {
-                    name: core.name.clone(),
-                }),)?
+                $($repr::$leaves(core) => batch
+                    .read_record(i, key)?
+                    .map(|v| decode(v, "value", &core.name))
+                    .transpose(),)?
             }
         }
 
@@ -307,9 +314,7 @@ macro_rules! typed_map_methods {
             match &self.repr {
                 $repr::Words(_) => batch.write_word(i, encode_word(key), value.map(encode_word)),
                 $repr::Records(_) => batch.write_record(i, key, value),
-                $($repr::$leaves(core) => Err(Error::NotInBatches {
-                    name: core.name.clone(),
-                }),)?
+                $($repr::$leaves(_) => batch.write_record(i, key, value),)?
             }
         }
 

@@ -13,13 +13,16 @@ use super::error::Error;
 use super::raw::LeafTree;
 use super::registry::{Core, Shared};
 use super::types::LentPair;
+use crate::sync::{WriteSection, WriterGate};
 
 /// An ordered map of the leaf layout: its shared state.
 pub(crate) struct LeafTreeCore<B: Backend> {
     pub(super) raw: LeafTree<B>,
     pub(super) name: String,
     /// Keeps the store (heap, file, lock) alive as long as a handle is.
-    _shared: Arc<Shared<B>>,
+    pub(super) shared: Arc<Shared<B>>,
+    /// Keeps single writers out while a write batch holds the map (`batch/`).
+    pub(super) gate: WriterGate,
 }
 
 impl<B: Backend> Core<B> for LeafTreeCore<B> {
@@ -33,11 +36,22 @@ impl<B: Backend> Core<B> for LeafTreeCore<B> {
         Ok(LeafTreeCore {
             raw,
             name: name.to_string(),
-            _shared: shared,
+            shared,
+            gate: WriterGate::new(),
         })
     }
     fn raw(&self) -> &LeafTree<B> {
         &self.raw
+    }
+}
+
+impl<B: Backend> LeafTreeCore<B> {
+    /// Enter the map's writer gate for a single write (see `batch/`).
+    #[inline(always)]
+    pub(super) fn enter(&self) -> Result<WriteSection, Error> {
+        self.gate.enter().map_err(|_| Error::InBatch {
+            name: self.name.clone(),
+        })
     }
 }
 

@@ -318,7 +318,7 @@ impl<B: Backend> Store<B> {
         shared.resolve_records()?;
         if let (Some(area), Some(committed)) = (area, &committed) {
             batch_state::Area::resolve_blocks(&shared.heap, committed)?;
-            area.clear(shared.heap.pool())?;
+            area.clear_freeing(&shared.heap, &committed.frees, committed.freed as usize)?;
         }
         shared.heap.trim_record_chunks()?;
         if let Some(area) = area {

@@ -16,10 +16,10 @@ use crate::leafmap::LeafMapConfig;
 /// store's map of records, `docs/results/byte-keys.md`): 100-pair scans 2.8x faster in
 /// leaves (73 k/s against 26 k/s), inserts 1.1x, a 50/50 get/upsert mix 1.6x, gets level
 /// (0.95x). But the trees' reads take no lock, while the leaves take a map-wide reader-writer
-/// lock (a write holds it across its two fences, and readers wait for it); and a map of leaves
-/// cannot join a [`WriteBatch`](super::WriteBatch) yet
-/// ([`Error::NotInBatches`](super::Error::NotInBatches)). So the default stays `Trees`: choose
-/// `Leaves` for a map read mostly by range scans and never written in batches.
+/// lock (a write holds it across its two fences, a [`WriteBatch`](super::WriteBatch) across
+/// its apply, and readers wait for it). Both layouts join write batches. The default stays
+/// `Trees`: choose `Leaves` for a map read mostly by range scans, or written in pipelined
+/// batches (the measurements of `docs/write-batches.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BTreeLayout {
     /// FAST&FAIR (FAST'18 FAST&FAIR) with this node size and shift policy: a map whose key

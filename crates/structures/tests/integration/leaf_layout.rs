@@ -1,6 +1,6 @@
 //! The `Store`'s ordered map in the leaf layout (`BTreeLayout::Leaves`): every handle method
 //! answers as the default layout's map and a std `BTreeMap` do; the layout is recorded and kept
-//! across opens whatever is asked; write batches refuse the map and change nothing; removal
+//! across opens whatever is asked; write batches take the map, all or nothing; removal
 //! frees every block; a full pool and damaged bytes are typed errors, never a panic.
 
 use std::collections::BTreeMap as Model;
@@ -235,41 +235,126 @@ fn the_layout_is_recorded_and_kept_across_opens() {
     assert!(!store.names().contains(&"bad".to_string()));
 }
 
-/// A write batch refuses a map of leaves with a typed error naming it, adds nothing, and a
-/// batch run by `Store::write` that met the refusal commits nothing.
+/// Write batches take a map of leaves beside a map of the other layout: random mixes of
+/// inserts, overwrites and removes (values inline and in records), a hundred new keys between
+/// two neighbours of a one-key leaf (new leaves), removes emptying leaves, every key removed;
+/// after each batch both maps hold the model, `verify` is clean and the heap holds exactly the
+/// maps' blocks; a dropped batch and a failed closure change nothing; a single write from the
+/// batch's thread is refused while the batch holds the map; and it all reads back after a
+/// reopen of the file.
 #[test]
-fn write_batches_refuse_a_map_of_leaves_and_change_nothing() {
-    let store = Store::anonymous(16 << 20, &options()).unwrap();
+fn write_batches_take_a_map_of_leaves_all_or_nothing() {
+    let (_dir, path) = pool_path("leaf-batches", "store.pool");
+    let store = Store::create(&path, 16 << 20, &options()).unwrap();
     let leaves = store
-        .btree_map_with::<String, String>("leaves", BTreeLayout::leaves())
+        .btree_map_with::<String, Vec<u8>>("leaves", SMALL)
         .unwrap();
-    let trees = store.btree_map::<String, String>("trees").unwrap();
-    leaves.insert("a", "1").unwrap();
-    let outcome = store.write(|batch| {
-        trees.put_in(batch, "b", "2")?;
-        leaves.put_in(batch, "c", "3")?;
-        Ok::<_, Error>(())
-    });
-    match outcome {
-        Err(Error::NotInBatches { name }) => assert_eq!(name, "leaves"),
-        other => panic!("the batch gave {other:?}"),
+    let trees = store.btree_map::<String, Vec<u8>>("trees").unwrap();
+    let mut model: Model<String, Vec<u8>> = Model::new();
+    let mut rng = SplitMix64::new(41);
+    let agree = |model: &Model<String, Vec<u8>>| {
+        for map in [&leaves, &trees] {
+            let pairs: Vec<(String, Vec<u8>)> = map.iter().map(Result::unwrap).collect();
+            let want: Vec<(String, Vec<u8>)> =
+                model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(pairs, want, "{}", map.name());
+            assert_eq!(map.len(), model.len() as u64);
+            assert_eq!(map.check().unwrap(), model.len() as u64);
+        }
+        assert!(store.verify().is_healthy(), "{}", store.verify());
+        store.check_blocks().unwrap();
+    };
+    // One key, then a hundred between it and its neighbour, in one batch.
+    leaves.insert("m", b"one".to_vec()).unwrap();
+    trees.insert("m", b"one".to_vec()).unwrap();
+    model.insert("m".into(), b"one".to_vec());
+    store
+        .write(|batch| {
+            for i in 0..100 {
+                let (k, v) = (format!("m{i:03}"), value(&mut rng, i));
+                leaves.put_in(batch, k.as_str(), v.clone())?;
+                trees.put_in(batch, k.as_str(), v.clone())?;
+                model.insert(k, v);
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    agree(&model);
+    for round in 0..60u64 {
+        let changes = 1 + rng.below(if round % 10 == 0 { 200 } else { 12 });
+        let mut planned = model.clone();
+        store
+            .write(|batch| {
+                for i in 0..changes {
+                    let k = key(&mut rng);
+                    match rng.below(3) {
+                        0 => {
+                            let old = leaves.remove_in(batch, k.as_str())?;
+                            assert_eq!(old, planned.remove(&k), "remove_in {k}");
+                            trees.delete_in(batch, k.as_str())?;
+                        }
+                        _ => {
+                            let v = value(&mut rng, round * 1000 + i);
+                            let old = leaves.upsert_in(batch, k.as_str(), v.clone())?;
+                            assert_eq!(old, planned.insert(k.clone(), v.clone()), "upsert_in {k}");
+                            trees.put_in(batch, k.as_str(), v)?;
+                        }
+                    }
+                }
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        model = planned;
+        agree(&model);
     }
-    assert_eq!(trees.get("b").unwrap(), None);
-    assert_eq!(leaves.get("c").unwrap(), None);
+    // A batch the closure abandons and one dropped change nothing.
+    let abandoned = store.write(|batch| {
+        leaves.put_in(batch, "zzz", b"z".to_vec())?;
+        leaves.delete_in(batch, "m")?;
+        Err::<(), Error>(Error::InvalidConfig {
+            reason: "abandoned".into(),
+        })
+    });
+    assert!(matches!(abandoned, Err(Error::InvalidConfig { .. })));
     let mut batch = store.batch().unwrap();
+    assert_eq!(leaves.get_in(&mut batch, "m").unwrap(), model.get("m").cloned());
+    // The batch holds the map: a single write from its own thread is refused.
     assert!(matches!(
-        leaves.get_in(&mut batch, "a"),
-        Err(Error::NotInBatches { .. })
+        leaves.insert("x", b"x".to_vec()),
+        Err(Error::InBatch { name }) if name == "leaves"
     ));
-    assert!(matches!(
-        leaves.delete_in(&mut batch, "a"),
-        Err(Error::NotInBatches { .. })
-    ));
-    assert!(batch.is_empty());
-    batch.commit().unwrap();
-    // Single writes go on as before, from any thread.
-    assert!(leaves.insert("c", "3").unwrap());
-    assert_eq!(leaves.len(), 2);
+    leaves.put_in(&mut batch, "zzz", b"z".to_vec()).unwrap();
+    drop(batch);
+    agree(&model);
+    // Every key removed in one batch: the emptied leaves are unlinked and freed.
+    store
+        .write(|batch| {
+            for k in model.keys() {
+                leaves.delete_in(batch, k.as_str())?;
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert_eq!(leaves.len(), 0);
+    assert!(leaves.check().is_ok());
+    for k in model.keys() {
+        trees.remove(k.as_str()).unwrap();
+    }
+    model.clear();
+    agree(&model);
+    leaves.insert("after", b"all".to_vec()).unwrap();
+    trees.insert("after", b"all".to_vec()).unwrap();
+    model.insert("after".into(), b"all".to_vec());
+    drop((leaves, trees));
+    drop(store);
+    let store = Store::open_with(&path, &options()).unwrap();
+    let leaves = store
+        .btree_map_with::<String, Vec<u8>>("leaves", BTreeLayout::default())
+        .unwrap();
+    assert_eq!(leaves.layout(), BTreeLayout::Leaves(SMALL));
+    let pairs: Vec<(String, Vec<u8>)> = leaves.iter().map(Result::unwrap).collect();
+    assert_eq!(pairs, vec![("after".to_string(), b"all".to_vec())]);
+    store.check_blocks().unwrap();
 }
 
 /// Removing a map of leaves frees its leaves and records (the heap holds what it held before

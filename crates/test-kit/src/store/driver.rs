@@ -128,28 +128,14 @@ impl<'a, B: Backend> StoreDriver<'a, B> {
             let Some(handle) = self.handles.get(&change.name) else {
                 continue;
             };
-            let Some(kind) = model.map_kind(change.name) else {
+            if model.map_kind(change.name).is_none() {
                 continue;
-            };
+            }
             let written = match change.value {
                 Some(v) => on_map!(handle, m => m.put_in(&mut batch, change.key, v)),
                 None => on_map!(handle, m => m.delete_in(&mut batch, change.key)),
             };
-            match (written, kind) {
-                // A map of leaves is refused, and the batch dropped (`StoreModel::batch_refused`).
-                (Err(Error::NotInBatches { name }), StructureKind::LeafMap)
-                    if name == change.name.name() =>
-                {
-                    return Ok(());
-                }
-                (Ok(()), StructureKind::LeafMap) => {
-                    return Err(format!(
-                        "a batch took a write to the map of leaves {:?}",
-                        change.name.name()
-                    ))
-                }
-                (written, _) => written.map_err(|e| failed("a write through a batch", e))?,
-            }
+            written.map_err(|e| failed("a write through a batch", e))?;
         }
         if commit {
             batch.commit().map_err(|e| failed("a batch's commit", e))?;

@@ -201,7 +201,6 @@ pub enum StoreOp {
     /// A write batch of the first `len` changes (`put_in`, or `delete_in` for `None`),
     /// committed if the flag says so, else dropped (nothing may change). A change to a name
     /// that is not a listed map is left out (a batch makes no map).
-    /// A change to a map of leaves is refused (`Error::NotInBatches`) and the batch dropped.
     Batch(
         [BatchChange; BATCH_CHANGES],
         #[arbitrary(with = batch_len)] u8,

@@ -83,14 +83,6 @@ impl StoreModel {
         }
     }
 
-    /// Whether a batch of `changes` is refused: it writes a listed map of the leaf layout,
-    /// which batches do not take (`Error::NotInBatches`; the driver drops the batch).
-    pub fn batch_refused(&self, changes: &[super::BatchChange]) -> bool {
-        changes
-            .iter()
-            .any(|c| self.map_kind(c.name) == Some(StructureKind::LeafMap))
-    }
-
     /// What `remove_structure(name)` gives. (The store looks an invalid name up like any
     /// other: it finds none.)
     pub fn remove_outcome(&self, name: NameId) -> Result<(), Refusal> {
@@ -165,7 +157,6 @@ impl ModelOp for StoreOp {
             StoreOp::Check => {}
             StoreOp::Batch(changes, len, commit) => {
                 let changes = &changes[..usize::from(len)];
-                let commit = commit && !model.batch_refused(changes);
                 for change in changes {
                     // The batch opens the handle of each listed map it writes.
                     let Some(pairs) = model.map_mut(change.name) else {

@@ -96,6 +96,7 @@
 //! | `scan.rs` | range scans that lend each pair |
 //! | `verify.rs` | `verify()` and `blocks()` |
 
+mod batch;
 mod index;
 mod keys;
 mod layout;
@@ -111,6 +112,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use pmem_ordering::Backend;
 use pmem_undo_log::Heap;
 
+pub(crate) use batch::LeafPlan;
 pub use layout::{LeafMapConfig, ROOT_BYTES};
 
 use self::index::{Index, LeafBound};

@@ -128,7 +128,7 @@ impl<B: Backend> LeafMap<B> {
     }
 
     /// Where `key` (absent) goes in `leaf`'s key order: before the first larger key.
-    fn position(&self, leaf: &Leaf, key: &[u8]) -> Result<usize> {
+    pub(super) fn position(&self, leaf: &Leaf, key: &[u8]) -> Result<usize> {
         let slots = self.slots();
         leaf.search(key, true, |slot| {
             slots.compare(self.config.slot_at(leaf.offset, slot), key)

@@ -1,5 +1,6 @@
 //! A batch's commit: every map's changes planned, the log committed (the commit point), the
-//! plans applied, the log cleared. Three fences, plus those of the room the plans make.
+//! plans applied, the log cleared (with the blocks a map of leaves drops freed). Three
+//! fences, plus those of the room the plans make and of the clear's frees.
 
 use pmem_ordering::Backend;
 use pmem_undo_log::{Heap, RecordBlock};
@@ -7,6 +8,7 @@ use pmem_undo_log::{Heap, RecordBlock};
 use super::{BatchMap, Touched, WriteBatch};
 use crate::cceh::SlotWrite;
 use crate::fastfair::{KeyChange, LeafImage};
+use crate::leafmap::LeafPlan;
 use crate::records::RecordPlan;
 use crate::store::batch_state::{Area, Log};
 use crate::store::error::Error;
@@ -22,13 +24,25 @@ enum Plan {
     TreeWords(Vec<LeafImage>, Option<Option<u64>>),
     /// A map of records.
     Records(RecordPlan),
+    /// A map of leaves.
+    Leaves(LeafPlan),
 }
 
 impl Plan {
     /// Give back what the plan reserved (it will not be committed).
     fn cancel<B: Backend>(self, heap: &Heap<B>) {
-        if let Plan::Records(plan) = self {
-            plan.cancel(heap);
+        match self {
+            Plan::Records(plan) => plan.cancel(heap),
+            Plan::Leaves(plan) => plan.cancel(heap),
+            Plan::HashWords(..) | Plan::TreeWords(..) => {}
+        }
+    }
+
+    /// The blocks the batch leaves unreachable, to free with the log's clear.
+    fn frees(&self) -> &[u64] {
+        match self {
+            Plan::Leaves(plan) => &plan.free,
+            _ => &[],
         }
     }
 }
@@ -100,6 +114,19 @@ impl<B: Backend> Touched<B> {
                 }
                 Plan::Records(plan)
             }
+            BatchMap::TreeLeaves(core) => {
+                let plan = core.raw.plan_batch(&self.record_changes())?;
+                for &block in &plan.publish {
+                    log.publish(block);
+                }
+                for (offset, bytes) in &plan.writes {
+                    log.bytes(*offset, bytes);
+                }
+                for &block in &plan.free {
+                    log.free(block);
+                }
+                Plan::Leaves(plan)
+            }
         })
     }
 
@@ -131,6 +158,10 @@ impl<B: Backend> Touched<B> {
             }
             (BatchMap::HashRecords(core), Plan::Records(plan)) => Ok(core.raw.apply_batch(plan)?),
             (BatchMap::TreeRecords(core), Plan::Records(plan)) => Ok(core.raw.apply_batch(plan)?),
+            (BatchMap::TreeLeaves(core), Plan::Leaves(plan)) => {
+                core.raw.apply_batch(plan)?;
+                Ok(Vec::new())
+            }
             _ => unreachable!("each map's plan is of its own kind"),
         }
     }
@@ -242,7 +273,8 @@ impl<B: Backend> WriteBatch<B> {
         applying.change_end();
         let retired = applied?;
         pool.sfence();
-        area.clear(pool)?;
+        let frees: Vec<u64> = plans.iter().flat_map(|p| p.frees().iter().copied()).collect();
+        area.clear_freeing(heap, &frees, 0)?;
         for ((touched, retired), plan) in self.maps.iter().zip(retired).zip(&plans) {
             touched.finish(retired, plan);
         }

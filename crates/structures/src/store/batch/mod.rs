@@ -28,6 +28,7 @@ use rustc_hash::FxHashMap;
 
 use super::batch_state::BatchHold;
 use super::error::Error;
+use super::leaf_tree::LeafTreeCore;
 use super::map::{HashCore, TreeCore};
 use super::record_map::{RecordHashCore, RecordTreeCore};
 use super::registry::Shared;
@@ -48,6 +49,7 @@ pub(crate) enum BatchMap<B: Backend> {
     TreeWords(Arc<TreeCore<B>>),
     HashRecords(Arc<RecordHashCore<B>>),
     TreeRecords(Arc<RecordTreeCore<B>>),
+    TreeLeaves(Arc<LeafTreeCore<B>>),
 }
 
 impl<B: Backend> BatchMap<B> {
@@ -58,6 +60,7 @@ impl<B: Backend> BatchMap<B> {
             BatchMap::TreeWords(c) => Arc::as_ptr(c) as *const () as usize,
             BatchMap::HashRecords(c) => Arc::as_ptr(c) as *const () as usize,
             BatchMap::TreeRecords(c) => Arc::as_ptr(c) as *const () as usize,
+            BatchMap::TreeLeaves(c) => Arc::as_ptr(c) as *const () as usize,
         }
     }
 
@@ -67,6 +70,7 @@ impl<B: Backend> BatchMap<B> {
             BatchMap::TreeWords(c) => &c.gate,
             BatchMap::HashRecords(c) => &c.gate,
             BatchMap::TreeRecords(c) => &c.gate,
+            BatchMap::TreeLeaves(c) => &c.gate,
         }
     }
 
@@ -76,6 +80,7 @@ impl<B: Backend> BatchMap<B> {
             BatchMap::TreeWords(c) => &c.shared,
             BatchMap::HashRecords(c) => &c.shared,
             BatchMap::TreeRecords(c) => &c.shared,
+            BatchMap::TreeLeaves(c) => &c.shared,
         }
     }
 
@@ -85,6 +90,7 @@ impl<B: Backend> BatchMap<B> {
             BatchMap::TreeWords(c) => &c.name,
             BatchMap::HashRecords(c) => &c.name,
             BatchMap::TreeRecords(c) => &c.name,
+            BatchMap::TreeLeaves(c) => &c.name,
         }
     }
 }
@@ -96,7 +102,7 @@ struct Touched<B: Backend> {
     closed: bool,
     /// A map of words' changes: each key's new value, or `None` to remove it.
     words: FxHashMap<u64, Option<u64>>,
-    /// A map of records' changes.
+    /// A map of records' (or of leaves') changes.
     records: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
@@ -269,7 +275,7 @@ impl<B: Backend> WriteBatch<B> {
         Ok(())
     }
 
-    /// The value of `key` in map of records `i`, as the batch would leave it.
+    /// The value of `key` in map of records (or of leaves) `i`, as the batch would leave it.
     pub(crate) fn read_record(&mut self, i: usize, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         if let Some(change) = self.maps[i].records.get(key) {
             return Ok(change.clone());
@@ -278,6 +284,7 @@ impl<B: Backend> WriteBatch<B> {
         Ok(match &self.maps[i].map {
             BatchMap::HashRecords(core) => core.raw.get(key)?,
             BatchMap::TreeRecords(core) => core.raw.get(key)?,
+            BatchMap::TreeLeaves(core) => core.raw.get(key)?,
             _ => unreachable!("a map of records"),
         })
     }

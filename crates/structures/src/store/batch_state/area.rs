@@ -10,6 +10,7 @@
 //! | 72..80 | bytes of its log |
 //! | 80..88 | XXH3-64 of the sequence number, the length and the log |
 //! | 88..96 | the commit word: `BATCHCMT` while a batch is committed and not yet applied, else 0 |
+//! | 96..104 | the freed count: how many of the log's `Free` blocks the clear has freed (0 when no batch is committed) |
 //! | 128.. | the log: entries back to back, each a multiple of 8 bytes |
 //!
 //! Log entries, each starting with a word whose low byte is its kind:
@@ -19,6 +20,10 @@
 //! | 1 `Bytes` (length in bits 8..40) | offset, then the bytes padded to 8 | the pool's bytes at `offset` once the batch is applied |
 //! | 2 `Publish` | offset, size | a record block allocated once applied |
 //! | 3 `Retire` | offset, size | a record block free once applied |
+//! | 4 `Free` | offset | a block (a transaction's or a record) the batch leaves unreachable, freed by the clear |
+//!
+//! `Free` entries came with the maps of leaves; a build that knows only kinds 1 to 3 refuses
+//! a store whose committed log holds one (as a damaged area) rather than apply part of it.
 //!
 //! # The commit point
 //!
@@ -30,15 +35,23 @@
 //! not there. Once the batch is applied and its apply fenced, [`Area::clear`] stores 0 into
 //! the commit word and fences: a batch committed is never applied twice over later writes.
 //!
+//! A log with `Free` entries is cleared by [`Area::clear_freeing`] instead: undo-log
+//! transactions of up to [`FREES_PER_TX`] frees each, every one advancing the freed count,
+//! the last one storing 0 into the commit word and the count. A block is free (and may be
+//! handed out to another structure) only once the transaction that frees it commits, and
+//! that transaction also records that it is done: recovery, finding the batch still
+//! committed, frees the blocks from the count on, never one a transaction already freed.
+//!
 //! # Recovery
 //!
 //! [`Area::committed`] reads a committed log at open. Its `Bytes` entries are copied in first,
 //! before any structure opens (they make every slot and leaf the batch writes whole and as the
 //! batch left it); its `Publish` and `Retire` entries are resolved once the maps of records
 //! have resolved their own writes in doubt, before anything allocates; then the area is
-//! cleared. Every step can run again after a crash of recovery itself.
+//! cleared, its `Free` blocks freed with it. Every step can run again after a crash of
+//! recovery itself.
 
-use pmem_ordering::{Backend, Pool};
+use pmem_ordering::{Backend, PPtr, Pool};
 use pmem_undo_log::{Heap, RecordBlock};
 
 use crate::store::catalog::Catalog;
@@ -54,12 +67,18 @@ const COMMITTED: u64 = u64::from_le_bytes(*b"BATCHCMT");
 const COMMIT_LINE: u64 = 64;
 /// Where the commit word is.
 const COMMIT_WORD: u64 = COMMIT_LINE + 24;
+/// Where the freed count is.
+const FREED_WORD: u64 = COMMIT_LINE + 32;
+/// Blocks the clear frees per transaction: each free logs a word or two of allocator
+/// metadata, far below a lane's log.
+pub(crate) const FREES_PER_TX: usize = 64;
 /// Where the log starts.
 pub(crate) const LOG_AT: u64 = 128;
 
 const BYTES: u64 = 1;
 const PUBLISH: u64 = 2;
 const RETIRE: u64 = 3;
+const FREE: u64 = 4;
 
 /// The smallest area a store makes.
 pub(crate) const MIN_AREA_BYTES: u64 = 64 << 10;
@@ -100,6 +119,11 @@ impl Log {
         self.words.extend([RETIRE, block.offset, block.size]);
     }
 
+    /// A block freed once the batch is applied, with the log's clear.
+    pub(crate) fn free(&mut self, offset: u64) {
+        self.words.extend([FREE, offset]);
+    }
+
     /// The log's bytes.
     pub(crate) fn len(&self) -> u64 {
         8 * self.words.len() as u64
@@ -117,6 +141,10 @@ pub(crate) struct Committed {
     pub bytes: Vec<(u64, Vec<u8>)>,
     /// Blocks to resolve: allocated (`true`) or free.
     pub blocks: Vec<(RecordBlock, bool)>,
+    /// Blocks the clear frees.
+    pub frees: Vec<u64>,
+    /// How many of them the clear has freed.
+    pub freed: u64,
 }
 
 /// A store's write-batch area.
@@ -224,6 +252,39 @@ impl Area {
         Ok(())
     }
 
+    /// Mark the committed batch applied, freeing `frees` (from the `done`th on) with it: in
+    /// transactions of [`FREES_PER_TX`] frees, each advancing the freed count, the last one
+    /// also storing 0 into the commit word and the count (see the module docs). With no
+    /// frees left, [`Area::clear`].
+    pub(crate) fn clear_freeing<B: Backend>(
+        &self,
+        heap: &Heap<B>,
+        frees: &[u64],
+        done: usize,
+    ) -> Result<(), Error> {
+        if done >= frees.len() {
+            return self.clear(heap.pool());
+        }
+        let mut at = done;
+        while at < frees.len() {
+            let end = (at + FREES_PER_TX).min(frees.len());
+            let last = end == frees.len();
+            heap.transaction(|tx| {
+                for &block in &frees[at..end] {
+                    tx.free(PPtr::<u8>::new(block))?;
+                }
+                if last {
+                    tx.write(self.offset + COMMIT_WORD, &[0u8; 16])?;
+                } else {
+                    tx.write(self.offset + FREED_WORD, &(end as u64).to_le_bytes())?;
+                }
+                Ok::<(), Error>(())
+            })?;
+            at = end;
+        }
+        Ok(())
+    }
+
     /// The batch committed and not yet applied, if any: its entries, checked.
     pub(crate) fn committed<B: Backend>(&self, pool: &Pool<B>) -> Result<Option<Committed>, Error> {
         if pool.load_u64(self.offset + COMMIT_WORD)? != COMMITTED {
@@ -241,7 +302,16 @@ impl Area {
         if checksum(sequence, len, &bytes) != sum {
             return Ok(None);
         }
-        parse(pool, &bytes).map(Some)
+        let mut committed = parse(pool, &bytes)?;
+        committed.freed = pool.load_u64(self.offset + FREED_WORD)?;
+        if committed.freed > committed.frees.len() as u64 {
+            return Err(corrupt(format!(
+                "its freed count {} is past the log's {} blocks to free",
+                committed.freed,
+                committed.frees.len()
+            )));
+        }
+        Ok(Some(committed))
     }
 
     /// Copy `committed`'s bytes in, flushed, and fence: phase one of recovery, before any
@@ -301,6 +371,10 @@ fn parse<B: Backend>(pool: &Pool<B>, log: &[u8]) -> Result<Committed, Error> {
                 };
                 committed.blocks.push((block, kind == PUBLISH));
                 at += 3;
+            }
+            FREE => {
+                committed.frees.push(arg(1)?);
+                at += 2;
             }
             other => {
                 return Err(corrupt(format!(

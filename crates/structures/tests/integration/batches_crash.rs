@@ -1,6 +1,8 @@
 //! Write batches under simulated crashes: at every event of small batches that split CCEH
 //! segments and FAST&FAIR nodes, make trie layers, publish and retire records and write the
-//! reserved keys, across four maps at once; and crashes of recovery itself. Every crash image
+//! reserved keys, across four maps at once; and crashes of recovery itself. The harness
+//! (steps, model, the check of every image) also serves `batches_crash_leaves.rs`, whose
+//! batches write a fifth map, of the leaf layout. Every crash image
 //! must recover (`Heap::open`, `Store::load`) to a store whose heap walk and `verify` are
 //! clean and whose four maps hold, all together, the model after the steps that returned or
 //! after the interrupted one too: never part of a batch, never a batch applied over a later
@@ -13,6 +15,7 @@ use pmem_ordering::sim::{CrashPoints, CrashTest, Images, SimBackend, SimConfig};
 use pmem_ordering::Pool;
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::leafmap::LeafMapConfig;
 use pmem_structures::raw::STORE_LAYOUT;
 use pmem_structures::{Error, Store, StoreOptions};
 use pmem_test_kit::{crash_test_outcome_with_recovery, run_crash_test};
@@ -32,16 +35,20 @@ fn tree() -> FastFairConfig {
     }
 }
 
-/// The four maps, by index: `u64` hash, `u64` ordered, byte hash, byte ordered.
-const MAPS: [&str; 4] = ["hash", "tree", "bytes", "text"];
+/// The maps, by index: `u64` hash, `u64` ordered, byte hash, byte ordered (trees), byte
+/// ordered (leaves of four slots).
+pub(super) const MAPS: [&str; 5] = ["hash", "tree", "bytes", "text", "leaves"];
+
+/// The leaf map's shape: four slots of 64 bytes, a few keys fill a leaf.
+const LEAVES: LeafMapConfig = pmem_test_kit::fixture::SMALL_LEAVES;
 
 /// One change: a map, a key and its new value (`None` removes it). Keys and values of the
 /// `u64` maps are 8 big-endian bytes.
 #[derive(Clone, Debug)]
-struct Change(usize, Bytes, Option<Bytes>);
+pub(super) struct Change(pub(super) usize, pub(super) Bytes, pub(super) Option<Bytes>);
 
 #[derive(Clone, Debug)]
-enum Step {
+pub(super) enum Step {
     /// A batch of changes, committed.
     Batch(Vec<Change>),
     /// A batch whose closure fails after its changes: nothing may change.
@@ -53,17 +60,17 @@ enum Step {
     Single(Change),
 }
 
-type State = [Model<Bytes, Bytes>; 4];
+pub(super) type State = [Model<Bytes, Bytes>; 5];
 
 fn word(bytes: &[u8]) -> u64 {
     u64::from_be_bytes(bytes.try_into().expect("8 bytes"))
 }
 
-fn w(v: u64) -> Bytes {
+pub(super) fn w(v: u64) -> Bytes {
     v.to_be_bytes().to_vec()
 }
 
-fn states(setup: &[Change], steps: &[Step]) -> Vec<State> {
+pub(super) fn states(setup: &[Change], steps: &[Step]) -> Vec<State> {
     let apply = |state: &mut State, changes: &[Change]| {
         for Change(map, key, value) in changes {
             match value {
@@ -117,11 +124,18 @@ fn write_all(
                     None => drop(m.remove_in(batch, key)?),
                 }
             }
-            _ => {
+            3 => {
                 let m = store.btree_map_with::<Bytes, Bytes>(MAPS[3], tree())?;
                 match value {
                     Some(v) => drop(m.upsert_in(batch, key, v)?),
                     None => m.delete_in(batch, key)?,
+                }
+            }
+            _ => {
+                let m = store.btree_map_with::<Bytes, Bytes>(MAPS[4], LEAVES)?;
+                match value {
+                    Some(v) => drop(m.upsert_in(batch, key, v)?),
+                    None => drop(m.remove_in(batch, key)?),
                 }
             }
         }
@@ -153,8 +167,15 @@ fn single(store: &SimStore, change: &Change) -> Result<(), Error> {
                 None => drop(m.remove(key)?),
             }
         }
-        _ => {
+        3 => {
             let m = store.btree_map_with::<Bytes, Bytes>(MAPS[3], tree())?;
+            match value {
+                Some(v) => drop(m.upsert(key, v)?),
+                None => drop(m.remove(key)?),
+            }
+        }
+        _ => {
+            let m = store.btree_map_with::<Bytes, Bytes>(MAPS[4], LEAVES)?;
             match value {
                 Some(v) => drop(m.upsert(key, v)?),
                 None => drop(m.remove(key)?),
@@ -164,7 +185,7 @@ fn single(store: &SimStore, change: &Change) -> Result<(), Error> {
     Ok(())
 }
 
-fn run_step(store: &SimStore, step: &Step) {
+pub(super) fn run_step(store: &SimStore, step: &Step) {
     match step {
         Step::Batch(changes) => store
             .write(|batch| write_all(store, batch, changes))
@@ -214,8 +235,18 @@ fn observe(store: &SimStore) -> Result<State, String> {
         .map_err(e)?;
     m.check().map_err(e)?;
     state[3] = m.iter().collect::<Result<_, _>>().map_err(e)?;
+    // The map of leaves only where a workload made it.
+    let leaves = store.names().iter().any(|n| n == MAPS[4]);
+    if leaves {
+        let m = store
+            .btree_map_with::<Bytes, Bytes>(MAPS[4], LEAVES)
+            .map_err(e)?;
+        m.check().map_err(e)?;
+        state[4] = m.iter().collect::<Result<_, _>>().map_err(e)?;
+    }
     for (i, map) in state.iter().enumerate() {
         let len = match i {
+            4 if !leaves => 0,
             0 => store
                 .hash_map_with::<u64, u64>(MAPS[0], TABLE)
                 .map_err(e)?
@@ -228,8 +259,12 @@ fn observe(store: &SimStore) -> Result<State, String> {
                 .hash_map_with::<Bytes, Bytes>(MAPS[2], TABLE)
                 .map_err(e)?
                 .len(),
-            _ => store
+            3 => store
                 .btree_map_with::<Bytes, Bytes>(MAPS[3], tree())
+                .map_err(e)?
+                .len(),
+            _ => store
+                .btree_map_with::<Bytes, Bytes>(MAPS[4], LEAVES)
                 .map_err(e)?
                 .len(),
         };
@@ -245,12 +280,17 @@ fn observe(store: &SimStore) -> Result<State, String> {
 }
 
 fn options() -> StoreOptions {
-    pmem_test_kit::crash_store_options(4)
+    pmem_test_kit::crash_store_options(MAPS.len() as u64)
+}
+
+/// The pool's root: the catalog of [`options`].
+pub(super) fn root_bytes() -> u64 {
+    options().root_size().expect("a root size")
 }
 
 /// The check of every crash image: recovery, the heap walk, `verify`, and the maps all at the
 /// model's state after `done` steps or `done + 1`.
-fn check_image(
+pub(super) fn check_image(
     pool: &Arc<Pool<SimBackend>>,
     done: usize,
     expected: &[State],
@@ -273,7 +313,7 @@ fn check_image(
     Ok(())
 }
 
-fn setup_store(pool: &Arc<Pool<SimBackend>>, setup: &[Change], warm_area: bool) {
+pub(super) fn setup_store(pool: &Arc<Pool<SimBackend>>, setup: &[Change], warm_area: bool) {
     let store = SimStore::format(pool.clone(), &options()).expect("format the store");
     for change in setup {
         single(&store, change).expect("a setup write");
@@ -374,10 +414,21 @@ fn workload() -> (Vec<Change>, Vec<Step>) {
 }
 
 fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool) -> u64 {
-    let (setup, steps) = workload();
+    crash_workload(name, workload(), points, images, warm_area)
+}
+
+/// Every crash image of the steps of `(setup, steps)` (`points`, `images`) recovers to the
+/// model before or after the step it interrupted; the number of crash points.
+pub(super) fn crash_workload(
+    name: &str,
+    (setup, steps): (Vec<Change>, Vec<Step>),
+    points: CrashPoints,
+    images: Images,
+    warm_area: bool,
+) -> u64 {
     let expected = states(&setup, &steps);
     let test = CrashTest::new(name, SimConfig::x86())
-        .pool(STORE_LAYOUT, 2 << 20, 64 + 4 * 128)
+        .pool(STORE_LAYOUT, 2 << 20, root_bytes())
         .points(points)
         .images(images)
         .fail_on_unpersisted(true)
@@ -398,7 +449,7 @@ fn crash_steps(name: &str, points: CrashPoints, images: Images, warm_area: bool)
 }
 
 /// Each map's blocks (as `owned_blocks` lists them) in a store.
-fn blocks(store: &SimStore) -> Vec<usize> {
+pub(super) fn blocks(store: &SimStore) -> Vec<usize> {
     let owned = store.owned_blocks().unwrap();
     MAPS.iter()
         .map(|name| {
@@ -413,7 +464,7 @@ fn blocks(store: &SimStore) -> Vec<usize> {
 #[test]
 fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     let (setup, steps) = workload();
-    let pool = Pool::<SimBackend>::simulated(STORE_LAYOUT, 2 << 20, 64 + 4 * 128, SimConfig::x86())
+    let pool = Pool::<SimBackend>::simulated(STORE_LAYOUT, 2 << 20, root_bytes(), SimConfig::x86())
         .map(Arc::new)
         .unwrap();
     setup_store(&pool, &setup, true);
@@ -423,7 +474,7 @@ fn the_workload_splits_segments_and_nodes_makes_layers_and_frees_records() {
     let after = blocks(&store);
     // The u64 hash map splits its segment, the u64 tree its leaf, the byte hash map its
     // segment and gains records, the byte tree a layer (and records).
-    for (i, name) in MAPS.iter().enumerate() {
+    for (i, name) in MAPS[..4].iter().enumerate() {
         assert!(
             after[i] > before[i],
             "{name}: {} -> {} blocks",
@@ -498,13 +549,23 @@ fn random_images_at_sampled_events_recover_all_or_nothing() {
 
 #[test]
 fn a_crash_of_recovery_itself_recovers_all_or_nothing() {
-    let (setup, steps) = workload();
+    recovery_crashes("batches-recovery-crash", workload(), 60, 12);
+}
+
+/// Crashes of recovery itself (`recovery` sampled points of each of `points` sampled crash
+/// images of `(setup, steps)`) recover to the model.
+pub(super) fn recovery_crashes(
+    name: &str,
+    (setup, steps): (Vec<Change>, Vec<Step>),
+    points: usize,
+    recovery: usize,
+) {
     let expected = states(&setup, &steps);
-    let test = CrashTest::new("batches-recovery-crash", SimConfig::x86())
-        .pool(STORE_LAYOUT, 2 << 20, 64 + 4 * 128)
-        .points(CrashPoints::Sample(60))
+    let test = CrashTest::new(name, SimConfig::x86())
+        .pool(STORE_LAYOUT, 2 << 20, root_bytes())
+        .points(CrashPoints::Sample(points))
         .images(Images::Random(1))
-        .recovery_crashes(CrashPoints::Sample(12), Images::Random(1))
+        .recovery_crashes(CrashPoints::Sample(recovery), Images::Random(1))
         .seed(31);
     let report = crash_test_outcome_with_recovery(
         &test,

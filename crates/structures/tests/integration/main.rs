@@ -9,6 +9,7 @@
 
 mod batches;
 mod batches_crash;
+mod batches_crash_leaves;
 mod batches_proptest;
 mod bit_flips;
 mod borrowed_reads;

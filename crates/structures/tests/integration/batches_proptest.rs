@@ -1,21 +1,30 @@
 //! Sequences of write batches (committed, failed by their closure, panicking, dropped), single
 //! writes and reopenings of a file store, against a model of `BTreeMap`s: every result a batch's
 //! `*_in` call gives is the model's as the batch would leave it, a batch that fails changes
-//! nothing, and after every step the four maps hold the model (walked, counted, looked up).
+//! nothing, and after every step the five maps (the fifth an ordered map of the leaf layout, four
+//! slots a leaf) hold the model (walked, counted, looked up).
 
 use std::collections::BTreeMap as Model;
 use std::path::Path;
 
 use pmem_structures::raw::cceh::CcehConfig;
 use pmem_structures::raw::fastfair::FastFairConfig;
+use pmem_structures::raw::leafmap::LeafMapConfig;
 use pmem_structures::{Error, Granularity, Store, StoreOptions, WriteBatch};
 use proptest::prelude::*;
 
 type Bytes = Vec<u8>;
-type State = [Model<Bytes, Bytes>; 4];
+type State = [Model<Bytes, Bytes>; 5];
 
 const TABLE: CcehConfig = CcehConfig {
     buckets_per_segment: 4,
+};
+
+/// Leaves of four slots of 64 bytes: a few keys fill one, a value past 40 bytes or so is a
+/// record.
+const LEAVES: LeafMapConfig = LeafMapConfig {
+    leaf_bytes: 320,
+    slot_bytes: 64,
 };
 
 fn tree() -> FastFairConfig {
@@ -80,7 +89,7 @@ fn kind() -> impl Strategy<Value = Kind> {
 }
 
 fn change() -> impl Strategy<Value = (usize, usize, Kind)> {
-    (0..4usize, 0..8usize, kind())
+    (0..5usize, 0..8usize, kind())
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -147,6 +156,7 @@ struct Maps {
     tree: pmem_structures::BTreeMap<u64, u64>,
     bytes: pmem_structures::HashMap<Bytes, Bytes>,
     text: pmem_structures::BTreeMap<Bytes, Bytes>,
+    leaves: pmem_structures::BTreeMap<Bytes, Bytes>,
 }
 
 fn maps(store: &Store) -> Maps {
@@ -155,6 +165,7 @@ fn maps(store: &Store) -> Maps {
         tree: store.btree_map_with("tree", tree()).unwrap(),
         bytes: store.hash_map_with("bytes", TABLE).unwrap(),
         text: store.btree_map_with("text", tree()).unwrap(),
+        leaves: store.btree_map_with("leaves", LEAVES).unwrap(),
     }
 }
 
@@ -200,7 +211,8 @@ fn in_batch(
         0 => run!(m.hash, word(key), wv, w),
         1 => run!(m.tree, word(key), wv, w),
         2 => run!(m.bytes, key, bv, id),
-        _ => run!(m.text, key, bv, id),
+        3 => run!(m.text, key, bv, id),
+        _ => run!(m.leaves, key, bv, id),
     }
 }
 
@@ -221,7 +233,8 @@ fn single(m: &Maps, map: usize, key: &Bytes, kind: &Kind) -> Result<(), Error> {
         0 => run!(m.hash, word(key), wv),
         1 => run!(m.tree, word(key), wv),
         2 => run!(m.bytes, key, bv),
-        _ => run!(m.text, key, bv),
+        3 => run!(m.text, key, bv),
+        _ => run!(m.leaves, key, bv),
     }
     Ok(())
 }
@@ -239,13 +252,24 @@ fn observe(m: &Maps) -> State {
     }
     state[2] = m.bytes.iter().collect::<Result<_, _>>().unwrap();
     state[3] = m.text.iter().collect::<Result<_, _>>().unwrap();
-    let lens = [m.hash.len(), m.tree.len(), m.bytes.len(), m.text.len()];
+    state[4] = m.leaves.iter().collect::<Result<_, _>>().unwrap();
+    let lens = [
+        m.hash.len(),
+        m.tree.len(),
+        m.bytes.len(),
+        m.text.len(),
+        m.leaves.len(),
+    ];
     for (i, len) in lens.into_iter().enumerate() {
         assert_eq!(len, state[i].len() as u64, "map {i}'s len");
     }
     for (k, v) in &state[3] {
         assert_eq!(m.text.get(k).unwrap().as_ref(), Some(v));
     }
+    for (k, v) in &state[4] {
+        assert_eq!(m.leaves.get(k).unwrap().as_ref(), Some(v));
+    }
+    assert_eq!(m.leaves.check().unwrap(), state[4].len() as u64);
     state
 }
 

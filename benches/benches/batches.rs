@@ -3,7 +3,8 @@
 //! flushes and fences are issued as on persistent memory, but the files are in DRAM.
 //!
 //! One group, `batches`, each row 100 upserts per iteration (throughput in upserts), for the
-//! four kinds of maps (`u64 -> u64` and 16-byte keys to 32-byte values, hash and ordered),
+//! four kinds of maps (`u64 -> u64` and 16-byte keys to 32-byte values, hash and ordered) and
+//! the byte-key ordered map in the leaf layout (`bytes leaves`, default leaves),
 //! each preloaded with 100,000 keys, the upserts' keys drawn from twice that range (about half
 //! overwrite a present key, half insert one):
 //!
@@ -21,7 +22,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use pmem_bench::poolfile::{default_pool_dir, StoreFile};
 use pmem_ordering::stats::thread_stats;
 use pmem_ordering::Granularity;
-use pmem_structures::{Error, Store};
+use pmem_structures::{BTreeLayout, Error, Store};
 
 const POOL_FILE: &str = "pmem-bench-criterion-batches.pool";
 const POOL_BYTES: u64 = 2 << 30;
@@ -136,6 +137,7 @@ struct WordHashTarget;
 struct WordTreeTarget;
 struct ByteHashTarget;
 struct ByteTreeTarget;
+struct ByteLeavesTarget;
 
 impl WordHashTarget {
     fn open(store: &Store) -> Result<WordHash, Error> {
@@ -161,7 +163,14 @@ impl ByteTreeTarget {
 target!(WordHashTarget, |k: u64| k + 1, |k: u64| k);
 target!(WordTreeTarget, |k: u64| k, |k: u64| k);
 target!(ByteHashTarget, byte_key, byte_value);
+impl ByteLeavesTarget {
+    fn open(store: &Store) -> Result<ByteTree, Error> {
+        store.btree_map_with("map", BTreeLayout::leaves())
+    }
+}
+
 target!(ByteTreeTarget, byte_key, byte_value);
+target!(ByteLeavesTarget, byte_key, byte_value);
 
 fn bench_batches(c: &mut Criterion) {
     let dir = default_pool_dir();
@@ -170,11 +179,12 @@ fn bench_batches(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(3));
     g.sample_size(20);
     g.throughput(Throughput::Elements(BATCH as u64));
-    let targets: [(&str, &dyn Target); 4] = [
+    let targets: [(&str, &dyn Target); 5] = [
         ("u64 hash", &WordHashTarget),
         ("u64 ordered", &WordTreeTarget),
         ("bytes hash", &ByteHashTarget),
         ("bytes ordered", &ByteTreeTarget),
+        ("bytes leaves", &ByteLeavesTarget),
     ];
     let preload = draws(1, PRELOAD as usize, 2 * PRELOAD);
     let keys = draws(2, DRAWS, 2 * PRELOAD);

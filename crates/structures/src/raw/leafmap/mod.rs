@@ -59,7 +59,14 @@
 //!   pointer names the new one. A remove that would empty a leaf other than the first unlinks
 //!   and frees it in one transaction instead.
 //!
-//! Recovery is the heap's: [`Heap::open`] rolls back a transaction a crash interrupted.
+//! * A **write batch** of the store (`batch.rs`) rewrites the leaves it touches from its
+//!   log after its commit point: in place, or dealt to the leaf and new leaves (record
+//!   blocks written before the commit point and published by the log), or a leaf it empties
+//!   unlinked and freed with the log's clear. A leaf or a record may so be a record block or
+//!   a transaction's block: both are allocated blocks, and a transaction frees either.
+//!
+//! Recovery is the heap's: [`Heap::open`] rolls back a transaction a crash interrupted (and
+//! the store's load finishes a write batch a crash interrupted, before the map opens).
 //! [`LeafMap::open`] then only reads: it walks the chain, checks every leaf (an allocated
 //! block of the map's shape, its tag, a bitmap within its slots) and every live slot (its
 //! lengths and checksum; a damaged slot is remembered, never served nor written over, and
@@ -93,6 +100,7 @@
 //! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
 //! | `write.rs` | insert, upsert, remove |
 //! | `split.rs` | the structural transactions: split, unlink |
+//! | `batch.rs` | a write batch's plan and apply |
 //! | `scan.rs` | range scans that lend each pair |
 //! | `verify.rs` | `verify()` and `blocks()` |
 

@@ -23,13 +23,15 @@ use std::sync::Arc;
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::{Mutex, MutexGuard};
 use pmem_structures::raw::pmem_ordering::{Backend, Hardware};
-use pmem_structures::{BTreeMap, Error, Store, WriteBatch};
+use pmem_structures::{BTreeLayout, BTreeMap, Error, Store, WriteBatch};
 
 use crate::counters::Counters;
 use crate::hashes::highest_id;
 use crate::reply::Reply;
 
-/// The map's name in the store.
+/// The map's name in the store. Made in the leaf layout (pairs inline in persistent leaves,
+/// inner nodes and a hash index in DRAM: a GET reads one slot, a pipeline's batch writes
+/// the slots in place); a pool whose keyspace was made in the tree layout keeps it.
 pub(crate) const KEYSPACE: &str = "db0";
 /// Each key with an expiry time -> its deadline (milliseconds since the Unix epoch).
 pub(crate) const EXPIRES: &str = "db0:expires";
@@ -370,7 +372,7 @@ pub(crate) fn open_maps<B: Backend>(
     let highest = highest_id(&fields)?.max(highest_id(&reclaim)?);
     let next_hash_id = highest.map_or(1, |id| id.saturating_add(1));
     Ok(Maps {
-        keys: store.btree_map(KEYSPACE)?,
+        keys: store.btree_map_with(KEYSPACE, BTreeLayout::leaves())?,
         expires: store.btree_map(EXPIRES)?,
         index: store.btree_map(EXPIRY_INDEX)?,
         hashes: store.btree_map(HASHES)?,

@@ -328,9 +328,12 @@ impl<B: Backend> LeafMap<B> {
         self.index.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The index, alone (see [`LeafMap::read`]).
+    /// The index, alone (see [`LeafMap::read`]), its generation advanced: every change to
+    /// the DRAM state is made through this guard.
     fn write(&self) -> RwLockWriteGuard<'_, Index> {
-        self.index.write().unwrap_or_else(|p| p.into_inner())
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        index.generation = index.generation.wrapping_add(1);
+        index
     }
 }
 

@@ -3,8 +3,9 @@
 //! 63 slots of 128 bytes: a 16-byte key and a 100-byte value inline; 1 KiB values in records).
 //!
 //! Writes as the store's maps': `insert` and `upsert`, each durable when it returns. Reads in
-//! the map's borrowed forms: `get_into` a buffer reused across calls, and `scan`, which lends
-//! each pair to a callback (no allocation per pair). After the workloads, the map is opened
+//! the map's borrowed forms: `get_into` a buffer reused across calls, and `scan_at_most` (the
+//! scan told the number of pairs wanted, as the peers' cursors need not be), which lends each
+//! pair to a callback (no allocation per pair). After the workloads, the map is opened
 //! once more on the same heap and the open timed: the DRAM index rebuilt from the leaves
 //! ([`BenchMap::open_seconds`]).
 
@@ -52,7 +53,7 @@ impl BenchMap for LeafBench {
         let mut check = ScanCheck::new(record, start, self.keys.len(), self.value_bytes);
         let mut bad = None;
         self.map
-            .scan(Bound::Included(start), Bound::Unbounded, |k, v| {
+            .scan_at_most(Bound::Included(start), Bound::Unbounded, len, |k, v| {
                 if let Err(e) = check.pair(k, v) {
                     bad = Some(e);
                     return ControlFlow::Break(());

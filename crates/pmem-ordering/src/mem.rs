@@ -35,12 +35,15 @@ fn containing_word(p: *mut u8) -> (*mut u64, usize) {
 /// `word` is 8-aligned and valid for reads and writes.
 #[inline(always)]
 unsafe fn merge_into_word(word: *mut u64, at: usize, bytes: &[u8]) {
-    debug_assert!(at + bytes.len() <= 8);
-    let mut value = [0u8; 8];
-    let mut mask = [0u8; 8];
-    value[at..at + bytes.len()].copy_from_slice(bytes);
-    mask[at..at + bytes.len()].fill(0xFF);
-    let (value, mask) = (u64::from_ne_bytes(value), u64::from_ne_bytes(mask));
+    debug_assert!(at + bytes.len() <= 8 && !bytes.is_empty());
+    // The bytes and their mask as the word's little-endian value, shifted into place, then
+    // taken to the machine's order: no call to memcpy/memset for a few bytes.
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate() {
+        value |= u64::from(b) << (8 * (at + i));
+    }
+    let mask = (u64::MAX >> (64 - 8 * bytes.len())) << (8 * at);
+    let (value, mask) = (u64::from_le(value), u64::from_le(mask));
     // SAFETY: aligned and valid by the caller's contract.
     let word = unsafe { AtomicU64::from_ptr(word) };
     let mut current = word.load(Ordering::Relaxed);
@@ -60,6 +63,41 @@ unsafe fn merge_into_word(word: *mut u64, at: usize, bytes: &[u8]) {
 /// the rest of the 8-byte words containing its ends (read and rewritten unchanged).
 #[inline]
 pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
+    let (words, rest) = src.as_chunks::<8>();
+    if dst.addr().is_multiple_of(8) && rest.is_empty() {
+        // Whole aligned words (a word, a slot, a log entry): the common case, small enough to
+        // inline into the callers; ragged ranges take the call below.
+        // SAFETY: dst is 8-aligned and the range valid (this function's contract).
+        unsafe { store_words(dst, words) };
+    } else {
+        // SAFETY: this function's contract.
+        unsafe { store_ragged(dst, src) };
+    }
+}
+
+/// Store whole words at the 8-aligned `dst`.
+///
+/// # Safety
+/// `dst` is 8-aligned and `dst .. dst + 8 * words.len()` valid for writes.
+#[inline(always)]
+unsafe fn store_words(dst: *mut u8, words: &[[u8; 8]]) {
+    let mut d = dst;
+    for &chunk in words {
+        // SAFETY: d is 8-aligned and in range (the caller's contract).
+        unsafe {
+            AtomicU64::from_ptr(d.cast::<u64>()).store(u64::from_ne_bytes(chunk), Ordering::Relaxed)
+        };
+        d = d.wrapping_add(8);
+    }
+}
+
+/// [`store_bytes`] of a range that starts or ends inside a word: its ends are merged into
+/// their words.
+///
+/// # Safety
+/// As [`store_bytes`].
+#[inline(never)]
+unsafe fn store_ragged(dst: *mut u8, src: &[u8]) {
     if src.is_empty() {
         return;
     }
@@ -73,19 +111,13 @@ pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
         d = d.wrapping_add(head);
         s = &s[head..];
     }
-    // Whole words, as one loop over exact chunks (no bounds check a word).
     let (words, rest) = s.as_chunks::<8>();
-    for &chunk in words {
-        // SAFETY: d is 8-aligned (past the head) and in range.
-        unsafe {
-            AtomicU64::from_ptr(d.cast::<u64>()).store(u64::from_ne_bytes(chunk), Ordering::Relaxed)
-        };
-        d = d.wrapping_add(8);
-    }
+    // SAFETY: d is 8-aligned (past the head) and the words in range.
+    unsafe { store_words(d, words) };
     if !rest.is_empty() {
-        // SAFETY: d is 8-aligned; its word holds the range's last bytes, so it is valid by this
-        // function's contract.
-        unsafe { merge_into_word(d.cast::<u64>(), 0, rest) };
+        // SAFETY: past the words d is 8-aligned; its word holds the range's last bytes, so it
+        // is valid by this function's contract.
+        unsafe { merge_into_word(d.wrapping_add(8 * words.len()).cast::<u64>(), 0, rest) };
     }
 }
 
@@ -97,6 +129,38 @@ pub(crate) unsafe fn store_bytes(dst: *mut u8, src: &[u8]) {
 /// the rest of the 8-byte words containing its ends.
 #[inline]
 pub(crate) unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
+    if src.addr().is_multiple_of(8) && dst.len().is_multiple_of(8) {
+        // Whole aligned words: inlined (see `store_bytes`).
+        // SAFETY: src is 8-aligned and the range valid (this function's contract).
+        unsafe { load_words(src, dst.as_chunks_mut::<8>().0) };
+    } else {
+        // SAFETY: this function's contract.
+        unsafe { load_ragged(src, dst) };
+    }
+}
+
+/// Load whole words from the 8-aligned `src`.
+///
+/// # Safety
+/// `src` is 8-aligned and `src .. src + 8 * words.len()` valid for reads.
+#[inline(always)]
+unsafe fn load_words(src: *const u8, words: &mut [[u8; 8]]) {
+    let mut p = src.cast_mut();
+    for chunk in words.iter_mut() {
+        // SAFETY: p is 8-aligned and in range (the caller's contract).
+        let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()).load(Ordering::Relaxed) };
+        *chunk = word.to_ne_bytes();
+        p = p.wrapping_add(8);
+    }
+}
+
+/// [`load_bytes`] of a range that starts or ends inside a word: its ends are loaded as their
+/// whole words.
+///
+/// # Safety
+/// As [`load_bytes`].
+#[inline(never)]
+unsafe fn load_ragged(src: *const u8, dst: &mut [u8]) {
     if dst.is_empty() {
         return;
     }
@@ -111,15 +175,12 @@ pub(crate) unsafe fn load_bytes(src: *const u8, dst: &mut [u8]) {
         p = p.wrapping_add(head);
         i = head;
     }
-    // Whole words, as one loop over exact chunks (no bounds check a word).
     let (words, rest) = dst[i..].as_chunks_mut::<8>();
-    for chunk in words.iter_mut() {
-        // SAFETY: p is 8-aligned (past the head) and in range.
-        let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()).load(Ordering::Relaxed) };
-        *chunk = word.to_ne_bytes();
-        p = p.wrapping_add(8);
-    }
+    let whole = words.len();
+    // SAFETY: p is 8-aligned (past the head) and the words in range.
+    unsafe { load_words(p, words) };
     if !rest.is_empty() {
+        let p = p.wrapping_add(8 * whole);
         // SAFETY: p is 8-aligned; its word holds the range's last bytes, so it is valid by this
         // function's contract.
         let value = unsafe { AtomicU64::from_ptr(p.cast::<u64>()).load(Ordering::Relaxed) };

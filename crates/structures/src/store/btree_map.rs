@@ -221,6 +221,7 @@ impl<K: Key, V: Value, B: Backend> BTreeMap<K, V, B> {
             inner,
             name: self.name(),
             done: false,
+            error: None,
             types: PhantomData,
         }
     }
@@ -243,6 +244,11 @@ pub struct BTreeIter<'a, K, V, B: Backend> {
     name: &'a str,
     /// A walk of records or leaves met an error (a map of words' entries stop by themselves).
     done: bool,
+    /// The error that ended the walk, until `next` returns it. Kept here rather than returned
+    /// by the out-of-line paths: `next`'s item then comes from registers and a field, never
+    /// from a call writing a whole `Result` (which keeps the item in memory in the caller's
+    /// loop, a dozen loads and stores a pair).
+    error: Option<Error>,
     types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -272,38 +278,38 @@ fn decode_words<K: Key, V: Value, B: Backend>(
 }
 
 impl<K: Key, V: Value, B: Backend> BTreeIter<'_, K, V, B> {
-    /// `next` past its inlined case: a new batch of a map of words, or a map of records.
+    /// `next` past its inlined case: a map of words' next leaf, or a map of records or of
+    /// leaves. `None` at the end, or on an error, left in `error`.
     #[inline(never)]
-    fn next_slow(&mut self) -> Option<Result<(K, V), Error>> {
-        match &mut self.inner {
-            TreeIterRepr::Words(entries) => match entries.next()? {
-                Ok(pair) => Some(decode_words(entries, pair, self.name)),
-                // The entries end after their error.
-                Err(e) => Some(Err(e)),
+    fn next_slow(&mut self) -> Option<(K, V)> {
+        if self.done {
+            return None;
+        }
+        let item = match &mut self.inner {
+            TreeIterRepr::Words(entries) => match entries.next_after_leaf() {
+                Some(pair) => decode_words(entries, pair, self.name),
+                None => match entries.take_error() {
+                    Some(e) => Err(e),
+                    None => return None,
+                },
             },
-            TreeIterRepr::Records(scan) => {
-                if self.done {
-                    return None;
-                }
-                let item = match scan.next()? {
-                    Ok((k, v)) => decode(k, "key", self.name)
-                        .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
-                    Err(e) => Err(e.into()),
-                };
-                self.done = item.is_err();
-                Some(item)
-            }
-            TreeIterRepr::Leaves(cursor) => {
-                if self.done {
-                    return None;
-                }
-                let item = match cursor.next_pair()? {
-                    Ok((k, v)) => decode(k.to_vec(), "key", self.name)
-                        .and_then(|k| Ok((k, decode(v.to_vec(), "value", self.name)?))),
-                    Err(e) => Err(e),
-                };
-                self.done = item.is_err();
-                Some(item)
+            TreeIterRepr::Records(scan) => match scan.next()? {
+                Ok((k, v)) => decode(k, "key", self.name)
+                    .and_then(|k| Ok((k, decode(v, "value", self.name)?))),
+                Err(e) => Err(e.into()),
+            },
+            TreeIterRepr::Leaves(cursor) => match cursor.next_pair()? {
+                Ok((k, v)) => decode(k.to_vec(), "key", self.name)
+                    .and_then(|k| Ok((k, decode(v.to_vec(), "value", self.name)?))),
+                Err(e) => Err(e),
+            },
+        };
+        match item {
+            Ok(pair) => Some(pair),
+            Err(e) => {
+                self.done = true;
+                self.error = Some(e);
+                None
             }
         }
     }
@@ -314,12 +320,15 @@ impl<K: Key, V: Value, B: Backend> Iterator for BTreeIter<'_, K, V, B> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        // The common case first: a pair of the batch a map of words holds.
+        // The common case first: a pair of the leaf a map of words holds in hand.
         if let TreeIterRepr::Words(entries) = &mut self.inner {
             if let Some(pair) = entries.next_buffered() {
                 return Some(decode_words(entries, pair, self.name));
             }
         }
-        self.next_slow()
+        match self.next_slow() {
+            Some(pair) => Some(Ok(pair)),
+            None => self.error.take().map(Err),
+        }
     }
 }

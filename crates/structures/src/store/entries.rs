@@ -95,25 +95,35 @@ impl<'a, B: Backend> BTreeEntries<'a, B> {
 
     /// End the walk: nothing more comes (the typed iterator met a pair it cannot decode).
     pub(super) fn stop(&mut self) {
+        self.raw.stop();
         self.raw_done = true;
         self.last = None;
     }
 
     /// The next pair past the leaf in hand: the tree's next (a new leaf, a leaf read again),
-    /// else its error (after which nothing comes), else the reserved key's pair.
+    /// else the reserved key's pair; `None` at the end, or on the tree's error, which
+    /// [`Self::take_error`] then gives (after it nothing comes). The pair alone comes back, as
+    /// [`TreeRange::next_after_leaf`] gives it: the typed iterator's leaf changes copy no
+    /// `Result`.
     #[inline(never)]
-    fn next_slow(&mut self) -> Option<Result<(u64, u64), Error>> {
+    pub(super) fn next_after_leaf(&mut self) -> Option<(u64, u64)> {
         if !self.raw_done {
-            match self.raw.next() {
-                Some(Ok(pair)) => return Some(Ok(pair)),
-                Some(Err(e)) => {
-                    self.stop();
-                    return Some(Err(Error::from(e)));
-                }
-                None => self.raw_done = true,
+            if let Some(pair) = self.raw.next_after_leaf() {
+                return Some(pair);
+            }
+            self.raw_done = true;
+            if self.raw.has_error() {
+                self.last = None;
+                return None;
             }
         }
-        self.last.take().map(Ok)
+        self.last.take()
+    }
+
+    /// The error that ended the walk, once.
+    #[cold]
+    pub(super) fn take_error(&mut self) -> Option<Error> {
+        self.raw.take_error().map(Error::from)
     }
 }
 
@@ -124,7 +134,10 @@ impl<B: Backend> Iterator for BTreeEntries<'_, B> {
     fn next(&mut self) -> Option<Self::Item> {
         match self.next_buffered() {
             Some(pair) => Some(Ok(pair)),
-            None => self.next_slow(),
+            None => match self.next_after_leaf() {
+                Some(pair) => Some(Ok(pair)),
+                None => self.take_error().map(Err),
+            },
         }
     }
 }

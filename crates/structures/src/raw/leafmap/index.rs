@@ -33,6 +33,9 @@ pub(crate) struct Index {
     /// Leaves with slots found damaged at open: while there are none, a key the hash index
     /// lacks is absent without a look at its leaf.
     pub damaged_leaves: usize,
+    /// Times the index was taken to change (each [`super::LeafMap::write`]): a scan resumes
+    /// its next batch where the last stopped, without a search, while this is unchanged.
+    pub generation: u64,
 }
 
 impl Index {

@@ -75,6 +75,55 @@ impl Leaf {
         Ok(lo)
     }
 
+    /// The number of live slots whose key lies below `key` (`inclusive`), or not above it
+    /// (not `inclusive`): the first position of the key order inside that lower bound. Counts
+    /// over every slot's prefix at once, so the leaf's prefix lines are read side by side, not
+    /// one after another as a binary search would; a slot's key is read through `compare`
+    /// only where prefixes tie.
+    pub fn rank(
+        &self,
+        key: &[u8],
+        inclusive: bool,
+        mut compare: impl FnMut(usize) -> Result<Ordering, RecordMapError>,
+    ) -> Result<usize, RecordMapError> {
+        let prefix = key_prefix(key);
+        let live = self.live();
+        let (mut below, mut ties) = (0u64, 0u64);
+        for (i, &p) in self.prefixes.iter().enumerate() {
+            below |= u64::from(p < prefix) << i;
+            ties |= u64::from(p == prefix) << i;
+        }
+        let mut rank = (below & live).count_ones() as usize;
+        let mut ties = ties & live;
+        while ties != 0 {
+            let slot = ties.trailing_zeros() as usize;
+            ties &= ties - 1;
+            match compare(slot)? {
+                Ordering::Less => rank += 1,
+                Ordering::Equal if !inclusive => rank += 1,
+                _ => {}
+            }
+        }
+        Ok(rank)
+    }
+
+    /// The live slots whose keys' prefixes show them past `end` (each such key sorts after
+    /// it; a key past `end` whose prefix ties with its is not among them).
+    pub fn beyond(&self, end: &[u8]) -> u64 {
+        let prefix = key_prefix(end);
+        let mut beyond = 0u64;
+        for (i, &p) in self.prefixes.iter().enumerate() {
+            beyond |= u64::from(p > prefix) << i;
+        }
+        beyond & self.live()
+    }
+
+    /// The slots of the key order: the live, undamaged ones.
+    #[inline]
+    pub fn live(&self) -> u64 {
+        self.bitmap & !self.damaged
+    }
+
     /// The live slots in key order.
     #[inline]
     pub fn ordered(&self) -> &[u8] {
@@ -371,39 +420,45 @@ impl<B: Backend> Slots<'_, B> {
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize, usize), RecordMapError> {
         let start = out.len();
+        self.copy_pair(slot, out, start)
+            .inspect_err(|_| out.truncate(start))
+    }
+
+    /// Copy the key and then the value of the slot at `slot` into `out` from `start` on, the
+    /// pair checked: where the key starts in `out`, the key's length and the value's. `out`
+    /// grows when it is too short, never shrinks: a scan reusing one buffer writes its pairs
+    /// over the last batch's bytes without clearing them first. Bytes past the pair may be
+    /// overwritten (an inline slot is read whole).
+    #[inline]
+    pub fn copy_pair(
+        &self,
+        slot: u64,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<(usize, usize, usize), RecordMapError> {
         let n = self.slot_bytes();
-        out.resize(start + n, 0);
-        let read = self
-            .pool
-            .read_bytes(slot, &mut out[start..])
-            .map_err(RecordMapError::from)
-            .and_then(
-                |()| match parse(slot, &out[start..], self.config.inline_bytes())? {
-                    Pair::Inline { checked: false, .. } => Err(failed_checksum(slot)),
-                    Pair::Inline { key, value, .. } => Ok((key.len(), value.len(), None)),
-                    Pair::Record { record } => Ok((0, 0, Some(record))),
-                },
-            );
-        let (key_len, value_len, record) = match read {
-            Ok(r) => r,
-            Err(e) => {
-                out.truncate(start);
-                return Err(e);
+        if out.len() < start + n {
+            out.resize(start + n, 0);
+        }
+        let bytes = &mut out[start..start + n];
+        self.pool.read_bytes(slot, bytes)?;
+        let record = match parse(slot, bytes, self.config.inline_bytes())? {
+            Pair::Inline { checked: false, .. } => return Err(failed_checksum(slot)),
+            Pair::Inline { key, value, .. } => {
+                return Ok((start + SLOT_HEADER, key.len(), value.len()))
             }
+            Pair::Record { record } => record,
         };
-        let Some(record) = record else {
-            return Ok((start + SLOT_HEADER, key_len, value_len));
-        };
-        out.truncate(start);
-        let checked = self.record(record).and_then(|header| {
-            out.resize(start + header.key_len + header.value_len, 0);
-            self.pool
-                .read_bytes(Header::key_at(record), &mut out[start..])?;
-            let (key, value) = out[start..].split_at(header.key_len);
-            header.check(record, key, value)?;
-            Ok((start, header.key_len, header.value_len))
-        });
-        checked.inspect_err(|_| out.truncate(start))
+        let header = self.record(record)?;
+        let end = start + header.key_len + header.value_len;
+        if out.len() < end {
+            out.resize(end, 0);
+        }
+        self.pool
+            .read_bytes(Header::key_at(record), &mut out[start..end])?;
+        let (key, value) = out[start..end].split_at(header.key_len);
+        header.check(record, key, value)?;
+        Ok((start, header.key_len, header.value_len))
     }
 
     /// The whole pair of the slot at `slot`, checked (for open, splits and verification).

@@ -76,8 +76,9 @@
 //!
 //! Per leaf: its bitmap's mirror, a fingerprint byte per slot (a write's search of its leaf
 //! reads only the slots whose fingerprint matches: one slot, nearly always) and its live
-//! slots in key order (a scan reads the slots in that order; an insert finds its place by
-//! binary search on the keys' first 8 bytes, kept per slot too). Above the leaves, a
+//! slots in key order (a scan copies the slots it takes from a leaf in slot order, ascending
+//! addresses, and lends them in this order; an insert finds its place by binary search on the
+//! keys' first 8 bytes, kept per slot too, and a scan its start by counting them). Above the leaves, a
 //! `BTreeMap` from each leaf's short lower bound to its number in an arena of leaf states:
 //! the inner nodes (`index.rs`). Beside them, a hash index from each key's hash to its slot
 //! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)
@@ -87,8 +88,10 @@
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
 //! fences, so writers do not run in parallel (they would share the media's bandwidth anyway),
 //! and readers wait for a writer's fences. A scan copies a batch of pairs at a time under the
-//! lock (16, then twice as many each time) and lends them to its callback with the lock
-//! released, so a callback may read or write the map. Every pool access is the pool's atomic word access: whatever the pool
+//! lock (16, then twice as many each time; as many as it was asked for, if told) and lends
+//! them to its callback with the lock released, so a callback may read or write the map; the
+//! next batch resumes where the last stopped unless a write came between (the index's
+//! generation, which every write guard advances). Every pool access is the pool's atomic word access: whatever the pool
 //! holds, no access races.
 //!
 //! | file | owns |
@@ -338,9 +341,12 @@ impl<B: Backend> LeafMap<B> {
         self.index.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The index, alone (see [`LeafMap::read`]).
+    /// The index, alone (see [`LeafMap::read`]), its generation advanced: every change to
+    /// the DRAM state is made through this guard.
     fn write(&self) -> RwLockWriteGuard<'_, Index> {
-        self.index.write().unwrap_or_else(|p| p.into_inner())
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        index.generation = index.generation.wrapping_add(1);
+        index
     }
 }
 

@@ -1,28 +1,40 @@
 //! Range scans that lend each pair: pairs, in key order, are copied (and checked) into a
 //! buffer under the map's lock, a batch at a time, then lent to the caller's callback with
-//! the lock released; the next batch starts after the last key lent. Batches start small and
-//! double (16 pairs, then 32, up to 256): a short scan copies few pairs it does not lend, a
-//! long one takes the lock seldom. While a batch is copied, the slots [`PREFETCH_AHEAD`]
-//! pairs ahead in key order (into the next leaf too) are asked for, so their misses overlap;
-//! nothing is asked for past the batch's end. The buffers are the thread's, reused: a scan
-//! allocates nothing per pair, and nothing at all once they are large enough.
+//! the lock released. Batches start small and double (16 pairs, then 32, up to 256): a short
+//! scan copies few pairs it does not lend, a long one takes the lock seldom; a caller that
+//! knows how many pairs it wants ([`LeafMap::scan_at_most`]) has them copied in one batch.
+//! The next batch starts where the last stopped, found again by a search after the last key
+//! lent only if a write came between (the index's generation moved).
+//!
+//! A leaf's slots sit in no order, so a batch copies the pairs it takes from a leaf in the
+//! order of their slots (ascending addresses in the block, which the hardware's prefetchers
+//! follow), asking for the slots [`PREFETCH_AHEAD`] ahead of the copy (into the next leaf
+//! too, nothing past the batch's end), and then lists them in key order from the leaf's
+//! DRAM key order. The buffers are the thread's, reused: a scan allocates nothing per pair,
+//! and nothing at all once they are large enough.
 
 use std::cell::Cell;
 use std::ops::{Bound, ControlFlow};
 
+use pmem_ordering::isa::prefetch_line;
 use pmem_ordering::Backend;
 
-use super::index::LeafBound;
 use super::leaf::Leaf;
 use super::{Index, LeafMap, Result};
 
-/// Pairs copied, `(start, key_len, value_len)` of each in `bytes`.
+/// Pairs copied, `(start, key_len, value_len)` of each in `bytes`, in key order.
 #[derive(Default)]
 struct Batch {
+    /// The pairs' bytes (never shrunk: a batch writes over the last one's).
     bytes: Vec<u8>,
     pairs: Vec<(usize, usize, usize)>,
     /// The last key lent.
     last: Vec<u8>,
+    /// Where the batch stopped: the bound of its leaf and the position in the leaf's key order
+    /// of the first pair not taken, valid while the index's generation is `generation`.
+    resume_bound: Vec<u8>,
+    resume_position: usize,
+    generation: Option<u64>,
 }
 
 thread_local! {
@@ -48,40 +60,57 @@ enum From {
     AfterLast,
 }
 
-/// The slot number [`Slots`] yields on entering a leaf with slots found damaged at open (a
-/// key in range may be in one of them): past every slot.
-const DAMAGED: u8 = u8::MAX;
-
-/// The slots of a range of leaves in key order: from a position of a first leaf, then every
-/// slot of the leaves after it ([`DAMAGED`] on entering a damaged one).
-#[derive(Clone)]
-struct Slots<'i, L> {
-    /// The leaves after the current one.
-    leaves: L,
-    leaf: &'i Leaf,
-    /// The current leaf's slots still to come.
-    rest: &'i [u8],
+/// The prefetches ahead of a batch's copy: the slots still to ask for in the leaf being
+/// copied or the one after it, and how many the batch may still ask for.
+struct Ahead<'i> {
+    offset: u64,
+    slots: u64,
+    /// The leaf after `offset`'s, once the copy has entered that one.
+    following: Option<&'i Leaf>,
+    budget: usize,
 }
 
-impl<'i, L: Iterator<Item = (&'i LeafBound, &'i Leaf)>> Iterator for Slots<'i, L> {
-    /// A slot, and its leaf.
-    type Item = (&'i Leaf, u8);
+impl<'i> Ahead<'i> {
+    /// The copy enters `leaf`, taking the slots `taken` of it; `following` is the leaf after
+    /// it, if the batch may reach it.
+    fn enter(&mut self, leaf: &Leaf, taken: u64, following: Option<&'i Leaf>) {
+        if self.offset == leaf.offset {
+            // Some of this leaf's slots were asked for already: the rest of those taken.
+            self.slots &= taken;
+        } else {
+            self.offset = leaf.offset;
+            self.slots = taken;
+        }
+        self.following = following;
+    }
 
+    /// The next slot to ask for, if the batch has any left.
     #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some((&slot, rest)) = self.rest.split_first() {
-                self.rest = rest;
-                return Some((self.leaf, slot));
-            }
-            let (_, leaf) = self.leaves.next()?;
-            self.leaf = leaf;
-            self.rest = leaf.ordered();
-            if leaf.damaged != 0 {
-                return Some((leaf, DAMAGED));
+    fn next(&mut self) -> Option<(u64, usize)> {
+        if self.budget == 0 {
+            return None;
+        }
+        if self.slots == 0 {
+            let leaf = self.following.take()?;
+            self.offset = leaf.offset;
+            self.slots = leaf.live();
+            if self.slots == 0 {
+                return None;
             }
         }
+        let slot = self.slots.trailing_zeros() as usize;
+        self.slots &= self.slots - 1;
+        self.budget -= 1;
+        Some((self.offset, slot))
     }
+}
+
+/// Ask for the first two lines of `leaf`'s DRAM state (what a scan reads of it first).
+#[inline]
+fn prefetch_leaf(leaf: &Leaf) {
+    let at = (leaf as *const Leaf).cast::<u8>();
+    prefetch_line(at);
+    prefetch_line(at.wrapping_add(64));
 }
 
 impl<B: Backend> LeafMap<B> {
@@ -96,13 +125,47 @@ impl<B: Backend> LeafMap<B> {
         &self,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        self.scan_batches(start, end, usize::MAX, f)
+    }
+
+    /// [`LeafMap::scan`] lending `max` pairs at most: the first batch copies up to `max` of
+    /// them (at most 256) at once, where an open-ended scan starts with 16 and doubles, so a
+    /// scan of a known length takes the lock once and copies no pair it does not lend (unless
+    /// `f` breaks early).
+    pub fn scan_at_most(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        max: usize,
+        f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        self.scan_batches(start, end, max, f)
+    }
+
+    /// The scans: batches of `size` pairs, doubling up to [`LAST_BATCH_PAIRS`], `max` pairs
+    /// in all at most (`usize::MAX`: no limit, first batch [`FIRST_BATCH_PAIRS`]).
+    fn scan_batches(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        max: usize,
         mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<u64> {
+        if max == 0 {
+            return Ok(0);
+        }
         let mut batch = SPARE.with(|s| s.take()).unwrap_or_default();
-        let mut visited = 0u64;
+        batch.generation = None;
+        let mut visited = 0usize;
         let mut from = From::Start;
-        let mut limit = FIRST_BATCH_PAIRS;
+        let mut size = match max {
+            usize::MAX => FIRST_BATCH_PAIRS,
+            max => max.min(LAST_BATCH_PAIRS),
+        };
         let outcome = loop {
+            let limit = size.min(max - visited);
             let ended = {
                 let index = self.read();
                 match self.fill(&index, &mut batch, from, start, end, limit) {
@@ -120,8 +183,8 @@ impl<B: Backend> LeafMap<B> {
                     break;
                 }
             }
-            if stop {
-                break Ok(visited);
+            if stop || visited == max {
+                break Ok(visited as u64);
             }
             if let Some(&(at, key_len, _)) = batch.pairs.last() {
                 let Batch { bytes, last, .. } = &mut *batch;
@@ -129,7 +192,7 @@ impl<B: Backend> LeafMap<B> {
                 last.extend_from_slice(&bytes[at..at + key_len]);
             }
             from = From::AfterLast;
-            limit = (limit * 2).min(LAST_BATCH_PAIRS);
+            size = (size * 2).min(LAST_BATCH_PAIRS);
         };
         SPARE.with(|s| s.set(Some(batch)));
         outcome
@@ -150,8 +213,9 @@ impl<B: Backend> LeafMap<B> {
         Ok(pairs)
     }
 
-    /// Copy into `batch` up to `limit` pairs in range, in key order, from `from` on: whether
-    /// the scan has nothing after them (its end bound reached, or no leaf left).
+    /// Copy into `batch` up to `limit` (at least one) pairs in range, in key order, from
+    /// `from` on: whether the scan has nothing after them (its end bound reached, or no leaf
+    /// left).
     fn fill(
         &self,
         index: &Index,
@@ -161,68 +225,105 @@ impl<B: Backend> LeafMap<B> {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<bool> {
-        batch.bytes.clear();
         batch.pairs.clear();
-        let Batch { bytes, pairs, last } = batch;
-        let lower = match from {
-            From::Start => start,
-            From::AfterLast => Bound::Excluded(&last[..]),
+        let Batch {
+            bytes,
+            pairs,
+            last,
+            resume_bound,
+            resume_position,
+            generation,
+        } = batch;
+        let resumed = matches!(from, From::AfterLast) && *generation == Some(index.generation);
+        *generation = None;
+        let (mut leaves, mut position) = if resumed {
+            (index.from(resume_bound), *resume_position)
+        } else {
+            let lower = match from {
+                From::Start => start,
+                From::AfterLast => Bound::Excluded(&last[..]),
+            };
+            let (bound, first) = match lower {
+                Bound::Unbounded => self.leaf_of(index, &[])?,
+                Bound::Included(k) | Bound::Excluded(k) => self.leaf_of(index, k)?,
+            };
+            if let Some(e) = first.damage(&self.config) {
+                return Err(e);
+            }
+            let position = self.lower_position(first, lower)?;
+            (index.from(bound.as_slice()), position)
         };
-        let (bound, first) = match lower {
-            Bound::Unbounded => self.leaf_of(index, &[])?,
-            Bound::Included(k) | Bound::Excluded(k) => self.leaf_of(index, k)?,
+        let end_key = match end {
+            Bound::Included(e) | Bound::Excluded(e) => Some(e),
+            Bound::Unbounded => None,
         };
-        if let Some(e) = first.damage(&self.config) {
-            return Err(e);
-        }
-        let position = self.lower_position(first, lower)?;
-        let mut leaves = index.from(bound.as_slice());
-        leaves.next();
-        let mut copied = Slots {
-            leaves,
-            leaf: first,
-            rest: &first.ordered()[position..],
-        };
-        // The slots `PREFETCH_AHEAD` pairs ahead: asked for, as the copy advances, until the
-        // batch's end.
-        let mut ahead = copied.clone();
         let pool = self.heap.pool();
         let slot_bytes = self.config.slot_bytes;
-        let prefetch = |(leaf, slot): (&Leaf, u8)| {
-            if slot != DAMAGED {
-                pool.prefetch(self.config.slot_at(leaf.offset, slot as usize), slot_bytes);
-            }
-        };
-        ahead
-            .by_ref()
-            .take(PREFETCH_AHEAD.min(limit))
-            .for_each(prefetch);
         let slots = self.slots();
-        while pairs.len() < limit {
-            let Some((leaf, slot)) = copied.next() else {
-                return Ok(true);
+        let mut ahead = Ahead {
+            offset: u64::MAX,
+            slots: 0,
+            following: None,
+            budget: limit,
+        };
+        let (mut asked, mut copied) = (0usize, 0usize);
+        let mut used = 0usize;
+        // Where each slot of the leaf being copied went in `bytes`.
+        let mut spans = [(0usize, 0usize, 0usize); 64];
+        while let Some((bound, leaf)) = leaves.next() {
+            if let Some(e) = leaf.damage(&self.config) {
+                return Err(e);
+            }
+            let order = leaf.ordered();
+            let first = std::mem::take(&mut position).min(order.len());
+            let take = (order.len() - first).min(limit - pairs.len());
+            let order = &order[first..first + take];
+            let mut taken = 0u64;
+            for &slot in order {
+                taken |= 1 << slot;
+            }
+            // Those certainly past the end are not copied.
+            let wanted = taken & !end_key.map_or(0, |e| leaf.beyond(e));
+            let following = match pairs.len() + take < limit {
+                true => leaves.clone().next().map(|(_, next)| next),
+                false => None,
             };
-            if slot == DAMAGED {
-                match leaf.damage(&self.config) {
-                    Some(e) => return Err(e),
-                    None => continue,
+            if let Some(next) = following {
+                prefetch_leaf(next);
+            }
+            ahead.enter(leaf, wanted, following);
+            let mut copy = wanted;
+            while copy != 0 {
+                let slot = copy.trailing_zeros() as usize;
+                copy &= copy - 1;
+                while asked < copied + PREFETCH_AHEAD {
+                    let Some((offset, slot)) = ahead.next() else {
+                        break;
+                    };
+                    pool.prefetch(self.config.slot_at(offset, slot), slot_bytes);
+                    asked += 1;
                 }
+                let span = slots.copy_pair(self.config.slot_at(leaf.offset, slot), bytes, used)?;
+                used = span.0 + span.1 + span.2;
+                spans[slot] = span;
+                copied += 1;
             }
-            if pairs.len() + PREFETCH_AHEAD < limit {
-                if let Some(next) = ahead.next() {
-                    prefetch(next);
+            for &slot in order {
+                let span @ (at, key_len, _) = spans[slot as usize];
+                if wanted & (1 << slot) == 0 || past(&bytes[at..at + key_len], end) {
+                    return Ok(true);
                 }
+                pairs.push(span);
             }
-            let mark = bytes.len();
-            let (at, key_len, value_len) =
-                slots.append_pair(self.config.slot_at(leaf.offset, slot as usize), bytes)?;
-            if past(&bytes[at..at + key_len], end) {
-                bytes.truncate(mark);
-                return Ok(true);
+            if pairs.len() == limit {
+                resume_bound.clear();
+                resume_bound.extend_from_slice(bound.as_slice());
+                *resume_position = first + take;
+                *generation = Some(index.generation);
+                return Ok(false);
             }
-            pairs.push((at, key_len, value_len));
         }
-        Ok(false)
+        Ok(true)
     }
 
     /// The first position of `leaf`'s key order whose key is inside `lower`.
@@ -233,7 +334,7 @@ impl<B: Backend> LeafMap<B> {
             Bound::Excluded(k) => (k, false),
         };
         let slots = self.slots();
-        leaf.search(key, inclusive, |slot| {
+        leaf.rank(key, inclusive, |slot| {
             slots.compare(self.config.slot_at(leaf.offset, slot), key)
         })
     }

@@ -426,3 +426,146 @@ fn verify_finds_a_hash_index_out_of_step_with_the_leaves() {
     assert_eq!(map.get(&victim).unwrap(), Some(b"value".to_vec()));
     assert!(map.verify().is_healthy());
 }
+
+/// The first `max` pairs of `model` in `range`.
+fn model_range(
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    range: KeyRange<'_>,
+    max: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .range::<[u8], _>(range)
+        .take(max)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[test]
+fn bounded_scans_and_resumed_batches_agree_with_the_model() {
+    // Leaves of 4 and of 16 slots; keys sharing their first 8 bytes (`key:0000..`), so the
+    // rank of a scan's start and the prefix cut at its end compare whole keys where prefixes
+    // tie.
+    let medium = LeafMapConfig {
+        leaf_bytes: 64 + 16 * 64,
+        slot_bytes: 64,
+    };
+    for config in [SMALL, medium] {
+        let map = map(config);
+        let mut model = BTreeMap::new();
+        let mut rng = pmem_ordering::sim::SplitMix64::new(31);
+        for i in 0..3000u64 {
+            let k = key(rng.below(1500));
+            if rng.below(5) == 0 {
+                assert_eq!(map.remove(&k).unwrap(), model.remove(&k));
+            } else {
+                let v = vec![(i % 251) as u8; rng.below(30) as usize];
+                assert_eq!(map.upsert(&k, &v).unwrap(), model.insert(k.clone(), v));
+            }
+        }
+        assert!(map.leaves() > 40, "{} leaves", map.leaves());
+        let bounds: Vec<Vec<u8>> = (0..40)
+            .map(|_| {
+                let mut b = key(rng.below(1500));
+                // A bound between keys, one equal to a key, one that only its prefix ties.
+                match rng.below(3) {
+                    0 => b.push(b'!'),
+                    1 => {}
+                    _ => b.truncate(8),
+                }
+                b
+            })
+            .collect();
+        for (i, lo) in bounds.iter().enumerate() {
+            let hi = &bounds[(i * 7 + 3) % bounds.len()];
+            let ranges: [KeyRange<'_>; 4] = [
+                (Bound::Included(lo), Bound::Unbounded),
+                (Bound::Excluded(lo), Bound::Unbounded),
+                (Bound::Included(lo), Bound::Excluded(hi)),
+                (Bound::Excluded(lo), Bound::Included(hi)),
+            ];
+            for range in ranges {
+                if let (
+                    Bound::Included(a) | Bound::Excluded(a),
+                    Bound::Included(b) | Bound::Excluded(b),
+                ) = range
+                {
+                    if a > b {
+                        continue;
+                    }
+                }
+                for max in [1, 7, 100, 300, usize::MAX] {
+                    let mut got = Vec::new();
+                    let lent = map
+                        .scan_at_most(range.0, range.1, max, |k, v| {
+                            got.push((k.to_vec(), v.to_vec()));
+                            ControlFlow::Continue(())
+                        })
+                        .unwrap();
+                    let want = model_range(&model, range, max);
+                    assert_eq!(got, want, "{range:?} at most {max}");
+                    assert_eq!(lent, want.len() as u64);
+                }
+                // An open-ended scan stopped by its callback after `n` pairs: batches of
+                // 16, 32, 64.. resumed where the last stopped.
+                let n = 1 + rng.below(200) as usize;
+                let mut got = Vec::new();
+                map.scan(range.0, range.1, |k, v| {
+                    got.push((k.to_vec(), v.to_vec()));
+                    match got.len() < n {
+                        true => ControlFlow::Continue(()),
+                        false => ControlFlow::Break(()),
+                    }
+                })
+                .unwrap();
+                assert_eq!(got, model_range(&model, range, n), "{range:?}, {n} pairs");
+            }
+        }
+        assert_eq!(
+            map.scan_at_most(Bound::Unbounded, Bound::Unbounded, 0, |_, _| {
+                ControlFlow::Continue(())
+            })
+            .unwrap(),
+            0
+        );
+        agrees(&map, &model);
+    }
+}
+
+#[test]
+fn verify_finds_a_leaf_state_out_of_step_with_its_leaf() {
+    let map = map(SMALL);
+    for i in 0..40 {
+        map.insert(&key(i), b"value").unwrap();
+    }
+    assert!(map.verify().is_healthy());
+    let state_problems = |map: &Map| {
+        let report = map.verify();
+        report
+            .findings
+            .iter()
+            .filter(|f| matches!(f.problem, Problem::LeafStateDisagrees { .. }))
+            .count()
+    };
+    // A leaf's key order with two slots swapped: scans would lend its pairs out of order.
+    {
+        let mut index = map.write();
+        let bound = index.from(&[]).nth(2).unwrap().0.clone();
+        let leaf = index.get_mut(bound.as_slice()).unwrap();
+        assert!(leaf.count >= 2);
+        leaf.order.swap(0, 1);
+    }
+    assert_eq!(state_problems(&map), 1);
+    // And a slot's key prefix changed: a scan's start would be placed wrong.
+    {
+        let mut index = map.write();
+        let bound = index.from(&[]).nth(4).unwrap().0.clone();
+        let leaf = index.get_mut(bound.as_slice()).unwrap();
+        let slot = leaf.ordered()[0] as usize;
+        leaf.prefixes[slot] ^= 1;
+    }
+    assert_eq!(state_problems(&map), 2);
+    // A reopen rebuilds the leaves' states from the leaves.
+    let map = reopen(map);
+    assert!(map.verify().is_healthy());
+    assert_eq!(all(&map).len(), 40);
+}

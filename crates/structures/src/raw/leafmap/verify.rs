@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use pmem_ordering::Backend;
 
 use super::layout::{leaf_tag, low_bits, read_root};
+use super::leaf::{key_prefix, Leaf};
 use super::{LeafMap, Result};
 use crate::kind::StructureKind;
 use crate::records::layout::{self as record_layout, owner_of, root_of};
@@ -34,8 +35,9 @@ impl<B: Backend> LeafMap<B> {
     /// slots, not empty unless it is the first); each live slot (its pair read whole against
     /// its checksum; an out-of-line pair's record an allocated block of this map, reached
     /// once); every key after the one before it across the chain; and the keys counted
-    /// against [`LeafMap::len`]; and the DRAM hash index, which must name each key's slot and
-    /// hold as many keys as the length says. For a healthy map, `blocks_walked` is the length of
+    /// against [`LeafMap::len`]; the DRAM hash index, which must name each key's slot and
+    /// hold as many keys as the length says; and each leaf's DRAM state (offset, bitmap, key
+    /// order, key prefixes), which must describe the leaf at its place in the chain. For a healthy map, `blocks_walked` is the length of
     /// [`LeafMap::blocks`].
     pub fn verify(&self) -> Verification {
         let index = self.read();
@@ -60,6 +62,7 @@ impl<B: Backend> LeafMap<B> {
         let mut leaves = HashSet::new();
         let mut records = HashSet::new();
         let mut previous: Option<(Vec<u8>, u64)> = None;
+        let mut states = index.leaves();
         let mut at = head;
         while at != 0 {
             if !leaves.insert(at) {
@@ -111,6 +114,7 @@ impl<B: Backend> LeafMap<B> {
                 }
             }
             keys.sort_unstable();
+            self.check_leaf_state(&mut report, states.next(), at, bitmap, &keys);
             for (key, slot) in keys {
                 if !index.keys.holds(index.keys.hash(&key), slot) {
                     report.report(
@@ -135,6 +139,14 @@ impl<B: Backend> LeafMap<B> {
             }
             at = next;
         }
+        if let Some(extra) = states.next() {
+            report.report(
+                extra.offset,
+                Problem::LeafStateDisagrees {
+                    detail: "the DRAM index has a leaf past the chain's end".into(),
+                },
+            );
+        }
         if index.keys.len() as u64 != index.len {
             report.report(
                 self.root,
@@ -157,6 +169,56 @@ impl<B: Backend> LeafMap<B> {
             );
         }
         report
+    }
+
+    /// Check the DRAM state of the leaf at `at` (bitmap `bitmap`, its readable pairs' keys and
+    /// slots `keys`, sorted), `state`, the index's leaf at the same place in key order: its
+    /// offset, its bitmap's mirror, its key order (every live, undamaged slot, in key order:
+    /// what scans walk) and its slots' key prefixes (what scans and inserts search).
+    fn check_leaf_state(
+        &self,
+        report: &mut Verification,
+        state: Option<&Leaf>,
+        at: u64,
+        bitmap: u64,
+        keys: &[(Vec<u8>, u64)],
+    ) {
+        let mut disagree = |detail: String| {
+            report.report(at, Problem::LeafStateDisagrees { detail });
+        };
+        let Some(state) = state else {
+            return disagree("the DRAM index has no leaf for it".into());
+        };
+        if state.offset != at {
+            return disagree(format!(
+                "the DRAM index's leaf at its place in key order is at {:#x}",
+                state.offset
+            ));
+        }
+        if state.bitmap != bitmap {
+            disagree(format!(
+                "bitmap mirror {:#x}, the leaf's {bitmap:#x}",
+                state.bitmap
+            ));
+        }
+        let first = self.config.slot_at(at, 0);
+        let order: Vec<u8> = keys
+            .iter()
+            .map(|(_, slot)| ((slot - first) / self.config.slot_bytes) as u8)
+            .filter(|&slot| state.damaged & (1 << slot) == 0)
+            .collect();
+        if state.ordered() != order {
+            disagree(format!(
+                "key order {:?}, the slots' keys give {order:?}",
+                state.ordered()
+            ));
+        }
+        for (key, slot) in keys {
+            let slot = ((slot - first) / self.config.slot_bytes) as usize;
+            if state.damaged & (1 << slot) == 0 && state.prefixes[slot] != key_prefix(key) {
+                disagree(format!("slot {slot}'s key prefix is not its key's"));
+            }
+        }
     }
 
     /// Check the record at `record`, named by the slot at `slot`: an allocated block of this

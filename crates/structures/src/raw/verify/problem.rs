@@ -420,6 +420,13 @@ pub enum Problem {
         /// What differs.
         detail: String,
     },
+    /// A leaf map's DRAM state of a leaf (its offset, bitmap mirror, key order or key
+    /// prefixes) disagrees with the leaf in the pool, or the DRAM index and the chain name
+    /// different leaves.
+    LeafStateDisagrees {
+        /// What differs.
+        detail: String,
+    },
     /// A root object that cannot be read (its version, checksum or shape).
     BadRoot {
         /// What reading it said.
@@ -674,6 +681,9 @@ impl fmt::Display for Problem {
             Problem::EmptyLeaf => write!(f, "a leaf other than the first holds no pair"),
             Problem::KeyIndexDisagrees { detail } => {
                 write!(f, "the DRAM hash index disagrees with the leaves: {detail}")
+            }
+            Problem::LeafStateDisagrees { detail } => {
+                write!(f, "the DRAM state of a leaf disagrees with the leaf: {detail}")
             }
             Problem::BadRoot { reason } => write!(f, "root object unreadable: {reason}"),
         }

@@ -16,10 +16,7 @@ fn options() -> StoreOptions {
 /// The layout of `db0` in the pool at `path` (the server stopped).
 fn keyspace_layout(path: &std::path::Path) -> BTreeLayout {
     let store = Store::open_with(path, &options()).unwrap();
-    store
-        .btree_map::<Vec<u8>, Vec<u8>>("db0")
-        .unwrap()
-        .layout()
+    store.btree_map::<Vec<u8>, Vec<u8>>("db0").unwrap().layout()
 }
 
 /// SETs one by one and pipelined, GETs, a restart, GETs again.
@@ -33,7 +30,8 @@ fn serve(path: &std::path::Path) {
             let _: () = c.set("one", "1").unwrap();
             let mut pipe = redis::pipe();
             for i in 0..200 {
-                pipe.set(format!("key:{i:03}"), format!("value {i}")).ignore();
+                pipe.set(format!("key:{i:03}"), format!("value {i}"))
+                    .ignore();
             }
             let _: () = pipe.query(&mut c).unwrap();
         }

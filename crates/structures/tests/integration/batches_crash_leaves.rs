@@ -8,8 +8,8 @@
 use pmem_ordering::sim::{CrashPoints, Images};
 
 use super::batches_crash::{
-    blocks, crash_workload, recovery_crashes, root_bytes, run_step, setup_store, states, w,
-    Change, Step,
+    blocks, crash_workload, recovery_crashes, root_bytes, run_step, setup_store, states, w, Change,
+    Step,
 };
 
 /// The map of leaves' index in the harness's maps.
@@ -69,7 +69,10 @@ fn workload() -> (Vec<Change>, Vec<Step>) {
         Step::Single(leaf("c3", Some(text("three")))),
         Step::Batch(mixed),
         Step::Batch(emptying),
-        Step::Abandoned(vec![leaf("q", Some(text("q"))), Change(0, w(9), Some(w(9)))]),
+        Step::Abandoned(vec![
+            leaf("q", Some(text("q"))),
+            Change(0, w(9), Some(w(9))),
+        ]),
         Step::TooLarge(vec![
             leaf("r0", Some(text("r"))),
             leaf("r1", Some(large(2))),
@@ -107,7 +110,11 @@ fn the_leaf_workload_adds_leaves_then_frees_them() {
     // removed, one replaced, one added.
     assert_eq!(blocks(&store)[LEAVES], one_leaf + 4 + 1 + 1 - 1 - 1 + 1);
     run_step(&store, &steps[3]);
-    assert_eq!(blocks(&store)[LEAVES], one_leaf, "every leaf but the first freed");
+    assert_eq!(
+        blocks(&store)[LEAVES],
+        one_leaf,
+        "every leaf but the first freed"
+    );
     for step in &steps[4..] {
         run_step(&store, step);
     }

@@ -317,7 +317,10 @@ fn write_batches_take_a_map_of_leaves_all_or_nothing() {
     });
     assert!(matches!(abandoned, Err(Error::InvalidConfig { .. })));
     let mut batch = store.batch().unwrap();
-    assert_eq!(leaves.get_in(&mut batch, "m").unwrap(), model.get("m").cloned());
+    assert_eq!(
+        leaves.get_in(&mut batch, "m").unwrap(),
+        model.get("m").cloned()
+    );
     // The batch holds the map: a single write from its own thread is refused.
     assert!(matches!(
         leaves.insert("x", b"x".to_vec()),

@@ -89,7 +89,10 @@ enum Step {
         new: Vec<(u64, u64)>,
     },
     /// The leaf unlinked: its keys' (hash, slot).
-    Emptied { bound: LeafBound, old: Vec<(u64, u64)> },
+    Emptied {
+        bound: LeafBound,
+        old: Vec<(u64, u64)>,
+    },
 }
 
 /// A change as the plan finds it: the key's hash and its slot, if present.
@@ -162,7 +165,10 @@ impl<B: Backend> LeafMap<B> {
         let mut at = 0;
         while at < sorted.len() {
             let (bound, leaf) = self.leaf_of(&index, sorted[at].0)?;
-            let upper = index.from(bound.as_slice()).nth(1).map(|(b, _)| b.as_slice());
+            let upper = index
+                .from(bound.as_slice())
+                .nth(1)
+                .map(|(b, _)| b.as_slice());
             let mut end = at + 1;
             while end < sorted.len() && upper.is_none_or(|u| sorted[end].0 < u) {
                 end += 1;
@@ -316,7 +322,8 @@ impl<B: Backend> LeafMap<B> {
                 .push((self.config.slot_at(leaf.offset, slot), bytes));
         }
         if bitmap != leaf.bitmap {
-            plan.writes.push((leaf.offset, bitmap.to_le_bytes().to_vec()));
+            plan.writes
+                .push((leaf.offset, bitmap.to_le_bytes().to_vec()));
         }
         // The new key order: the old one without the removed slots, the inserted keys (in
         // key order, as the changes are) each before the first old key above it.

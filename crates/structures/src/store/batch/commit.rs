@@ -273,7 +273,10 @@ impl<B: Backend> WriteBatch<B> {
         applying.change_end();
         let retired = applied?;
         pool.sfence();
-        let frees: Vec<u64> = plans.iter().flat_map(|p| p.frees().iter().copied()).collect();
+        let frees: Vec<u64> = plans
+            .iter()
+            .flat_map(|p| p.frees().iter().copied())
+            .collect();
         area.clear_freeing(heap, &frees, 0)?;
         for ((touched, retired), plan) in self.maps.iter().zip(retired).zip(&plans) {
             touched.finish(retired, plan);

@@ -512,45 +512,6 @@ impl<B: Backend> Range<'_, B> {
         Ok(out.len() - start)
     }
 
-    /// `next`'s common case alone, for iterators that wrap this one and inline it: the next
-    /// pair of the leaf in hand, read and validated in place, or `None` when more is needed (the
-    /// run's end, a changed leaf, no leaf yet); `next` then goes on from there.
-    #[inline(always)]
-    pub fn next_in_leaf(&mut self) -> Option<(u64, u64)> {
-        if self.at < self.end {
-            // SAFETY: `at < end` only while `leaf` holds a leaf (the fields' invariant).
-            let leaf = unsafe { self.leaf.as_mut().unwrap_unchecked() };
-            return leaf.next_fast(&mut self.at);
-        }
-        None
-    }
-
-    /// `next` past [`Self::next_in_leaf`], for the same wrapping iterators: the next pair,
-    /// found from the next leaf's run (or the leaf read again), or `None` at the range's end
-    /// or on an error, which [`Self::take_error`] then gives. The pair alone comes back (two
-    /// registers), so a wrapper whose own item is larger does not copy a `Result` per leaf.
-    #[inline]
-    pub fn next_after_leaf(&mut self) -> Option<(u64, u64)> {
-        self.next_slow()
-    }
-
-    /// The error that ended the walk, once (after [`Self::next_after_leaf`] gave `None`).
-    pub fn take_error(&mut self) -> Option<FastFairError> {
-        self.error.take()
-    }
-
-    /// End the walk: nothing more comes, not even the rest of the leaf in hand (a wrapping
-    /// iterator met a pair it cannot use).
-    pub fn stop(&mut self) {
-        (self.leaf, self.at, self.end) = (None, 0, 0);
-        self.failed = true;
-    }
-
-    /// Whether an error ended the walk and [`Self::take_error`] has not taken it yet.
-    pub fn has_error(&self) -> bool {
-        self.error.is_some()
-    }
-
     /// Give back to the walk a leaf `next` is handing out in place, for a bulk read: it is
     /// read again from the first key not handed out (and followed right if it split
     /// meanwhile). A run handed out to its end leaves the walk past the leaf already.
@@ -619,6 +580,8 @@ impl<B: Backend> Iterator for Range<'_, B> {
 
 #[path = "range_copy.rs"]
 mod copy;
+#[path = "range_wrapping.rs"]
+mod wrapping;
 
 #[cfg(test)]
 #[path = "range_tests.rs"]

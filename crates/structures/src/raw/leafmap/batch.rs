@@ -36,7 +36,7 @@ use super::index::{separator, Index, LeafBound};
 use super::layout::{
     fingerprint, inline_header, leaf_header, low_bits, out_of_line_slot, LEAF_HEADER,
 };
-use super::leaf::{key_prefix, Leaf};
+use super::leaf::{key_prefix, KeyPrefix, Leaf};
 use super::{LeafMap, Result};
 use crate::records::layout::{self as record_layout, check_sizes, owner_of, Header};
 use crate::records::MAX_KEY_BYTES;
@@ -79,7 +79,7 @@ enum Step {
         bitmap: u64,
         order: Vec<u8>,
         removed: Vec<(u64, usize)>,
-        inserted: Vec<(u64, usize, u64)>,
+        inserted: Vec<(u64, usize, KeyPrefix)>,
     },
     /// The leaf's pairs dealt to it and new leaves: every old key's (hash, slot), and each
     /// part's bound and state (the first is the leaf's own), its keys' (hash, slot).

@@ -78,7 +78,7 @@
 //! reads only the slots whose fingerprint matches: one slot, nearly always) and its live
 //! slots in key order (a scan copies the slots it takes from a leaf in slot order, ascending
 //! addresses, and lends them in this order; an insert finds its place by binary search on the
-//! keys' first 8 bytes, kept per slot too, and a scan its start by counting them). Above the leaves, a
+//! keys' first 16 bytes, kept per slot too, and a scan its start by counting them). Above the leaves, a
 //! `BTreeMap` from each leaf's short lower bound to its number in an arena of leaf states:
 //! the inner nodes (`index.rs`). Beside them, a hash index from each key's hash to its slot
 //! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)

@@ -442,9 +442,10 @@ fn model_range(
 
 #[test]
 fn bounded_scans_and_resumed_batches_agree_with_the_model() {
-    // Leaves of 4 and of 16 slots; keys sharing their first 8 bytes (`key:0000..`), so the
-    // rank of a scan's start and the prefix cut at its end compare whole keys where prefixes
-    // tie.
+    // Leaves of 4 and of 16 slots; keys sharing their first 16 bytes (the prefixes the
+    // leaves keep), so the rank of a scan's start and the prefix cut at its end compare whole
+    // keys where prefixes tie.
+    let key = |i: u64| [b"shared-16-bytes:".as_slice(), &key(i)].concat();
     let medium = LeafMapConfig {
         leaf_bytes: 64 + 16 * 64,
         slot_bytes: 64,
@@ -470,7 +471,7 @@ fn bounded_scans_and_resumed_batches_agree_with_the_model() {
                 match rng.below(3) {
                     0 => b.push(b'!'),
                     1 => {}
-                    _ => b.truncate(8),
+                    _ => b.truncate(16),
                 }
                 b
             })

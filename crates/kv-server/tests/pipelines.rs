@@ -278,3 +278,51 @@ fn pipelined_sets_with_expiry_times_leave_each_key_its_last_deadline() {
     );
     assert_eq!(server.check_deadlines(), Ok((4, 2)));
 }
+
+/// On a keyspace where no key ever had a deadline, plain writes of a pipeline skip the
+/// deadline bookkeeping: a deadline a later write of the same pipeline gives a key is still
+/// set, and a plain write after it still clears it.
+#[test]
+fn plain_sets_before_and_after_a_deadline_in_one_pipeline_leave_the_last_one() {
+    let mut server = Offline::anonymous(32 << 20, Limits::default()).unwrap();
+    let expiring = |key: &[u8], value: &[u8]| {
+        let mut c = set(key, value);
+        c.arg("EX").arg("100");
+        c
+    };
+    let replies = pipeline(
+        &mut server,
+        &[
+            set(b"x", b"1"),
+            set(b"y", b"1"),
+            expiring(b"x", b"2"),
+            expiring(b"y", b"2"),
+            set(b"y", b"3"),
+            set(b"z", b"1"),
+        ],
+    );
+    assert!(replies.iter().all(|r| *r == Value::Okay), "{replies:?}");
+    let ttl = |key: &[u8]| {
+        let mut c = redis::cmd("TTL");
+        c.arg(key);
+        c
+    };
+    let replies = pipeline(
+        &mut server,
+        &[ttl(b"x"), ttl(b"y"), ttl(b"z"), get(b"x"), get(b"y")],
+    );
+    let Value::Int(left) = replies[0] else {
+        panic!("{:?}", replies[0]);
+    };
+    assert!((99..=100).contains(&left), "{left}");
+    assert_eq!(
+        replies[1..],
+        [
+            Value::Int(-1),
+            Value::Int(-1),
+            Value::BulkString(b"2".to_vec()),
+            Value::BulkString(b"3".to_vec()),
+        ]
+    );
+    assert_eq!(server.check_deadlines(), Ok((3, 1)));
+}

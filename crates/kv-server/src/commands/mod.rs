@@ -101,6 +101,15 @@ static BY_NAME: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
         .collect()
 });
 
+/// Whether each command of the table (by index) has subcommands: a request's lookup asks for
+/// every request, so it is worked out once, not by a walk of the table each time.
+static HAS_SUBCOMMANDS: LazyLock<Vec<bool>> = LazyLock::new(|| {
+    COMMANDS
+        .iter()
+        .map(|command| command.subcommands().next().is_some())
+        .collect()
+});
+
 /// The longest name in the table is shorter: no lookup for longer ones.
 const MAX_NAME: usize = 32;
 
@@ -120,8 +129,7 @@ fn lookup(args: &[Bytes]) -> Result<usize, Reply> {
     let Some(index) = index_of(&args[0]) else {
         return Err(unknown_command(args));
     };
-    let command = &COMMANDS[index];
-    if args.len() < 2 || command.subcommands().next().is_none() {
+    if args.len() < 2 || !HAS_SUBCOMMANDS[index] {
         return Ok(index);
     }
     let mut full = args[0].to_vec();
@@ -322,6 +330,13 @@ mod tests {
                 assert!(container.subcommands().any(|sub| sub.name == command.name));
             }
             assert_ne!(command.arity, 0, "{}", command.name);
+        }
+        // The lookup's table of containers agrees with the names.
+        for (index, command) in COMMANDS.iter().enumerate() {
+            let container = COMMANDS
+                .iter()
+                .any(|sub| sub.name.starts_with(&format!("{}|", command.name)));
+            assert_eq!(HAS_SUBCOMMANDS[index], container, "{}", command.name);
         }
     }
 

@@ -250,6 +250,11 @@ impl Db {
             for (key, value, deadline) in first.into_iter().chain(writes) {
                 maps.keys.put_in(batch, key, value)?;
                 maps.forget_hash_in(batch, key)?;
+                if deadline.is_none() && deadlines.is_empty() && maps.expires.is_empty() {
+                    // No deadline before, none after: nothing to change or remember (the
+                    // common pipeline of plain SETs allocates nothing here).
+                    continue;
+                }
                 let old = match deadlines.get(key) {
                     Some(old) => *old,
                     None => maps.deadline(key)?,

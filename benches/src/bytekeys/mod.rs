@@ -1,8 +1,8 @@
 //! Byte keys through the `Store`: the typed maps of records beside the `u64` path.
 //!
-//! Issue 14 gave the store's maps typed keys and values; maps whose key or value does not fit
+//! The store's maps take typed keys and values; maps whose key or value does not fit
 //! 8 bytes keep each pair in a record of its own (an insert: record + intent line, a fence,
-//! then the allocation bit + slot, a fence). This section measures them at the byte-key speed
+//! then the allocation bit + slot, a fence). This section measures them at the byte-key
 //! speed targets: 16-byte keys with 100-byte and 1 KiB values, on
 //! `store.hash_map_with::<Vec<u8>, Vec<u8>>` (CCEH, default configuration) and
 //! `store.btree_map::<Vec<u8>, Vec<u8>>` (FAST&FAIR, default configuration: FAST shifts), each

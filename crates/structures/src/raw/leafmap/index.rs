@@ -190,12 +190,9 @@ impl Index {
                 }
             }
         }
-        match linked.and_then(|mut c| c.next()) {
-            Some((extra, _)) => Some(format!(
-                "the successor links run past the last leaf, to number {extra}"
-            )),
-            None => None,
-        }
+        linked.and_then(|mut c| c.next()).map(|(extra, _)| {
+            format!("the successor links run past the last leaf, to number {extra}")
+        })
     }
 
     /// Make room for twice as many leaf states, in a new allocation asked for 2 MiB pages

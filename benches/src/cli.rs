@@ -38,8 +38,9 @@ use pmem_ordering::Granularity;
 ///   1M records (or --keys): hash_map::<Vec<u8>, Vec<u8>> and btree_map::<Vec<u8>, Vec<u8>>
 ///   (FAST shifts) with 16 random bytes -> 100 B and -> 1 KiB, and an ordered map of
 ///   user:%011d keys (a layered map), each beside the u64 -> u64 map of its kind; the raw
-///   leaf map (pairs inline in persistent leaves, its open timed) with the same three; and LMDB
-///   (heed) and redb with the same keys, 100 B values and operations, one durable commit per
+///   leaf map (pairs inline in persistent leaves, its open timed) with the same three, and the
+///   same leaves through the Store's handle (btree_map_with(name, BTreeLayout::leaves()),
+///   16 random bytes -> 100 B); and LMDB (heed) and redb with the same keys, 100 B values and operations, one durable commit per
 ///   write: YCSB load, A, B, C (and E: 100-record range scans, ordered maps): ops/s, latency
 ///   percentiles, fences, flushes and bytes per operation, the ratio to the u64 path, ours
 ///   over each peer, and the speed targets checked (--byte-key-map chooses the maps).
@@ -88,7 +89,7 @@ use pmem_ordering::Granularity;
 ///
 /// The default run takes about two minutes on a 2-core machine, about half a minute more for
 /// the store path comparison and about four minutes more for the byte keys (1M records in
-/// each of 7 maps and the two peers, redb's per-commit writes the longest), plus the service
+/// each of 11 maps and the two peers, redb's per-commit writes the longest), plus the service
 /// section (a few minutes); --quick under a minute.
 /// Pools live in /dev/shm by default: DRAM, with flushes and fences issued as on persistent
 /// memory (emulated granularity), which the report's header says.

@@ -70,7 +70,9 @@ fn the_byte_key_section_runs_quick_lists_its_rows_and_counts_fences_for_inserts(
             // The leaf map has no u64 path to compare with.
             assert_eq!(
                 row["ratio_to_u64"].is_null(),
-                config.is_u64() || !ours || config.map == MapKind::Leaf,
+                config.is_u64()
+                    || !ours
+                    || matches!(config.map, MapKind::Leaf | MapKind::StoreLeaf),
                 "{row}"
             );
             assert_eq!(row["fences_per_op"].is_null(), !ours, "{row}");
@@ -95,6 +97,7 @@ fn the_byte_key_section_runs_quick_lists_its_rows_and_counts_fences_for_inserts(
     );
     assert!(stdout.contains("ordered / LMDB"), "{stdout}");
     assert!(stdout.contains("leaf / LMDB"), "{stdout}");
+    assert!(stdout.contains("Store leaves / LMDB"), "{stdout}");
     // Each leaf map's open, timed after its workloads.
     let opens = section["opens"].as_array().expect("opens");
     assert_eq!(opens.len(), 3, "{section}");
@@ -118,6 +121,9 @@ fn the_byte_key_section_runs_quick_lists_its_rows_and_counts_fences_for_inserts(
             "leaf",
             "leaf_over_lmdb",
             "leaf_over_redb",
+            "store_leaf",
+            "store_leaf_over_lmdb",
+            "store_leaf_over_redb",
         ] {
             assert!(c[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {c}");
         }

@@ -22,6 +22,9 @@ pub enum MapKind {
     Ordered,
     /// The raw leaf map, pairs inline in persistent leaves ([`super::leaf`]).
     Leaf,
+    /// The same leaves through the store's ordered-map handle
+    /// (`Store::btree_map_with(name, BTreeLayout::leaves())`, [`super::store_leaf`]).
+    StoreLeaf,
     /// LMDB, through heed ([`super::peers::lmdb`]).
     Lmdb,
     /// redb ([`super::peers::redb`]).
@@ -35,6 +38,7 @@ impl MapKind {
             MapKind::Hash => "hash map",
             MapKind::Ordered => "ordered map",
             MapKind::Leaf => "leaf map",
+            MapKind::StoreLeaf => "Store leaves",
             MapKind::Lmdb => "LMDB",
             MapKind::Redb => "redb",
         }
@@ -42,7 +46,10 @@ impl MapKind {
 
     /// Whether this is one of our maps (not a peer's database).
     pub fn is_ours(self) -> bool {
-        matches!(self, MapKind::Hash | MapKind::Ordered | MapKind::Leaf)
+        matches!(
+            self,
+            MapKind::Hash | MapKind::Ordered | MapKind::Leaf | MapKind::StoreLeaf
+        )
     }
 }
 

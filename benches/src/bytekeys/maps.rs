@@ -38,6 +38,7 @@ impl MapConfig {
             MapKind::Hash => "hash",
             MapKind::Ordered => "ordered",
             MapKind::Leaf => "leaf",
+            MapKind::StoreLeaf => "store-leaf",
             MapKind::Lmdb => return "lmdb".to_string(),
             MapKind::Redb => return "redb".to_string(),
         };
@@ -77,7 +78,7 @@ impl MapConfig {
 
 /// The maps measured, in report order: each kind's `u64` path first, the peers last (with the
 /// keys and values of the rows they are compared with).
-pub const CONFIGS: [MapConfig; 12] = [
+pub const CONFIGS: [MapConfig; 13] = [
     MapConfig {
         map: MapKind::Hash,
         keys: KeyKind::U64,
@@ -126,6 +127,11 @@ pub const CONFIGS: [MapConfig; 12] = [
     MapConfig {
         map: MapKind::Leaf,
         keys: KeyKind::User,
+        value_bytes: 100,
+    },
+    MapConfig {
+        map: MapKind::StoreLeaf,
+        keys: KeyKind::Random16,
         value_bytes: 100,
     },
     MapConfig {
@@ -268,6 +274,10 @@ pub fn with_map<R>(
             MapKind::Leaf => {
                 let bytes = config.pool_bytes(keys.len() as u64, files.new_records);
                 super::leaf::with_map(files, bytes, keys, config.value_bytes, f)
+            }
+            MapKind::StoreLeaf => {
+                let bytes = config.pool_bytes(keys.len() as u64, files.new_records);
+                super::store_leaf::with_map(files, bytes, keys, config.value_bytes, f)
             }
             MapKind::Lmdb => peers::lmdb::with_map(files, keys, config.value_bytes, f),
             _ => peers::redb::with_map(files, keys, config.value_bytes, f),

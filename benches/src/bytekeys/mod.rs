@@ -1,8 +1,8 @@
 //! Byte keys through the `Store`: the typed maps of records beside the `u64` path.
 //!
-//! Issue 14 gave the store's maps typed keys and values; maps whose key or value does not fit
+//! The store's maps take typed keys and values; maps whose key or value does not fit
 //! 8 bytes keep each pair in a record of its own (an insert: record + intent line, a fence,
-//! then the allocation bit + slot, a fence). This section measures them at the byte-key speed
+//! then the allocation bit + slot, a fence). This section measures them at the byte-key
 //! speed targets: 16-byte keys with 100-byte and 1 KiB values, on
 //! `store.hash_map_with::<Vec<u8>, Vec<u8>>` (CCEH, default configuration) and
 //! `store.btree_map::<Vec<u8>, Vec<u8>>` (FAST&FAIR, default configuration: FAST shifts), each
@@ -27,7 +27,9 @@
 //! rebuilt at open; the Store serves it as an ordered map's leaf layout, measured here raw) in a
 //! heap file of its own, with 16 random bytes
 //! to 100 B and 1 KiB and with `user:%011d` keys; after its workloads its open is timed
-//! ([`OpenTime`]).
+//! ([`OpenTime`]). And the same leaves through the store's handle ([`store_leaf`]:
+//! `btree_map_with(name, BTreeLayout::leaves())`, 16 random bytes to 100 B): what a service
+//! reaches, beside the raw map, so the two rows show what the front door costs.
 //!
 //! Beside them, the same workloads on two embedded stores ([`peers`]), LMDB (through heed) and
 //! redb, with the same 16-byte keys (the same key set: keys are drawn per kind of key, not per
@@ -39,7 +41,8 @@
 //! load averages before and after).
 //!
 //! Files: `keyset.rs` (keys and values), `maps.rs` (the maps and how they are driven, the
-//! checks of their results), `peers/` (LMDB and redb), `workload.rs` (operations and the timed
+//! checks of their results), `leaf.rs` and `store_leaf.rs` (the leaf map raw and through the
+//! store), `peers/` (LMDB and redb), `workload.rs` (operations and the timed
 //! run), `results.rs` (rows, comparisons, targets, errors); this file runs them
 //! ([`measure`]).
 //!
@@ -52,6 +55,7 @@ pub mod leaf;
 pub mod maps;
 pub mod peers;
 pub mod results;
+pub mod store_leaf;
 pub mod workload;
 
 pub use error::ByteKeyError;
@@ -303,7 +307,7 @@ fn compare_with_peers(rows: &[ByteKeyRow]) -> Vec<PeerComparison> {
         .iter()
         .map(|&w| {
             let (hash, ordered) = (rate(MapKind::Hash, w), rate(MapKind::Ordered, w));
-            let leaf = rate(MapKind::Leaf, w);
+            let (leaf, store_leaf) = (rate(MapKind::Leaf, w), rate(MapKind::StoreLeaf, w));
             let (lmdb, redb) = (rate(MapKind::Lmdb, w), rate(MapKind::Redb, w));
             PeerComparison {
                 workload: w.name().to_string(),
@@ -311,6 +315,7 @@ fn compare_with_peers(rows: &[ByteKeyRow]) -> Vec<PeerComparison> {
                 hash,
                 ordered,
                 leaf,
+                store_leaf,
                 lmdb,
                 redb,
                 hash_over_lmdb: over(hash, lmdb),
@@ -319,6 +324,8 @@ fn compare_with_peers(rows: &[ByteKeyRow]) -> Vec<PeerComparison> {
                 ordered_over_redb: over(ordered, redb),
                 leaf_over_lmdb: over(leaf, lmdb),
                 leaf_over_redb: over(leaf, redb),
+                store_leaf_over_lmdb: over(store_leaf, lmdb),
+                store_leaf_over_redb: over(store_leaf, redb),
             }
         })
         .collect()
@@ -351,9 +358,9 @@ mod tests {
         let expected: usize = CONFIGS.iter().map(|c| c.map.workloads().len()).sum();
         assert_eq!(results.rows.len(), expected);
         for r in &results.rows {
-            let ours = r.map == "hash map" || r.map == "ordered map" || r.map == "leaf map";
+            let ours = r.map != "LMDB" && r.map != "redb";
             assert!(r.ops_per_sec > 0.0 && r.p50_ns.is_some(), "{r:?}");
-            let has_u64_row = r.map != "leaf map";
+            let has_u64_row = r.map != "leaf map" && r.map != "Store leaves";
             assert_eq!(
                 r.ratio_to_u64.is_some(),
                 ours && has_u64_row && r.keys != "u64",
@@ -388,6 +395,7 @@ mod tests {
             assert!(c.lmdb.is_some() && c.redb.is_some(), "{c:?}");
             assert!(c.ordered_over_lmdb.is_some() && c.ordered_over_redb.is_some());
             assert!(c.leaf_over_lmdb.is_some() && c.leaf_over_redb.is_some());
+            assert!(c.store_leaf_over_lmdb.is_some() && c.store_leaf_over_redb.is_some());
             assert_eq!(c.hash_over_lmdb.is_none(), scan, "{c:?}");
             assert_eq!(c.hash_over_redb.is_none(), scan, "{c:?}");
         }

@@ -175,8 +175,10 @@ pub struct PeerComparison {
     pub hash: Option<f64>,
     /// Our ordered map's ops/s.
     pub ordered: Option<f64>,
-    /// Our leaf map's ops/s.
+    /// Our leaf map's ops/s (raw).
     pub leaf: Option<f64>,
+    /// The same leaves' ops/s through the store's handle.
+    pub store_leaf: Option<f64>,
     /// LMDB's ops/s.
     pub lmdb: Option<f64>,
     /// redb's ops/s.
@@ -193,6 +195,10 @@ pub struct PeerComparison {
     pub leaf_over_lmdb: Option<f64>,
     /// Leaf map / redb.
     pub leaf_over_redb: Option<f64>,
+    /// Store leaves / LMDB.
+    pub store_leaf_over_lmdb: Option<f64>,
+    /// Store leaves / redb.
+    pub store_leaf_over_redb: Option<f64>,
 }
 
 /// One open of a map that rebuilds its DRAM index from the media (the leaf map), timed after

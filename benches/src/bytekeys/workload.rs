@@ -236,9 +236,11 @@ impl MapKind {
     pub fn workloads(self) -> &'static [ByteWorkload] {
         match self {
             MapKind::Hash => &ByteWorkload::HASH,
-            MapKind::Ordered | MapKind::Leaf | MapKind::Lmdb | MapKind::Redb => {
-                &ByteWorkload::ORDERED
-            }
+            MapKind::Ordered
+            | MapKind::Leaf
+            | MapKind::StoreLeaf
+            | MapKind::Lmdb
+            | MapKind::Redb => &ByteWorkload::ORDERED,
         }
     }
 }

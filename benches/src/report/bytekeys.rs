@@ -144,14 +144,17 @@ fn comparison_cells(c: &PeerComparison) -> Vec<String> {
         rate(c.hash),
         rate(c.ordered),
         rate(c.leaf),
+        rate(c.store_leaf),
         rate(c.lmdb),
         rate(c.redb),
         ratio(c.hash_over_lmdb),
         ratio(c.ordered_over_lmdb),
         ratio(c.leaf_over_lmdb),
+        ratio(c.store_leaf_over_lmdb),
         ratio(c.hash_over_redb),
         ratio(c.ordered_over_redb),
         ratio(c.leaf_over_redb),
+        ratio(c.store_leaf_over_redb),
     ]
 }
 
@@ -167,7 +170,9 @@ fn peers_block(s: &ByteKeyResults) -> Option<Block> {
          issued); gets: get(key), an owned value; scans: the ordered map's \
          range_encoded(key..) taking 100 pairs, each lent (borrowed bytes, as the peers' \
          scans read); the leaf map (raw, in a heap file of its own): get_into a reused \
-         buffer, scan(key..) lending 100 pairs to a callback"
+         buffer, scan(key..) lending 100 pairs to a callback; the Store's leaves (the same \
+         leaves through Store::btree_map_with(name, BTreeLayout::leaves())): get_into a \
+         reused buffer, range_with(key..) lending pairs until 100 were taken"
             .to_string(),
     ];
     legend.extend(s.opens.iter().map(|o| {
@@ -203,14 +208,17 @@ fn peers_block(s: &ByteKeyResults) -> Option<Block> {
             "ours, hash",
             "ours, ordered",
             "ours, leaf",
+            "ours, Store leaves",
             "LMDB",
             "redb",
             "hash / LMDB",
             "ordered / LMDB",
             "leaf / LMDB",
+            "Store leaves / LMDB",
             "hash / redb",
             "ordered / redb",
             "leaf / redb",
+            "Store leaves / redb",
         ],
         rows: s.comparison.iter().map(comparison_cells).collect(),
         text_columns: &[0],

@@ -34,7 +34,7 @@ pub struct PeerInfo {
 /// How the peer `kind` is built and driven (`None` for our own maps).
 pub fn describe(kind: MapKind) -> Option<PeerInfo> {
     let (version, writes, reads) = match kind {
-        MapKind::Hash | MapKind::Ordered | MapKind::Leaf => return None,
+        MapKind::Hash | MapKind::Ordered | MapKind::Leaf | MapKind::StoreLeaf => return None,
         MapKind::Lmdb => (
             format!("heed {} ({})", lmdb::HEED_VERSION, lmdb::lmdb_version()),
             "one write transaction + commit per insert or update, default environment flags \

@@ -80,7 +80,9 @@
 //! addresses, and lends them in this order; an insert finds its place by binary search on the
 //! keys' first 16 bytes, kept per slot too, and a scan its start by counting them). Above the leaves, a
 //! `BTreeMap` from each leaf's short lower bound to its number in an arena of leaf states:
-//! the inner nodes (`index.rs`). Beside them, a hash index from each key's hash to its slot
+//! the inner nodes (`index.rs`); beside the arena, each leaf's successor by number, so a scan
+//! descends the tree once and walks the leaves through these links (the arena is asked for
+//! 2 MiB pages: a hint, taken where the host has transparent huge pages). Beside them, a hash index from each key's hash to its slot
 //! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)
 //! and reads that one slot, without the inner nodes. All of it is rebuilt at open.
 //!

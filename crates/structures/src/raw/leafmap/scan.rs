@@ -4,7 +4,9 @@
 //! scan copies few pairs it does not lend, a long one takes the lock seldom; a caller that
 //! knows how many pairs it wants ([`LeafMap::scan_at_most`]) has them copied in one batch.
 //! The next batch starts where the last stopped, found again by a search after the last key
-//! lent only if a write came between (the index's generation moved).
+//! lent only if a write came between (the index's generation moved). A batch descends the
+//! index's tree of bounds once, to its first leaf, and walks on through the leaves' DRAM
+//! successor links (none when it resumes).
 //!
 //! A leaf's slots sit in no order, so a batch copies the pairs it takes from a leaf in the
 //! order of their slots (ascending addresses in the block, which the hardware's prefetchers
@@ -30,9 +32,10 @@ struct Batch {
     pairs: Vec<(usize, usize, usize)>,
     /// The last key lent.
     last: Vec<u8>,
-    /// Where the batch stopped: the bound of its leaf and the position in the leaf's key order
-    /// of the first pair not taken, valid while the index's generation is `generation`.
-    resume_bound: Vec<u8>,
+    /// Where the batch stopped: its leaf's number in the index and the position in the
+    /// leaf's key order of the first pair not taken, valid while the index's generation is
+    /// `generation`.
+    resume_leaf: u32,
     resume_position: usize,
     generation: Option<u64>,
 }
@@ -230,28 +233,29 @@ impl<B: Backend> LeafMap<B> {
             bytes,
             pairs,
             last,
-            resume_bound,
+            resume_leaf,
             resume_position,
             generation,
         } = batch;
         let resumed = matches!(from, From::AfterLast) && *generation == Some(index.generation);
         *generation = None;
         let (mut leaves, mut position) = if resumed {
-            (index.from(resume_bound), *resume_position)
+            (index.chain(*resume_leaf), *resume_position)
         } else {
             let lower = match from {
                 From::Start => start,
                 From::AfterLast => Bound::Excluded(&last[..]),
             };
-            let (bound, first) = match lower {
-                Bound::Unbounded => self.leaf_of(index, &[])?,
-                Bound::Included(k) | Bound::Excluded(k) => self.leaf_of(index, k)?,
-            };
+            let (id, first) = match lower {
+                Bound::Unbounded => index.locate(&[]),
+                Bound::Included(k) | Bound::Excluded(k) => index.locate(k),
+            }
+            .ok_or_else(|| self.no_first_leaf())?;
             if let Some(e) = first.damage(&self.config) {
                 return Err(e);
             }
             let position = self.lower_position(first, lower)?;
-            (index.from(bound.as_slice()), position)
+            (index.chain(id), position)
         };
         let end_key = match end {
             Bound::Included(e) | Bound::Excluded(e) => Some(e),
@@ -270,7 +274,7 @@ impl<B: Backend> LeafMap<B> {
         let mut used = 0usize;
         // Where each slot of the leaf being copied went in `bytes`.
         let mut spans = [(0usize, 0usize, 0usize); 64];
-        while let Some((bound, leaf)) = leaves.next() {
+        while let Some((id, leaf)) = leaves.next() {
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
@@ -316,8 +320,7 @@ impl<B: Backend> LeafMap<B> {
                 pairs.push(span);
             }
             if pairs.len() == limit {
-                resume_bound.clear();
-                resume_bound.extend_from_slice(bound.as_slice());
+                *resume_leaf = id;
                 *resume_position = first + take;
                 *generation = Some(index.generation);
                 return Ok(false);

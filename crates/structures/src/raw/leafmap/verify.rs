@@ -37,7 +37,8 @@ impl<B: Backend> LeafMap<B> {
     /// once); every key after the one before it across the chain; and the keys counted
     /// against [`LeafMap::len`]; the DRAM hash index, which must name each key's slot and
     /// hold as many keys as the length says; and each leaf's DRAM state (offset, bitmap, key
-    /// order, key prefixes), which must describe the leaf at its place in the chain. For a healthy map, `blocks_walked` is the length of
+    /// order, key prefixes), which must describe the leaf at its place in the chain, and the
+    /// states' successor links (what scans walk), which must follow the bounds' order. For a healthy map, `blocks_walked` is the length of
     /// [`LeafMap::blocks`].
     pub fn verify(&self) -> Verification {
         let index = self.read();
@@ -146,6 +147,9 @@ impl<B: Backend> LeafMap<B> {
                     detail: "the DRAM index has a leaf past the chain's end".into(),
                 },
             );
+        }
+        if let Some(detail) = index.links_disagree() {
+            report.report(self.root, Problem::LeafStateDisagrees { detail });
         }
         if index.keys.len() as u64 != index.len {
             report.report(

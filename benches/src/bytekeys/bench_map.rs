@@ -2,6 +2,7 @@
 //! workloads drive ([`BenchMap`]), the checks its reads and scans pass alike ([`check_read`],
 //! [`ScanCheck`]), and where its files go ([`MapFiles`]).
 
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use pmem_ordering::Granularity;
@@ -143,6 +144,32 @@ impl<'a> ScanCheck<'a> {
     /// Pairs visited, all checked.
     pub fn visited(&self) -> usize {
         self.visited
+    }
+
+    /// Check a pair lent by a scan that wants `len` pairs: what its callback returns, a break
+    /// with the error on a bad pair, a break with `None` once `len` pairs were visited.
+    pub fn take(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        len: usize,
+    ) -> ControlFlow<Option<ByteKeyError>> {
+        if let Err(e) = self.pair(key, value) {
+            return ControlFlow::Break(Some(e));
+        }
+        if self.visited >= len {
+            ControlFlow::Break(None)
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// The scan's result: the pairs visited, or the error a bad pair broke it with.
+    pub fn result(&self, bad: Option<ByteKeyError>) -> Result<usize, ByteKeyError> {
+        match bad {
+            Some(e) => Err(e),
+            None => Ok(self.visited),
+        }
     }
 }
 

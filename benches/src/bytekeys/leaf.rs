@@ -9,7 +9,7 @@
 //! once more on the same heap and the open timed: the DRAM index rebuilt from the leaves
 //! ([`BenchMap::open_seconds`]).
 
-use std::ops::{Bound, ControlFlow};
+use std::ops::Bound;
 use std::time::Instant;
 
 use pmem_structures::raw::leafmap::{LeafMap, LeafMapConfig};
@@ -54,20 +54,9 @@ impl BenchMap for LeafBench {
         let mut bad = None;
         self.map
             .scan_at_most(Bound::Included(start), Bound::Unbounded, len, |k, v| {
-                if let Err(e) = check.pair(k, v) {
-                    bad = Some(e);
-                    return ControlFlow::Break(());
-                }
-                if check.visited() >= len {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
+                check.take(k, v, len).map_break(|e| bad = e)
             })?;
-        match bad {
-            Some(e) => Err(e),
-            None => Ok(check.visited()),
-        }
+        check.result(bad)
     }
 
     fn open_seconds(&mut self) -> Result<Option<f64>, ByteKeyError> {

@@ -9,8 +9,6 @@
 //! raw map's `scan_at_most` is: it copies pairs in growing batches and may copy a few the scan
 //! never lends).
 
-use std::ops::ControlFlow;
-
 use pmem_structures::{BTreeLayout, BTreeMap};
 
 use super::bench_map::{check_read, BenchMap, MapFiles, ScanCheck, VALUE_FILL};
@@ -56,21 +54,8 @@ impl BenchMap for StoreLeafBench {
     fn scan(&mut self, record: usize, len: usize) -> Result<usize, ByteKeyError> {
         let start = &self.keys[record][..];
         let mut check = ScanCheck::new(record, start, self.keys.len(), self.value_bytes);
-        // Breaks with `Some` on a bad pair, `None` once `len` pairs were lent.
-        let broke = self.map.range_with(start.., |k, v| {
-            if let Err(e) = check.pair(k, v) {
-                return ControlFlow::Break(Some(e));
-            }
-            if check.visited() >= len {
-                ControlFlow::Break(None)
-            } else {
-                ControlFlow::Continue(())
-            }
-        })?;
-        match broke.flatten() {
-            Some(e) => Err(e),
-            None => Ok(check.visited()),
-        }
+        let broke = self.map.range_with(start.., |k, v| check.take(k, v, len))?;
+        check.result(broke.flatten())
     }
 }
 

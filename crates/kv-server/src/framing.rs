@@ -2,16 +2,15 @@
 //!
 //! A request is a RESP array of bulk strings (what every client sends, in RESP2 and RESP3
 //! alike) or an inline command (a line of text, as `telnet` sends; split by [`crate::inline`]).
-//! Decoding is the `redis-protocol` codec's; before it runs, a guard walks the headers of the
-//! request under way (counts and lengths only, resuming where the last read stopped), reads
-//! their integers as Redis does (no `+`, no leading zeros) and holds them to the [`Limits`]:
-//! so the codec never waits on a bulk string larger than the server accepts, nor recurses
-//! into nested arrays (no client sends them, and a deep enough nest would overflow the
-//! stack). A request refused here gets Redis's error text and closes the connection.
+//! A guard walks the headers of the request under way (counts and lengths only, resuming
+//! where the last read stopped), reads their integers as Redis does (no `+`, no leading
+//! zeros), holds them to the [`Limits`] and notes where each bulk string lies: so no request
+//! waits on a bulk string larger than the server accepts, nor nests arrays (no client sends
+//! them). Once the whole array has arrived, its arguments are cut out of the buffer at the
+//! places noted (each a view of the one read buffer, nothing copied), without a second
+//! parse. A request refused here gets Redis's error text and closes the connection.
 
 use bytes::{Bytes, BytesMut};
-use redis_protocol::resp2::decode::decode_bytes_mut;
-use redis_protocol::resp2::types::{BytesFrame, Resp2Frame};
 
 use crate::config::Limits;
 
@@ -34,6 +33,9 @@ pub struct Framer {
     checked: usize,
     /// Bulk strings of the request still to check (`None` before the array header).
     remaining: Option<usize>,
+    /// Each checked bulk string's start and length, from the request's start (kept between
+    /// requests for its capacity).
+    spans: Vec<(usize, usize)>,
 }
 
 impl Framer {
@@ -56,37 +58,29 @@ impl Framer {
                 Guard::Empty(len) => {
                     // `*0` and `*-1` carry no command: Redis skips them.
                     let _ = buf.split_to(len);
-                    *self = Framer::default();
+                    self.reset();
                     continue;
                 }
                 Guard::Incomplete => return Next::Incomplete,
                 Guard::Fatal(message) => return Next::Fatal(message),
             }
-            *self = Framer::default();
-            return match decode_bytes_mut(buf) {
-                Ok(Some((BytesFrame::Array(items), _, _))) => {
-                    let mut args = Vec::with_capacity(items.len());
-                    for item in items {
-                        match item {
-                            BytesFrame::BulkString(bytes) => args.push(bytes),
-                            other => {
-                                return Next::Fatal(
-                                    format!("expected a bulk string, got {:?}", other.kind())
-                                        .into_bytes(),
-                                )
-                            }
-                        }
-                    }
-                    Next::Request(args)
-                }
-                Ok(Some((other, _, _))) => {
-                    Next::Fatal(format!("expected an array, got {:?}", other.kind()).into_bytes())
-                }
-                // The guard saw a whole array of bulk strings: the codec must agree.
-                Ok(None) => Next::Fatal(b"a request the codec cannot frame".to_vec()),
-                Err(error) => Next::Fatal(error.details().as_bytes().to_vec()),
-            };
+            // The guard saw the whole array: its bulk strings are where it noted them.
+            let request = buf.split_to(self.checked).freeze();
+            let args = self
+                .spans
+                .iter()
+                .map(|&(at, len)| request.slice(at..at + len))
+                .collect();
+            self.reset();
+            return Next::Request(args);
         }
+    }
+
+    /// Ready for the next request.
+    fn reset(&mut self) {
+        self.checked = 0;
+        self.remaining = None;
+        self.spans.clear();
     }
 
     /// Check the array at the head of `buf`, from where the last call stopped.
@@ -138,6 +132,7 @@ impl Framer {
             if &rest[end..end + 2] != b"\r\n" {
                 return Guard::Fatal(b"a bulk string not ended by CRLF".to_vec());
             }
+            self.spans.push((self.checked + len, bulk as usize));
             self.checked += end + 2;
             self.remaining = Some(remaining - 1);
         }
@@ -244,6 +239,22 @@ mod tests {
         let expected: Vec<Vec<&[u8]>> =
             vec![vec![b"PING"], vec![b"SET", b"a", b"b"], vec![b"GET", b"a"]];
         assert_eq!(requests, expected);
+    }
+
+    #[test]
+    fn bulk_strings_are_cut_at_their_lengths_whatever_bytes_they_hold() {
+        // An empty argument, one holding CRLF and a `$`, binary bytes; then a second
+        // request in the same buffer, and the start of a third.
+        let input = b"*4\r\n$3\r\nSET\r\n$0\r\n\r\n$5\r\n\r\n$\r\n\r\n$2\r\n\x00\xff\r\n\
+                      *2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGE";
+        let (requests, fatal, left) = frames(input, &Limits::default());
+        assert_eq!(fatal, None);
+        let expected: Vec<Vec<&[u8]>> = vec![
+            vec![b"SET", b"", b"\r\n$\r\n", b"\x00\xff"],
+            vec![b"GET", b"k"],
+        ];
+        assert_eq!(requests, expected);
+        assert_eq!(left, b"*2\r\n$3\r\nGE".len());
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Replies, and their encoding in the protocol a connection chose (RESP2, or RESP3 after
 //! `HELLO 3`).
 //!
-//! Encoded here rather than by the `redis-protocol` crate (which decodes requests): an error
-//! reply must carry any bytes (Redis quotes the client's arguments in its errors, and they
-//! need not be UTF-8, while the crate's error frames are `str`s), and a map's entries must
-//! keep their order (the crate's RESP3 maps are hash maps unless another map crate comes in).
+//! Encoded here rather than by the `redis-protocol` crate: an error reply must carry any
+//! bytes (Redis quotes the client's arguments in its errors, and they need not be UTF-8,
+//! while the crate's error frames are `str`s), and a map's entries must keep their order (the
+//! crate's RESP3 maps are hash maps unless another map crate comes in). Requests are framed
+//! by `framing`, which needs no codec either.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

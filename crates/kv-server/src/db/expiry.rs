@@ -250,7 +250,7 @@ impl Db {
             if old != new || maps.hash_meta(key)?.is_some() {
                 return Ok(false);
             }
-            self.counted_write(1, || maps.keys.upsert(key, value))
+            self.counted_write(1, || maps.keys.put(key, value))
                 .map(|_| true)
         })??;
         if single {

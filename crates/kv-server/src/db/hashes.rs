@@ -418,7 +418,7 @@ impl Db {
                 if !maps.fields.contains_key(&entry[..])? {
                     return Ok(false);
                 }
-                self.counted_write(1, || maps.fields.upsert(&entry[..], *value))?;
+                self.counted_write(1, || maps.fields.put(&entry[..], *value))?;
                 Ok::<_, Error>(true)
             })??;
             if replaced {

@@ -176,15 +176,37 @@ impl Db {
 
     /// Hold the stripes of `keys` (each once, in stripe order, so two commands never wait on
     /// each other).
-    pub(crate) fn lock_keys<'a>(&'a self, keys: impl Iterator<Item = &'a [u8]>) -> KeyLocks<'a> {
-        let mut stripes: Vec<usize> = keys.map(stripe_of).collect();
+    /// One key (a plain SET, every single-key command) allocates nothing.
+    pub(crate) fn lock_keys<'a>(
+        &'a self,
+        mut keys: impl Iterator<Item = &'a [u8]>,
+    ) -> KeyLocks<'a> {
+        let Some(first) = keys.next() else {
+            return KeyLocks {
+                _held: Held::Many {
+                    _guards: Vec::new(),
+                },
+            };
+        };
+        let first = stripe_of(first);
+        let Some(second) = keys.next() else {
+            return KeyLocks {
+                _held: Held::One {
+                    _guard: self.stripes[first].lock(),
+                },
+            };
+        };
+        let mut stripes = vec![first, stripe_of(second)];
+        stripes.extend(keys.map(stripe_of));
         stripes.sort_unstable();
         stripes.dedup();
         KeyLocks {
-            _held: stripes
-                .into_iter()
-                .map(|s| self.stripes[s].lock())
-                .collect(),
+            _held: Held::Many {
+                _guards: stripes
+                    .into_iter()
+                    .map(|s| self.stripes[s].lock())
+                    .collect(),
+            },
         }
     }
 
@@ -234,7 +256,7 @@ impl Db {
                 {
                     return Ok(false);
                 }
-                self.counted_write(1, || maps.keys.upsert(key, value))
+                self.counted_write(1, || maps.keys.put(key, value))
                     .map(|_| true)
             })??;
             if single {
@@ -412,7 +434,13 @@ pub(crate) fn stripe_of(key: &[u8]) -> usize {
 
 /// Stripes held by one command, released when it drops.
 pub(crate) struct KeyLocks<'a> {
-    _held: Vec<MutexGuard<'a, ()>>,
+    _held: Held<'a>,
+}
+
+/// The stripe guards a [`KeyLocks`] holds.
+enum Held<'a> {
+    One { _guard: MutexGuard<'a, ()> },
+    Many { _guards: Vec<MutexGuard<'a, ()>> },
 }
 
 /// The smallest key above every key starting with `prefix` (`None`: there is none, every

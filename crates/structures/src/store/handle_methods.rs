@@ -2,7 +2,7 @@
 //! once, over each map's representations (inline words, records, and for the ordered map,
 //! leaves).
 
-/// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `remove`, `len`,
+/// `get`, `get_into`, `get_with`, `contains_key`, `insert`, `upsert`, `put`, `remove`, `len`,
 /// `is_empty`, `check` and `name` of a typed map whose `repr` is the enum `$repr` of
 /// `Words(core)` and `Records(core)`, and of `$leaves(core)` if named (a map of leaves: the
 /// records' calls on its leaf map, behind its writer gate as theirs are).
@@ -125,6 +125,41 @@ macro_rules! typed_map_methods {
                         .upsert(key.bytes(), value.bytes())?
                         .map(|v| decode(v, "value", &core.name))
                         .transpose()
+                })?
+            }
+        }
+
+        /// Set `key -> value` whether or not `key` is present, as [`Self::upsert`] does, without
+        /// returning the old value: `true` if `key` was absent (a new key), `false` if a value
+        /// was replaced. Durable when it returns. For a write that drops the old value (a
+        /// `SET`): a map of the leaf layout neither reads nor checks it, nor copies it out.
+        ///
+        /// ```
+        /// # use pmem_structures::{BTreeLayout, Store, StoreOptions};
+        /// # fn main() -> Result<(), pmem_structures::Error> {
+        /// # let store = Store::anonymous(16 << 20, &StoreOptions::new())?;
+        /// let keys = store.btree_map_with::<String, String>("keys", BTreeLayout::leaves())?;
+        /// assert!(keys.put("user:1", "ada")?); // a new key
+        /// assert!(!keys.put("user:1", "brian")?); // replaced, the old value dropped
+        /// assert_eq!(keys.get("user:1")?.as_deref(), Some("brian"));
+        /// let counts = store.hash_map::<String, u64>("counts")?;
+        /// assert!(counts.put("visits", 1)? && !counts.put("visits", 2)?);
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn put(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
+            let (key, value) = (key.encode(), value.encode());
+            match &self.repr {
+                $repr::Words(core) => Ok(core
+                    .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
+                    .is_none()),
+                $repr::Records(core) => {
+                    let _section = core.enter()?;
+                    Ok(core.raw.upsert(key.bytes(), value.bytes())?.is_none())
+                }
+                $($repr::$leaves(core) => {
+                    let _section = core.enter()?;
+                    Ok(core.raw.put(key.bytes(), value.bytes())?)
                 })?
             }
         }

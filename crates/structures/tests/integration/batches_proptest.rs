@@ -216,13 +216,16 @@ fn in_batch(
     }
 }
 
-fn single(m: &Maps, map: usize, key: &Bytes, kind: &Kind) -> Result<(), Error> {
+/// `kind` on `map` as a single write (`put` for [`Kind::Put`], its answer checked against
+/// `absent`: whether the model lacked `key` before).
+fn single(m: &Maps, map: usize, key: &Bytes, kind: &Kind, absent: bool) -> Result<(), Error> {
     macro_rules! run {
         ($m:expr, $k:expr, $v:expr) => {
             match kind {
                 Kind::Get => drop($m.get($k)?),
                 Kind::Insert(v) => drop($m.insert($k, $v(*v))?),
-                Kind::Upsert(v) | Kind::Put(v) => drop($m.upsert($k, $v(*v))?),
+                Kind::Upsert(v) => drop($m.upsert($k, $v(*v))?),
+                Kind::Put(v) => assert_eq!($m.put($k, $v(*v))?, absent, "put's answer"),
                 Kind::Remove | Kind::Delete => drop($m.remove($k)?),
             }
         };
@@ -327,8 +330,8 @@ fn run(path: &Path, steps: &[Step]) {
             }
             Step::Single(map, k, kind) => {
                 let key = key_of(*map, *k);
-                model_apply(&mut model, *map, &key, kind);
-                single(&m, *map, &key, kind).unwrap();
+                let before = model_apply(&mut model, *map, &key, kind);
+                single(&m, *map, &key, kind, before.is_none()).unwrap();
             }
             Step::Reopen => {
                 drop(m);

@@ -103,7 +103,7 @@
 //! | `index.rs` | the DRAM index: leaves by their (short, inline) lower bounds |
 //! | `keys.rs` | the DRAM hash index: each key's slot by the key's hash |
 //! | `open.rs` | open: the walk of the chain, its checks, the DRAM index rebuilt |
-//! | `write.rs` | insert, upsert, remove |
+//! | `write.rs` | insert, upsert, put, remove |
 //! | `split.rs` | the structural transactions: split, unlink |
 //! | `batch.rs` | a write batch's plan and apply |
 //! | `scan.rs` | range scans that lend each pair |

@@ -89,13 +89,17 @@ fn random_writes_split_unlink_and_reopen_as_the_model_says() {
         for i in 0..600u64 {
             let k = key(rng.below(200));
             let v = vec![(i % 251) as u8; (rng.below(40)) as usize];
-            match rng.below(4) {
+            match rng.below(5) {
                 0 => {
                     let inserted = map.insert(&k, &v).unwrap();
                     assert_eq!(inserted, !model.contains_key(&k));
                     model.entry(k.clone()).or_insert(v);
                 }
                 1 => assert_eq!(map.upsert(&k, &v).unwrap(), model.insert(k.clone(), v)),
+                2 => {
+                    let absent = map.put(&k, &v).unwrap();
+                    assert_eq!(absent, model.insert(k.clone(), v).is_none(), "put({k:?})");
+                }
                 _ => assert_eq!(map.remove(&k).unwrap(), model.remove(&k)),
             }
             // The point read goes through the DRAM hash index, which the write kept.
@@ -133,6 +137,17 @@ fn large_pairs_live_in_records_and_are_freed_with_their_slot() {
         map.upsert(&key(1), b"short").unwrap(),
         model.insert(key(1), b"short".to_vec())
     );
+    // The same through `put`, which drops the old value unread: the record it leaves is
+    // freed all the same (`agrees` counts the heap's blocks).
+    let longer = vec![8u8; 900];
+    assert!(!map.put(&key(2), &longer).unwrap());
+    model.insert(key(2), longer);
+    assert!(!map.put(&key(3), b"tiny").unwrap());
+    model.insert(key(3), b"tiny".to_vec());
+    assert!(!map.put(&key(3), &[9u8; 500]).unwrap());
+    model.insert(key(3), vec![9u8; 500]);
+    assert!(map.put(&key(1000), &[1u8; 400]).unwrap());
+    model.insert(key(1000), vec![1u8; 400]);
     let long_key = vec![b'k'; 700];
     map.insert(&long_key, b"v").unwrap();
     model.insert(long_key.clone(), b"v".to_vec());
@@ -287,17 +302,15 @@ fn a_damaged_slot_is_reported_by_reads_writes_scans_and_verify_never_served() {
     let pool = map.heap().pool();
     let victim = key(5);
     // Find the victim's slot and flip a bit of its value.
-    let (leaf, slot) = {
+    let locate = |k: &[u8]| {
         let index = map.read();
-        let (_, leaf) = index.leaf_of(&victim).unwrap();
-        let hash = index.keys.hash(&victim);
-        (
-            leaf.offset,
-            map.find(leaf, &victim, hash, &mut super::leaf::SlotBuf::new())
-                .unwrap()
-                .unwrap(),
-        )
+        let (_, leaf) = index.leaf_of(k).unwrap();
+        let hash = index.keys.hash(k);
+        let mut buf = super::leaf::SlotBuf::new();
+        let slot = map.find(leaf, k, hash, &mut buf).unwrap().unwrap();
+        (leaf.offset, slot)
     };
+    let (leaf, slot) = locate(&victim);
     let flip = |at: u64| {
         let (word, shift) = (at & !7, (at & 7) * 8);
         let _ = pool.store_u64(word, pool.load_u64(word).unwrap() ^ (1 << shift));
@@ -321,6 +334,14 @@ fn a_damaged_slot_is_reported_by_reads_writes_scans_and_verify_never_served() {
             .any(|f| matches!(f.problem, Problem::DamagedSlot { .. })),
         "{report}"
     );
+    // Another key's value byte: an upsert, which returns the old value, refuses it; a put
+    // writes over it (it never reads the old value), and the key serves again.
+    let (other_leaf, other_slot) = locate(&key(20));
+    flip(map.config.slot_at(other_leaf, other_slot) + 8 + 10 + 2);
+    assert!(map.upsert(&key(20), b"fresh").is_err());
+    assert!(!map.put(&key(20), b"fresh").unwrap());
+    assert_eq!(map.get(&key(20)).unwrap(), Some(b"fresh".to_vec()));
+    assert!(!map.put(&key(20), b"value").unwrap());
     // After a reopen, the slot is known damaged: reads of its leaf that miss, its writes and
     // scans through it say so; other leaves serve.
     let map = reopen(map);
@@ -330,6 +351,7 @@ fn a_damaged_slot_is_reported_by_reads_writes_scans_and_verify_never_served() {
         "no write over damage"
     );
     assert!(map.insert(&victim, b"again").is_err());
+    assert!(map.put(&victim, b"again").is_err(), "no put over damage");
     assert!(map.range_pairs(Bound::Unbounded, Bound::Unbounded).is_err());
     let healthy = (0..30).map(key).filter(|k| {
         let index = map.read();

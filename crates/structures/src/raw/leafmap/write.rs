@@ -1,4 +1,4 @@
-//! Insert, upsert and remove: a slot written and fenced, then one 8-byte bitmap store
+//! Insert, upsert, put and remove: a slot written and fenced, then one 8-byte bitmap store
 //! persisted (see the module docs); records and emptied leaves through the undo log.
 
 use pmem_ordering::PPtr;
@@ -11,6 +11,16 @@ use crate::records::layout::{self as record_layout, check_sizes, owner_of, Heade
 use crate::records::RecordMapError;
 use pmem_ordering::Backend;
 
+/// What a write does with a key that is present.
+enum Present<'a> {
+    /// Leave it (an insert).
+    Keep,
+    /// Overwrite it, its old value copied here (an upsert).
+    Copy(&'a mut Vec<u8>),
+    /// Overwrite it, its old value unread (a put).
+    Drop,
+}
+
 /// What a write found for its key.
 struct Found {
     slot: usize,
@@ -21,19 +31,27 @@ impl<B: Backend> LeafMap<B> {
     /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
     /// written) if it was there.
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
-        self.put(key, value, None)
+        self.write_pair(key, value, Present::Keep)
     }
 
     /// Insert or overwrite `key -> value`; the old value if there was one.
     pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut old = Vec::new();
-        let replaced = !self.put(key, value, Some(&mut old))?;
+        let replaced = !self.write_pair(key, value, Present::Copy(&mut old))?;
         Ok(replaced.then_some(old))
     }
 
-    /// Write `key -> value`: with `old`, overwriting a present key (its value copied into
-    /// `old`), else only if absent. Whether the key was absent.
-    fn put(&self, key: &[u8], value: &[u8], mut old: Option<&mut Vec<u8>>) -> Result<bool> {
+    /// Insert or overwrite `key -> value` as [`LeafMap::upsert`] does, the old value neither
+    /// copied nor checked (a write that drops it, as a `SET` does): `true` if `key` was
+    /// absent, `false` if a value was replaced. The same slot write, bitmap store and fences
+    /// as [`LeafMap::upsert`]; an old value whose bytes fail their checksum is written over,
+    /// not reported.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.write_pair(key, value, Present::Drop)
+    }
+
+    /// Write `key -> value`, a present key as `present` says. Whether the key was absent.
+    fn write_pair(&self, key: &[u8], value: &[u8], mut present: Present<'_>) -> Result<bool> {
         check_sizes(key, value)?;
         let mut guard = self.write();
         let index: &mut Index = &mut guard;
@@ -43,9 +61,19 @@ impl<B: Backend> LeafMap<B> {
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
+            if let Some(free) = leaf.free_slot(self.config.slots()) {
+                // The slot the write will fill and the leaf's bitmap word, asked for now:
+                // their cache misses overlap the search for the key's slot, not follow it.
+                let pool = self.heap.pool();
+                pool.prefetch(
+                    self.config.slot_at(leaf.offset, free),
+                    self.config.slot_bytes,
+                );
+                pool.prefetch(leaf.offset, 8);
+            }
             let mut buf = SlotBuf::new();
             let found = self.found(leaf, key, hash, &mut buf)?;
-            if found.is_some() && old.is_none() {
+            if found.is_some() && matches!(present, Present::Keep) {
                 return Ok(false);
             }
             let Some(free) = leaf.free_slot(self.config.slots()) else {
@@ -54,7 +82,7 @@ impl<B: Backend> LeafMap<B> {
                 continue;
             };
             if let Some(found) = found {
-                if let Some(out) = old.as_deref_mut() {
+                if let Present::Copy(out) = &mut present {
                     let at = self.config.slot_at(leaf.offset, found.slot);
                     self.slots().value_into(at, key, &buf, out)?;
                 }

@@ -7,7 +7,7 @@
 /// `Words(core)` and `Records(core)`, and of `$leaves(core)` if named (a map of leaves: the
 /// records' calls on its leaf map, behind its writer gate as theirs are).
 ///
-/// `get`, `insert`, `upsert` and `remove` are small and inlined where they are called: a map
+/// `get`, `insert`, `upsert` and `remove` are small and always inlined where they are called: a map
 /// of words runs its structure's call from there, and the maps of bytes call an out-of-line
 /// `*_encoded` twin. With every representation's path in one body they were too large to
 /// inline, and the word maps' calls paid a frame and a result copy each (about 35
@@ -15,7 +15,7 @@
 macro_rules! typed_map_methods {
     ($repr:ident $(, $leaves:ident)?) => {
         /// The value of `key`.
-        #[inline]
+        #[inline(always)]
         pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
             let key = key.encode();
             match &self.repr {
@@ -101,7 +101,7 @@ macro_rules! typed_map_methods {
 
         /// Insert `key -> value` if `key` is absent: `true` if inserted, `false` (and nothing
         /// changed) if present. Durable when it returns.
-        #[inline]
+        #[inline(always)]
         pub fn insert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
             let (key, value) = (key.encode(), value.encode());
             match &self.repr {
@@ -128,7 +128,7 @@ macro_rules! typed_map_methods {
 
         /// Set `key -> value` whether or not `key` is present; the old value if it was. Durable
         /// when it returns.
-        #[inline]
+        #[inline(always)]
         pub fn upsert(
             &self,
             key: impl Encode<K>,
@@ -170,7 +170,7 @@ macro_rules! typed_map_methods {
         }
 
         /// Remove `key`; its value if it was present. Durable when it returns.
-        #[inline]
+        #[inline(always)]
         pub fn remove(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
             let key = key.encode();
             match &self.repr {

@@ -7,10 +7,10 @@
 /// `Words(core)` and `Records(core)`, and of `$leaves(core)` if named (a map of leaves: the
 /// records' calls on its leaf map, behind its writer gate as theirs are).
 ///
-/// `get`, `insert`, `upsert` and `remove` are small and always inlined where they are called: a map
-/// of words runs its structure's call from there, and the maps of bytes call an out-of-line
-/// `*_encoded` twin. With every representation's path in one body they were too large to
-/// inline, and the word maps' calls paid a frame and a result copy each (about 35
+/// `get`, `insert`, `upsert`, `put` and `remove` are small and always inlined where they are
+/// called: a map of words runs its structure's call from there, and the maps of bytes call an
+/// out-of-line `*_encoded` twin. With every representation's path in one body they were too
+/// large to inline, and the word maps' calls paid a frame and a result copy each (about 35
 /// instructions of a CCEH upsert's 400 under callgrind on `benches/examples/ycsb_profile.rs`).
 macro_rules! typed_map_methods {
     ($repr:ident $(, $leaves:ident)?) => {
@@ -187,19 +187,29 @@ macro_rules! typed_map_methods {
         /// # Ok(())
         /// # }
         /// ```
+        #[inline(always)]
         pub fn put(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
             let (key, value) = (key.encode(), value.encode());
             match &self.repr {
-                $repr::Words(core) => Ok(core
-                    .upsert(encode_word(key.bytes()), encode_word(value.bytes()))?
-                    .is_none()),
+                $repr::Words(core) => Ok(core.upsert(key.word(), value.word())?.is_none()),
+                _ => self.put_encoded(key.bytes(), value.bytes()),
+            }
+        }
+
+        /// [`Self::put`] of an encoded key and value.
+        #[inline(never)]
+        fn put_encoded(&self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+            match &self.repr {
+                $repr::Words(core) => {
+                    Ok(core.upsert(encode_word(key), encode_word(value))?.is_none())
+                }
                 $repr::Records(core) => {
                     let _section = core.enter()?;
-                    Ok(core.raw.upsert(key.bytes(), value.bytes())?.is_none())
+                    Ok(core.raw.upsert(key, value)?.is_none())
                 }
                 $($repr::$leaves(core) => {
                     let _section = core.enter()?;
-                    Ok(core.raw.put(key.bytes(), value.bytes())?)
+                    Ok(core.raw.put(key, value)?)
                 })?
             }
         }

@@ -560,7 +560,7 @@ fn range_with_across_many_leaves_agrees_with_the_model_beside_a_writer() {
                 let k = u64::from_be_bytes(k.try_into().unwrap());
                 assert!(last.is_none_or(|l| l < k), "keys in order, each once");
                 last = Some(k);
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     assert_eq!(u64::from_be_bytes(v.try_into().unwrap()), k * 3);
                     lasting.push(k);
                 }

@@ -452,7 +452,7 @@ mod tests {
             let i: u64 = std::str::from_utf8(&k[4..]).unwrap().parse().unwrap();
             assert!(lent.last().is_none_or(|&l| l < i), "in order, once each");
             lent.push(i);
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 assert_eq!(v, i.to_le_bytes());
                 for j in [i + 1, i + 3, i + 41] {
                     map.upsert(&key(j), b"new").unwrap();
@@ -466,7 +466,11 @@ mod tests {
         .unwrap();
         assert_eq!(lent.len(), 400);
         let last = *lent.last().unwrap();
-        let even: Vec<u64> = lent.iter().copied().filter(|i| i % 2 == 0).collect();
+        let even: Vec<u64> = lent
+            .iter()
+            .copied()
+            .filter(|i| i.is_multiple_of(2))
+            .collect();
         assert_eq!(even, (500..=last).step_by(2).collect::<Vec<_>>());
         assert!(map.verify().is_healthy());
     }

@@ -53,7 +53,8 @@ thread_local! {
     static SPARE: Cell<Option<Box<Batch>>> = const { Cell::new(None) };
 }
 
-/// Pairs of a scan's first batch; each next batch doubles, up to [`LAST_BATCH_PAIRS`].
+/// Pairs of a scan's first batch at least, when it is not told its length; each next batch
+/// doubles, up to [`LAST_BATCH_PAIRS`].
 const FIRST_BATCH_PAIRS: usize = 16;
 /// Pairs of a batch at most.
 const LAST_BATCH_PAIRS: usize = 256;
@@ -147,9 +148,10 @@ impl<B: Backend> LeafMap<B> {
     }
 
     /// [`LeafMap::scan`] lending `max` pairs at most: the first batch copies up to `max` of
-    /// them (at most 256) at once, where an open-ended scan starts with 16 and doubles, so a
-    /// scan of a known length takes the lock once and copies no pair it does not lend (unless
-    /// `f` breaks early).
+    /// them (at most 256) at once, where an open-ended scan starts with as many as the
+    /// thread's last one lent (16 to 128) and doubles, so a scan of a known length takes the
+    /// lock once and copies no pair it does not lend (unless `f` breaks early). It leaves the
+    /// open-ended scans' first batch as it was.
     pub fn scan_at_most(
         &self,
         start: Bound<&[u8]>,

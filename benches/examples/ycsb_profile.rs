@@ -1,5 +1,5 @@
-//! Run one YCSB workload on raw FAST&FAIR and on the `Store`'s ordered map over it, the same
-//! plan on both, for profiling where the store's path differs from the raw one:
+//! Run one YCSB workload on a raw structure (FAST&FAIR or CCEH) and on the `Store`'s map over
+//! it, the same plan on both, for profiling where the store's path differs from the raw one:
 //!
 //! ```sh
 //! cargo build --release -p pmem-bench --example ycsb_profile
@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Arguments: the workload (A, B, C or E; default E), records loaded (default 100,000),
-//! operations run (default 20,000) and the sides run (`both`, the default, `raw` or `store`:
-//! one side alone, for a whole-program profile of it). Each side loads the records one insert
+//! operations run (default 20,000), the sides run (`both`, the default, `raw` or `store`:
+//! one side alone, for a whole-program profile of it) and the structure (`fastfair`, the
+//! default, against the Store's ordered map, or `cceh` against its hash map; E needs
+//! `fastfair`). Each side loads the records one insert
 //! each (not measured), then runs the workload's plan three times, the sides in alternating
 //! order; each run's wall time is printed. (The toggles above count nothing when the plan runs
 //! on threads of its own: then profile one side at a time.) Pools are files in /dev/shm at emulated granularity (flushes and fences
@@ -63,6 +65,14 @@ fn main() -> Result<(), YcsbError> {
         "store" => (false, true),
         other => panic!("sides {other}: both, raw or store"),
     };
+    let (variant, store_kind) = match args.next().as_deref().unwrap_or("fastfair") {
+        "fastfair" => (
+            Variant::FastFair(FastFairConfig::default().policy),
+            StoreMapKind::BTreeMap,
+        ),
+        "cceh" => (Variant::CcehHelperOff, StoreMapKind::HashMap),
+        other => panic!("structure {other}: fastfair or cceh"),
+    };
     let dir = tempfile::Builder::new()
         .prefix("pmem-ycsb-profile-")
         .tempdir_in("/dev/shm")
@@ -72,7 +82,6 @@ fn main() -> Result<(), YcsbError> {
         prefix: "profile".to_string(),
         granularity: Some(Granularity::Emulated),
     };
-    let variant = Variant::FastFair(FastFairConfig::default().policy);
     let keys = KeySpace {
         loaded: records,
         next_insert: 0,
@@ -99,7 +108,7 @@ fn main() -> Result<(), YcsbError> {
     }
     let capacity = records + 3 * workload.max_inserts(ops) + 1;
     with_target(variant, &setup, capacity, |raw| {
-        with_store_target(StoreMapKind::BTreeMap, &setup, capacity, |store| {
+        with_store_target(store_kind, &setup, capacity, |store| {
             if run_raw {
                 run_plan(raw, variant, Workload::Load, None, &load, false)?;
             }

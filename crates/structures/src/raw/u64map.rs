@@ -70,6 +70,9 @@ pub trait U64Map {
     fn check(&self) -> Result<u64, Self::Error>;
 }
 
+// The point operations below forward to the structure's own and are `#[inline(always)]`: the
+// Store's maps call them on every operation, and left out of line (as the inliner did for
+// `get`) each costs a frame of its own, about 18 instructions a call under callgrind.
 impl<B> U64Map for Cceh<B>
 where
     B: Backend,
@@ -82,22 +85,22 @@ where
 
     const RESERVED_KEY: u64 = cceh::EMPTY_KEY;
 
-    #[inline]
+    #[inline(always)]
     fn get(&self, key: u64) -> Result<Option<u64>, CcehError> {
         Cceh::get(self, key)
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&self, key: u64, value: u64) -> Result<bool, CcehError> {
         Cceh::insert(self, key, value)
     }
 
-    #[inline]
+    #[inline(always)]
     fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, CcehError> {
         Cceh::upsert(self, key, value)
     }
 
-    #[inline]
+    #[inline(always)]
     fn remove(&self, key: u64) -> Result<Option<u64>, CcehError> {
         Cceh::remove(self, key)
     }
@@ -127,22 +130,22 @@ where
 
     const RESERVED_KEY: u64 = fastfair::EMPTY_KEY;
 
-    #[inline]
+    #[inline(always)]
     fn get(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::get(self, key)
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&self, key: u64, value: u64) -> Result<bool, FastFairError> {
         FastFair::insert(self, key, value)
     }
 
-    #[inline]
+    #[inline(always)]
     fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::upsert(self, key, value)
     }
 
-    #[inline]
+    #[inline(always)]
     fn remove(&self, key: u64) -> Result<Option<u64>, FastFairError> {
         FastFair::remove(self, key)
     }

@@ -39,10 +39,11 @@ pub(crate) struct MapCore<S, B: Backend> {
 pub(crate) type HashCore<B> = MapCore<HashTable<B>, B>;
 pub(crate) type TreeCore<B> = MapCore<Tree<B>, B>;
 
-// The point operations and `range_entries` are marked `#[inline]`: each is a thin layer over
-// the structure's call, and left out of line (as codegen-unit partitioning may leave it) it
-// costs a call and a copy of the returned iterator per operation, as the instruction benches
-// showed (`benches/benches/instructions_store.rs`).
+// The point operations are `#[inline(always)]` and `range_entries` `#[inline]`: each is a thin
+// layer over the structure's call, and left out of line (as codegen-unit partitioning or the
+// inliner's size limit may leave it) it costs a call, a frame and a copy of the returned result
+// or iterator per operation, as the instruction benches and callgrind on
+// `benches/examples/ycsb_profile.rs` showed.
 impl<S, B> MapCore<S, B>
 where
     S: Structure<B> + U64Map,
@@ -86,7 +87,7 @@ where
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&self, key: u64) -> Result<Option<u64>, Error> {
         if key == S::RESERVED_KEY {
             return Ok(self.reserved());
@@ -102,12 +103,41 @@ where
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn insert(&self, key: u64, value: u64) -> Result<bool, Error> {
         let _section = self.enter()?;
         if key != S::RESERVED_KEY {
             return Ok(self.raw.insert(key, value)?);
         }
+        self.insert_reserved(value)
+    }
+
+    #[inline(always)]
+    pub(super) fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
+        let _section = self.enter()?;
+        if key != S::RESERVED_KEY {
+            return Ok(self.raw.upsert(key, value)?);
+        }
+        self.upsert_reserved(value)
+    }
+
+    #[inline(always)]
+    pub(super) fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
+        let _section = self.enter()?;
+        if key != S::RESERVED_KEY {
+            return Ok(self.raw.remove(key)?);
+        }
+        self.remove_reserved()
+    }
+
+    // The reserved key's writes, out of line: the point operations above are inlined into
+    // every handle's call, and with these in them they were too large to be (each call then
+    // paid a second frame's prologue, epilogue and result copy: about 40 instructions an
+    // upsert under callgrind).
+
+    #[cold]
+    #[inline(never)]
+    fn insert_reserved(&self, value: u64) -> Result<bool, Error> {
         let _writer = self.reserved_write();
         if self.reserved().is_some() {
             return Ok(false);
@@ -116,24 +146,18 @@ where
         Ok(true)
     }
 
-    #[inline]
-    pub(super) fn upsert(&self, key: u64, value: u64) -> Result<Option<u64>, Error> {
-        let _section = self.enter()?;
-        if key != S::RESERVED_KEY {
-            return Ok(self.raw.upsert(key, value)?);
-        }
+    #[cold]
+    #[inline(never)]
+    fn upsert_reserved(&self, value: u64) -> Result<Option<u64>, Error> {
         let _writer = self.reserved_write();
         let old = self.reserved();
         self.set_reserved(Some(value))?;
         Ok(old)
     }
 
-    #[inline]
-    pub(super) fn remove(&self, key: u64) -> Result<Option<u64>, Error> {
-        let _section = self.enter()?;
-        if key != S::RESERVED_KEY {
-            return Ok(self.raw.remove(key)?);
-        }
+    #[cold]
+    #[inline(never)]
+    fn remove_reserved(&self) -> Result<Option<u64>, Error> {
         let _writer = self.reserved_write();
         let old = self.reserved();
         if old.is_some() {

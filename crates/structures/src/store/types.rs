@@ -133,6 +133,23 @@ impl Encoded<'_> {
         }
     }
 
+    /// The `u64` word of a fixed-size encoding of at most 8 bytes ([`word_of`] of
+    /// [`Self::bytes`]). An inline encoding is read as its buffer's first 8 bytes (zero past
+    /// its length), a copy of constant size: the typed word maps' keys and values then cost a
+    /// byte swap each way, not two copies of a length known only at run time.
+    #[inline(always)]
+    pub(crate) fn word(&self) -> u64 {
+        match self {
+            Encoded::Inline(buf, len) => {
+                debug_assert!(*len as usize <= 8, "a word holds at most 8 bytes");
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&buf[..8]);
+                u64::from_be_bytes(word)
+            }
+            Encoded::Borrowed(bytes) => word_of(bytes),
+        }
+    }
+
     #[inline]
     fn inline(bytes: &[u8]) -> Encoded<'static> {
         let mut buf = [0u8; 16];

@@ -6,8 +6,8 @@
 //! Writes `insert` and `upsert`, each durable when it returns. Reads in the handle's borrowed
 //! forms: `get_into` a buffer reused across calls, and `range_with` lending each pair to a
 //! callback that stops after the pairs wanted (the handle is not told the count ahead, as the
-//! raw map's `scan_at_most` is: it copies pairs in growing batches and may copy a few the scan
-//! never lends).
+//! raw map's `scan_at_most` is: its first batch is as long as the thread's last such scan
+//! lent, so from the second scan on it copies the 100 pairs in one batch too).
 
 use pmem_structures::{BTreeLayout, BTreeMap};
 

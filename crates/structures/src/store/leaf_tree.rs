@@ -120,8 +120,12 @@ impl<'a, B: Backend> LeafCursor<'a, B> {
         self.spans.clear();
         self.at = 0;
         let (bytes, spans) = (&mut self.bytes, &mut self.spans);
-        self.map
-            .scan(bound_ref(&self.next), bound_ref(&self.end), |key, value| {
+        // Told the chunk's length: the leaf map copies it in one batch, under one lock.
+        self.map.scan_at_most(
+            bound_ref(&self.next),
+            bound_ref(&self.end),
+            CHUNK_PAIRS,
+            |key, value| {
                 let at = bytes.len();
                 bytes.extend_from_slice(key);
                 bytes.extend_from_slice(value);
@@ -130,7 +134,8 @@ impl<'a, B: Backend> LeafCursor<'a, B> {
                     true => ControlFlow::Continue(()),
                     false => ControlFlow::Break(()),
                 }
-            })?;
+            },
+        )?;
         match self.spans.last() {
             Some(&(at, key_len, _)) if self.spans.len() == CHUNK_PAIRS => {
                 self.next = Bound::Excluded(self.bytes[at..at + key_len].to_vec());
@@ -147,7 +152,10 @@ fn bound_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 
 /// Lend the pairs of `map` with keys from `start` to `end` to `visit` until it breaks: what
 /// it broke with, or `None` if it saw every pair (the handles' `range_with`, straight through
-/// the leaf map's scan, copying nothing past the scan's own buffer).
+/// the leaf map's scan, copying nothing past the scan's own buffer). The scan is not told how
+/// many pairs `visit` takes: its first batch is as long as the thread's last such scan lent
+/// (see [`LeafTree::scan`]), so a caller taking the same number each time, as a service's
+/// scans of N do, has them copied in one batch, as the raw map's `scan_at_most` would.
 pub(super) fn visit_range<B: Backend, R>(
     map: &LeafTree<B>,
     start: Bound<&[u8]>,

@@ -503,3 +503,75 @@ fn damaged_bytes_are_typed_errors_and_findings() {
         "{report:?}"
     );
 }
+
+/// `range_with` on a map of many small leaves: runs of scans that take the same number of
+/// pairs (each after the first copied in one batch as long as the last), then other numbers,
+/// every one the model's pairs; and scans beside a writer that splits and empties leaves
+/// between their batches lend every key present throughout, once each, in order.
+#[test]
+fn range_with_across_many_leaves_agrees_with_the_model_beside_a_writer() {
+    let store = Store::anonymous(32 << 20, &options()).unwrap();
+    let map = store
+        .btree_map_with::<u64, u64>("scans", BTreeLayout::Leaves(SMALL))
+        .unwrap();
+    let mut model = Model::new();
+    for k in (0..4_000u64).step_by(2) {
+        map.insert(k, k * 3).unwrap();
+        model.insert(k, k * 3);
+    }
+    let mut rng = SplitMix64::new(11);
+    for n in [100, 100, 100, 7, 7, 250, 250, 1, 130, 100] {
+        let from = rng.below(4_000);
+        let want: Vec<(u64, u64)> = model.range(from..).take(n).map(|(&k, &v)| (k, v)).collect();
+        let mut got = Vec::new();
+        let broke = map
+            .range_with(from.., |k, v| {
+                let pair = (
+                    u64::from_be_bytes(k.try_into().unwrap()),
+                    u64::from_be_bytes(v.try_into().unwrap()),
+                );
+                got.push(pair);
+                match got.len() == n {
+                    true => ControlFlow::Break(pair),
+                    false => ControlFlow::Continue(()),
+                }
+            })
+            .unwrap();
+        assert_eq!(got, want, "{n} pairs from {from}");
+        assert_eq!(broke, want.last().copied().filter(|_| want.len() == n));
+    }
+    std::thread::scope(|s| {
+        let writer = map.clone();
+        s.spawn(move || {
+            for round in 0..4u64 {
+                for k in (1..4_000u64).step_by(2) {
+                    writer.insert(k, round).unwrap();
+                }
+                for k in (1..4_000u64).step_by(2) {
+                    writer.remove(k).unwrap();
+                }
+            }
+        });
+        for _ in 0..40 {
+            let from = 2 * rng.below(1_500);
+            let mut lasting = Vec::new();
+            let mut last = None;
+            map.range_with(from.., |k, v| {
+                let k = u64::from_be_bytes(k.try_into().unwrap());
+                assert!(last.is_none_or(|l| l < k), "keys in order, each once");
+                last = Some(k);
+                if k.is_multiple_of(2) {
+                    assert_eq!(u64::from_be_bytes(v.try_into().unwrap()), k * 3);
+                    lasting.push(k);
+                }
+                match lasting.len() == 100 {
+                    true => ControlFlow::Break(()),
+                    false => ControlFlow::Continue(()),
+                }
+            })
+            .unwrap();
+            let want: Vec<u64> = (from..4_000).step_by(2).take(100).collect();
+            assert_eq!(lasting, want, "from {from}");
+        }
+    });
+}

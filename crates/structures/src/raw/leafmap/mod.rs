@@ -90,7 +90,8 @@
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
 //! fences, so writers do not run in parallel (they would share the media's bandwidth anyway),
 //! and readers wait for a writer's fences. A scan copies a batch of pairs at a time under the
-//! lock (16, then twice as many each time; as many as it was asked for, if told) and lends
+//! lock (as many as it was asked for, if told; else as many as the thread's last such scan
+//! lent, 16 to 128; then twice as many each time) and lends
 //! them to its callback with the lock released, so a callback may read or write the map; the
 //! next batch resumes where the last stopped unless a write came between (the index's
 //! generation, which every write guard advances). Every pool access is the pool's atomic word access: whatever the pool

@@ -3,6 +3,10 @@
 //! the lock released. Batches start small and double (16 pairs, then 32, up to 256): a short
 //! scan copies few pairs it does not lend, a long one takes the lock seldom; a caller that
 //! knows how many pairs it wants ([`LeafMap::scan_at_most`]) has them copied in one batch.
+//! A scan not told how many ([`LeafMap::scan`]) starts with as many as the thread's last such
+//! scan lent (from 16 to [`HINTED_BATCH_PAIRS`]): callers repeat their lengths (a page of
+//! results, a service's scan of N), so one told nothing copies its pairs in one batch too,
+//! as [`LeafMap::scan_at_most`] does, once the thread has made one such scan.
 //! The next batch starts where the last stopped, found again by a search after the last key
 //! lent only if a write came between (the index's generation moved). A batch descends the
 //! index's tree of bounds once, to its first leaf, and walks on through the leaves' DRAM
@@ -38,6 +42,9 @@ struct Batch {
     resume_leaf: u32,
     resume_position: usize,
     generation: Option<u64>,
+    /// Pairs the thread's last scan not told its length lent (0 before the first): the next
+    /// such scan's first batch.
+    lent_last: usize,
 }
 
 thread_local! {
@@ -46,10 +53,15 @@ thread_local! {
     static SPARE: Cell<Option<Box<Batch>>> = const { Cell::new(None) };
 }
 
-/// Pairs of a scan's first batch; each next batch doubles, up to [`LAST_BATCH_PAIRS`].
+/// Pairs of a scan's first batch at least, when it is not told its length; each next batch
+/// doubles, up to [`LAST_BATCH_PAIRS`].
 const FIRST_BATCH_PAIRS: usize = 16;
 /// Pairs of a batch at most.
 const LAST_BATCH_PAIRS: usize = 256;
+/// Pairs of the first batch of a scan not told its length, at most, however many the
+/// thread's last such scan lent: what a scan copies and does not lend, when its caller
+/// stops earlier than the last did, stays below this.
+const HINTED_BATCH_PAIRS: usize = 128;
 /// How many pairs ahead of the one being copied its slot is asked for: enough misses in
 /// flight to cover the memory's latency, few enough not to stall on full miss buffers.
 const PREFETCH_AHEAD: usize = 12;
@@ -121,7 +133,9 @@ impl<B: Backend> LeafMap<B> {
     /// key and value to `f` until it breaks: how many pairs it was lent. No pair is allocated.
     ///
     /// The scan holds the map's lock while it copies a batch of pairs, not while `f` runs, so
-    /// `f` may read or write the map. It is not a snapshot: a pair written during the scan
+    /// `f` may read or write the map. The first batch copies as many pairs as the thread's
+    /// last scan through this method lent (at least 16, at most 128), the next ones twice as
+    /// many each. It is not a snapshot: a pair written during the scan
     /// may or may not be visited, as its key lies before or after the scan's position; each
     /// key is visited at most once, in increasing order.
     pub fn scan(
@@ -134,9 +148,10 @@ impl<B: Backend> LeafMap<B> {
     }
 
     /// [`LeafMap::scan`] lending `max` pairs at most: the first batch copies up to `max` of
-    /// them (at most 256) at once, where an open-ended scan starts with 16 and doubles, so a
-    /// scan of a known length takes the lock once and copies no pair it does not lend (unless
-    /// `f` breaks early).
+    /// them (at most 256) at once, where an open-ended scan starts with as many as the
+    /// thread's last one lent (16 to 128) and doubles, so a scan of a known length takes the
+    /// lock once and copies no pair it does not lend (unless `f` breaks early). It leaves the
+    /// open-ended scans' first batch as it was.
     pub fn scan_at_most(
         &self,
         start: Bound<&[u8]>,
@@ -148,7 +163,8 @@ impl<B: Backend> LeafMap<B> {
     }
 
     /// The scans: batches of `size` pairs, doubling up to [`LAST_BATCH_PAIRS`], `max` pairs
-    /// in all at most (`usize::MAX`: no limit, first batch [`FIRST_BATCH_PAIRS`]).
+    /// in all at most (`usize::MAX`: no limit, the first batch as many pairs as the thread's
+    /// last such scan lent, from [`FIRST_BATCH_PAIRS`] to [`HINTED_BATCH_PAIRS`]).
     fn scan_batches(
         &self,
         start: Bound<&[u8]>,
@@ -164,7 +180,7 @@ impl<B: Backend> LeafMap<B> {
         let mut visited = 0usize;
         let mut from = From::Start;
         let mut size = match max {
-            usize::MAX => FIRST_BATCH_PAIRS,
+            usize::MAX => batch.lent_last.clamp(FIRST_BATCH_PAIRS, HINTED_BATCH_PAIRS),
             max => max.min(LAST_BATCH_PAIRS),
         };
         let outcome = loop {
@@ -197,6 +213,9 @@ impl<B: Backend> LeafMap<B> {
             from = From::AfterLast;
             size = (size * 2).min(LAST_BATCH_PAIRS);
         };
+        if max == usize::MAX && outcome.is_ok() {
+            batch.lent_last = visited;
+        }
         SPARE.with(|s| s.set(Some(batch)));
         outcome
     }
@@ -236,6 +255,7 @@ impl<B: Backend> LeafMap<B> {
             resume_leaf,
             resume_position,
             generation,
+            lent_last: _,
         } = batch;
         let resumed = matches!(from, From::AfterLast) && *generation == Some(index.generation);
         *generation = None;
@@ -349,5 +369,111 @@ fn past(key: &[u8], end: Bound<&[u8]>) -> bool {
         Bound::Unbounded => false,
         Bound::Included(e) => key > e,
         Bound::Excluded(e) => key >= e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::ops::{Bound, ControlFlow};
+
+    use pmem_ordering::{Pool, PoolOptions};
+    use pmem_undo_log::{FencePolicy, Heap, HeapConfig};
+
+    use super::super::{LeafMap, LeafMapConfig};
+    use super::{FIRST_BATCH_PAIRS, HINTED_BATCH_PAIRS, SPARE};
+
+    /// The first batch the thread's next scan not told its length would copy.
+    fn next_first_batch() -> usize {
+        SPARE.with(|s| {
+            let batch = s.take();
+            let lent = batch.as_ref().map_or(0, |b| b.lent_last);
+            s.set(batch);
+            lent.clamp(FIRST_BATCH_PAIRS, HINTED_BATCH_PAIRS)
+        })
+    }
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("key:{i:06}").into_bytes()
+    }
+
+    /// Open-ended scans stopped by their callbacks after many lengths, each starting with a
+    /// batch as long as the last one lent (more, fewer, past the cap, at the range's end):
+    /// the model's pairs every time; and one whose callback writes keys between the pairs it
+    /// takes (leaves split under it, its batches resume by a search) lends every key present
+    /// throughout, once each, in order.
+    #[test]
+    fn open_ended_scans_start_with_the_last_length_and_survive_writes_between_batches() {
+        let pool = Pool::anonymous("leafmap-scan", 16 << 20, &PoolOptions::new()).unwrap();
+        let heap = Heap::create(pool, HeapConfig::default(), FencePolicy::Batched).unwrap();
+        // Leaves of 8 slots of 64 bytes: a 100-pair scan crosses a dozen leaves or more.
+        let config = LeafMapConfig {
+            leaf_bytes: 64 + 8 * 64,
+            slot_bytes: 64,
+        };
+        let map = LeafMap::create(&heap, heap.pool().root_offset(), config).unwrap();
+        let mut model = BTreeMap::new();
+        for i in (0..2000u64).step_by(2) {
+            let v = i.to_le_bytes().to_vec();
+            map.insert(&key(i), &v).unwrap();
+            model.insert(key(i), v);
+        }
+        let mut rng = pmem_ordering::sim::SplitMix64::new(7);
+        for n in [100, 100, 3, 300, 1, 128, 129, 100, 40] {
+            let from = key(rng.below(2000));
+            let want: Vec<_> = model
+                .range::<[u8], _>((Bound::Included(&from[..]), Bound::Unbounded))
+                .take(n)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let mut got = Vec::new();
+            let lent = map
+                .scan(Bound::Included(&from), Bound::Unbounded, |k, v| {
+                    got.push((k.to_vec(), v.to_vec()));
+                    match got.len() < n {
+                        true => ControlFlow::Continue(()),
+                        false => ControlFlow::Break(()),
+                    }
+                })
+                .unwrap();
+            assert_eq!(got, want, "{n} pairs from {from:?}");
+            assert_eq!(lent, want.len() as u64);
+            assert_eq!(next_first_batch(), want.len().clamp(16, 128));
+        }
+        // A scan told its length leaves the hint alone.
+        let hinted = next_first_batch();
+        map.scan_at_most(Bound::Unbounded, Bound::Unbounded, 5, |_, _| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(next_first_batch(), hinted);
+        // Odd keys written between the pairs a scan takes: the even ones, there throughout,
+        // are all lent, in order, with their values.
+        let mut lent = Vec::new();
+        map.scan(Bound::Included(&key(500)), Bound::Unbounded, |k, v| {
+            let i: u64 = std::str::from_utf8(&k[4..]).unwrap().parse().unwrap();
+            assert!(lent.last().is_none_or(|&l| l < i), "in order, once each");
+            lent.push(i);
+            if i.is_multiple_of(2) {
+                assert_eq!(v, i.to_le_bytes());
+                for j in [i + 1, i + 3, i + 41] {
+                    map.upsert(&key(j), b"new").unwrap();
+                }
+            }
+            match lent.len() < 400 {
+                true => ControlFlow::Continue(()),
+                false => ControlFlow::Break(()),
+            }
+        })
+        .unwrap();
+        assert_eq!(lent.len(), 400);
+        let last = *lent.last().unwrap();
+        let even: Vec<u64> = lent
+            .iter()
+            .copied()
+            .filter(|i| i.is_multiple_of(2))
+            .collect();
+        assert_eq!(even, (500..=last).step_by(2).collect::<Vec<_>>());
+        assert!(map.verify().is_healthy());
     }
 }

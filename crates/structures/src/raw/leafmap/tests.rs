@@ -528,8 +528,9 @@ fn bounded_scans_and_resumed_batches_agree_with_the_model() {
                     assert_eq!(got, want, "{range:?} at most {max}");
                     assert_eq!(lent, want.len() as u64);
                 }
-                // An open-ended scan stopped by its callback after `n` pairs: batches of
-                // 16, 32, 64.. resumed where the last stopped.
+                // An open-ended scan stopped by its callback after `n` pairs: a first batch
+                // as long as the last such scan lent (another `n`), then twice as many each
+                // time, resumed where the last stopped.
                 let n = 1 + rng.below(200) as usize;
                 let mut got = Vec::new();
                 map.scan(range.0, range.1, |k, v| {

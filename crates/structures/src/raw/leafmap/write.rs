@@ -61,7 +61,10 @@ impl<B: Backend> LeafMap<B> {
             if let Some(e) = leaf.damage(&self.config) {
                 return Err(e);
             }
-            if let Some(free) = leaf.free_slot(self.config.slots()) {
+            // The search below does not change the leaf's bitmap: its free slot now is the
+            // one the write fills.
+            let free = leaf.free_slot(self.config.slots());
+            if let Some(free) = free {
                 // The slot the write will fill and the leaf's bitmap word, asked for now:
                 // their cache misses overlap the search for the key's slot, not follow it.
                 let pool = self.heap.pool();
@@ -76,7 +79,7 @@ impl<B: Backend> LeafMap<B> {
             if found.is_some() && matches!(present, Present::Keep) {
                 return Ok(false);
             }
-            let Some(free) = leaf.free_slot(self.config.slots()) else {
+            let Some(free) = free else {
                 let bound = bound.clone();
                 self.split(index, bound.as_slice())?;
                 continue;

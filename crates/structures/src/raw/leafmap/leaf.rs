@@ -253,6 +253,7 @@ impl SlotBuf {
 }
 
 /// The error for the slot at `slot` whose bytes cannot be a slot's.
+#[cold]
 fn bad_slot(slot: u64, reason: impl Into<String>) -> RecordMapError {
     RecordMapError::CorruptRecord {
         offset: slot,
@@ -261,6 +262,8 @@ fn bad_slot(slot: u64, reason: impl Into<String>) -> RecordMapError {
 }
 
 /// The error for an inline pair whose bytes fail the slot's checksum.
+#[cold]
+#[inline(never)]
 fn failed_checksum(slot: u64) -> RecordMapError {
     bad_slot(slot, "its bytes fail the slot's checksum")
 }
@@ -436,28 +439,72 @@ impl<B: Backend> Slots<'_, B> {
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize, usize), RecordMapError> {
         let start = out.len();
-        self.copy_pair(slot, out, start)
+        let mut end = start;
+        self.copy_slot(slot, out, start)
+            .and_then(|()| self.finish_pair(slot, out, start, &mut end))
             .inspect_err(|_| out.truncate(start))
     }
 
-    /// Copy the key and then the value of the slot at `slot` into `out` from `start` on, the
-    /// pair checked: where the key starts in `out`, the key's length and the value's. `out`
-    /// grows when it is too short, never shrinks: a scan reusing one buffer writes its pairs
-    /// over the last batch's bytes without clearing them first. Bytes past the pair may be
-    /// overwritten (an inline slot is read whole).
+    /// Read the slot at `slot` whole into `out` from `start` on (`out` grows when it is too
+    /// short, never shrinks), unchecked: [`Slots::finish_pair`] checks it and finds its pair.
+    /// A scan copies a leaf's slots first and checks them after: the checksum's loads, which
+    /// straddle the copy's 8-byte stores, would wait for those stores to reach the cache if
+    /// they came right after them.
     #[inline]
-    pub fn copy_pair(
+    pub fn copy_slot(
         &self,
         slot: u64,
         out: &mut Vec<u8>,
         start: usize,
-    ) -> Result<(usize, usize, usize), RecordMapError> {
+    ) -> Result<(), RecordMapError> {
         let n = self.slot_bytes();
         if out.len() < start + n {
             out.resize(start + n, 0);
         }
-        let bytes = &mut out[start..start + n];
-        self.pool.read_bytes(slot, bytes)?;
+        self.pool.read_bytes(slot, &mut out[start..start + n])?;
+        Ok(())
+    }
+
+    /// The pair of the slot at `slot`, whose bytes [`Slots::copy_slot`] left in `out` at
+    /// `start`, checked: where its key starts in `out`, the key's length and the value's. An
+    /// inline pair stays where it is; an out-of-line one is read from its record into `out`
+    /// from `*end` on (`out` grown if short), and `*end` moved past it. The inline pair's
+    /// path is inlined whole, its result kept in registers (returned through memory, its
+    /// words stored one by one and loaded two at a time, it waited on every pair).
+    #[inline(always)]
+    pub fn finish_pair(
+        &self,
+        slot: u64,
+        out: &mut Vec<u8>,
+        start: usize,
+        end: &mut usize,
+    ) -> Result<(usize, usize, usize), RecordMapError> {
+        let bytes = &out[start..start + self.slot_bytes()];
+        let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        match SlotHeader::parse(word, self.config.inline_bytes()) {
+            Some(header) if !header.out_of_line => {
+                let stop = SLOT_HEADER + header.key_len + header.value_len;
+                if slot_checksum(&bytes[4..stop]) != header.crc {
+                    return Err(failed_checksum(slot));
+                }
+                Ok((start + SLOT_HEADER, header.key_len, header.value_len))
+            }
+            _ => self.finish_record(slot, out, start, end),
+        }
+    }
+
+    /// [`Slots::finish_pair`] of a slot that is not a sound inline pair: its record's key
+    /// and value read into `out` from `*end` on, checked, or the slot's error.
+    #[cold]
+    #[inline(never)]
+    fn finish_record(
+        &self,
+        slot: u64,
+        out: &mut Vec<u8>,
+        start: usize,
+        end: &mut usize,
+    ) -> Result<(usize, usize, usize), RecordMapError> {
+        let bytes = &out[start..start + self.slot_bytes()];
         let record = match parse(slot, bytes, self.config.inline_bytes())? {
             Pair::Inline { checked: false, .. } => return Err(failed_checksum(slot)),
             Pair::Inline { key, value, .. } => {
@@ -466,15 +513,17 @@ impl<B: Backend> Slots<'_, B> {
             Pair::Record { record } => record,
         };
         let header = self.record(record)?;
-        let end = start + header.key_len + header.value_len;
-        if out.len() < end {
-            out.resize(end, 0);
+        let at = *end;
+        let stop = at + header.key_len + header.value_len;
+        if out.len() < stop {
+            out.resize(stop, 0);
         }
         self.pool
-            .read_bytes(Header::key_at(record), &mut out[start..end])?;
-        let (key, value) = out[start..end].split_at(header.key_len);
+            .read_bytes(Header::key_at(record), &mut out[at..stop])?;
+        let (key, value) = out[at..stop].split_at(header.key_len);
         header.check(record, key, value)?;
-        Ok((start, header.key_len, header.value_len))
+        *end = stop;
+        Ok((at, header.key_len, header.value_len))
     }
 
     /// The whole pair of the slot at `slot`, checked (for open, splits and verification).

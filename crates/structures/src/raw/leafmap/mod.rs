@@ -84,7 +84,9 @@
 //! descends the tree once and walks the leaves through these links (the arena is asked for
 //! 2 MiB pages: a hint, taken where the host has transparent huge pages). Beside them, a hash index from each key's hash to its slot
 //! (`keys.rs`, after VLDB'21 Viper): a point read probes it (one cache line, nearly always)
-//! and reads that one slot, without the inner nodes. All of it is rebuilt at open.
+//! and reads that one slot, without the inner nodes; and each leaf's number by where its
+//! block lies, so a scan from a key present finds its first leaf through the key's slot,
+//! without the inner nodes either. All of it is rebuilt at open.
 //!
 //! One `RwLock` for the whole map guards the DRAM state: lookups and scans share it, writes
 //! take it alone. Chosen over per-leaf locks for simplicity: a write holds the lock across its
@@ -176,7 +178,7 @@ impl<B: Backend> LeafMap<B> {
             tx.write(root, &root_bytes(head, config))?;
             Ok(head)
         })?;
-        let mut index = Index::default();
+        let mut index = Index::new(config.leaf_bytes);
         index.insert(LeafBound::new(&[]), Leaf::empty(head));
         Ok(LeafMap {
             heap: heap.clone(),
@@ -355,3 +357,6 @@ impl<B: Backend> LeafMap<B> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod scan_tests;

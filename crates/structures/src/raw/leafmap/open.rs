@@ -31,7 +31,7 @@ impl<B: Backend> LeafMap<B> {
         let config = found.config;
         let corrupt = |reason: String| RecordMapError::Corrupt { root, reason };
         let slots = Slots { pool, config };
-        let mut index = Index::default();
+        let mut index = Index::new(config.leaf_bytes);
         let most_leaves = pool.size() / config.leaf_bytes;
         let mut previous_max: Option<Vec<u8>> = None;
         let mut previous_bound: Option<Vec<u8>> = None;

@@ -148,7 +148,7 @@ impl<B: Backend> LeafMap<B> {
                 },
             );
         }
-        if let Some(detail) = index.links_disagree() {
+        if let Some(detail) = index.links_disagree().or_else(|| index.blocks_disagree()) {
             report.report(self.root, Problem::LeafStateDisagrees { detail });
         }
         if index.keys.len() as u64 != index.len {

@@ -167,7 +167,7 @@ fn peers_block(s: &ByteKeyResults) -> Option<Block> {
          map's ops/s over the peer's, same workload, same run"
             .to_string(),
         "ours: every insert and upsert durable when the call returns (its flushes and fences \
-         issued); gets: get(key), an owned value; scans: the ordered map's \
+         issued); gets: get_into(key, buffer), a buffer reused across calls; scans: the ordered map's \
          range_encoded(key..) taking 100 pairs, each lent (borrowed bytes, as the peers' \
          scans read); the leaf map (raw, in a heap file of its own): get_into a reused \
          buffer, scan(key..) lending 100 pairs to a callback; the Store's leaves (the same \

@@ -14,12 +14,14 @@
 //! Under Miri, which cannot run `cpuid` or `asm!`, detection finds only the same portable
 //! instructions (see `detect`).
 
+mod crc;
 mod detect;
 mod flush;
 mod keys;
 mod pairs;
 mod stream;
 
+pub use crc::{crc32c, crc32c_append};
 pub(crate) use flush::flush_lines_of;
 pub use flush::{flush_line, flush_lines, flush_range, mfence, prefetch_line, sfence};
 pub use keys::{key_hits_of_line, KeySplat};

@@ -6,6 +6,8 @@
 //! An extent's body carries, besides its data block, the CRC-32C of each copy-on-write page it
 //! points to ([`page_checksum`]), computed from the bytes written to the page; reads check it.
 
+use pmem_ordering::isa;
+
 use super::layout::{
     embed_entry_bytes, extent_entry_bytes, EntryImage, EntryImageMut, HeaderFields, ENTRY_HEADER,
     MAX_EMBED, PAGE,
@@ -157,12 +159,12 @@ impl Entry {
 /// The CRC-32C of a copy-on-write data page's bytes, as its extent records it.
 #[inline]
 pub(super) fn page_checksum(page: &[u8]) -> u32 {
-    crc32c::crc32c(page)
+    isa::crc32c(page)
 }
 
 /// The CRC-32C of `bytes` seeded with the file's generation.
 fn checksum(generation: u64, bytes: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&generation.to_le_bytes()), bytes)
+    isa::crc32c_append(isa::crc32c(&generation.to_le_bytes()), bytes)
 }
 
 /// Whether the whole encoded entry in `bytes` holds the checksum of its contents for a file of

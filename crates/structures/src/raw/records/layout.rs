@@ -20,7 +20,7 @@
 //! [`RecordMapError::CorruptRecord`] naming the record's offset, never served. (Format
 //! version 1 had a 12-byte header without it; see `head.rs`.)
 
-use pmem_ordering::{Backend, Pool, PoolError};
+use pmem_ordering::{isa, Backend, Pool, PoolError};
 
 use super::error::RecordMapError;
 
@@ -81,8 +81,8 @@ pub(crate) fn header(owner: u64, key: &[u8], value: &[u8]) -> [u8; HEADER_BYTES 
 
 /// The CRC-32C of a record's header words (its first 12 bytes), key and value.
 fn checksum(header_words: &[u8], key: &[u8], value: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(header_words);
-    crc32c::crc32c_append(crc32c::crc32c_append(crc, key), value)
+    let crc = isa::crc32c(header_words);
+    isa::crc32c_append(isa::crc32c_append(crc, key), value)
 }
 
 /// The error for the record at `record` whose bytes do not match its checksum.
@@ -137,7 +137,7 @@ impl Header {
     /// [`Header::check`] of a key and value read as one run of bytes, `body` (the key then
     /// the value, as the record holds them): the same checksum, in one pass over them.
     pub fn check_body(&self, record: u64, body: &[u8]) -> Result<(), RecordMapError> {
-        match crc32c::crc32c_append(crc32c::crc32c(&self.words), body) {
+        match isa::crc32c_append(isa::crc32c(&self.words), body) {
             computed if computed == self.crc => Ok(()),
             computed => Err(corrupt(record, self.crc, computed)),
         }

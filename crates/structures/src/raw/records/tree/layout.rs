@@ -52,7 +52,7 @@
 //! it, since it could not read the compressed layers written from then on). Version 1 (records
 //! without checksums) is refused (`records/head.rs`).
 
-use pmem_ordering::Backend;
+use pmem_ordering::{isa, Backend};
 use pmem_undo_log::{Heap, Tx, TxError};
 
 use super::SLICE;
@@ -117,7 +117,7 @@ impl LayerHeader {
         b.extend_from_slice(&(self.depth as u64).to_le_bytes());
         b.extend_from_slice(&(self.skip_from as u64).to_le_bytes());
         b.extend_from_slice(&(self.skipped.len() as u32).to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&b), &self.skipped);
+        let crc = isa::crc32c_append(isa::crc32c(&b), &self.skipped);
         b.extend_from_slice(&crc.to_le_bytes());
         b.extend_from_slice(&self.skipped);
         b
@@ -183,7 +183,7 @@ impl LayerHeader {
         let mut skipped = vec![0u8; len as usize];
         pool.read_bytes(block + HEADER_END, &mut skipped)
             .map_err(|e| e.to_string())?;
-        let computed = crc32c::crc32c_append(crc32c::crc32c(&fields[..28]), &skipped);
+        let computed = isa::crc32c_append(isa::crc32c(&fields[..28]), &skipped);
         if computed != crc {
             return Err(format!(
                 "layer {block:#x}'s header checksum is {crc:#010x}, its bytes' is \

@@ -17,13 +17,12 @@ macro_rules! typed_map_methods {
         /// The value of `key`.
         #[inline(always)]
         pub fn get(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
-            let key = key.encode();
             match &self.repr {
                 $repr::Words(core) => core
-                    .get(key.word())?
+                    .get(key.encode().word())?
                     .map(|w| decode_word(w, "value", &core.name))
                     .transpose(),
-                _ => self.get_encoded(key.bytes()),
+                _ => self.get_encoded(key.encode().bytes()),
             }
         }
 
@@ -103,10 +102,9 @@ macro_rules! typed_map_methods {
         /// changed) if present. Durable when it returns.
         #[inline(always)]
         pub fn insert(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
-            let (key, value) = (key.encode(), value.encode());
             match &self.repr {
-                $repr::Words(core) => core.insert(key.word(), value.word()),
-                _ => self.insert_encoded(key.bytes(), value.bytes()),
+                $repr::Words(core) => core.insert(key.encode().word(), value.encode().word()),
+                _ => self.insert_encoded(key.encode().bytes(), value.encode().bytes()),
             }
         }
 
@@ -134,13 +132,12 @@ macro_rules! typed_map_methods {
             key: impl Encode<K>,
             value: impl Encode<V>,
         ) -> Result<Option<V>, Error> {
-            let (key, value) = (key.encode(), value.encode());
             match &self.repr {
                 $repr::Words(core) => core
-                    .upsert(key.word(), value.word())?
+                    .upsert(key.encode().word(), value.encode().word())?
                     .map(|w| decode_word(w, "value", &core.name))
                     .transpose(),
-                _ => self.upsert_encoded(key.bytes(), value.bytes()),
+                _ => self.upsert_encoded(key.encode().bytes(), value.encode().bytes()),
             }
         }
 
@@ -189,10 +186,9 @@ macro_rules! typed_map_methods {
         /// ```
         #[inline(always)]
         pub fn put(&self, key: impl Encode<K>, value: impl Encode<V>) -> Result<bool, Error> {
-            let (key, value) = (key.encode(), value.encode());
             match &self.repr {
-                $repr::Words(core) => Ok(core.upsert(key.word(), value.word())?.is_none()),
-                _ => self.put_encoded(key.bytes(), value.bytes()),
+                $repr::Words(core) => Ok(core.upsert(key.encode().word(), value.encode().word())?.is_none()),
+                _ => self.put_encoded(key.encode().bytes(), value.encode().bytes()),
             }
         }
 
@@ -217,13 +213,12 @@ macro_rules! typed_map_methods {
         /// Remove `key`; its value if it was present. Durable when it returns.
         #[inline(always)]
         pub fn remove(&self, key: impl Encode<K>) -> Result<Option<V>, Error> {
-            let key = key.encode();
             match &self.repr {
                 $repr::Words(core) => core
-                    .remove(key.word())?
+                    .remove(key.encode().word())?
                     .map(|w| decode_word(w, "value", &core.name))
                     .transpose(),
-                _ => self.remove_encoded(key.bytes()),
+                _ => self.remove_encoded(key.encode().bytes()),
             }
         }
 

@@ -81,7 +81,7 @@ use pmem_ordering::Granularity;
 ///   the standalone server and redis-server with and without AOF, redis-benchmark SET and GET
 ///   as in the service section (100,000 requests, keys below 100,000); then the leader killed
 ///   10 times while a client writes: the time until a write is acknowledged again, and every
-///   acknowledged write read back (a few minutes; --quick 1,000 requests and one kill, a few
+///   acknowledged write read back (a few minutes; --quick 10,000 requests and one kill, a few
 ///   seconds).
 ///
 /// * pmdk (built with --features pmdk): PMDK's pmem_memcpy_persist and libpmemobj transactions

@@ -67,6 +67,17 @@ pub enum CsvError {
         /// The field as printed.
         value: String,
     },
+    /// The run ended inside `redis-benchmark`'s millisecond timer, so it printed no rate.
+    #[error(
+        "redis-benchmark's {column} for {test} is \"inf\": the run ended within its \
+         millisecond timer; give it more requests"
+    )]
+    TooFast {
+        /// The test.
+        test: String,
+        /// The column.
+        column: &'static str,
+    },
     /// A line with fewer fields than the header.
     #[error("redis-benchmark's CSV line has {found} fields, the header {expected}: {line:?}")]
     ShortLine {
@@ -134,6 +145,12 @@ pub fn parse(output: &str, test: &str) -> Result<BenchmarkLine, CsvError> {
     let mut values = [0f64; COLUMNS.len()];
     for ((value, &i), column) in values.iter_mut().zip(&index).zip(COLUMNS) {
         let text = &row[i];
+        if text == "inf" {
+            return Err(CsvError::TooFast {
+                test: test.to_string(),
+                column,
+            });
+        }
         *value = text
             .parse::<f64>()
             .ok()
@@ -164,6 +181,18 @@ mod tests {
     const SAMPLE: &str = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\
 \"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
 \"SET\",\"90909.09\",\"6.836\",\"0.888\",\"7.399\",\"11.727\",\"11.807\",\"11.815\"\n";
+
+    #[test]
+    fn a_run_too_short_to_time_is_named() {
+        let too_fast = SAMPLE.replace("\"90909.09\"", "\"inf\"");
+        assert_eq!(
+            parse(&too_fast, "SET"),
+            Err(CsvError::TooFast {
+                test: "SET".to_string(),
+                column: "rps",
+            })
+        );
+    }
 
     #[test]
     fn the_captured_sample_parses() {
